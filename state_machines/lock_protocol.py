@@ -1,0 +1,367 @@
+"""The lock protocol, top to bottom.
+
+Every participant - the Step Functions states built below, the janitor, the Python
+``LockClient`` - reads and writes the same lock items with the same expressions, all of
+which are spelled exactly once in this module:
+
+1. the lock item (attribute names) and the error names callers can Catch;
+2. the DynamoDB writes (acquire, release) as update/condition expression pairs;
+3. the JSONata pieces evaluated by the service (key validation, clock, lease, wait time);
+4. the ASL states, as pure functions of their inputs, that a construct wires together:
+   acquire -> (held: wait loop) -> protected work -> release, and release-then-rethrow on
+   every error of the protected work.
+
+Time always comes from ``$millis()`` - the Step Functions service clock - never from a client.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+# --------------------------------------------------------------------------------------
+# 1. The lock item and the errors
+# --------------------------------------------------------------------------------------
+
+#: Partition key (string) of the lock table: the namespaced lock key, e.g. ``customer#123``.
+KEY_ATTRIBUTE = "pk"
+#: Holder id: the execution ARN, or a Python client's id. Absent while the lock is free.
+OWNER = "owner"
+#: Epoch ms of the acquisition (service clock).
+ACQUIRED_AT = "acquiredAt"
+#: Epoch ms at which the lease ends; past it, any acquirer may take the lock over.
+EXPIRES_AT = "expiresAt"
+#: Fencing token: incremented by every acquisition of the key, never reset (the item is
+#: never deleted, and no TTL is set on it, so the token cannot restart).
+FENCE = "fence"
+#: Sparse global secondary index on ``owner``: finds every lock an execution still holds.
+OWNER_INDEX = "byOwner"
+
+#: Longest accepted lock key, in characters (DynamoDB allows 2048 bytes; 4 bytes a char max).
+MAX_KEY_LENGTH = 500
+#: Separator between the key namespace and the caller's key.
+NAMESPACE_SEPARATOR = "#"
+
+ERROR_INVALID_KEY = "Lock.InvalidKey"
+ERROR_TIMEOUT = "Lock.Timeout"
+ERROR_LOST = "Lock.Lost"
+
+#: Raised by DynamoDB when the condition of a write is false (lock held / not ours).
+#: Optimized integrations (``arn:aws:states:::dynamodb:*``) spell the service "DynamoDB".
+CONDITION_FAILED = "DynamoDB.ConditionalCheckFailedException"
+#: Errors worth retrying with backoff: the write did not happen, or may be retried safely
+#: because both writes below are idempotent for the same owner.
+TRANSIENT_ERRORS = (
+    "DynamoDB.ProvisionedThroughputExceededException",
+    "DynamoDB.ThrottlingException",
+    "DynamoDB.RequestLimitExceeded",
+    "DynamoDB.InternalServerErrorException",
+    "DynamoDB.InternalServerError",
+    "DynamoDB.ServiceUnavailableException",
+    "DynamoDB.TransactionConflictException",
+    "DynamoDB.AmazonDynamoDBException",
+)
+#: Raised by Step Functions when a JSONata expression fails (here: key validation).
+QUERY_EVALUATION_ERROR = "States.QueryEvaluationError"
+
+# --------------------------------------------------------------------------------------
+# 2. The writes
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockWrite:
+    """One conditional UpdateItem on a lock item.
+
+    Placeholders: ``#name`` for attribute names (all lock attributes go through names),
+    ``:value`` for values. :meth:`attribute_names` and :meth:`value_names` derive exactly
+    the placeholders used, because DynamoDB rejects unused ones.
+    """
+
+    update: str
+    condition: str
+
+    def attribute_names(self) -> dict[str, str]:
+        found = re.findall(r"#(\w+)", f"{self.update} {self.condition}")
+        return {f"#{name}": name for name in dict.fromkeys(found)}
+
+    def value_names(self) -> tuple[str, ...]:
+        found = re.findall(r":(\w+)", f"{self.update} {self.condition}")
+        return tuple(f":{name}" for name in dict.fromkeys(found))
+
+
+#: Acquire: take the lock when it is free, already mine (a retried acquire whose first
+#: try succeeded must not deadlock itself), held by ``:stale`` (a holder proven dead by the
+#: liveness check; ``:stale`` = ``:me`` when no holder is known dead), or when the lease has
+#: expired. Every acquisition bumps the fence.
+#: Values: ``:me`` (S), ``:stale`` (S), ``:now`` (N, epoch ms), ``:expiresAt`` (N), ``:one`` (N 1).
+ACQUIRE = LockWrite(
+    update=(
+        f"SET #{OWNER} = :me, #{ACQUIRED_AT} = :now, #{EXPIRES_AT} = :expiresAt "
+        f"ADD #{FENCE} :one"
+    ),
+    condition=(
+        f"attribute_not_exists(#{OWNER}) OR #{OWNER} IN (:me, :stale) "
+        f"OR #{EXPIRES_AT} < :now"
+    ),
+)
+
+#: Release: free the lock, keep the item and its fence. Allowed when I hold it, or when
+#: nobody holds it and the fence is still the one I got (my earlier release succeeded but
+#: its response was lost: no acquisition happened since). Anything else means the lock was
+#: taken over while I worked: never remove another holder's lock.
+#: Values: ``:me`` (S), ``:fence`` (N).
+RELEASE = LockWrite(
+    update=f"REMOVE #{OWNER}, #{ACQUIRED_AT}, #{EXPIRES_AT}",
+    condition=(
+        f"#{OWNER} = :me OR (attribute_not_exists(#{OWNER}) AND #{FENCE} = :fence)"
+    ),
+)
+
+
+def lock_item_key(table_key: str) -> dict[str, dict[str, str]]:
+    """The DynamoDB ``Key`` of a lock item (``table_key`` may be a JSONata template)."""
+    return {KEY_ATTRIBUTE: {"S": table_key}}
+
+
+def namespaced(namespace: str, key: str) -> str:
+    """The stored key for ``key`` in ``namespace`` (Python callers; JSONata: key_expression)."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{key}" if namespace else key
+
+
+# --------------------------------------------------------------------------------------
+# 3. JSONata pieces (evaluated by the Step Functions service)
+# --------------------------------------------------------------------------------------
+
+
+def jsonata(expression: str) -> str:
+    """Wrap a JSONata expression as a Step Functions field value."""
+    return "{% " + expression + " %}"
+
+
+def unwrap_jsonata(template: str) -> str:
+    """The expression inside ``{% ... %}``; raises ValueError for anything else."""
+    match = re.fullmatch(r"\s*\{%(.*)%\}\s*", template, flags=re.DOTALL)
+    if not match or not match.group(1).strip():
+        raise ValueError(
+            "`lock_key` must be a JSONata template such as "
+            f"'{{% $states.input.detail.customerId %}}', got: {template!r}"
+        )
+    return match.group(1).strip()
+
+
+def key_expression(user_expression: str, namespace: str) -> str:
+    """The namespaced lock key, or ``$error`` naming what is wrong with the caller's key.
+
+    Runs inside the acquire state's arguments, so a bad key fails before any DynamoDB call.
+    """
+    prefix = namespace + NAMESPACE_SEPARATOR if namespace else ""
+    return (
+        "( $lockKey := (" + user_expression + "); "
+        "$problem := $not($exists($lockKey)) ? 'is missing' "
+        ": $type($lockKey) != 'string' ? 'must be a string, got: ' & $type($lockKey) "
+        ": $length($lockKey) = 0 ? 'must not be empty, got an empty string' "
+        f": $length($lockKey) > {MAX_KEY_LENGTH} "
+        f"? 'must be at most {MAX_KEY_LENGTH} characters, got: ' "
+        "& $string($length($lockKey)) & ' characters' : ''; "
+        f"$problem = '' ? {_jsonata_string(prefix)} & $lockKey "
+        f": $error('{ERROR_INVALID_KEY}: the lock key ' & $problem) )"
+    )
+
+
+def lease_end_expression(lease_ms: int) -> str:
+    """Epoch ms at which a lease taken now ends, as a DynamoDB number string."""
+    return f"$string($millis() + {int(lease_ms)})"
+
+
+NOW_EXPRESSION = "$string($millis())"
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How a waiter polls a held lock (all times in seconds).
+
+    The n-th wait (n = 1, 2, ...) is ``min(max_interval, first_interval * backoff_rate**(n-1))``;
+    with jitter it is drawn uniformly from [half of that, all of it] ("equal jitter") so
+    waiters spread out while every wait stays bounded below, which keeps the worst-case
+    history of the wait loop computable. Waits are whole seconds (the Wait state's unit),
+    at least 1, and never run past the caller's deadline by more than a second.
+    """
+
+    first_interval: int = 1
+    backoff_rate: float = 1.5
+    max_interval: int = 4
+    jitter: bool = True
+
+    def nominal_wait(self, poll: int) -> float:
+        return min(self.max_interval, self.first_interval * self.backoff_rate ** (poll - 1))
+
+    def shortest_wait(self, poll: int) -> int:
+        """The smallest whole-second wait the expression can produce for ``poll``."""
+        nominal = self.nominal_wait(poll)
+        return max(1, math.floor(nominal / 2) if self.jitter else round(nominal))
+
+    def seconds_expression(self, polls: str, remaining_ms: str) -> str:
+        """JSONata: seconds to wait before the next acquire attempt.
+
+        ``polls`` evaluates to the number of failed attempts so far (>= 1) and
+        ``remaining_ms`` to the time left until the caller's deadline.
+        """
+        nominal = (
+            f"$min([{self.max_interval}, "
+            f"{self.first_interval} * $power({self.backoff_rate}, {polls} - 1)])"
+        )
+        drawn = f"($n / 2 + $random() * $n / 2)" if self.jitter else "$n"
+        return (
+            f"( $n := {nominal}; "
+            f"$max([1, $min([$round({drawn}), $ceil(({remaining_ms}) / 1000)])]) )"
+        )
+
+
+#: Events a Standard execution may record before Step Functions stops it.
+HISTORY_EVENT_LIMIT = 25_000
+#: Share of that limit the wait loop may use; the rest is left to the protected work.
+WAIT_LOOP_EVENT_BUDGET = 20_000
+#: History events of one poll: acquire (entered, scheduled, started, failed, exited),
+#: the timeout choice (entered, exited), the wait (entered, exited).
+EVENTS_PER_POLL = 9
+
+
+def worst_case_polls(policy: WaitPolicy, max_wait_s: float) -> int:
+    """Most polls a waiter can make before ``max_wait_s`` runs out (every wait at its shortest)."""
+    if max_wait_s <= 0:
+        return 0
+    elapsed, polls = 0.0, 0
+    while elapsed < max_wait_s:
+        polls += 1
+        elapsed += policy.shortest_wait(polls)
+    return polls + 1  # the attempt made at the deadline
+
+
+def worst_case_wait_events(policy: WaitPolicy, max_wait_s: float) -> int:
+    return worst_case_polls(policy, max_wait_s) * EVENTS_PER_POLL
+
+
+def _jsonata_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# --------------------------------------------------------------------------------------
+# 4. ASL states (JSONata query language), pure functions of their inputs
+# --------------------------------------------------------------------------------------
+
+UPDATE_ITEM = "arn:aws:states:::dynamodb:updateItem"
+
+
+def _update_item(table_name: Any, key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
+    missing = set(write.value_names()) - set(values)
+    extra = set(values) - set(write.value_names())
+    if missing or extra:  # a programming error in this module, caught by the unit tests
+        raise AssertionError(f"values for {write}: missing {missing}, extra {extra}")
+    return {
+        "TableName": table_name,
+        "Key": lock_item_key(key),
+        "UpdateExpression": write.update,
+        "ConditionExpression": write.condition,
+        "ExpressionAttributeNames": write.attribute_names(),
+        "ExpressionAttributeValues": dict(values),
+    }
+
+
+def lock_variable_expression() -> str:
+    """JSONata over an acquire result: the ``$lock`` record the protected work reads."""
+    a = "$states.result.Attributes"
+    return (
+        "{"
+        f"'key': {a}.{KEY_ATTRIBUTE}.S, "
+        f"'owner': {a}.{OWNER}.S, "
+        f"'fence': $number({a}.{FENCE}.N), "
+        f"'acquiredAt': $number({a}.{ACQUIRED_AT}.N), "
+        f"'expiresAt': $number({a}.{EXPIRES_AT}.N)"
+        "}"
+    )
+
+
+def acquire_state(
+    *,
+    table_name: Any,
+    key_jsonata: str,
+    lease_ms: int,
+    lock_variable: str,
+    wait_variable: str,
+    stale_owner_jsonata: str = "$states.context.Execution.Id",
+) -> dict:
+    """Task: the acquire UpdateItem. Passes its input through; assigns ``$<lock_variable>``."""
+    return {
+        "Type": "Task",
+        "Resource": UPDATE_ITEM,
+        "Arguments": {
+            **_update_item(
+                table_name,
+                jsonata(key_jsonata),
+                ACQUIRE,
+                {
+                    ":me": {"S": jsonata("$states.context.Execution.Id")},
+                    ":stale": {"S": jsonata(stale_owner_jsonata)},
+                    ":now": {"N": jsonata(NOW_EXPRESSION)},
+                    ":expiresAt": {"N": jsonata(lease_end_expression(lease_ms))},
+                    ":one": {"N": "1"},
+                },
+            ),
+            "ReturnValues": "ALL_NEW",
+        },
+        "Assign": {lock_variable: jsonata(lock_variable_expression()), wait_variable: jsonata("null")},
+        "Output": jsonata("$states.input"),
+    }
+
+
+def release_state(*, table_name: Any, lock_variable: str) -> dict:
+    """Task: the release UpdateItem for the lock in ``$<lock_variable>``; passes input through."""
+    lock = "$" + lock_variable
+    return {
+        "Type": "Task",
+        "Resource": UPDATE_ITEM,
+        "Arguments": _update_item(
+            table_name,
+            jsonata(f"{lock}.key"),
+            RELEASE,
+            {
+                ":me": {"S": jsonata(f"{lock}.owner")},
+                ":fence": {"N": jsonata(f"$string({lock}.fence)")},
+            },
+        ),
+        "Output": jsonata("$states.input"),
+    }
+
+
+def wait_bookkeeping_expression(wait_variable: str) -> str:
+    """JSONata for the Catch of a held lock: count the poll, remember when waiting began."""
+    w = "$" + wait_variable
+    return (
+        f"( $w := $type({w}) = 'object' ? {w} : {{'since': $millis(), 'polls': 0}}; "
+        "{'since': $w.since, 'polls': $w.polls + 1} )"
+    )
+
+
+def waited_enough_expression(wait_variable: str, max_wait_ms: int) -> str:
+    """JSONata (Choice condition): true once the caller's max wait is used up."""
+    return f"$millis() - ${wait_variable}.since >= {int(max_wait_ms)}"
+
+
+def wait_seconds_expression(policy: WaitPolicy, wait_variable: str, max_wait_ms: int) -> str:
+    w = "$" + wait_variable
+    return policy.seconds_expression(
+        polls=f"{w}.polls", remaining_ms=f"{int(max_wait_ms)} - ($millis() - {w}.since)"
+    )
+
+
+#: Retry for transient DynamoDB errors on acquire and release (both writes are idempotent).
+TRANSIENT_RETRY = {
+    "errors": list(TRANSIENT_ERRORS),
+    "interval_s": 1,
+    "backoff_rate": 2.0,
+    "max_attempts": 6,
+    "max_delay_s": 8,
+}
