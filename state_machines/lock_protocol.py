@@ -252,21 +252,38 @@ def _jsonata_string(value: str) -> str:
 # 4. ASL states (JSONata query language), pure functions of their inputs
 # --------------------------------------------------------------------------------------
 
-UPDATE_ITEM = "arn:aws:states:::dynamodb:updateItem"
-
-
-def _update_item(table_name: Any, key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
+def _update_item(key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
+    """UpdateItem arguments (all but the table) in DynamoDB JSON; JSONata templates allowed."""
     missing = set(write.value_names()) - set(values)
     extra = set(values) - set(write.value_names())
     if missing or extra:  # a programming error in this module, caught by the unit tests
         raise AssertionError(f"values for {write}: missing {missing}, extra {extra}")
     return {
-        "TableName": table_name,
         "Key": lock_item_key(key),
         "UpdateExpression": write.update,
         "ConditionExpression": write.condition,
         "ExpressionAttributeNames": write.attribute_names(),
         "ExpressionAttributeValues": dict(values),
+    }
+
+
+def acquire_arguments(
+    *, key_jsonata: str, lease_ms: int, stale_owner_jsonata: str = "$states.context.Execution.Id"
+) -> dict:
+    """The acquire UpdateItem of an execution (``ReturnValues: ALL_NEW`` gives the fence)."""
+    return {
+        **_update_item(
+            jsonata(key_jsonata),
+            ACQUIRE,
+            {
+                ":me": {"S": jsonata("$states.context.Execution.Id")},
+                ":stale": {"S": jsonata(stale_owner_jsonata)},
+                ":now": {"N": jsonata(NOW_EXPRESSION)},
+                ":expiresAt": {"N": jsonata(lease_end_expression(lease_ms))},
+                ":one": {"N": "1"},
+            },
+        ),
+        "ReturnValues": "ALL_NEW",
     }
 
 
@@ -284,56 +301,17 @@ def lock_variable_expression() -> str:
     )
 
 
-def acquire_state(
-    *,
-    table_name: Any,
-    key_jsonata: str,
-    lease_ms: int,
-    lock_variable: str,
-    wait_variable: str,
-    stale_owner_jsonata: str = "$states.context.Execution.Id",
-) -> dict:
-    """Task: the acquire UpdateItem. Passes its input through; assigns ``$<lock_variable>``."""
-    return {
-        "Type": "Task",
-        "Resource": UPDATE_ITEM,
-        "Arguments": {
-            **_update_item(
-                table_name,
-                jsonata(key_jsonata),
-                ACQUIRE,
-                {
-                    ":me": {"S": jsonata("$states.context.Execution.Id")},
-                    ":stale": {"S": jsonata(stale_owner_jsonata)},
-                    ":now": {"N": jsonata(NOW_EXPRESSION)},
-                    ":expiresAt": {"N": jsonata(lease_end_expression(lease_ms))},
-                    ":one": {"N": "1"},
-                },
-            ),
-            "ReturnValues": "ALL_NEW",
-        },
-        "Assign": {lock_variable: jsonata(lock_variable_expression()), wait_variable: jsonata("null")},
-        "Output": jsonata("$states.input"),
-    }
-
-
-def release_state(*, table_name: Any, lock_variable: str) -> dict:
-    """Task: the release UpdateItem for the lock in ``$<lock_variable>``; passes input through."""
+def release_arguments(*, lock_variable: str) -> dict:
+    """The release UpdateItem for the lock held in ``$<lock_variable>``."""
     lock = "$" + lock_variable
-    return {
-        "Type": "Task",
-        "Resource": UPDATE_ITEM,
-        "Arguments": _update_item(
-            table_name,
-            jsonata(f"{lock}.key"),
-            RELEASE,
-            {
-                ":me": {"S": jsonata(f"{lock}.owner")},
-                ":fence": {"N": jsonata(f"$string({lock}.fence)")},
-            },
-        ),
-        "Output": jsonata("$states.input"),
-    }
+    return _update_item(
+        jsonata(f"{lock}.key"),
+        RELEASE,
+        {
+            ":me": {"S": jsonata(f"{lock}.owner")},
+            ":fence": {"N": jsonata(f"$string({lock}.fence)")},
+        },
+    )
 
 
 def wait_bookkeeping_expression(wait_variable: str) -> str:
