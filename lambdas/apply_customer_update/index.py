@@ -26,6 +26,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 try:  # imported as a package module (tests, the in-process runtime)
     from .logic import (
+        SERVICE,
         ConcurrentUpdateError,
         CustomerUpdate,
         InvalidUpdateError,
@@ -34,6 +35,7 @@ try:  # imported as a package module (tests, the in-process runtime)
     )
 except ImportError:  # deployed: the asset folder is the import root ("index.handler")
     from logic import (  # type: ignore[no-redef]
+        SERVICE,
         ConcurrentUpdateError,
         CustomerUpdate,
         InvalidUpdateError,
@@ -41,7 +43,6 @@ except ImportError:  # deployed: the asset folder is the import root ("index.han
         apply_update,
     )
 
-SERVICE = "apply-customer-update"
 NAMESPACE = "LockedWorkflow"
 
 logger = Logger(service=SERVICE)

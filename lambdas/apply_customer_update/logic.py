@@ -32,8 +32,11 @@ from typing import Any, Callable, Mapping
 from aws_lambda_powertools import Logger, Tracer
 from botocore.exceptions import ClientError
 
-tracer = Tracer()
-logger = Logger(child=True)
+#: Powertools service name of this function (logs, traces, metrics dimension).
+SERVICE = "apply-customer-update"
+
+tracer = Tracer(service=SERVICE)
+logger = Logger(service=SERVICE, child=True)
 
 # Attributes of a customer record.
 CUSTOMER_ID = "customerId"  # partition key (S)
