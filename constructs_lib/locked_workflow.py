@@ -77,8 +77,8 @@ class LockedSection(sfn.StateMachineFragment):
     ``owner`` (the execution ARN), ``fence``, ``acquiredAt``, ``expiresAt`` (epoch ms).
     Its input is the section's input; the section's output is the work's output.
 
-    A state machine that uses the fragment must be allowed to write the lock table:
-    call :meth:`grant` with it (``LockedWorkflow`` does this for you).
+    The lock states are CDK DynamoDB tasks, so any state machine built from the fragment
+    gets ``dynamodb:UpdateItem`` on the lock table, and nothing more, in its role.
 
     :param lock_key: JSONata template whose value is the resource to serialize on, e.g.
         ``"{% $states.input.detail.customerId %}"``. At run time it must be a non-empty
@@ -141,7 +141,6 @@ class LockedSection(sfn.StateMachineFragment):
         self.wait_policy = wait_policy
         wait_variable = f"{lock_variable}Wait"
         max_wait_ms = int(max_wait.to_milliseconds())
-        table_name = table.table_name
 
         def name(suffix: str) -> str:
             return f"{construct_id}.{suffix}"
@@ -159,6 +158,7 @@ class LockedSection(sfn.StateMachineFragment):
                 wait_variable: jsonata("null"),
             },
         )
+        _retry_transient(self.acquire)
         invalid_key = sfn.Fail.jsonata(
             self,
             "InvalidKey",
@@ -252,10 +252,6 @@ class LockedSection(sfn.StateMachineFragment):
     @property
     def end_states(self) -> List[sfn.INextable]:
         return [self.release]
-
-    def grant(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Allow ``grantee`` (the state machine's role) the lock's writes on the lock table."""
-        return self.table.grant(grantee, "dynamodb:UpdateItem")
 
 
 def _attribute_value(value: dict) -> tasks.DynamoAttributeValue:
@@ -451,7 +447,6 @@ class LockedWorkflow(Construct):
             logs=log_options,
             tracing_enabled=tracing,
         )
-        self.section.grant(self.state_machine)
         self._dead_letter_queue: Optional[sqs.Queue] = None
 
     @property

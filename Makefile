@@ -1,0 +1,41 @@
+# Two commands, each bootstrapping what it needs on a fresh clone:
+#   make demo   - synthesize the example app, run it offline, print the summary and a timeline
+#   make test   - the whole test suite (template, unit, local runtime on both DynamoDB backends)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP_PY := $(VENV)/.installed
+STAMP_NPM := node_modules/.installed
+ARGS ?=
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
+
+.PHONY: demo test bench synth clean
+
+$(STAMP_PY): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+$(STAMP_NPM): package.json
+	npm install --no-audit --no-fund --loglevel=error
+	touch $@
+
+deps: $(STAMP_PY) $(STAMP_NPM)
+
+demo: deps
+	$(PY) -m constructs_lib.local.demo $(ARGS)
+
+test: deps
+	$(PY) -m pytest $(ARGS)
+
+bench: deps
+	$(PY) -m constructs_lib.local.bench $(ARGS)
+
+synth: deps
+	npx cdk synth --quiet
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache

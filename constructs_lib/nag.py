@@ -1,0 +1,66 @@
+"""cdk-nag suppressions for the example app, each with the reason a reviewer would accept."""
+
+from cdk_nag import NagPackSuppression, NagSuppressions
+
+from constructs_lib.example_stack import CustomerUpdatesStack
+
+
+def suppress_example_findings(stack: CustomerUpdatesStack) -> None:
+    """Suppress, on the exact resources, the findings that are intended in the example."""
+    fn = stack.apply_update
+    NagSuppressions.add_resource_suppressions(
+        fn,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-L1",
+                reason="Pinned to Python 3.13, the newest runtime the pinned Powertools layer is published for.",
+            )
+        ],
+    )
+    NagSuppressions.add_resource_suppressions(
+        fn.role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM4",
+                reason="AWSLambdaBasicExecutionRole only lets the function write its own log streams.",
+                applies_to=[
+                    "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+                ],
+            ),
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="X-Ray PutTraceSegments/PutTelemetryRecords do not support resource-level permissions.",
+                applies_to=["Resource::*"],
+            ),
+        ],
+        apply_to_children=True,
+    )
+    workflow = stack.workflow
+    NagSuppressions.add_resource_suppressions(
+        workflow.state_machine.role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason=(
+                    "Resource::* is required by the X-Ray and CloudWatch Logs delivery actions "
+                    "Step Functions uses for tracing and logging; neither supports resource-level permissions."
+                ),
+                applies_to=["Resource::*"],
+            ),
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="Invoking the example function's versions and aliases (its ARN with a qualifier).",
+                applies_to=[f"Resource::<{stack.get_logical_id(fn.node.default_child)}.Arn>:*"],
+            ),
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        workflow.dead_letter_queue,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-SQS3",
+                reason="This queue is itself the dead-letter queue of the EventBridge rule target.",
+            )
+        ],
+    )
