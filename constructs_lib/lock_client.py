@@ -1,0 +1,456 @@
+"""``LockClient``: take part in the workflows' lock from plain Python (a Lambda, a script).
+
+The client reads and writes the very lock items the state machines use, with the very
+expressions of :mod:`state_machines.lock_protocol` (nothing is spelled again here), so a
+script holding ``customer#123`` keeps every ``LockedWorkflow`` on that key waiting, and
+the other way round::
+
+    client = LockClient("locks", namespace="customer")
+    with client.hold("123", lease=timedelta(minutes=5), wait=30) as lease:
+        write_customer(..., fence=lease.fence)
+
+Time. The state machines stamp ``acquiredAt``/``expiresAt`` with the Step Functions
+service clock (``$millis()``); a client has no access to it and uses its own clock
+(``time.time()``, injectable). Lease expiry across participants therefore assumes loosely
+synchronised clocks: a client whose clock runs ahead could take over a lock whose lease
+has not ended by the service clock (and one running behind holds expired locks longer).
+Keep leases long compared with any plausible skew. Mutual exclusion of *writes* does not
+rest on clocks: a holder that lost its lock (lease ended, lock taken over) still carries
+its fence, and a store that conditions writes on ``lastFence < :fence`` refuses its late
+writes (see ``lambdas/apply_customer_update``).
+
+Retries. Throttling and 5xx errors are retried by botocore itself; both writes are
+idempotent for the same owner (a retried acquire whose first try succeeded finds the lock
+already "mine"; a retried release whose first try succeeded finds the lock free with the
+same fence), so botocore's retries are safe.
+
+Owners. A holder is identified by its owner id. Two acquisitions with the same owner both
+succeed (that is what makes retries safe): give each concurrent holder its own id - the
+default is unique per client (``client:<host>:<pid>:<uuid4>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Iterator, Mapping
+
+from botocore.exceptions import ClientError
+
+from state_machines.lock_protocol import (
+    ACQUIRE,
+    ACQUIRED_AT,
+    ERROR_INVALID_KEY,
+    ERROR_LOST,
+    ERROR_TIMEOUT,
+    EXPIRES_AT,
+    FENCE,
+    KEY_ATTRIBUTE,
+    MAX_KEY_LENGTH,
+    OWNER,
+    RELEASE,
+    LockWrite,
+    lock_item_key,
+    namespaced,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Extend a lease while still its owner. Values: ``:me`` (S), ``:expiresAt`` (N).
+#: Not (yet) in lock_protocol: only Python clients refresh a lease.
+REFRESH = LockWrite(
+    update=f"SET #{EXPIRES_AT} = :expiresAt",
+    condition=f"#{OWNER} = :me",
+)
+
+#: Default lease: how long a holder that dies without releasing blocks the key.
+DEFAULT_LEASE = timedelta(seconds=60)
+
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+class LockError(Exception):
+    """Base of every error of the lock client. ``error`` is the protocol's error name."""
+
+    error: str | None = None
+
+
+class InvalidLockKey(LockError, ValueError):
+    """The key is missing, not a string, empty or too long (raised before any DynamoDB call)."""
+
+    error = ERROR_INVALID_KEY
+
+
+class LockHeld(LockError):
+    """Another owner holds the lock (and its lease has not ended)."""
+
+    def __init__(self, message: str, *, key: str, holder: str | None = None,
+                 expires_at: int | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.holder = holder
+        self.expires_at = expires_at
+
+
+class LockTimeout(LockHeld):
+    """The lock was still held when the caller's ``wait`` ran out."""
+
+    error = ERROR_TIMEOUT
+
+
+class LockLost(LockError):
+    """The lock is not (or no longer) held by this lease: taken over, released, or never taken."""
+
+    error = ERROR_LOST
+
+
+# --------------------------------------------------------------------------------------
+# The lease
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One acquisition of a lock. Times are epoch milliseconds of the acquirer's clock."""
+
+    key: str  # the caller's key
+    table_key: str  # the stored (namespaced) key
+    owner: str
+    fence: int  # fencing token: pass it to every write made under the lock
+    acquired_at: int
+    expires_at: int
+
+    def remaining_ms(self, now_ms: int) -> int:
+        return self.expires_at - now_ms
+
+
+def validate_key(key: Any) -> str:
+    """``key`` if it is a valid lock key, else :class:`InvalidLockKey` naming the problem.
+
+    The same rules as the state machines' key validation (before namespacing).
+    """
+    if key is None:
+        problem = "is missing"
+    elif not isinstance(key, str):
+        problem = f"must be a string, got: {type(key).__name__}"
+    elif not key:
+        problem = "must not be empty, got an empty string"
+    elif len(key) > MAX_KEY_LENGTH:
+        problem = f"must be at most {MAX_KEY_LENGTH} characters, got: {len(key)} characters"
+    else:
+        return key
+    raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
+
+
+def _millis(duration: timedelta | float | int, name: str) -> int:
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise ValueError(f"`{name}` must be a timedelta or seconds, got: {duration!r}")
+    return round(seconds * 1000)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --------------------------------------------------------------------------------------
+# The client
+# --------------------------------------------------------------------------------------
+
+
+class LockClient:
+    """Acquire, refresh and release the locks of a lock table from Python.
+
+    :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
+    :param namespace: prefix of every key, as the construct's ``namespace``. Default: none.
+    :param dynamodb: a boto3 DynamoDB *client*. Default: ``boto3.client("dynamodb")``
+        (honours ``AWS_ENDPOINT_URL_DYNAMODB``), created on first use.
+    :param owner: the holder id written to ``owner``. Default:
+        ``client:<hostname>:<pid>:<uuid4>``, unique per client.
+    :param clock: epoch *milliseconds* for ``acquiredAt``/``expiresAt`` and lease expiry.
+        Default: ``time.time() * 1000`` (see the module notes on clocks).
+    :param sleep: how to wait between attempts while the lock is held. Default: ``time.sleep``.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        namespace: str = "",
+        dynamodb: Any = None,
+        owner: str | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        if not isinstance(table_name, str) or not table_name:
+            raise ValueError(f"`table_name` must be a non-empty string, got: {table_name!r}")
+        if not isinstance(namespace, str):
+            raise ValueError(f"`namespace` must be a string, got: {namespace!r}")
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ValueError(f"`owner` must be a non-empty string, got: {owner!r}")
+        self.table_name = table_name
+        self.namespace = namespace
+        self.owner = owner or f"client:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4()}"
+        self._dynamodb = dynamodb
+        self._clock = clock or _wall_clock_ms
+        self._sleep = sleep or time.sleep
+
+    @property
+    def dynamodb(self) -> Any:
+        if self._dynamodb is None:
+            import boto3
+
+            self._dynamodb = boto3.client("dynamodb")
+        return self._dynamodb
+
+    def table_key(self, key: str) -> str:
+        """The stored key of ``key`` (validated, namespaced)."""
+        return namespaced(self.namespace, validate_key(key))
+
+    def now_ms(self) -> int:
+        return int(self._clock())
+
+    # ----------------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        owner: str | None = None,
+        lease: timedelta | float = DEFAULT_LEASE,
+        wait: timedelta | float = 0,
+        poll_interval: float = 0.2,
+        max_poll_interval: float = 2.0,
+        backoff_rate: float = 1.5,
+    ) -> Lease:
+        """Take the lock on ``key``; return the :class:`Lease` (with its fence).
+
+        Succeeds when the lock is free, already held by ``owner``, or its lease has ended.
+        While another owner holds it, retries for up to ``wait`` (timedelta or seconds;
+        default 0: try once): the n-th wait is ``min(max_poll_interval, poll_interval *
+        backoff_rate**(n-1))`` seconds with equal jitter, never past the deadline.
+
+        :param owner: holder id for this acquisition. Default: the client's ``owner``.
+        :param lease: how long the lock is ours without a refresh. Default: 60 s.
+        :raises InvalidLockKey: before any DynamoDB call.
+        :raises LockHeld: held by another owner and ``wait`` is 0.
+        :raises LockTimeout: still held when ``wait`` ran out.
+        """
+        table_key = self.table_key(key)
+        me = self._owner(owner)
+        lease_ms = _millis(lease, "lease")
+        wait_ms = _millis(wait, "wait")
+        if lease_ms <= 0:
+            raise ValueError(f"`lease` must be positive, got: {lease!r}")
+        if wait_ms < 0:
+            raise ValueError(f"`wait` must not be negative, got: {wait!r}")
+        if poll_interval <= 0 or max_poll_interval < poll_interval or backoff_rate < 1:
+            raise ValueError(
+                "need 0 < poll_interval <= max_poll_interval and backoff_rate >= 1, got: "
+                f"{poll_interval}, {max_poll_interval}, {backoff_rate}"
+            )
+
+        deadline = time.monotonic() + wait_ms / 1000
+        polls = 0
+        while True:
+            try:
+                return self._try_acquire(key, table_key, me, lease_ms)
+            except LockHeld as held:
+                remaining = deadline - time.monotonic()
+                if wait_ms == 0:
+                    raise
+                if remaining <= 0:
+                    raise LockTimeout(
+                        f"{ERROR_TIMEOUT}: lock {table_key!r} still held by {held.holder!r} "
+                        f"after waiting {wait_ms / 1000:g} s",
+                        key=key, holder=held.holder, expires_at=held.expires_at,
+                    ) from None
+                polls += 1
+                nominal = min(max_poll_interval, poll_interval * backoff_rate ** (polls - 1))
+                delay = min(random.uniform(nominal / 2, nominal), remaining)
+                logger.debug("lock %s held by %s; retrying in %.3f s", table_key, held.holder, delay)
+                self._sleep(delay)
+
+    def _try_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
+        now = self.now_ms()
+        try:
+            response = self._update(
+                table_key,
+                ACQUIRE,
+                {
+                    ":me": {"S": me},
+                    ":stale": {"S": me},  # no liveness check here: nobody is known dead
+                    ":now": {"N": str(now)},
+                    ":expiresAt": {"N": str(now + lease_ms)},
+                    ":one": {"N": "1"},
+                },
+                return_new=True,
+            )
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            old = _old_item(error)
+            holder = old.get(OWNER, {}).get("S")
+            expires_at = int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None
+            raise LockHeld(
+                f"lock {table_key!r} is held by {holder!r} until {expires_at} (epoch ms)",
+                key=key, holder=holder, expires_at=expires_at,
+            ) from None
+        return _lease(key, response["Attributes"])
+
+    def release(self, lease: Lease) -> None:
+        """Free the lock of ``lease``; the item and its fence stay.
+
+        Succeeds when ``lease.owner`` holds the lock, and also when the lock is free and its
+        fence is still ``lease.fence`` (a repeated release).
+
+        :raises LockLost: the lock was taken over (or is held by someone else, or never
+            existed). Another holder's lock is never removed.
+        """
+        table_key = _stored_key(lease)
+        try:
+            self._update(
+                table_key, RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}}
+            )
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            raise LockLost(self._lost_message(lease, table_key, _old_item(error))) from None
+
+    def refresh(self, held: Lease, /, *, lease: timedelta | float = DEFAULT_LEASE) -> Lease:
+        """Extend the lease of a lock still held by ``held.owner``: it now ends ``lease``
+        (timedelta or seconds; default: 60 s, as :meth:`acquire`) from now - which may also
+        shorten it.
+
+        Allowed also after the lease ended, as long as nobody took the lock over (the owner
+        is still ``held.owner``). Returns the new :class:`Lease` (its fence is the lock's
+        current one).
+
+        :raises LockLost: the lock is no longer held by ``held.owner``.
+        """
+        for_ms = _millis(lease, "lease")
+        if for_ms <= 0:
+            raise ValueError(f"`lease` must be positive, got: {lease!r}")
+        table_key = _stored_key(held)
+        try:
+            response = self._update(
+                table_key,
+                REFRESH,
+                {":me": {"S": held.owner}, ":expiresAt": {"N": str(self.now_ms() + for_ms)}},
+                return_new=True,
+            )
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            raise LockLost(self._lost_message(held, table_key, _old_item(error))) from None
+        return _lease(held.key, response["Attributes"])
+
+    @contextmanager
+    def hold(
+        self,
+        key: str,
+        *,
+        lease: timedelta | float = DEFAULT_LEASE,
+        wait: timedelta | float = 0,
+        owner: str | None = None,
+        **acquire_options: Any,
+    ) -> Iterator[Lease]:
+        """``with client.hold(key) as lease:`` acquire, run the block, release.
+
+        The lock is released also when the block raises; the block's exception is then the
+        one that propagates (a failed release is added to it as a note). After a block that
+        completed, a failed release raises :class:`LockLost`: the work ran (at least
+        partly) without the lock.
+        """
+        held = self.acquire(key, owner=owner, lease=lease, wait=wait, **acquire_options)
+        try:
+            yield held
+        except BaseException as error:
+            try:
+                self.release(held)
+            except Exception as release_error:  # the block's error is the one that matters
+                error.add_note(f"releasing the lock also failed: {release_error!r}")
+            raise
+        self.release(held)
+
+    # ----------------------------------------------------------------------------------
+
+    def _owner(self, owner: str | None) -> str:
+        if owner is None:
+            return self.owner
+        if not isinstance(owner, str) or not owner:
+            raise ValueError(f"`owner` must be a non-empty string, got: {owner!r}")
+        return owner
+
+    def _update(
+        self, table_key: str, write: LockWrite, values: Mapping[str, Any], *, return_new: bool = False
+    ) -> dict:
+        """One conditional UpdateItem of the protocol; on a failed condition the
+        ``ClientError`` carries the item as it was (``ReturnValuesOnConditionCheckFailure``)."""
+        if set(values) != set(write.value_names()):  # a programming error in this module
+            raise AssertionError(f"values {sorted(values)} do not fit {write}")
+        return self.dynamodb.update_item(
+            TableName=self.table_name,
+            Key=lock_item_key(table_key),
+            UpdateExpression=write.update,
+            ConditionExpression=write.condition,
+            ExpressionAttributeNames=write.attribute_names(),
+            ExpressionAttributeValues=dict(values),
+            ReturnValues="ALL_NEW" if return_new else "NONE",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+
+    @staticmethod
+    def _lost_message(lease: Lease, table_key: str, old: Mapping[str, Any]) -> str:
+        if not old:
+            state = "no such lock"
+        elif OWNER in old:
+            state = f"now held by {old[OWNER]['S']!r} with fence {old.get(FENCE, {}).get('N')}"
+        else:
+            state = f"free, fence now {old.get(FENCE, {}).get('N')}"
+        return (
+            f"{ERROR_LOST}: lock {table_key!r} is not held by {lease.owner!r} "
+            f"(fence {lease.fence}): {state}"
+        )
+
+
+def _stored_key(lease: Lease) -> str:
+    """The stored key a lease was acquired on (checked before any DynamoDB call)."""
+    if not isinstance(lease, Lease):
+        raise TypeError(f"expected a Lease, got: {type(lease).__name__}")
+    validate_key(lease.key)
+    if not isinstance(lease.table_key, str) or not lease.table_key:
+        raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lease has no stored key: {lease!r}")
+    return lease.table_key
+
+
+def _condition_failed(error: ClientError) -> bool:
+    return error.response.get("Error", {}).get("Code") == _CONDITION_FAILED
+
+
+def _old_item(error: ClientError) -> Mapping[str, Any]:
+    """The item as it was when the condition failed (empty if it does not exist)."""
+    return error.response.get("Item") or {}
+
+
+def _lease(key: str, item: Mapping[str, Any]) -> Lease:
+    return Lease(
+        key=key,
+        table_key=item[KEY_ATTRIBUTE]["S"],
+        owner=item[OWNER]["S"],
+        fence=int(item[FENCE]["N"]),
+        acquired_at=int(item[ACQUIRED_AT]["N"]),
+        expires_at=int(item[EXPIRES_AT]["N"]),
+    )
