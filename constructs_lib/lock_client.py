@@ -381,7 +381,9 @@ class LockClient:
             try:
                 self.release(held)
             except Exception as release_error:  # the block's error is the one that matters
-                error.add_note(f"releasing the lock also failed: {release_error!r}")
+                logger.warning("releasing %s failed: %r", held.table_key, release_error)
+                if hasattr(error, "add_note"):  # Python >= 3.11
+                    error.add_note(f"releasing the lock also failed: {release_error!r}")
             raise
         self.release(held)
 
