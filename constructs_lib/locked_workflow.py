@@ -12,7 +12,6 @@ from typing import List, Optional, Sequence
 from aws_cdk import (
     Duration,
     RemovalPolicy,
-    Token,
     aws_dynamodb as dynamodb,
     aws_events as events,
     aws_events_targets as targets,
@@ -41,8 +40,16 @@ _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.:/=+@-]{0,64}")
 
 
-def _resolved(value: object) -> bool:
-    return not Token.is_unresolved(value)
+def _seconds(duration: Duration) -> Optional[float]:
+    """The duration in seconds, or None while it is an unresolved token."""
+    return None if duration.is_unresolved() else duration.to_milliseconds() / 1000
+
+
+def _concrete_ms(name: str, duration: Duration) -> int:
+    """Milliseconds of a duration that ends up inside a JSONata expression (no tokens)."""
+    if duration.is_unresolved():
+        raise ValueError(f"`{name}` must be a concrete duration, got: a token ({duration.to_string()})")
+    return int(duration.to_milliseconds())
 
 
 def _validate_wait_policy(policy: WaitPolicy) -> None:
@@ -129,10 +136,9 @@ class LockedSection(sfn.StateMachineFragment):
                 "`lock_variable` must be a JSONata variable name (a letter or _, then letters, "
                 f"digits or _, not 'states'), got: {lock_variable!r}"
             )
-        if _resolved(lease.to_seconds()) and lease.to_seconds() < 1:
-            raise ValueError(f"`lease` must be at least 1 second, got: {lease.to_human_string()}")
-        if _resolved(max_wait.to_seconds()) and max_wait.to_seconds() < 0:
-            raise ValueError(f"`max_wait` must be >= 0 seconds, got: {max_wait.to_seconds()}")
+        lease_ms = _concrete_ms("lease", lease)
+        if lease_ms < 1000:
+            raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
         _validate_wait_policy(wait_policy)
 
         self.table = table
@@ -140,7 +146,7 @@ class LockedSection(sfn.StateMachineFragment):
         self.max_wait = max_wait
         self.wait_policy = wait_policy
         wait_variable = f"{lock_variable}Wait"
-        max_wait_ms = int(max_wait.to_milliseconds())
+        max_wait_ms = _concrete_ms("max_wait", max_wait)
 
         def name(suffix: str) -> str:
             return f"{construct_id}.{suffix}"
@@ -151,7 +157,7 @@ class LockedSection(sfn.StateMachineFragment):
             name("Acquire"),
             table,
             protocol.acquire_arguments(
-                key_jsonata=key_jsonata, lease_ms=int(lease.to_milliseconds())
+                key_jsonata=key_jsonata, lease_ms=lease_ms
             ),
             assign={
                 lock_variable: jsonata(protocol.lock_variable_expression()),
@@ -378,22 +384,22 @@ class LockedWorkflow(Construct):
                 f"(the construct does not own it), got: {table_removal_policy}"
             )
         timeout = timeout or (EXPRESS_MAX_DURATION if express else DEFAULT_TIMEOUT)
-        timeout_s = timeout.to_seconds()
-        if _resolved(timeout_s):
+        timeout_s = _seconds(timeout)
+        if timeout_s is not None:
             if timeout_s < 1:
                 raise ValueError(f"`timeout` must be at least 1 second, got: {timeout_s} s")
             if express and timeout_s > EXPRESS_MAX_DURATION.to_seconds():
                 raise ValueError(
                     f"`timeout` must be at most 5 minutes for EXPRESS state machines, got: {timeout_s} s"
                 )
-        max_wait_s = max_wait.to_seconds()
-        if _resolved(max_wait_s) and _resolved(timeout_s) and max_wait_s >= timeout_s:
+        max_wait_s = _concrete_ms("max_wait", max_wait) / 1000
+        if timeout_s is not None and max_wait_s >= timeout_s:
             raise ValueError(
                 f"`max_wait` must be shorter than `timeout` ({timeout_s} s), got: {max_wait_s} s"
             )
         policy = wait_policy or WaitPolicy()
         _validate_wait_policy(policy)
-        if not express and _resolved(max_wait_s):
+        if not express:
             events_needed = protocol.worst_case_wait_events(policy, max_wait_s)
             if events_needed > protocol.WAIT_LOOP_EVENT_BUDGET:
                 raise ValueError(
@@ -403,7 +409,13 @@ class LockedWorkflow(Construct):
                     f"with wait_policy.max_interval={policy.max_interval} s; raise "
                     "wait_policy.max_interval (or first_interval) or lower max_wait"
                 )
-        lease = lease or Duration.seconds(timeout_s + LEASE_MARGIN.to_seconds())
+        if lease is None:
+            if timeout_s is None:
+                raise ValueError(
+                    "`lease` must be given when `timeout` is a token (the default lease is "
+                    "timeout + 5 minutes), got: None"
+                )
+            lease = Duration.millis(timeout.to_milliseconds() + LEASE_MARGIN.to_milliseconds())
 
         self.lock_table: Optional[LockTable] = None
         if table is None:
@@ -479,8 +491,8 @@ class LockedWorkflow(Construct):
         """
         if not 0 <= retry_attempts <= 185:
             raise ValueError(f"`retry_attempts` must be between 0 and 185, got: {retry_attempts}")
-        age_s = max_event_age.to_seconds()
-        if _resolved(age_s) and not 60 <= age_s <= 86400:
+        age_s = _seconds(max_event_age)
+        if age_s is not None and not 60 <= age_s <= 86400:
             raise ValueError(
                 f"`max_event_age` must be between 60 seconds and 24 hours, got: {age_s} s"
             )

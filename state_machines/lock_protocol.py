@@ -16,6 +16,7 @@ Time always comes from ``$millis()`` - the Step Functions service clock - never 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -195,8 +196,16 @@ class WaitPolicy:
     max_interval: int = 4
     jitter: bool = True
 
+    @property
+    def growth_steps(self) -> int:
+        """Backoff steps after which the wait is at its cap (bounds the exponent: no overflow)."""
+        if self.backoff_rate <= 1 or self.max_interval <= self.first_interval:
+            return 0
+        return math.ceil(math.log(self.max_interval / self.first_interval, self.backoff_rate))
+
     def nominal_wait(self, poll: int) -> float:
-        return min(self.max_interval, self.first_interval * self.backoff_rate ** (poll - 1))
+        steps = min(poll - 1, self.growth_steps)
+        return min(self.max_interval, self.first_interval * self.backoff_rate**steps)
 
     def shortest_wait(self, poll: int) -> int:
         """The smallest whole-second wait the expression can produce for ``poll``."""
@@ -211,7 +220,8 @@ class WaitPolicy:
         """
         nominal = (
             f"$min([{self.max_interval}, "
-            f"{self.first_interval} * $power({self.backoff_rate}, {polls} - 1)])"
+            f"{self.first_interval} * $power({self.backoff_rate}, "
+            f"$min([{polls} - 1, {self.growth_steps}]))])"
         )
         drawn = f"($n / 2 + $random() * $n / 2)" if self.jitter else "$n"
         return (
@@ -245,7 +255,7 @@ def worst_case_wait_events(policy: WaitPolicy, max_wait_s: float) -> int:
 
 
 def _jsonata_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return json.dumps(value)  # JSONata string literals take JSON's escapes
 
 
 # --------------------------------------------------------------------------------------

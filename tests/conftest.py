@@ -1,0 +1,109 @@
+"""Shared fixtures: every synth here runs once per test session (a synth costs seconds)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+import aws_cdk as cdk  # noqa: E402
+from aws_cdk import assertions  # noqa: E402
+from aws_cdk import aws_stepfunctions as sfn  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
+
+from constructs_lib import LockedSection, LockedWorkflow, LockTable  # noqa: E402
+from constructs_lib.example_stack import CustomerUpdatesStack  # noqa: E402
+from constructs_lib.nag import suppress_example_findings  # noqa: E402
+from state_machines.lock_protocol import jsonata  # noqa: E402
+
+
+@dataclass
+class Synthesized:
+    template: dict[str, Any]
+    messages: list[Any]
+
+    @property
+    def assertions(self) -> assertions.Template:
+        return assertions.Template.from_json(self.template)
+
+    def resources(self, type_name: str) -> dict[str, dict]:
+        return {k: v for k, v in self.template["Resources"].items() if v["Type"] == type_name}
+
+    def definition(self, logical_id_prefix: str = "") -> dict:
+        """The state machine definition with table/function references replaced by their logical ids."""
+        machines = {
+            k: v
+            for k, v in self.resources("AWS::StepFunctions::StateMachine").items()
+            if k.startswith(logical_id_prefix)
+        }
+        assert len(machines) == 1, f"expected one state machine, got {list(machines)}"
+        (machine,) = machines.values()
+        parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+        text = "".join(p if isinstance(p, str) else _ref_name(p) for p in parts)
+        return json.loads(text)
+
+
+def _ref_name(token: dict) -> str:
+    if "Ref" in token:
+        return f"REF:{token['Ref']}"
+    if "Fn::GetAtt" in token:
+        return "ATT:" + ".".join(token["Fn::GetAtt"])
+    return "TOKEN"
+
+
+@pytest.fixture(scope="session")
+def example() -> Synthesized:
+    """The example app exactly as app.py composes it, with the cdk-nag AwsSolutions pack."""
+    app = cdk.App()
+    stack = CustomerUpdatesStack(app, "CustomerUpdates")
+    suppress_example_findings(stack)
+    cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+    artifact = app.synth().get_stack_by_name("CustomerUpdates")
+    return Synthesized(template=artifact.template, messages=list(artifact.messages))
+
+
+def _chain_stack(app: cdk.App) -> cdk.Stack:
+    """A LockedWorkflow around a two-state chain, an existing table, and a fragment stack."""
+    stack = cdk.Stack(app, "Shapes")
+    first = sfn.Pass.jsonata(stack, "Prepare", outputs=jsonata("{'fence': $lock.fence}"))
+    second = sfn.Pass.jsonata(stack, "Finish")
+    LockedWorkflow(
+        stack,
+        "Chain",
+        lock_key=jsonata("$states.input.id"),
+        protected=first.next(second),
+        max_wait=cdk.Duration.seconds(0),
+        state_machine_type=sfn.StateMachineType.EXPRESS,
+    )
+    shared = LockTable(stack, "Shared")
+    outer_work = sfn.Pass.jsonata(stack, "OuterWork")
+    inner_work = sfn.Pass.jsonata(stack, "InnerWork")
+    outer = LockedSection(
+        stack, "Account", lock_key=jsonata("$states.input.account"), protected=outer_work,
+        table=shared.table, lease=cdk.Duration.minutes(10), key_namespace="account",
+    )
+    inner = LockedSection(
+        stack, "Order", lock_key=jsonata("$states.input.order"), protected=inner_work,
+        table=shared.table, lease=cdk.Duration.minutes(10), key_namespace="order",
+        lock_variable="orderLock",
+    )
+    sfn.StateMachine(
+        stack, "TwoLocks",
+        definition_body=sfn.DefinitionBody.from_chainable(outer.next(inner)),
+        query_language=sfn.QueryLanguage.JSONATA,
+    )
+    return stack
+
+
+@pytest.fixture(scope="session")
+def shapes() -> Synthesized:
+    app = cdk.App()
+    stack = _chain_stack(app)
+    artifact = app.synth().get_stack_by_name(stack.stack_name)
+    return Synthesized(template=artifact.template, messages=list(artifact.messages))

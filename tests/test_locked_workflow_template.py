@@ -1,0 +1,223 @@
+"""What the constructs synthesize: states, conditions, Catch/release paths, retries, trigger, IAM."""
+
+from __future__ import annotations
+
+from aws_cdk.assertions import Capture, Match
+
+from state_machines import lock_protocol as p
+
+LOCK_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.InvalidKey",
+               "Lock.Release", "Lock.Lost", "Lock.ReleaseAfterError", "Lock.Rethrow"}
+
+
+def _catches(state: dict) -> dict[str, dict]:
+    return {c["Next"]: c for c in state.get("Catch", [])}
+
+
+def test_state_machine_is_jsonata_with_the_lock_states(example):
+    definition = example.definition()
+    assert definition["QueryLanguage"] == "JSONata"
+    assert definition["StartAt"] == "Lock.Acquire"
+    assert set(definition["States"]) == LOCK_STATES | {"Apply update"}
+    assert definition["TimeoutSeconds"] == 30 * 60
+
+
+def test_acquire_is_one_conditional_update_returning_the_fence(example):
+    acquire = example.definition()["States"]["Lock.Acquire"]
+    assert acquire["Resource"].endswith(":states:::dynamodb:updateItem")
+    arguments = acquire["Arguments"]
+    assert arguments["UpdateExpression"] == p.ACQUIRE.update
+    assert arguments["ConditionExpression"] == p.ACQUIRE.condition
+    assert arguments["ReturnValues"] == "ALL_NEW"
+    assert arguments["TableName"].startswith("REF:ApplyCustomerUpdatesLockTable")
+    assert '"customer#" & $lockKey' in arguments["Key"]["pk"]["S"]
+    assert "$states.input.detail.customerId" in arguments["Key"]["pk"]["S"]
+    assert arguments["ExpressionAttributeValues"][":me"]["S"] == "{% $states.context.Execution.Id %}"
+    # lease = timeout (30 min) + 5 min margin
+    assert f"$millis() + {35 * 60 * 1000}" in arguments["ExpressionAttributeValues"][":expiresAt"]["N"]
+    assert set(acquire["Assign"]) == {"lock", "lockWait"}
+    assert acquire["Output"] == "{% $states.input %}"
+
+
+def test_acquire_routes_held_lock_to_wait_and_bad_key_to_invalid_key(example):
+    states = example.definition()["States"]
+    catches = _catches(states["Lock.Acquire"])
+    assert catches["Lock.Held?"]["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert catches["Lock.Held?"]["Output"] == "{% $states.input %}"
+    assert "lockWait" in catches["Lock.Held?"]["Assign"]
+    assert catches["Lock.InvalidKey"]["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
+    assert states["Lock.InvalidKey"] == {
+        "Type": "Fail", "Error": p.ERROR_INVALID_KEY, "Cause": "{% $states.input.Cause %}"
+    }
+    held = states["Lock.Held?"]
+    assert held["Choices"][0]["Next"] == "Lock.Timeout"
+    assert f">= {5 * 60 * 1000}" in held["Choices"][0]["Condition"]
+    assert held["Default"] == "Lock.Wait"
+    assert states["Lock.Wait"]["Next"] == "Lock.Acquire"
+    assert "$random()" in states["Lock.Wait"]["Seconds"]
+    assert states["Lock.Timeout"]["Error"] == p.ERROR_TIMEOUT
+
+
+def test_transient_errors_are_retried_with_backoff_on_every_lock_write(example):
+    states = example.definition()["States"]
+    for name in ("Lock.Acquire", "Lock.Release", "Lock.ReleaseAfterError"):
+        (retry,) = states[name]["Retry"]
+        assert set(retry["ErrorEquals"]) == set(p.TRANSIENT_ERRORS), name
+        assert p.CONDITION_FAILED not in retry["ErrorEquals"]
+        assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] >= 3
+        assert retry["JitterStrategy"] == "FULL"
+
+
+def test_single_task_work_carries_the_release_catch_itself(example):
+    states = example.definition()["States"]
+    work = states["Apply update"]
+    assert work["Next"] == "Lock.Release"
+    assert _catches(work)["Lock.ReleaseAfterError"]["ErrorEquals"] == ["States.ALL"]
+    assert states["Lock.Acquire"]["Next"] == "Apply update"
+    assert "$lock.fence" in work["Arguments"]["Payload"]["fence"]
+
+
+def test_release_is_owner_conditioned_and_lost_lock_fails_typed(example):
+    states = example.definition()["States"]
+    release = states["Lock.Release"]
+    assert release["Arguments"]["UpdateExpression"] == p.RELEASE.update
+    assert release["Arguments"]["ConditionExpression"] == p.RELEASE.condition
+    assert release["Arguments"]["Key"] == {"pk": {"S": "{% $lock.key %}"}}
+    assert release["End"] is True and release["Output"] == "{% $states.input %}"
+    assert _catches(release)["Lock.Lost"]["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert states["Lock.Lost"]["Error"] == p.ERROR_LOST
+
+
+def test_errors_release_then_rethrow_the_original_error(example):
+    states = example.definition()["States"]
+    after_error = states["Lock.ReleaseAfterError"]
+    assert after_error["Arguments"]["ConditionExpression"] == p.RELEASE.condition
+    assert after_error["Next"] == "Lock.Rethrow"
+    lost_meanwhile = _catches(after_error)["Lock.Rethrow"]
+    assert lost_meanwhile["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert lost_meanwhile["Output"] == "{% $states.input %}"  # keeps the original error
+    assert states["Lock.Rethrow"] == {
+        "Type": "Fail", "Error": "{% $states.input.Error %}", "Cause": "{% $states.input.Cause %}"
+    }
+
+
+def test_chain_work_runs_in_one_branch_parallel_that_catches_everything(shapes):
+    definition = shapes.definition("Chain")
+    states = definition["States"]
+    protected = states["Lock.Protected"]
+    assert protected["Type"] == "Parallel" and len(protected["Branches"]) == 1
+    assert set(protected["Branches"][0]["States"]) == {"Prepare", "Finish"}
+    assert protected["Output"] == "{% $states.result[0] %}"
+    assert _catches(protected)["Lock.ReleaseAfterError"]["ErrorEquals"] == ["States.ALL"]
+    # max_wait = 0: a held lock fails at once, no wait states exist
+    assert _catches(states["Lock.Acquire"])["Lock.Timeout"]["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert "Lock.Wait" not in states and "Lock.Held?" not in states
+
+
+def test_uncontended_run_adds_at_most_three_transitions(example, shapes):
+    def success_path(definition):
+        states, name, path = definition["States"], definition["StartAt"], []
+        while name:
+            path.append(name)
+            name = states[name].get("Next")
+        return path
+
+    assert success_path(example.definition()) == ["Lock.Acquire", "Apply update", "Lock.Release"]
+    assert success_path(shapes.definition("Chain")) == ["Lock.Acquire", "Lock.Protected", "Lock.Release"]
+
+
+def test_two_sections_in_one_machine_use_their_own_names_and_variables(shapes):
+    states = shapes.definition("TwoLocks")["States"]
+    assert states["Account.Release"]["Next"] == "Order.Acquire"
+    assert set(states["Order.Acquire"]["Assign"]) == {"orderLock", "orderLockWait"}
+    assert states["Order.Release"]["Arguments"]["Key"] == {"pk": {"S": "{% $orderLock.key %}"}}
+    assert '"account#"' in states["Account.Acquire"]["Arguments"]["Key"]["pk"]["S"]
+
+
+def test_logging_and_tracing_are_on(example):
+    example.assertions.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "TracingConfiguration": {"Enabled": True},
+            "LoggingConfiguration": Match.object_like(
+                {"Level": "ALL", "IncludeExecutionData": True}
+            ),
+        },
+    )
+
+
+def test_trigger_retries_caps_event_age_and_has_a_dead_letter_queue(example):
+    machine = Capture()
+    queue = Capture()
+    example.assertions.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventBusName": {"Ref": Match.string_like_regexp("CustomerEvents")},
+            "EventPattern": {"source": ["example.customers"], "detail-type": ["CustomerUpdateRequested"]},
+            "Targets": [
+                Match.object_like(
+                    {
+                        "Arn": {"Ref": machine},
+                        "RetryPolicy": {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86400},
+                        "DeadLetterConfig": {"Arn": {"Fn::GetAtt": [queue, "Arn"]}},
+                    }
+                )
+            ],
+        },
+    )
+    assert example.template["Resources"][machine.as_string()]["Type"] == "AWS::StepFunctions::StateMachine"
+    assert example.template["Resources"][queue.as_string()]["Type"] == "AWS::SQS::Queue"
+
+
+def test_lock_table_keys_and_owner_index(example):
+    example.assertions.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "GlobalSecondaryIndexes": [
+                Match.object_like(
+                    {"IndexName": p.OWNER_INDEX, "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}]}
+                )
+            ],
+        },
+    )
+    # no TTL on lock items: the fence must never restart
+    for table in example.resources("AWS::DynamoDB::Table").values():
+        assert "TimeToLiveSpecification" not in table["Properties"]
+
+
+def _statements(template: dict):
+    for resource in template["Resources"].values():
+        if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::Role"):
+            documents = [resource["Properties"].get("PolicyDocument")] + [
+                p["PolicyDocument"] for p in resource["Properties"].get("Policies", [])
+            ]
+            for document in filter(None, documents):
+                yield from document["Statement"]
+
+
+def test_no_iam_statement_allows_a_wildcard_action(example, shapes):
+    for template in (example.template, shapes.template):
+        for statement in _statements(template):
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            assert not any(a == "*" or a.endswith(":*") for a in actions), statement
+
+
+def test_state_machine_may_only_update_items_of_its_lock_table(example):
+    dynamodb = [
+        s for s in _statements(example.template)
+        if any(str(a).startswith("dynamodb:") for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
+    ]
+    lock_table = next(k for k in example.resources("AWS::DynamoDB::Table") if "LockTable" in k)
+    lock_statements = [s for s in dynamodb if lock_table in str(s["Resource"])]
+    assert lock_statements, "the state machine must be allowed to write the lock table"
+    for statement in lock_statements:
+        assert statement["Action"] == "dynamodb:UpdateItem"
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        assert len(resources) == 1
+        (arn,) = resources
+        # the table's own ARN, nothing wider (no index, no wildcard)
+        assert arn == {"Fn::GetAtt": [lock_table, "Arn"]} or (
+            arn["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}]
+        ), arn

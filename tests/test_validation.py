@@ -1,0 +1,134 @@
+"""Every bad prop is refused at synth time with "`x` must ..., got: ..."."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_dynamodb as dynamodb, aws_events as events, aws_stepfunctions as sfn
+
+from constructs_lib import LockedSection, LockedWorkflow, WaitPolicy
+from state_machines.lock_protocol import jsonata
+
+KEY = jsonata("$states.input.id")
+
+
+def build(**overrides):
+    stack = cdk.Stack(cdk.App(), "V")
+    props = dict(lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"))
+    props.update(overrides)
+    return LockedWorkflow(stack, "L", **props)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(lock_key="$.id"), r"`lock_key` must be a JSONata template .*got: '\$\.id'"),
+        (dict(lock_key="{% %}"), r"`lock_key` must be a JSONata template"),
+        (dict(key_namespace="a b"), r"`key_namespace` must be at most 64 .*got: 'a b'"),
+        (dict(key_namespace="x" * 65), r"`key_namespace` must be at most 64"),
+        (dict(lock_variable="1lock"), r"`lock_variable` must be a JSONata variable name.*got: '1lock'"),
+        (dict(lock_variable="states"), r"`lock_variable` must be .*got: 'states'"),
+        (dict(timeout=cdk.Duration.millis(500)), r"`timeout` must be at least 1 second, got: 0.5 s"),
+        (
+            dict(state_machine_type=sfn.StateMachineType.EXPRESS, timeout=cdk.Duration.minutes(6)),
+            r"`timeout` must be at most 5 minutes for EXPRESS state machines, got: 360.0 s",
+        ),
+        (
+            dict(timeout=cdk.Duration.minutes(10), max_wait=cdk.Duration.minutes(10)),
+            r"`max_wait` must be shorter than `timeout` \(600.0 s\), got: 600.0 s",
+        ),
+        (dict(lease=cdk.Duration.millis(10)), r"`lease` must be at least 1 second"),
+        (dict(wait_policy=WaitPolicy(first_interval=0)), r"`wait_policy.first_interval` must be a whole number of seconds >= 1, got: 0"),
+        (dict(wait_policy=WaitPolicy(first_interval=2, max_interval=1)), r"`wait_policy.max_interval` must be .*>= first_interval \(2\), got: 1"),
+        (dict(wait_policy=WaitPolicy(backoff_rate=0.5)), r"`wait_policy.backoff_rate` must be between 1.0 and 10.0, got: 0.5"),
+        (
+            dict(max_wait=cdk.Duration.hours(10), timeout=cdk.Duration.hours(12),
+                 wait_policy=WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False)),
+            r"`max_wait` must keep the wait loop under 20000 history events .*got: 36000.0 s.*raise wait_policy.max_interval",
+        ),
+    ],
+)
+def test_bad_props_raise_value_error(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        build(**overrides)
+
+
+def test_long_wait_fits_the_history_budget_with_a_longer_interval():
+    workflow = build(
+        max_wait=cdk.Duration.hours(10), timeout=cdk.Duration.hours(12),
+        wait_policy=WaitPolicy(first_interval=1, backoff_rate=2.0, max_interval=60),
+    )
+    assert workflow.state_machine is not None
+
+
+def test_history_budget_does_not_apply_to_express():
+    build(
+        state_machine_type=sfn.StateMachineType.EXPRESS,
+        max_wait=cdk.Duration.minutes(4),
+        wait_policy=WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False),
+    )
+
+
+def test_existing_table_and_removal_policy_are_exclusive():
+    stack = cdk.Stack(cdk.App(), "T")
+    table = dynamodb.Table.from_table_name(stack, "Existing", "locks")
+    with pytest.raises(ValueError, match=r"`table_removal_policy` must be left unset when an existing `table` is given"):
+        LockedWorkflow(
+            stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"),
+            table=table, table_removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+
+
+def test_existing_table_is_used_and_no_table_is_created():
+    stack = cdk.Stack(cdk.App(), "T")
+    table = dynamodb.Table.from_table_name(stack, "Existing", "locks")
+    workflow = LockedWorkflow(stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), table=table)
+    assert workflow.table is table and workflow.lock_table is None
+    assert not any(
+        c.node.default_child is not None and c.node.default_child.cfn_resource_type == "AWS::DynamoDB::Table"
+        for c in stack.node.find_all() if hasattr(c, "node") and isinstance(c, dynamodb.Table)
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(retry_attempts=186), r"`retry_attempts` must be between 0 and 185, got: 186"),
+        (dict(max_event_age=cdk.Duration.seconds(30)), r"`max_event_age` must be between 60 seconds and 24 hours, got: 30.0 s"),
+    ],
+)
+def test_bad_trigger_props_raise(kwargs, message):
+    workflow = build()
+    rule = events.Rule(workflow, "Rule", event_pattern=events.EventPattern(source=["x"]))
+    with pytest.raises(ValueError, match=message):
+        workflow.trigger_from(rule, **kwargs)
+
+
+def test_unresolved_tokens_are_not_validated():
+    stack = cdk.Stack(cdk.App(), "Tok")
+    seconds = cdk.CfnParameter(stack, "Seconds", type="Number").value_as_number
+    LockedWorkflow(
+        stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"),
+        timeout=cdk.Duration.seconds(seconds), lease=cdk.Duration.minutes(10),
+    )
+
+
+def test_token_timeout_needs_an_explicit_lease():
+    stack = cdk.Stack(cdk.App(), "Tok2")
+    seconds = cdk.CfnParameter(stack, "Seconds", type="Number").value_as_number
+    with pytest.raises(ValueError, match=r"`lease` must be given when `timeout` is a token"):
+        LockedWorkflow(
+            stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"),
+            timeout=cdk.Duration.seconds(seconds),
+        )
+
+
+def test_lease_must_not_be_a_token():
+    stack = cdk.Stack(cdk.App(), "Tok3")
+    minutes = cdk.CfnParameter(stack, "Minutes", type="Number").value_as_number
+    table = dynamodb.Table.from_table_name(stack, "Existing", "locks")
+    with pytest.raises(ValueError, match=r"`lease` must be a concrete duration, got: a token"):
+        LockedSection(
+            stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), table=table,
+            lease=cdk.Duration.minutes(minutes),
+        )
