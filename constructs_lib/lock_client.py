@@ -53,22 +53,16 @@ from state_machines.lock_protocol import (
     EXPIRES_AT,
     FENCE,
     KEY_ATTRIBUTE,
-    MAX_KEY_LENGTH,
     OWNER,
+    REFRESH,
     RELEASE,
     LockWrite,
+    key_problem,
     lock_item_key,
     namespaced,
 )
 
 logger = logging.getLogger(__name__)
-
-#: Extend a lease while still its owner. Values: ``:me`` (S), ``:expiresAt`` (N).
-#: Not (yet) in lock_protocol: only Python clients refresh a lease.
-REFRESH = LockWrite(
-    update=f"SET #{EXPIRES_AT} = :expiresAt",
-    condition=f"#{OWNER} = :me",
-)
 
 #: Default lease: how long a holder that dies without releasing blocks the key.
 DEFAULT_LEASE = timedelta(seconds=60)
@@ -141,17 +135,10 @@ def validate_key(key: Any) -> str:
 
     The same rules as the state machines' key validation (before namespacing).
     """
-    if key is None:
-        problem = "is missing"
-    elif not isinstance(key, str):
-        problem = f"must be a string, got: {type(key).__name__}"
-    elif not key:
-        problem = "must not be empty, got an empty string"
-    elif len(key) > MAX_KEY_LENGTH:
-        problem = f"must be at most {MAX_KEY_LENGTH} characters, got: {len(key)} characters"
-    else:
-        return key
-    raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
+    problem = key_problem(key)
+    if problem:
+        raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
+    return key
 
 
 def _millis(duration: timedelta | float | int, name: str) -> int:

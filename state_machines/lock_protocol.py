@@ -122,6 +122,14 @@ RELEASE = LockWrite(
 )
 
 
+#: Refresh: extend a lease while still its owner (Python clients; a workflow's lease covers
+#: its whole run). Values: ``:me`` (S), ``:expiresAt`` (N).
+REFRESH = LockWrite(
+    update=f"SET #{EXPIRES_AT} = :expiresAt",
+    condition=f"#{OWNER} = :me",
+)
+
+
 def lock_item_key(table_key: str) -> dict[str, dict[str, str]]:
     """The DynamoDB ``Key`` of a lock item (``table_key`` may be a JSONata template)."""
     return {KEY_ATTRIBUTE: {"S": table_key}}
@@ -170,6 +178,19 @@ def key_expression(user_expression: str, namespace: str) -> str:
         f"$problem = '' ? {_jsonata_string(prefix)} & $lockKey "
         f": $error('{ERROR_INVALID_KEY}: the lock key ' & $problem) )"
     )
+
+
+def key_problem(key: Any) -> str:
+    """What is wrong with a Python caller's key ("" if nothing): the rules of key_expression."""
+    if key is None:
+        return "is missing"
+    if not isinstance(key, str):
+        return f"must be a string, got: {type(key).__name__}"
+    if not key:
+        return "must not be empty, got an empty string"
+    if len(key) > MAX_KEY_LENGTH:
+        return f"must be at most {MAX_KEY_LENGTH} characters, got: {len(key)} characters"
+    return ""
 
 
 def lease_end_expression(lease_ms: int) -> str:
