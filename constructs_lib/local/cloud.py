@@ -1,0 +1,363 @@
+"""``LocalCloud``: an in-process AWS (moto + the runtime's fixes) to deploy and run stacks in.
+
+::
+
+    with LocalCloud() as cloud:                       # backend="dynamodb-local" for the Java DynamoDB
+        app = cloud.deploy(template, assets_dir=Path("cdk.out"))
+        arn = cloud.start_execution(app.state_machine_arn("Locked"), {"id": "1"})
+        result = cloud.wait_for(arn)                  # ExecutionResult(status, output, error, cause, history)
+
+Only one ``LocalCloud`` can be active at a time (moto and the fixes are process-wide).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import boto3
+from botocore.config import Config
+
+from constructs_lib.local import patches
+from constructs_lib.local.deployer import Deployer, Deployment
+from constructs_lib.local.dynamodb_local import CREDENTIALS, DynamoDBLocal
+from constructs_lib.local.events import EventRouter
+from constructs_lib.local.lambda_runtime import FunctionRegistry
+
+BACKENDS = ("moto", "dynamodb-local")
+DEFAULT_ACCOUNT_ID = "123456789012"
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+_ACTIVE_LOCK = threading.Lock()
+_active: "LocalCloud | None" = None
+
+
+@dataclass
+class ExecutionResult:
+    """How an execution ended. ``output`` is parsed JSON; ``history`` the raw history events."""
+
+    arn: str
+    status: str
+    output: Any = None
+    error: str | None = None
+    cause: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    start_date: Any = None
+    stop_date: Any = None
+
+    def __getitem__(self, key: str) -> Any:  # result["status"] works too
+        return getattr(self, key)
+
+
+class LocalCloud:
+    """An in-process AWS: moto with the runtime's fixes, optionally DynamoDB Local.
+
+    Args:
+        backend: ``"moto"`` (default) or ``"dynamodb-local"``: every DynamoDB call - the
+            state machines', the in-process Lambdas', and :attr:`dynamodb` - goes to a
+            DynamoDB Local server started for this cloud; everything else stays in moto.
+        region: region of every client and resource. Default ``us-east-1``.
+        account_id: moto's account. Default ``123456789012`` (moto's default).
+        emit_status_events: put ``Step Functions Execution Status Change`` events on the
+            default bus when executions end. Default True; see :attr:`events`.
+        dynamodb_local_dir: folder holding ``DynamoDBLocal.jar``. Default: found by
+            ``dynamodb_local.find_emulator_dir``.
+        interpreter_logs: keep moto's interpreter logging, which logs every failed
+            state (caught or not) at ERROR level. Default False (the history has it all).
+    """
+
+    def __init__(
+        self,
+        backend: str = "moto",
+        *,
+        region: str = "us-east-1",
+        account_id: str = DEFAULT_ACCOUNT_ID,
+        emit_status_events: bool = True,
+        dynamodb_local_dir: Path | None = None,
+        interpreter_logs: bool = False,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
+        self.region = region
+        self.account_id = account_id
+        self.interpreter_logs = interpreter_logs
+        #: Local EventBridge switches and delivery log (e.g. ``cloud.events.emit_status_events = False``).
+        self.events = EventRouter(emit_status_events=emit_status_events)
+        #: In-process Lambda functions by name.
+        self.functions = FunctionRegistry()
+        self.deployments: list[Deployment] = []
+        self._dynamodb_local_dir = dynamodb_local_dir
+        self._dynamodb_local: DynamoDBLocal | None = None
+        self._stack: ExitStack | None = None
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> "LocalCloud":
+        global _active
+        with _ACTIVE_LOCK:
+            if _active is not None:
+                raise RuntimeError("another LocalCloud is active (moto is process-wide); exit it first")
+            _active = self
+        stack = ExitStack()
+        try:
+            from moto import mock_aws
+
+            if self.backend == "dynamodb-local":
+                self._dynamodb_local = stack.enter_context(DynamoDBLocal(self._dynamodb_local_dir))
+            stack.enter_context(
+                mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+            )
+            if not self.interpreter_logs:
+                stack.enter_context(_quiet_logger("moto.stepfunctions.parser"))
+            env = {"AWS_DEFAULT_REGION": self.region}
+            if self._dynamodb_local is not None:
+                # boto3 honours it for every DynamoDB client created from now on: the
+                # state machines' (moto's boto_client_for), the Lambdas', the tests'.
+                env["AWS_ENDPOINT_URL_DYNAMODB"] = self._dynamodb_local.endpoint_url
+            stack.enter_context(_environment(env))
+            patches.apply_all(stack, functions=self.functions, router=self.events)
+            stack.callback(self._stop_running_executions)  # runs first on exit
+        except BaseException:
+            stack.close()
+            with _ACTIVE_LOCK:
+                _active = None
+            raise
+        self._stack = stack
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active
+        try:
+            if self._stack is not None:
+                self._stack.close()
+        finally:
+            self._stack = None
+            self._clients.clear()
+            self._dynamodb_local = None
+            with _ACTIVE_LOCK:
+                _active = None
+
+    def _stop_running_executions(self) -> None:
+        """Abort what still runs, so no worker thread calls AWS after moto is gone."""
+        backend = self._sfn_backend()
+        running = [e for sm in backend.state_machines for e in sm.executions if e.status == "RUNNING"]
+        self.events.emit_status_events = False
+        for execution in running:
+            try:
+                execution.stop(stop_date=None, error="LocalCloud.Closed", cause="the local cloud was closed")
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        from moto.stepfunctions.parser.utils import TMP_THREADS
+
+        deadline = time.monotonic() + 2.0
+        for thread in list(TMP_THREADS):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            thread.join(timeout=left)
+        TMP_THREADS.clear()
+
+    def _require_active(self) -> None:
+        if self._stack is None:
+            raise RuntimeError("use LocalCloud as a context manager: `with LocalCloud() as cloud:`")
+
+    # -- clients ------------------------------------------------------------------------
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for ``service`` bound to this cloud (DynamoDB: the active backend)."""
+        self._require_active()
+        with self._clients_lock:
+            if service not in self._clients:
+                kwargs: dict[str, Any] = {"region_name": self.region}
+                if service == "dynamodb" and self._dynamodb_local is not None:
+                    kwargs.update(endpoint_url=self._dynamodb_local.endpoint_url, **CREDENTIALS)
+                kwargs["config"] = Config(retries={"max_attempts": 3, "mode": "standard"})
+                self._clients[service] = boto3.client(service, **kwargs)
+            return self._clients[service]
+
+    @property
+    def dynamodb(self) -> Any:
+        """boto3 DynamoDB client of the active backend."""
+        return self.client("dynamodb")
+
+    @property
+    def stepfunctions(self) -> Any:
+        return self.client("stepfunctions")
+
+    @property
+    def dynamodb_endpoint_url(self) -> str | None:
+        """DynamoDB Local's endpoint (None on the moto backend)."""
+        return self._dynamodb_local.endpoint_url if self._dynamodb_local else None
+
+    # -- deploy -------------------------------------------------------------------------
+
+    def deploy(
+        self,
+        template: Mapping[str, Any],
+        *,
+        assets_dir: Path | str | None = None,
+        assets: Mapping[str, Path | str] | None = None,
+        stack_name: str = "LocalStack",
+        parameters: Mapping[str, Any] | None = None,
+    ) -> Deployment:
+        """Deploy a synthesized template; see ``deployer`` for what is created.
+
+        ``assets_dir``: the cdk.out folder (``aws:asset:path`` metadata is relative to it).
+        ``assets``: logical id or CDK path (prefix) -> code folder, for functions whose
+        template has no asset metadata (e.g. ``Template.from_stack`` output).
+        """
+        self._require_active()
+        deployer = Deployer(
+            client=self.client, functions=self.functions, region=self.region, account_id=self.account_id
+        )
+        deployment = deployer.deploy(
+            template,
+            stack_name=stack_name,
+            assets_dir=Path(assets_dir) if assets_dir else None,
+            assets={k: Path(v) for k, v in (assets or {}).items()},
+            parameters=parameters,
+        )
+        self.deployments.append(deployment)
+        return deployment
+
+    # -- executions ---------------------------------------------------------------------
+
+    def start_execution(self, state_machine_arn: str, input: Any = None, *, name: str | None = None) -> str:
+        """Start an execution (named with a fresh UUID unless ``name`` is given); returns its ARN."""
+        payload = input if isinstance(input, str) else json.dumps({} if input is None else input)
+        response = self.stepfunctions.start_execution(
+            stateMachineArn=state_machine_arn, name=name or str(uuid.uuid4()), input=payload
+        )
+        return response["executionArn"]
+
+    def describe(self, execution_arn: str) -> dict[str, Any]:
+        return self.stepfunctions.describe_execution(executionArn=execution_arn)
+
+    def status(self, execution_arn: str) -> str:
+        return self.describe(execution_arn)["status"]
+
+    def wait_for(self, execution_arn: str, timeout: float = 60.0, *, poll_s: float = 0.05) -> ExecutionResult:
+        """Wait until the execution ends; raises TimeoutError (naming its last status) if it does not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            description = self.describe(execution_arn)
+            if description["status"] in TERMINAL:
+                break
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{execution_arn} still {description['status']} after {timeout}s")
+            time.sleep(poll_s)
+        output = description.get("output")
+        return ExecutionResult(
+            arn=execution_arn,
+            status=description["status"],
+            output=json.loads(output) if output else None,
+            error=description.get("error"),
+            cause=description.get("cause"),
+            history=self.history(execution_arn),
+            start_date=description.get("startDate"),
+            stop_date=description.get("stopDate"),
+        )
+
+    def wait_all(self, execution_arns: list[str], timeout: float = 120.0) -> list[ExecutionResult]:
+        deadline = time.monotonic() + timeout
+        return [self.wait_for(arn, max(0.0, deadline - time.monotonic())) for arn in execution_arns]
+
+    def stop_execution(self, execution_arn: str, *, error: str | None = None, cause: str | None = None) -> None:
+        kwargs = {k: v for k, v in (("error", error), ("cause", cause)) if v is not None}
+        self.stepfunctions.stop_execution(executionArn=execution_arn, **kwargs)
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        """History events of an execution (all pages)."""
+        paginator_args = {"executionArn": execution_arn, "maxResults": 1000}
+        events: list[dict[str, Any]] = []
+        response = self.stepfunctions.get_execution_history(**paginator_args)
+        events.extend(response["events"])
+        while response.get("nextToken"):
+            response = self.stepfunctions.get_execution_history(nextToken=response["nextToken"], **paginator_args)
+            events.extend(response["events"])
+        return events
+
+    def executions(self, state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
+        kwargs = {"stateMachineArn": state_machine_arn}
+        if status:
+            kwargs["statusFilter"] = status
+        pages = self.stepfunctions.get_paginator("list_executions").paginate(**kwargs)
+        return [item for page in pages for item in page["executions"]]
+
+    # -- events -------------------------------------------------------------------------
+
+    def put_events(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
+        """``events.put_events`` (batches of 10); ``Detail`` may be a dict. Matching rules deliver."""
+        normalised = []
+        for entry in entries:
+            entry = dict(entry)
+            if not isinstance(entry.get("Detail", ""), str):
+                entry["Detail"] = json.dumps(entry["Detail"])
+            normalised.append(entry)
+        results: dict[str, Any] = {"FailedEntryCount": 0, "Entries": []}
+        for start in range(0, len(normalised), 10):
+            response = self.client("events").put_events(Entries=normalised[start : start + 10])
+            results["FailedEntryCount"] += response.get("FailedEntryCount", 0)
+            results["Entries"].extend(response["Entries"])
+        return results
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _sfn_backend(self) -> Any:
+        from moto.stepfunctions.responses import get_backend
+
+        return get_backend(self.account_id, self.region)
+
+    def moto_execution(self, execution_arn: str) -> Any:
+        """moto's parser ``Execution`` object (for what the API does not expose)."""
+        return self._sfn_backend().describe_execution(execution_arn)
+
+
+class _environment:
+    """Set environment variables for the cloud's lifetime (restored on exit)."""
+
+    def __init__(self, variables: dict[str, str]) -> None:
+        self.variables = variables
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> None:
+        for key, value in self.variables.items():
+            self.saved[key] = os.environ.get(key)
+            os.environ[key] = value
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def active_cloud() -> LocalCloud | None:
+    """The LocalCloud currently entered, if any."""
+    return _active
+
+
+__all__ = ["LocalCloud", "ExecutionResult", "active_cloud", "BACKENDS"]

@@ -1,0 +1,167 @@
+"""DynamoDB Local (the official Java server) as the runtime's DynamoDB.
+
+The jar ships inside the npm package ``amplify-dynamodb-simulator`` (folder
+``emulator/``). :func:`find_emulator_dir` looks for it in ``$DYNAMODB_LOCAL_DIR``, then in
+``node_modules/amplify-dynamodb-simulator/emulator`` of the current directory, of this
+package's directory, and of their parents. :class:`DynamoDBLocal` starts it on a free
+loopback port (``-inMemory -sharedDb -disableTelemetry``; ``-sharedDb`` so every client
+sees the same tables whatever its credentials and region), waits until it answers, and
+stops it on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+ENV_DIR = "DYNAMODB_LOCAL_DIR"
+PACKAGE_PATH = Path("node_modules") / "amplify-dynamodb-simulator" / "emulator"
+#: Credentials DynamoDB Local accepts (it checks only that some are present).
+CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+
+class DynamoDBLocalUnavailable(RuntimeError):
+    """Java or the DynamoDB Local jar is missing, or the server did not start."""
+
+
+def find_emulator_dir(start: Path | None = None) -> Path | None:
+    """The folder holding ``DynamoDBLocal.jar``, or None."""
+    configured = os.environ.get(ENV_DIR)
+    if configured:
+        path = Path(configured)
+        return path if (path / "DynamoDBLocal.jar").is_file() else None
+    roots = [Path(start or Path.cwd()).resolve(), Path(__file__).resolve().parent]
+    for root in roots:
+        for directory in (root, *root.parents):
+            candidate = directory / PACKAGE_PATH
+            if (candidate / "DynamoDBLocal.jar").is_file():
+                return candidate
+    return None
+
+
+def unavailable_reason() -> str | None:
+    """Why DynamoDB Local cannot run here (None when it can)."""
+    if shutil.which("java") is None:
+        return "`java` is not on PATH (DynamoDB Local needs Java 17+)"
+    if find_emulator_dir() is None:
+        return (
+            "DynamoDB Local not found: set $DYNAMODB_LOCAL_DIR to the folder holding "
+            "DynamoDBLocal.jar, or `npm install amplify-dynamodb-simulator` "
+            "(looked for node_modules/amplify-dynamodb-simulator/emulator upward from "
+            f"{Path.cwd()} and {Path(__file__).resolve().parent})"
+        )
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DynamoDBLocal:
+    """A DynamoDB Local server process (context manager)."""
+
+    def __init__(self, emulator_dir: Path | None = None, *, startup_timeout_s: float = 60.0) -> None:
+        self.emulator_dir = emulator_dir
+        self.startup_timeout_s = startup_timeout_s
+        self.port: int | None = None
+        self._process: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def endpoint_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("DynamoDB Local is not running")
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, region: str = "us-east-1"):  # type: ignore[no-untyped-def]
+        return boto3.client(
+            "dynamodb",
+            endpoint_url=self.endpoint_url,
+            region_name=region,
+            config=Config(retries={"max_attempts": 2}, connect_timeout=2, read_timeout=30),
+            **CREDENTIALS,
+        )
+
+    def start(self) -> "DynamoDBLocal":
+        reason = unavailable_reason() if self.emulator_dir is None else None
+        if reason:
+            raise DynamoDBLocalUnavailable(reason)
+        directory = Path(self.emulator_dir or find_emulator_dir())  # type: ignore[arg-type]
+        self.port = free_port()
+        self._log = tempfile.TemporaryFile()
+        command = [
+            "java",
+            f"-Djava.library.path={directory / 'DynamoDBLocal_lib'}",
+            "-jar",
+            str(directory / "DynamoDBLocal.jar"),
+            "-inMemory",
+            "-sharedDb",
+            "-disableTelemetry",
+            "-port",
+            str(self.port),
+        ]
+        self._process = subprocess.Popen(
+            command, cwd=directory, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        self._wait_until_ready()
+        return self
+
+    def _wait_until_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=self.endpoint_url,
+            region_name="us-east-1",
+            config=Config(retries={"max_attempts": 0}, connect_timeout=1, read_timeout=5),
+            **CREDENTIALS,
+        )
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise DynamoDBLocalUnavailable(f"DynamoDB Local exited: {self._output()}")
+            try:
+                client.list_tables(Limit=1)
+                return
+            except Exception as error:  # noqa: BLE001 - not up yet
+                last_error = error
+                time.sleep(0.1)
+        self.stop()
+        raise DynamoDBLocalUnavailable(
+            f"DynamoDB Local did not answer within {self.startup_timeout_s}s ({last_error}): {self._output()}"
+        )
+
+    def _output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")[-2000:]
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+            self._process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.port = None
+
+    def __enter__(self) -> "DynamoDBLocal":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

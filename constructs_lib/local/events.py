@@ -1,0 +1,281 @@
+"""EventBridge delivery for the local runtime.
+
+Two things bare moto does not do, both routed through moto's own rules (``EventPattern``
+matching included):
+
+* **Targets**: a rule whose target is a state machine starts an execution with the
+  event, or with the target's ``Input`` / ``InputPath`` / ``InputTransformer`` applied.
+  SQS targets get the same input handling; a target that cannot be delivered to goes to
+  its ``DeadLetterConfig`` queue (an SQS ARN) when it has one. ``RetryPolicy`` is
+  accepted and ignored: local deliveries fail for deterministic reasons only.
+* **Execution status events**: when an execution ends (SUCCEEDED, FAILED, TIMED_OUT,
+  ABORTED) an ``aws.states`` / ``Step Functions Execution Status Change`` event is put on
+  the default bus of its account and region.
+
+:class:`EventRouter` holds the switches tests flip (drop status events: "the janitor's
+event was lost") and a log of what was delivered. The moto hooks live in
+``patches/eventbridge_targets.py`` and ``patches/execution_status_events.py``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from jsonpath_ng.ext import parse as parse_json_path
+
+LOG = logging.getLogger(__name__)
+
+STATUS_SOURCE = "aws.states"
+STATUS_DETAIL_TYPE = "Step Functions Execution Status Change"
+#: Statuses that end an execution (each one emits a status event).
+TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+_MISSING = object()
+
+
+# ------------------------------------------------------------------------------------
+# Target input: Input, InputPath, InputTransformer
+# ------------------------------------------------------------------------------------
+
+
+def _json_path_value(path: str, document: Any) -> Any:
+    matches = parse_json_path(path).find(document)
+    if not matches:
+        return _MISSING
+    return matches[0].value
+
+
+def apply_input_transformer(transformer: dict[str, Any], event: dict[str, Any]) -> str:
+    """The text an ``InputTransformer`` makes of ``event``, like EventBridge.
+
+    A placeholder inside a JSON string gets the value's text (JSON-escaped); a placeholder
+    outside quotes gets the value as JSON. Missing paths give ``null`` (an empty string
+    inside quotes). ``<aws.events.event.json>`` and the other reserved names work too.
+    """
+    paths = transformer.get("InputPathsMap") or {}
+    values: dict[str, Any] = {name: _json_path_value(path, event) for name, path in paths.items()}
+    values.setdefault("aws.events.event", event)
+    values.setdefault("aws.events.event.json", event)
+    values.setdefault("aws.events.rule-arn", event.get("rule-arn", _MISSING))
+    values.setdefault("aws.events.rule-name", event.get("rule-name", _MISSING))
+    values.setdefault("aws.events.event.ingestion-time", event.get("time", _MISSING))
+    template = transformer.get("InputTemplate")
+    if template is None:
+        return json.dumps(event)
+
+    out: list[str] = []
+    in_string = False
+    i = 0
+    while i < len(template):
+        char = template[i]
+        if char == "\\" and in_string:
+            out.append(template[i : i + 2])
+            i += 2
+            continue
+        if char == '"':
+            in_string = not in_string
+        elif char == "<":
+            match = re.match(r"<([A-Za-z0-9_.\-]+)>", template[i:])
+            if match and match.group(1) in values:
+                value = values[match.group(1)]
+                out.append(_placeholder_text(value, in_string))
+                i += match.end()
+                continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _placeholder_text(value: Any, in_string: bool) -> str:
+    if value is _MISSING:
+        return "" if in_string else "null"
+    if in_string:
+        text = value if isinstance(value, str) else json.dumps(value)
+        return json.dumps(text)[1:-1]
+    return json.dumps(value)
+
+
+def target_input(target: dict[str, Any], event: dict[str, Any]) -> str:
+    """The payload EventBridge sends to ``target`` for ``event`` (a JSON text, usually)."""
+    if "Input" in target:
+        return target["Input"]
+    if "InputPath" in target:
+        value = _json_path_value(target["InputPath"], event)
+        return json.dumps(None if value is _MISSING else value)
+    if "InputTransformer" in target:
+        return apply_input_transformer(target["InputTransformer"], event)
+    return json.dumps(event)
+
+
+def delivered_event(moto_event: dict[str, Any]) -> dict[str, Any]:
+    """The event as EventBridge delivers it (moto keeps ``time`` as epoch seconds)."""
+    event = {key: value for key, value in moto_event.items() if key != "ingestion-time"}
+    when = event.get("time")
+    if isinstance(when, (int, float)):
+        event["time"] = datetime.datetime.fromtimestamp(when, tz=datetime.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+    return event
+
+
+# ------------------------------------------------------------------------------------
+# Router
+# ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    """One attempt to hand an event to a target."""
+
+    rule_arn: str
+    target_arn: str
+    input: str
+    ok: bool
+    result: str | None = None  # execution ARN / message id, or the error
+    dead_lettered: bool = False
+
+
+@dataclass
+class EventRouter:
+    """Switches and log of the local EventBridge delivery.
+
+    ``emit_status_events``: put an execution status event on the default bus when an
+    execution ends (default True). ``status_event_filter``: when set, a status event is
+    emitted only if it returns True for the event's ``detail`` - fault injection for one
+    execution or one status. Dropped events are kept in ``dropped_status_events``.
+    """
+
+    emit_status_events: bool = True
+    status_event_filter: Callable[[dict[str, Any]], bool] | None = None
+    deliveries: list[Delivery] = field(default_factory=list)
+    status_events: list[dict[str, Any]] = field(default_factory=list)
+    dropped_status_events: list[dict[str, Any]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # -- targets ----------------------------------------------------------------------
+
+    def deliver(self, rule: Any, target: dict[str, Any], event: dict[str, Any]) -> Delivery:
+        """Deliver ``event`` to one ``target`` of a moto ``Rule`` (states or SQS)."""
+        arn = target["Arn"]
+        payload = target_input(target, event)
+        service = arn.split(":")[2]
+        try:
+            if service == "states":
+                result = self._start_execution(arn, payload)
+            elif service == "sqs":
+                result = self._send_to_queue(arn, payload, target.get("SqsParameters", {}).get("MessageGroupId"))
+            else:  # pragma: no cover - callers only route states and sqs here
+                raise ValueError(f"unsupported target {arn}")
+            delivery = Delivery(rule.arn, arn, payload, ok=True, result=result)
+        except Exception as error:  # noqa: BLE001 - any failure is a failed invocation
+            LOG.warning("EventBridge target %s of rule %s failed: %s", arn, rule.arn, error)
+            delivery = Delivery(rule.arn, arn, payload, ok=False, result=f"{type(error).__name__}: {error}")
+            dlq = (target.get("DeadLetterConfig") or {}).get("Arn")
+            if dlq:
+                self._send_to_queue(
+                    dlq,
+                    json.dumps(event),
+                    None,
+                    attributes={
+                        "RULE_ARN": rule.arn,
+                        "TARGET_ARN": arn,
+                        "ERROR_CODE": type(error).__name__,
+                        "ERROR_MESSAGE": str(error)[:256] or type(error).__name__,
+                    },
+                )
+                delivery.dead_lettered = True
+        with self._lock:
+            self.deliveries.append(delivery)
+        return delivery
+
+    @staticmethod
+    def _start_execution(state_machine_arn: str, payload: str) -> str:
+        from moto.stepfunctions.responses import get_backend
+
+        _, _, _, region, account, *_ = state_machine_arn.split(":")
+        json.loads(payload)  # StartExecution rejects input that is not JSON
+        execution = get_backend(account, region).start_execution(
+            state_machine_arn, name=None, execution_input=payload
+        )
+        return execution.execution_arn
+
+    @staticmethod
+    def _send_to_queue(
+        queue_arn: str,
+        body: str,
+        group_id: str | None,
+        attributes: dict[str, str] | None = None,
+    ) -> str:
+        from moto.sqs import sqs_backends
+
+        _, _, _, region, account, name = queue_arn.split(":", 5)
+        message_attributes = {
+            key: {"DataType": "String", "StringValue": value} for key, value in (attributes or {}).items()
+        }
+        message = sqs_backends[account][region].send_message(
+            queue_name=name,
+            message_body=body,
+            message_attributes=message_attributes or None,
+            group_id=group_id,
+            deduplication_id=None,
+        )
+        return message.id
+
+    # -- execution status events --------------------------------------------------------
+
+    def execution_ended(self, execution: Any) -> None:
+        """Put the status event of a finished moto parser ``Execution`` on the default bus."""
+        detail = status_event_detail(execution)
+        if not self.emit_status_events or (
+            self.status_event_filter is not None and not self.status_event_filter(detail)
+        ):
+            with self._lock:
+                self.dropped_status_events.append(detail)
+            return
+        with self._lock:
+            self.status_events.append(detail)
+        from moto.events.models import events_backends
+
+        events_backends[execution.account_id][execution.region_name].put_events(
+            [
+                {
+                    "Source": STATUS_SOURCE,
+                    "DetailType": STATUS_DETAIL_TYPE,
+                    "Detail": json.dumps(detail),
+                    "Resources": [execution.exec_arn],
+                }
+            ]
+        )
+
+
+def _epoch_ms(value: datetime.datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def status_event_detail(execution: Any) -> dict[str, Any]:
+    """``detail`` of a Step Functions Execution Status Change event."""
+    status = execution.exec_status.value if execution.exec_status is not None else None
+    output = None
+    if status == "SUCCEEDED":
+        output = json.dumps(execution.output, separators=(",", ":"), default=str)
+    state_machine = execution.state_machine
+    return {
+        "executionArn": execution.exec_arn,
+        "stateMachineArn": getattr(state_machine, "source_arn", None) or state_machine.arn,
+        "name": execution.name,
+        "status": status,
+        "startDate": _epoch_ms(execution.start_date),
+        "stopDate": _epoch_ms(execution.stop_date),
+        "input": json.dumps(execution.input_data, separators=(",", ":"), default=str),
+        "output": output,
+        "inputDetails": {"included": True},
+        "outputDetails": {"included": True} if output is not None else None,
+        "error": execution.error,
+        "cause": execution.cause,
+    }

@@ -1,0 +1,335 @@
+"""In-process Lambda functions: run a Python handler from its asset folder.
+
+An :class:`InProcessFunction` imports ``<module>.<function>`` (the ``Handler`` property,
+e.g. ``index.handler`` or ``app/main.handler``) from the function's code folder, with the
+function's environment variables applied, and calls it with the event and a
+:class:`LambdaContext` carrying what Powertools reads (``function_name``,
+``memory_limit_in_mb``, ``invoked_function_arn``, ``aws_request_id``).
+
+* **Isolation**: each function imports its own copy of its modules - two functions whose
+  folders both hold ``index.py`` (or ``logic.py``) do not share them. Modules from
+  site-packages (boto3, Powertools) are shared, as a Lambda layer would be.
+* **Environment**: ``os.environ`` is replaced (while the runtime is active) by a mapping
+  with a per-thread overlay, so concurrent invocations of functions with different
+  variables each see their own; everything else sees the process environment.
+* **Errors**: an exception becomes a function error with payload
+  ``{"errorType": <class name>, "errorMessage": ..., "stackTrace": [...]}``, which Step
+  Functions turns into the error name ``<class name>``, as on AWS.
+* Not modelled: the function timeout (``get_remaining_time_in_millis`` counts it down,
+  nothing stops the handler), memory, concurrency limits, cold-start reuse semantics.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+#: Variables every in-process function sees unless its own Environment overrides them.
+#: Tracing is off: there is no X-Ray daemon offline.
+DEFAULT_ENVIRONMENT = {
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "AWS_XRAY_SDK_ENABLED": "false",
+}
+
+
+class HandlerNotFoundError(RuntimeError):
+    """The handler module or function cannot be imported from the code folder."""
+
+
+@dataclass
+class LambdaContext:
+    """The ``context`` argument of a handler (the attributes of the Python runtime's)."""
+
+    function_name: str
+    function_version: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    aws_request_id: str
+    log_group_name: str
+    log_stream_name: str
+    timeout_s: int
+    identity: Any = None
+    client_context: Any = None
+    _started: float = field(default_factory=time.monotonic, repr=False)
+
+    def get_remaining_time_in_millis(self) -> int:
+        left = self.timeout_s - (time.monotonic() - self._started)
+        return max(0, int(left * 1000))
+
+
+@dataclass
+class Invocation:
+    """Result of one invocation: the JSON payload and, for a failed one, the error type."""
+
+    payload: bytes
+    error_type: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error_type is not None
+
+
+# ------------------------------------------------------------------------------------
+# Per-thread environment overlay
+# ------------------------------------------------------------------------------------
+
+_DELETED = object()
+
+
+class ThreadLocalEnviron(collections.abc.MutableMapping):
+    """``os.environ`` stand-in: reads and writes go to a per-thread overlay when one is set."""
+
+    def __init__(self, base: collections.abc.MutableMapping) -> None:
+        self.base = base
+        self._local = threading.local()
+
+    def _overlay(self) -> dict[str, Any] | None:
+        return getattr(self._local, "overlay", None)
+
+    @contextmanager
+    def overlay(self, variables: dict[str, str]) -> Iterator[None]:
+        previous = self._overlay()
+        merged = dict(previous or {})
+        merged.update(variables)
+        self._local.overlay = merged
+        try:
+            yield
+        finally:
+            self._local.overlay = previous
+
+    def __getitem__(self, key: str) -> str:
+        overlay = self._overlay()
+        if overlay is not None and key in overlay:
+            value = overlay[key]
+            if value is _DELETED:
+                raise KeyError(key)
+            return value
+        return self.base[key]
+
+    def __setitem__(self, key: str, value: str) -> None:
+        overlay = self._overlay()
+        if overlay is None:
+            self.base[key] = value
+        else:
+            overlay[key] = str(value)
+
+    def __delitem__(self, key: str) -> None:
+        overlay = self._overlay()
+        if overlay is None:
+            del self.base[key]
+            return
+        if key not in self:
+            raise KeyError(key)
+        overlay[key] = _DELETED
+
+    def _keys(self) -> list[str]:
+        overlay = self._overlay() or {}
+        keys = [key for key in self.base if overlay.get(key, None) is not _DELETED]
+        keys += [key for key, value in overlay.items() if key not in self.base and value is not _DELETED]
+        return keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def copy(self) -> dict[str, str]:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"ThreadLocalEnviron({dict(self)!r})"
+
+
+def _environ() -> ThreadLocalEnviron | None:
+    return os.environ if isinstance(os.environ, ThreadLocalEnviron) else None
+
+
+@contextmanager
+def function_environment(variables: dict[str, str]) -> Iterator[None]:
+    """Apply ``variables`` for the current thread (process-wide when no overlay is installed)."""
+    environ = _environ()
+    if environ is not None:
+        with environ.overlay(variables):
+            yield
+        return
+    saved = {key: os.environ.get(key) for key in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# ------------------------------------------------------------------------------------
+# Functions
+# ------------------------------------------------------------------------------------
+
+_IMPORT_LOCK = threading.Lock()
+
+
+@dataclass
+class InProcessFunction:
+    """A Lambda function whose Python handler runs in this process."""
+
+    name: str
+    code_dir: Path
+    handler: str
+    region: str
+    account_id: str
+    environment: dict[str, str] = field(default_factory=dict)
+    timeout_s: int = 3
+    memory_mb: int = 128
+    _handler_fn: Callable[[Any, Any], Any] | None = field(default=None, repr=False)
+    _modules: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def arn(self) -> str:
+        return f"arn:aws:lambda:{self.region}:{self.account_id}:function:{self.name}"
+
+    def runtime_environment(self) -> dict[str, str]:
+        variables = dict(DEFAULT_ENVIRONMENT)
+        variables.update(
+            {
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_LAMBDA_FUNCTION_NAME": self.name,
+                "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory_mb),
+                "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{self.name}",
+                "_HANDLER": self.handler,
+            }
+        )
+        variables.update({key: str(value) for key, value in self.environment.items()})
+        return variables
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _load(self) -> Callable[[Any, Any], Any]:
+        if self._handler_fn is not None:
+            return self._handler_fn
+        module_path, _, function_name = self.handler.rpartition(".")
+        if not module_path or not function_name:
+            raise HandlerNotFoundError(f"{self.name}: bad Handler {self.handler!r} (want module.function)")
+        module_name = module_path.replace("/", ".")
+        code_dir = str(Path(self.code_dir).resolve())
+        with _IMPORT_LOCK:
+            if self._handler_fn is not None:
+                return self._handler_fn
+            own = _top_level_names(Path(code_dir))
+            shadowed = {
+                name: module
+                for name, module in list(sys.modules.items())
+                if name.split(".")[0] in own and not _is_installed(module)
+            }
+            for name in shadowed:
+                del sys.modules[name]
+            sys.path.insert(0, code_dir)
+            try:
+                with function_environment(self.runtime_environment()):
+                    module = importlib.import_module(module_name)
+            except ImportError as error:
+                raise HandlerNotFoundError(
+                    f"{self.name}: cannot import {module_name!r} from {code_dir}: {error}"
+                ) from error
+            finally:
+                sys.path.remove(code_dir)
+                for name, loaded in list(sys.modules.items()):
+                    if _is_under(loaded, code_dir):
+                        self._modules[name] = loaded
+                        del sys.modules[name]
+                sys.modules.update(shadowed)
+            handler = getattr(module, function_name, None)
+            if not callable(handler):
+                raise HandlerNotFoundError(f"{self.name}: {module_name}.{function_name} is not a function")
+            self._handler_fn = handler
+            return handler
+
+    # -- invoking -----------------------------------------------------------------------
+
+    def context(self) -> LambdaContext:
+        return LambdaContext(
+            function_name=self.name,
+            function_version="$LATEST",
+            invoked_function_arn=self.arn,
+            memory_limit_in_mb=self.memory_mb,
+            aws_request_id=str(uuid.uuid4()),
+            log_group_name=f"/aws/lambda/{self.name}",
+            log_stream_name=f"local/{uuid.uuid4().hex}",
+            timeout_s=self.timeout_s,
+        )
+
+    def invoke(self, event: Any) -> Invocation:
+        """Run the handler once; exceptions become a function error payload."""
+        try:
+            handler = self._load()
+            with function_environment(self.runtime_environment()):
+                result = handler(event, self.context())
+            return Invocation(json.dumps(result).encode("utf-8"))
+        except Exception as error:  # noqa: BLE001 - every error is the function's error
+            payload = {
+                "errorType": type(error).__name__,
+                "errorMessage": str(error),
+                "stackTrace": traceback.format_tb(error.__traceback__.tb_next or error.__traceback__),
+            }
+            return Invocation(json.dumps(payload).encode("utf-8"), error_type=type(error).__name__)
+
+
+def _is_installed(module: Any) -> bool:
+    """True for modules of the interpreter's installation (site-packages, stdlib)."""
+    path = getattr(module, "__file__", None)
+    return path is None or any(part in path for part in ("site-packages", "dist-packages", sys.prefix, sys.base_prefix))
+
+
+def _is_under(module: Any, directory: str) -> bool:
+    path = getattr(module, "__file__", None)
+    return path is not None and os.path.abspath(path).startswith(directory + os.sep)
+
+
+def _top_level_names(code_dir: Path) -> set[str]:
+    """Importable top-level names a code folder provides (modules and packages)."""
+    names = set()
+    if not code_dir.is_dir():
+        return names
+    for entry in code_dir.iterdir():
+        if entry.suffix == ".py":
+            names.add(entry.stem)
+        elif entry.is_dir() and entry.name.isidentifier() and not entry.name.endswith(".dist-info"):
+            names.add(entry.name)
+    return names
+
+
+class FunctionRegistry:
+    """Functions that run in-process, by function name (and ARN)."""
+
+    def __init__(self) -> None:
+        self._functions: dict[str, InProcessFunction] = {}
+
+    def add(self, function: InProcessFunction) -> None:
+        self._functions[function.name] = function
+
+    def get(self, name_or_arn: str) -> InProcessFunction | None:
+        if name_or_arn.startswith("arn:"):
+            name_or_arn = name_or_arn.split(":")[6]
+        return self._functions.get(name_or_arn)
+
+    def __iter__(self) -> Iterator[InProcessFunction]:
+        return iter(self._functions.values())
+
+    def __len__(self) -> int:
+        return len(self._functions)

@@ -1,0 +1,55 @@
+"""Fixes for gaps of bare moto 5.2.1, one module per gap.
+
+Each module's docstring names the gap and the test in ``tests/local/`` that shows the
+failure on bare moto and its absence with the fix; when moto fixes a gap upstream, that
+test's negative half fails and tells us to drop the module. Every module has an
+``apply(stack, ...)`` that enters ``unittest.mock.patch`` contexts on ``stack``, so
+closing the stack restores bare moto.
+
+=========================  ==========================================================
+module                     gap
+=========================  ==========================================================
+serial_dynamodb            concurrent conditional writes can all win
+execution_snapshot         a second execution of a state machine cannot start
+unique_execution_names     unnamed executions all get ``...:execution:<sm>:None``
+jsonata_evaluator          no JSONata evaluator; unescaped string variables; errors
+aws_sdk_shapes             ``aws-sdk:*`` parameters/results not mapped to the API shape
+lambda_in_process          Lambda needs Docker
+eventbridge_targets        rules cannot target state machines; Input/InputPath ignored
+execution_status_events    no ``Step Functions Execution Status Change`` events
+stop_execution             StopExecution leaves the execution RUNNING until its state ends
+=========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+from constructs_lib.local.events import EventRouter
+from constructs_lib.local.lambda_runtime import FunctionRegistry
+from constructs_lib.local.patches import (
+    aws_sdk_shapes,
+    eventbridge_targets,
+    execution_snapshot,
+    execution_status_events,
+    jsonata_evaluator,
+    lambda_in_process,
+    serial_dynamodb,
+    stop_execution,
+    unique_execution_names,
+)
+
+__all__ = ["apply_all"]
+
+
+def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRouter) -> None:
+    """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
+    serial_dynamodb.apply(stack)
+    execution_snapshot.apply(stack)
+    unique_execution_names.apply(stack)
+    jsonata_evaluator.apply(stack)
+    aws_sdk_shapes.apply(stack)
+    lambda_in_process.apply(stack, functions)
+    eventbridge_targets.apply(stack, router)
+    execution_status_events.apply(stack, router)
+    stop_execution.apply(stack)  # after execution_status_events: wraps its terminated()

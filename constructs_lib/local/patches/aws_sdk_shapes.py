@@ -1,0 +1,105 @@
+"""AWS SDK integrations speak the service's shapes: ``aws-sdk:<service>:<action>`` tasks.
+
+Gap (moto 5.2.1): ``StateTaskServiceAwsSdk`` passes the task's parameters to boto3
+unchanged and returns boto3's response unchanged. Step Functions writes SDK parameters in
+PascalCase (``ExecutionArn``) and returns PascalCase fields (``Status``), whatever the
+casing of the service's own API. For camelCase APIs (Step Functions, ...) botocore drops
+the unknown ``ExecutionArn`` (moto's client disables parameter validation), so
+``aws-sdk:sfn:describeExecution`` reaches moto without an ARN, and a state reading
+``$states.result.Status`` finds nothing.
+
+Fix: match every parameter key case-insensitively to the member names of the operation's
+input shape (botocore's service model, recursing through structures and lists - never
+into map keys, which are data), and PascalCase the members of the response along the
+output shape.
+
+Proof: ``tests/local/test_patch_aws_sdk_shapes.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import ExitStack
+from typing import Any
+from unittest import mock
+
+import botocore.session
+from botocore.model import ListShape, MapShape, OperationModel, Shape, StructureShape
+from botocore.response import StreamingBody
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
+    StateTaskServiceAwsSdk,
+)
+
+
+@functools.lru_cache(maxsize=None)
+def operation_model(service_name: str, action: str) -> OperationModel | None:
+    """botocore's model of ``action`` (any casing, e.g. ``describeExecution``)."""
+    service_model = botocore.session.get_session().get_service_model(service_name)
+    wanted = action.replace("_", "").lower()
+    for name in service_model.operation_names:
+        if name.lower() == wanted:
+            return service_model.operation_model(name)
+    return None
+
+
+def to_request_shape(value: Any, shape: Shape | None) -> Any:
+    """``value`` with structure keys renamed to the shape's member names (case-insensitive)."""
+    if isinstance(shape, StructureShape) and isinstance(value, dict):
+        members = {name.lower(): name for name in shape.members}
+        renamed = {}
+        for key, item in value.items():
+            member = members.get(key.lower(), key)
+            renamed[member] = to_request_shape(item, shape.members.get(member))
+        return renamed
+    if isinstance(shape, ListShape) and isinstance(value, list):
+        return [to_request_shape(item, shape.member) for item in value]
+    if isinstance(shape, MapShape) and isinstance(value, dict):
+        return {key: to_request_shape(item, shape.value) for key, item in value.items()}
+    return value
+
+
+def to_sfn_response(value: Any, shape: Shape | None) -> Any:
+    """``value`` with structure members PascalCased, as Step Functions returns them."""
+    if isinstance(value, StreamingBody):
+        return value.read().decode("utf-8")
+    if isinstance(shape, StructureShape) and isinstance(value, dict):
+        return {
+            key[:1].upper() + key[1:]: to_sfn_response(item, shape.members.get(key))
+            for key, item in value.items()
+        }
+    if isinstance(shape, ListShape) and isinstance(value, list):
+        return [to_sfn_response(item, shape.member) for item in value]
+    if isinstance(shape, MapShape) and isinstance(value, dict):
+        return {key: to_sfn_response(item, shape.value) for key, item in value.items()}
+    return value
+
+
+def _operation(task: StateTaskServiceAwsSdk) -> OperationModel | None:
+    return operation_model(task._get_boto_service_name(), task.resource.api_action)
+
+
+def _normalise_parameters(self, parameters, boto_service_name=None, service_action_name=None):  # type: ignore[no-untyped-def]
+    operation = _operation(self)
+    if operation is None or operation.input_shape is None:
+        return
+    normalised = to_request_shape(parameters, operation.input_shape)
+    parameters.clear()
+    parameters.update(normalised)
+
+
+def _normalise_response(self, response, boto_service_name=None, service_action_name=None):  # type: ignore[no-untyped-def]
+    operation = _operation(self)
+    if operation is None or operation.output_shape is None or not isinstance(response, dict):
+        return
+    normalised = to_sfn_response(response, operation.output_shape)
+    response.clear()
+    response.update(normalised)
+
+
+def apply(stack: ExitStack) -> None:
+    stack.enter_context(
+        mock.patch.object(StateTaskServiceAwsSdk, "_normalise_parameters", _normalise_parameters)
+    )
+    stack.enter_context(
+        mock.patch.object(StateTaskServiceAwsSdk, "_normalise_response", _normalise_response)
+    )

@@ -1,0 +1,44 @@
+"""Execution status events: an ending execution puts its status change on the bus.
+
+Gap (moto 5.2.1): the Step Functions interpreter emits no EventBridge events, so a rule
+on ``aws.states`` / ``Step Functions Execution Status Change`` (e.g. the lock's janitor,
+which releases locks held by ABORTED / TIMED_OUT / FAILED executions) never fires.
+
+Fix: after moto records an execution's final status
+(``BaseExecutionWorkerCommunication.terminated``), call
+:meth:`constructs_lib.local.events.EventRouter.execution_ended`, at most once per
+execution, which puts the event on the default bus (or drops it, when a test asks).
+
+Proof: ``tests/local/test_patch_execution_status_events.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import ExitStack
+from unittest import mock
+
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+
+from constructs_lib.local.events import TERMINAL_STATUSES, EventRouter
+
+_ONCE = threading.Lock()
+
+
+def apply(stack: ExitStack, router: EventRouter) -> None:
+    original = BaseExecutionWorkerCommunication.terminated
+
+    def terminated(self):  # type: ignore[no-untyped-def]
+        original(self)
+        execution = self.execution
+        with _ONCE:
+            if getattr(execution, "_local_status_event_sent", False):
+                return
+            if execution.exec_status is None or execution.exec_status.value not in TERMINAL_STATUSES:
+                return
+            execution._local_status_event_sent = True
+        router.execution_ended(execution)
+
+    stack.enter_context(
+        mock.patch.object(BaseExecutionWorkerCommunication, "terminated", terminated)
+    )

@@ -1,0 +1,59 @@
+"""In-process Lambda: invoking a function runs its Python handler in this process.
+
+Gap (moto 5.2.1): ``LambdaFunction.invoke`` runs the function in a Docker container
+(``lambda:invoke`` from boto3, ``arn:aws:states:::lambda:invoke`` and bare function ARNs
+from Step Functions all end there); offline, without Docker, every Lambda task fails.
+
+Fix: when the function is registered in the runtime's
+:class:`constructs_lib.local.lambda_runtime.FunctionRegistry`, run its handler in-process
+instead. A raised exception sets the ``X-Amz-Function-Error`` header with an
+``errorType`` payload, so Step Functions sees the exception's class name as the error.
+``InvocationType=Event`` runs the handler on a background thread. Unregistered functions
+keep moto's behaviour.
+
+Also sets ``os.environ`` to a per-thread overlay (see ``lambda_runtime``) while active.
+
+Proof: ``tests/local/test_patch_lambda_in_process.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from contextlib import ExitStack
+from unittest import mock
+
+from moto.awslambda.models import LambdaFunction
+
+from constructs_lib.local.lambda_runtime import FunctionRegistry, ThreadLocalEnviron
+
+
+def _header(headers, name):  # type: ignore[no-untyped-def]
+    for key, value in (headers or {}).items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+def apply(stack: ExitStack, registry: FunctionRegistry) -> None:
+    original = LambdaFunction.invoke
+
+    def invoke(self, body, request_headers, response_headers):  # type: ignore[no-untyped-def]
+        function = registry.get(self.function_name)
+        if function is None:
+            return original(self, body, request_headers, response_headers)
+        if isinstance(body, bytes):
+            body = body.decode("utf-8")
+        event = json.loads(body) if body else {}
+        if _header(request_headers, "X-Amz-Invocation-Type") == "Event":
+            threading.Thread(target=function.invoke, args=(event,), daemon=True).start()
+            return b""
+        result = function.invoke(event)
+        if result.failed:
+            response_headers["x-amz-function-error"] = "Unhandled"
+        return result.payload
+
+    stack.enter_context(mock.patch.object(LambdaFunction, "invoke", invoke))
+    if not isinstance(os.environ, ThreadLocalEnviron):
+        stack.enter_context(mock.patch.object(os, "environ", ThreadLocalEnviron(os.environ)))
