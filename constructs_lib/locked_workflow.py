@@ -10,7 +10,10 @@ import re
 from typing import List, Optional, Sequence
 
 from aws_cdk import (
+    ArnFormat,
     Duration,
+    Names,
+    Stack,
     RemovalPolicy,
     aws_dynamodb as dynamodb,
     aws_events as events,
@@ -23,6 +26,8 @@ from aws_cdk import (
 )
 from constructs import Construct
 
+from constructs_lib.dynamodb_tasks import attribute_value, update_item_props
+from constructs_lib.janitor import LockJanitor
 from constructs_lib.lock_table import LockTable
 from state_machines import lock_protocol as protocol
 from state_machines.lock_protocol import WaitPolicy, jsonata
@@ -33,6 +38,8 @@ LEASE_MARGIN = Duration.minutes(5)
 DEFAULT_TIMEOUT = Duration.hours(1)
 #: Default longest time a run waits for a held lock.
 DEFAULT_MAX_WAIT = Duration.minutes(15)
+#: Default: a waiter asks whether the holder still runs on every this-many-th poll.
+DEFAULT_LIVENESS_CHECK_EVERY = 5
 #: Express workflows cannot run longer than this.
 EXPRESS_MAX_DURATION = Duration.minutes(5)
 
@@ -106,7 +113,14 @@ class LockedSection(sfn.StateMachineFragment):
     :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 1 s,
         backoff 1.5, at most 4 s between attempts, jitter on.
     :param lock_variable: name of the variable holding the lock (the wait bookkeeping uses
-        ``<name>Wait``). Give nested sections different names. Default: ``"lock"``.
+        ``<name>Wait`` and ``<name>Holder``). Give nested sections different names.
+        Default: ``"lock"``.
+    :param holder_state_machine_names: names of the Standard state machines whose executions
+        may hold this lock. A waiter may ask Step Functions whether such a holder still runs
+        (``states:DescribeExecution``, scoped to these machines' executions) and take the lock
+        over from one that ended. Default: ``()`` - no liveness check.
+    :param liveness_check_every: check the holder on every this-many-th failed attempt;
+        ``0`` turns the check off. Default: ``5``.
     """
 
     def __init__(
@@ -122,9 +136,16 @@ class LockedSection(sfn.StateMachineFragment):
         max_wait: Duration = DEFAULT_MAX_WAIT,
         wait_policy: Optional[WaitPolicy] = None,
         lock_variable: str = "lock",
+        holder_state_machine_names: Sequence[str] = (),
+        liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
     ) -> None:
         super().__init__(scope, construct_id)
         wait_policy = wait_policy or WaitPolicy()
+        if not isinstance(liveness_check_every, int) or liveness_check_every < 0:
+            raise ValueError(
+                "`liveness_check_every` must be a whole number of polls >= 0 (0 turns the check "
+                f"off), got: {liveness_check_every!r}"
+            )
         key_jsonata = protocol.key_expression(protocol.unwrap_jsonata(lock_key), key_namespace)
         if not _NAMESPACE.fullmatch(key_namespace):
             raise ValueError(
@@ -157,7 +178,9 @@ class LockedSection(sfn.StateMachineFragment):
             name("Acquire"),
             table,
             protocol.acquire_arguments(
-                key_jsonata=key_jsonata, lease_ms=lease_ms
+                key_jsonata=key_jsonata,
+                lease_ms=lease_ms,
+                stale_owner_jsonata=protocol.stale_owner_expression(wait_variable),
             ),
             assign={
                 lock_variable: jsonata(protocol.lock_variable_expression()),
@@ -202,7 +225,17 @@ class LockedSection(sfn.StateMachineFragment):
                     jsonata(protocol.waited_enough_expression(wait_variable, max_wait_ms))
                 ),
                 timeout,
-            ).otherwise(wait.next(self.acquire))
+            )
+            if liveness_check_every and holder_state_machine_names:
+                held.when(
+                    sfn.Condition.jsonata(
+                        jsonata(protocol.liveness_due_expression(wait_variable, liveness_check_every))
+                    ),
+                    self._liveness_check(
+                        name, key_jsonata, wait_variable, holder_state_machine_names, wait
+                    ),
+                )
+            held.otherwise(wait.next(self.acquire))
             self.acquire.add_catch(
                 held,
                 errors=[protocol.CONDITION_FAILED],
@@ -251,6 +284,61 @@ class LockedSection(sfn.StateMachineFragment):
         self.protected.add_catch(release_after_error, errors=["States.ALL"])
         self.acquire.next(self.protected).next(self.release)
 
+    def _liveness_check(
+        self,
+        name,
+        key_jsonata: str,
+        wait_variable: str,
+        holder_state_machine_names: Sequence[str],
+        wait: sfn.State,
+    ) -> sfn.IChainable:
+        """Inspect the lock; if its holder is an execution that no longer runs, mark it stale.
+
+        The next acquire may then take the lock over, conditioned on that exact owner.
+        """
+        holder_variable = f"{self.lock_variable}Holder"
+        inspect = tasks.DynamoGetItem.jsonata(
+            self,
+            name("Inspect"),
+            table=self.table,
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key_jsonata)})},
+            consistent_read=True,
+            assign={holder_variable: jsonata(protocol.holder_expression())},
+            outputs=jsonata("$states.input"),
+        )
+        stack = Stack.of(self)
+        describe = tasks.CallAwsService.jsonata(
+            self,
+            name("DescribeHolder"),
+            service="sfn",
+            action="describeExecution",
+            iam_action="states:DescribeExecution",
+            parameters={"ExecutionArn": jsonata("$" + holder_variable)},
+            iam_resources=[
+                stack.format_arn(
+                    service="states",
+                    resource="execution",
+                    resource_name=f"{machine}:*",
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                )
+                for machine in holder_state_machine_names
+            ],
+            assign={
+                wait_variable: jsonata(
+                    protocol.after_liveness_check_expression(wait_variable, holder_variable)
+                )
+            },
+            outputs=jsonata("$states.input"),
+        )
+        describe.add_catch(wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        describe.next(self.acquire)
+        is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=name("HolderIsExecution?"))
+        is_execution.when(
+            sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(holder_variable))),
+            describe,
+        ).otherwise(wait)
+        return inspect.next(is_execution)
+
     @property
     def start_state(self) -> sfn.State:
         return self.acquire
@@ -258,15 +346,6 @@ class LockedSection(sfn.StateMachineFragment):
     @property
     def end_states(self) -> List[sfn.INextable]:
         return [self.release]
-
-
-def _attribute_value(value: dict) -> tasks.DynamoAttributeValue:
-    ((kind, text),) = value.items()
-    if kind == "S":
-        return tasks.DynamoAttributeValue.from_string(text)
-    if kind == "N":
-        return tasks.DynamoAttributeValue.number_from_string(text)
-    raise ValueError(f"unsupported attribute value {value!r}")  # protocol builds only S and N
 
 
 def _update_item(
@@ -285,14 +364,7 @@ def _update_item(
         scope,
         state_name,
         table=table,
-        key={k: _attribute_value(v) for k, v in arguments["Key"].items()},
-        update_expression=arguments["UpdateExpression"],
-        condition_expression=arguments["ConditionExpression"],
-        expression_attribute_names=arguments["ExpressionAttributeNames"],
-        expression_attribute_values={
-            k: _attribute_value(v) for k, v in arguments["ExpressionAttributeValues"].items()
-        },
-        return_values=tasks.DynamoReturnValues(arguments.get("ReturnValues", "NONE")),
+        **update_item_props(arguments),
         assign=assign,
         outputs=jsonata("$states.input"),
     )
@@ -354,6 +426,13 @@ class LockedWorkflow(Construct):
         Default: ``True``.
     :param tracing: X-Ray tracing. Default: ``True``.
     :param lock_variable: variable name of the lock record. Default: ``"lock"``.
+    :param janitor: create a :class:`LockJanitor` that releases the locks of executions that
+        were stopped, timed out or failed without releasing (STANDARD only: Express workflows
+        emit no status events). Default: ``True``.
+    :param liveness_check_every: a waiter checks whether the holder still runs on every
+        this-many-th failed attempt; ``0`` turns it off. Default: ``5``.
+    :param shares_lock_with: other Standard state machines using the same lock table, whose
+        executions waiters may check. Default: ``()``.
     """
 
     def __init__(
@@ -375,6 +454,9 @@ class LockedWorkflow(Construct):
         logging: bool = True,
         tracing: bool = True,
         lock_variable: str = "lock",
+        janitor: bool = True,
+        liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
+        shares_lock_with: Sequence[sfn.IStateMachine] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         express = state_machine_type == sfn.StateMachineType.EXPRESS
@@ -425,6 +507,15 @@ class LockedWorkflow(Construct):
             table = self.lock_table.table
         self.table = table
 
+        # A name known before the state machine exists lets its own role describe its
+        # executions (the liveness check) without a dependency cycle.
+        state_machine_name = state_machine_name or Names.unique_resource_name(
+            self, max_length=80, separator="-"
+        )
+        self.state_machine_name = state_machine_name
+        holders = [state_machine_name] if not express else []
+        holders += [m.state_machine_name for m in shares_lock_with]
+
         self.section = LockedSection(
             self,
             "Lock",
@@ -436,6 +527,8 @@ class LockedWorkflow(Construct):
             max_wait=max_wait,
             wait_policy=policy,
             lock_variable=lock_variable,
+            holder_state_machine_names=holders,
+            liveness_check_every=liveness_check_every,
         )
 
         self.log_group: Optional[logs.LogGroup] = None
@@ -460,6 +553,11 @@ class LockedWorkflow(Construct):
             tracing_enabled=tracing,
         )
         self._dead_letter_queue: Optional[sqs.Queue] = None
+        self.janitor: Optional[LockJanitor] = None
+        if janitor and not express:  # Express executions emit no status-change events
+            self.janitor = LockJanitor(
+                self, "Janitor", table=table, watched=[self.state_machine], logging=logging
+            )
 
     @property
     def dead_letter_queue(self) -> sqs.Queue:

@@ -36,16 +36,35 @@ def suppress_example_findings(stack: CustomerUpdatesStack) -> None:
         apply_to_children=True,
     )
     workflow = stack.workflow
+    janitor = workflow.janitor
+    for role in (workflow.state_machine.role, janitor.state_machine.role):
+        NagSuppressions.add_resource_suppressions(
+            role,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason=(
+                        "Resource::* is required by the X-Ray and CloudWatch Logs delivery actions "
+                        "Step Functions uses for tracing and logging; neither supports resource-level permissions."
+                    ),
+                    applies_to=["Resource::*"],
+                )
+            ],
+            apply_to_children=True,
+        )
     NagSuppressions.add_resource_suppressions(
         workflow.state_machine.role,
         [
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
                 reason=(
-                    "Resource::* is required by the X-Ray and CloudWatch Logs delivery actions "
-                    "Step Functions uses for tracing and logging; neither supports resource-level permissions."
+                    "The liveness check describes executions of this workflow's own state machine "
+                    "only: execution ARNs are its ARN prefix plus the execution name."
                 ),
-                applies_to=["Resource::*"],
+                applies_to=[
+                    "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
+                    f"{workflow.state_machine_name}:*"
+                ],
             ),
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
@@ -55,12 +74,13 @@ def suppress_example_findings(stack: CustomerUpdatesStack) -> None:
         ],
         apply_to_children=True,
     )
-    NagSuppressions.add_resource_suppressions(
-        workflow.dead_letter_queue,
-        [
-            NagPackSuppression(
-                id="AwsSolutions-SQS3",
-                reason="This queue is itself the dead-letter queue of the EventBridge rule target.",
-            )
-        ],
-    )
+    for queue in (workflow.dead_letter_queue, janitor.dead_letter_queue):
+        NagSuppressions.add_resource_suppressions(
+            queue,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-SQS3",
+                    reason="This queue is itself the dead-letter queue of an EventBridge rule target.",
+                )
+            ],
+        )

@@ -130,6 +130,13 @@ REFRESH = LockWrite(
 )
 
 
+#: Key condition of the owner index: every lock ``:owner`` holds (janitor).
+LOCKS_OF_OWNER = f"#{OWNER} = :owner"
+#: A fence no acquisition ever had: a release with it matches only ``#owner = :me``
+#: (the janitor releases on behalf of an ended execution, not as a retried release).
+NO_FENCE = "-1"
+
+
 def lock_item_key(table_key: str) -> dict[str, dict[str, str]]:
     """The DynamoDB ``Key`` of a lock item (``table_key`` may be a JSONata template)."""
     return {KEY_ATTRIBUTE: {"S": table_key}}
@@ -363,6 +370,44 @@ def wait_seconds_expression(policy: WaitPolicy, wait_variable: str, max_wait_ms:
     w = "$" + wait_variable
     return policy.seconds_expression(
         polls=f"{w}.polls", remaining_ms=f"{int(max_wait_ms)} - ($millis() - {w}.since)"
+    )
+
+
+def liveness_due_expression(wait_variable: str, every: int) -> str:
+    """JSONata (Choice condition): time to ask whether the holder is still alive."""
+    return f"${wait_variable}.polls % {int(every)} = 0"
+
+
+def stale_owner_expression(wait_variable: str) -> str:
+    """JSONata for ``:stale``: a holder proven finished by the liveness check, else me."""
+    w = "$" + wait_variable
+    return f"$type({w}.stale) = 'string' ? {w}.stale : $states.context.Execution.Id"
+
+
+def holder_expression() -> str:
+    """JSONata over a GetItem of the lock item: its current owner, or "" when free."""
+    return f"( $h := $states.result.Item.{OWNER}.S; $exists($h) ? $h : '' )"
+
+
+def holder_is_execution_expression(holder_variable: str) -> str:
+    """JSONata (Choice condition): the holder is a Step Functions execution (not a client)."""
+    return f"$contains(${holder_variable}, ':states:') and $contains(${holder_variable}, ':execution:')"
+
+
+def after_liveness_check_expression(wait_variable: str, holder_variable: str) -> str:
+    """JSONata over a DescribeExecution of the holder: mark it stale unless still RUNNING."""
+    w = "$" + wait_variable
+    return (
+        f"$merge([{w}, {{'stale': $states.result.Status = 'RUNNING' ? null : ${holder_variable}}}])"
+    )
+
+
+def janitor_release_arguments(*, key_jsonata: str, owner_jsonata: str) -> dict:
+    """The release UpdateItem the janitor makes for a lock still held by an ended execution."""
+    return _update_item(
+        jsonata(key_jsonata),
+        RELEASE,
+        {":me": {"S": jsonata(owner_jsonata)}, ":fence": {"N": NO_FENCE}},
     )
 
 

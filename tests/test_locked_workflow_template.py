@@ -6,8 +6,10 @@ from aws_cdk.assertions import Capture, Match
 
 from state_machines import lock_protocol as p
 
+MACHINE = "ApplyCustomerUpdatesStateMachine"
 LOCK_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.InvalidKey",
-               "Lock.Release", "Lock.Lost", "Lock.ReleaseAfterError", "Lock.Rethrow"}
+               "Lock.Release", "Lock.Lost", "Lock.ReleaseAfterError", "Lock.Rethrow",
+               "Lock.Inspect", "Lock.HolderIsExecution?", "Lock.DescribeHolder"}
 
 
 def _catches(state: dict) -> dict[str, dict]:
@@ -15,7 +17,7 @@ def _catches(state: dict) -> dict[str, dict]:
 
 
 def test_state_machine_is_jsonata_with_the_lock_states(example):
-    definition = example.definition()
+    definition = example.definition(MACHINE)
     assert definition["QueryLanguage"] == "JSONata"
     assert definition["StartAt"] == "Lock.Acquire"
     assert set(definition["States"]) == LOCK_STATES | {"Apply update"}
@@ -23,7 +25,7 @@ def test_state_machine_is_jsonata_with_the_lock_states(example):
 
 
 def test_acquire_is_one_conditional_update_returning_the_fence(example):
-    acquire = example.definition()["States"]["Lock.Acquire"]
+    acquire = example.definition(MACHINE)["States"]["Lock.Acquire"]
     assert acquire["Resource"].endswith(":states:::dynamodb:updateItem")
     arguments = acquire["Arguments"]
     assert arguments["UpdateExpression"] == p.ACQUIRE.update
@@ -40,7 +42,7 @@ def test_acquire_is_one_conditional_update_returning_the_fence(example):
 
 
 def test_acquire_routes_held_lock_to_wait_and_bad_key_to_invalid_key(example):
-    states = example.definition()["States"]
+    states = example.definition(MACHINE)["States"]
     catches = _catches(states["Lock.Acquire"])
     assert catches["Lock.Held?"]["ErrorEquals"] == [p.CONDITION_FAILED]
     assert catches["Lock.Held?"]["Output"] == "{% $states.input %}"
@@ -52,6 +54,8 @@ def test_acquire_routes_held_lock_to_wait_and_bad_key_to_invalid_key(example):
     held = states["Lock.Held?"]
     assert held["Choices"][0]["Next"] == "Lock.Timeout"
     assert f">= {5 * 60 * 1000}" in held["Choices"][0]["Condition"]
+    assert held["Choices"][1]["Next"] == "Lock.Inspect"
+    assert held["Choices"][1]["Condition"] == "{% $lockWait.polls % 5 = 0 %}"
     assert held["Default"] == "Lock.Wait"
     assert states["Lock.Wait"]["Next"] == "Lock.Acquire"
     assert "$random()" in states["Lock.Wait"]["Seconds"]
@@ -59,7 +63,7 @@ def test_acquire_routes_held_lock_to_wait_and_bad_key_to_invalid_key(example):
 
 
 def test_transient_errors_are_retried_with_backoff_on_every_lock_write(example):
-    states = example.definition()["States"]
+    states = example.definition(MACHINE)["States"]
     for name in ("Lock.Acquire", "Lock.Release", "Lock.ReleaseAfterError"):
         (retry,) = states[name]["Retry"]
         assert set(retry["ErrorEquals"]) == set(p.TRANSIENT_ERRORS), name
@@ -69,7 +73,7 @@ def test_transient_errors_are_retried_with_backoff_on_every_lock_write(example):
 
 
 def test_single_task_work_carries_the_release_catch_itself(example):
-    states = example.definition()["States"]
+    states = example.definition(MACHINE)["States"]
     work = states["Apply update"]
     assert work["Next"] == "Lock.Release"
     assert _catches(work)["Lock.ReleaseAfterError"]["ErrorEquals"] == ["States.ALL"]
@@ -78,7 +82,7 @@ def test_single_task_work_carries_the_release_catch_itself(example):
 
 
 def test_release_is_owner_conditioned_and_lost_lock_fails_typed(example):
-    states = example.definition()["States"]
+    states = example.definition(MACHINE)["States"]
     release = states["Lock.Release"]
     assert release["Arguments"]["UpdateExpression"] == p.RELEASE.update
     assert release["Arguments"]["ConditionExpression"] == p.RELEASE.condition
@@ -89,7 +93,7 @@ def test_release_is_owner_conditioned_and_lost_lock_fails_typed(example):
 
 
 def test_errors_release_then_rethrow_the_original_error(example):
-    states = example.definition()["States"]
+    states = example.definition(MACHINE)["States"]
     after_error = states["Lock.ReleaseAfterError"]
     assert after_error["Arguments"]["ConditionExpression"] == p.RELEASE.condition
     assert after_error["Next"] == "Lock.Rethrow"
@@ -122,7 +126,7 @@ def test_uncontended_run_adds_at_most_three_transitions(example, shapes):
             name = states[name].get("Next")
         return path
 
-    assert success_path(example.definition()) == ["Lock.Acquire", "Apply update", "Lock.Release"]
+    assert success_path(example.definition(MACHINE)) == ["Lock.Acquire", "Apply update", "Lock.Release"]
     assert success_path(shapes.definition("Chain")) == ["Lock.Acquire", "Lock.Protected", "Lock.Release"]
 
 
@@ -204,7 +208,7 @@ def test_no_iam_statement_allows_a_wildcard_action(example, shapes):
             assert not any(a == "*" or a.endswith(":*") for a in actions), statement
 
 
-def test_state_machine_may_only_update_items_of_its_lock_table(example):
+def test_lock_table_access_is_update_query_and_get_on_that_table_only(example):
     dynamodb = [
         s for s in _statements(example.template)
         if any(str(a).startswith("dynamodb:") for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
@@ -213,11 +217,69 @@ def test_state_machine_may_only_update_items_of_its_lock_table(example):
     lock_statements = [s for s in dynamodb if lock_table in str(s["Resource"])]
     assert lock_statements, "the state machine must be allowed to write the lock table"
     for statement in lock_statements:
-        assert statement["Action"] == "dynamodb:UpdateItem"
+        assert statement["Action"] in {"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query"}
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         assert len(resources) == 1
         (arn,) = resources
         # the table's own ARN, nothing wider (no index, no wildcard)
-        assert arn == {"Fn::GetAtt": [lock_table, "Arn"]} or (
-            arn["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}]
-        ), arn
+        if statement["Action"] == "dynamodb:Query":  # the janitor: the owner index only
+            assert arn == {"Fn::Join": ["", [{"Fn::GetAtt": [lock_table, "Arn"]}, f"/index/{p.OWNER_INDEX}"]]}
+        else:
+            assert arn["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}], arn
+    assert {s["Action"] for s in lock_statements} == {"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query"}
+
+
+def test_liveness_check_takes_over_only_from_a_finished_execution(example):
+    states = example.definition(MACHINE)["States"]
+    inspect = states["Lock.Inspect"]
+    assert inspect["Resource"].endswith(":states:::dynamodb:getItem")
+    assert inspect["Arguments"]["ConsistentRead"] is True
+    assert inspect["Next"] == "Lock.HolderIsExecution?"
+    is_execution = states["Lock.HolderIsExecution?"]
+    assert is_execution["Choices"][0]["Next"] == "Lock.DescribeHolder"
+    assert is_execution["Default"] == "Lock.Wait"
+    describe = states["Lock.DescribeHolder"]
+    assert describe["Resource"].endswith(":states:::aws-sdk:sfn:describeExecution")
+    assert describe["Arguments"] == {"ExecutionArn": "{% $lockHolder %}"}
+    assert "'RUNNING'" in describe["Assign"]["lockWait"]
+    assert describe["Next"] == "Lock.Acquire"
+    assert _catches(describe)["Lock.Wait"]["ErrorEquals"] == ["States.ALL"]
+    # the takeover is the acquire itself, conditioned on that exact (stale) owner
+    stale = states["Lock.Acquire"]["Arguments"]["ExpressionAttributeValues"][":stale"]["S"]
+    assert "$lockWait.stale" in stale and "#owner IN (:me, :stale)" in p.ACQUIRE.condition
+
+
+def test_liveness_check_may_describe_only_this_machines_executions(example):
+    statements = [s for s in _statements(example.template) if "states:DescribeExecution" in str(s["Action"])]
+    assert len(statements) == 1
+    (resource,) = [statements[0]["Resource"]]
+    parts = resource["Fn::Join"][1]
+    assert parts[-1].startswith(":execution:CustomerUpdates-ApplyCustomerUpdates") and parts[-1].endswith(":*")
+
+
+def test_janitor_releases_locks_of_ended_executions_by_owner(example):
+    definition = example.definition("ApplyCustomerUpdatesJanitor")
+    find = definition["States"][definition["StartAt"]]
+    assert find["Resource"].endswith(":states:::aws-sdk:dynamodb:query")
+    assert find["Arguments"]["IndexName"] == p.OWNER_INDEX
+    assert find["Arguments"]["KeyConditionExpression"] == p.LOCKS_OF_OWNER
+    assert find["Arguments"]["ExpressionAttributeValues"][":owner"]["S"] == "{% $states.input.detail.executionArn %}"
+    each = definition["States"][find["Next"]]
+    assert each["Type"] == "Map"
+    release = each["ItemProcessor"]["States"]["Release"]
+    assert release["Arguments"]["ConditionExpression"] == p.RELEASE.condition
+    assert release["Arguments"]["ExpressionAttributeValues"][":me"]["S"] == "{% $endedExecution %}"
+    assert release["Arguments"]["ExpressionAttributeValues"][":fence"]["N"] == p.NO_FENCE
+    machine = Capture()
+    example.assertions.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.states"],
+                "detail-type": ["Step Functions Execution Status Change"],
+                "detail": {"status": ["ABORTED", "TIMED_OUT", "FAILED"], "stateMachineArn": [{"Ref": machine}]},
+            },
+            "Targets": [Match.object_like({"DeadLetterConfig": Match.any_value()})],
+        },
+    )
+    assert machine.as_string().startswith(MACHINE)

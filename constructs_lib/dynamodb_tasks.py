@@ -1,0 +1,28 @@
+"""Protocol-built UpdateItem arguments (DynamoDB JSON) as props of CDK's DynamoUpdateItem task."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+
+def attribute_value(value: dict) -> tasks.DynamoAttributeValue:
+    ((kind, text),) = value.items()
+    if kind == "S":
+        return tasks.DynamoAttributeValue.from_string(text)
+    if kind == "N":
+        return tasks.DynamoAttributeValue.number_from_string(text)
+    raise ValueError(f"unsupported attribute value {value!r}")  # the protocol builds only S and N
+
+
+def update_item_props(arguments: dict) -> dict:
+    """``DynamoUpdateItem`` keyword arguments for ``arguments`` built by the lock protocol."""
+    return dict(
+        key={k: attribute_value(v) for k, v in arguments["Key"].items()},
+        update_expression=arguments["UpdateExpression"],
+        condition_expression=arguments["ConditionExpression"],
+        expression_attribute_names=arguments["ExpressionAttributeNames"],
+        expression_attribute_values={
+            k: attribute_value(v) for k, v in arguments["ExpressionAttributeValues"].items()
+        },
+        return_values=tasks.DynamoReturnValues(arguments.get("ReturnValues", "NONE")),
+    )
