@@ -11,9 +11,11 @@ module                     gap
 =========================  ==========================================================
 serial_dynamodb            concurrent conditional writes can all win
 execution_snapshot         a second execution of a state machine cannot start
+execution_output           DescribeExecution returns a string output unencoded
 unique_execution_names     unnamed executions all get ``...:execution:<sm>:None``
 jsonata_evaluator          no JSONata evaluator; unescaped string variables; errors
-aws_sdk_shapes             ``aws-sdk:*`` parameters/results not mapped to the API shape
+service_shapes             task parameters/results not mapped to the API's shapes
+nested_states_errors       Parallel/Map turn a branch's States.* error into States.Runtime
 lambda_in_process          Lambda needs Docker
 eventbridge_targets        rules cannot target state machines; Input/InputPath ignored
 execution_status_events    no ``Step Functions Execution Status Change`` events
@@ -28,13 +30,15 @@ from contextlib import ExitStack
 from constructs_lib.local.events import EventRouter
 from constructs_lib.local.lambda_runtime import FunctionRegistry
 from constructs_lib.local.patches import (
-    aws_sdk_shapes,
     eventbridge_targets,
+    execution_output,
     execution_snapshot,
     execution_status_events,
     jsonata_evaluator,
     lambda_in_process,
+    nested_states_errors,
     serial_dynamodb,
+    service_shapes,
     stop_execution,
     unique_execution_names,
 )
@@ -46,9 +50,11 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
     serial_dynamodb.apply(stack)
     execution_snapshot.apply(stack)
+    execution_output.apply(stack)
     unique_execution_names.apply(stack)
     jsonata_evaluator.apply(stack)
-    aws_sdk_shapes.apply(stack)
+    service_shapes.apply(stack)
+    nested_states_errors.apply(stack)
     lambda_in_process.apply(stack, functions)
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)

@@ -1,23 +1,27 @@
-"""AWS SDK integrations speak the service's shapes: ``aws-sdk:<service>:<action>`` tasks.
+"""Task integrations speak the service's shapes (``aws-sdk:sfn:*``, ``states:startExecution``...).
 
-Gap (moto 5.2.1): ``StateTaskServiceAwsSdk`` passes the task's parameters to boto3
-unchanged and returns boto3's response unchanged. Step Functions writes SDK parameters in
-PascalCase (``ExecutionArn``) and returns PascalCase fields (``Status``), whatever the
-casing of the service's own API. For camelCase APIs (Step Functions, ...) botocore drops
-the unknown ``ExecutionArn`` (moto's client disables parameter validation), so
-``aws-sdk:sfn:describeExecution`` reaches moto without an ARN, and a state reading
-``$states.result.Status`` finds nothing.
+Gap (moto 5.2.1): ``StateTaskService._normalise_parameters`` and ``_normalise_response``
+are empty stubs (LocalStack, which moto ported, maps both through botocore's shapes).
+Step Functions writes task parameters in PascalCase (``ExecutionArn``,
+``StateMachineArn``) and returns PascalCase fields (``Status``, ``ExecutionArn``),
+whatever the casing of the service's own API. For camelCase APIs - Step Functions itself -
+the parameters never reach moto (its client disables validation, botocore drops the
+unknown keys): ``aws-sdk:sfn:describeExecution`` and ``arn:aws:states:::states:startExecution``
+fail with ``States.Runtime``, and a state reading ``$states.result.Status`` finds nothing.
 
 Fix: match every parameter key case-insensitively to the member names of the operation's
 input shape (botocore's service model, recursing through structures and lists - never
 into map keys, which are data), and PascalCase the members of the response along the
-output shape.
+output shape; timestamps in results become epoch milliseconds (moto leaves ``datetime``
+objects that make ``DescribeExecution`` crash). Integrations whose API is already
+PascalCase (DynamoDB, SQS, Lambda...) keep their keys.
 
-Proof: ``tests/local/test_patch_aws_sdk_shapes.py``.
+Proof: ``tests/local/test_patch_service_shapes.py``.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 from contextlib import ExitStack
 from typing import Any
@@ -26,15 +30,19 @@ from unittest import mock
 import botocore.session
 from botocore.model import ListShape, MapShape, OperationModel, Shape, StructureShape
 from botocore.response import StreamingBody
-from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk import (
-    StateTaskServiceAwsSdk,
+from botocore.exceptions import UnknownServiceError
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
+    StateTaskService,
 )
 
 
 @functools.lru_cache(maxsize=None)
 def operation_model(service_name: str, action: str) -> OperationModel | None:
     """botocore's model of ``action`` (any casing, e.g. ``describeExecution``)."""
-    service_model = botocore.session.get_session().get_service_model(service_name)
+    try:
+        service_model = botocore.session.get_session().get_service_model(service_name)
+    except UnknownServiceError:
+        return None
     wanted = action.replace("_", "").lower()
     for name in service_model.operation_names:
         if name.lower() == wanted:
@@ -59,9 +67,15 @@ def to_request_shape(value: Any, shape: Shape | None) -> Any:
 
 
 def to_sfn_response(value: Any, shape: Shape | None) -> Any:
-    """``value`` with structure members PascalCased, as Step Functions returns them."""
+    """``value`` with structure members PascalCased, as Step Functions returns them.
+
+    Timestamps become epoch milliseconds (as in ``startExecution.sync`` outputs); left as
+    ``datetime`` they would make the execution's output unserialisable.
+    """
     if isinstance(value, StreamingBody):
         return value.read().decode("utf-8")
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
     if isinstance(shape, StructureShape) and isinstance(value, dict):
         return {
             key[:1].upper() + key[1:]: to_sfn_response(item, shape.members.get(key))
@@ -74,12 +88,12 @@ def to_sfn_response(value: Any, shape: Shape | None) -> Any:
     return value
 
 
-def _operation(task: StateTaskServiceAwsSdk) -> OperationModel | None:
-    return operation_model(task._get_boto_service_name(), task.resource.api_action)
+def _operation(task: StateTaskService, service: str | None, action: str | None) -> OperationModel | None:
+    return operation_model(task._get_boto_service_name(service), action or task.resource.api_action)
 
 
 def _normalise_parameters(self, parameters, boto_service_name=None, service_action_name=None):  # type: ignore[no-untyped-def]
-    operation = _operation(self)
+    operation = _operation(self, boto_service_name, service_action_name)
     if operation is None or operation.input_shape is None:
         return
     normalised = to_request_shape(parameters, operation.input_shape)
@@ -88,7 +102,7 @@ def _normalise_parameters(self, parameters, boto_service_name=None, service_acti
 
 
 def _normalise_response(self, response, boto_service_name=None, service_action_name=None):  # type: ignore[no-untyped-def]
-    operation = _operation(self)
+    operation = _operation(self, boto_service_name, service_action_name)
     if operation is None or operation.output_shape is None or not isinstance(response, dict):
         return
     normalised = to_sfn_response(response, operation.output_shape)
@@ -98,8 +112,8 @@ def _normalise_response(self, response, boto_service_name=None, service_action_n
 
 def apply(stack: ExitStack) -> None:
     stack.enter_context(
-        mock.patch.object(StateTaskServiceAwsSdk, "_normalise_parameters", _normalise_parameters)
+        mock.patch.object(StateTaskService, "_normalise_parameters", _normalise_parameters)
     )
     stack.enter_context(
-        mock.patch.object(StateTaskServiceAwsSdk, "_normalise_response", _normalise_response)
+        mock.patch.object(StateTaskService, "_normalise_response", _normalise_response)
     )

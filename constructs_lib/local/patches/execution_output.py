@@ -1,0 +1,33 @@
+"""Execution output is JSON: ``DescribeExecution`` encodes every output value.
+
+Gap (moto 5.2.1): ``StepFunctionResponse.describe_execution`` assumes a ``str`` output is
+already JSON text. The interpreter stores the output as a Python value, so an execution
+that ends with a string (``"k"``) is described with output ``k`` - not JSON - and one
+that ends with ``null`` has no output at all.
+
+Fix: for executions of the interpreter, serialise the output value as JSON.
+
+Proof: ``tests/local/test_patch_execution_output.py``.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from unittest import mock
+
+from moto.stepfunctions.parser.backend.execution import Execution
+from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
+from moto.stepfunctions.responses import StepFunctionResponse
+
+
+def apply(stack: ExitStack) -> None:
+    original = StepFunctionResponse.describe_execution
+
+    def describe_execution(self):  # type: ignore[no-untyped-def]
+        result = original(self)
+        execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
+        if isinstance(execution, Execution) and execution.status == "SUCCEEDED":
+            result.result["output"] = to_json_str(execution.output, separators=(",", ":"))
+        return result
+
+    stack.enter_context(mock.patch.object(StepFunctionResponse, "describe_execution", describe_execution))

@@ -1,0 +1,17 @@
+"""Fixtures of the local-runtime tests: the runtime's own pytest plugin.
+
+``local_cloud`` is the full runtime on the backend named by ``$LOCAL_CLOUD_BACKEND``
+(default ``moto``); helpers for bare-moto negative tests are in ``local_helpers.py``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+
+from constructs_lib.local.pytest_plugin import (  # noqa: E402,F401 - fixtures
+    local_backend,
+    local_cloud,
+    local_cloud_factory,
+)
