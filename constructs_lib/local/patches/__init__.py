@@ -19,7 +19,7 @@ nested_states_errors       Parallel/Map turn a branch's States.* error into Stat
 lambda_in_process          Lambda needs Docker
 eventbridge_targets        rules cannot target state machines; Input/InputPath ignored
 execution_status_events    no ``Step Functions Execution Status Change`` events
-stop_execution             StopExecution leaves the execution RUNNING until its state ends
+execution_end              StopExecution/timeout leave the execution RUNNING until its state ends
 =========================  ==========================================================
 """
 
@@ -31,6 +31,7 @@ from constructs_lib.local.events import EventRouter
 from constructs_lib.local.lambda_runtime import FunctionRegistry
 from constructs_lib.local.patches import (
     eventbridge_targets,
+    execution_end,
     execution_output,
     execution_snapshot,
     execution_status_events,
@@ -39,7 +40,6 @@ from constructs_lib.local.patches import (
     nested_states_errors,
     serial_dynamodb,
     service_shapes,
-    stop_execution,
     unique_execution_names,
 )
 
@@ -58,4 +58,4 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     lambda_in_process.apply(stack, functions)
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)
-    stop_execution.apply(stack)  # after execution_status_events: wraps its terminated()
+    execution_end.apply(stack)  # after execution_status_events: wraps its terminated()

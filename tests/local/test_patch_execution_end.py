@@ -1,0 +1,87 @@
+"""Fix ``patches/execution_end``: StopExecution reports ABORTED at once, history closed.
+
+Also documents that bare moto already honours a state machine's ``TimeoutSeconds``.
+"""
+
+from __future__ import annotations
+
+import boto3
+
+from constructs_lib.local import LocalCloud
+from constructs_lib.local.patches import execution_snapshot
+from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end, wait_until
+
+SLEEP = {"StartAt": "Sleep", "TimeoutSeconds": 1, "States": {"Sleep": {"Type": "Wait", "Seconds": 30, "End": True}}}
+
+
+def waiting_for_a_token(queue_url: str) -> dict:
+    """A Task that blocks until someone calls SendTaskSuccess (nobody does)."""
+    return {
+        "StartAt": "Block",
+        "States": {
+            "Block": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                "Parameters": {"QueueUrl": queue_url, "MessageBody": {"token.$": "$$.Task.Token"}},
+                "End": True,
+            }
+        },
+    }
+
+
+def task_started(sfn, arn: str) -> bool:
+    events = sfn.get_execution_history(executionArn=arn)["events"]
+    return any(event["type"] == "TaskSubmitted" for event in events)
+
+
+def test_bare_moto_keeps_a_stopped_execution_running_while_its_task_blocks():
+    with bare_moto(execution_snapshot.apply):
+        sqs = boto3.client("sqs", region_name=REGION)
+        machine = create_state_machine(waiting_for_a_token(sqs.create_queue(QueueName="work")["QueueUrl"]))
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.start_execution(stateMachineArn=machine, name="blocked")["executionArn"]
+        assert wait_until(lambda: task_started(sfn, arn))
+        sfn.stop_execution(executionArn=arn)
+        assert sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+
+
+def test_bare_moto_honours_timeout_seconds():
+    with bare_moto():
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.start_execution(stateMachineArn=create_state_machine(SLEEP), name="slow")["executionArn"]
+        assert wait_for_end(arn, timeout=10)["status"] == "TIMED_OUT"
+
+
+def test_runtime_aborts_at_once():
+    with LocalCloud() as cloud:
+        queue = cloud.client("sqs").create_queue(QueueName="work")["QueueUrl"]
+        machine = create_state_machine(waiting_for_a_token(queue))
+        blocked = cloud.start_execution(machine, {})
+        assert wait_until(lambda: task_started(cloud.stepfunctions, blocked))
+        cloud.stop_execution(blocked, error="Test.Stop", cause="enough")
+        description = cloud.describe(blocked)
+        just_started = cloud.start_execution(machine, {})
+        cloud.stop_execution(just_started)  # before its interpreter exists, maybe
+        history = cloud.history(blocked)
+        assert cloud.wait_for(just_started, timeout=5).status == "ABORTED"
+    assert description["status"] == "ABORTED"
+    assert description["stopDate"] >= description["startDate"]
+    assert (description["error"], description["cause"]) == ("Test.Stop", "enough")
+    assert history[-1]["type"] == "ExecutionAborted"
+    assert history[-1]["executionAbortedEventDetails"] == {"error": "Test.Stop", "cause": "enough"}
+
+
+def test_runtime_times_out():
+    with LocalCloud() as cloud:
+        result = cloud.wait_for(cloud.start_execution(create_state_machine(SLEEP), {}), timeout=10)
+    assert result.status == "TIMED_OUT"
+    assert result.history[-1]["type"] == "ExecutionTimedOut"
+
+
+def test_runtime_closes_the_history_of_a_timed_out_blocked_task():
+    with LocalCloud() as cloud:
+        queue = cloud.client("sqs").create_queue(QueueName="work")["QueueUrl"]
+        machine = create_state_machine({**waiting_for_a_token(queue), "TimeoutSeconds": 1})
+        result = cloud.wait_for(cloud.start_execution(machine, {}), timeout=10)
+    assert result.status == "TIMED_OUT"
+    assert [event["type"] for event in result.history][-2:] == ["TaskSubmitted", "ExecutionTimedOut"]

@@ -1,0 +1,171 @@
+"""Fix ``patches/lambda_in_process``: Lambda functions run their Python handler in-process."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import zipfile
+
+import boto3
+
+from constructs_lib.local import LocalCloud
+from local_helpers import REGION, bare_moto, create_state_machine, lambda_folder
+
+HANDLER = '''
+import os
+import time
+
+import helper
+
+
+class OutOfStock(Exception):
+    pass
+
+
+def handler(event, context):
+    if event.get("fail"):
+        raise OutOfStock("no " + event["fail"])
+    time.sleep(event.get("sleep", 0))
+    return {
+        "colour": os.environ["COLOUR"],
+        "helper": helper.NAME,
+        "function": context.function_name,
+        "arn": context.invoked_function_arn,
+        "memory": context.memory_limit_in_mb,
+        "request": context.aws_request_id,
+        "echo": event,
+    }
+'''
+
+
+def function_template(folders: dict[str, str]) -> dict:
+    """One function per logical id; COLOUR = the logical id, lowercased."""
+    return {
+        "Resources": {
+            logical_id: {
+                "Type": "AWS::Lambda::Function",
+                "Properties": {
+                    "Handler": "index.handler",
+                    "Runtime": "python3.12",
+                    "MemorySize": 256,
+                    "Code": {"S3Bucket": "cdk-assets", "S3Key": f"{logical_id}.zip"},
+                    "Environment": {"Variables": {"COLOUR": logical_id.lower()}},
+                },
+                "Metadata": {"aws:asset:path": folder},
+            }
+            for logical_id, folder in folders.items()
+        }
+    }
+
+
+def make_functions(tmp_path, *names: str) -> dict[str, str]:
+    folders = {}
+    for name in names:
+        folder = lambda_folder(tmp_path, name, HANDLER)
+        (folder / "helper.py").write_text(f"NAME = {name!r}\n")
+        folders[name] = name
+    return folders
+
+
+def test_bare_moto_needs_docker_to_invoke():
+    with bare_moto():
+        iam = boto3.client("iam", region_name=REGION)
+        role = iam.create_role(
+            RoleName="fn",
+            AssumeRolePolicyDocument=json.dumps(
+                {"Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+            ),
+        )["Role"]["Arn"]
+        code = io.BytesIO()
+        with zipfile.ZipFile(code, "w") as archive:
+            archive.writestr("index.py", "def handler(event, context):\n    return {'ok': True}\n")
+        client = boto3.client("lambda", region_name=REGION)
+        client.create_function(
+            FunctionName="fn", Runtime="python3.12", Role=role, Handler="index.handler", Code={"ZipFile": code.getvalue()}
+        )
+        response = client.invoke(FunctionName="fn", Payload=b"{}")
+        payload = response["Payload"].read().decode()
+    assert response.get("FunctionError")
+    assert "docker" in payload.lower()
+
+
+def test_runtime_invokes_the_handler_with_env_and_context(tmp_path):
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template(make_functions(tmp_path, "Red")), assets_dir=tmp_path)
+        name = app.function_name("Red")
+        response = cloud.client("lambda").invoke(FunctionName=name, Payload=json.dumps({"n": 1}))
+        result = json.loads(response["Payload"].read())
+    assert "FunctionError" not in response
+    assert result["colour"] == "red"
+    assert result["helper"] == "Red"
+    assert result["function"] == name
+    assert result["arn"].endswith(f":function:{name}")
+    assert result["memory"] == 256
+    assert result["request"]
+    assert result["echo"] == {"n": 1}
+
+
+def test_runtime_reports_an_exception_as_a_function_error(tmp_path):
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template(make_functions(tmp_path, "Red")), assets_dir=tmp_path)
+        response = cloud.client("lambda").invoke(
+            FunctionName=app.function_name("Red"), Payload=json.dumps({"fail": "socks"})
+        )
+        payload = json.loads(response["Payload"].read())
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "OutOfStock"
+    assert payload["errorMessage"] == "no socks"
+
+
+def test_state_machine_sees_the_exception_class_as_the_error(tmp_path):
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template(make_functions(tmp_path, "Red")), assets_dir=tmp_path)
+        function_arn = app.attribute("Red", "Arn")
+        task = {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::lambda:invoke",
+            "Arguments": {"FunctionName": function_arn, "Payload": "{% $states.input %}"},
+            "Output": "{% $states.result.Payload %}",
+            "Catch": [
+                {
+                    "ErrorEquals": ["OutOfStock"],
+                    "Output": "{% {'error': $states.errorOutput.Error, 'cause': $parse($states.errorOutput.Cause)} %}",
+                    "Next": "Sorry",
+                }
+            ],
+            "End": True,
+        }
+        machine = create_state_machine(
+            {"QueryLanguage": "JSONata", "StartAt": "Call", "States": {"Call": task, "Sorry": {"Type": "Pass", "End": True}}}
+        )
+        ok = cloud.wait_for(cloud.start_execution(machine, {"n": 2}))
+        caught = cloud.wait_for(cloud.start_execution(machine, {"fail": "socks"}))
+    assert ok.status == "SUCCEEDED", ok.cause
+    assert ok.output["echo"] == {"n": 2}
+    assert caught.status == "SUCCEEDED", caught.cause
+    assert caught.output["error"] == "OutOfStock"
+    assert caught.output["cause"]["errorMessage"] == "no socks"
+
+
+def test_functions_are_isolated_and_concurrent(tmp_path):
+    """Same module names in two folders, different env values, invoked at the same time."""
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template(make_functions(tmp_path, "Red", "Blue")), assets_dir=tmp_path)
+        client = cloud.client("lambda")
+        results: dict[str, list[dict]] = {"Red": [], "Blue": []}
+
+        def call(logical_id: str) -> None:
+            response = client.invoke(FunctionName=app.function_name(logical_id), Payload=json.dumps({"sleep": 0.2}))
+            results[logical_id].append(json.loads(response["Payload"].read()))
+
+        threads = [threading.Thread(target=call, args=(lid,)) for lid in ("Red", "Blue") * 4]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert {r["colour"] for r in results["Red"]} == {"red"}
+    assert {r["colour"] for r in results["Blue"]} == {"blue"}
+    assert {r["helper"] for r in results["Red"]} == {"Red"}
+    assert {r["helper"] for r in results["Blue"]} == {"Blue"}
+    assert len(results["Red"]) == len(results["Blue"]) == 4
