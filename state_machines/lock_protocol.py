@@ -62,7 +62,6 @@ TRANSIENT_ERRORS = (
     "DynamoDB.InternalServerError",
     "DynamoDB.ServiceUnavailableException",
     "DynamoDB.TransactionConflictException",
-    "DynamoDB.AmazonDynamoDBException",
 )
 #: Raised by Step Functions when a JSONata expression fails (here: key validation).
 QUERY_EVALUATION_ERROR = "States.QueryEvaluationError"

@@ -107,3 +107,15 @@ def shapes() -> Synthesized:
     stack = _chain_stack(app)
     artifact = app.synth().get_stack_by_name(stack.stack_name)
     return Synthesized(template=artifact.template, messages=list(artifact.messages))
+
+
+@pytest.fixture(scope="session")
+def behaviour_synth():
+    """The behaviour stack, synthesized once with its Lambda asset staged."""
+    from behaviour_stack import BehaviourStack
+    from constructs_lib.local.synth import synth_app
+
+    return synth_app(
+        lambda app: BehaviourStack(app, "Behaviour"),
+        context={"aws:cdk:enable-asset-metadata": True},
+    )

@@ -1,0 +1,88 @@
+"""One stack holding every workflow variant the behaviour suites run (one synth per session).
+
+All variants share one lock table and the example's fenced Lambda and customers table; each
+uses its own key namespace, so tests isolate by customer id and namespace.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_lambda as lambda_, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+from constructs_lib import LockedWorkflow, LockTable, WaitPolicy
+from constructs_lib.example_stack import APPLY_UPDATE_CODE
+from state_machines.lock_protocol import jsonata
+
+#: Fast polling for tests (the Wait state's unit is a whole second).
+TEST_WAIT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True)
+SHORT_LEASE_S = 3
+SHORT_WAIT_S = 4
+
+
+class BehaviourStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.locks = LockTable(self, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY)
+        self.customers = dynamodb.Table(
+            self, "Customers",
+            partition_key=dynamodb.Attribute(name="customerId", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        self.fn = lambda_.Function(
+            self, "ApplyCustomerUpdate",
+            runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+            code=lambda_.Code.from_asset(str(APPLY_UPDATE_CODE)),
+            environment={"CUSTOMERS_TABLE": self.customers.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+        )
+        self.customers.grant_read_write_data(self.fn)
+
+        self.locked("Main", max_wait=cdk.Duration.seconds(90))
+        self.locked("NoWait", max_wait=cdk.Duration.seconds(0))
+        self.locked("ShortWait", max_wait=cdk.Duration.seconds(SHORT_WAIT_S))
+        self.locked(
+            "ShortLease", max_wait=cdk.Duration.seconds(60),
+            lease=cdk.Duration.seconds(SHORT_LEASE_S), tolerate_stale_fence=True,
+        )
+        sfn.StateMachine(
+            self, "Unlocked",
+            definition_body=sfn.DefinitionBody.from_chainable(self.work("UnlockedWork", fence="null")),
+            query_language=sfn.QueryLanguage.JSONATA,
+        )
+
+    def work(self, construct_id: str, *, fence: str = "$lock.fence") -> tasks.LambdaInvoke:
+        return tasks.LambdaInvoke.jsonata(
+            self, construct_id,
+            state_name="Apply update",
+            lambda_function=self.fn,
+            payload=sfn.TaskInput.from_object({
+                "customerId": jsonata("$states.input.customerId"),
+                "fence": jsonata(fence),
+                "update": jsonata("$states.input.update"),
+                "workMs": jsonata("$states.input.workMs"),
+            }),
+            outputs=jsonata("$states.result.Payload"),
+            retry_on_service_exceptions=False,
+        )
+
+    def locked(self, name: str, *, tolerate_stale_fence: bool = False, **props) -> LockedWorkflow:
+        work: sfn.IChainable = self.work(f"{name}Work")
+        if tolerate_stale_fence:  # record the rejected write, let the release report Lock.Lost
+            rejected = sfn.Pass.jsonata(
+                self, f"{name}Rejected", state_name="Write rejected",
+                outputs=jsonata("{'rejected': $states.input.Error}"),
+            )
+            work.add_catch(rejected, errors=["StaleFenceError"])  # now wrapped in a Parallel
+        return LockedWorkflow(
+            self, name,
+            lock_key=jsonata("$states.input.customerId"),
+            key_namespace=name.lower(),
+            protected=work,
+            table=self.locks.table,
+            wait_policy=TEST_WAIT_POLICY,
+            timeout=cdk.Duration.minutes(5),
+            logging=False,
+            **props,
+        )

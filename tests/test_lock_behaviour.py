@@ -1,0 +1,216 @@
+"""The lock under real concurrency, on the local runtime, on both DynamoDB backends.
+
+Correctness is judged by invariants over many concurrent executions - never by "SUCCEEDED":
+no two critical sections of one key overlap, no update is lost, fences strictly increase in
+critical-section order, keys never wait on each other - and each claim has a negative control.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from behaviour_stack import SHORT_LEASE_S, SHORT_WAIT_S
+from constructs_lib.local import LocalCloud
+from constructs_lib.local.pytest_plugin import require_backend
+from constructs_lib.lock_client import LockClient
+from state_machines import lock_protocol as p
+from lock_invariants import (
+    critical_sections,
+    fences_in_order,
+    held_interval,
+    overlapping_pairs,
+    state_entered,
+)
+
+BACKENDS = ["moto", "dynamodb-local"]
+
+
+@dataclass
+class Deployed:
+    cloud: LocalCloud
+    app: object
+
+    def machine(self, name: str) -> str:
+        return self.app.state_machine_arn(f"{name}StateMachine" if name != "Unlocked" else "Unlocked")
+
+    def run(self, machine: str, inputs: list[dict], *, stagger_s: float = 0.0, timeout: float = 180):
+        arns = []
+        for document in inputs:
+            arns.append(self.cloud.start_execution(self.machine(machine), document))
+            if stagger_s:
+                time.sleep(stagger_s)
+        return [self.cloud.wait_for(arn, timeout=timeout) for arn in arns]
+
+    def customer(self, customer_id: str) -> dict:
+        item = self.cloud.dynamodb.get_item(
+            TableName=self.customers_table, Key={"customerId": {"S": customer_id}}, ConsistentRead=True
+        ).get("Item", {})
+        return {k: (int(v["N"]) if "N" in v else v.get("S")) for k, v in item.items()}
+
+    def lock_item(self, namespace: str, key: str) -> dict:
+        return self.cloud.dynamodb.get_item(
+            TableName=self.locks_table, Key={p.KEY_ATTRIBUTE: {"S": p.namespaced(namespace, key)}},
+            ConsistentRead=True,
+        ).get("Item", {})
+
+    @property
+    def customers_table(self) -> str:
+        return next(v for k, v in self.app.resources.items() if k.startswith("Customers"))
+
+    @property
+    def locks_table(self) -> str:
+        return next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
+
+    def client(self, namespace: str) -> LockClient:
+        return LockClient(self.locks_table, namespace=namespace, dynamodb=self.cloud.dynamodb)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def deployed(request, behaviour_synth):
+    require_backend(request.param)
+    with LocalCloud(request.param) as cloud:
+        app = cloud.deploy(behaviour_synth.template, assets_dir=behaviour_synth.assets_dir)
+        yield Deployed(cloud, app)
+
+
+def update(customer_id: str, *, delta=1, work_ms: int = 50) -> dict:
+    return {"customerId": customer_id, "update": {"balanceDelta": delta}, "workMs": work_ms}
+
+
+def new_key(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+# ---- mutual exclusion, no lost update, fences -----------------------------------------------
+
+
+def test_twenty_concurrent_runs_on_one_key_are_serialized(deployed):
+    key = new_key("serial")
+    results = deployed.run("Main", [update(key) for _ in range(20)])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 20, [(r.error, r.cause) for r in results if r.status != "SUCCEEDED"]
+    sections = critical_sections(results, "Apply update")
+    assert len(sections) == 20
+    assert overlapping_pairs(sections) == []
+    assert deployed.customer(key)["updates"] == 20 and deployed.customer(key)["balance"] == 20
+    assert fences_in_order(sections) and [s.fence for s in sorted(sections, key=lambda s: s.start)] == list(range(1, 21))
+    lock = deployed.lock_item("main", key)
+    assert p.OWNER not in lock and lock[p.FENCE] == {"N": "20"}  # released; the fence stays
+
+
+def test_negative_control_without_the_lock_updates_are_lost(deployed):
+    key = new_key("unlocked")
+    results = deployed.run("Unlocked", [update(key, work_ms=150) for _ in range(20)])
+    assert all(r.status == "SUCCEEDED" for r in results)
+    sections = critical_sections(results, "Apply update")
+    assert overlapping_pairs(sections), "the overlap check must flag unserialized runs"
+    assert deployed.customer(key)["balance"] < 20, "without the lock, concurrent read-modify-writes lose updates"
+
+
+def test_keys_never_wait_on_each_other(deployed):
+    keys = [new_key(f"k{i}") for i in range(3)]
+    inputs = [update(k) for _ in range(10) for k in keys]
+    results = deployed.run("Main", inputs)
+    assert all(r.status == "SUCCEEDED" for r in results)
+    by_key = {k: [r for r, i in zip(results, inputs) if i["customerId"] == k] for k in keys}
+    for key, runs in by_key.items():
+        assert overlapping_pairs(critical_sections(runs, "Apply update")) == []
+        assert deployed.customer(key)["balance"] == 10
+        held = [held_interval(r) for r in runs]
+        for run in runs:  # every refused acquire happened while a run of the SAME key held it
+            for refused_at in _refused_acquires(run):
+                assert any(start - 0.05 <= refused_at <= end + 0.05 for start, end in held), (key, refused_at)
+    # and different keys did hold their locks at the same time
+    all_sections = [s for k in keys for s in critical_sections(by_key[k], "Apply update", key=k)]
+    assert any(a.key != b.key for a, b in overlapping_pairs(all_sections))
+
+
+def _refused_acquires(result) -> list[float]:
+    return [
+        e["timestamp"].timestamp()
+        for e in result.history
+        if e["type"] == "TaskFailed" and e.get("taskFailedEventDetails", {}).get("error") == p.CONDITION_FAILED
+    ]
+
+
+# ---- errors, timeouts, bad keys -------------------------------------------------------------
+
+
+def test_failed_work_releases_and_fails_with_the_original_error_then_next_waiter_proceeds(deployed):
+    key = new_key("fails")
+    bad, good = deployed.run("Main", [update(key, delta="not-a-number", work_ms=500), update(key)], stagger_s=0.3)
+    assert bad.status == "FAILED" and bad.error == "InvalidUpdateError", (bad.error, bad.cause)
+    assert "balanceDelta" in (bad.cause or "")
+    assert "Lock.ReleaseAfterError" in state_entered(bad)
+    assert good.status == "SUCCEEDED" and deployed.customer(key)["balance"] == 1
+    assert p.OWNER not in deployed.lock_item("main", key)
+
+
+def test_max_wait_zero_times_out_at_once_without_waiting(deployed):
+    key = new_key("nowait")
+    with deployed.client("nowait").hold(key, lease=60):  # a Python holder blocks the workflow
+        started = time.time()
+        (result,) = deployed.run("NoWait", [update(key)])
+        elapsed = time.time() - started
+    assert result.status == "FAILED" and result.error == p.ERROR_TIMEOUT
+    assert "Lock.Wait" not in state_entered(result) and "Lock.Held?" not in state_entered(result)
+    assert elapsed < 3
+    assert "customerId" not in deployed.customer(key)
+
+
+def test_max_wait_times_out_after_about_max_wait(deployed):
+    key = new_key("shortwait")
+    with deployed.client("shortwait").hold(key, lease=60):
+        (result,) = deployed.run("ShortWait", [update(key)])
+    assert result.status == "FAILED" and result.error == p.ERROR_TIMEOUT
+    waited = (result.stop_date - result.start_date).total_seconds()
+    assert SHORT_WAIT_S - 0.5 <= waited <= SHORT_WAIT_S + 3, waited
+    assert state_entered(result).count("Lock.Wait") >= 2
+
+
+@pytest.mark.parametrize(
+    "customer_id, problem",
+    [
+        (None, "is missing"),
+        ("", "must not be empty"),
+        (42, "must be a string, got: number"),
+        ({"id": "x"}, "must be a string, got: object"),
+        ("x" * (p.MAX_KEY_LENGTH + 1), f"must be at most {p.MAX_KEY_LENGTH} characters"),
+    ],
+)
+def test_bad_keys_fail_with_invalid_key_before_any_dynamodb_call(deployed, customer_id, problem):
+    document = update("ignored")
+    if customer_id is None:
+        del document["customerId"]
+    else:
+        document["customerId"] = customer_id
+    (result,) = deployed.run("Main", [document])
+    assert result.status == "FAILED" and result.error == p.ERROR_INVALID_KEY
+    assert problem in result.cause
+    assert not [e for e in result.history if e["type"] == "TaskScheduled"], "no DynamoDB call may happen"
+
+
+# ---- short lease: takeover, Lock.Lost, fenced write rejected --------------------------------
+
+
+def test_short_lease_takeover_rejects_the_zombies_write_and_its_release_is_lost(deployed):
+    key = new_key("lease")
+    zombie, successor = deployed.run(
+        "ShortLease",
+        [update(key, delta=100, work_ms=(SHORT_LEASE_S + 6) * 1000), update(key, delta=1, work_ms=0)],
+        stagger_s=0.5,
+    )
+    assert successor.status == "SUCCEEDED"
+    assert zombie.status == "FAILED" and zombie.error == p.ERROR_LOST, (zombie.error, zombie.cause)
+    assert "Write rejected" in state_entered(zombie)  # its fenced write was refused
+    record = deployed.customer(key)
+    assert record["balance"] == 1 and record["lastFence"] == 2
+    # the successor took over the expired lease while the zombie still worked
+    zombie_section, successor_section = (
+        critical_sections([zombie], "Apply update")[0], critical_sections([successor], "Apply update")[0]
+    )
+    assert successor_section.start < zombie_section.end
+    assert successor_section.fence > zombie_section.fence
