@@ -25,16 +25,38 @@ demonstration and exits 0 whatever it shows.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from constructs_lib.local import scenario
 from constructs_lib.local.scenario import CriticalSection, RunMetrics
 
 DEFAULT_OUT = Path("out") / "demo-timeline.png"
+#: The example Lambda logs every update (Powertools, JSON on stdout) and prints its metrics;
+#: the demo turns both down unless asked (``--lambda-logs``), so the summary stays readable.
+QUIET_LAMBDA_ENVIRONMENT = {"POWERTOOLS_LOG_LEVEL": "ERROR", "POWERTOOLS_METRICS_DISABLED": "true"}
+
+
+@contextmanager
+def quiet_lambdas(enabled: bool = True) -> Iterator[None]:
+    """Defaults for the in-process Lambdas' environment (variables already set are kept)."""
+    saved = {k: os.environ.get(k) for k in QUIET_LAMBDA_ENVIRONMENT}
+    if enabled:
+        for key, value in QUIET_LAMBDA_ENVIRONMENT.items():
+            os.environ.setdefault(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclass
@@ -85,6 +107,7 @@ def run_demo(
     out: Path | None = DEFAULT_OUT,
     timeout_s: float = 600,
     progress: bool = True,
+    lambda_logs: bool = False,
 ) -> DemoReport:
     from constructs_lib.local import LocalCloud
 
@@ -97,7 +120,7 @@ def run_demo(
     for customer in load:
         expected[customer] = expected.get(customer, 0) + 1
 
-    with LocalCloud(backend=backend) as cloud:
+    with quiet_lambdas(not lambda_logs), LocalCloud(backend=backend) as cloud:
         t1 = time.monotonic()
         app = scenario.deploy_example(cloud, synthesized, lock_enabled=lock_enabled)
         timings["deploy_s"] = time.monotonic() - t1
@@ -220,6 +243,25 @@ def summary_lines(report: DemoReport) -> list[str]:
     return lines
 
 
+def overlap_spans(
+    overlaps: Sequence[tuple[CriticalSection, CriticalSection]],
+) -> dict[str, list[tuple[int, int]]]:
+    """Per key, the merged time ranges (epoch ms) in which two of its sections overlapped."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for first, second in overlaps:
+        spans.setdefault(first.key, []).append((second.start_ms, min(first.end_ms, second.end_ms)))
+    merged: dict[str, list[tuple[int, int]]] = {}
+    for key, ranges in spans.items():
+        out: list[tuple[int, int]] = []
+        for start, end in sorted(ranges):
+            if out and start <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], end))
+            else:
+                out.append((start, end))
+        merged[key] = out
+    return merged
+
+
 def write_timeline(report: DemoReport, path: Path) -> Path:
     """One lane per customer, a bar per critical section, labelled with its fence."""
     import matplotlib
@@ -285,13 +327,16 @@ def write_timeline(report: DemoReport, path: Path) -> Path:
                 va="bottom",
                 fontsize=7,
             )
-    for first, second in report.overlaps:
-        ax.axvspan((second.start_ms - t0) / 1000, (min(first.end_ms, second.end_ms) - t0) / 1000,
-                   color="red", alpha=0.08, linewidth=0)
+    for key, spans in overlap_spans(report.overlaps).items():
+        for start, end in spans:  # shaded behind the lane, merged: one shade however many pairs
+            ax.barh(lane_base[key] + rows_of[key] / 2 - 0.05, (end - start) / 1000,
+                    left=(start - t0) / 1000, height=rows_of[key] + 0.3,
+                    color="#fbb4b4", edgecolor="none", zorder=0)
     ax.set_yticks([lane_base[k] + rows_of[k] / 2 for k in groups])
     ax.set_yticklabels(list(groups))
     ax.set_xlabel("seconds since the first execution started")
     ax.set_ylim(-0.3, y)
+    ax.set_xlim(left=0)
     title = (
         f"Critical sections per customer {'with' if report.lock_enabled else 'WITHOUT'} the lock: "
         f"{len(report.overlaps)} overlapping pair(s), {report.lost_total} lost update(s)"
@@ -301,8 +346,9 @@ def write_timeline(report: DemoReport, path: Path) -> Path:
     if report.lock_enabled:
         handles.append(Patch(color="#c6dbef", label="lock held (acquiredAt .. release); label = fence"))
     if report.overlaps:
-        handles.append(Patch(color="red", alpha=0.2, label="overlap"))
-    ax.legend(handles=handles, loc="upper right", fontsize=8)
+        handles.append(Patch(color="#fbb4b4", label="critical sections overlap"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 * 4 / height),
+              ncol=len(handles), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -323,6 +369,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-ms", type=int, default=250, help="time between read and write in the Lambda (default 250)")
     parser.add_argument("--backend", choices=("moto", "dynamodb-local"), default="moto")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"timeline PNG (default {DEFAULT_OUT})")
+    parser.add_argument("--lambda-logs", action="store_true", help="show the Lambda's own logs and metrics")
     parser.add_argument("--timeout", type=float, default=600, help="give up after this many seconds")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.customers < 0 or args.per_customer < 0 or args.work_ms < 0:
@@ -341,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend=args.backend,
         out=args.out,
         timeout_s=args.timeout,
+        lambda_logs=args.lambda_logs,
     )
     print("\n".join(summary_lines(report)))
     if report.lock_enabled and not report.invariants_hold:
