@@ -160,7 +160,7 @@ class LocalCloud:
                 pass
         from moto.stepfunctions.parser.utils import TMP_THREADS
 
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + 0.5
         for thread in list(TMP_THREADS):
             left = deadline - time.monotonic()
             if left <= 0:

@@ -359,6 +359,7 @@ class Deployer:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(code["ZipFile"])
             return folder
+        # aws:asset:path metadata (cdk CLI), else the assets manifest by S3 key (any synth).
         asset_path = (resource.get("Metadata") or {}).get("aws:asset:path")
         if asset_path:
             folder = Path(asset_path)
@@ -366,6 +367,9 @@ class Deployer:
                 folder = self._assets_dir / folder
             if folder.is_dir():
                 return folder
+        s3_key = code.get("S3Key")
+        if isinstance(s3_key, str) and self._assets_dir is not None:
+            return asset_folder_for_key(self._assets_dir, s3_key)
         return None
 
     # -- EventBridge --------------------------------------------------------------------
@@ -451,6 +455,18 @@ _TARGET_KEYS = (
     "DeadLetterConfig",
     "SqsParameters",
 )
+
+
+def asset_folder_for_key(assets_dir: Path, object_key: str) -> Path | None:
+    """The staged folder of the file asset published as ``object_key`` (``*.assets.json``)."""
+    for manifest in sorted(assets_dir.glob("*.assets.json")):
+        files = json.loads(manifest.read_text()).get("files", {})
+        for asset in files.values():
+            keys = {d.get("objectKey") for d in (asset.get("destinations") or {}).values()}
+            if object_key in keys:
+                folder = assets_dir / asset["source"]["path"]
+                return folder if folder.is_dir() else None
+    return None
 
 
 def _empty_zip() -> bytes:

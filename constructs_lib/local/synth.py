@@ -41,12 +41,20 @@ def synth_stack(stack: Any) -> Synthesized:
     return Synthesized(artifact.stack_name, artifact.template, Path(assembly.directory))
 
 
+#: Context the cdk CLI sets: CDK paths and asset paths in each resource's Metadata.
+CLI_CONTEXT = {"aws:cdk:enable-path-metadata": True, "aws:cdk:enable-asset-metadata": True}
+
+
 def synth_app(build: Callable[[Any], Any], *, outdir: Path | str | None = None, context: dict[str, Any] | None = None) -> Synthesized:
-    """``build(app)`` returns a stack; synthesize it into ``outdir`` (a temp folder by default)."""
+    """``build(app)`` returns a stack; synthesize it into ``outdir`` (a temp folder by default).
+
+    The app gets the CLI's metadata context (:data:`CLI_CONTEXT`), so lookups by CDK path
+    work; ``context`` adds to it.
+    """
     import aws_cdk as cdk
 
     outdir = Path(outdir) if outdir else Path(tempfile.mkdtemp(prefix="cdk.out-"))
-    app = cdk.App(outdir=str(outdir), context=context or {})
+    app = cdk.App(outdir=str(outdir), context={**CLI_CONTEXT, **(context or {})})
     return synth_stack(build(app))
 
 
