@@ -226,10 +226,11 @@ class BenchApp:
 def deploy_bench(cloud: Any, synthesized: Any, variants: Sequence[str]) -> BenchApp:
     deployment = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
     machines = {}
+    stack = synthesized.stack_name
     for variant in variants:
-        # LockedWorkflow's machine is <variant>StateMachine…; a plain one is <variant><hash>.
-        key = f"{variant}StateMachine" if variant.startswith(("Ours", "Sweep")) else variant
-        machines[variant] = deployment.state_machine_arn(key)
+        # By CDK path: LockedWorkflow's machine is <variant>/StateMachine, a plain one <variant>.
+        inner = "/StateMachine" if variant.startswith(("Ours", "Sweep")) else ""
+        machines[variant] = deployment.state_machine_arn(f"{stack}/{variant}{inner}/Resource")
     return BenchApp(machines)
 
 

@@ -299,11 +299,11 @@ def write_timeline(report: DemoReport, path: Path) -> Path:
         rows = rows_of[key]
         bar_h = 0.8
         y0 = lane_base[key] + (rows - 1 - row)
-        if section.acquired_ms is not None and section.released_ms is not None:
+        if section.acquire_acked_ms is not None and section.release_sent_ms is not None:
             ax.barh(
                 y0 + bar_h / 2,
-                (section.released_ms - section.acquired_ms) / 1000,
-                left=(section.acquired_ms - t0) / 1000,
+                (section.release_sent_ms - section.acquire_acked_ms) / 1000,
+                left=(section.acquire_acked_ms - t0) / 1000,
                 height=bar_h,
                 color="#c6dbef",
                 edgecolor="none",
@@ -344,7 +344,7 @@ def write_timeline(report: DemoReport, path: Path) -> Path:
     ax.set_title(title, fontsize=10)
     handles = [Patch(color=work_color, label="protected work (Apply update)")]
     if report.lock_enabled:
-        handles.append(Patch(color="#c6dbef", label="lock held (acquiredAt .. release); label = fence"))
+        handles.append(Patch(color="#c6dbef", label="lock held (acquire acknowledged .. release sent); number = fence"))
     if report.overlaps:
         handles.append(Patch(color="#fbb4b4", label="critical sections overlap"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 * 4 / height),

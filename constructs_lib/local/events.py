@@ -8,9 +8,10 @@ matching included):
   SQS targets get the same input handling; a target that cannot be delivered to goes to
   its ``DeadLetterConfig`` queue (an SQS ARN) when it has one. ``RetryPolicy`` is
   accepted and ignored: local deliveries fail for deterministic reasons only.
-* **Execution status events**: when an execution ends (SUCCEEDED, FAILED, TIMED_OUT,
-  ABORTED) an ``aws.states`` / ``Step Functions Execution Status Change`` event is put on
-  the default bus of its account and region.
+* **Execution status events**: when an execution of a Standard workflow ends
+  (SUCCEEDED, FAILED, TIMED_OUT, ABORTED) an ``aws.states`` / ``Step Functions Execution
+  Status Change`` event is put on the default bus of its account and region (Express
+  workflows emit none, as on AWS).
 
 :class:`EventRouter` holds the switches tests flip (drop status events: "the janitor's
 event was lost") and a log of what was delivered. The moto hooks live in
@@ -230,7 +231,12 @@ class EventRouter:
     # -- execution status events --------------------------------------------------------
 
     def execution_ended(self, execution: Any) -> None:
-        """Put the status event of a finished moto parser ``Execution`` on the default bus."""
+        """Put the status event of a finished moto parser ``Execution`` on the default bus.
+
+        Express workflows emit no status events, as on AWS.
+        """
+        if str(getattr(execution.sm_type, "value", execution.sm_type)) == "EXPRESS":
+            return
         detail = status_event_detail(execution)
         if not self.emit_status_events or (
             self.status_event_filter is not None and not self.status_event_filter(detail)

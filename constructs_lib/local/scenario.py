@@ -141,9 +141,15 @@ class CriticalSection:
     """One run of the protected work, and the lock held around it.
 
     ``start_ms``/``end_ms``: the protected state entered/exited (history timestamps, epoch ms;
-    ``end_ms`` is the execution's last event when the work never exited). ``fence``,
-    ``acquired_ms`` (``$lock.acquiredAt``, service clock) and ``lock_key`` come from the lock
-    record (None without a lock); ``released_ms`` is when the release write was acknowledged.
+    ``end_ms`` is the execution's last event when the work never exited).
+
+    With a lock (all None without one): ``fence``, ``lock_key`` and ``acquired_ms``
+    (``$lock.acquiredAt``: the service clock's ``$millis()`` just before the winning acquire
+    write) come from the lock record; ``acquire_acked_ms`` is when that write was
+    acknowledged (its ``TaskSucceeded``), ``release_sent_ms`` when the release write was sent
+    (``TaskStarted``) and ``released_ms`` when it was acknowledged. The lock is certainly held
+    from ``acquire_acked_ms`` to ``release_sent_ms`` - an interval that can never overlap
+    another holder's, whatever the request latencies.
     """
 
     execution: str
@@ -153,6 +159,8 @@ class CriticalSection:
     fence: int | None = None
     lock_key: str | None = None
     acquired_ms: int | None = None
+    acquire_acked_ms: int | None = None
+    release_sent_ms: int | None = None
     released_ms: int | None = None
     completed: bool = True
 
@@ -176,6 +184,8 @@ def critical_sections(
     """
     sections: list[CriticalSection] = []
     lock: Mapping[str, Any] | None = None
+    lock_acked: int | None = None
+    last_succeeded: int | None = None  # last TaskSucceeded within the current state
     open_section: CriticalSection | None = None
     awaiting_release: CriticalSection | None = None
     in_release = False
@@ -183,10 +193,14 @@ def critical_sections(
         kind = event["type"]
         ts = epoch_ms(event["timestamp"])
         entered, exited = _entered_name(event), _exited_name(event)
+        if entered is not None:
+            last_succeeded = None
+        if kind == "TaskSucceeded":
+            last_succeeded = ts
         if exited is not None:
             value = _assigned(event, lock_variable)
             if isinstance(value, Mapping) and "fence" in value:
-                lock = value
+                lock, lock_acked = value, last_succeeded
         if entered == protected_state:
             open_section = CriticalSection(
                 execution=execution,
@@ -196,17 +210,20 @@ def critical_sections(
                 fence=_int_or_none((lock or {}).get("fence")),
                 lock_key=(lock or {}).get("key"),
                 acquired_ms=_int_or_none((lock or {}).get("acquiredAt")),
+                acquire_acked_ms=lock_acked if lock else None,
             )
         elif exited == protected_state and open_section is not None:
             open_section.end_ms = ts
             sections.append(open_section)
             awaiting_release, open_section = open_section, None
         elif entered is not None and entered.endswith(RELEASE_SUFFIXES):
-            in_release = awaiting_release is not None or open_section is not None
             if open_section is not None:  # the work failed without exiting: released on Catch
                 open_section.end_ms, open_section.completed = ts, False
                 sections.append(open_section)
                 awaiting_release, open_section = open_section, None
+            in_release = awaiting_release is not None
+        elif in_release and kind == "TaskStarted" and awaiting_release is not None:
+            awaiting_release.release_sent_ms = ts
         elif in_release and kind == "TaskSucceeded" and awaiting_release is not None:
             awaiting_release.released_ms = ts
             awaiting_release, in_release = None, False
@@ -289,14 +306,14 @@ class RunMetrics:
         return self.stop_ms - self.start_ms
 
     @property
-    def acquired_ms(self) -> int | None:
-        """When the lock was acquired (service clock), None without a lock."""
-        return self.sections[0].acquired_ms if self.sections else None
+    def acquire_acked_ms(self) -> int | None:
+        """When the winning acquire write was acknowledged; None without a lock."""
+        return self.sections[0].acquire_acked_ms if self.sections else None
 
     @property
     def wait_ms(self) -> int | None:
-        """Lock acquired minus execution started (the time spent waiting for the lock)."""
-        return None if self.acquired_ms is None else self.acquired_ms - self.start_ms
+        """Acquire succeeded minus execution started (the time spent getting the lock)."""
+        return None if self.acquire_acked_ms is None else self.acquire_acked_ms - self.start_ms
 
 
 def run_metrics(
@@ -346,13 +363,18 @@ class Distribution:
 
 
 def handoff_gaps_ms(sections: Iterable[CriticalSection]) -> list[int]:
-    """Per key, in acquisition order: next acquire minus previous release acknowledged."""
+    """Per key, in acquisition order: next acquire acknowledged minus previous release sent.
+
+    The time the lock sat free while someone wanted it, request latencies included: an
+    upper bound of the true gap that is never negative. (``acquiredAt`` is not used: a
+    waiter may evaluate it a few ms before the previous release lands.)
+    """
     gaps = []
     for group in by_key(sections).values():
-        ordered = sorted((s for s in group if s.acquired_ms is not None), key=lambda s: s.acquired_ms)
+        ordered = sorted((s for s in group if s.acquire_acked_ms is not None), key=lambda s: s.acquire_acked_ms)
         for before, after in zip(ordered, ordered[1:]):
-            if before.released_ms is not None:
-                gaps.append(after.acquired_ms - before.released_ms)  # type: ignore[operator]
+            if before.release_sent_ms is not None:
+                gaps.append(after.acquire_acked_ms - before.release_sent_ms)  # type: ignore[operator]
     return gaps
 
 

@@ -97,3 +97,14 @@ def test_status_events_can_be_dropped_selectively():
         delivered = [cloud.wait_for(r["executionArn"]).output["detail"]["executionArn"] for r in runs]
     assert delivered == [kept]
     assert [d["executionArn"] for d in cloud.events.dropped_status_events] == [lost]
+
+
+def test_express_workflows_emit_no_status_events():
+    with LocalCloud() as cloud:
+        express = cloud.stepfunctions.create_state_machine(
+            name="express", definition=json.dumps(FAIL), roleArn=ROLE_ARN, type="EXPRESS"
+        )["stateMachineArn"]
+        standard = create_state_machine(FAIL, "standard")
+        cloud.wait_all([cloud.start_execution(express, {}), cloud.start_execution(standard, {})])
+        sent = wait_until(lambda: cloud.events.status_events)
+    assert [detail["stateMachineArn"] for detail in sent] == [standard]

@@ -12,6 +12,7 @@ module                     gap
 serial_dynamodb            concurrent conditional writes can all win
 execution_snapshot         a second execution of a state machine cannot start
 execution_output           DescribeExecution returns a string output unencoded
+state_machine_type         CreateStateMachine ignores type=EXPRESS
 unique_execution_names     unnamed executions all get ``...:execution:<sm>:None``
 jsonata_evaluator          no JSONata evaluator; unescaped string variables; errors
 service_shapes             task parameters/results not mapped to the API's shapes
@@ -40,6 +41,7 @@ from constructs_lib.local.patches import (
     nested_states_errors,
     serial_dynamodb,
     service_shapes,
+    state_machine_type,
     unique_execution_names,
 )
 
@@ -51,6 +53,7 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     serial_dynamodb.apply(stack)
     execution_snapshot.apply(stack)
     execution_output.apply(stack)
+    state_machine_type.apply(stack)
     unique_execution_names.apply(stack)
     jsonata_evaluator.apply(stack)
     service_shapes.apply(stack)
