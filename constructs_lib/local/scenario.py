@@ -4,15 +4,16 @@ Pure functions first (tested on synthetic histories in ``tests/test_demo_and_ben
 
 * :func:`critical_sections` - the protected work of one execution, as the history saw it:
   the protected state's ``…StateEntered`` .. ``…StateExited`` timestamps, plus the lock the
-  run held (``$lock``: key, fence, ``acquiredAt`` on the service clock) and when its release
-  was acknowledged.
+  run held (``$lock``: key, fence, ``acquiredAt`` on the service clock), when the acquire
+  write was acknowledged, and when the release write was sent and acknowledged.
 * :func:`find_overlaps`, :func:`fence_order_violations`, :func:`lost_updates` - the
   invariants of DESIGN.md section 4.
 * :func:`transition_count`, :func:`dynamodb_calls` - what an execution costs: state
   transitions (``…StateEntered`` events plus retry attempts, which AWS bills as
   transitions) and DynamoDB requests made by the state machine (every ``TaskScheduled`` on a
   DynamoDB resource, failed conditional writes included).
-* :func:`run_metrics`, :func:`contention_summary` - per-run and per-load numbers of the bench.
+* :func:`run_metrics`, :func:`summarize_load`, :func:`handoff_gaps_ms` - per-run and per-load
+  numbers of the bench.
 
 Then the load helpers that need a :class:`~constructs_lib.local.LocalCloud`: synthesize and
 deploy the example app, fire customer-update events through EventBridge, watch them with a
@@ -21,10 +22,12 @@ stderr progress bar.
 Why the protected state's own events define a critical section: the work runs strictly
 inside the lock's hold (after the acquire write was acknowledged, before the release write
 was sent), so with a working lock these intervals can never overlap - and without the lock
-they are exactly the windows in which two read-modify-writes interleave. ``acquiredAt``
-(``$millis()`` evaluated just before the winning acquire write) is reported next to them,
-not used for the overlap check: a waiter may evaluate its ``:now`` a few milliseconds
-before the previous holder's release lands, which would look like an overlap that never was.
+they are exactly the windows in which two read-modify-writes interleave. ``$lock.acquiredAt``
+(the service clock's ``$millis()``, evaluated just before the winning acquire write) is
+kept next to them but not used for the overlap check, the waits or the handoff gaps: a
+waiter may evaluate it a few milliseconds before the previous holder's release lands
+(seen here: -4 ms "gaps"), which would look like an overlap that never was. Waits and gaps
+use the acquire's acknowledgement and the release's dispatch instead.
 """
 
 from __future__ import annotations
@@ -393,6 +396,8 @@ class LoadSummary:
     handoff_s: Distribution
     overlaps: int
     fence_violations: int
+    mean_wall_s: float = float("nan")  # mean duration of one run
+    start_spread_s: float = float("nan")  # last start minus first start
 
     @property
     def fairness(self) -> float:
@@ -423,6 +428,8 @@ def summarize_load(runs: Sequence[RunMetrics]) -> LoadSummary:
         handoff_s=Distribution.of([g / 1000 for g in handoff_gaps_ms(sections)]),
         overlaps=len(find_overlaps(sections)),
         fence_violations=len(fence_order_violations(sections)),
+        mean_wall_s=mean(r.wall_ms for r in runs) / 1000,
+        start_spread_s=(max(r.start_ms for r in runs) - min(r.start_ms for r in runs)) / 1000,
     )
 
 
