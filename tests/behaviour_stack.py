@@ -19,6 +19,7 @@ from state_machines.lock_protocol import jsonata
 TEST_WAIT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True)
 SHORT_LEASE_S = 3
 SHORT_WAIT_S = 4
+SHORT_TIMEOUT_S = 8
 
 
 class BehaviourStack(cdk.Stack):
@@ -46,6 +47,14 @@ class BehaviourStack(cdk.Stack):
             "ShortLease", max_wait=cdk.Duration.seconds(60),
             lease=cdk.Duration.seconds(SHORT_LEASE_S), tolerate_stale_fence=True,
         )
+        self.locked(
+            "ShortLeaseUnfenced", max_wait=cdk.Duration.seconds(60),
+            lease=cdk.Duration.seconds(SHORT_LEASE_S), fence="null",
+        )
+        self.locked(
+            "ShortTimeout", max_wait=cdk.Duration.seconds(SHORT_WAIT_S),
+            timeout=cdk.Duration.seconds(SHORT_TIMEOUT_S),
+        )
         sfn.StateMachine(
             self, "Unlocked",
             definition_body=sfn.DefinitionBody.from_chainable(self.work("UnlockedWork", fence="null")),
@@ -67,8 +76,10 @@ class BehaviourStack(cdk.Stack):
             retry_on_service_exceptions=False,
         )
 
-    def locked(self, name: str, *, tolerate_stale_fence: bool = False, **props) -> LockedWorkflow:
-        work: sfn.IChainable = self.work(f"{name}Work")
+    def locked(
+        self, name: str, *, tolerate_stale_fence: bool = False, fence: str = "$lock.fence", **props
+    ) -> LockedWorkflow:
+        work: sfn.IChainable = self.work(f"{name}Work", fence=fence)
         if tolerate_stale_fence:  # record the rejected write, let the release report Lock.Lost
             rejected = sfn.Pass.jsonata(
                 self, f"{name}Rejected", state_name="Write rejected",
@@ -82,7 +93,5 @@ class BehaviourStack(cdk.Stack):
             protected=work,
             table=self.locks.table,
             wait_policy=TEST_WAIT_POLICY,
-            timeout=cdk.Duration.minutes(5),
-            logging=False,
-            **props,
+            **{"timeout": cdk.Duration.minutes(5), "logging": False, **props},
         )

@@ -119,3 +119,17 @@ def behaviour_synth():
         lambda app: BehaviourStack(app, "Behaviour"),
         context={"aws:cdk:enable-asset-metadata": True},
     )
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def deployed(request, behaviour_synth):
+    """The behaviour stack in a fresh LocalCloud, once per test module and DynamoDB backend."""
+    from deployed import Deployed
+
+    from constructs_lib.local import LocalCloud
+    from constructs_lib.local.pytest_plugin import require_backend
+
+    require_backend(request.param)
+    with LocalCloud(request.param) as cloud:
+        app = cloud.deploy(behaviour_synth.template, assets_dir=behaviour_synth.assets_dir)
+        yield Deployed(cloud, app)

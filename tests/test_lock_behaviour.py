@@ -8,16 +8,12 @@ critical-section order, keys never wait on each other - and each claim has a neg
 from __future__ import annotations
 
 import time
-import uuid
-from dataclasses import dataclass
 
 import pytest
 
 from behaviour_stack import SHORT_LEASE_S, SHORT_WAIT_S
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.pytest_plugin import require_backend
-from constructs_lib.lock_client import LockClient
 from state_machines import lock_protocol as p
+from deployed import new_key, update
 from lock_invariants import (
     critical_sections,
     fences_in_order,
@@ -25,65 +21,6 @@ from lock_invariants import (
     overlapping_pairs,
     state_entered,
 )
-
-BACKENDS = ["moto", "dynamodb-local"]
-
-
-@dataclass
-class Deployed:
-    cloud: LocalCloud
-    app: object
-
-    def machine(self, name: str) -> str:
-        return self.app.state_machine_arn(f"{name}StateMachine" if name != "Unlocked" else "Unlocked")
-
-    def run(self, machine: str, inputs: list[dict], *, stagger_s: float = 0.0, timeout: float = 180):
-        arns = []
-        for document in inputs:
-            arns.append(self.cloud.start_execution(self.machine(machine), document))
-            if stagger_s:
-                time.sleep(stagger_s)
-        return [self.cloud.wait_for(arn, timeout=timeout) for arn in arns]
-
-    def customer(self, customer_id: str) -> dict:
-        item = self.cloud.dynamodb.get_item(
-            TableName=self.customers_table, Key={"customerId": {"S": customer_id}}, ConsistentRead=True
-        ).get("Item", {})
-        return {k: (int(v["N"]) if "N" in v else v.get("S")) for k, v in item.items()}
-
-    def lock_item(self, namespace: str, key: str) -> dict:
-        return self.cloud.dynamodb.get_item(
-            TableName=self.locks_table, Key={p.KEY_ATTRIBUTE: {"S": p.namespaced(namespace, key)}},
-            ConsistentRead=True,
-        ).get("Item", {})
-
-    @property
-    def customers_table(self) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith("Customers"))
-
-    @property
-    def locks_table(self) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
-
-    def client(self, namespace: str) -> LockClient:
-        return LockClient(self.locks_table, namespace=namespace, dynamodb=self.cloud.dynamodb)
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def deployed(request, behaviour_synth):
-    require_backend(request.param)
-    with LocalCloud(request.param) as cloud:
-        app = cloud.deploy(behaviour_synth.template, assets_dir=behaviour_synth.assets_dir)
-        yield Deployed(cloud, app)
-
-
-def update(customer_id: str, *, delta=1, work_ms: int = 50) -> dict:
-    return {"customerId": customer_id, "update": {"balanceDelta": delta}, "workMs": work_ms}
-
-
-def new_key(label: str) -> str:
-    return f"{label}-{uuid.uuid4().hex[:8]}"
-
 
 # ---- mutual exclusion, no lost update, fences -----------------------------------------------
 
