@@ -274,17 +274,82 @@ def run_load(
 
 @dataclass
 class Contention:
-    summary: LoadSummary
+    """The contention case, one or more loads of N runs on one key; figures are per-load means
+    (max wait and max handoff gap: the largest seen)."""
+
+    loads: list[LoadSummary]
     work_s: float
+
+    def _mean(self, figure: Callable[[LoadSummary], float]) -> float:
+        return _mean(figure(load) for load in self.loads)
 
     @property
     def makespan_ratio(self) -> float:
-        return self.summary.makespan_s / (self.summary.runs * self.work_s)
+        return self._mean(lambda l: l.makespan_s / (l.runs * self.work_s))
+
+    @property
+    def transitions_per_run(self) -> float:
+        return self._mean(lambda l: l.transitions_per_run)
+
+    @property
+    def dollars_per_run(self) -> float:
+        return self.transitions_per_run * DOLLARS_PER_TRANSITION
+
+    @property
+    def dynamodb_per_run(self) -> float:
+        return self._mean(lambda l: l.dynamodb_per_run)
+
+    @property
+    def dynamodb_failed_per_run(self) -> float:
+        return self._mean(lambda l: l.dynamodb_failed_per_run)
+
+    @property
+    def mean_wait_s(self) -> float:
+        return self._mean(lambda l: l.wait_s.mean)
+
+    @property
+    def max_wait_s(self) -> float:
+        return max(l.wait_s.max for l in self.loads)
+
+    @property
+    def mean_handoff_s(self) -> float:
+        return self._mean(lambda l: l.handoff_s.mean)
+
+    @property
+    def max_handoff_s(self) -> float:
+        return max(l.handoff_s.max for l in self.loads)
+
+    @property
+    def fairness(self) -> float:
+        return self._mean(lambda l: l.fairness)
+
+    @property
+    def overlaps(self) -> int:
+        return sum(l.overlaps for l in self.loads)
+
+    @property
+    def fence_violations(self) -> int:
+        return sum(l.fence_violations for l in self.loads)
+
+    def to_json(self) -> dict[str, Any]:
+        figures = ("makespan_ratio", "transitions_per_run", "dollars_per_run", "dynamodb_per_run",
+                   "dynamodb_failed_per_run", "mean_wait_s", "max_wait_s", "mean_handoff_s",
+                   "max_handoff_s", "fairness", "overlaps", "fence_violations")
+        return {
+            **{name: getattr(self, name) for name in figures},
+            "loads": [_load_json(load, self.work_s) for load in self.loads],
+        }
 
 
-def contention(cloud: Any, arn: str, *, runs: int, work_s: float, key: str, label: str, progress: bool) -> Contention:
-    metrics = run_load(cloud, arn, [key] * runs, work_s=work_s, label=label, progress=progress)
-    return Contention(scenario.summarize_load(metrics), work_s)
+def contention(
+    cloud: Any, arn: str, *, runs: int, work_s: float, key: str, label: str, progress: bool, repeats: int = 1
+) -> Contention:
+    loads = []
+    for r in range(repeats):
+        name = f"{label} #{r + 1}" if repeats > 1 else label
+        metrics = run_load(cloud, arn, [f"{key}-{r}"] * runs, work_s=work_s, label=name, progress=progress)
+        loads.append(scenario.summarize_load(metrics))
+    return Contention(loads, work_s)
 
 
 # ----------------------------------------------------------------------------------------
@@ -398,6 +463,7 @@ def run_bench(
     keys: int = 50,
     ours: WaitPolicy | None = None,
     backend: str = "moto",
+    repeats: int = 1,
     progress: bool = True,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> BenchResults:
@@ -420,7 +486,7 @@ def run_bench(
         }
         contended = {
             v: contention(cloud, app.arn(v), runs=runs, work_s=work_s, key=f"hot-{v}",
-                          label=f"contention {v} ({runs} runs)", progress=progress)
+                          label=f"contention {v} ({runs} runs)", progress=progress, repeats=repeats)
             for v in ("Ours", "Baseline")
         }
         independent = {}
@@ -441,19 +507,18 @@ def run_bench(
     rows = [
         Row("uncontended: extra transitions per run (task)", o_over[0], b_over[0], digits=0),
         Row("uncontended: extra DynamoDB calls per run", o_over[1], b_over[1], digits=0),
-        Row(f"contention ({runs} runs, 1 key): transitions per run", co.summary.transitions_per_run,
-            cb.summary.transitions_per_run, digits=1),
-        Row("contention: $ per 1M runs (transitions)", co.summary.dollars_per_run * 1e6,
-            cb.summary.dollars_per_run * 1e6, digits=0),
-        Row("contention: DynamoDB calls per run", co.summary.dynamodb_per_run, cb.summary.dynamodb_per_run, digits=1),
-        Row("contention: failed conditional writes per run", co.summary.dynamodb_failed_per_run,
-            cb.summary.dynamodb_failed_per_run, digits=1),
+        Row(f"contention ({runs} runs, 1 key): transitions per run", co.transitions_per_run,
+            cb.transitions_per_run, digits=1),
+        Row("contention: $ per 1M runs (transitions)", co.dollars_per_run * 1e6, cb.dollars_per_run * 1e6, digits=0),
+        Row("contention: DynamoDB calls per run", co.dynamodb_per_run, cb.dynamodb_per_run, digits=1),
+        Row("contention: failed conditional writes per run", co.dynamodb_failed_per_run,
+            cb.dynamodb_failed_per_run, digits=1),
         Row(f"contention: makespan ÷ (N × {work_s:g} s)", co.makespan_ratio, cb.makespan_ratio),
-        Row("contention: mean wait (s)", co.summary.wait_s.mean, cb.summary.wait_s.mean, digits=1),
-        Row("contention: max wait (s)", co.summary.wait_s.max, cb.summary.wait_s.max, digits=1),
-        Row("contention: mean handoff gap (s)", co.summary.handoff_s.mean, cb.summary.handoff_s.mean),
-        Row("contention: max handoff gap (s)", co.summary.handoff_s.max, cb.summary.handoff_s.max),
-        Row("fairness: max wait ÷ mean wait", co.summary.fairness, cb.summary.fairness),
+        Row("contention: mean wait (s)", co.mean_wait_s, cb.mean_wait_s, digits=1),
+        Row("contention: max wait (s)", co.max_wait_s, cb.max_wait_s, digits=1),
+        Row("contention: mean handoff gap (s)", co.mean_handoff_s, cb.mean_handoff_s),
+        Row("contention: max handoff gap (s)", co.max_handoff_s, cb.max_handoff_s),
+        Row("fairness: max wait ÷ mean wait (2.0 = first come, first served)", co.fairness, cb.fairness),
         Row(f"independence ({keys} keys × 1 run): wall ÷ one run", indep["Ours"], indep["Baseline"]),
         Row("independence: mean run duration ÷ one run", indep_run["Ours"], indep_run["Baseline"]),
         Row("independence: failed conditional writes", independent["Ours"].dynamodb_failed_per_run * keys,
@@ -465,6 +530,7 @@ def run_bench(
         "runs": runs,
         "work_seconds": work_s,
         "keys": keys,
+        "contention_loads": repeats,
         "backend": backend,
         "ours_wait_policy": asdict(ours),
         "baseline": {**BASELINE_RETRY, "jitter": False, "loop_wait_s": BASELINE_LOOP_WAIT_S},
@@ -476,7 +542,7 @@ def run_bench(
     return BenchResults(
         config=config,
         uncontended={v: _run_json(r) for v, r in uncontended.items()},
-        contention={v: _load_json(c.summary, work_s) for v, c in contended.items()},
+        contention={v: c.to_json() for v, c in contended.items()},
         independence={
             v: {"wall_s": independent[v].makespan_s, "one_run_s": solo[v], "ratio": indep[v],
                 "mean_run_s": independent[v].mean_wall_s, "mean_run_ratio": indep_run[v],
@@ -487,8 +553,8 @@ def run_bench(
         },
         rows=rows,
         invariants={
-            v: {"overlaps": c.summary.overlaps, "fence_violations": c.summary.fence_violations,
-                "succeeded": c.summary.succeeded, "runs": c.summary.runs}
+            v: {"overlaps": c.overlaps, "fence_violations": c.fence_violations,
+                "succeeded": sum(l.succeeded for l in c.loads), "runs": sum(l.runs for l in c.loads)}
             for v, c in contended.items()
         },
     )
@@ -561,21 +627,18 @@ def run_sweep(
         app = deploy_bench(cloud, synthesized, variants)
         run_load(cloud, app.arn(variants[0]), ["warm-up"], work_s=0, label="warm-up", progress=False)
         for policy, variant in zip(policies, variants):
-            loads = [
-                contention(cloud, app.arn(variant), runs=runs, work_s=work_s, key=f"hot-{r}",
-                           label=f"{policy_text(policy)} #{r + 1}", progress=progress)
-                for r in range(repeats)
-            ]
+            load = contention(cloud, app.arn(variant), runs=runs, work_s=work_s, key="hot",
+                              label=policy_text(policy), progress=progress, repeats=repeats)
             entries.append(
                 SweepEntry(
                     policy=policy,
-                    makespan_ratio=_mean(c.makespan_ratio for c in loads),
-                    transitions_per_run=_mean(c.summary.transitions_per_run for c in loads),
-                    dynamodb_per_run=_mean(c.summary.dynamodb_per_run for c in loads),
-                    mean_wait_s=_mean(c.summary.wait_s.mean for c in loads),
-                    max_wait_s=max(c.summary.wait_s.max for c in loads),
-                    mean_handoff_s=_mean(c.summary.handoff_s.mean for c in loads),
-                    overlaps=sum(c.summary.overlaps for c in loads),
+                    makespan_ratio=load.makespan_ratio,
+                    transitions_per_run=load.transitions_per_run,
+                    dynamodb_per_run=load.dynamodb_per_run,
+                    mean_wait_s=load.mean_wait_s,
+                    max_wait_s=load.max_wait_s,
+                    mean_handoff_s=load.mean_handoff_s,
+                    overlaps=load.overlaps,
                     repeats=repeats,
                 )
             )
@@ -606,7 +669,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="run the contention case for candidate wait policies instead, and pick one")
     parser.add_argument("--sweep-policies", default=None, metavar="P;P;...",
                         help="candidates for --sweep, e.g. '1,1.5,4,1;1,1,1,1' (default: 4 built in)")
-    parser.add_argument("--repeats", type=int, default=1, help="contention loads per policy in --sweep (default 1)")
+    parser.add_argument("--repeats", type=int, default=1, help="loads of the contention case (per policy with --sweep); figures are means (default 1)")
     parser.add_argument("--backend", choices=("moto", "dynamodb-local"), default="moto")
     parser.add_argument("--out", type=Path, default=Path("out") / "bench", help="results folder (default out/bench)")
     args = parser.parse_args(argv)
@@ -653,7 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if overlaps else 0
 
     results = run_bench(runs=args.runs, work_s=args.work_seconds, keys=args.keys,
-                        ours=args.wait_policy, backend=args.backend)
+                        ours=args.wait_policy, backend=args.backend, repeats=args.repeats)
     results.config["command"] = command
     policy = WaitPolicy(**results.config["ours_wait_policy"])
     print(f"Lock benchmark ({results.config['date']}): ours = LockedWorkflow, wait policy {policy_text(policy)}; "
