@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
+import uuid
+
 import boto3
 import jsonata
 import pytest
@@ -111,3 +115,27 @@ def test_runtime_raises_query_evaluation_errors():
     assert caught.output["caught"] == "States.QueryEvaluationError"
     assert "Lock.InvalidKey: the lock key is missing" in caught.output["cause"]
     assert passed.output == "k"
+
+
+def test_runtime_has_step_functions_functions():
+    machine = {
+        "QueryLanguage": "JSONata",
+        "StartAt": "Fns",
+        "States": {
+            "Fns": {
+                "Type": "Pass",
+                "Output": "{% {'uuid': $uuid(), 'hash': $hash('abc', 'SHA-256'), 'parts': $partition([1,2,3], 2), 'parsed': $parse('{\"a\": 1}'), 'now': $millis()} %}",
+                "End": True,
+            }
+        },
+    }
+    with LocalCloud() as cloud:
+        before = int(time.time() * 1000)
+        result = cloud.wait_for(cloud.start_execution(create_state_machine(machine), {}))
+        after = int(time.time() * 1000)
+    assert result.status == "SUCCEEDED", result.cause
+    assert uuid.UUID(result.output["uuid"]).version == 4
+    assert result.output["hash"] == hashlib.sha256(b"abc").hexdigest()
+    assert result.output["parts"] == [[1, 2], [3]]
+    assert result.output["parsed"] == {"a": 1}
+    assert before <= result.output["now"] <= after

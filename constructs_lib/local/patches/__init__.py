@@ -17,6 +17,7 @@ unique_execution_names     unnamed executions all get ``...:execution:<sm>:None`
 jsonata_evaluator          no JSONata evaluator; unescaped string variables; errors
 service_shapes             task parameters/results not mapped to the API's shapes
 nested_states_errors       Parallel/Map turn a branch's States.* error into States.Runtime
+task_argument_errors       a task's Arguments error becomes e.g. DynamoDB.AmazonDynamoDBException
 lambda_in_process          Lambda needs Docker
 eventbridge_targets        rules cannot target state machines; Input/InputPath ignored
 execution_status_events    no ``Step Functions Execution Status Change`` events
@@ -42,6 +43,7 @@ from constructs_lib.local.patches import (
     serial_dynamodb,
     service_shapes,
     state_machine_type,
+    task_argument_errors,
     unique_execution_names,
 )
 
@@ -58,6 +60,7 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     jsonata_evaluator.apply(stack)
     service_shapes.apply(stack)
     nested_states_errors.apply(stack)
+    task_argument_errors.apply(stack)
     lambda_in_process.apply(stack, functions)
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)
