@@ -347,10 +347,9 @@ def write_timeline(report: DemoReport, path: Path) -> Path:
         handles.append(Patch(color="#c6dbef", label="lock held (acquire acknowledged .. release sent); number = fence"))
     if report.overlaps:
         handles.append(Patch(color="#fbb4b4", label="critical sections overlap"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 * 4 / height),
-              ncol=len(handles), fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.35 / height, 1, 1))  # room for the legend below the axis label
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
