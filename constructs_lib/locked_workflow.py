@@ -38,8 +38,8 @@ LEASE_MARGIN = Duration.minutes(5)
 DEFAULT_TIMEOUT = Duration.hours(1)
 #: Default longest time a run waits for a held lock.
 DEFAULT_MAX_WAIT = Duration.minutes(15)
-#: Default: a waiter asks whether the holder still runs on every this-many-th poll.
-DEFAULT_LIVENESS_CHECK_EVERY = 5
+#: Default: a waiter asks whether the holder still runs on every this-many-th round of polls.
+DEFAULT_LIVENESS_CHECK_EVERY = 2
 #: Express workflows cannot run longer than this.
 EXPRESS_MAX_DURATION = Duration.minutes(5)
 
@@ -69,6 +69,11 @@ def _validate_wait_policy(policy: WaitPolicy) -> None:
         raise ValueError(
             "`wait_policy.max_interval` must be a whole number of seconds >= first_interval "
             f"({policy.first_interval}), got: {policy.max_interval!r}"
+        )
+    if not isinstance(policy.retries_per_round, int) or not 0 <= policy.retries_per_round <= 20:
+        raise ValueError(
+            "`wait_policy.retries_per_round` must be a whole number from 0 to 20, "
+            f"got: {policy.retries_per_round!r}"
         )
     if not 1.0 <= float(policy.backoff_rate) <= 10.0:
         raise ValueError(
@@ -111,7 +116,7 @@ class LockedSection(sfn.StateMachineFragment):
     :param max_wait: longest time to wait for a held lock before failing with
         ``Lock.Timeout``; ``Duration.seconds(0)`` fails at once. Default: 15 minutes.
     :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 1 s,
-        backoff 1.5, at most 4 s between attempts, jitter on.
+        backoff 1.5, at most 3 s between attempts, jitter on, 4 retries per round.
     :param lock_variable: name of the variable holding the lock (the wait bookkeeping uses
         ``<name>Wait`` and ``<name>Holder``). Give nested sections different names.
         Default: ``"lock"``.
@@ -119,8 +124,8 @@ class LockedSection(sfn.StateMachineFragment):
         may hold this lock. A waiter may ask Step Functions whether such a holder still runs
         (``states:DescribeExecution``, scoped to these machines' executions) and take the lock
         over from one that ended. Default: ``()`` - no liveness check.
-    :param liveness_check_every: check the holder on every this-many-th failed attempt;
-        ``0`` turns the check off. Default: ``5``.
+    :param liveness_check_every: check the holder on every this-many-th round of polls;
+        ``0`` turns the check off. Default: ``2``.
     """
 
     def __init__(
@@ -143,7 +148,7 @@ class LockedSection(sfn.StateMachineFragment):
         wait_policy = wait_policy or WaitPolicy()
         if not isinstance(liveness_check_every, int) or liveness_check_every < 0:
             raise ValueError(
-                "`liveness_check_every` must be a whole number of polls >= 0 (0 turns the check "
+                "`liveness_check_every` must be a whole number of rounds >= 0 (0 turns the check "
                 f"off), got: {liveness_check_every!r}"
             )
         key_jsonata = protocol.key_expression(protocol.unwrap_jsonata(lock_key), key_namespace)
@@ -208,6 +213,16 @@ class LockedSection(sfn.StateMachineFragment):
         if max_wait_ms == 0:
             self.acquire.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
         else:
+            retries = wait_policy.retries_for(max_wait_ms / 1000)
+            if retries:  # fast polls: the acquire retries the refused write itself
+                self.acquire.add_retry(
+                    errors=[protocol.CONDITION_FAILED],
+                    interval=Duration.seconds(wait_policy.first_interval),
+                    backoff_rate=wait_policy.backoff_rate,
+                    max_delay=Duration.seconds(wait_policy.max_interval),
+                    max_attempts=retries,
+                    jitter_strategy=sfn.JitterType.FULL if wait_policy.jitter else sfn.JitterType.NONE,
+                )
             wait = sfn.CustomState(
                 self,
                 name("Wait"),
@@ -415,8 +430,8 @@ class LockedWorkflow(Construct):
     :param key_namespace: stored key prefix, ``<namespace>#<key>``. Default: ``""``.
     :param max_wait: longest wait for a held lock; 0 fails at once with ``Lock.Timeout``.
         Default: 15 minutes.
-    :param wait_policy: polling of a held lock. Default: ``WaitPolicy()`` (1 s, x1.5, max 4 s,
-        jitter).
+    :param wait_policy: polling of a held lock. Default: ``WaitPolicy()`` (1 s, x1.5, max 3 s,
+        jitter, 4 retries per round).
     :param timeout: state machine timeout. Default: 1 hour (STANDARD), 5 minutes (EXPRESS).
     :param lease: lease of an acquisition. Default: ``timeout`` + 5 minutes, so a live
         execution can never outlive its lease. Shorter leases are allowed (see LockedSection).
@@ -430,7 +445,7 @@ class LockedWorkflow(Construct):
         were stopped, timed out or failed without releasing (STANDARD only: Express workflows
         emit no status events). Default: ``True``.
     :param liveness_check_every: a waiter checks whether the holder still runs on every
-        this-many-th failed attempt; ``0`` turns it off. Default: ``5``.
+        this-many-th round of polls; ``0`` turns it off. Default: ``2``.
     :param shares_lock_with: other Standard state machines using the same lock table, whose
         executions waiters may check. Default: ``()``.
     """

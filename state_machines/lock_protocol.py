@@ -211,17 +211,31 @@ NOW_EXPRESSION = "$string($millis())"
 class WaitPolicy:
     """How a waiter polls a held lock (all times in seconds).
 
-    The n-th wait (n = 1, 2, ...) is ``min(max_interval, first_interval * backoff_rate**(n-1))``;
-    with jitter it is drawn uniformly from [half of that, all of it] ("equal jitter") so
-    waiters spread out while every wait stays bounded below, which keeps the worst-case
-    history of the wait loop computable. Waits are whole seconds (the Wait state's unit),
-    at least 1, and never run past the caller's deadline by more than a second.
+    A waiter polls in rounds. Within a round the acquire state itself retries the refused
+    write ``retries_per_round`` times (a Retry on the condition failure: one state transition
+    per poll, waits of ``first_interval * backoff_rate**k`` capped at ``max_interval`` and,
+    with jitter, drawn from [0, that] so waiters never move in lock-step and the first poll
+    after a release comes soon). Between rounds the ``Held?`` choice checks the caller's
+    deadline (and now and then whether the holder still runs) and a Wait state pauses for the
+    round's nominal wait - with jitter drawn from [half of it, all of it], whole seconds, at
+    least 1 - which bounds the loop's worst-case history.
     """
 
     first_interval: int = 1
     backoff_rate: float = 1.5
-    max_interval: int = 4
+    max_interval: int = 3
     jitter: bool = True
+    retries_per_round: int = 4
+
+    def retries_for(self, max_wait_s: float) -> int:
+        """Retries per round for ``max_wait_s``: a round's nominal length stays within half of it."""
+        retries, total = 0, 0.0
+        while retries < self.retries_per_round:
+            total += self.nominal_wait(retries + 1)
+            if total > max_wait_s / 2:
+                break
+            retries += 1
+        return retries
 
     @property
     def growth_steps(self) -> int:
@@ -239,16 +253,16 @@ class WaitPolicy:
         nominal = self.nominal_wait(poll)
         return max(1, math.floor(nominal / 2) if self.jitter else round(nominal))
 
-    def seconds_expression(self, polls: str, remaining_ms: str) -> str:
+    def seconds_expression(self, rounds: str, remaining_ms: str) -> str:
         """JSONata: seconds to wait before the next acquire attempt.
 
-        ``polls`` evaluates to the number of failed attempts so far (>= 1) and
+        ``rounds`` evaluates to the number of rounds so far (>= 1) and
         ``remaining_ms`` to the time left until the caller's deadline.
         """
         nominal = (
             f"$min([{self.max_interval}, "
             f"{self.first_interval} * $power({self.backoff_rate}, "
-            f"$min([{polls} - 1, {self.growth_steps}]))])"
+            f"$min([{rounds} - 1, {self.growth_steps}]))])"
         )
         drawn = f"($n / 2 + $random() * $n / 2)" if self.jitter else "$n"
         return (
@@ -261,24 +275,31 @@ class WaitPolicy:
 HISTORY_EVENT_LIMIT = 25_000
 #: Share of that limit the wait loop may use; the rest is left to the protected work.
 WAIT_LOOP_EVENT_BUDGET = 20_000
-#: History events of one poll: acquire (entered, scheduled, started, failed, exited),
-#: the timeout choice (entered, exited), the wait (entered, exited).
-EVENTS_PER_POLL = 9
+#: History events of one round besides its attempts: acquire entered/exited, the Held?
+#: choice entered/exited, the wait entered/exited.
+EVENTS_PER_ROUND = 6
+#: History events of one acquire attempt: scheduled, started, failed.
+EVENTS_PER_ATTEMPT = 3
 
 
-def worst_case_polls(policy: WaitPolicy, max_wait_s: float) -> int:
-    """Most polls a waiter can make before ``max_wait_s`` runs out (every wait at its shortest)."""
+def worst_case_rounds(policy: WaitPolicy, max_wait_s: float) -> int:
+    """Most rounds a waiter can make before ``max_wait_s`` runs out.
+
+    Jittered retries may take next to no time, so only each round's Wait (at its shortest)
+    is counted as time passing.
+    """
     if max_wait_s <= 0:
         return 0
-    elapsed, polls = 0.0, 0
+    elapsed, rounds = 0.0, 0
     while elapsed < max_wait_s:
-        polls += 1
-        elapsed += policy.shortest_wait(polls)
-    return polls + 1  # the attempt made at the deadline
+        rounds += 1
+        elapsed += policy.shortest_wait(rounds)
+    return rounds + 1  # the round run at the deadline
 
 
 def worst_case_wait_events(policy: WaitPolicy, max_wait_s: float) -> int:
-    return worst_case_polls(policy, max_wait_s) * EVENTS_PER_POLL
+    attempts = policy.retries_for(max_wait_s) + 1
+    return worst_case_rounds(policy, max_wait_s) * (EVENTS_PER_ROUND + EVENTS_PER_ATTEMPT * attempts)
 
 
 def _jsonata_string(value: str) -> str:
@@ -352,11 +373,12 @@ def release_arguments(*, lock_variable: str) -> dict:
 
 
 def wait_bookkeeping_expression(wait_variable: str) -> str:
-    """JSONata for the Catch of a held lock: count the poll, remember when waiting began."""
+    """JSONata for the Catch of a held lock: count the round, remember when waiting began."""
     w = "$" + wait_variable
     return (
-        f"( $w := $type({w}) = 'object' ? {w} : {{'since': $millis(), 'polls': 0}}; "
-        "{'since': $w.since, 'polls': $w.polls + 1} )"
+        f"( $w := $type({w}) = 'object' ? {w} "
+        ": {'since': $toMillis($states.context.State.EnteredTime), 'rounds': 0}; "
+        "{'since': $w.since, 'rounds': $w.rounds + 1} )"
     )
 
 
@@ -368,13 +390,13 @@ def waited_enough_expression(wait_variable: str, max_wait_ms: int) -> str:
 def wait_seconds_expression(policy: WaitPolicy, wait_variable: str, max_wait_ms: int) -> str:
     w = "$" + wait_variable
     return policy.seconds_expression(
-        polls=f"{w}.polls", remaining_ms=f"{int(max_wait_ms)} - ($millis() - {w}.since)"
+        rounds=f"{w}.rounds", remaining_ms=f"{int(max_wait_ms)} - ($millis() - {w}.since)"
     )
 
 
 def liveness_due_expression(wait_variable: str, every: int) -> str:
     """JSONata (Choice condition): time to ask whether the holder is still alive."""
-    return f"${wait_variable}.polls % {int(every)} = 0"
+    return f"${wait_variable}.rounds % {int(every)} = 0"
 
 
 def stale_owner_expression(wait_variable: str) -> str:

@@ -16,7 +16,7 @@ from constructs_lib.example_stack import APPLY_UPDATE_CODE
 from state_machines.lock_protocol import jsonata
 
 #: Fast polling for tests (the Wait state's unit is a whole second).
-TEST_WAIT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True)
+TEST_WAIT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
 SHORT_LEASE_S = 3
 SHORT_WAIT_S = 4
 SHORT_TIMEOUT_S = 8

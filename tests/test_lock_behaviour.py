@@ -105,7 +105,7 @@ def test_max_wait_times_out_after_about_max_wait(deployed):
     assert result.status == "FAILED" and result.error == p.ERROR_TIMEOUT
     waited = (result.stop_date - result.start_date).total_seconds()
     assert SHORT_WAIT_S - 0.5 <= waited <= SHORT_WAIT_S + 3, waited
-    assert state_entered(result).count("Lock.Wait") >= 2
+    assert state_entered(result).count("Lock.Wait") >= 1
 
 
 @pytest.mark.parametrize(

@@ -96,29 +96,31 @@ def test_lock_variable_reads_the_acquire_result():
 
 
 def test_wait_bookkeeping_starts_then_counts():
-    first = evaluate(p.wait_bookkeeping_expression("lockWait"), lockWait=None)
-    assert first["polls"] == 1 and abs(first["since"] - time.time() * 1000) < 5_000
-    second = evaluate(p.wait_bookkeeping_expression("lockWait"), lockWait=first)
-    assert second == {"since": first["since"], "polls": 2}
+    entered = {"context": {"State": {"EnteredTime": "2026-11-22T03:00:00.250Z"}}}
+    first = evaluate(p.wait_bookkeeping_expression("lockWait"), lockWait=None, states=entered)
+    # waiting began when the acquire state was entered (before its retries), not at the Catch
+    assert first == {"since": 1795316400250, "rounds": 1}
+    second = evaluate(p.wait_bookkeeping_expression("lockWait"), lockWait=first, states=entered)
+    assert second == {"since": first["since"], "rounds": 2}
 
 
 def test_waited_enough_only_after_max_wait():
     now = int(time.time() * 1000)
-    assert evaluate(p.waited_enough_expression("w", 10_000), w={"since": now - 11_000, "polls": 3})
-    assert not evaluate(p.waited_enough_expression("w", 10_000), w={"since": now - 2_000, "polls": 3})
+    assert evaluate(p.waited_enough_expression("w", 10_000), w={"since": now - 11_000, "rounds": 3})
+    assert not evaluate(p.waited_enough_expression("w", 10_000), w={"since": now - 2_000, "rounds": 3})
 
 
-def _waits(policy: p.WaitPolicy, polls: int, remaining_ms: int = 10**9, samples: int = 300) -> list[int]:
+def _waits(policy: p.WaitPolicy, rounds: int, remaining_ms: int = 10**9, samples: int = 300) -> list[int]:
     since = int(time.time() * 1000)
     expression = p.wait_seconds_expression(policy, "w", remaining_ms)
-    return [evaluate(expression, w={"since": since, "polls": polls}) for _ in range(samples)]
+    return [evaluate(expression, w={"since": since, "rounds": rounds}) for _ in range(samples)]
 
 
-@pytest.mark.parametrize("polls", [1, 2, 3, 4, 6, 12])
-def test_wait_follows_backoff_with_equal_jitter_and_cap(polls):
+@pytest.mark.parametrize("rounds", [1, 2, 3, 4, 6, 12])
+def test_wait_follows_backoff_with_equal_jitter_and_cap(rounds):
     policy = p.WaitPolicy(first_interval=1, backoff_rate=2.0, max_interval=8, jitter=True)
-    nominal = min(8, 2 ** (polls - 1))
-    waits = _waits(policy, polls)
+    nominal = min(8, 2 ** (rounds - 1))
+    waits = _waits(policy, rounds)
     assert all(isinstance(w, int) for w in waits)
     assert min(waits) >= max(1, math.floor(nominal / 2))
     assert max(waits) <= nominal
@@ -141,16 +143,24 @@ def test_wait_never_overshoots_the_deadline_by_more_than_a_second():
 
 def test_shortest_wait_matches_the_expression_lower_bound():
     policy = p.WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=5, jitter=True)
-    for polls in range(1, 8):
-        assert min(_waits(policy, polls, samples=200)) >= policy.shortest_wait(polls)
+    for rounds in range(1, 8):
+        assert min(_waits(policy, rounds, samples=200)) >= policy.shortest_wait(rounds)
 
 
 def test_worst_case_events_grow_with_max_wait_and_shrink_with_interval():
-    fast = p.WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False)
+    fast = p.WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False, retries_per_round=2)
     slow = p.WaitPolicy(first_interval=1, backoff_rate=2.0, max_interval=30, jitter=True)
+    per_round = p.EVENTS_PER_ROUND + p.EVENTS_PER_ATTEMPT * (2 + 1)
     assert p.worst_case_wait_events(fast, 0) == 0
-    assert p.worst_case_wait_events(fast, 100) == (100 + 1) * p.EVENTS_PER_POLL
+    assert p.worst_case_wait_events(fast, 100) == (100 + 1) * per_round
     assert p.worst_case_wait_events(slow, 3600) < p.worst_case_wait_events(fast, 3600)
+
+
+def test_retries_per_round_keep_a_round_within_half_of_max_wait():
+    policy = p.WaitPolicy(first_interval=1, backoff_rate=2.0, max_interval=8, retries_per_round=4)
+    assert policy.retries_for(3600) == 4
+    assert policy.retries_for(4) == 1  # 1 <= 2 < 1 + 2
+    assert policy.retries_for(1) == 0
 
 
 # ---- expressions ----------------------------------------------------------------------

@@ -55,17 +55,31 @@ def test_acquire_routes_held_lock_to_wait_and_bad_key_to_invalid_key(example):
     assert held["Choices"][0]["Next"] == "Lock.Timeout"
     assert f">= {5 * 60 * 1000}" in held["Choices"][0]["Condition"]
     assert held["Choices"][1]["Next"] == "Lock.Inspect"
-    assert held["Choices"][1]["Condition"] == "{% $lockWait.polls % 5 = 0 %}"
+    assert held["Choices"][1]["Condition"] == "{% $lockWait.rounds % 2 = 0 %}"
     assert held["Default"] == "Lock.Wait"
     assert states["Lock.Wait"]["Next"] == "Lock.Acquire"
     assert "$random()" in states["Lock.Wait"]["Seconds"]
     assert states["Lock.Timeout"]["Error"] == p.ERROR_TIMEOUT
 
 
+def test_held_lock_is_polled_by_jittered_retries_of_the_acquire_itself(example, shapes):
+    (poll,) = [r for r in example.definition(MACHINE)["States"]["Lock.Acquire"]["Retry"]
+               if r["ErrorEquals"] == [p.CONDITION_FAILED]]
+    policy = p.WaitPolicy()
+    assert poll == {
+        "ErrorEquals": [p.CONDITION_FAILED], "IntervalSeconds": policy.first_interval,
+        "BackoffRate": policy.backoff_rate, "MaxDelaySeconds": policy.max_interval,
+        "MaxAttempts": policy.retries_per_round, "JitterStrategy": "FULL",
+    }
+    # max_wait = 0 must not poll at all
+    chain_acquire = shapes.definition("Chain")["States"]["Lock.Acquire"]
+    assert all(r["ErrorEquals"] != [p.CONDITION_FAILED] for r in chain_acquire["Retry"])
+
+
 def test_transient_errors_are_retried_with_backoff_on_every_lock_write(example):
     states = example.definition(MACHINE)["States"]
     for name in ("Lock.Acquire", "Lock.Release", "Lock.ReleaseAfterError"):
-        (retry,) = states[name]["Retry"]
+        (retry,) = [r for r in states[name]["Retry"] if r["ErrorEquals"] != [p.CONDITION_FAILED]]
         assert set(retry["ErrorEquals"]) == set(p.TRANSIENT_ERRORS), name
         assert p.CONDITION_FAILED not in retry["ErrorEquals"]
         assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] >= 3
