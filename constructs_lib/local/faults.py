@@ -1,0 +1,92 @@
+"""Fault injection for DynamoDB calls, on either backend (tests of your own workflows too).
+
+::
+
+    acquire = Fault("UpdateItem", "ProvisionedThroughputExceededException", times=2,
+                    when=lambda params: "ADD" in params["UpdateExpression"])
+    with dynamodb_faults(acquire) as log:
+        ...                                   # the first two matching calls fail (throttled)
+    assert log.injected == 2
+
+``after_call=True`` lets the call reach DynamoDB and then fails it: the write happened but
+its response was lost, as with a timeout - what a retry must cope with.
+
+The hook sits in botocore (``BaseClient._make_api_call``), upstream of both moto and
+DynamoDB Local, so it sees the state machines', the Lambdas' and the tests' own calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+from unittest import mock
+
+from botocore.client import BaseClient
+from botocore.exceptions import ClientError
+
+
+@dataclass
+class Fault:
+    """Fail the first ``times`` DynamoDB ``operation`` calls for which ``when(params)`` holds."""
+
+    operation: str
+    error_code: str
+    times: int = 1
+    after_call: bool = False
+    when: Callable[[dict], bool] = lambda params: True
+    injected: int = 0
+
+
+@dataclass
+class FaultLog:
+    faults: tuple[Fault, ...]
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (operation, outcome)
+
+    @property
+    def injected(self) -> int:
+        return sum(f.injected for f in self.faults)
+
+
+def _error(code: str, operation: str) -> ClientError:
+    status = 400 if code.endswith(("ThroughputExceededException", "ThrottlingException", "RequestLimitExceeded")) else 500
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": f"injected fault: {code}"},
+            "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": "injected-fault"},
+        },
+        operation,
+    )
+
+
+@contextmanager
+def dynamodb_faults(*faults: Fault) -> Iterator[FaultLog]:
+    log = FaultLog(faults)
+    guard = threading.Lock()
+    original = BaseClient._make_api_call
+
+    def _due(operation: str, params: dict) -> Fault | None:
+        with guard:
+            for fault in faults:
+                if fault.operation == operation and fault.injected < fault.times and fault.when(params):
+                    fault.injected += 1
+                    return fault
+        return None
+
+    def _make_api_call(client: BaseClient, operation: str, params: dict) -> Any:
+        if client.meta.service_model.service_name != "dynamodb":
+            return original(client, operation, params)
+        fault = _due(operation, params)
+        if fault is None:
+            log.calls.append((operation, "ok"))
+            return original(client, operation, params)
+        if fault.after_call:
+            original(client, operation, params)
+            log.calls.append((operation, f"done, then {fault.error_code}"))
+        else:
+            log.calls.append((operation, fault.error_code))
+        raise _error(fault.error_code, operation)
+
+    with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
+        yield log

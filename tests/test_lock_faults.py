@@ -1,0 +1,67 @@
+"""Injected DynamoDB faults on the lock writes: retried, nothing leaks, no self-deadlock."""
+
+from __future__ import annotations
+
+from constructs_lib.local.faults import Fault, dynamodb_faults
+from deployed import new_key, update
+from lock_invariants import state_entered
+from state_machines import lock_protocol as p
+
+
+def _lock_write(write: p.LockWrite, key: str):
+    stored = p.namespaced("main", key)
+    return lambda params: params.get("UpdateExpression") == write.update and params.get("Key", {}).get(
+        p.KEY_ATTRIBUTE, {}
+    ).get("S") == stored
+
+
+def _errors(result) -> list[str]:
+    return [e["taskFailedEventDetails"]["error"] for e in result.history if e["type"] == "TaskFailed"]
+
+
+def test_throttled_acquire_and_release_are_retried_and_nothing_leaks(deployed):
+    key = new_key("throttled")
+    faults = (
+        Fault("UpdateItem", "ProvisionedThroughputExceededException", times=2, when=_lock_write(p.ACQUIRE, key)),
+        Fault("UpdateItem", "ThrottlingException", times=2, when=_lock_write(p.RELEASE, key)),
+    )
+    with dynamodb_faults(*faults) as log:
+        (result,) = deployed.run("Main", [update(key)])
+    assert log.injected == 4
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert _errors(result) == ["DynamoDB.ProvisionedThroughputExceededException"] * 2 + ["DynamoDB.ThrottlingException"] * 2
+    lock = deployed.lock_item("main", key)
+    assert p.OWNER not in lock and lock[p.FENCE] == {"N": "1"}
+    assert deployed.customer(key)["balance"] == 1
+
+
+def test_acquire_whose_response_was_lost_is_retried_without_deadlocking_itself(deployed):
+    key = new_key("lost-acquire")
+    lost = Fault("UpdateItem", "InternalServerError", after_call=True, when=_lock_write(p.ACQUIRE, key))
+    with dynamodb_faults(lost) as log:
+        (result,) = deployed.run("Main", [update(key)])
+    assert log.injected == 1 and ("UpdateItem", "done, then InternalServerError") in log.calls
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert "Lock.Held?" not in state_entered(result)  # the retry found the lock already its own
+    lock = deployed.lock_item("main", key)
+    assert p.OWNER not in lock and lock[p.FENCE] == {"N": "2"}  # both attempts wrote
+
+
+def test_release_whose_response_was_lost_is_not_reported_as_lost(deployed):
+    key = new_key("lost-release")
+    lost = Fault("UpdateItem", "InternalServerError", after_call=True, when=_lock_write(p.RELEASE, key))
+    with dynamodb_faults(lost) as log:
+        (result,) = deployed.run("Main", [update(key)])
+    assert log.injected == 1
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert _errors(result) == ["DynamoDB.InternalServerError"]
+    assert p.OWNER not in deployed.lock_item("main", key)
+
+
+def test_fault_injection_only_hits_matching_calls(deployed):
+    """The injector itself: a fault for another key never fires."""
+    key = new_key("untouched")
+    other = Fault("UpdateItem", "ThrottlingException", times=5, when=_lock_write(p.ACQUIRE, "someone-else"))
+    with dynamodb_faults(other) as log:
+        (result,) = deployed.run("Main", [update(key)])
+    assert log.injected == 0 and result.status == "SUCCEEDED" and _errors(result) == []
