@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import zipfile
 
@@ -169,3 +170,13 @@ def test_functions_are_isolated_and_concurrent(tmp_path):
     assert {r["helper"] for r in results["Red"]} == {"Red"}
     assert {r["helper"] for r in results["Blue"]} == {"Blue"}
     assert len(results["Red"]) == len(results["Blue"]) == 4
+
+
+def test_the_process_environment_is_untouched(tmp_path):
+    before = os.environ
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template(make_functions(tmp_path, "Red")), assets_dir=tmp_path)
+        cloud.client("lambda").invoke(FunctionName=app.function_name("Red"), Payload=b"{}")
+        assert "COLOUR" not in os.environ  # the function's variables live in its own thread's view
+    assert os.environ is before
+    assert "COLOUR" not in os.environ
