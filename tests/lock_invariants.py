@@ -1,78 +1,44 @@
-"""Invariants over execution histories: critical sections, overlaps, fence order."""
+"""Test-side helpers over execution histories; the invariants themselves live in
+``constructs_lib.local.scenario`` (shared with the demo and the bench)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from itertools import combinations
+import dataclasses
 from typing import Any, Iterable, Optional
 
+from constructs_lib.local import scenario
+from constructs_lib.local.scenario import CriticalSection, fence_order_violations, find_overlaps
 
-@dataclass(frozen=True)
-class Section:
-    """One execution's time inside a state (the critical section), service-clock seconds."""
-
-    execution: str
-    key: Any
-    start: float
-    end: float
-    fence: Optional[int]
-
-
-def _seconds(event: dict) -> float:
-    return event["timestamp"].timestamp()
-
-
-def _name(event: dict) -> Optional[str]:
-    details = event.get("stateEnteredEventDetails") or event.get("stateExitedEventDetails") or {}
-    return details.get("name")
+__all__ = ["critical_sections", "fence_order_violations", "find_overlaps", "held_interval",
+           "overlaps_across_keys", "state_entered"]
 
 
 def state_entered(result) -> list[str]:
     """Names of the states an execution entered, in order."""
-    return [_name(e) for e in result.history if e["type"].endswith("StateEntered")]
+    return [
+        e["stateEnteredEventDetails"]["name"] for e in result.history if e["type"].endswith("StateEntered")
+    ]
 
 
-def _payload_fence(event: dict) -> Optional[int]:
-    parameters = json.loads(event.get("taskScheduledEventDetails", {}).get("parameters") or "{}")
-    fence = (parameters.get("Payload") or {}).get("fence")
-    return int(fence) if fence is not None else None
+def critical_sections(results: Iterable, state_name: str, key: Optional[str] = None) -> list[CriticalSection]:
+    """The critical sections (``state_name`` entered → exited) of every result."""
+    return [
+        section
+        for result in results
+        for section in scenario.critical_sections(result.arn, result.history, protected_state=state_name, key=key)
+    ]
 
 
-def critical_sections(results: Iterable, state_name: str, key: Any = None) -> list[Section]:
-    """Every entered→exited (or entered→failed) span of ``state_name`` across ``results``."""
-    sections = []
-    for result in results:
-        start = fence = None
-        for event in result.history:
-            if event["type"].endswith("StateEntered") and _name(event) == state_name:
-                start, fence = _seconds(event), None
-            elif start is not None and event["type"] == "TaskScheduled" and fence is None:
-                fence = _payload_fence(event)
-            elif start is not None and (
-                (event["type"].endswith("StateExited") and _name(event) == state_name)
-                or event["type"] in ("TaskFailed", "TaskTimedOut")
-            ):
-                sections.append(Section(result.arn, key, start, _seconds(event), fence))
-                start = None
-    return sections
-
-
-def overlapping_pairs(sections: list[Section]) -> list[tuple[Section, Section]]:
-    """Pairs of sections whose time spans intersect."""
-    return [(a, b) for a, b in combinations(sections, 2) if a.start < b.end and b.start < a.end]
-
-
-def fences_in_order(sections: list[Section]) -> bool:
-    """Fences strictly increase in the order the sections began."""
-    fences = [s.fence for s in sorted(sections, key=lambda s: s.start)]
-    return all(f is not None for f in fences) and all(a < b for a, b in zip(fences, fences[1:]))
+def overlaps_across_keys(sections: list[CriticalSection]) -> list[tuple[CriticalSection, CriticalSection]]:
+    """Pairs of sections of *different* keys that ran at the same time."""
+    one_lane = [dataclasses.replace(s, key="*", lock_key=s.key) for s in sections]
+    return [(a, b) for a, b in find_overlaps(one_lane) if a.lock_key != b.lock_key]
 
 
 def held_interval(result) -> tuple[float, float]:
-    """When the execution's lock was held: acquire succeeded → release succeeded."""
-    exits = {}
+    """When the execution's lock was held (s): acquire state exited → release state exited."""
+    exits: dict[Any, list[float]] = {}
     for event in result.history:
         if event["type"].endswith("StateExited"):
-            exits.setdefault(_name(event), []).append(_seconds(event))
+            exits.setdefault(event["stateExitedEventDetails"]["name"], []).append(event["timestamp"].timestamp())
     return exits["Lock.Acquire"][-1], exits["Lock.Release"][-1]

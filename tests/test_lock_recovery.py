@@ -14,7 +14,7 @@ import pytest
 from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, TEST_WAIT_POLICY
 from constructs_lib.lock_client import LockHeld
 from deployed import new_key, start, update, wait_until
-from lock_invariants import critical_sections, state_entered
+from lock_invariants import state_entered
 from state_machines import lock_protocol as p
 
 INTERVAL_S = TEST_WAIT_POLICY.max_interval
