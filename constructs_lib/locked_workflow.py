@@ -115,8 +115,8 @@ class LockedSection(sfn.StateMachineFragment):
         ``LockClient`` taking part in the same lock. Default: ``""`` (the key as is).
     :param max_wait: longest time to wait for a held lock before failing with
         ``Lock.Timeout``; ``Duration.seconds(0)`` fails at once. Default: 15 minutes.
-    :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 1 s,
-        backoff 1.5, at most 3 s between attempts, jitter on, 4 retries per round.
+    :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 2 s,
+        backoff 1.5, at most 5 s between attempts, jitter on, 8 retries per round.
     :param lock_variable: name of the variable holding the lock (the wait bookkeeping uses
         ``<name>Wait`` and ``<name>Holder``). Give nested sections different names.
         Default: ``"lock"``.
@@ -430,8 +430,8 @@ class LockedWorkflow(Construct):
     :param key_namespace: stored key prefix, ``<namespace>#<key>``. Default: ``""``.
     :param max_wait: longest wait for a held lock; 0 fails at once with ``Lock.Timeout``.
         Default: 15 minutes.
-    :param wait_policy: polling of a held lock. Default: ``WaitPolicy()`` (1 s, x1.5, max 3 s,
-        jitter, 4 retries per round).
+    :param wait_policy: polling of a held lock. Default: ``WaitPolicy()`` (2 s, x1.5, max 5 s,
+        jitter, 8 retries per round).
     :param timeout: state machine timeout. Default: 1 hour (STANDARD), 5 minutes (EXPRESS).
     :param lease: lease of an acquisition. Default: ``timeout`` + 5 minutes, so a live
         execution can never outlive its lease. Shorter leases are allowed (see LockedSection).

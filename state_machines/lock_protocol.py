@@ -221,11 +221,11 @@ class WaitPolicy:
     least 1 - which bounds the loop's worst-case history.
     """
 
-    first_interval: int = 1
+    first_interval: int = 2
     backoff_rate: float = 1.5
-    max_interval: int = 3
+    max_interval: int = 5
     jitter: bool = True
-    retries_per_round: int = 4
+    retries_per_round: int = 8
 
     def retries_for(self, max_wait_s: float) -> int:
         """Retries per round for ``max_wait_s``: a round's nominal length stays within half of it."""

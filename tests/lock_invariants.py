@@ -8,9 +8,10 @@ from typing import Any, Iterable, Optional
 
 from constructs_lib.local import scenario
 from constructs_lib.local.scenario import CriticalSection, fence_order_violations, find_overlaps
+from state_machines.lock_protocol import CONDITION_FAILED
 
 __all__ = ["critical_sections", "fence_order_violations", "find_overlaps", "held_interval",
-           "overlaps_across_keys", "state_entered"]
+           "overlaps_across_keys", "refused_acquires", "state_entered"]
 
 
 def state_entered(result) -> list[str]:
@@ -36,9 +37,28 @@ def overlaps_across_keys(sections: list[CriticalSection]) -> list[tuple[Critical
 
 
 def held_interval(result) -> tuple[float, float]:
-    """When the execution's lock was held (s): acquire state exited → release state exited."""
-    exits: dict[Any, list[float]] = {}
+    """A span (s) that contains the time the execution held its lock: from sending the winning
+    acquire write (its last TaskScheduled in Lock.Acquire) to the release acknowledged."""
+    start = end = None
+    scheduled = None
     for event in result.history:
-        if event["type"].endswith("StateExited"):
-            exits.setdefault(event["stateExitedEventDetails"]["name"], []).append(event["timestamp"].timestamp())
-    return exits["Lock.Acquire"][-1], exits["Lock.Release"][-1]
+        if event["type"] == "TaskScheduled":
+            scheduled = event["timestamp"].timestamp()
+        elif event["type"] == "TaskStateExited":
+            name = event["stateExitedEventDetails"]["name"]
+            if name == "Lock.Acquire":
+                start = scheduled
+            elif name == "Lock.Release":
+                end = event["timestamp"].timestamp()
+    return start, end
+
+
+def refused_acquires(result) -> list[tuple[float, float]]:
+    """Spans (s) from sending an acquire write to its refusal, one per refused attempt."""
+    spans, scheduled = [], None
+    for event in result.history:
+        if event["type"] == "TaskScheduled":
+            scheduled = event["timestamp"].timestamp()
+        elif event["type"] == "TaskFailed" and event["taskFailedEventDetails"].get("error") == CONDITION_FAILED:
+            spans.append((scheduled, event["timestamp"].timestamp()))
+    return spans

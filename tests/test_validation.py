@@ -56,7 +56,7 @@ def test_bad_props_raise_value_error(overrides, message):
 def test_long_wait_fits_the_history_budget_with_a_longer_interval():
     workflow = build(
         max_wait=cdk.Duration.hours(10), timeout=cdk.Duration.hours(12),
-        wait_policy=WaitPolicy(first_interval=1, backoff_rate=2.0, max_interval=120),
+        wait_policy=WaitPolicy(first_interval=1, backoff_rate=2.0, max_interval=120, retries_per_round=4),
     )
     assert workflow.state_machine is not None
 

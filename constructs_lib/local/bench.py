@@ -55,13 +55,13 @@ from state_machines.lock_protocol import WaitPolicy
 
 #: Name of the protected work state in every bench state machine.
 WORK_STATE = "Work"
-#: Candidate wait policies of ``--sweep`` (first, rate, max, jitter).
+#: Candidate wait policies of ``--sweep`` (first, rate, max, jitter, retries per round).
 SWEEP_POLICIES = (
-    WaitPolicy(1, 1.5, 4, True),
-    WaitPolicy(1, 1.5, 3, True),
-    WaitPolicy(1, 1.5, 2, True),
-    WaitPolicy(1, 2.0, 8, True),
-    WaitPolicy(1, 1.0, 1, True),
+    WaitPolicy(1, 1.5, 3, True, 4),
+    WaitPolicy(1, 1.5, 4, True, 8),
+    WaitPolicy(1, 2.0, 4, True, 8),
+    WaitPolicy(2, 1.5, 5, True, 8),
+    WaitPolicy(1, 2.0, 6, True, 8),
 )
 #: Sweep target: makespan within this factor of N x work.
 SWEEP_MAKESPAN_TARGET = 1.3
@@ -84,23 +84,27 @@ def handler(event, context):
 
 def policy_id(policy: WaitPolicy) -> str:
     rate = f"{policy.backoff_rate:g}".replace(".", "p")
-    return f"P{policy.first_interval}x{rate}m{policy.max_interval}{'j' if policy.jitter else 'n'}"
+    return (
+        f"P{policy.first_interval}x{rate}m{policy.max_interval}{'j' if policy.jitter else 'n'}"
+        f"r{policy.retries_per_round}"
+    )
 
 
 def policy_text(policy: WaitPolicy) -> str:
     return (
         f"({policy.first_interval}, {policy.backoff_rate:g}, {policy.max_interval}"
-        f"{', jitter' if policy.jitter else ', no jitter'})"
+        f"{', jitter' if policy.jitter else ', no jitter'}, {policy.retries_per_round} retries/round)"
     )
 
 
 def parse_policy(text: str) -> WaitPolicy:
-    """``first,rate,max[,jitter]`` (jitter 1/0, default 1) -> WaitPolicy."""
+    """``first,rate,max[,jitter[,retries]]`` (jitter 1/0, default 1) -> WaitPolicy."""
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) not in (3, 4):
-        raise ValueError(f"a wait policy is first,rate,max[,jitter], got: {text!r}")
-    jitter = parts[3].lower() in ("1", "true", "yes", "on") if len(parts) == 4 else True
-    return WaitPolicy(int(parts[0]), float(parts[1]), int(parts[2]), jitter)
+    if len(parts) not in (3, 4, 5):
+        raise ValueError(f"a wait policy is first,rate,max[,jitter[,retries]], got: {text!r}")
+    jitter = parts[3].lower() in ("1", "true", "yes", "on") if len(parts) >= 4 else True
+    retries = int(parts[4]) if len(parts) == 5 else WaitPolicy().retries_per_round
+    return WaitPolicy(int(parts[0]), float(parts[1]), int(parts[2]), jitter, retries)
 
 
 # ----------------------------------------------------------------------------------------
