@@ -321,6 +321,8 @@ class LockedSection(sfn.StateMachineFragment):
             assign={holder_variable: jsonata(protocol.holder_expression())},
             outputs=jsonata("$states.input"),
         )
+        _retry_transient(inspect)
+        inspect.add_catch(wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
         stack = Stack.of(self)
         describe = tasks.CallAwsService.jsonata(
             self,

@@ -249,6 +249,7 @@ def test_liveness_check_takes_over_only_from_a_finished_execution(example):
     assert inspect["Resource"].endswith(":states:::dynamodb:getItem")
     assert inspect["Arguments"]["ConsistentRead"] is True
     assert inspect["Next"] == "Lock.HolderIsExecution?"
+    assert _catches(inspect)["Lock.Wait"]["ErrorEquals"] == ["States.ALL"]  # waiting never fails on it
     is_execution = states["Lock.HolderIsExecution?"]
     assert is_execution["Choices"][0]["Next"] == "Lock.DescribeHolder"
     assert is_execution["Default"] == "Lock.Wait"
