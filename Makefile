@@ -11,7 +11,7 @@ ARGS ?=
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 
-.PHONY: demo test bench synth clean
+.PHONY: deps demo test bench synth clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
