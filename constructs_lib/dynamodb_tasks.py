@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import aws_stepfunctions_tasks as tasks
+from aws_cdk import Duration, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+
+from state_machines.lock_protocol import TRANSIENT_RETRY
 
 
 def attribute_value(value: dict) -> tasks.DynamoAttributeValue:
@@ -25,4 +27,16 @@ def update_item_props(arguments: dict) -> dict:
             k: attribute_value(v) for k, v in arguments["ExpressionAttributeValues"].items()
         },
         return_values=tasks.DynamoReturnValues(arguments.get("ReturnValues", "NONE")),
+    )
+
+
+def retry_transient(state: sfn.TaskStateBase) -> None:
+    """Retry the protocol's transient DynamoDB errors on ``state``, with backoff and jitter."""
+    state.add_retry(
+        errors=list(TRANSIENT_RETRY["errors"]),
+        interval=Duration.seconds(TRANSIENT_RETRY["interval_s"]),
+        backoff_rate=TRANSIENT_RETRY["backoff_rate"],
+        max_attempts=TRANSIENT_RETRY["max_attempts"],
+        max_delay=Duration.seconds(TRANSIENT_RETRY["max_delay_s"]),
+        jitter_strategy=sfn.JitterType.FULL,
     )

@@ -20,7 +20,7 @@ from aws_cdk import aws_events as events, aws_events_targets as targets, aws_log
 from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib.dynamodb_tasks import update_item_props
+from constructs_lib.dynamodb_tasks import retry_transient, update_item_props
 from state_machines import lock_protocol as protocol
 from state_machines.lock_protocol import jsonata
 
@@ -77,13 +77,7 @@ class LockJanitor(Construct):
                 )
             ),
         )
-        release.add_retry(
-            errors=list(protocol.TRANSIENT_ERRORS),
-            interval=Duration.seconds(1),
-            backoff_rate=2,
-            max_attempts=6,
-            jitter_strategy=sfn.JitterType.FULL,
-        )
+        retry_transient(release)
         already_free = sfn.Succeed(self, "Taken over or released already")
         release.add_catch(already_free, errors=[protocol.CONDITION_FAILED])
         each = sfn.Map.jsonata(

@@ -26,7 +26,7 @@ from aws_cdk import (
 )
 from constructs import Construct
 
-from constructs_lib.dynamodb_tasks import attribute_value, update_item_props
+from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_props
 from constructs_lib.janitor import LockJanitor
 from constructs_lib.lock_table import LockTable
 from state_machines import lock_protocol as protocol
@@ -192,7 +192,7 @@ class LockedSection(sfn.StateMachineFragment):
                 wait_variable: jsonata("null"),
             },
         )
-        _retry_transient(self.acquire)
+        retry_transient(self.acquire)
         invalid_key = sfn.Fail.jsonata(
             self,
             "InvalidKey",
@@ -262,7 +262,7 @@ class LockedSection(sfn.StateMachineFragment):
         self.release = _update_item(
             self, name("Release"), table, protocol.release_arguments(lock_variable=lock_variable)
         )
-        _retry_transient(self.release)
+        retry_transient(self.release)
         lost = sfn.Fail.jsonata(
             self,
             "Lost",
@@ -282,7 +282,7 @@ class LockedSection(sfn.StateMachineFragment):
             table,
             protocol.release_arguments(lock_variable=lock_variable),
         )
-        _retry_transient(release_after_error)
+        retry_transient(release_after_error)
         rethrow = sfn.Fail.jsonata(
             self,
             "Rethrow",
@@ -321,7 +321,7 @@ class LockedSection(sfn.StateMachineFragment):
             assign={holder_variable: jsonata(protocol.holder_expression())},
             outputs=jsonata("$states.input"),
         )
-        _retry_transient(inspect)
+        retry_transient(inspect)
         inspect.add_catch(wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
         stack = Stack.of(self)
         describe = tasks.CallAwsService.jsonata(
@@ -384,18 +384,6 @@ def _update_item(
         **update_item_props(arguments),
         assign=assign,
         outputs=jsonata("$states.input"),
-    )
-
-
-def _retry_transient(state: sfn.TaskStateBase) -> None:
-    retry = protocol.TRANSIENT_RETRY
-    state.add_retry(
-        errors=list(retry["errors"]),
-        interval=Duration.seconds(retry["interval_s"]),
-        backoff_rate=retry["backoff_rate"],
-        max_attempts=retry["max_attempts"],
-        max_delay=Duration.seconds(retry["max_delay_s"]),
-        jitter_strategy=sfn.JitterType.FULL,
     )
 
 

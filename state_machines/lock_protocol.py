@@ -264,7 +264,7 @@ class WaitPolicy:
             f"{self.first_interval} * $power({self.backoff_rate}, "
             f"$min([{rounds} - 1, {self.growth_steps}]))])"
         )
-        drawn = f"($n / 2 + $random() * $n / 2)" if self.jitter else "$n"
+        drawn = "($n / 2 + $random() * $n / 2)" if self.jitter else "$n"
         return (
             f"( $n := {nominal}; "
             f"$max([1, $min([$round({drawn}), $ceil(({remaining_ms}) / 1000)])]) )"

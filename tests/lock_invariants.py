@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 from constructs_lib.local import scenario
 from constructs_lib.local.scenario import CriticalSection, fence_order_violations, find_overlaps
