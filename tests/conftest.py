@@ -23,6 +23,16 @@ from constructs_lib.nag import suppress_example_findings  # noqa: E402
 from state_machines.lock_protocol import jsonata  # noqa: E402
 
 
+@pytest.fixture
+def offline_aws_env(monkeypatch):
+    """Fake credentials and no endpoint overrides: boto3 talks to moto's mocks only."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+
+
 @dataclass
 class Synthesized:
     template: dict[str, Any]

@@ -13,12 +13,7 @@ TABLE = "customers"
 
 
 @pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+def _env(offline_aws_env, monkeypatch):
     monkeypatch.setenv("CUSTOMERS_TABLE", TABLE)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
 

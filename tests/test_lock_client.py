@@ -43,13 +43,7 @@ class FakeClock:
         self.now += round(seconds * 1000)
 
 
-@pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("offline_aws_env")
 
 
 @pytest.fixture
