@@ -35,6 +35,7 @@ from typing import Iterator, Sequence
 
 from constructs_lib.local import scenario
 from constructs_lib.local.scenario import CriticalSection, RunMetrics
+from constructs_lib.local.lambda_runtime import restored_environ
 
 DEFAULT_OUT = Path("out") / "demo-timeline.png"
 #: The example Lambda logs every update (Powertools, JSON on stdout) and prints its metrics;
@@ -45,18 +46,11 @@ QUIET_LAMBDA_ENVIRONMENT = {"POWERTOOLS_LOG_LEVEL": "ERROR", "POWERTOOLS_METRICS
 @contextmanager
 def quiet_lambdas(enabled: bool = True) -> Iterator[None]:
     """Defaults for the in-process Lambdas' environment (variables already set are kept)."""
-    saved = {k: os.environ.get(k) for k in QUIET_LAMBDA_ENVIRONMENT}
-    if enabled:
-        for key, value in QUIET_LAMBDA_ENVIRONMENT.items():
-            os.environ.setdefault(key, value)
-    try:
+    with restored_environ(QUIET_LAMBDA_ENVIRONMENT):
+        if enabled:
+            for key, value in QUIET_LAMBDA_ENVIRONMENT.items():
+                os.environ.setdefault(key, value)
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @dataclass

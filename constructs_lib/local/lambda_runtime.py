@@ -33,7 +33,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 #: Variables every in-process function sees unless its own Environment overrides them.
 #: Tracing is off: there is no X-Ray daemon offline.
@@ -164,8 +164,15 @@ def function_environment(variables: dict[str, str]) -> Iterator[None]:
         with environ.overlay(variables):
             yield
         return
-    saved = {key: os.environ.get(key) for key in variables}
-    os.environ.update(variables)
+    with restored_environ(variables):
+        os.environ.update(variables)
+        yield
+
+
+@contextmanager
+def restored_environ(keys: Iterable[str]) -> Iterator[None]:
+    """On exit, put the process environment's ``keys`` back as they were (unset ones unset)."""
+    saved = {key: os.environ.get(key) for key in keys}
     try:
         yield
     finally:
