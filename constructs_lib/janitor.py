@@ -1,22 +1,31 @@
-"""LockJanitor: releases the locks of executions that ended without running their Catch.
+"""LockJanitor: retires the locks of executions that ended without releasing them.
 
 Step Functions runs no Catch when an execution is stopped (ABORTED) or hits the state
-machine's own timeout (TIMED_OUT). The janitor listens for those status-change events (and
-FAILED, in case a failure skipped the release) and releases every lock the execution still
-owns - owner-conditioned, so it never touches another holder's lock.
+machine's own timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtime`` or
+``States.DataLimitExceeded`` (FAILED). The janitor listens for those status-change events and
+*retires* every acquisition the execution made: the lock stays held for the acquisition's stop
+grace after the execution ended (work it started - a Lambda invocation, an activity or
+callback worker - may still run), then any waiter takes it over. Owner-conditioned: it never
+touches another holder's lock, nor a later acquisition of the same execution after a redrive.
 
-It is itself a small Express state machine of direct integrations (Query the owner index,
-then one conditional UpdateItem per lock): no code to deploy, no cold start, and the release
-is the protocol's own RELEASE expression. It needs only the event's ``detail.executionArn``,
-which is present even when Step Functions drops a large input from the event.
+Which acquisitions: the execution's own history, read after it ended (``GetExecutionHistory``,
+every page): each ``TaskScheduled`` of the protocol's ACQUIRE on this table before the end.
+Unlike an index on ``owner`` (eventually consistent), the history cannot miss a lock taken
+just before the stop - not even one whose response was lost.
+
+It is itself a small Express state machine of direct integrations: no code to deploy, no cold
+start, and the write is the protocol's own RETIRE expression. It needs only the event's
+``detail.executionArn`` and ``detail.stopDate``, present even when Step Functions drops a large
+input from the event.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from aws_cdk import Duration, RemovalPolicy, aws_dynamodb as dynamodb
-from aws_cdk import aws_events as events, aws_events_targets as targets, aws_logs as logs
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack, aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events, aws_events_targets as targets, aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
@@ -26,13 +35,16 @@ from state_machines.lock_protocol import jsonata
 
 #: Execution statuses after which an execution may still own a lock.
 ENDED_WITHOUT_RELEASE = ("ABORTED", "TIMED_OUT", "FAILED")
+#: History events per GetExecutionHistory page (the API's maximum).
+HISTORY_PAGE_SIZE = 1000
 
 
 class LockJanitor(Construct):
-    """Release the locks of ended executions of ``watched`` state machines.
+    """Retire the locks of ended executions of ``watched`` state machines.
 
-    :param table: the lock table (with the ``byOwner`` index that :class:`LockTable` creates).
-    :param watched: state machines whose ended executions are cleaned up.
+    :param table: the lock table.
+    :param watched: state machines whose ended executions are cleaned up (they must run in
+        this stack's account and region).
     :param logging: log the janitor's executions (level ALL). Default: ``True``.
     """
 
@@ -48,42 +60,62 @@ class LockJanitor(Construct):
         super().__init__(scope, construct_id)
         if not watched:
             raise ValueError("`watched` must name at least one state machine, got: []")
-        owner = "$states.input.detail.executionArn"
-        find = tasks.CallAwsService.jsonata(
+        stack = Stack.of(self)
+        detail = "$states.context.Execution.Input.detail"
+        ended_ms = f"{detail}.stopDate"
+        read = sfn.CustomState(
             self,
-            "Find locks of the ended execution",
-            service="dynamodb",
-            action="query",
-            parameters={
-                "TableName": table.table_name,
-                "IndexName": protocol.OWNER_INDEX,
-                "KeyConditionExpression": protocol.LOCKS_OF_OWNER,
-                "ExpressionAttributeNames": {f"#{protocol.OWNER}": protocol.OWNER},
-                "ExpressionAttributeValues": {":owner": {"S": jsonata(owner)}},
+            "Read the ended execution's history",
+            state_json={
+                "Type": "Task",
+                "QueryLanguage": "JSONata",
+                "Resource": f"arn:{stack.partition}:states:::aws-sdk:sfn:getExecutionHistory",
+                "Arguments": jsonata(
+                    f"$merge([{{'ExecutionArn': {detail}.executionArn, "
+                    f"'MaxResults': {HISTORY_PAGE_SIZE}, 'IncludeExecutionData': true}}, "
+                    "$exists($nextPage) ? {'NextToken': $nextPage} : {}])"
+                ),
+                "Assign": {"nextPage": jsonata("$states.result.NextToken")},
+                "Output": jsonata(
+                    protocol.acquisitions_in_history_expression(
+                        table_name=table.table_name, ended_ms=ended_ms
+                    )
+                ),
+                "Retry": [
+                    {
+                        "ErrorEquals": ["Sfn.ThrottlingException", "States.TaskFailed"],
+                        "IntervalSeconds": 1,
+                        "BackoffRate": 2,
+                        "MaxAttempts": 5,
+                        "JitterStrategy": "FULL",
+                    }
+                ],
             },
-            iam_resources=[f"{table.table_arn}/index/{protocol.OWNER_INDEX}"],
-            iam_action="dynamodb:Query",
-            assign={"endedExecution": jsonata(owner)},
-            outputs=jsonata("$states.result.Items"),
         )
-        release = tasks.DynamoUpdateItem.jsonata(
+        retire = tasks.DynamoUpdateItem.jsonata(
             self,
-            "Release",
+            "Retire",
             table=table,
             **update_item_props(
-                protocol.janitor_release_arguments(
-                    key_jsonata=f"$states.input.{protocol.KEY_ATTRIBUTE}.S",
-                    owner_jsonata="$endedExecution",
+                protocol.retire_arguments(
+                    key_jsonata="$states.input.key",
+                    owner_jsonata="$states.input.owner",
+                    ended_at_jsonata=f"$string({ended_ms})",
                 )
             ),
         )
-        retry_transient(release)
-        already_free = sfn.Succeed(self, "Taken over or released already")
-        release.add_catch(already_free, errors=[protocol.CONDITION_FAILED])
+        retry_transient(retire)
+        retire.add_catch(
+            sfn.Succeed(self, "Released or taken over already"), errors=[protocol.CONDITION_FAILED]
+        )
         each = sfn.Map.jsonata(
-            self, "Release each", items=sfn.ProvideItems.jsonata(jsonata("$states.input")),
+            self, "Retire each", items=sfn.ProvideItems.jsonata(jsonata("$states.input")),
             max_concurrency=10,
-        ).item_processor(release)
+        ).item_processor(retire)
+        more = sfn.Choice.jsonata(self, "More history?")
+        more.when(sfn.Condition.jsonata(jsonata("$exists($nextPage)")), read)
+        more.otherwise(sfn.Succeed(self, "Done"))
+        definition = read.next(each).next(more)
 
         log_options = None
         if logging:
@@ -98,12 +130,25 @@ class LockJanitor(Construct):
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(find.next(each)),
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
             query_language=sfn.QueryLanguage.JSONATA,
             state_machine_type=sfn.StateMachineType.EXPRESS,
-            timeout=Duration.minutes(1),
+            timeout=Duration.minutes(5),
             logs=log_options,
             tracing_enabled=True,
+        )
+        self.state_machine.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["states:GetExecutionHistory"],
+                resources=[
+                    stack.format_arn(
+                        service="states", resource="execution",
+                        resource_name=f"{machine.state_machine_name}:*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                    for machine in watched
+                ],
+            )
         )
         self.dead_letter_queue = sqs.Queue(
             self, "DeadLetters", retention_period=Duration.days(14),
@@ -112,7 +157,7 @@ class LockJanitor(Construct):
         self.rule = events.Rule(
             self,
             "ExecutionEnded",
-            description="Release the locks of executions that ended without releasing them",
+            description="Retire the locks of executions that ended without releasing them",
             event_pattern=events.EventPattern(
                 source=["aws.states"],
                 detail_type=["Step Functions Execution Status Change"],

@@ -24,9 +24,21 @@ idempotent for the same owner (a retried acquire whose first try succeeded finds
 already "mine"; a retried release whose first try succeeded finds the lock free with the
 same fence), so botocore's retries are safe.
 
-Owners. A holder is identified by its owner id. Two acquisitions with the same owner both
-succeed (that is what makes retries safe): give each concurrent holder its own id - the
-default is unique per client (``client:<host>:<pid>:<uuid4>``).
+Owners. Ownership is per acquisition, as in the state machines: every :meth:`acquire` gets
+its own owner ``<client owner>#<uuid4>`` (the client owner defaults to
+``client:<host>:<pid>:<uuid4>``), so two threads of one client, or two acquisitions in one
+thread, serialize like separate processes. An explicit ``owner=`` makes an acquire repeatable:
+acquiring again with the same owner is the same acquisition (that is what makes retries safe).
+
+Nesting. ``hold()`` is re-entrant per client and thread: a ``hold()`` of a key that the same
+thread already holds through the same client yields the enclosing lease (same fence), writes
+nothing, and leaving it does not release the enclosing hold. A different thread, or another
+client, waits like anyone else.
+
+Releases. A release whose first attempt succeeded but whose response was lost is retried by
+botocore; if a waiter took the lock in between, the retry finds it not ours. When botocore
+did retry and the lease had not ended yet, nobody could have taken the lock over by expiry
+before our first attempt - so that attempt released it, and ``release`` returns normally.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -54,11 +67,13 @@ from state_machines.lock_protocol import (
     FENCE,
     KEY_ATTRIBUTE,
     OWNER,
+    OWNER_SEPARATOR,
     REFRESH,
     RELEASE,
     LockWrite,
     key_problem,
     lock_item_key,
+    namespace_problem,
     namespaced,
 )
 
@@ -82,7 +97,8 @@ class LockError(Exception):
 
 
 class InvalidLockKey(LockError, ValueError):
-    """The key is missing, not a string, empty or too long (raised before any DynamoDB call)."""
+    """The key is missing, not a string, empty or too long - more than 2048 bytes of UTF-8
+    with its namespace prefix (raised before any DynamoDB call)."""
 
     error = ERROR_INVALID_KEY
 
@@ -130,12 +146,12 @@ class Lease:
         return self.expires_at - now_ms
 
 
-def validate_key(key: Any) -> str:
+def validate_key(key: Any, namespace: str = "") -> str:
     """``key`` if it is a valid lock key, else :class:`InvalidLockKey` naming the problem.
 
-    The same rules as the state machines' key validation (before namespacing).
+    The same rules as the state machines' key validation.
     """
-    problem = key_problem(key)
+    problem = key_problem(key, namespace)
     if problem:
         raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
     return key
@@ -161,11 +177,12 @@ class LockClient:
     """Acquire, refresh and release the locks of a lock table from Python.
 
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
-    :param namespace: prefix of every key, as the construct's ``namespace``. Default: none.
+    :param namespace: prefix of every key, as the construct's ``key_namespace`` (the stored
+        key is ``<namespace>#<key>``). Default: ``""``.
     :param dynamodb: a boto3 DynamoDB *client*. Default: ``boto3.client("dynamodb")``
         (honours ``AWS_ENDPOINT_URL_DYNAMODB``), created on first use.
-    :param owner: the holder id written to ``owner``. Default:
-        ``client:<hostname>:<pid>:<uuid4>``, unique per client.
+    :param owner: this client's holder id; each acquisition owns ``<owner>#<uuid4>``.
+        Must not contain ``#``. Default: ``client:<hostname>:<pid>:<uuid4>``.
     :param clock: epoch *milliseconds* for ``acquiredAt``/``expiresAt`` and lease expiry.
         Default: ``time.time() * 1000`` (see the module notes on clocks).
     :param sleep: how to wait between attempts while the lock is held. Default: ``time.sleep``.
@@ -183,16 +200,20 @@ class LockClient:
     ) -> None:
         if not isinstance(table_name, str) or not table_name:
             raise ValueError(f"`table_name` must be a non-empty string, got: {table_name!r}")
-        if not isinstance(namespace, str):
-            raise ValueError(f"`namespace` must be a string, got: {namespace!r}")
-        if owner is not None and (not isinstance(owner, str) or not owner):
-            raise ValueError(f"`owner` must be a non-empty string, got: {owner!r}")
+        problem = namespace_problem(namespace)
+        if problem:
+            raise ValueError(f"`namespace` {problem}")
+        if owner is not None and (not isinstance(owner, str) or not owner or OWNER_SEPARATOR in owner):
+            raise ValueError(
+                f"`owner` must be a non-empty string without '{OWNER_SEPARATOR}', got: {owner!r}"
+            )
         self.table_name = table_name
         self.namespace = namespace
         self.owner = owner or f"client:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4()}"
         self._dynamodb = dynamodb
         self._clock = clock or _wall_clock_ms
         self._sleep = sleep or time.sleep
+        self._held = threading.local()  # this thread's holds through this client: re-entrancy
 
     @property
     def dynamodb(self) -> Any:
@@ -204,7 +225,7 @@ class LockClient:
 
     def table_key(self, key: str) -> str:
         """The stored key of ``key`` (validated, namespaced)."""
-        return namespaced(self.namespace, validate_key(key))
+        return namespaced(self.namespace, validate_key(key, self.namespace))
 
     def now_ms(self) -> int:
         return int(self._clock())
@@ -229,7 +250,8 @@ class LockClient:
         default 0: try once): the n-th wait is ``min(max_poll_interval, poll_interval *
         backoff_rate**(n-1))`` seconds with equal jitter, never past the deadline.
 
-        :param owner: holder id for this acquisition. Default: the client's ``owner``.
+        :param owner: holder id of this acquisition; acquiring again with the same owner is
+            the same acquisition. Default: a new one, ``<client owner>#<uuid4>``.
         :param lease: how long the lock is ours without a refresh. Default: 60 s.
         :raises InvalidLockKey: before any DynamoDB call.
         :raises LockHeld: held by another owner and ``wait`` is 0.
@@ -281,6 +303,7 @@ class LockClient:
                     ":stale": {"S": me},  # no liveness check here: nobody is known dead
                     ":now": {"N": str(now)},
                     ":expiresAt": {"N": str(now + lease_ms)},
+                    ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
                     ":one": {"N": "1"},
                 },
                 return_new=True,
@@ -314,6 +337,13 @@ class LockClient:
         except ClientError as error:
             if not _condition_failed(error):
                 raise
+            retried = error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
+            if retried and self.now_ms() < lease.expires_at:
+                logger.info(
+                    "release of %s: a retried attempt found it released already (an earlier "
+                    "attempt's response was lost)", table_key,
+                )
+                return
             raise LockLost(self._lost_message(lease, table_key, _old_item(error))) from None
 
     def refresh(self, held: Lease, /, *, lease: timedelta | float = DEFAULT_LEASE) -> Lease:
@@ -356,15 +386,25 @@ class LockClient:
     ) -> Iterator[Lease]:
         """``with client.hold(key) as lease:`` acquire, run the block, release.
 
+        Re-entrant per client and thread (see the module notes): a nested ``hold()`` of a key
+        this thread already holds yields the enclosing lease and releases nothing.
+
         The lock is released also when the block raises; the block's exception is then the
         one that propagates (a failed release is added to it as a note). After a block that
         completed, a failed release raises :class:`LockLost`: the work ran (at least
         partly) without the lock.
         """
+        holds = self._holds()
+        table_key = self.table_key(key)
+        if table_key in holds and owner is None:  # re-entered: the enclosing hold covers it
+            yield holds[table_key]
+            return
         held = self.acquire(key, owner=owner, lease=lease, wait=wait, **acquire_options)
+        holds[table_key] = held
         try:
             yield held
         except BaseException as error:
+            holds.pop(table_key, None)
             try:
                 self.release(held)
             except Exception as release_error:  # the block's error is the one that matters
@@ -372,13 +412,19 @@ class LockClient:
                 if hasattr(error, "add_note"):  # Python >= 3.11
                     error.add_note(f"releasing the lock also failed: {release_error!r}")
             raise
+        holds.pop(table_key, None)
         self.release(held)
+
+    def _holds(self) -> dict:
+        if not hasattr(self._held, "holds"):
+            self._held.holds = {}
+        return self._held.holds
 
     # ----------------------------------------------------------------------------------
 
     def _owner(self, owner: str | None) -> str:
         if owner is None:
-            return self.owner
+            return f"{self.owner}{OWNER_SEPARATOR}{uuid.uuid4()}"
         if not isinstance(owner, str) or not owner:
             raise ValueError(f"`owner` must be a non-empty string, got: {owner!r}")
         return owner
@@ -419,7 +465,6 @@ def _stored_key(lease: Lease) -> str:
     """The stored key a lease was acquired on (checked before any DynamoDB call)."""
     if not isinstance(lease, Lease):
         raise TypeError(f"expected a Lease, got: {type(lease).__name__}")
-    validate_key(lease.key)
     if not isinstance(lease.table_key, str) or not lease.table_key:
         raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lease has no stored key: {lease!r}")
     return lease.table_key

@@ -14,8 +14,8 @@ class LockTable(Construct):
     """A table of lock items: partition key ``pk`` (string), on-demand, point-in-time recovery.
 
     Items are never deleted and carry no TTL attribute: the ``fence`` of a key must keep
-    increasing forever. A sparse index on ``owner`` lets the janitor find what an execution
-    still holds.
+    increasing forever. No index is needed: the janitor finds an ended execution's locks in
+    its history, which - unlike an index - cannot lag.
 
     :param removal_policy: what happens to the table when the stack is deleted.
         Default: ``RemovalPolicy.RETAIN`` (deleting it would restart every fence).
@@ -43,13 +43,6 @@ class LockTable(Construct):
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=removal_policy,
-        )
-        self.table.add_global_secondary_index(
-            index_name=protocol.OWNER_INDEX,
-            partition_key=dynamodb.Attribute(
-                name=protocol.OWNER, type=dynamodb.AttributeType.STRING
-            ),
-            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
         )
 
     def grant_lock_writes(self, grantee: iam.IGrantable) -> iam.Grant:

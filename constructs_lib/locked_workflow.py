@@ -6,8 +6,10 @@ wires those states together with the caller's work, and creates the AWS resource
 
 from __future__ import annotations
 
+import json
 import re
-from typing import List, Optional, Sequence
+import threading
+from typing import Any, List, Optional, Sequence
 
 from aws_cdk import (
     ArnFormat,
@@ -15,10 +17,12 @@ from aws_cdk import (
     Names,
     Stack,
     RemovalPolicy,
+    Token,
     aws_dynamodb as dynamodb,
     aws_events as events,
     aws_events_targets as targets,
     aws_iam as iam,
+    aws_lambda as lambda_,
     aws_logs as logs,
     aws_sqs as sqs,
     aws_stepfunctions as sfn,
@@ -36,15 +40,22 @@ from state_machines.lock_protocol import WaitPolicy, jsonata
 LEASE_MARGIN = Duration.minutes(5)
 #: Default state machine timeout of LockedWorkflow.
 DEFAULT_TIMEOUT = Duration.hours(1)
-#: Default longest time a run waits for a held lock.
+#: Default longest time a run waits for a held lock (or half the timeout, if shorter).
 DEFAULT_MAX_WAIT = Duration.minutes(15)
 #: Default: a waiter asks whether the holder still runs on every this-many-th round of polls.
 DEFAULT_LIVENESS_CHECK_EVERY = 2
 #: Express workflows cannot run longer than this.
 EXPRESS_MAX_DURATION = Duration.minutes(5)
+#: Stop grace when the protected work has a task whose longest run the construct cannot see
+#: (no ``TimeoutSeconds``, not a Lambda of this app): the longest a Lambda invocation can run.
+DEFAULT_STOP_GRACE = Duration.minutes(15)
+#: Added to the longest task timeout found: delivery and clock slack.
+STOP_GRACE_MARGIN_S = 5
+#: A Lambda function without a timeout of its own runs for at most 3 s.
+LAMBDA_DEFAULT_TIMEOUT_S = 3
 
-_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}")
-_NAMESPACE = re.compile(r"[A-Za-z0-9_.:/=+@-]{0,64}")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
+_STATE_TYPES_WITH_WORKERS = ("Task",)
 
 
 def _seconds(duration: Duration) -> Optional[float]:
@@ -54,6 +65,8 @@ def _seconds(duration: Duration) -> Optional[float]:
 
 def _concrete_ms(name: str, duration: Duration) -> int:
     """Milliseconds of a duration that ends up inside a JSONata expression (no tokens)."""
+    if not isinstance(duration, Duration):
+        raise ValueError(f"`{name}` must be a Duration, got: {duration!r}")
     if duration.is_unresolved():
         raise ValueError(f"`{name}` must be a concrete duration, got: a token ({duration.to_string()})")
     return int(duration.to_milliseconds())
@@ -81,51 +94,105 @@ def _validate_wait_policy(policy: WaitPolicy) -> None:
         )
 
 
+# Sections being rendered, outermost first: a section rendered inside another one's branch
+# learns here which sections enclose it (re-entrancy, variable clashes).
+_rendering = threading.local()
+
+
+def _enclosing_sections() -> list:
+    return list(getattr(_rendering, "stack", []))
+
+
+class _SectionState(sfn.Parallel):
+    """The section's Parallel: its Arguments are known only when it is rendered, because
+    only then is it known which sections enclose it."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, section: "LockedSection", **props: Any):
+        super().__init__(scope, construct_id, **props)
+        self._section = section
+
+    def to_state_json(self, *args: Any) -> Any:
+        enclosing = _enclosing_sections()
+        self._section._check_nesting(enclosing)
+        stack = getattr(_rendering, "stack", [])
+        stack.append(self._section)
+        _rendering.stack = stack
+        try:
+            rendered = dict(super().to_state_json(*args))
+        finally:
+            stack.pop()
+        rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing))
+        return rendered
+
+
 class LockedSection(sfn.StateMachineFragment):
     """A fragment that runs ``protected`` while holding an exclusive lock on a DynamoDB item.
 
-    States (prefixed with this construct's id)::
+    One Parallel state (named after the construct id) whose single branch is::
 
         Acquire --held--> Held? --waited max_wait--> Timeout (fails Lock.Timeout)
-           ^                 \\--> Wait --------------------------^
-           |--ok--> Protected --> Release --condition failed--> Lost (fails Lock.Lost)
-           |            \\--any error--> Release after error --> Rethrow (original Error/Cause)
-           \\--bad key--> InvalidKey (fails Lock.InvalidKey, no DynamoDB call made)
+           ^                 |--every n-th round--> Inspect -> HolderIsExecution? -> DescribeHolder --.
+           |                 \\--> Wait <---------------------------------------------------------'
+           |--ok--> protected work --> Release --condition failed--> Lost (fails Lock.Lost)
+                        \\--any error--> ReleaseAfterError --> Rethrow (the error, States.* renamed)
+
+    The Parallel's entry draws the acquisition's owner (``<execution ARN>#<uuid>``) and
+    validates the key (``Lock.InvalidKey`` before any DynamoDB call). Ownership is per
+    acquisition: Map iterations, Parallel branches and repeated runs of one execution are
+    separate holders and serialize like separate executions.
 
     The protected work reads the lock as ``$lock`` (or ``$<lock_variable>``): ``key``,
-    ``owner`` (the execution ARN), ``fence``, ``acquiredAt``, ``expiresAt`` (epoch ms).
-    Its input is the section's input; the section's output is the work's output.
+    ``owner``, ``fence``, ``acquiredAt``, ``expiresAt`` (epoch ms). The variable lives inside
+    the section: states after it cannot read it. The work's input is the section's input; the
+    section's output is the work's output.
 
-    The lock states are CDK DynamoDB tasks, so any state machine built from the fragment
-    gets ``dynamodb:UpdateItem`` on the lock table, and nothing more, in its role.
+    Nesting: a section inside another section's protected work, on the same table and the same
+    key at run time, passes through (re-entrant): it writes nothing, its work runs under the
+    enclosing hold and reads the same ``fence``, and leaving it does not free the enclosing
+    lock. A different key is an ordinary nested lock. Nested sections need different
+    ``lock_variable`` names (refused at synth otherwise).
+
+    Redrive: a redriven execution that re-enters the section (stopped or failed inside it)
+    acquires again, with a new owner, before any of its protected work runs again; the work
+    runs from its start.
 
     :param lock_key: JSONata template whose value is the resource to serialize on, e.g.
         ``"{% $states.input.detail.customerId %}"``. At run time it must be a non-empty
-        string of at most 500 characters, else the section fails with ``Lock.InvalidKey``
-        before any DynamoDB call.
+        string whose stored form ``<namespace>#<key>`` is at most 2048 bytes of UTF-8, else
+        the section fails with ``Lock.InvalidKey`` before any DynamoDB call.
     :param protected: the work to run under the lock (any ``IChainable``). A single task
-        state with no Catch of its own gets the lock's Catch directly (2 extra state
-        transitions); anything else is wrapped in a one-branch Parallel (3 extra).
+        state with no Catch of its own gets the lock's Catch directly; anything else is
+        wrapped in a one-branch Parallel (one more state transition).
     :param table: the lock table (partition key ``pk``, string).
     :param lease: how long an acquisition stays valid if never released. Set it longer than
         the longest time the section can run; a shorter lease trades safety (another run
         may take over a live holder, whose late writes only its fence can reject) for
         faster recovery from crashed holders.
-    :param key_namespace: prefix of the stored key, ``<namespace>#<key>``; share it with any
-        ``LockClient`` taking part in the same lock. Default: ``""`` (the key as is).
+    :param key_namespace: prefix of the stored key, ``<namespace>#<key>`` (also for ``""``:
+        ``#<key>``); share it with any ``LockClient`` taking part in the same lock.
+        Default: ``""``.
     :param max_wait: longest time to wait for a held lock before failing with
-        ``Lock.Timeout``; ``Duration.seconds(0)`` fails at once. Default: 15 minutes.
+        ``Lock.Timeout``; ``Duration.seconds(0)`` fails at once. The timeout comes after
+        ``max_wait`` and before ``max_wait`` + one round of polls (at most half of
+        ``max_wait`` more), request latencies aside. Default: 15 minutes.
     :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 2 s,
         backoff 1.5, at most 5 s between attempts, jitter on, 8 retries per round.
-    :param lock_variable: name of the variable holding the lock (the wait bookkeeping uses
-        ``<name>Wait`` and ``<name>Holder``). Give nested sections different names.
-        Default: ``"lock"``.
-    :param holder_state_machine_names: names of the Standard state machines whose executions
-        may hold this lock. A waiter may ask Step Functions whether such a holder still runs
-        (``states:DescribeExecution``, scoped to these machines' executions) and take the lock
-        over from one that ended. Default: ``()`` - no liveness check.
-    :param liveness_check_every: check the holder on every this-many-th round of polls;
-        ``0`` turns the check off. Default: ``2``.
+    :param stop_grace: how long the lock of a holder whose execution ended without releasing
+        it (stopped, timed out, failed past every Catch) stays held after that end: Step
+        Functions does not stop a running Lambda invocation, activity or callback worker.
+        Default: the longest ``TimeoutSeconds`` of the protected work's task states (for a
+        Lambda task without one: its function's timeout) plus 5 s; 15 minutes if some task's
+        longest run cannot be seen.
+    :param lock_variable: name of the variable holding the lock (the section also uses
+        ``<name>Wait``, ``<name>Holder`` and ``<name>Redrives``). Default: ``"lock"``.
+    :param liveness_check_every: on every this-many-th round of polls a waiter asks Step
+        Functions whether the holder's execution still runs, and takes the lock over from one
+        that ended longer than its stop grace ago; ``0`` leaves the states out. The check
+        needs ``states:DescribeExecution`` on the holders' executions: see
+        :meth:`recover_stale_holders`. Default: ``2``.
+    :param history_event_budget: refuse a ``max_wait``/``wait_policy`` whose wait loop could
+        record more history events than this (a Standard execution stops at 25,000); ``None``
+        skips the check (Express). Default: 20,000.
     """
 
     def __init__(
@@ -140,9 +207,10 @@ class LockedSection(sfn.StateMachineFragment):
         key_namespace: str = "",
         max_wait: Duration = DEFAULT_MAX_WAIT,
         wait_policy: Optional[WaitPolicy] = None,
+        stop_grace: Optional[Duration] = None,
         lock_variable: str = "lock",
-        holder_state_machine_names: Sequence[str] = (),
         liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
+        history_event_budget: Optional[int] = protocol.WAIT_LOOP_EVENT_BUDGET,
     ) -> None:
         super().__init__(scope, construct_id)
         wait_policy = wait_policy or WaitPolicy()
@@ -151,218 +219,420 @@ class LockedSection(sfn.StateMachineFragment):
                 "`liveness_check_every` must be a whole number of rounds >= 0 (0 turns the check "
                 f"off), got: {liveness_check_every!r}"
             )
-        key_jsonata = protocol.key_expression(protocol.unwrap_jsonata(lock_key), key_namespace)
-        if not _NAMESPACE.fullmatch(key_namespace):
+        user_key = protocol.unwrap_jsonata(lock_key)
+        problem = protocol.namespace_problem(key_namespace)
+        if problem:
+            raise ValueError(f"`key_namespace` {problem}")
+        if not _VARIABLE_NAME.fullmatch(lock_variable or "") or lock_variable == "states":
             raise ValueError(
-                "`key_namespace` must be at most 64 letters, digits or _.:/=+@- characters, "
-                f"got: {key_namespace!r}"
-            )
-        if not _VARIABLE_NAME.fullmatch(lock_variable) or lock_variable == "states":
-            raise ValueError(
-                "`lock_variable` must be a JSONata variable name (a letter or _, then letters, "
-                f"digits or _, not 'states'), got: {lock_variable!r}"
+                "`lock_variable` must be a JSONata variable name of at most 51 characters (a "
+                f"letter or _, then letters, digits or _, not 'states'), got: {lock_variable!r}"
             )
         lease_ms = _concrete_ms("lease", lease)
         if lease_ms < 1000:
             raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
         _validate_wait_policy(wait_policy)
+        max_wait_ms = _concrete_ms("max_wait", max_wait)
+        if max_wait_ms < 0:
+            raise ValueError(f"`max_wait` must not be negative, got: {max_wait_ms / 1000} s")
+        if history_event_budget is not None:
+            needed = protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
+            if needed > history_event_budget:
+                raise ValueError(
+                    f"`max_wait` must keep the wait loop under {history_event_budget} history events "
+                    f"(of the {protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: "
+                    f"{max_wait_ms / 1000} s, which can take {needed} events with "
+                    f"wait_policy.max_interval={wait_policy.max_interval} s and "
+                    f"liveness_check_every={liveness_check_every}; raise wait_policy.max_interval "
+                    "(or first_interval) or lower max_wait"
+                )
 
         self.table = table
         self.lock_variable = lock_variable
+        self.key_namespace = key_namespace
         self.max_wait = max_wait
         self.wait_policy = wait_policy
-        wait_variable = f"{lock_variable}Wait"
-        max_wait_ms = _concrete_ms("max_wait", max_wait)
+        self.lease = lease
+        self.liveness_check_every = liveness_check_every
+        self.variables = {
+            "lock": lock_variable,
+            "wait": f"{lock_variable}Wait",
+            "holder": f"{lock_variable}Holder",
+            "redrives": f"{lock_variable}Redrives",
+        }
+        self._key_expression = protocol.key_expression(user_key, key_namespace)
+        self._max_wait_ms = max_wait_ms
+        self._construct_id = construct_id
+        self._describe_holder: Optional[sfn.State] = None
+        self._liveness_grants: list = []
 
-        def name(suffix: str) -> str:
-            return f"{construct_id}.{suffix}"
+        self.protected = _catching(self, protected, self._name("Protected"))
+        self.stop_grace = stop_grace if stop_grace is not None else derive_stop_grace(self, self.protected)
+        grace_ms = _concrete_ms("stop_grace", self.stop_grace)
+        if grace_ms < 0:
+            raise ValueError(f"`stop_grace` must not be negative, got: {grace_ms / 1000} s")
 
-        # Acquire: validates the key, then one conditional UpdateItem.
-        self.acquire = _update_item(
+        self.acquire = self._build_acquire(lease_ms, grace_ms)
+        self._build_wait_path()
+        self.release = self._build_release()
+        self._build_error_path()
+        self.acquire.next(self.protected).next(self.release)
+        self.section_state = self._build_entry()
+
+    # -- wiring -------------------------------------------------------------------------
+
+    def _name(self, suffix: str) -> str:
+        return f"{self._construct_id}.{suffix}"
+
+    def _build_acquire(self, lease_ms: int, grace_ms: int) -> tasks.DynamoUpdateItem:
+        """Acquire: one conditional UpdateItem; a re-entered section skips to the work."""
+        v = self.variables
+        acquire = _update_item(
             self,
-            name("Acquire"),
-            table,
+            self._name("Acquire"),
+            self.table,
             protocol.acquire_arguments(
-                key_jsonata=key_jsonata,
                 lease_ms=lease_ms,
-                stale_owner_jsonata=protocol.stale_owner_expression(wait_variable),
+                grace_ms=grace_ms,
+                stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
+                reentrant=True,
             ),
-            assign={
-                lock_variable: jsonata(protocol.lock_variable_expression()),
-                wait_variable: jsonata("null"),
-            },
+            assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
+            outputs=jsonata(f"{protocol.ENTRY}.input"),
         )
-        retry_transient(self.acquire)
-        invalid_key = sfn.Fail.jsonata(
-            self,
-            "InvalidKey",
-            state_name=name("InvalidKey"),
-            error=protocol.ERROR_INVALID_KEY,
-            cause=jsonata("$states.input.Cause"),
+        retry_transient(acquire)
+        acquire.add_catch(
+            self.protected,
+            errors=[protocol.QUERY_EVALUATION_ERROR],
+            assign={v["lock"]: jsonata(protocol.reentered_lock_expression())},
+            outputs=jsonata(f"{protocol.ENTRY}.input"),
         )
-        self.acquire.add_catch(invalid_key, errors=[protocol.QUERY_EVALUATION_ERROR])
+        return acquire
 
-        # Held: wait (bounded by max_wait) and try again, or fail with Lock.Timeout.
+    def _build_wait_path(self) -> None:
+        """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
+        v, policy, max_wait_ms = self.variables, self.wait_policy, self._max_wait_ms
         timeout = sfn.Fail.jsonata(
             self,
             "Timeout",
-            state_name=name("Timeout"),
+            state_name=self._name("Timeout"),
             error=protocol.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({max_wait_ms} ms)",
         )
         if max_wait_ms == 0:
             self.acquire.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
-        else:
-            retries = wait_policy.retries_for(max_wait_ms / 1000)
-            if retries:  # fast polls: the acquire retries the refused write itself
-                self.acquire.add_retry(
-                    errors=[protocol.CONDITION_FAILED],
-                    interval=Duration.seconds(wait_policy.first_interval),
-                    backoff_rate=wait_policy.backoff_rate,
-                    max_delay=Duration.seconds(wait_policy.max_interval),
-                    max_attempts=retries,
-                    jitter_strategy=sfn.JitterType.FULL if wait_policy.jitter else sfn.JitterType.NONE,
-                )
-            wait = sfn.CustomState(
-                self,
-                name("Wait"),
-                state_json={
-                    "Type": "Wait",
-                    "QueryLanguage": "JSONata",
-                    "Seconds": jsonata(
-                        protocol.wait_seconds_expression(wait_policy, wait_variable, max_wait_ms)
-                    ),
-                },
+            self._held = None
+            return
+        retries = policy.retries_for(max_wait_ms / 1000)
+        if retries:  # fast polls: the acquire retries the refused write itself
+            self.acquire.add_retry(
+                errors=[protocol.CONDITION_FAILED],
+                interval=Duration.seconds(policy.first_interval),
+                backoff_rate=policy.backoff_rate,
+                max_delay=Duration.seconds(policy.max_interval),
+                max_attempts=retries,
+                jitter_strategy=sfn.JitterType.FULL if policy.jitter else sfn.JitterType.NONE,
             )
-            held = sfn.Choice.jsonata(self, "Held", state_name=name("Held?"))
+        self._wait = sfn.CustomState(
+            self,
+            self._name("Wait"),
+            state_json={
+                "Type": "Wait",
+                "QueryLanguage": "JSONata",
+                "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], max_wait_ms)),
+            },
+        )
+        held = sfn.Choice.jsonata(self, "Held", state_name=self._name("Held?"))
+        held.when(
+            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], max_wait_ms))),
+            timeout,
+        )
+        if self.liveness_check_every:
             held.when(
                 sfn.Condition.jsonata(
-                    jsonata(protocol.waited_enough_expression(wait_variable, max_wait_ms))
+                    jsonata(protocol.liveness_due_expression(v["wait"], self.liveness_check_every))
                 ),
-                timeout,
+                self._liveness_check(),
             )
-            if liveness_check_every and holder_state_machine_names:
-                held.when(
-                    sfn.Condition.jsonata(
-                        jsonata(protocol.liveness_due_expression(wait_variable, liveness_check_every))
-                    ),
-                    self._liveness_check(
-                        name, key_jsonata, wait_variable, holder_state_machine_names, wait
-                    ),
-                )
-            held.otherwise(wait.next(self.acquire))
-            self.acquire.add_catch(
-                held,
-                errors=[protocol.CONDITION_FAILED],
-                assign={wait_variable: jsonata(protocol.wait_bookkeeping_expression(wait_variable))},
-                outputs=jsonata("$states.input"),
-            )
-
-        # Release on success; a failed condition means the lock was taken over meanwhile.
-        self.release = _update_item(
-            self, name("Release"), table, protocol.release_arguments(lock_variable=lock_variable)
+        held.otherwise(self._wait.next(self.acquire))
+        self.acquire.add_catch(
+            held,
+            errors=[protocol.CONDITION_FAILED],
+            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
+            outputs=jsonata("$states.input"),
         )
-        retry_transient(self.release)
+        self._held = held
+
+    def _liveness_check(self) -> sfn.IChainable:
+        """Inspect the lock; if its holder's execution ended longer than its grace ago, mark
+        it stale. Every path goes through the Wait, so each round lets time pass."""
+        v = self.variables
+        inspect = tasks.DynamoGetItem.jsonata(
+            self,
+            self._name("Inspect"),
+            table=self.table,
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(f"{protocol.ENTRY}.key")})},
+            consistent_read=True,
+            assign={v["holder"]: jsonata(protocol.holder_expression())},
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient(inspect)
+        inspect.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        describe = sfn.CustomState(
+            self,
+            self._name("DescribeHolder"),
+            state_json={
+                "Type": "Task",
+                "QueryLanguage": "JSONata",
+                "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:sfn:describeExecution",
+                "Arguments": {
+                    "ExecutionArn": jsonata(protocol.holder_execution_expression(v["holder"]))
+                },
+                "Assign": {
+                    v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"]))
+                },
+                "Output": jsonata("$states.input"),
+            },
+        )
+        describe.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        describe.next(self._wait)
+        self._describe_holder = describe
+        is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self._name("HolderIsExecution?"))
+        is_execution.when(
+            sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(v["holder"]))),
+            describe,
+        ).otherwise(self._wait)
+        return inspect.next(is_execution)
+
+    def _build_release(self) -> tasks.DynamoUpdateItem:
+        """Release on success. A failed condition means the lock is not mine - unless a retried
+        release follows one whose response was lost (then it was released before the lease
+        could end: see released_before_expiry_expression)."""
+        v = self.variables
+        lock = "$" + v["lock"]
+        release = _update_item(
+            self, self._name("Release"), self.table,
+            protocol.release_arguments(lock_variable=v["lock"], reentrant=True),
+        )
         lost = sfn.Fail.jsonata(
             self,
             "Lost",
-            state_name=name("Lost"),
+            state_name=self._name("Lost"),
             error=protocol.ERROR_LOST,
             cause=jsonata(
-                f"'lock ' & ${lock_variable}.key & ' (fence ' & $string(${lock_variable}.fence)"
+                f"'lock ' & {lock}.key & ' (fence ' & $string({lock}.fence)"
                 " & ') was taken over by another holder before it was released'"
             ),
         )
-        self.release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
+        release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
+        left = sfn.Succeed(self, "LeftReentered", state_name=self._name("LeftReentered"))
+        release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
+        again = _update_item(
+            self, self._name("ReleaseAgain"), self.table,
+            protocol.release_arguments(lock_variable=v["lock"]),
+        )
+        retry_transient(again)
+        release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+        released_before = sfn.Choice.jsonata(self, "ReleasedBefore", state_name=self._name("ReleasedBefore?"))
+        released_before.when(
+            sfn.Condition.jsonata(jsonata(protocol.released_before_expiry_expression(v["lock"]))),
+            sfn.Succeed(self, "Released", state_name=self._name("Released")),
+        ).otherwise(lost)
+        again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        return release
 
-        # Every error of the work: release, then fail with the original Error and Cause.
+    def _build_error_path(self) -> None:
+        """Every error of the work: release, then fail with it (States.* renamed)."""
         release_after_error = _update_item(
             self,
-            name("ReleaseAfterError"),
-            table,
-            protocol.release_arguments(lock_variable=lock_variable),
+            self._name("ReleaseAfterError"),
+            self.table,
+            protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True),
         )
         retry_transient(release_after_error)
         rethrow = sfn.Fail.jsonata(
             self,
             "Rethrow",
-            state_name=name("Rethrow"),
-            error=jsonata("$states.input.Error"),
-            cause=jsonata("$states.input.Cause"),
+            state_name=self._name("Rethrow"),
+            error=jsonata(protocol.rethrow_error_expression()),
+            cause=jsonata(protocol.rethrow_cause_expression()),
         )
         release_after_error.add_catch(
-            rethrow, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input")
+            rethrow,
+            errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR],
+            outputs=jsonata("$states.input"),
         )
         release_after_error.next(rethrow)
-
-        self.protected = _catching(self, protected, name("Protected"))
         self.protected.add_catch(release_after_error, errors=["States.ALL"])
-        self.acquire.next(self.protected).next(self.release)
 
-    def _liveness_check(
-        self,
-        name,
-        key_jsonata: str,
-        wait_variable: str,
-        holder_state_machine_names: Sequence[str],
-        wait: sfn.State,
-    ) -> sfn.IChainable:
-        """Inspect the lock; if its holder is an execution that no longer runs, mark it stale.
-
-        The next acquire may then take the lock over, conditioned on that exact owner.
-        """
-        holder_variable = f"{self.lock_variable}Holder"
-        inspect = tasks.DynamoGetItem.jsonata(
+    def _build_entry(self) -> sfn.Parallel:
+        """The section's Parallel: entry record, redrive gate, bad keys."""
+        v = self.variables
+        section = _SectionState(
             self,
-            name("Inspect"),
-            table=self.table,
-            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key_jsonata)})},
-            consistent_read=True,
-            assign={holder_variable: jsonata(protocol.holder_expression())},
-            outputs=jsonata("$states.input"),
+            "Section",
+            section=self,
+            state_name=self._construct_id,
+            comment=f"Exclusive lock ({self.node.path})",
+            outputs=jsonata("$states.result[0]"),
+        ).branch(self.acquire)
+        entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self._name("EntryFailed?"))
+        entry_failed.when(
+            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REDRIVEN))),
+            section,
+            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
+            outputs=jsonata("$states.input.sectionInput"),
         )
-        retry_transient(inspect)
-        inspect.add_catch(wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        entry_failed.when(
+            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.ERROR_INVALID_KEY))),
+            sfn.Fail.jsonata(
+                self, "InvalidKey", state_name=self._name("InvalidKey"),
+                error=protocol.ERROR_INVALID_KEY,
+                cause=jsonata(protocol.message_of_expression(protocol.ERROR_INVALID_KEY)),
+            ),
+        )
+        entry_failed.otherwise(
+            sfn.Fail.jsonata(
+                self, "Failed", state_name=self._name("Failed"),
+                error=jsonata(protocol.rethrow_error_expression()),
+                cause=jsonata(protocol.rethrow_cause_expression()),
+            )
+        )
+        section.add_catch(
+            entry_failed,
+            errors=[protocol.QUERY_EVALUATION_ERROR],
+            outputs=jsonata("$merge([$states.errorOutput, {'sectionInput': $states.input}])"),
+        )
+        return section
+
+    # -- render time --------------------------------------------------------------------
+
+    def _check_nesting(self, enclosing: Sequence["LockedSection"]) -> None:
+        for outer in enclosing:
+            clash = set(self.variables.values()) & set(outer.variables.values())
+            if clash:
+                raise ValueError(
+                    f"`lock_variable` must differ from that of the enclosing section "
+                    f"{outer.node.path!r} (an inner scope may not assign an outer scope's "
+                    f"variable), got: {self.lock_variable!r} (clashing: {sorted(clash)})"
+                )
+
+    def _entry_expression(self, enclosing: Sequence["LockedSection"]) -> str:
+        same_table = [s for s in enclosing if _same_table(s.table, self.table)]
+        return protocol.section_entry_expression(
+            key_expression_=self._key_expression,
+            redrives_variable=self.variables["redrives"],
+            enclosing_lock_variables=[s.lock_variable for s in reversed(same_table)],
+        )
+
+    # -- recovery -----------------------------------------------------------------------
+
+    def grant_liveness_check(self, state_machine: sfn.IStateMachine, *holders: str) -> None:
+        """Let ``state_machine`` (which runs this section) describe the executions of the
+        state machines named ``holders`` - the only IAM the liveness check needs. A separate
+        policy, so a state machine may name itself without a dependency cycle."""
+        if not self.liveness_check_every or not holders or state_machine.role is None:
+            return
         stack = Stack.of(self)
-        describe = tasks.CallAwsService.jsonata(
+        iam.Policy(
             self,
-            name("DescribeHolder"),
-            service="sfn",
-            action="describeExecution",
-            iam_action="states:DescribeExecution",
-            parameters={"ExecutionArn": jsonata("$" + holder_variable)},
-            iam_resources=[
-                stack.format_arn(
-                    service="states",
-                    resource="execution",
-                    resource_name=f"{machine}:*",
-                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            f"LivenessCheck{len(self._liveness_grants)}",
+            roles=[state_machine.role],
+            statements=[
+                iam.PolicyStatement(
+                    actions=["states:DescribeExecution"],
+                    resources=[
+                        stack.format_arn(
+                            service="states", resource="execution", resource_name=f"{name}:*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                        for name in holders
+                    ],
                 )
-                for machine in holder_state_machine_names
             ],
-            assign={
-                wait_variable: jsonata(
-                    protocol.after_liveness_check_expression(wait_variable, holder_variable)
-                )
-            },
-            outputs=jsonata("$states.input"),
         )
-        describe.add_catch(wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        describe.next(self.acquire)
-        is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=name("HolderIsExecution?"))
-        is_execution.when(
-            sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(holder_variable))),
-            describe,
-        ).otherwise(wait)
-        return inspect.next(is_execution)
+        self._liveness_grants.append(holders)
+
+    def recover_stale_holders(
+        self,
+        state_machine: sfn.StateMachine,
+        *,
+        shares_lock_with: Sequence[sfn.IStateMachine] = (),
+        logging: bool = True,
+    ) -> LockJanitor:
+        """Recover the locks of executions of ``state_machine`` that end without releasing:
+        create a :class:`LockJanitor` for it and grant the liveness check. One line::
+
+            section.recover_stale_holders(state_machine)
+
+        :param shares_lock_with: other state machines whose executions may hold this lock
+            (the liveness check may describe them). Default: none.
+        """
+        names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
+        self.grant_liveness_check(state_machine, *names)
+        return LockJanitor(self, "Janitor", table=self.table, watched=[state_machine], logging=logging)
 
     @property
     def start_state(self) -> sfn.State:
-        return self.acquire
+        return self.section_state
 
     @property
     def end_states(self) -> List[sfn.INextable]:
-        return [self.release]
+        return [self.section_state]
+
+
+def _same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
+    if a is b:
+        return True
+    return Stack.of(a).resolve(a.table_name) == Stack.of(b).resolve(b.table_name)
+
+
+def derive_stop_grace(scope: Construct, protected: sfn.State) -> Duration:
+    """How long a stopped holder's work may still run: the longest ``TimeoutSeconds`` of the
+    protected work's task states (a Lambda task without one: its function's timeout, when the
+    function is part of this app), plus a margin; :data:`DEFAULT_STOP_GRACE` when some task's
+    longest run cannot be seen."""
+    rendered = protected.to_state_json()
+    tasks_found = list(_task_states(rendered))
+    if not tasks_found:
+        return Duration.seconds(STOP_GRACE_MARGIN_S)
+    functions = {
+        fn.function_arn: fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)
+    }
+    longest = 0
+    for state in tasks_found:
+        resource = str(state.get("Resource", ""))
+        seconds = state.get("TimeoutSeconds")
+        if isinstance(seconds, (int, float)):
+            longest = max(longest, seconds)
+        elif _request_response(resource) and ":::lambda:invoke" not in resource:
+            continue  # a DynamoDB or SDK call: over when the stop is (the margin covers it)
+        elif ":::lambda:invoke" in resource and _request_response(resource):
+            text = json.dumps(state)
+            found = [fn for arn, fn in functions.items() if arn in text or fn.function_name in text]
+            if len(found) != 1:
+                return DEFAULT_STOP_GRACE
+            timeout = found[0].timeout
+            longest = max(longest, timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S)
+        else:  # an activity, a callback or a .sync job: nothing bounds it but TimeoutSeconds
+            return DEFAULT_STOP_GRACE
+    return Duration.seconds(longest + STOP_GRACE_MARGIN_S)
+
+
+def _request_response(resource: str) -> bool:
+    return ":::" in resource and not resource.endswith((".sync", ".sync:2", ".waitForTaskToken"))
+
+
+def _task_states(rendered: Any):
+    """Task states anywhere in a rendered state (Parallel branches, Map item processors)."""
+    if isinstance(rendered, dict):
+        if rendered.get("Type") in _STATE_TYPES_WITH_WORKERS and "Resource" in rendered:
+            yield rendered
+        for value in rendered.values():
+            yield from _task_states(value)
+    elif isinstance(rendered, list):
+        for value in rendered:
+            yield from _task_states(value)
 
 
 def _update_item(
@@ -372,10 +642,12 @@ def _update_item(
     arguments: dict,
     *,
     assign: Optional[dict] = None,
+    outputs: Optional[str] = None,
 ) -> tasks.DynamoUpdateItem:
     """An optimized-integration UpdateItem state from protocol-built arguments.
 
-    Its output is its input: the lock states are transparent to the caller's data.
+    Its output is its input unless ``outputs`` says otherwise: the lock states are
+    transparent to the caller's data.
     """
     return tasks.DynamoUpdateItem.jsonata(
         scope,
@@ -383,7 +655,7 @@ def _update_item(
         table=table,
         **update_item_props(arguments),
         assign=assign,
-        outputs=jsonata("$states.input"),
+        outputs=outputs or jsonata("$states.input"),
     )
 
 
@@ -419,7 +691,7 @@ class LockedWorkflow(Construct):
         Default: ``RemovalPolicy.RETAIN``.
     :param key_namespace: stored key prefix, ``<namespace>#<key>``. Default: ``""``.
     :param max_wait: longest wait for a held lock; 0 fails at once with ``Lock.Timeout``.
-        Default: 15 minutes.
+        Default: 15 minutes, or half of ``timeout`` if that is shorter.
     :param wait_policy: polling of a held lock. Default: ``WaitPolicy()`` (2 s, x1.5, max 5 s,
         jitter, 8 retries per round).
     :param timeout: state machine timeout. Default: 1 hour (STANDARD), 5 minutes (EXPRESS).
@@ -436,6 +708,9 @@ class LockedWorkflow(Construct):
         emit no status events). Default: ``True``.
     :param liveness_check_every: a waiter checks whether the holder still runs on every
         this-many-th round of polls; ``0`` turns it off. Default: ``2``.
+    :param stop_grace: how long a holder's lock stays held after its execution ended without
+        releasing it (see :class:`LockedSection`). Default: derived from the protected work's
+        task timeouts.
     :param shares_lock_with: other Standard state machines using the same lock table, whose
         executions waiters may check. Default: ``()``.
     """
@@ -450,9 +725,10 @@ class LockedWorkflow(Construct):
         table: Optional[dynamodb.ITable] = None,
         table_removal_policy: Optional[RemovalPolicy] = None,
         key_namespace: str = "",
-        max_wait: Duration = DEFAULT_MAX_WAIT,
+        max_wait: Optional[Duration] = None,
         wait_policy: Optional[WaitPolicy] = None,
         timeout: Optional[Duration] = None,
+        stop_grace: Optional[Duration] = None,
         lease: Optional[Duration] = None,
         state_machine_type: sfn.StateMachineType = sfn.StateMachineType.STANDARD,
         state_machine_name: Optional[str] = None,
@@ -479,23 +755,16 @@ class LockedWorkflow(Construct):
                 raise ValueError(
                     f"`timeout` must be at most 5 minutes for EXPRESS state machines, got: {timeout_s} s"
                 )
+        if max_wait is None:
+            max_wait = DEFAULT_MAX_WAIT
+            if timeout_s is not None and timeout_s / 2 < max_wait.to_seconds():
+                max_wait = Duration.millis(int(timeout_s * 500))
         max_wait_s = _concrete_ms("max_wait", max_wait) / 1000
         if timeout_s is not None and max_wait_s >= timeout_s:
             raise ValueError(
                 f"`max_wait` must be shorter than `timeout` ({timeout_s} s), got: {max_wait_s} s"
             )
         policy = wait_policy or WaitPolicy()
-        _validate_wait_policy(policy)
-        if not express:
-            events_needed = protocol.worst_case_wait_events(policy, max_wait_s)
-            if events_needed > protocol.WAIT_LOOP_EVENT_BUDGET:
-                raise ValueError(
-                    f"`max_wait` must keep the wait loop under {protocol.WAIT_LOOP_EVENT_BUDGET} "
-                    f"history events (of the {protocol.HISTORY_EVENT_LIMIT} a Standard execution "
-                    f"may record), got: {max_wait_s} s, which can take {events_needed} events "
-                    f"with wait_policy.max_interval={policy.max_interval} s; raise "
-                    "wait_policy.max_interval (or first_interval) or lower max_wait"
-                )
         if lease is None:
             if timeout_s is None:
                 raise ValueError(
@@ -518,9 +787,6 @@ class LockedWorkflow(Construct):
             self, max_length=80, separator="-"
         )
         self.state_machine_name = state_machine_name
-        holders = [state_machine_name] if not express else []
-        holders += [m.state_machine_name for m in shares_lock_with]
-
         self.section = LockedSection(
             self,
             "Lock",
@@ -531,9 +797,10 @@ class LockedWorkflow(Construct):
             key_namespace=key_namespace,
             max_wait=max_wait,
             wait_policy=policy,
+            stop_grace=stop_grace,
             lock_variable=lock_variable,
-            holder_state_machine_names=holders,
-            liveness_check_every=liveness_check_every,
+            liveness_check_every=0 if express else liveness_check_every,
+            history_event_budget=None if express else protocol.WAIT_LOOP_EVENT_BUDGET,
         )
 
         self.log_group: Optional[logs.LogGroup] = None
@@ -559,10 +826,13 @@ class LockedWorkflow(Construct):
         )
         self._dead_letter_queue: Optional[sqs.Queue] = None
         self.janitor: Optional[LockJanitor] = None
-        if janitor and not express:  # Express executions emit no status-change events
-            self.janitor = LockJanitor(
-                self, "Janitor", table=table, watched=[self.state_machine], logging=logging
-            )
+        if not express:  # Express executions can be neither described nor watched
+            holders = [state_machine_name] + [m.state_machine_name for m in shares_lock_with]
+            self.section.grant_liveness_check(self.state_machine, *holders)
+            if janitor:
+                self.janitor = LockJanitor(
+                    self, "Janitor", table=table, watched=[self.state_machine], logging=logging
+                )
 
     @property
     def dead_letter_queue(self) -> sqs.Queue:

@@ -4,14 +4,23 @@ Every participant - the Step Functions states built below, the janitor, the Pyth
 ``LockClient`` - reads and writes the same lock items with the same expressions, all of
 which are spelled exactly once in this module:
 
-1. the lock item (attribute names) and the error names callers can Catch;
-2. the DynamoDB writes (acquire, release) as update/condition expression pairs;
-3. the JSONata pieces evaluated by the service (key validation, clock, lease, wait time);
-4. the ASL states, as pure functions of their inputs, that a construct wires together:
-   acquire -> (held: wait loop) -> protected work -> release, and release-then-rethrow on
-   every error of the protected work.
+1. the lock item (attribute names), the stored key, the owner of one acquisition, and the
+   error names callers can Catch;
+2. the DynamoDB writes (acquire, release, refresh, retire) as update/condition pairs;
+3. the JSONata pieces evaluated by the service (section entry, key validation, clock, lease,
+   wait time, liveness, re-raising errors);
+4. the ASL arguments, as pure functions of their inputs, that a construct wires together:
+   enter the section -> acquire -> (held: wait loop) -> protected work -> release, and
+   release-then-rethrow on every error of the protected work.
 
 Time always comes from ``$millis()`` - the Step Functions service clock - never from a client.
+
+Ownership is per *acquisition*, not per execution: Map iterations, Parallel branches and
+nested sections of one execution, and the two runs of an asynchronous Express execution that
+Step Functions may run twice, are all different holders. The owner of an acquisition made by
+a state machine is ``<execution ARN>#<uuid>``: the uuid is drawn once when the section is
+entered, so the acquire's own retries (a lost response, a poll) keep it, and the execution
+ARN before the ``#`` lets the janitor and the liveness check find the execution.
 """
 
 from __future__ import annotations
@@ -20,15 +29,15 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 # --------------------------------------------------------------------------------------
-# 1. The lock item and the errors
+# 1. The lock item, the stored key, the owner, the errors
 # --------------------------------------------------------------------------------------
 
-#: Partition key (string) of the lock table: the namespaced lock key, e.g. ``customer#123``.
+#: Partition key (string) of the lock table: the stored key ``<namespace>#<key>``.
 KEY_ATTRIBUTE = "pk"
-#: Holder id: the execution ARN, or a Python client's id. Absent while the lock is free.
+#: Holder of the current acquisition (see :func:`owner_execution`). Absent while free.
 OWNER = "owner"
 #: Epoch ms of the acquisition (service clock).
 ACQUIRED_AT = "acquiredAt"
@@ -37,23 +46,43 @@ EXPIRES_AT = "expiresAt"
 #: Fencing token: incremented by every acquisition of the key, never reset (the item is
 #: never deleted, and no TTL is set on it, so the token cannot restart).
 FENCE = "fence"
-#: Sparse global secondary index on ``owner``: finds every lock an execution still holds.
-OWNER_INDEX = "byOwner"
+#: Stop grace of the acquisition (ms): after its execution ended without releasing, the lock
+#: stays held this long, so work it started and Step Functions cannot stop (a Lambda
+#: invocation, an activity or callback worker) is over before anyone else enters.
+GRACE = "grace"
 
-#: Longest accepted lock key, in characters (DynamoDB allows 2048 bytes; 4 bytes a char max).
-MAX_KEY_LENGTH = 500
-#: Separator between the key namespace and the caller's key.
+#: Separator between the namespace and the caller's key. Namespaces cannot contain it, so
+#: the stored key ``<namespace>#<key>`` is unambiguous (``#a#b`` is namespace "" + key
+#: ``a#b``; ``a#b`` is namespace ``a`` + key ``b``).
 NAMESPACE_SEPARATOR = "#"
+#: Namespaces: at most 64 of these characters (never the separator).
+NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9_.:/=+@-]{0,64}")
+#: DynamoDB's limit on a partition key: 2048 bytes of UTF-8, for the *stored* key.
+MAX_KEY_BYTES = 2048
+#: Separator between the execution ARN (or a client's id) and the acquisition's uuid in an
+#: owner. Execution and state machine names cannot contain ``#``.
+OWNER_SEPARATOR = "#"
 
 ERROR_INVALID_KEY = "Lock.InvalidKey"
 ERROR_TIMEOUT = "Lock.Timeout"
 ERROR_LOST = "Lock.Lost"
+#: Prefix given to a ``States.*`` error of the protected work when the section re-raises it
+#: (a Fail state may not use the reserved ``States.`` prefix): ``States.Timeout`` of the work
+#: leaves the section as ``Lock.States.Timeout``; the cause is JSON ``{"Error", "Cause"}``
+#: with the original pair.
+RERAISED_STATES_PREFIX = "Lock."
+#: Raised (inside the section's entry) when a redriven execution re-enters a section it was
+#: in before the redrive: it must acquire again before any protected work resumes.
+SIGNAL_REDRIVEN = "Lock.Redriven"
+#: Raised (inside the acquire/release arguments) by a section nested in a section holding the
+#: same key: re-entrant pass-through, no write.
+SIGNAL_REENTERED = "Lock.Reentered"
 
 #: Raised by DynamoDB when the condition of a write is false (lock held / not ours).
 #: Optimized integrations (``arn:aws:states:::dynamodb:*``) spell the service "DynamoDB".
 CONDITION_FAILED = "DynamoDB.ConditionalCheckFailedException"
 #: Errors worth retrying with backoff: the write did not happen, or may be retried safely
-#: because both writes below are idempotent for the same owner.
+#: because the writes below are idempotent for the same owner.
 TRANSIENT_ERRORS = (
     "DynamoDB.ProvisionedThroughputExceededException",
     "DynamoDB.ThrottlingException",
@@ -63,8 +92,57 @@ TRANSIENT_ERRORS = (
     "DynamoDB.ServiceUnavailableException",
     "DynamoDB.TransactionConflictException",
 )
-#: Raised by Step Functions when a JSONata expression fails (here: key validation).
+#: Raised by Step Functions when a JSONata expression fails (key validation, the signals).
 QUERY_EVALUATION_ERROR = "States.QueryEvaluationError"
+#: Execution statuses of a holder that may still run: not stale.
+ALIVE_STATUSES = ("RUNNING", "PENDING_REDRIVE")
+
+
+def namespaced(namespace: str, key: str) -> str:
+    """The stored key for ``key`` in ``namespace`` (Python callers; JSONata: key_expression)."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{key}"
+
+
+def namespace_problem(namespace: Any) -> str:
+    """What is wrong with a namespace ("" if nothing): the same rule for constructs and clients."""
+    if not isinstance(namespace, str) or not NAMESPACE_PATTERN.fullmatch(namespace):
+        return (
+            "must be at most 64 letters, digits or _.:/=+@- characters (never "
+            f"'{NAMESPACE_SEPARATOR}'), got: {namespace!r}"
+        )
+    return ""
+
+
+def key_problem(key: Any, namespace: str = "") -> str:
+    """What is wrong with a Python caller's key ("" if nothing): the rules of key_expression."""
+    if key is None:
+        return "is missing"
+    if not isinstance(key, str):
+        return f"must be a string, got: {type(key).__name__}"
+    if not key:
+        return "must not be empty, got an empty string"
+    try:
+        size = len(namespaced(namespace, key).encode("utf-8"))
+    except UnicodeEncodeError:
+        return "must be valid Unicode text, got: a lone surrogate"
+    if size > MAX_KEY_BYTES:
+        return _too_long(size)
+    return ""
+
+
+def _too_long(size: Any) -> str:
+    return (
+        f"must be at most {MAX_KEY_BYTES} bytes of UTF-8 with its namespace prefix, "
+        f"got: {size} bytes"
+    )
+
+
+def owner_execution(owner: str | None) -> str | None:
+    """The execution ARN of an owner that is a state machine's acquisition, else None."""
+    if not owner or ":execution:" not in owner:
+        return None
+    return owner.split(OWNER_SEPARATOR, 1)[0]
+
 
 # --------------------------------------------------------------------------------------
 # 2. The writes
@@ -92,15 +170,17 @@ class LockWrite:
         return tuple(f":{name}" for name in dict.fromkeys(found))
 
 
-#: Acquire: take the lock when it is free, already mine (a retried acquire whose first
-#: try succeeded must not deadlock itself), held by ``:stale`` (a holder proven dead by the
-#: liveness check; ``:stale`` = ``:me`` when no holder is known dead), or when the lease has
-#: expired. Every acquisition bumps the fence.
-#: Values: ``:me`` (S), ``:stale`` (S), ``:now`` (N, epoch ms), ``:expiresAt`` (N), ``:one`` (N 1).
+#: Acquire: take the lock when it is free, already mine (a retried acquire whose first try
+#: succeeded must not deadlock itself: ``:me`` is the acquisition's owner, the same on every
+#: retry), held by ``:stale`` (a holder the liveness check proved ended longer than its grace
+#: ago; ``:stale`` = ``:me`` when none is known), or when the lease has ended. Every
+#: acquisition bumps the fence and records its stop grace.
+#: Values: ``:me`` (S), ``:stale`` (S), ``:now`` (N, epoch ms), ``:expiresAt`` (N),
+#: ``:grace`` (N, ms), ``:one`` (N 1).
 ACQUIRE = LockWrite(
     update=(
-        f"SET #{OWNER} = :me, #{ACQUIRED_AT} = :now, #{EXPIRES_AT} = :expiresAt "
-        f"ADD #{FENCE} :one"
+        f"SET #{OWNER} = :me, #{ACQUIRED_AT} = :now, #{EXPIRES_AT} = :expiresAt, "
+        f"#{GRACE} = :grace ADD #{FENCE} :one"
     ),
     condition=(
         f"attribute_not_exists(#{OWNER}) OR #{OWNER} IN (:me, :stale) "
@@ -110,16 +190,15 @@ ACQUIRE = LockWrite(
 
 #: Release: free the lock, keep the item and its fence. Allowed when I hold it, or when
 #: nobody holds it and the fence is still the one I got (my earlier release succeeded but
-#: its response was lost: no acquisition happened since). Anything else means the lock was
-#: taken over while I worked: never remove another holder's lock.
+#: its response was lost: no acquisition happened since). Anything else means the lock is
+#: not mine: never remove another holder's lock.
 #: Values: ``:me`` (S), ``:fence`` (N).
 RELEASE = LockWrite(
-    update=f"REMOVE #{OWNER}, #{ACQUIRED_AT}, #{EXPIRES_AT}",
+    update=f"REMOVE #{OWNER}, #{ACQUIRED_AT}, #{EXPIRES_AT}, #{GRACE}",
     condition=(
         f"#{OWNER} = :me OR (attribute_not_exists(#{OWNER}) AND #{FENCE} = :fence)"
     ),
 )
-
 
 #: Refresh: extend a lease while still its owner (Python clients; a workflow's lease covers
 #: its whole run). Values: ``:me`` (S), ``:expiresAt`` (N).
@@ -128,22 +207,20 @@ REFRESH = LockWrite(
     condition=f"#{OWNER} = :me",
 )
 
-
-#: Key condition of the owner index: every lock ``:owner`` holds (janitor).
-LOCKS_OF_OWNER = f"#{OWNER} = :owner"
-#: A fence no acquisition ever had: a release with it matches only ``#owner = :me``
-#: (the janitor releases on behalf of an ended execution, not as a retried release).
-NO_FENCE = "-1"
+#: Retire: the holder's execution ended at ``:endedAt`` without releasing (stopped, timed
+#: out, failed past every Catch). Its lease now ends when its stop grace after that moment
+#: is over - not at once, because work it started may still run - and then any waiter takes
+#: the lock over through the acquire's ``expiresAt < :now``. Only that exact acquisition is
+#: touched. Values: ``:owner`` (S), ``:endedAt`` (N, epoch ms).
+RETIRE = LockWrite(
+    update=f"SET #{EXPIRES_AT} = :endedAt + #{GRACE}",
+    condition=f"#{OWNER} = :owner AND attribute_exists(#{GRACE})",
+)
 
 
 def lock_item_key(table_key: str) -> dict[str, dict[str, str]]:
     """The DynamoDB ``Key`` of a lock item (``table_key`` may be a JSONata template)."""
     return {KEY_ATTRIBUTE: {"S": table_key}}
-
-
-def namespaced(namespace: str, key: str) -> str:
-    """The stored key for ``key`` in ``namespace`` (Python callers; JSONata: key_expression)."""
-    return f"{namespace}{NAMESPACE_SEPARATOR}{key}" if namespace else key
 
 
 # --------------------------------------------------------------------------------------
@@ -158,7 +235,7 @@ def jsonata(expression: str) -> str:
 
 def unwrap_jsonata(template: str) -> str:
     """The expression inside ``{% ... %}``; raises ValueError for anything else."""
-    match = re.fullmatch(r"\s*\{%(.*)%\}\s*", template, flags=re.DOTALL)
+    match = re.fullmatch(r"\s*\{%(.*)%\}\s*", template or "", flags=re.DOTALL)
     if not match or not match.group(1).strip():
         raise ValueError(
             "`lock_key` must be a JSONata template such as "
@@ -167,36 +244,52 @@ def unwrap_jsonata(template: str) -> str:
     return match.group(1).strip()
 
 
-def key_expression(user_expression: str, namespace: str) -> str:
-    """The namespaced lock key, or ``$error`` naming what is wrong with the caller's key.
+def _jsonata_string(value: str) -> str:
+    return json.dumps(value)  # JSONata string literals take JSON's escapes
 
-    Runs inside the acquire state's arguments, so a bad key fails before any DynamoDB call.
+
+def _utf8_bytes(expression: str) -> str:
+    """JSONata: UTF-8 bytes of a string. ``$encodeUrlComponent`` writes each byte it escapes
+    as ``%XX`` and leaves the others (one byte each): bytes = length - 2 x (number of %)."""
+    return (
+        f"( $e := $encodeUrlComponent({expression}); "
+        "2 * $length($replace($e, '%', '')) - $length($e) )"
+    )
+
+
+def key_expression(user_expression: str, namespace: str) -> str:
+    """The stored key, or ``$error`` naming what is wrong with the caller's key.
+
+    Runs in the section's entry, so a bad key fails before any DynamoDB call.
     """
-    prefix = namespace + NAMESPACE_SEPARATOR if namespace else ""
+    prefix = namespace + NAMESPACE_SEPARATOR
+    invalid = raise_expression(ERROR_INVALID_KEY, "'the lock key ' & $problem")
+    size = _utf8_bytes(f"{_jsonata_string(prefix)} & $lockKey")
     return (
         "( $lockKey := (" + user_expression + "); "
         "$problem := $not($exists($lockKey)) ? 'is missing' "
         ": $type($lockKey) != 'string' ? 'must be a string, got: ' & $type($lockKey) "
         ": $length($lockKey) = 0 ? 'must not be empty, got an empty string' "
-        f": $length($lockKey) > {MAX_KEY_LENGTH} "
-        f"? 'must be at most {MAX_KEY_LENGTH} characters, got: ' "
-        "& $string($length($lockKey)) & ' characters' : ''; "
+        f": ( $size := {size}; $size > {MAX_KEY_BYTES} "
+        f"? 'must be at most {MAX_KEY_BYTES} bytes of UTF-8 with its namespace prefix, got: ' "
+        "& $string($size) & ' bytes' : '' ); "
         f"$problem = '' ? {_jsonata_string(prefix)} & $lockKey "
-        f": $error('{ERROR_INVALID_KEY}: the lock key ' & $problem) )"
+        f": {invalid} )"
     )
 
 
-def key_problem(key: Any) -> str:
-    """What is wrong with a Python caller's key ("" if nothing): the rules of key_expression."""
-    if key is None:
-        return "is missing"
-    if not isinstance(key, str):
-        return f"must be a string, got: {type(key).__name__}"
-    if not key:
-        return "must not be empty, got an empty string"
-    if len(key) > MAX_KEY_LENGTH:
-        return f"must be at most {MAX_KEY_LENGTH} characters, got: {len(key)} characters"
-    return ""
+def raise_expression(error_name: str, message_expression: str = "''") -> str:
+    """JSONata ``$error`` whose message starts with ``error_name``, spelled so that the name
+    never appears *contiguously* in the expression's own text: Step Functions quotes the
+    failing expression in the cause, and a Choice reading the cause must find the name only
+    when this error was raised."""
+    head, _, tail = error_name.partition(".")
+    return f"$error('{head}' & '.{tail}: ' & {message_expression})"
+
+
+REDRIVE_COUNT_EXPRESSION = (
+    "($exists($states.context.Execution.RedriveCount) ? $states.context.Execution.RedriveCount : 0)"
+)
 
 
 def lease_end_expression(lease_ms: int) -> str:
@@ -205,6 +298,65 @@ def lease_end_expression(lease_ms: int) -> str:
 
 
 NOW_EXPRESSION = "$string($millis())"
+#: The owner of a new acquisition (drawn once, when the section is entered).
+NEW_OWNER_EXPRESSION = f"$states.context.Execution.Id & '{OWNER_SEPARATOR}' & $uuid()"
+
+
+def section_entry_expression(
+    *, key_expression_: str, redrives_variable: str, enclosing_lock_variables: Sequence[str] = ()
+) -> str:
+    """JSONata for the Arguments of the section's Parallel: what its branch starts from.
+
+    1. The redrive gate: a redriven execution that re-enters the section (its protected work
+       or its wait was cut short) fails here with ``Lock.Redriven`` - caught, counted in
+       ``$<redrives_variable>``, and the section starts over with a new acquisition, so
+       nothing protected resumes without the lock.
+    2. The stored key (``Lock.InvalidKey`` for a bad one, before any DynamoDB call).
+    3. The new acquisition's owner.
+    4. Re-entrancy: when an enclosing section (nearest first) holds the same key, its
+       ``$lock`` record - the nested section then passes through without a write.
+
+    The branch gets ``{input, key, owner[, reentered]}``; the work gets ``input`` back.
+    """
+    r = "$" + redrives_variable
+    redriven = raise_expression(SIGNAL_REDRIVEN, "'the execution was redriven; acquiring again'")
+    reentered = "{}"
+    for variable in reversed(list(enclosing_lock_variables)):
+        v = "$" + variable
+        reentered = f"(($exists({v}) and {v}.key = $key) ? {{'reentered': {v}}} : {reentered})"
+    return (
+        f"( $redriven := {REDRIVE_COUNT_EXPRESSION} > ($exists({r}) ? {r} : 0); "
+        f"$redriven ? {redriven} : null; "
+        f"$key := {key_expression_}; "
+        "$merge([{'input': $states.input, 'key': $key, "
+        f"'owner': {NEW_OWNER_EXPRESSION}}}, {reentered}]) )"
+    )
+
+
+def reentered_or(value_expression: str, *, reentered_expression: str) -> str:
+    """JSONata: ``value_expression``, or the re-entrancy signal when ``reentered_expression``
+    is true (a nested section holding its enclosing section's lock writes nothing)."""
+    return (
+        f"{reentered_expression} ? {raise_expression(SIGNAL_REENTERED)} : {value_expression}"
+    )
+
+
+def message_of_expression(error_name: str) -> str:
+    """JSONata (after the section's entry failed): the ``error_name: ...`` message raised by
+    :func:`raise_expression`, without the text Step Functions wraps around it."""
+    marker = _jsonata_string(error_name + ": ")
+    c = "$states.input.Cause"
+    return f"$contains({c}, {marker}) ? {marker} & $substringAfter({c}, {marker}) : {c}"
+
+
+def redrives_after_gate_expression() -> str:
+    """JSONata (the gate's Catch): the redrive count the section has started over for."""
+    return REDRIVE_COUNT_EXPRESSION
+
+
+def entry_error_is(signal_or_error: str) -> str:
+    """JSONata (Choice after the section's entry failed): the cause names ``signal_or_error``."""
+    return f"$contains($states.input.Cause, {_jsonata_string(signal_or_error)})"
 
 
 @dataclass(frozen=True)
@@ -236,6 +388,10 @@ class WaitPolicy:
                 break
             retries += 1
         return retries
+
+    def round_polling_s(self, max_wait_s: float) -> float:
+        """Longest time the retries of one round can take (their nominal waits, summed)."""
+        return sum(self.nominal_wait(k + 1) for k in range(self.retries_for(max_wait_s)))
 
     @property
     def growth_steps(self) -> int:
@@ -273,20 +429,24 @@ class WaitPolicy:
 
 #: Events a Standard execution may record before Step Functions stops it.
 HISTORY_EVENT_LIMIT = 25_000
-#: Share of that limit the wait loop may use; the rest is left to the protected work.
+#: Share of that limit one waiter's loop may use; the rest is left to the protected work.
 WAIT_LOOP_EVENT_BUDGET = 20_000
 #: History events of one round besides its attempts: acquire entered/exited, the Held?
 #: choice entered/exited, the wait entered/exited.
 EVENTS_PER_ROUND = 6
 #: History events of one acquire attempt: scheduled, started, failed.
 EVENTS_PER_ATTEMPT = 3
+#: History events a liveness check adds to its round: the inspect read (entered, scheduled,
+#: started, succeeded, exited), the holder choice (entered, exited), the describe call (5).
+EVENTS_PER_LIVENESS_CHECK = 12
 
 
 def worst_case_rounds(policy: WaitPolicy, max_wait_s: float) -> int:
     """Most rounds a waiter can make before ``max_wait_s`` runs out.
 
     Jittered retries may take next to no time, so only each round's Wait (at its shortest)
-    is counted as time passing.
+    is counted as time passing. Every round - the liveness check's included - passes
+    through the Wait.
     """
     if max_wait_s <= 0:
         return 0
@@ -297,18 +457,27 @@ def worst_case_rounds(policy: WaitPolicy, max_wait_s: float) -> int:
     return rounds + 1  # the round run at the deadline
 
 
-def worst_case_wait_events(policy: WaitPolicy, max_wait_s: float) -> int:
+def worst_case_wait_events(policy: WaitPolicy, max_wait_s: float, liveness_check_every: int = 0) -> int:
+    """History events of the wait loop in the worst case, liveness checks included."""
     attempts = policy.retries_for(max_wait_s) + 1
-    return worst_case_rounds(policy, max_wait_s) * (EVENTS_PER_ROUND + EVENTS_PER_ATTEMPT * attempts)
+    rounds = worst_case_rounds(policy, max_wait_s)
+    checks = rounds // liveness_check_every if liveness_check_every else 0
+    return rounds * (EVENTS_PER_ROUND + EVENTS_PER_ATTEMPT * attempts) + checks * EVENTS_PER_LIVENESS_CHECK
 
 
-def _jsonata_string(value: str) -> str:
-    return json.dumps(value)  # JSONata string literals take JSON's escapes
+def timeout_bound_s(policy: WaitPolicy, max_wait_s: float) -> float:
+    """Latest a waiter fails with ``Lock.Timeout``, request latencies aside: the deadline is
+    checked between rounds, so the round that began just before it runs to its end."""
+    return max_wait_s + policy.round_polling_s(max_wait_s)
 
 
 # --------------------------------------------------------------------------------------
-# 4. ASL states (JSONata query language), pure functions of their inputs
+# 4. ASL arguments (JSONata query language), pure functions of their inputs
 # --------------------------------------------------------------------------------------
+
+#: Inside the section's branch, ``$states.input`` of the lock states is the entry record.
+ENTRY = "$states.input"
+
 
 def _update_item(key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
     """UpdateItem arguments (all but the table) in DynamoDB JSON; JSONata templates allowed."""
@@ -326,18 +495,32 @@ def _update_item(key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
 
 
 def acquire_arguments(
-    *, key_jsonata: str, lease_ms: int, stale_owner_jsonata: str = "$states.context.Execution.Id"
+    *,
+    lease_ms: int,
+    grace_ms: int,
+    stale_owner_jsonata: str | None = None,
+    reentrant: bool = False,
+    key_jsonata: str = f"{ENTRY}.key",
+    owner_jsonata: str = f"{ENTRY}.owner",
 ) -> dict:
-    """The acquire UpdateItem of an execution (``ReturnValues: ALL_NEW`` gives the fence)."""
+    """The acquire UpdateItem (``ReturnValues: ALL_NEW`` gives the fence).
+
+    Inside a section, key and owner come from the section's entry record; a re-entered
+    section signals ``Lock.Reentered`` instead of writing.
+    """
+    key = key_jsonata
+    if reentrant:
+        key = reentered_or(key, reentered_expression=f"$exists({ENTRY}.reentered)")
     return {
         **_update_item(
-            jsonata(key_jsonata),
+            jsonata(key),
             ACQUIRE,
             {
-                ":me": {"S": jsonata("$states.context.Execution.Id")},
-                ":stale": {"S": jsonata(stale_owner_jsonata)},
+                ":me": {"S": jsonata(owner_jsonata)},
+                ":stale": {"S": jsonata(stale_owner_jsonata or owner_jsonata)},
                 ":now": {"N": jsonata(NOW_EXPRESSION)},
                 ":expiresAt": {"N": jsonata(lease_end_expression(lease_ms))},
+                ":grace": {"N": str(int(grace_ms))},
                 ":one": {"N": "1"},
             },
         ),
@@ -359,17 +542,44 @@ def lock_variable_expression() -> str:
     )
 
 
-def release_arguments(*, lock_variable: str) -> dict:
+def reentered_lock_expression() -> str:
+    """JSONata (the acquire's re-entrancy Catch): the enclosing hold, marked as re-entered."""
+    return f"$merge([{ENTRY}.reentered, {{'reentered': true}}])"
+
+
+def release_arguments(*, lock_variable: str, reentrant: bool = False) -> dict:
     """The release UpdateItem for the lock held in ``$<lock_variable>``."""
     lock = "$" + lock_variable
+    key = f"{lock}.key"
+    if reentrant:
+        key = reentered_or(key, reentered_expression=f"{lock}.reentered = true")
     return _update_item(
-        jsonata(f"{lock}.key"),
+        jsonata(key),
         RELEASE,
         {
             ":me": {"S": jsonata(f"{lock}.owner")},
             ":fence": {"N": jsonata(f"$string({lock}.fence)")},
         },
     )
+
+
+def released_before_expiry_expression(lock_variable: str) -> str:
+    """JSONata (Choice after a *retried* release found the lock not mine): true when the lease
+    has not ended yet. Then nobody could have taken the lock over by expiry before my first
+    release attempt, which therefore succeeded and only its response was lost."""
+    return f"$millis() < ${lock_variable}.expiresAt"
+
+
+def rethrow_error_expression() -> str:
+    """JSONata: the error a section re-raises for an error of its work (``States.*`` renamed)."""
+    e = "$states.input.Error"
+    return f"$substring({e}, 0, 7) = 'States.' ? '{RERAISED_STATES_PREFIX}' & {e} : {e}"
+
+
+def rethrow_cause_expression() -> str:
+    """JSONata: the cause a section re-raises (for a renamed error: the original pair as JSON)."""
+    e, c = "$states.input.Error", "$states.input.Cause"
+    return f"$substring({e}, 0, 7) = 'States.' ? $string({{'Error': {e}, 'Cause': {c}}}) : {c}"
 
 
 def wait_bookkeeping_expression(wait_variable: str) -> str:
@@ -400,39 +610,78 @@ def liveness_due_expression(wait_variable: str, every: int) -> str:
 
 
 def stale_owner_expression(wait_variable: str) -> str:
-    """JSONata for ``:stale``: a holder proven finished by the liveness check, else me."""
+    """JSONata for ``:stale``: a holder proven ended (grace included) by the liveness check,
+    else my own owner (which the condition accepts anyway)."""
     w = "$" + wait_variable
-    return f"$type({w}.stale) = 'string' ? {w}.stale : $states.context.Execution.Id"
+    return f"$type({w}.stale) = 'string' ? {w}.stale : {ENTRY}.owner"
 
 
 def holder_expression() -> str:
-    """JSONata over a GetItem of the lock item: its current owner, or "" when free."""
-    return f"( $h := $states.result.Item.{OWNER}.S; $exists($h) ? $h : '' )"
+    """JSONata over a GetItem of the lock item: its owner ("" when free) and stop grace."""
+    item = "$states.result.Item"
+    return (
+        f"{{'owner': $exists({item}.{OWNER}.S) ? {item}.{OWNER}.S : '', "
+        f"'grace': $exists({item}.{GRACE}.N) ? $number({item}.{GRACE}.N) : 0}}"
+    )
 
 
 def holder_is_execution_expression(holder_variable: str) -> str:
-    """JSONata (Choice condition): the holder is a Step Functions execution (not a client)."""
-    return f"$contains(${holder_variable}, ':states:') and $contains(${holder_variable}, ':execution:')"
+    """JSONata (Choice condition): the holder is a Standard execution's acquisition."""
+    return f"$contains(${holder_variable}.owner, ':execution:')"
+
+
+def holder_execution_expression(holder_variable: str) -> str:
+    """JSONata: the execution ARN of the holder (the owner up to its ``#``)."""
+    return f"$substringBefore(${holder_variable}.owner, '{OWNER_SEPARATOR}')"
 
 
 def after_liveness_check_expression(wait_variable: str, holder_variable: str) -> str:
-    """JSONata over a DescribeExecution of the holder: mark it stale unless still RUNNING."""
-    w = "$" + wait_variable
+    """JSONata over a DescribeExecution of the holder: mark it stale once it has ended *and*
+    its stop grace has passed since it ended (work it started may run that long)."""
+    w, h = "$" + wait_variable, "$" + holder_variable
+    ended = "$states.result.StopDate"
+    ended_ms = f"($type({ended}) = 'number' ? {ended} : $toMillis({ended}))"
+    alive = " or ".join(f"$states.result.Status = '{s}'" for s in ALIVE_STATUSES)
     return (
-        f"$merge([{w}, {{'stale': $states.result.Status = 'RUNNING' ? null : ${holder_variable}}}])"
+        f"$merge([{w}, {{'stale': ({alive} or $not($exists({ended}))) ? null "
+        f": ($millis() > {ended_ms} + {h}.grace ? {h}.owner : null)}}])"
     )
 
 
-def janitor_release_arguments(*, key_jsonata: str, owner_jsonata: str) -> dict:
-    """The release UpdateItem the janitor makes for a lock still held by an ended execution."""
+def retire_arguments(*, key_jsonata: str, owner_jsonata: str, ended_at_jsonata: str) -> dict:
+    """The janitor's RETIRE of an acquisition whose execution ended without releasing."""
     return _update_item(
         jsonata(key_jsonata),
-        RELEASE,
-        {":me": {"S": jsonata(owner_jsonata)}, ":fence": {"N": NO_FENCE}},
+        RETIRE,
+        {":owner": {"S": jsonata(owner_jsonata)}, ":endedAt": {"N": jsonata(ended_at_jsonata)}},
     )
 
 
-#: Retry for transient DynamoDB errors on acquire and release (both writes are idempotent).
+def acquisitions_in_history_expression(*, table_name: str, ended_ms: str) -> str:
+    """JSONata over a GetExecutionHistory page: every acquisition the execution *attempted*
+    on ``table_name`` before ``ended_ms`` - ``{key, owner}`` of each ``TaskScheduled`` whose
+    parameters are this protocol's ACQUIRE - de-duplicated by owner.
+
+    Attempts, not successes: an acquire whose response was lost when the execution was
+    stopped succeeded without a ``TaskSucceeded``. Retiring an attempt that never held the
+    lock is a no-op (the condition names its exact owner). The history is the execution's
+    own record, read after it ended: unlike an index, it cannot lag.
+    """
+    condition = _jsonata_string(ACQUIRE.condition)
+    return (
+        "( $found := $states.result.Events["
+        "Type = 'TaskScheduled' and TaskScheduledEventDetails.ResourceType = 'dynamodb' "
+        "and TaskScheduledEventDetails.Resource = 'updateItem' "
+        f"and ($type(Timestamp) = 'number' ? Timestamp : $toMillis(Timestamp)) <= {ended_ms}]"
+        ".( $p := $parse(TaskScheduledEventDetails.Parameters); "
+        f"($p.ConditionExpression = {condition} and $p.TableName = {_jsonata_string(table_name)}) "
+        f"? {{'key': $p.Key.{KEY_ATTRIBUTE}.S, 'owner': $p.ExpressionAttributeValues.`:me`.S}} ); "
+        "$byOwner := $merge($found.{ owner: $ }); "
+        "$exists($byOwner) ? [$each($byOwner, function($v) { $v })] : [] )"
+    )
+
+
+#: Retry for transient DynamoDB errors on the lock's writes (all idempotent for one owner).
 TRANSIENT_RETRY = {
     "errors": list(TRANSIENT_ERRORS),
     "interval_s": 1,

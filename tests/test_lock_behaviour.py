@@ -110,7 +110,8 @@ def test_max_wait_times_out_after_about_max_wait(deployed):
         ("", "must not be empty"),
         (42, "must be a string, got: number"),
         ({"id": "x"}, "must be a string, got: object"),
-        ("x" * (p.MAX_KEY_LENGTH + 1), f"must be at most {p.MAX_KEY_LENGTH} characters"),
+        ("x" * 2045, "must be at most 2048 bytes of UTF-8 with its namespace prefix, got: 2050 bytes"),
+        ("\U0001F600" * 511, "got: 2049 bytes"),  # only 511 characters, but 2044 bytes
     ],
 )
 def test_bad_keys_fail_with_invalid_key_before_any_dynamodb_call(deployed, customer_id, problem):

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
-import jsonata as jsonata_lib
 import pytest
 
 from state_machines import lock_protocol as p
 
 
 def evaluate(expression: str, **variables):
-    compiled = jsonata_lib.Jsonata(expression)
-    for name, value in variables.items():
-        compiled.assign(name, value)
-    return compiled.evaluate(None)
+    """Evaluate as the local runtime does (jsonata-python plus Step Functions' own functions)."""
+    from constructs_lib.local.patches.jsonata_evaluator import evaluate as runtime_evaluate
+
+    return runtime_evaluate(expression, variables)
 
 
 def key_of(input_document, namespace="customer", user_expression="$states.input.detail.customerId"):
@@ -29,12 +29,22 @@ def test_valid_key_is_namespaced():
     assert key_of({"detail": {"customerId": "c-42"}}) == "customer#c-42"
 
 
-def test_empty_namespace_keeps_key_as_is():
-    assert key_of({"detail": {"customerId": "c-42"}}, namespace="") == "c-42"
+def test_stored_keys_are_unambiguous_across_namespaces():
+    # namespace "" + key "customer#1" used to be the same item as namespace "customer" + key "1"
+    assert key_of({"detail": {"customerId": "customer#1"}}, namespace="") == "#customer#1"
+    assert key_of({"detail": {"customerId": "1"}}, namespace="customer") == "customer#1"
+    assert p.namespaced("", "customer#1") != p.namespaced("customer", "1")
 
 
-def test_namespace_with_quote_is_escaped():
-    assert key_of({"detail": {"customerId": "x"}}, namespace='it"s\\') == 'it"s\\#x'
+def test_namespaces_cannot_contain_the_separator():
+    assert p.namespace_problem("customer") == ""
+    assert "never '#'" in p.namespace_problem("a#b")
+    assert p.namespace_problem(None)
+
+
+def test_namespace_with_quote_is_escaped_in_jsonata():
+    # not a valid namespace for the constructs, but the JSONata literal must still be safe
+    assert key_of({"detail": {"customerId": "x"}}, namespace='it"s') == 'it"s#x'
 
 
 @pytest.mark.parametrize(
@@ -47,18 +57,39 @@ def test_namespace_with_quote_is_escaped():
         ({"customerId": ["c"]}, "must be a string, got: array"),
         ({"customerId": True}, "must be a string, got: boolean"),
         ({"customerId": None}, "must be a string, got: null"),
-        ({"customerId": "x" * (p.MAX_KEY_LENGTH + 1)}, f"must be at most {p.MAX_KEY_LENGTH} characters, got: {p.MAX_KEY_LENGTH + 1}"),
+        # 2040 bytes of key + "customer#" (9 bytes) = 2049 bytes
+        ({"customerId": "x" * 2040}, "must be at most 2048 bytes of UTF-8 with its namespace prefix, got: 2049 bytes"),
+        # 4-byte characters: 511 of them is 2044 bytes, + 9 = 2053 bytes (only 511 characters)
+        ({"customerId": "\U0001F600" * 511}, "must be at most 2048 bytes of UTF-8 with its namespace prefix, got: 2053 bytes"),
     ],
 )
 def test_bad_keys_raise_invalid_key(detail, problem):
     with pytest.raises(Exception) as raised:
         key_of({"detail": detail})
     assert f"{p.ERROR_INVALID_KEY}: the lock key {problem}" in str(raised.value)
+    # Python participants apply the same rules, with the same words
+    if isinstance(detail.get("customerId"), str):
+        assert problem in p.key_problem(detail["customerId"], "customer")
 
 
-def test_longest_allowed_key_passes():
-    key = "k" * p.MAX_KEY_LENGTH
-    assert key_of({"detail": {"customerId": key}}) == "customer#" + key
+@pytest.mark.parametrize("key", ["k" * 2039, "\u00e9" * 1019, "\U0001F600" * 509 + "abc", "a b/c?d=e&f%g#h"])
+def test_keys_up_to_2048_bytes_pass_counted_in_utf8(key):
+    stored = "customer#" + key
+    assert len(stored.encode("utf-8")) <= p.MAX_KEY_BYTES
+    assert key_of({"detail": {"customerId": key}}) == stored
+    assert p.key_problem(key, "customer") == ""
+
+
+def test_utf8_byte_count_matches_python():
+    for text in ["", "abc", "é", "\u20ac", "\U0001F600", "a%b#c d", "\u00e9\U0001F600x%"]:
+        assert evaluate(p._utf8_bytes("$t"), t=text) == len(text.encode("utf-8")), text
+
+
+def test_owner_execution_is_the_arn_before_the_separator():
+    arn = "arn:aws:states:us-east-1:1:execution:sm:run-1"
+    assert p.owner_execution(f"{arn}#5f0c") == arn
+    assert p.owner_execution("client:host:1:abc#def") is None
+    assert p.owner_execution(None) is None
 
 
 def test_lock_key_template_must_be_jsonata():
@@ -156,6 +187,23 @@ def test_worst_case_events_grow_with_max_wait_and_shrink_with_interval():
     assert p.worst_case_wait_events(slow, 3600) < p.worst_case_wait_events(fast, 3600)
 
 
+def test_worst_case_events_count_the_liveness_path():
+    # issue: WaitPolicy(1, 1.5, 1, retries_per_round=0) with max_wait 2200 s was accepted at
+    # 19,809 events although liveness rounds add 12 events each; every round now waits too.
+    policy = p.WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=1, retries_per_round=0)
+    without = p.worst_case_wait_events(policy, 2200)
+    every_2nd = p.worst_case_wait_events(policy, 2200, liveness_check_every=2)
+    every = p.worst_case_wait_events(policy, 2200, liveness_check_every=1)
+    assert without < 20_000 < every_2nd < every
+    assert every - without == p.worst_case_rounds(policy, 2200) * p.EVENTS_PER_LIVENESS_CHECK
+
+
+def test_timeout_bound_is_max_wait_plus_one_round_of_polls():
+    policy = p.WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, retries_per_round=2)
+    assert p.timeout_bound_s(policy, 12) == 12 + 1 + 1.5
+    assert p.timeout_bound_s(policy, 12) <= 1.5 * 12
+
+
 def test_retries_per_round_keep_a_round_within_half_of_max_wait():
     policy = p.WaitPolicy(first_interval=1, backoff_rate=2.0, max_interval=8, retries_per_round=4)
     assert policy.retries_for(3600) == 4
@@ -168,9 +216,11 @@ def test_retries_per_round_keep_a_round_within_half_of_max_wait():
 
 def test_writes_declare_exactly_the_placeholders_they_use():
     assert p.ACQUIRE.attribute_names() == {
-        "#owner": "owner", "#acquiredAt": "acquiredAt", "#expiresAt": "expiresAt", "#fence": "fence"
+        "#owner": "owner", "#acquiredAt": "acquiredAt", "#expiresAt": "expiresAt", "#grace": "grace",
+        "#fence": "fence",
     }
-    assert set(p.ACQUIRE.value_names()) == {":me", ":stale", ":now", ":expiresAt", ":one"}
+    assert set(p.ACQUIRE.value_names()) == {":me", ":stale", ":now", ":expiresAt", ":grace", ":one"}
+    assert set(p.RETIRE.value_names()) == {":owner", ":endedAt"}
     assert set(p.RELEASE.value_names()) == {":me", ":fence"}
     release = p.release_arguments(lock_variable="lock")
     assert set(release["ExpressionAttributeValues"]) == {":me", ":fence"}
@@ -178,7 +228,9 @@ def test_writes_declare_exactly_the_placeholders_they_use():
 
 
 def test_acquire_arguments_return_the_new_item():
-    arguments = p.acquire_arguments(key_jsonata="'k'", lease_ms=5000)
+    arguments = p.acquire_arguments(lease_ms=5000, grace_ms=7000)
+    assert arguments["ExpressionAttributeValues"][":me"] == {"S": "{% $states.input.owner %}"}
+    assert arguments["ExpressionAttributeValues"][":grace"] == {"N": "7000"}
     assert arguments["ReturnValues"] == "ALL_NEW"
     assert arguments["ExpressionAttributeValues"][":one"] == {"N": "1"}
     assert "5000" in arguments["ExpressionAttributeValues"][":expiresAt"]["N"]
@@ -187,3 +239,135 @@ def test_acquire_arguments_return_the_new_item():
 def test_builder_refuses_values_that_do_not_match_the_expression():
     with pytest.raises(AssertionError, match="missing"):
         p._update_item("k", p.RELEASE, {":me": {"S": "x"}})
+
+
+# ---- the section's entry: owner per acquisition, redrive gate, re-entrancy ---------------
+
+EXECUTION = "arn:aws:states:us-east-1:1:execution:sm:run-1"
+
+
+def entry(input_document, *, redrive_count=0, enclosing=(), **variables):
+    expression = p.section_entry_expression(
+        key_expression_=p.key_expression("$states.input.id", "c"),
+        redrives_variable="lockRedrives",
+        enclosing_lock_variables=list(enclosing),
+    )
+    context = {"Execution": {"Id": EXECUTION, "RedriveCount": redrive_count}}
+    return evaluate(expression, states={"input": input_document, "context": context}, **variables)
+
+
+def test_entry_draws_a_new_owner_per_acquisition_that_names_the_execution():
+    first, second = entry({"id": "1"}), entry({"id": "1"})
+    assert first["key"] == "c#1" and first["input"] == {"id": "1"}
+    assert first["owner"] != second["owner"]  # Map iterations / branches are different holders
+    assert p.owner_execution(first["owner"]) == EXECUTION
+    assert "reentered" not in first
+
+
+def test_entry_refuses_a_bad_key():
+    with pytest.raises(Exception, match="Lock.InvalidKey: the lock key is missing"):
+        entry({})
+
+
+def test_redriven_execution_is_sent_to_acquire_again_once_per_redrive():
+    with pytest.raises(Exception, match=p.SIGNAL_REDRIVEN):
+        entry({"id": "1"}, redrive_count=1)
+    assert entry({"id": "1"}, redrive_count=1, lockRedrives=1)["key"] == "c#1"
+    with pytest.raises(Exception, match=p.SIGNAL_REDRIVEN):
+        entry({"id": "1"}, redrive_count=2, lockRedrives=1)
+
+
+def test_entry_passes_through_an_enclosing_hold_of_the_same_key_only():
+    outer = {"key": "c#1", "owner": f"{EXECUTION}#x", "fence": 4}
+    assert entry({"id": "1"}, enclosing=["outer"], outer=outer)["reentered"] == outer
+    assert "reentered" not in entry({"id": "2"}, enclosing=["outer"], outer=outer)
+    # nearest enclosing section first
+    inner = {"key": "c#1", "owner": f"{EXECUTION}#y", "fence": 5}
+    assert entry({"id": "1"}, enclosing=["near", "far"], near=inner, far=outer)["reentered"] == inner
+
+
+def test_reentered_sections_signal_instead_of_writing():
+    acquire = p.acquire_arguments(lease_ms=1000, grace_ms=0, reentrant=True)
+    key = p.unwrap_jsonata(acquire["Key"]["pk"]["S"])
+    assert evaluate(key, states={"input": {"key": "c#1"}}) == "c#1"
+    with pytest.raises(Exception, match=p.SIGNAL_REENTERED):
+        evaluate(key, states={"input": {"key": "c#1", "reentered": {"key": "c#1"}}})
+    release_key = p.unwrap_jsonata(p.release_arguments(lock_variable="lock", reentrant=True)["Key"]["pk"]["S"])
+    assert evaluate(release_key, lock={"key": "c#1"}) == "c#1"
+    with pytest.raises(Exception, match=p.SIGNAL_REENTERED):
+        evaluate(release_key, lock={"key": "c#1", "reentered": True})
+
+
+# ---- re-raising, liveness, janitor ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error, cause, expected_error, expected_cause",
+    [
+        ("States.Timeout", "took too long", "Lock.States.Timeout", {"Error": "States.Timeout", "Cause": "took too long"}),
+        ("States.QueryEvaluationError", "bad", "Lock.States.QueryEvaluationError", {"Error": "States.QueryEvaluationError", "Cause": "bad"}),
+        ("StaleFenceError", "older fence", "StaleFenceError", "older fence"),
+        ("Lock.Timeout", "inner wait", "Lock.Timeout", "inner wait"),
+    ],
+)
+def test_rethrow_renames_only_states_errors(error, cause, expected_error, expected_cause):
+    states = {"input": {"Error": error, "Cause": cause}}
+    assert evaluate(p.rethrow_error_expression(), states=states) == expected_error
+    got = evaluate(p.rethrow_cause_expression(), states=states)
+    assert (json.loads(got) if isinstance(expected_cause, dict) else got) == expected_cause
+
+
+@pytest.mark.parametrize(
+    "status, ended_ago_ms, grace_ms, stale",
+    [
+        ("RUNNING", None, 0, False),
+        ("PENDING_REDRIVE", 60_000, 0, False),  # about to run again: alive
+        ("ABORTED", 60_000, 10_000, True),
+        ("ABORTED", 5_000, 10_000, False),  # its Lambda may still run
+        ("TIMED_OUT", 20_000, 10_000, True),
+        ("FAILED", 1_000, 0, True),
+    ],
+)
+def test_liveness_marks_a_holder_stale_only_after_its_grace(status, ended_ago_ms, grace_ms, stale):
+    owner = f"{EXECUTION}#abc"
+    result = {"Status": status}
+    if ended_ago_ms is not None:
+        result["StopDate"] = int(time.time() * 1000) - ended_ago_ms
+    got = evaluate(
+        p.after_liveness_check_expression("w", "h"),
+        w={"since": 1, "rounds": 2}, h={"owner": owner, "grace": grace_ms}, states={"result": result},
+    )
+    assert got["rounds"] == 2
+    assert got.get("stale") == (owner if stale else None)
+
+
+def test_liveness_reads_iso_stop_dates_too():
+    result = {"Status": "ABORTED", "StopDate": "2020-01-01T00:00:00.000Z"}
+    got = evaluate(p.after_liveness_check_expression("w", "h"), w={}, h={"owner": "o", "grace": 0},
+                   states={"result": result})
+    assert got["stale"] == "o"
+
+
+def _scheduled(ts, table, key, owner, condition=p.ACQUIRE.condition):
+    parameters = {"TableName": table, "Key": {"pk": {"S": key}}, "ConditionExpression": condition,
+                  "ExpressionAttributeValues": {":me": {"S": owner}}}
+    return {"Type": "TaskScheduled", "Timestamp": ts, "TaskScheduledEventDetails": {
+        "ResourceType": "dynamodb", "Resource": "updateItem", "Parameters": json.dumps(parameters)}}
+
+
+def test_janitor_finds_every_acquisition_attempt_before_the_end_once():
+    events = [
+        _scheduled(1000, "locks", "c#1", "e#a"),
+        _scheduled(1100, "locks", "c#1", "e#a"),  # a retry of the same acquisition
+        _scheduled(1200, "locks", "c#2", "e#b"),  # a Map iteration's own acquisition
+        _scheduled(1300, "other", "c#3", "e#c"),  # another table
+        _scheduled(1400, "locks", "c#4", "e#d", condition=p.RELEASE.condition),  # a release
+        _scheduled(9000, "locks", "c#1", "e#z"),  # after the end: a redriven run's acquisition
+        {"Type": "TaskStateEntered", "Timestamp": 1000},
+    ]
+    found = evaluate(p.acquisitions_in_history_expression(table_name="locks", ended_ms="5000"),
+                     states={"result": {"Events": events}})
+    assert sorted(found, key=lambda a: a["owner"]) == [
+        {"key": "c#1", "owner": "e#a"}, {"key": "c#2", "owner": "e#b"}]
+    assert evaluate(p.acquisitions_in_history_expression(table_name="locks", ended_ms="5000"),
+                    states={"result": {"Events": []}}) == []

@@ -2,55 +2,96 @@
 
 from __future__ import annotations
 
+import json
+
 from aws_cdk.assertions import Capture, Match
 
 from state_machines import lock_protocol as p
 
 MACHINE = "ApplyCustomerUpdatesStateMachine"
-LOCK_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.InvalidKey",
-               "Lock.Release", "Lock.Lost", "Lock.ReleaseAfterError", "Lock.Rethrow",
-               "Lock.Inspect", "Lock.HolderIsExecution?", "Lock.DescribeHolder"}
+BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
+                 "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
+                 "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
+                 "Lock.DescribeHolder"}
+OUTER_STATES = {"Lock", "Lock.EntryFailed?", "Lock.InvalidKey", "Lock.Failed"}
 
 
 def _catches(state: dict) -> dict[str, dict]:
     return {c["Next"]: c for c in state.get("Catch", [])}
 
 
-def test_state_machine_is_jsonata_with_the_lock_states(example):
+def all_states(definition: dict) -> dict[str, dict]:
+    """Every state, nested ones (Parallel branches, Map processors) included."""
+    found = {}
+    for name, state in definition["States"].items():
+        found[name] = state
+        for branch in state.get("Branches", []) + ([state["ItemProcessor"]] if "ItemProcessor" in state else []):
+            found.update(all_states(branch))
+    return found
+
+
+def branch(definition: dict, section: str = "Lock") -> dict:
+    (only,) = definition["States"][section]["Branches"]
+    return only
+
+
+def test_state_machine_is_one_section_whose_branch_holds_the_lock_states(example):
     definition = example.definition(MACHINE)
     assert definition["QueryLanguage"] == "JSONata"
-    assert definition["StartAt"] == "Lock.Acquire"
-    assert set(definition["States"]) == LOCK_STATES | {"Apply update"}
+    assert definition["StartAt"] == "Lock"
+    assert set(definition["States"]) == OUTER_STATES
+    section = definition["States"]["Lock"]
+    assert section["Type"] == "Parallel" and section["Output"] == "{% $states.result[0] %}"
+    assert set(branch(definition)["States"]) == BRANCH_STATES | {"Apply update"}
+    assert branch(definition)["StartAt"] == "Lock.Acquire"
     assert definition["TimeoutSeconds"] == 30 * 60
 
 
+def test_section_entry_validates_the_key_and_draws_one_owner_per_acquisition(example):
+    section = example.definition(MACHINE)["States"]["Lock"]
+    arguments = section["Arguments"]
+    assert '"customer#" & $lockKey' in arguments and "$states.input.detail.customerId" in arguments
+    assert "$states.context.Execution.Id & '#' & $uuid()" in arguments
+    assert "'input': $states.input" in arguments
+    assert "RedriveCount" in arguments  # the redrive gate
+    (entry_failed,) = [c for c in section["Catch"]]
+    assert entry_failed["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
+    states = example.definition(MACHINE)["States"]
+    choice = states["Lock.EntryFailed?"]
+    assert [c["Next"] for c in choice["Choices"]] == ["Lock", "Lock.InvalidKey"]
+    assert "lockRedrives" in choice["Choices"][0]["Assign"]
+    assert choice["Choices"][0]["Output"] == "{% $states.input.sectionInput %}"
+    assert states["Lock.InvalidKey"]["Error"] == p.ERROR_INVALID_KEY
+    # the section's own expression never contains the signal names contiguously
+    assert p.SIGNAL_REDRIVEN not in arguments and p.ERROR_INVALID_KEY not in arguments
+
+
 def test_acquire_is_one_conditional_update_returning_the_fence(example):
-    acquire = example.definition(MACHINE)["States"]["Lock.Acquire"]
+    acquire = branch(example.definition(MACHINE))["States"]["Lock.Acquire"]
     assert acquire["Resource"].endswith(":states:::dynamodb:updateItem")
     arguments = acquire["Arguments"]
     assert arguments["UpdateExpression"] == p.ACQUIRE.update
     assert arguments["ConditionExpression"] == p.ACQUIRE.condition
     assert arguments["ReturnValues"] == "ALL_NEW"
     assert arguments["TableName"].startswith("REF:ApplyCustomerUpdatesLockTable")
-    assert '"customer#" & $lockKey' in arguments["Key"]["pk"]["S"]
-    assert "$states.input.detail.customerId" in arguments["Key"]["pk"]["S"]
-    assert arguments["ExpressionAttributeValues"][":me"]["S"] == "{% $states.context.Execution.Id %}"
-    # lease = timeout (30 min) + 5 min margin
+    assert "$states.input.key" in arguments["Key"]["pk"]["S"]
+    assert arguments["ExpressionAttributeValues"][":me"]["S"] == "{% $states.input.owner %}"
+    # lease = timeout (30 min) + 5 min margin; grace = the Lambda's 30 s timeout + 5 s
     assert f"$millis() + {35 * 60 * 1000}" in arguments["ExpressionAttributeValues"][":expiresAt"]["N"]
+    assert arguments["ExpressionAttributeValues"][":grace"] == {"N": str(35_000)}
     assert set(acquire["Assign"]) == {"lock", "lockWait"}
-    assert acquire["Output"] == "{% $states.input %}"
+    assert acquire["Output"] == "{% $states.input.input %}"
 
 
-def test_acquire_routes_held_lock_to_wait_and_bad_key_to_invalid_key(example):
-    states = example.definition(MACHINE)["States"]
+def test_acquire_routes_held_lock_to_wait_and_reentry_to_the_work(example):
+    states = branch(example.definition(MACHINE))["States"]
     catches = _catches(states["Lock.Acquire"])
     assert catches["Lock.Held?"]["ErrorEquals"] == [p.CONDITION_FAILED]
     assert catches["Lock.Held?"]["Output"] == "{% $states.input %}"
     assert "lockWait" in catches["Lock.Held?"]["Assign"]
-    assert catches["Lock.InvalidKey"]["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
-    assert states["Lock.InvalidKey"] == {
-        "Type": "Fail", "Error": p.ERROR_INVALID_KEY, "Cause": "{% $states.input.Cause %}"
-    }
+    reentered = catches["Apply update"]
+    assert reentered["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
+    assert reentered["Assign"]["lock"] == "{% " + p.reentered_lock_expression() + " %}"
     held = states["Lock.Held?"]
     assert held["Choices"][0]["Next"] == "Lock.Timeout"
     assert f">= {5 * 60 * 1000}" in held["Choices"][0]["Condition"]
@@ -63,7 +104,7 @@ def test_acquire_routes_held_lock_to_wait_and_bad_key_to_invalid_key(example):
 
 
 def test_held_lock_is_polled_by_jittered_retries_of_the_acquire_itself(example, shapes):
-    (poll,) = [r for r in example.definition(MACHINE)["States"]["Lock.Acquire"]["Retry"]
+    (poll,) = [r for r in branch(example.definition(MACHINE))["States"]["Lock.Acquire"]["Retry"]
                if r["ErrorEquals"] == [p.CONDITION_FAILED]]
     policy = p.WaitPolicy()
     assert poll == {
@@ -72,22 +113,29 @@ def test_held_lock_is_polled_by_jittered_retries_of_the_acquire_itself(example, 
         "MaxAttempts": policy.retries_per_round, "JitterStrategy": "FULL",
     }
     # max_wait = 0 must not poll at all
-    chain_acquire = shapes.definition("Chain")["States"]["Lock.Acquire"]
+    chain_acquire = branch(shapes.definition("Chain"))["States"]["Lock.Acquire"]
     assert all(r["ErrorEquals"] != [p.CONDITION_FAILED] for r in chain_acquire["Retry"])
 
 
 def test_transient_errors_are_retried_with_backoff_on_every_lock_write(example):
-    states = example.definition(MACHINE)["States"]
-    for name in ("Lock.Acquire", "Lock.Release", "Lock.ReleaseAfterError"):
+    states = branch(example.definition(MACHINE))["States"]
+    for name in ("Lock.Acquire", "Lock.ReleaseAgain", "Lock.ReleaseAfterError"):
         (retry,) = [r for r in states[name]["Retry"] if r["ErrorEquals"] != [p.CONDITION_FAILED]]
         assert set(retry["ErrorEquals"]) == set(p.TRANSIENT_ERRORS), name
-        assert p.CONDITION_FAILED not in retry["ErrorEquals"]
         assert retry["BackoffRate"] > 1 and retry["MaxAttempts"] >= 3
         assert retry["JitterStrategy"] == "FULL"
+    # the first release is not retried in place: a transient error moves to ReleaseAgain,
+    # whose refusal is judged against the lease (a lost response is not a lost lock)
+    assert "Retry" not in states["Lock.Release"]
+    assert set(_catches(states["Lock.Release"])["Lock.ReleaseAgain"]["ErrorEquals"]) == set(p.TRANSIENT_ERRORS)
+    assert _catches(states["Lock.ReleaseAgain"])["Lock.ReleasedBefore?"]["ErrorEquals"] == [p.CONDITION_FAILED]
+    before = states["Lock.ReleasedBefore?"]
+    assert before["Choices"][0]["Next"] == "Lock.Released" and before["Default"] == "Lock.Lost"
+    assert "$lock.expiresAt" in before["Choices"][0]["Condition"]
 
 
 def test_single_task_work_carries_the_release_catch_itself(example):
-    states = example.definition(MACHINE)["States"]
+    states = branch(example.definition(MACHINE))["States"]
     work = states["Apply update"]
     assert work["Next"] == "Lock.Release"
     assert _catches(work)["Lock.ReleaseAfterError"]["ErrorEquals"] == ["States.ALL"]
@@ -96,32 +144,33 @@ def test_single_task_work_carries_the_release_catch_itself(example):
 
 
 def test_release_is_owner_conditioned_and_lost_lock_fails_typed(example):
-    states = example.definition(MACHINE)["States"]
+    states = branch(example.definition(MACHINE))["States"]
     release = states["Lock.Release"]
     assert release["Arguments"]["UpdateExpression"] == p.RELEASE.update
     assert release["Arguments"]["ConditionExpression"] == p.RELEASE.condition
-    assert release["Arguments"]["Key"] == {"pk": {"S": "{% $lock.key %}"}}
+    assert "$lock.key" in release["Arguments"]["Key"]["pk"]["S"]
     assert release["End"] is True and release["Output"] == "{% $states.input %}"
     assert _catches(release)["Lock.Lost"]["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert _catches(release)["Lock.LeftReentered"]["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
     assert states["Lock.Lost"]["Error"] == p.ERROR_LOST
 
 
-def test_errors_release_then_rethrow_the_original_error(example):
-    states = example.definition(MACHINE)["States"]
+def test_errors_release_then_rethrow_the_error_renaming_only_states_errors(example):
+    states = branch(example.definition(MACHINE))["States"]
     after_error = states["Lock.ReleaseAfterError"]
     assert after_error["Arguments"]["ConditionExpression"] == p.RELEASE.condition
     assert after_error["Next"] == "Lock.Rethrow"
     lost_meanwhile = _catches(after_error)["Lock.Rethrow"]
-    assert lost_meanwhile["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert set(lost_meanwhile["ErrorEquals"]) == {p.CONDITION_FAILED, p.QUERY_EVALUATION_ERROR}
     assert lost_meanwhile["Output"] == "{% $states.input %}"  # keeps the original error
     assert states["Lock.Rethrow"] == {
-        "Type": "Fail", "Error": "{% $states.input.Error %}", "Cause": "{% $states.input.Cause %}"
+        "Type": "Fail", "QueryLanguage": "JSONata", "Error": "{% " + p.rethrow_error_expression() + " %}",
+        "Cause": "{% " + p.rethrow_cause_expression() + " %}",
     }
 
 
 def test_chain_work_runs_in_one_branch_parallel_that_catches_everything(shapes):
-    definition = shapes.definition("Chain")
-    states = definition["States"]
+    states = branch(shapes.definition("Chain"))["States"]
     protected = states["Lock.Protected"]
     assert protected["Type"] == "Parallel" and len(protected["Branches"]) == 1
     assert set(protected["Branches"][0]["States"]) == {"Prepare", "Finish"}
@@ -132,24 +181,27 @@ def test_chain_work_runs_in_one_branch_parallel_that_catches_everything(shapes):
     assert "Lock.Wait" not in states and "Lock.Held?" not in states
 
 
-def test_uncontended_run_adds_at_most_three_transitions(example, shapes):
+def test_uncontended_run_adds_three_or_four_transitions(example, shapes):
     def success_path(definition):
         states, name, path = definition["States"], definition["StartAt"], []
         while name:
             path.append(name)
+            if states[name]["Type"] == "Parallel" and name in ("Lock",):
+                path += success_path(states[name]["Branches"][0])
             name = states[name].get("Next")
         return path
 
-    assert success_path(example.definition(MACHINE)) == ["Lock.Acquire", "Apply update", "Lock.Release"]
-    assert success_path(shapes.definition("Chain")) == ["Lock.Acquire", "Lock.Protected", "Lock.Release"]
+    assert success_path(example.definition(MACHINE)) == ["Lock", "Lock.Acquire", "Apply update", "Lock.Release"]
+    assert success_path(shapes.definition("Chain")) == ["Lock", "Lock.Acquire", "Lock.Protected", "Lock.Release"]
 
 
 def test_two_sections_in_one_machine_use_their_own_names_and_variables(shapes):
-    states = shapes.definition("TwoLocks")["States"]
-    assert states["Account.Release"]["Next"] == "Order.Acquire"
+    definition = shapes.definition("TwoLocks")
+    assert definition["States"]["Account"]["Next"] == "Order"
+    states = all_states(definition)
     assert set(states["Order.Acquire"]["Assign"]) == {"orderLock", "orderLockWait"}
-    assert states["Order.Release"]["Arguments"]["Key"] == {"pk": {"S": "{% $orderLock.key %}"}}
-    assert '"account#"' in states["Account.Acquire"]["Arguments"]["Key"]["pk"]["S"]
+    assert "$orderLock.key" in states["Order.Release"]["Arguments"]["Key"]["pk"]["S"]
+    assert '"account#"' in definition["States"]["Account"]["Arguments"]
 
 
 def test_logging_and_tracing_are_on(example):
@@ -187,17 +239,13 @@ def test_trigger_retries_caps_event_age_and_has_a_dead_letter_queue(example):
     assert example.template["Resources"][queue.as_string()]["Type"] == "AWS::SQS::Queue"
 
 
-def test_lock_table_keys_and_owner_index(example):
+def test_lock_table_keys_and_no_index(example):
     example.assertions.has_resource_properties(
         "AWS::DynamoDB::Table",
         {
             "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
             "BillingMode": "PAY_PER_REQUEST",
-            "GlobalSecondaryIndexes": [
-                Match.object_like(
-                    {"IndexName": p.OWNER_INDEX, "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}]}
-                )
-            ],
+            "GlobalSecondaryIndexes": Match.absent(),
         },
     )
     # no TTL on lock items: the fence must never restart
@@ -222,7 +270,7 @@ def test_no_iam_statement_allows_a_wildcard_action(example, shapes):
             assert not any(a == "*" or a.endswith(":*") for a in actions), statement
 
 
-def test_lock_table_access_is_update_query_and_get_on_that_table_only(example):
+def test_lock_table_access_is_update_and_get_on_that_table_only(example):
     dynamodb = [
         s for s in _statements(example.template)
         if any(str(a).startswith("dynamodb:") for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
@@ -231,20 +279,16 @@ def test_lock_table_access_is_update_query_and_get_on_that_table_only(example):
     lock_statements = [s for s in dynamodb if lock_table in str(s["Resource"])]
     assert lock_statements, "the state machine must be allowed to write the lock table"
     for statement in lock_statements:
-        assert statement["Action"] in {"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query"}
+        assert statement["Action"] in {"dynamodb:UpdateItem", "dynamodb:GetItem"}
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         assert len(resources) == 1
         (arn,) = resources
-        # the table's own ARN, nothing wider (no index, no wildcard)
-        if statement["Action"] == "dynamodb:Query":  # the janitor: the owner index only
-            assert arn == {"Fn::Join": ["", [{"Fn::GetAtt": [lock_table, "Arn"]}, f"/index/{p.OWNER_INDEX}"]]}
-        else:
-            assert arn["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}], arn
-    assert {s["Action"] for s in lock_statements} == {"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:Query"}
+        assert arn["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}], arn  # nothing wider
+    assert {s["Action"] for s in lock_statements} == {"dynamodb:UpdateItem", "dynamodb:GetItem"}
 
 
-def test_liveness_check_takes_over_only_from_a_finished_execution(example):
-    states = example.definition(MACHINE)["States"]
+def test_liveness_check_takes_over_only_from_an_ended_execution_after_its_grace(example):
+    states = branch(example.definition(MACHINE))["States"]
     inspect = states["Lock.Inspect"]
     assert inspect["Resource"].endswith(":states:::dynamodb:getItem")
     assert inspect["Arguments"]["ConsistentRead"] is True
@@ -255,9 +299,9 @@ def test_liveness_check_takes_over_only_from_a_finished_execution(example):
     assert is_execution["Default"] == "Lock.Wait"
     describe = states["Lock.DescribeHolder"]
     assert describe["Resource"].endswith(":states:::aws-sdk:sfn:describeExecution")
-    assert describe["Arguments"] == {"ExecutionArn": "{% $lockHolder %}"}
-    assert "'RUNNING'" in describe["Assign"]["lockWait"]
-    assert describe["Next"] == "Lock.Acquire"
+    assert describe["Arguments"] == {"ExecutionArn": "{% $substringBefore($lockHolder.owner, '#') %}"}
+    assert "'PENDING_REDRIVE'" in describe["Assign"]["lockWait"] and "grace" in describe["Assign"]["lockWait"]
+    assert describe["Next"] == "Lock.Wait"  # every round lets time pass: the history bound holds
     assert _catches(describe)["Lock.Wait"]["ErrorEquals"] == ["States.ALL"]
     # the takeover is the acquire itself, conditioned on that exact (stale) owner
     stale = states["Lock.Acquire"]["Arguments"]["ExpressionAttributeValues"][":stale"]["S"]
@@ -272,19 +316,23 @@ def test_liveness_check_may_describe_only_this_machines_executions(example):
     assert parts[-1].startswith(":execution:CustomerUpdates-ApplyCustomerUpdates") and parts[-1].endswith(":*")
 
 
-def test_janitor_releases_locks_of_ended_executions_by_owner(example):
+def test_janitor_retires_the_acquisitions_found_in_the_ended_executions_history(example):
     definition = example.definition("ApplyCustomerUpdatesJanitor")
-    find = definition["States"][definition["StartAt"]]
-    assert find["Resource"].endswith(":states:::aws-sdk:dynamodb:query")
-    assert find["Arguments"]["IndexName"] == p.OWNER_INDEX
-    assert find["Arguments"]["KeyConditionExpression"] == p.LOCKS_OF_OWNER
-    assert find["Arguments"]["ExpressionAttributeValues"][":owner"]["S"] == "{% $states.input.detail.executionArn %}"
-    each = definition["States"][find["Next"]]
+    read = definition["States"][definition["StartAt"]]
+    assert read["Resource"].endswith(":states:::aws-sdk:sfn:getExecutionHistory")
+    assert "$states.context.Execution.Input.detail.executionArn" in read["Arguments"]
+    assert "'TaskScheduled'" in read["Output"] and "$parse" in read["Output"]
+    assert json.dumps(p.ACQUIRE.condition) in read["Output"]
+    each = definition["States"][read["Next"]]
     assert each["Type"] == "Map"
-    release = each["ItemProcessor"]["States"]["Release"]
-    assert release["Arguments"]["ConditionExpression"] == p.RELEASE.condition
-    assert release["Arguments"]["ExpressionAttributeValues"][":me"]["S"] == "{% $endedExecution %}"
-    assert release["Arguments"]["ExpressionAttributeValues"][":fence"]["N"] == p.NO_FENCE
+    retire = each["ItemProcessor"]["States"]["Retire"]
+    assert retire["Arguments"]["UpdateExpression"] == p.RETIRE.update
+    assert retire["Arguments"]["ConditionExpression"] == p.RETIRE.condition
+    assert retire["Arguments"]["ExpressionAttributeValues"][":owner"]["S"] == "{% $states.input.owner %}"
+    assert "stopDate" in retire["Arguments"]["ExpressionAttributeValues"][":endedAt"]["N"]
+    assert definition["States"][each["Next"]]["Choices"][0]["Next"] == definition["StartAt"]  # every page
+    history = [s for s in _statements(example.template) if s["Action"] == "states:GetExecutionHistory"]
+    assert len(history) == 1 and ":execution:" in json.dumps(history[0]["Resource"])
     machine = Capture()
     example.assertions.has_resource_properties(
         "AWS::Events::Rule",

@@ -184,7 +184,10 @@ def build_bench_stack(app: Any, stack_id: str, *, ours: WaitPolicy, extra_polici
         state_name="Baseline.Acquire",
         table=table,
         **update_item_props(
-            protocol.acquire_arguments(key_jsonata="$states.input.key", lease_ms=BASELINE_LEASE_MS)
+            protocol.acquire_arguments(  # the samples' owner: the execution ARN
+                key_jsonata="$states.input.key", owner_jsonata="$states.context.Execution.Id",
+                lease_ms=BASELINE_LEASE_MS, grace_ms=0,
+            )
         ),
         assign={"lock": jsonata(protocol.lock_variable_expression())},
         outputs=jsonata("$states.input"),

@@ -18,6 +18,7 @@ jsonata_evaluator          no JSONata evaluator; unescaped string variables; err
 service_shapes             task parameters/results not mapped to the API's shapes
 nested_states_errors       Parallel/Map turn a branch's States.* error into States.Runtime
 task_argument_errors       a task's Arguments error becomes e.g. DynamoDB.AmazonDynamoDBException
+parallel_argument_errors   a Parallel's Arguments error escapes the state's Catch
 lambda_in_process          Lambda needs Docker
 eventbridge_targets        rules cannot target state machines; Input/InputPath ignored
 execution_status_events    no ``Step Functions Execution Status Change`` events
@@ -40,6 +41,7 @@ from constructs_lib.local.patches import (
     jsonata_evaluator,
     lambda_in_process,
     nested_states_errors,
+    parallel_argument_errors,
     serial_dynamodb,
     service_shapes,
     state_machine_type,
@@ -61,6 +63,7 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     service_shapes.apply(stack)
     nested_states_errors.apply(stack)
     task_argument_errors.apply(stack)
+    parallel_argument_errors.apply(stack)
     lambda_in_process.apply(stack, functions)
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)
