@@ -113,7 +113,9 @@ class _SectionState(sfn.Parallel):
 
     def to_state_json(self, *args: Any) -> Any:
         enclosing = _enclosing_sections()
-        self._section._check_nesting(enclosing)
+        problem = self._section._nesting_problem(enclosing)
+        if problem:  # at synth: the state machine's definition is rendered
+            raise ValueError(problem)
         stack = getattr(_rendering, "stack", [])
         stack.append(self._section)
         _rendering.stack = stack
@@ -121,7 +123,8 @@ class _SectionState(sfn.Parallel):
             rendered = dict(super().to_state_json(*args))
         finally:
             stack.pop()
-        rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing))
+        grace = self._section.stop_grace_ms(rendered)
+        rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing, grace))
         return rendered
 
 
@@ -267,12 +270,11 @@ class LockedSection(sfn.StateMachineFragment):
         self._liveness_grants: list = []
 
         self.protected = _catching(self, protected, self._name("Protected"))
-        self.stop_grace = stop_grace if stop_grace is not None else derive_stop_grace(self, self.protected)
-        grace_ms = _concrete_ms("stop_grace", self.stop_grace)
-        if grace_ms < 0:
-            raise ValueError(f"`stop_grace` must not be negative, got: {grace_ms / 1000} s")
+        self._stop_grace = stop_grace
+        if stop_grace is not None and _concrete_ms("stop_grace", stop_grace) < 0:
+            raise ValueError(f"`stop_grace` must not be negative, got: {stop_grace.to_seconds()} s")
 
-        self.acquire = self._build_acquire(lease_ms, grace_ms)
+        self.acquire = self._build_acquire(lease_ms)
         self._build_wait_path()
         self.release = self._build_release()
         self._build_error_path()
@@ -284,7 +286,7 @@ class LockedSection(sfn.StateMachineFragment):
     def _name(self, suffix: str) -> str:
         return f"{self._construct_id}.{suffix}"
 
-    def _build_acquire(self, lease_ms: int, grace_ms: int) -> tasks.DynamoUpdateItem:
+    def _build_acquire(self, lease_ms: int) -> tasks.DynamoUpdateItem:
         """Acquire: one conditional UpdateItem; a re-entered section skips to the work."""
         v = self.variables
         acquire = _update_item(
@@ -293,7 +295,7 @@ class LockedSection(sfn.StateMachineFragment):
             self.table,
             protocol.acquire_arguments(
                 lease_ms=lease_ms,
-                grace_ms=grace_ms,
+                grace_ms=None,
                 stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
                 reentrant=True,
             ),
@@ -507,23 +509,35 @@ class LockedSection(sfn.StateMachineFragment):
 
     # -- render time --------------------------------------------------------------------
 
-    def _check_nesting(self, enclosing: Sequence["LockedSection"]) -> None:
+    def _nesting_problem(self, enclosing: Sequence["LockedSection"]) -> str:
         for outer in enclosing:
             clash = set(self.variables.values()) & set(outer.variables.values())
             if clash:
-                raise ValueError(
+                return (
                     f"`lock_variable` must differ from that of the enclosing section "
                     f"{outer.node.path!r} (an inner scope may not assign an outer scope's "
                     f"variable), got: {self.lock_variable!r} (clashing: {sorted(clash)})"
                 )
+        return ""
 
-    def _entry_expression(self, enclosing: Sequence["LockedSection"]) -> str:
+    def _entry_expression(self, enclosing: Sequence["LockedSection"], grace_ms: int) -> str:
         same_table = [s for s in enclosing if _same_table(s.table, self.table)]
         return protocol.section_entry_expression(
             key_expression_=self._key_expression,
             redrives_variable=self.variables["redrives"],
             enclosing_lock_variables=[s.lock_variable for s in reversed(same_table)],
+            grace_ms=grace_ms,
         )
+
+    def stop_grace_ms(self, rendered_section: Any = None) -> int:
+        """The stop grace in ms: ``stop_grace`` if given, else derived from the protected
+        work as rendered (branches of Parallel and Map states are only complete then)."""
+        if self._stop_grace is not None:
+            return _concrete_ms("stop_grace", self._stop_grace)
+        if rendered_section is None:
+            raise ValueError("`stop_grace` is derived when the state machine is rendered")
+        work = [s for s in _task_states(rendered_section) if not _is_lock_state(s)]
+        return int(derive_stop_grace(self, work).to_milliseconds())
 
     # -- recovery -----------------------------------------------------------------------
 
@@ -587,18 +601,22 @@ def _same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
     return Stack.of(a).resolve(a.table_name) == Stack.of(b).resolve(b.table_name)
 
 
-def derive_stop_grace(scope: Construct, protected: sfn.State) -> Duration:
+def _is_lock_state(state: dict) -> bool:
+    """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is."""
+    arguments = state.get("Arguments")
+    return isinstance(arguments, dict) and arguments.get("ConditionExpression") in {
+        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE)
+    }
+
+
+def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:
     """How long a stopped holder's work may still run: the longest ``TimeoutSeconds`` of the
     protected work's task states (a Lambda task without one: its function's timeout, when the
     function is part of this app), plus a margin; :data:`DEFAULT_STOP_GRACE` when some task's
     longest run cannot be seen."""
-    rendered = protected.to_state_json()
-    tasks_found = list(_task_states(rendered))
     if not tasks_found:
         return Duration.seconds(STOP_GRACE_MARGIN_S)
-    functions = {
-        fn.function_arn: fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)
-    }
+    functions = [fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)]
     longest = 0
     for state in tasks_found:
         resource = str(state.get("Resource", ""))
@@ -608,8 +626,10 @@ def derive_stop_grace(scope: Construct, protected: sfn.State) -> Duration:
         elif _request_response(resource) and ":::lambda:invoke" not in resource:
             continue  # a DynamoDB or SDK call: over when the stop is (the margin covers it)
         elif ":::lambda:invoke" in resource and _request_response(resource):
-            text = json.dumps(state)
-            found = [fn for arn, fn in functions.items() if arn in text or fn.function_name in text]
+            text = json.dumps(Stack.of(scope).resolve(state))
+            found = [fn for fn in functions
+                     if json.dumps(Stack.of(scope).resolve(fn.function_arn)) in text
+                     or json.dumps(Stack.of(scope).resolve(fn.function_name)) in text]
             if len(found) != 1:
                 return DEFAULT_STOP_GRACE
             timeout = found[0].timeout

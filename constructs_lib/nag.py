@@ -52,8 +52,9 @@ def suppress_example_findings(stack: CustomerUpdatesStack) -> None:
             ],
             apply_to_children=True,
         )
+    executions = "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
     NagSuppressions.add_resource_suppressions(
-        workflow.state_machine.role,
+        workflow.section,
         [
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
@@ -61,11 +62,30 @@ def suppress_example_findings(stack: CustomerUpdatesStack) -> None:
                     "The liveness check describes executions of this workflow's own state machine "
                     "only: execution ARNs are its ARN prefix plus the execution name."
                 ),
+                applies_to=[f"{executions}{workflow.state_machine_name}:*"],
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        janitor.state_machine.role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason=(
+                    "The janitor reads the history of the watched state machine's executions only: "
+                    "execution ARNs are its ARN prefix plus the execution name."
+                ),
                 applies_to=[
-                    "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
-                    f"{workflow.state_machine_name}:*"
+                    f"{executions}<{stack.get_logical_id(workflow.state_machine.node.default_child)}.Name>:*"
                 ],
-            ),
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        workflow.state_machine.role,
+        [
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
                 reason="Invoking the example function's versions and aliases (its ARN with a qualifier).",

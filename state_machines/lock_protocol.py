@@ -303,7 +303,11 @@ NEW_OWNER_EXPRESSION = f"$states.context.Execution.Id & '{OWNER_SEPARATOR}' & $u
 
 
 def section_entry_expression(
-    *, key_expression_: str, redrives_variable: str, enclosing_lock_variables: Sequence[str] = ()
+    *,
+    key_expression_: str,
+    redrives_variable: str,
+    enclosing_lock_variables: Sequence[str] = (),
+    grace_ms: int = 0,
 ) -> str:
     """JSONata for the Arguments of the section's Parallel: what its branch starts from.
 
@@ -316,7 +320,9 @@ def section_entry_expression(
     4. Re-entrancy: when an enclosing section (nearest first) holds the same key, its
        ``$lock`` record - the nested section then passes through without a write.
 
-    The branch gets ``{input, key, owner[, reentered]}``; the work gets ``input`` back.
+    5. The stop grace of the section's work (ms), known only once the work is rendered.
+
+    The branch gets ``{input, key, owner, grace[, reentered]}``; the work gets ``input`` back.
     """
     r = "$" + redrives_variable
     redriven = raise_expression(SIGNAL_REDRIVEN, "'the execution was redriven; acquiring again'")
@@ -329,7 +335,7 @@ def section_entry_expression(
         f"$redriven ? {redriven} : null; "
         f"$key := {key_expression_}; "
         "$merge([{'input': $states.input, 'key': $key, "
-        f"'owner': {NEW_OWNER_EXPRESSION}}}, {reentered}]) )"
+        f"'owner': {NEW_OWNER_EXPRESSION}, 'grace': {int(grace_ms)}}}, {reentered}]) )"
     )
 
 
@@ -497,7 +503,7 @@ def _update_item(key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
 def acquire_arguments(
     *,
     lease_ms: int,
-    grace_ms: int,
+    grace_ms: int | None,
     stale_owner_jsonata: str | None = None,
     reentrant: bool = False,
     key_jsonata: str = f"{ENTRY}.key",
@@ -520,7 +526,8 @@ def acquire_arguments(
                 ":stale": {"S": jsonata(stale_owner_jsonata or owner_jsonata)},
                 ":now": {"N": jsonata(NOW_EXPRESSION)},
                 ":expiresAt": {"N": jsonata(lease_end_expression(lease_ms))},
-                ":grace": {"N": str(int(grace_ms))},
+                # inside a section the grace comes with the entry record (see section_entry_expression)
+                ":grace": {"N": jsonata(f"$string({ENTRY}.grace)") if grace_ms is None else str(int(grace_ms))},
                 ":one": {"N": "1"},
             },
         ),

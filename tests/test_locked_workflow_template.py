@@ -78,7 +78,8 @@ def test_acquire_is_one_conditional_update_returning_the_fence(example):
     assert arguments["ExpressionAttributeValues"][":me"]["S"] == "{% $states.input.owner %}"
     # lease = timeout (30 min) + 5 min margin; grace = the Lambda's 30 s timeout + 5 s
     assert f"$millis() + {35 * 60 * 1000}" in arguments["ExpressionAttributeValues"][":expiresAt"]["N"]
-    assert arguments["ExpressionAttributeValues"][":grace"] == {"N": str(35_000)}
+    assert arguments["ExpressionAttributeValues"][":grace"] == {"N": "{% $string($states.input.grace) %}"}
+    assert "'grace': 35000" in example.definition(MACHINE)["States"]["Lock"]["Arguments"]
     assert set(acquire["Assign"]) == {"lock", "lockWait"}
     assert acquire["Output"] == "{% $states.input.input %}"
 

@@ -132,3 +132,66 @@ def test_lease_must_not_be_a_token():
             stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), table=table,
             lease=cdk.Duration.minutes(minutes),
         )
+
+
+# ---- issue 8: defaults that fit, nesting, history bound, namespaces ------------------------
+
+
+def test_express_with_defaults_synthesizes_and_waits_at_most_half_its_timeout():
+    locked = build(state_machine_type=sfn.StateMachineType.EXPRESS)
+    assert locked.section.max_wait.to_seconds() == 150  # half of the 5-minute Express timeout
+
+
+def test_default_max_wait_is_15_minutes_or_half_the_timeout():
+    assert build().section.max_wait.to_minutes() == 15
+    assert build(timeout=cdk.Duration.minutes(10)).section.max_wait.to_seconds() == 300
+
+
+def test_namespace_with_the_separator_is_refused():
+    with pytest.raises(ValueError, match=r"`key_namespace` must be .*never '#'.*got: 'a#b'"):
+        build(key_namespace="a#b")
+
+
+def _nested(inner_variable: str, *, same_table: bool = True):
+    stack = cdk.Stack(cdk.App(), "N")
+    table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    other = dynamodb.Table(stack, "O", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    inner = LockedSection(stack, "Inner", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "W"),
+                          table=table if same_table else other, lease=cdk.Duration.minutes(5),
+                          lock_variable=inner_variable)
+    outer = LockedSection(stack, "Outer", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "P").next(inner),
+                          table=table, lease=cdk.Duration.minutes(5))
+    machine = sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(outer),
+                               query_language=sfn.QueryLanguage.JSONATA)
+    return stack, machine
+
+
+def test_nested_sections_with_the_same_lock_variable_are_refused():
+    # raised while the state machine renders its definition (jsii hands it over as RuntimeError)
+    with pytest.raises((ValueError, RuntimeError), match=r"`lock_variable` must differ from that of the enclosing section .*got: 'lock'"):
+        _nested("lock")
+    with pytest.raises((ValueError, RuntimeError), match=r"clashing: \['lockWait'\]"):
+        _nested("lockWait")  # the inner's lock variable would be the outer's wait variable
+
+
+def test_nested_section_on_the_same_table_checks_the_enclosing_hold_only_then():
+    import json
+
+    def inner_arguments(same_table: bool) -> str:
+        stack, machine = _nested("inner", same_table=same_table)
+        template = cdk.assertions.Template.from_stack(stack).to_json()
+        (definition,) = [r["Properties"]["DefinitionString"] for r in template["Resources"].values()
+                         if r["Type"] == "AWS::StepFunctions::StateMachine"]
+        return json.dumps(definition)
+
+    assert "{'reentered': $lock}" in inner_arguments(True)
+    assert "{'reentered': $lock}" not in inner_arguments(False)
+
+
+def test_history_bound_counts_the_liveness_path():
+    # accepted before (claimed 19,809 events); the liveness rounds make it exceed the budget
+    with pytest.raises(ValueError, match=r"`max_wait` must keep the wait loop under 20000 history events"):
+        build(wait_policy=WaitPolicy(1, 1.5, 1, retries_per_round=0), max_wait=cdk.Duration.seconds(2200),
+              timeout=cdk.Duration.hours(2))
+    build(wait_policy=WaitPolicy(1, 1.5, 1, retries_per_round=0), max_wait=cdk.Duration.seconds(2200),
+          timeout=cdk.Duration.hours(2), liveness_check_every=0)  # fits without the check

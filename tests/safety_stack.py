@@ -1,0 +1,95 @@
+"""The adversarial cases of the safety suite: one execution acquiring one key several times
+(Map, Parallel, nesting), a stop while the protected Lambda still runs, EXPRESS defaults.
+
+Every protected work is the probe Lambda (``lambdas/probe``): it counts the holders inside
+the protected work at entry; a correct lock always reads 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from constructs_lib import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+from state_machines.lock_protocol import jsonata
+
+PROBE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "probe"
+FAST = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
+#: The probe's Lambda timeout: a stopped holder's lock stays held this long + 5 s.
+PROBE_TIMEOUT_S = 4
+LEASE = cdk.Duration.minutes(10)
+
+
+class SafetyStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.locks = LockTable(self, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
+        probes = dynamodb.Table(
+            self, "Probes",
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        self.probe_fn = lambda_.Function(
+            self, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+            code=lambda_.Code.from_asset(str(PROBE_CODE)), timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
+            environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+        )
+        probes.grant_read_write_data(self.probe_fn)
+
+        # A plain locked workflow on namespace "s": the intruder of the other machines' keys.
+        LockedWorkflow(
+            self, "Plain", lock_key=jsonata("$states.input.key"), key_namespace="s",
+            protected=self.probe("PlainProbe"), table=self.locks, wait_policy=FAST,
+            max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
+        )
+        # Map: three iterations of one execution on the same key.
+        iteration = self.section("MapLock", self.probe("MapProbe"), key="$states.input.key")
+        mapped = sfn.Map.jsonata(
+            self, "Each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.items")), max_concurrency=0,
+        ).item_processor(iteration)
+        self.machine("MapSameKey", mapped)
+        # Parallel: two branches of one execution on the same key.
+        parallel = sfn.Parallel.jsonata(self, "Both")
+        parallel.branch(self.section("LeftLock", self.probe("LeftProbe"), variable="left"))
+        parallel.branch(self.section("RightLock", self.probe("RightProbe"), variable="right"))
+        self.machine("ParallelSameKey", parallel)
+        # Nesting: an inner section on the same key inside an outer one (re-entrant).
+        inner = self.section("InnerLock", self.probe("InnerProbe"), variable="inner")
+        outer_work = self.probe("OuterProbe").next(inner)
+        self.machine("Nested", self.section("OuterLock", outer_work, variable="outer"))
+        # Stop grace: derived from the probe's Lambda timeout (4 s + 5 s).
+        self.grace_workflow = LockedWorkflow(
+            self, "Graceful", lock_key=jsonata("$states.input.key"), key_namespace="s",
+            protected=self.probe("GracefulProbe"), table=self.locks, wait_policy=FAST,
+            max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
+        )
+
+    def probe(self, construct_id: str) -> tasks.LambdaInvoke:
+        return tasks.LambdaInvoke.jsonata(
+            self, construct_id, lambda_function=self.probe_fn,
+            payload=sfn.TaskInput.from_object({
+                "key": jsonata("$states.input.key"),
+                "workMs": jsonata("$states.input.workMs"),
+            }),
+            outputs=jsonata("$merge([$states.input, {'probe': $states.result.Payload}])"),
+            retry_on_service_exceptions=False,
+        )
+
+    def section(self, construct_id: str, work: sfn.IChainable, *, variable: str = "lock",
+                key: str = "$states.input.key") -> LockedSection:
+        return LockedSection(
+            self, construct_id, lock_key=jsonata(key), key_namespace="s", protected=work,
+            table=self.locks, lease=LEASE, wait_policy=FAST, max_wait=cdk.Duration.seconds(60),
+            lock_variable=variable,
+        )
+
+    def machine(self, construct_id: str, definition: sfn.IChainable) -> sfn.StateMachine:
+        return sfn.StateMachine(
+            self, construct_id, state_machine_name=construct_id,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(3),
+        )

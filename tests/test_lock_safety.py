@@ -1,0 +1,125 @@
+"""Adversarial safety cases (issue: one owner per acquisition, stop grace, lost releases).
+
+Each case runs on the local runtime, on both DynamoDB backends, with the probe Lambda inside
+the protected work: it counts the holders inside at entry, and a correct lock always reads 1.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from state_machines import lock_protocol as p
+
+
+@pytest.fixture(scope="session")
+def safety_synth():
+    from safety_stack import SafetyStack
+    from constructs_lib.local.synth import synth_app
+
+    return synth_app(lambda app: SafetyStack(app, "Safety"), context={"aws:cdk:enable-asset-metadata": True})
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def safety(request, safety_synth):
+    from constructs_lib.local import LocalCloud
+    from constructs_lib.local.pytest_plugin import require_backend
+
+    require_backend(request.param)
+    with LocalCloud(request.param) as cloud:
+        app = cloud.deploy(safety_synth.template, assets_dir=safety_synth.assets_dir)
+        yield Safety(cloud, app)
+
+
+class Safety:
+    def __init__(self, cloud, app):
+        self.cloud, self.app = cloud, app
+
+    def arn(self, name: str) -> str:
+        return self.app.state_machine_arn(name)
+
+    def probes(self) -> str:
+        return next(v for k, v in self.app.resources.items() if k.startswith("Probes"))
+
+    def probe(self, key: str) -> dict:
+        item = self.cloud.dynamodb.get_item(TableName=self.probes(), Key={"pk": {"S": key}}, ConsistentRead=True)
+        return {k: int(v["N"]) for k, v in item.get("Item", {}).items() if "N" in v}
+
+    def lock(self, key: str) -> dict:
+        locks = next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
+        return self.cloud.dynamodb.get_item(
+            TableName=locks, Key={"pk": {"S": p.namespaced("s", key)}}, ConsistentRead=True
+        ).get("Item", {})
+
+    def run(self, machine: str, document: dict, timeout: float = 120):
+        return self.cloud.wait_for(self.cloud.start_execution(self.arn(machine), document), timeout=timeout)
+
+
+def key(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+def test_map_iterations_of_one_execution_on_one_key_serialize(safety):
+    k = key("map")
+    result = safety.run("MapSameKey", {"items": [{"key": k, "workMs": 600}] * 3})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert [r["probe"]["insideAtEntry"] for r in result.output] == [1, 1, 1]
+    assert safety.probe(k) == {"inside": 0, "entries": 3}  # no violations item
+    assert p.OWNER not in safety.lock(k) and safety.lock(k)[p.FENCE] == {"N": "3"}
+
+
+def test_a_sibling_iteration_does_not_let_another_execution_in(safety):
+    k = key("sibling")
+    mapped = safety.cloud.start_execution(safety.arn("MapSameKey"), {"items": [{"key": k, "workMs": 1500}] * 2})
+    time.sleep(0.5)
+    intruders = [safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
+                 for _ in range(2)]
+    results = [safety.cloud.wait_for(a, timeout=120) for a in [mapped, *intruders]]
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
+    assert safety.probe(k).get("violations", 0) == 0 and safety.probe(k)["entries"] == 4
+
+
+def test_parallel_branches_of_one_execution_on_one_key_serialize(safety):
+    k = key("parallel")
+    result = safety.run("ParallelSameKey", {"key": k, "workMs": 600})
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert [r["probe"]["insideAtEntry"] for r in result.output] == [1, 1]
+    assert safety.probe(k) == {"inside": 0, "entries": 2}
+
+
+def test_a_nested_section_on_the_same_key_passes_through_and_keeps_the_outer_hold(safety):
+    k = key("nested")
+    nested = safety.cloud.start_execution(safety.arn("Nested"), {"key": k, "workMs": 800})
+    time.sleep(0.3)
+    intruder = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
+    result, other = safety.cloud.wait_for(nested, timeout=60), safety.cloud.wait_for(intruder, timeout=60)
+    assert result.status == "SUCCEEDED" and other.status == "SUCCEEDED", (result.error, result.cause, other.error)
+    assert safety.probe(k).get("violations", 0) == 0 and safety.probe(k)["entries"] == 3
+    # the inner section wrote nothing: one acquisition for the nested run, one for the intruder
+    assert safety.lock(k)[p.FENCE] == {"N": "2"}
+    names = [e["stateEnteredEventDetails"]["name"] for e in result.history if e["type"].endswith("StateEntered")]
+    assert "InnerLock.LeftReentered" in names and names.count("OuterLock.Release") == 1
+    # the intruder entered only after the outer hold ended
+    outer_release = max(e["timestamp"] for e in result.history if e["type"] == "TaskSucceeded")
+    entered = [e["timestamp"] for e in other.history
+               if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "PlainProbe"]
+    assert entered and entered[0] >= outer_release
+
+
+def test_a_stopped_holders_lambda_finishes_before_anyone_else_enters(safety):
+    k = key("stopped")
+    holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})
+    deadline = time.time() + 10
+    while safety.probe(k).get("inside", 0) == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    safety.cloud.stop_execution(holder)  # its Lambda runs on for ~3 s
+    stopped_at = time.time()
+    waiter = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 100})
+    result = safety.cloud.wait_for(waiter, timeout=120)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert safety.probe(k).get("violations", 0) == 0 and safety.probe(k)["entries"] == 2
+    entered = [e["timestamp"].timestamp() for e in result.history
+               if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "GracefulProbe"]
+    assert entered[0] - stopped_at >= 4  # the grace (Lambda timeout 4 s + 5 s), not at once
