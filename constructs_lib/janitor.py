@@ -62,7 +62,8 @@ class LockJanitor(Construct):
             raise ValueError("`watched` must name at least one state machine, got: []")
         stack = Stack.of(self)
         detail = "$states.context.Execution.Input.detail"
-        ended_ms = f"{detail}.stopDate"
+        # the end as the event tells it; else now, which is later: a longer grace, never shorter
+        ended_ms = f"($type({detail}.stopDate) = 'number' ? {detail}.stopDate : $millis())"
         read = sfn.CustomState(
             self,
             "Read the ended execution's history",
@@ -73,9 +74,13 @@ class LockJanitor(Construct):
                 "Arguments": jsonata(
                     f"$merge([{{'ExecutionArn': {detail}.executionArn, "
                     f"'MaxResults': {HISTORY_PAGE_SIZE}, 'IncludeExecutionData': true}}, "
-                    "$exists($nextPage) ? {'NextToken': $nextPage} : {}])"
+                    "$type($nextPage) = 'string' ? {'NextToken': $nextPage} : {}])"
                 ),
-                "Assign": {"nextPage": jsonata("$states.result.NextToken")},
+                "Assign": {
+                    "nextPage": jsonata(
+                        "$type($states.result.NextToken) = 'string' ? $states.result.NextToken : null"
+                    )
+                },
                 "Output": jsonata(
                     protocol.acquisitions_in_history_expression(
                         table_name=table.table_name, ended_ms=ended_ms
@@ -113,7 +118,7 @@ class LockJanitor(Construct):
             max_concurrency=10,
         ).item_processor(retire)
         more = sfn.Choice.jsonata(self, "More history?")
-        more.when(sfn.Condition.jsonata(jsonata("$exists($nextPage)")), read)
+        more.when(sfn.Condition.jsonata(jsonata("$type($nextPage) = 'string'")), read)
         more.otherwise(sfn.Succeed(self, "Done"))
         definition = read.next(each).next(more)
 

@@ -683,7 +683,7 @@ def acquisitions_in_history_expression(*, table_name: str, ended_ms: str) -> str
         ".( $p := $parse(TaskScheduledEventDetails.Parameters); "
         f"($p.ConditionExpression = {condition} and $p.TableName = {_jsonata_string(table_name)}) "
         f"? {{'key': $p.Key.{KEY_ATTRIBUTE}.S, 'owner': $p.ExpressionAttributeValues.`:me`.S}} ); "
-        "$byOwner := $merge($found.{ owner: $ }); "
+        "$byOwner := $merge($map($found, function($a) { {$a.owner: $a} })); "
         "$exists($byOwner) ? [$each($byOwner, function($v) { $v })] : [] )"
     )
 

@@ -68,9 +68,17 @@ class SafetyStack(cdk.Stack):
             max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
         )
 
-    def probe(self, construct_id: str) -> tasks.LambdaInvoke:
+        # The work's own States.Timeout leaves the section as Lock.States.Timeout.
+        LockedWorkflow(
+            self, "TaskTimeout", lock_key=jsonata("$states.input.key"), key_namespace="s",
+            protected=self.probe("SlowProbe", task_timeout=cdk.Duration.seconds(1)), table=self.locks,
+            wait_policy=FAST, max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
+        )
+
+    def probe(self, construct_id: str, task_timeout: cdk.Duration | None = None) -> tasks.LambdaInvoke:
         return tasks.LambdaInvoke.jsonata(
             self, construct_id, lambda_function=self.probe_fn,
+            task_timeout=sfn.Timeout.duration(task_timeout) if task_timeout else None,
             payload=sfn.TaskInput.from_object({
                 "key": jsonata("$states.input.key"),
                 "workMs": jsonata("$states.input.workMs"),

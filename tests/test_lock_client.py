@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+import threading
+import time
+import uuid
 from datetime import timedelta
 
 import boto3
@@ -22,12 +27,12 @@ from state_machines.lock_protocol import (
     ERROR_INVALID_KEY,
     ERROR_LOST,
     ERROR_TIMEOUT,
-    MAX_KEY_LENGTH,
-    OWNER_INDEX,
+    MAX_KEY_BYTES,
 )
 
 TABLE = "locks"
 T0 = 1_700_000_000_000  # epoch ms
+KEY = "#k"  # the stored key of "k" in the default namespace ""
 
 
 class FakeClock:
@@ -50,20 +55,10 @@ pytestmark = pytest.mark.usefixtures("offline_aws_env")
 def ddb():
     with mock_aws():
         client = boto3.client("dynamodb")
-        client.create_table(
+        client.create_table(  # as LockTable creates it: the partition key and nothing else
             TableName=TABLE,
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "owner", "AttributeType": "S"},
-            ],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": OWNER_INDEX,
-                    "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
-                    "Projection": {"ProjectionType": "KEYS_ONLY"},
-                }
-            ],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
             BillingMode="PAY_PER_REQUEST",
         )
         yield client
@@ -78,7 +73,8 @@ def clock():
 def make_client(ddb, clock):
     def make(owner: str, **kwargs) -> LockClient:
         kwargs.setdefault("clock", clock)
-        return LockClient(TABLE, dynamodb=ddb, owner=owner, **kwargs)
+        kwargs.setdefault("dynamodb", ddb)
+        return LockClient(TABLE, owner=owner, **kwargs)
 
     return make
 
@@ -93,8 +89,17 @@ def bob(make_client):
     return make_client("bob")
 
 
-def item(ddb, pk="k"):
+def item(ddb, pk=KEY):
     return ddb.get_item(TableName=TABLE, Key={"pk": {"S": pk}}, ConsistentRead=True).get("Item")
+
+
+def acquisition_of(client_owner: str, owner: str) -> uuid.UUID:
+    """The uuid4 of an acquisition owned ``<client owner>#<uuid4>`` (fails for anything else)."""
+    prefix, separator, acquisition = owner.partition("#")
+    assert (prefix, separator) == (client_owner, "#"), owner
+    drawn = uuid.UUID(acquisition)
+    assert drawn.version == 4 and str(drawn) == acquisition, owner
+    return drawn
 
 
 # --------------------------------------------------------------------------------------
@@ -105,14 +110,16 @@ def item(ddb, pk="k"):
 def test_acquire_when_no_lock_exists(alice, ddb):
     lease = alice.acquire("k", lease=timedelta(seconds=30))
 
+    acquisition_of("alice", lease.owner)
     assert lease == Lease(
-        key="k", table_key="k", owner="alice", fence=1, acquired_at=T0, expires_at=T0 + 30_000
+        key="k", table_key=KEY, owner=lease.owner, fence=1, acquired_at=T0, expires_at=T0 + 30_000
     )
     assert item(ddb) == {
-        "pk": {"S": "k"},
-        "owner": {"S": "alice"},
+        "pk": {"S": KEY},
+        "owner": {"S": lease.owner},
         "acquiredAt": {"N": str(T0)},
         "expiresAt": {"N": str(T0 + 30_000)},
+        "grace": {"N": "0"},  # a client's lock is ended by its lease, never retired
         "fence": {"N": "1"},
     }
 
@@ -123,12 +130,13 @@ def test_acquire_when_the_old_lock_expired(alice, bob, clock, ddb):
 
     lease = bob.acquire("k", lease=10)
 
-    assert (lease.owner, lease.fence, lease.acquired_at) == ("bob", 2, T0 + 10_001)
-    assert item(ddb)["owner"] == {"S": "bob"}
+    acquisition_of("bob", lease.owner)
+    assert (lease.fence, lease.acquired_at) == (2, T0 + 10_001)
+    assert item(ddb)["owner"] == {"S": lease.owner}
 
 
 def test_acquire_is_rejected_while_another_holds_it(alice, bob, clock, ddb):
-    alice.acquire("k", lease=10)
+    first = alice.acquire("k", lease=10)
     clock.advance(10)  # the lease ends *after* expiresAt (strictly less than now)
     before = item(ddb)
 
@@ -136,7 +144,7 @@ def test_acquire_is_rejected_while_another_holds_it(alice, bob, clock, ddb):
         bob.acquire("k")
 
     assert not isinstance(held.value, LockTimeout)
-    assert (held.value.holder, held.value.expires_at) == ("alice", T0 + 10_000)
+    assert (held.value.holder, held.value.expires_at) == (first.owner, T0 + 10_000)
     assert item(ddb) == before
 
 
@@ -145,11 +153,11 @@ def test_release_with_its_own_id(alice, ddb):
 
     alice.release(lease)
 
-    assert item(ddb) == {"pk": {"S": "k"}, "fence": {"N": "1"}}
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "1"}}  # grace removed with the owner
 
 
 def test_cannot_release_a_lock_that_does_not_exist(alice, ddb):
-    ghost = Lease(key="k", table_key="k", owner="alice", fence=1, acquired_at=T0, expires_at=T0 + 1)
+    ghost = Lease(key="k", table_key=KEY, owner="alice#1", fence=1, acquired_at=T0, expires_at=T0 + 1)
 
     with pytest.raises(LockLost, match="no such lock") as lost:
         alice.release(ghost)
@@ -162,14 +170,57 @@ def test_cannot_release_with_the_wrong_id(alice, bob, ddb):
     lease = alice.acquire("k")
     before = item(ddb)
 
-    with pytest.raises(LockLost, match="now held by 'alice'"):
-        bob.release(dataclasses.replace(lease, owner="bob"))
+    with pytest.raises(LockLost, match=re.escape(f"now held by '{lease.owner}'")):
+        bob.release(dataclasses.replace(lease, owner=f"bob#{uuid.uuid4()}"))
 
     assert item(ddb) == before
 
 
 # --------------------------------------------------------------------------------------
-# Takeover, idempotency, fences
+# Ownership per acquisition
+# --------------------------------------------------------------------------------------
+
+
+def test_two_acquisitions_by_one_client_are_different_holders(alice, ddb):
+    first = alice.acquire("k")
+    before = item(ddb)
+
+    with pytest.raises(LockHeld) as held:
+        alice.acquire("k")  # no owner=: a new acquisition, not a repeat of the first
+
+    assert held.value.holder == first.owner
+    assert item(ddb) == before  # refused: no fence bump, first still the holder
+    alice.release(first)
+    second = alice.acquire("k")
+    assert acquisition_of("alice", second.owner) != acquisition_of("alice", first.owner)
+    assert second.fence == 2
+
+
+def test_repeated_acquire_with_an_explicit_owner_is_idempotent(alice, ddb):
+    first = alice.acquire("k", owner="job-42")
+    again = alice.acquire("k", owner="job-42")  # e.g. a retried acquire whose first try succeeded
+
+    assert again.owner == first.owner == "job-42"  # used as-is, no uuid appended
+    assert again.fence == first.fence + 1
+    repeated = alice.acquire("k", owner=first.owner)
+    assert repeated.fence == first.fence + 2
+    with pytest.raises(LockHeld):
+        alice.acquire("k", owner="job-43")  # a different explicit owner is another holder
+    alice.release(repeated)
+    assert "owner" not in item(ddb)
+
+
+def test_a_repeated_release_is_ok(alice, ddb):
+    lease = alice.acquire("k")
+    alice.release(lease)
+
+    alice.release(lease)  # e.g. a retried release whose first attempt succeeded
+
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "1"}}
+
+
+# --------------------------------------------------------------------------------------
+# Takeover, fences
 # --------------------------------------------------------------------------------------
 
 
@@ -179,7 +230,7 @@ def test_zombie_release_after_takeover_is_refused_and_keeps_the_new_lock(alice, 
     current = bob.acquire("k", lease=60)
     before = item(ddb)
 
-    with pytest.raises(LockLost, match=r"now held by 'bob' with fence 2"):
+    with pytest.raises(LockLost, match=re.escape(f"now held by '{current.owner}' with fence 2")):
         alice.release(zombie)
 
     assert item(ddb) == before
@@ -194,26 +245,7 @@ def test_zombie_release_after_takeover_and_release_is_refused(alice, bob, clock,
     with pytest.raises(LockLost, match="free, fence now 2"):
         alice.release(zombie)
 
-    assert item(ddb) == {"pk": {"S": "k"}, "fence": {"N": "2"}}
-
-
-def test_repeated_acquire_by_the_same_owner_is_idempotent(alice, ddb):
-    first = alice.acquire("k")
-    again = alice.acquire("k")  # e.g. a retried acquire whose first try succeeded
-
-    assert again.owner == first.owner == "alice"
-    assert again.fence == first.fence + 1
-    alice.release(again)
-    assert "owner" not in item(ddb)
-
-
-def test_a_repeated_release_is_ok(alice, ddb):
-    lease = alice.acquire("k")
-    alice.release(lease)
-
-    alice.release(lease)  # e.g. a retried release whose first attempt succeeded
-
-    assert item(ddb) == {"pk": {"S": "k"}, "fence": {"N": "1"}}
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "2"}}
 
 
 def test_fences_strictly_increase_across_acquisitions(make_client, clock):
@@ -233,7 +265,7 @@ def test_fences_strictly_increase_across_acquisitions(make_client, clock):
 
 def test_release_keeps_the_item_and_its_fence(alice, bob, ddb):
     alice.release(alice.acquire("k"))
-    assert item(ddb) == {"pk": {"S": "k"}, "fence": {"N": "1"}}
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "1"}}
 
     assert bob.acquire("k").fence == 2
 
@@ -245,32 +277,131 @@ def test_keys_are_independent(alice, bob):
     assert (a.fence, b.fence) == (1, 1)
 
 
-def test_namespaced_key_and_owner_index(make_client, ddb):
-    client = make_client("script-1", namespace="customer")
+class RecordingDynamoDB:
+    """A real DynamoDB client whose every use is recorded by operation name."""
 
-    lease = client.acquire("123")
+    def __init__(self, client) -> None:
+        self._client = client
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        self.calls.append(name)
+        return getattr(self._client, name)
+
+
+def test_no_index_is_needed_every_call_is_a_keyed_update(make_client, clock, ddb):
+    """The table has the partition key only; the client finds every lock by its key."""
+    table = ddb.describe_table(TableName=TABLE)["Table"]
+    assert table.get("GlobalSecondaryIndexes", []) == table.get("LocalSecondaryIndexes", []) == []
+    recording = RecordingDynamoDB(ddb)
+    client = make_client("script-1", namespace="customer", dynamodb=recording)
+    other = make_client("script-2", namespace="customer", dynamodb=recording)
+
+    lease = client.acquire("123", lease=5)
+    with pytest.raises(LockHeld) as held:
+        other.acquire("123")
+    refreshed = client.refresh(lease, lease=5)
+    client.release(refreshed)
+    clock.advance(1)
+    with pytest.raises(LockLost):
+        client.refresh(refreshed)  # released: no longer ours
 
     assert (lease.key, lease.table_key) == ("123", "customer#123")
-    held = ddb.query(
-        TableName=TABLE,
-        IndexName=OWNER_INDEX,
-        KeyConditionExpression="#o = :o",
-        ExpressionAttributeNames={"#o": "owner"},
-        ExpressionAttributeValues={":o": {"S": "script-1"}},
-    )["Items"]
-    assert [i["pk"]["S"] for i in held] == ["customer#123"]
-    client.release(lease)
+    assert held.value.holder == lease.owner  # the holder comes back with the refused write
+    assert recording.calls == ["update_item"] * 5  # no query, scan or get
     assert item(ddb, "customer#123") == {"pk": {"S": "customer#123"}, "fence": {"N": "1"}}
+    assert item(ddb) is None  # "123" in namespace "customer" is not "#123" nor "k"
 
 
 def test_default_owner_is_unique_per_client(ddb):
     first, second = LockClient(TABLE, dynamodb=ddb), LockClient(TABLE, dynamodb=ddb)
 
     assert first.owner.startswith("client:") and first.owner != second.owner
+    assert "#" not in first.owner
     lease = first.acquire("k")
+    acquisition_of(first.owner, lease.owner)
     with pytest.raises(LockHeld):
         second.acquire("k")
     first.release(lease)
+
+
+# --------------------------------------------------------------------------------------
+# A release whose response was lost
+# --------------------------------------------------------------------------------------
+
+
+def lose_the_first_release_response(client, meanwhile) -> dict:
+    """Make ``client``'s next release look like a lost response: the first attempt reaches
+    DynamoDB and succeeds, then botocore retries it (as after a connection reset) once
+    ``meanwhile()`` has run. Returns a record of what happened."""
+    record = {"armed": True, "retried": 0}
+
+    def needs_retry(attempts, request_dict, **_):
+        body = json.loads(request_dict["body"])
+        if not body["UpdateExpression"].startswith("REMOVE"):
+            return None  # only the release
+        if attempts == 1 and record["armed"]:
+            record["armed"] = False
+            record["meanwhile"] = meanwhile()
+            return 0  # botocore: retry now
+        record["retried"] = attempts - 1
+        return None
+
+    client.meta.events.register_first("needs-retry.dynamodb.UpdateItem", needs_retry)
+    return record
+
+
+@pytest.fixture
+def alice_with_a_lossy_connection(ddb, clock):
+    """alice on her own connection (bob keeps the fixture's)."""
+    connection = boto3.client("dynamodb")
+    return LockClient(TABLE, dynamodb=connection, owner="alice", clock=clock), connection
+
+
+def test_a_lost_release_response_is_a_release_while_the_lease_runs(
+    alice_with_a_lossy_connection, bob, clock, ddb
+):
+    alice, connection = alice_with_a_lossy_connection
+    lease = alice.acquire("k", lease=30)
+    record = lose_the_first_release_response(connection, lambda: bob.acquire("k", lease=60))
+    clock.advance(29.999)  # the lease has not ended: nobody could have taken it over by expiry
+
+    alice.release(lease)  # the retry finds bob's lock: our first attempt released it
+
+    taken = record["meanwhile"]
+    assert (record["retried"], taken.fence) == (1, 2)  # botocore did retry; bob got in between
+    assert item(ddb)["owner"] == {"S": taken.owner}  # bob's lock is untouched
+    assert item(ddb)["fence"] == {"N": "2"}
+
+
+def test_a_lost_release_response_after_the_lease_ended_raises_lock_lost(
+    alice_with_a_lossy_connection, bob, clock, ddb
+):
+    """The same retry once the lease has ended: a waiter may have taken over by expiry before
+    the first attempt, so the client cannot tell a lost response from a lost lock."""
+    alice, connection = alice_with_a_lossy_connection
+    lease = alice.acquire("k", lease=30)
+    record = lose_the_first_release_response(connection, lambda: bob.acquire("k", lease=60))
+    clock.advance(30)  # now == expiresAt: the lease is over
+
+    with pytest.raises(LockLost, match=re.escape("now held by 'bob#")) as lost:
+        alice.release(lease)
+
+    taken = record["meanwhile"]
+    assert record["retried"] == 1
+    assert f"now held by '{taken.owner}' with fence 2" in str(lost.value)
+    assert item(ddb)["owner"] == {"S": taken.owner}
+
+
+def test_a_refused_release_without_a_retry_raises_lock_lost_while_the_lease_runs(alice, bob, ddb):
+    """Negative control: no retry, so the lease not having ended proves nothing."""
+    lease = alice.acquire("k", lease=30)
+    stranger = Lease(key="k", table_key=KEY, owner="bob#x", fence=1, acquired_at=T0, expires_at=T0 + 30_000)
+
+    with pytest.raises(LockLost):
+        bob.release(stranger)
+
+    assert item(ddb)["owner"] == {"S": lease.owner}
 
 
 # --------------------------------------------------------------------------------------
@@ -289,30 +420,37 @@ class RecordingStub:
         raise AssertionError(f"DynamoDB called: {name}")
 
 
+def _too_long(size: int) -> str:
+    return f"must be at most {MAX_KEY_BYTES} bytes of UTF-8 with its namespace prefix, got: {size} bytes"
+
+
 @pytest.mark.parametrize(
-    "key, problem",
+    "namespace, key, problem",
     [
-        (None, "is missing"),
-        (123, "must be a string, got: int"),
-        (["k"], "must be a string, got: list"),
-        ("", "must not be empty"),
-        ("x" * (MAX_KEY_LENGTH + 1), f"must be at most {MAX_KEY_LENGTH} characters, got: {MAX_KEY_LENGTH + 1}"),
+        ("", None, "is missing"),
+        ("", 123, "must be a string, got: int"),
+        ("", ["k"], "must be a string, got: list"),
+        ("", "", "must not be empty"),
+        ("", "\ud800", "must be valid Unicode text"),
+        ("", "x" * MAX_KEY_BYTES, _too_long(MAX_KEY_BYTES + 1)),  # "#" + 2048 bytes
+        ("customer", "x" * (MAX_KEY_BYTES - 8), _too_long(MAX_KEY_BYTES + 1)),
+        # 512 characters only, but 4 bytes each: the limit is bytes of UTF-8, not characters
+        ("", "\U0001F600" * 512, _too_long(MAX_KEY_BYTES + 1)),
     ],
-    ids=["none", "int", "list", "empty", "too-long"],
+    ids=["none", "int", "list", "empty", "surrogate", "too-long", "too-long-namespaced", "4-byte-chars"],
 )
-def test_bad_keys_raise_invalid_lock_key_without_any_dynamodb_call(key, problem):
+def test_bad_keys_raise_invalid_lock_key_without_any_dynamodb_call(namespace, key, problem):
     stub = RecordingStub()
-    client = LockClient(TABLE, dynamodb=stub, owner="alice", clock=FakeClock())
-    bad = Lease(key=key, table_key="k", owner="alice", fence=1, acquired_at=T0, expires_at=T0 + 1)
+    client = LockClient(TABLE, namespace=namespace, dynamodb=stub, owner="alice", clock=FakeClock())
 
     for call in (
         lambda: client.acquire(key),
         lambda: client.acquire(key, wait=5),
-        lambda: client.release(bad),
-        lambda: client.refresh(bad),
+        lambda: client.acquire(key, owner="job-1"),
         lambda: client.hold(key).__enter__(),
+        lambda: client.table_key(key),
     ):
-        with pytest.raises(InvalidLockKey, match=problem) as raised:
+        with pytest.raises(InvalidLockKey, match=re.escape(problem)) as raised:
             call()
         assert str(raised.value).startswith(f"{ERROR_INVALID_KEY}: the lock key ")
         assert isinstance(raised.value, (LockError, ValueError))
@@ -320,8 +458,78 @@ def test_bad_keys_raise_invalid_lock_key_without_any_dynamodb_call(key, problem)
     assert stub.calls == []
 
 
-def test_longest_key_is_accepted(alice):
-    assert alice.acquire("x" * MAX_KEY_LENGTH).fence == 1
+@pytest.mark.parametrize("table_key", ["", None])
+def test_a_lease_without_a_stored_key_is_refused_without_any_dynamodb_call(table_key):
+    stub = RecordingStub()
+    client = LockClient(TABLE, dynamodb=stub, owner="alice", clock=FakeClock())
+    bad = Lease(key="k", table_key=table_key, owner="alice#1", fence=1, acquired_at=T0, expires_at=T0 + 1)
+
+    for call in (lambda: client.release(bad), lambda: client.refresh(bad)):
+        with pytest.raises(InvalidLockKey, match="the lease has no stored key"):
+            call()
+
+    assert stub.calls == []
+
+
+@pytest.mark.parametrize(
+    "namespace, key",
+    [
+        ("", "x" * (MAX_KEY_BYTES - 1)),
+        ("customer", "x" * (MAX_KEY_BYTES - 9)),
+        ("", "\U0001F600" * 511 + "abc"),  # 2044 + 3 bytes after the "#"
+    ],
+    ids=["ascii", "namespaced", "4-byte-chars"],
+)
+def test_longest_key_is_accepted(make_client, ddb, namespace, key):
+    client = make_client("alice", namespace=namespace)
+
+    lease = client.acquire(key)
+
+    assert len(lease.table_key.encode("utf-8")) == MAX_KEY_BYTES
+    assert lease.fence == 1 and item(ddb, lease.table_key)["owner"] == {"S": lease.owner}
+    client.release(lease)
+
+
+def test_the_byte_limit_is_dynamodbs(ddb):
+    """Negative control for the client's check: DynamoDB itself refuses one byte more."""
+    from botocore.exceptions import ClientError
+
+    too_long = "#" + "\U0001F600" * 512
+    with pytest.raises(ClientError, match="2048 bytes"):
+        ddb.update_item(
+            TableName=TABLE, Key={"pk": {"S": too_long}},
+            UpdateExpression="SET #f = :f", ExpressionAttributeNames={"#f": "fence"},
+            ExpressionAttributeValues={":f": {"N": "1"}},
+        )
+
+
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ({"namespace": "a#b"}, "`namespace` must be at most 64 letters"),
+        ({"namespace": "#"}, "`namespace`"),
+        ({"namespace": "x" * 65}, "`namespace`"),
+        ({"namespace": None}, "`namespace`"),
+        ({"owner": "a#b"}, "`owner` must be a non-empty string without '#'"),
+        ({"owner": ""}, "`owner`"),
+    ],
+)
+def test_bad_namespace_or_client_owner_raises_value_error(options, problem):
+    stub = RecordingStub()
+
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        LockClient(TABLE, dynamodb=stub, **options)
+
+    assert stub.calls == []
+
+
+def test_namespace_characters_other_than_the_separator_are_accepted(make_client, ddb):
+    client = make_client("alice", namespace="a.b:c/d=e+f@g_h-i")
+
+    lease = client.acquire("k")
+
+    assert lease.table_key == "a.b:c/d=e+f@g_h-i#k"
+    client.release(lease)
 
 
 # --------------------------------------------------------------------------------------
@@ -336,7 +544,9 @@ def test_refresh_extends_expires_at(alice, bob, clock, ddb):
     refreshed = alice.refresh(lease, lease=timedelta(seconds=30))
 
     assert refreshed.expires_at == T0 + 8_000 + 30_000
-    assert (refreshed.fence, refreshed.acquired_at) == (lease.fence, lease.acquired_at)
+    assert (refreshed.owner, refreshed.fence, refreshed.acquired_at) == (
+        lease.owner, lease.fence, lease.acquired_at
+    )
     assert item(ddb)["expiresAt"] == {"N": str(T0 + 38_000)}
     clock.advance(10)  # past the original lease, within the refreshed one
     with pytest.raises(LockHeld):
@@ -347,10 +557,10 @@ def test_refresh_extends_expires_at(alice, bob, clock, ddb):
 def test_refresh_after_takeover_raises_lock_lost(alice, bob, clock, ddb):
     zombie = alice.acquire("k", lease=5)
     clock.advance(6)
-    bob.acquire("k")
+    current = bob.acquire("k")
     before = item(ddb)
 
-    with pytest.raises(LockLost, match="now held by 'bob'"):
+    with pytest.raises(LockLost, match=re.escape(f"now held by '{current.owner}'")):
         alice.refresh(zombie)
 
     assert item(ddb) == before
@@ -358,10 +568,11 @@ def test_refresh_after_takeover_raises_lock_lost(alice, bob, clock, ddb):
 
 def test_hold_acquires_and_releases(alice, ddb):
     with alice.hold("k", lease=30) as lease:
-        assert item(ddb)["owner"] == {"S": "alice"}
+        acquisition_of("alice", lease.owner)
+        assert item(ddb)["owner"] == {"S": lease.owner}
         assert lease.expires_at == T0 + 30_000
 
-    assert item(ddb) == {"pk": {"S": "k"}, "fence": {"N": "1"}}
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "1"}}
 
 
 def test_hold_releases_on_exception_and_reraises_it(alice, ddb):
@@ -372,38 +583,111 @@ def test_hold_releases_on_exception_and_reraises_it(alice, ddb):
         with alice.hold("k"):
             raise WorkFailed("boom")
 
-    assert item(ddb) == {"pk": {"S": "k"}, "fence": {"N": "1"}}
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "1"}}
+    with alice.hold("k") as again:  # the failed block left no re-entrant hold behind
+        assert again.fence == 2
 
 
 def test_hold_keeps_the_block_error_when_the_lock_was_lost(alice, bob, clock, ddb):
+    taken = {}
     with pytest.raises(KeyError) as raised:
         with alice.hold("k", lease=5):
             clock.advance(6)
-            bob.acquire("k")
+            taken["bob"] = bob.acquire("k")
             raise KeyError("work failed")
 
     assert any("releasing the lock also failed" in note for note in raised.value.__notes__)
-    assert item(ddb)["owner"] == {"S": "bob"}
+    assert item(ddb)["owner"] == {"S": taken["bob"].owner}
 
 
 def test_hold_raises_lock_lost_when_the_lock_was_taken_over_during_the_block(alice, bob, clock, ddb):
+    taken = {}
     with pytest.raises(LockLost):
         with alice.hold("k", lease=5):
             clock.advance(6)
-            bob.acquire("k")
+            taken["bob"] = bob.acquire("k")
 
-    assert item(ddb)["owner"] == {"S": "bob"}
+    assert item(ddb)["owner"] == {"S": taken["bob"].owner}
+
+
+def test_nested_hold_of_the_same_key_is_reentrant(alice, bob, ddb):
+    with alice.hold("k", lease=30) as outer:
+        held = item(ddb)
+        with alice.hold("k", lease=99) as inner:
+            assert inner == outer  # the enclosing lease: same owner, same fence
+            assert item(ddb) == held  # nothing written (no fence bump, lease unchanged)
+            with alice.hold("k") as innermost:
+                assert innermost == outer
+        assert item(ddb) == held  # leaving the nested holds released nothing
+        with pytest.raises(LockHeld) as refused:
+            bob.acquire("k")
+        assert refused.value.holder == outer.owner
+        with pytest.raises(ZeroDivisionError):
+            with alice.hold("k"):
+                1 / 0
+        assert item(ddb) == held  # nor did a nested block that raised
+
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "1"}}  # the outer exit did
+    with alice.hold("k") as after:  # and a later hold is a new acquisition
+        assert after.fence == 2 and after.owner != outer.owner
+
+
+def test_nested_hold_of_another_key_is_a_lock_of_its_own(alice, ddb):
+    with alice.hold("k") as outer:
+        with alice.hold("k2") as inner:
+            assert inner.owner != outer.owner and inner.table_key == "#k2"
+            assert item(ddb, "#k2")["owner"] == {"S": inner.owner}
+        assert "owner" not in item(ddb, "#k2")
+        assert item(ddb)["owner"] == {"S": outer.owner}
+
+
+def test_hold_by_another_client_is_not_reentrant(alice, make_client):
+    other = make_client("alice")  # same client id, different client
+
+    with alice.hold("k"):
+        with pytest.raises(LockHeld):
+            with other.hold("k"):
+                pass
+
+
+def test_another_thread_of_the_same_client_waits(make_client, ddb):
+    polled = threading.Event()
+
+    def sleep(seconds):
+        polled.set()
+        time.sleep(seconds)
+
+    client = make_client("alice", sleep=sleep)
+    got = {}
+
+    def other_thread():
+        with client.hold("k", wait=10, poll_interval=0.01, max_poll_interval=0.02) as lease:
+            got["lease"] = lease
+
+    with client.hold("k") as outer:
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        assert polled.wait(5), "the other thread never waited"
+        assert thread.is_alive() and "lease" not in got
+        assert item(ddb)["owner"] == {"S": outer.owner}
+    thread.join(5)
+
+    assert not thread.is_alive()
+    lease = got["lease"]
+    acquisition_of("alice", lease.owner)
+    assert (lease.owner != outer.owner, lease.fence) == (True, outer.fence + 1)
+    assert item(ddb) == {"pk": {"S": KEY}, "fence": {"N": "2"}}
 
 
 def test_wait_times_out_with_lock_timeout(alice, make_client, ddb):
-    alice.acquire("k")
+    held = alice.acquire("k")
     sleeps = []
     waiter = make_client("bob", sleep=sleeps.append)  # fake sleep: the wait runs on real time
 
     with pytest.raises(LockTimeout) as timeout:
         waiter.acquire("k", wait=0.05, poll_interval=0.01, max_poll_interval=0.02)
 
-    assert timeout.value.error == ERROR_TIMEOUT and timeout.value.holder == "alice"
+    assert timeout.value.error == ERROR_TIMEOUT and timeout.value.holder == held.owner
     assert isinstance(timeout.value, LockHeld)
     assert sleeps and all(0 < s <= 0.02 for s in sleeps)
 
@@ -437,7 +721,8 @@ def test_wait_acquires_once_the_holder_releases(alice, make_client):
     waiter = make_client("bob", sleep=holder_releases_meanwhile)
     lease = waiter.acquire("k", wait=60, poll_interval=0.01)
 
-    assert (lease.owner, lease.fence, len(sleeps)) == ("bob", 2, 2)
+    acquisition_of("bob", lease.owner)
+    assert (lease.fence, len(sleeps)) == (2, 2)
 
 
 def test_wait_acquires_once_the_lease_ends(alice, make_client, clock):
@@ -446,7 +731,8 @@ def test_wait_acquires_once_the_lease_ends(alice, make_client, clock):
 
     lease = waiter.acquire("k", wait=60, poll_interval=0.01)
 
-    assert (lease.owner, lease.fence, lease.acquired_at) == ("bob", 2, T0 + 1_200)
+    acquisition_of("bob", lease.owner)
+    assert (lease.fence, lease.acquired_at) == (2, T0 + 1_200)
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from behaviour_stack import SHORT_LEASE_S
 from constructs_lib.local.faults import Fault, dynamodb_faults
 from deployed import new_key, update
 from lock_invariants import state_entered
@@ -56,6 +57,43 @@ def test_release_whose_response_was_lost_is_not_reported_as_lost(deployed):
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert _errors(result) == ["DynamoDB.InternalServerError"]
     assert p.OWNER not in deployed.lock_item("main", key)
+
+
+def test_lost_release_response_while_a_waiter_takes_the_lock_is_not_lock_lost(deployed):
+    """Issue 8.4: the first release succeeds, its response is lost, a waiter acquires before the
+    release is retried: the retry finds the lock not its own - but the lease had not ended, so
+    nobody could have taken it over before that first release. The run succeeds."""
+    key = new_key("lost-release-contended")
+    client = deployed.client("main")
+    taken = []
+    lost = Fault("UpdateItem", "InternalServerError", after_call=True, when=_lock_write(p.RELEASE, key),
+                 then=lambda: taken.append(client.acquire(key, lease=60)))
+    with dynamodb_faults(lost) as log:
+        (result,) = deployed.run("Main", [update(key)])
+    assert log.injected == 1 and len(taken) == 1 and taken[0].fence == 2
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert "Lock.ReleasedBefore?" in state_entered(result) and "Lock.Released" in state_entered(result)
+    assert p.owner_execution(deployed.lock_item("main", key)[p.OWNER]["S"]) is None  # the waiter's, untouched
+    client.release(taken[0])
+
+
+def test_negative_control_a_retried_release_after_the_lease_ended_is_lock_lost(deployed):
+    """The same lost response, but the lease had ended: a takeover may have come first."""
+    key = new_key("lost-release-expired")
+    client = deployed.client("shortlease")
+    taken = []
+    stored = p.namespaced("shortlease", key)
+    lost = Fault(
+        "UpdateItem", "InternalServerError", after_call=True,
+        when=lambda params: params.get("UpdateExpression") == p.RELEASE.update
+        and params["Key"][p.KEY_ATTRIBUTE]["S"] == stored,
+        then=lambda: taken.append(client.acquire(key, lease=60)),
+    )
+    with dynamodb_faults(lost):
+        (result,) = deployed.run("ShortLease", [update(key, work_ms=(SHORT_LEASE_S + 1) * 1000)])
+    assert len(taken) == 1
+    assert result.status == "FAILED" and result.error == p.ERROR_LOST, (result.error, result.cause)
+    client.release(taken[0])
 
 
 def test_fault_injection_only_hits_matching_calls(deployed):

@@ -2,6 +2,11 @@
 
 Recovery times are reported in wait intervals (the test wait policy's max_interval, 2 s)
 through ``record_property`` so the closing notes can quote them.
+
+A holder whose execution ended without releasing keeps the lock for its stop grace after the
+end (its Lambda invocation may still run): the janitor *retires* the acquisition (``expiresAt``
+= stop time + grace) and the liveness check takes over only once the grace has passed. The
+behaviour stack's protected Lambda has no timeout of its own (3 s), so its grace is 3 + 5 s.
 """
 
 from __future__ import annotations
@@ -11,21 +16,26 @@ import time
 
 import pytest
 
-from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, TEST_WAIT_POLICY
+from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, SHORT_WAIT_S, TEST_WAIT_POLICY
 from constructs_lib.lock_client import LockHeld
+from constructs_lib.locked_workflow import LAMBDA_DEFAULT_TIMEOUT_S, STOP_GRACE_MARGIN_S
 from deployed import new_key, start, update, wait_until
 from lock_invariants import state_entered
 from state_machines import lock_protocol as p
 
 INTERVAL_S = TEST_WAIT_POLICY.max_interval
+#: Stop grace of every behaviour-stack section (the Lambda's default timeout + the margin).
+GRACE_S = LAMBDA_DEFAULT_TIMEOUT_S + STOP_GRACE_MARGIN_S
+GRACE_MS = GRACE_S * 1000
 
 
-def _held_by(deployed, namespace: str, key: str, owner: str | None = None):
-    def check() -> bool:
-        holder = deployed.lock_item(namespace, key).get(p.OWNER, {}).get("S")
-        return holder is not None and (owner is None or holder == owner)
+def _holder(deployed, namespace: str, key: str) -> str | None:
+    """The execution holding the lock (None when free or held by a client)."""
+    return p.owner_execution(deployed.lock_item(namespace, key).get(p.OWNER, {}).get("S"))
 
-    return check
+
+def _held_by(deployed, namespace: str, key: str, execution: str):
+    return lambda: _holder(deployed, namespace, key) == execution
 
 
 def _acquired_at(result) -> float:
@@ -38,67 +48,142 @@ def _acquired_at(result) -> float:
     return exits[-1]
 
 
-def _stop_holder_and_measure(deployed, key: str, record_property, label: str) -> float:
+def _status_event(events, execution: str) -> dict:
+    """The status event (emitted or dropped) of an ended execution: what the janitor reads."""
+    (detail,) = [d for d in events if d["executionArn"] == execution]
+    return detail
+
+
+def _acquisition_held_by(deployed, namespace: str, key: str, execution: str) -> dict:
+    """Wait until ``execution`` holds the lock; its lock item, checked for its owner and grace."""
+    wait_until(_held_by(deployed, namespace, key, execution))
+    item = deployed.lock_item(namespace, key)
+    owner = item[p.OWNER]["S"]
+    assert owner.startswith(execution + p.OWNER_SEPARATOR) and len(owner) > len(execution) + 1
+    assert item[p.GRACE] == {"N": str(GRACE_MS)}, "the acquisition records its stop grace"
+    return item
+
+
+def _wait_for_retire(deployed, namespace: str, key: str, expires_at: str, timeout: float) -> float:
+    """Wait until the lock's ``expiresAt`` is ``expires_at``; when it first was (time.time())."""
+    try:
+        return wait_until(
+            lambda: deployed.lock_item(namespace, key).get(p.EXPIRES_AT, {}).get("N") == expires_at,
+            timeout=timeout,
+        )
+    except AssertionError:
+        raise AssertionError(
+            f"expiresAt not {expires_at} (stop + grace) within {timeout} s - not retired? "
+            f"item: {deployed.lock_item(namespace, key)}"
+        ) from None
+
+
+def _stop_holder_and_measure(deployed, key: str, record_property, label: str, *, retired: bool):
+    """Stop a holder while another run waits; the waiter's recovery time (s) after the stop.
+
+    During the grace the lock must stay the stopped holder's - retired by the janitor
+    (``retired``) or untouched (no janitor event) - and the waiter must still wait.
+    """
     holder = start(deployed, "Main", update(key, work_ms=15_000))
-    wait_until(_held_by(deployed, "main", key, holder))
+    held = _acquisition_held_by(deployed, "main", key, holder)
     waiter = start(deployed, "Main", update(key))
     time.sleep(1.0)  # the waiter is now polling
-    stopped_at = time.time()
     deployed.cloud.stop_execution(holder, error="Operator.Stop", cause="stopped while holding the lock")
+    assert deployed.cloud.wait_for(holder).status == "ABORTED"
+    events = deployed.cloud.events.status_events if retired else deployed.cloud.events.dropped_status_events
+    wait_until(lambda: any(d["executionArn"] == holder for d in events), timeout=5)
+    stopped_ms = _status_event(events, holder)["stopDate"]  # what the janitor reads
+
+    # Within the grace: still the holder's lock, and the waiter still waits.
+    expected_expiry = str(stopped_ms + GRACE_MS) if retired else held[p.EXPIRES_AT]["N"]
+    _wait_for_retire(deployed, "main", key, expected_expiry, timeout=GRACE_S / 2)
+    mid_grace_s = stopped_ms / 1000 + GRACE_S / 2
+    time.sleep(max(0.0, mid_grace_s - time.time()))
+    assert time.time() < stopped_ms / 1000 + GRACE_S - 1, "too late to look inside the grace"
+    during = deployed.lock_item("main", key)
+    assert (during.get(p.OWNER), during.get(p.FENCE)) == (held[p.OWNER], held[p.FENCE]), "freed inside the grace"
+    assert during.get(p.EXPIRES_AT) == {"N": expected_expiry}
+    assert deployed.cloud.status(waiter) == "RUNNING"
+
     result = deployed.cloud.wait_for(waiter, timeout=90)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert deployed.cloud.wait_for(holder).status == "ABORTED"
-    recovery_s = _acquired_at(result) - stopped_at
+    recovery_s = _acquired_at(result) - stopped_ms / 1000
     record_property(f"{label}_recovery_intervals", round(recovery_s / INTERVAL_S, 2))
+    record_property(f"{label}_recovery_after_grace_s", round(recovery_s - GRACE_S, 2))
+    assert recovery_s >= GRACE_S, f"took over {recovery_s:.1f} s after the stop, inside the grace"
+    assert deployed.customer(key)["lastFence"] == 2  # the waiter's fenced write went through
     return recovery_s
 
 
-def test_janitor_releases_the_lock_of_a_stopped_execution(deployed, record_property):
+def test_janitor_retires_the_lock_of_a_stopped_execution_after_its_grace(deployed, record_property):
+    # The janitor needs no index on the table: it reads the stopped execution's history.
+    table = deployed.cloud.dynamodb.describe_table(TableName=deployed.locks_table)["Table"]
+    assert table.get("GlobalSecondaryIndexes", []) == []
     key = new_key("stopped")
-    recovery_s = _stop_holder_and_measure(deployed, key, record_property, "janitor")
-    assert recovery_s <= 2 * INTERVAL_S + 0.5, f"took {recovery_s:.1f} s"
-    assert deployed.customer(key)["lastFence"] == 2  # the waiter's fenced write went through
+    recovery_s = _stop_holder_and_measure(deployed, key, record_property, "janitor", retired=True)
+    # once the retired lease ends, the waiter's next poll takes the lock
+    assert recovery_s <= GRACE_S + 2 * INTERVAL_S + 0.5, f"took {recovery_s:.1f} s"
 
 
-def test_liveness_check_recovers_when_the_janitor_event_is_dropped(deployed, record_property):
+def test_liveness_check_recovers_after_the_grace_when_the_janitor_event_is_dropped(deployed, record_property):
     key = new_key("dropped")
     deployed.cloud.events.emit_status_events = False
     try:
-        recovery_s = _stop_holder_and_measure(deployed, key, record_property, "liveness")
+        recovery_s = _stop_holder_and_measure(deployed, key, record_property, "liveness", retired=False)
     finally:
         deployed.cloud.events.emit_status_events = True
     # the waiter asks Step Functions every 2nd round of polls, then acquires at once
     policy = TEST_WAIT_POLICY
     round_s = sum(policy.nominal_wait(n) for n in range(1, policy.retries_per_round + 1)) + policy.max_interval
-    assert 0 < recovery_s <= 2 * round_s + 1, f"took {recovery_s:.1f} s"
+    assert recovery_s <= GRACE_S + 2 * round_s + 1, f"took {recovery_s:.1f} s"
 
 
 def test_negative_control_without_janitor_or_liveness_the_lock_stays_held(deployed):
-    """Stopped holder, no event, no liveness check (NoWait has max_wait 0): still locked."""
+    """Stopped holder, no event, no liveness check (NoWait has max_wait 0): still locked after
+    the grace, with its lease untouched."""
     key = new_key("leaked")
     deployed.cloud.events.emit_status_events = False
     try:
         holder = start(deployed, "NoWait", update(key, work_ms=15_000))
-        wait_until(_held_by(deployed, "nowait", key, holder))
+        held = _acquisition_held_by(deployed, "nowait", key, holder)
         deployed.cloud.stop_execution(holder)
-        time.sleep(1.0)
+        stopped = deployed.cloud.wait_for(holder)
+        assert stopped.status == "ABORTED"
+        time.sleep(max(0.0, stopped.stop_date.timestamp() + GRACE_S + 1 - time.time()))  # past the grace
         (result,) = deployed.run("NoWait", [update(key)])
     finally:
         deployed.cloud.events.emit_status_events = True
     assert result.error == p.ERROR_TIMEOUT
-    assert deployed.lock_item("nowait", key)[p.OWNER]["S"] == holder
+    assert deployed.lock_item("nowait", key) == held  # same acquisition, lease not retired
 
 
-def test_state_machine_timeout_while_holding_is_recovered(deployed, record_property):
+def test_state_machine_timeout_while_holding_is_retired_and_recovered_after_the_grace(
+    deployed, record_property
+):
     key = new_key("timedout")
     holder = start(deployed, "ShortTimeout", update(key, work_ms=(SHORT_TIMEOUT_S + 5) * 1000))
-    wait_until(_held_by(deployed, "shorttimeout", key, holder))
+    held = _acquisition_held_by(deployed, "shorttimeout", key, holder)
     assert deployed.cloud.wait_for(holder, timeout=SHORT_TIMEOUT_S + 10).status == "TIMED_OUT"
-    timed_out_at = time.time()
-    freed_at = wait_until(lambda: p.OWNER not in deployed.lock_item("shorttimeout", key), timeout=10)
-    record_property("timeout_recovery_s", round(freed_at - timed_out_at, 2))
+    wait_until(lambda: any(d["executionArn"] == holder for d in deployed.cloud.events.status_events), timeout=5)
+    ended_ms = _status_event(deployed.cloud.events.status_events, holder)["stopDate"]
+
+    retire_end = str(ended_ms + GRACE_MS)
+    retired_at = _wait_for_retire(deployed, "shorttimeout", key, retire_end, timeout=GRACE_S / 2)
+    record_property("timeout_retire_s", round(retired_at - ended_ms / 1000, 2))
+    retired = deployed.lock_item("shorttimeout", key)
+    assert (retired[p.OWNER], retired[p.FENCE]) == (held[p.OWNER], held[p.FENCE])  # not released
+    # Within the grace the lock is still held: a client is refused until the retired lease ends.
+    assert time.time() < ended_ms / 1000 + GRACE_S - 1, "too late to look inside the grace"
+    with pytest.raises(LockHeld) as refused:
+        deployed.client("shorttimeout").acquire(key, lease=10)
+    assert p.owner_execution(refused.value.holder) == holder
+    assert refused.value.expires_at == ended_ms + GRACE_MS
+
+    time.sleep(max(0.0, ended_ms / 1000 + GRACE_S + 0.1 - time.time()))  # the grace is over
     (after,) = deployed.run("ShortTimeout", [update(key)])
-    assert after.status == "SUCCEEDED" and deployed.lock_item("shorttimeout", key)[p.FENCE] == {"N": "2"}
+    assert after.status == "SUCCEEDED", (after.error, after.cause)
+    assert _acquired_at(after) - ended_ms / 1000 <= GRACE_S + SHORT_WAIT_S
+    assert deployed.lock_item("shorttimeout", key)[p.FENCE] == {"N": "2"}
 
 
 # ---- Python participants --------------------------------------------------------------------
@@ -108,6 +193,7 @@ def test_python_holder_blocks_a_workflow_until_it_releases(deployed):
     key = new_key("py-first")
     client = deployed.client("main")
     lease = client.acquire(key, lease=60)
+    assert lease.owner.startswith(client.owner + p.OWNER_SEPARATOR)
     waiter = start(deployed, "Main", update(key))
     time.sleep(2.5)
     assert deployed.cloud.status(waiter) == "RUNNING"
@@ -125,7 +211,8 @@ def test_workflow_holder_blocks_a_python_client_until_it_releases(deployed):
     client = deployed.client("main")
     with pytest.raises(LockHeld) as held:
         client.acquire(key, lease=10)
-    assert held.value.holder == holder
+    assert p.owner_execution(held.value.holder) == holder
+    assert held.value.holder == deployed.lock_item("main", key)[p.OWNER]["S"]
     lease = client.acquire(key, lease=10, wait=20)  # waits for the workflow's release
     assert deployed.cloud.status(holder) == "SUCCEEDED"
     assert lease.fence == 2

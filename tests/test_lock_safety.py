@@ -6,11 +6,13 @@ the protected work: it counts the holders inside at entry, and a correct lock al
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import pytest
 
+from safety_stack import PROBE_TIMEOUT_S
 from state_machines import lock_protocol as p
 
 
@@ -66,7 +68,9 @@ def test_map_iterations_of_one_execution_on_one_key_serialize(safety):
     result = safety.run("MapSameKey", {"items": [{"key": k, "workMs": 600}] * 3})
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert [r["probe"]["insideAtEntry"] for r in result.output] == [1, 1, 1]
-    assert safety.probe(k) == {"inside": 0, "entries": 3}  # no violations item
+    probe = safety.probe(k)
+    assert (probe["inside"], probe["entries"], probe.get("violations", 0)) == (0, 3, 0)
+    assert probe["counter"] == probe["accepted"] == 3  # no lost update
     assert p.OWNER not in safety.lock(k) and safety.lock(k)[p.FENCE] == {"N": "3"}
 
 
@@ -86,7 +90,9 @@ def test_parallel_branches_of_one_execution_on_one_key_serialize(safety):
     result = safety.run("ParallelSameKey", {"key": k, "workMs": 600})
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert [r["probe"]["insideAtEntry"] for r in result.output] == [1, 1]
-    assert safety.probe(k) == {"inside": 0, "entries": 2}
+    probe = safety.probe(k)
+    assert (probe["inside"], probe["entries"], probe.get("violations", 0)) == (0, 2, 0)
+    assert probe["counter"] == probe["accepted"] == 2
 
 
 def test_a_nested_section_on_the_same_key_passes_through_and_keeps_the_outer_hold(safety):
@@ -122,4 +128,14 @@ def test_a_stopped_holders_lambda_finishes_before_anyone_else_enters(safety):
     assert safety.probe(k).get("violations", 0) == 0 and safety.probe(k)["entries"] == 2
     entered = [e["timestamp"].timestamp() for e in result.history
                if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "GracefulProbe"]
-    assert entered[0] - stopped_at >= 4  # the grace (Lambda timeout 4 s + 5 s), not at once
+    # not at once: after the grace, the probe Lambda's 4 s timeout + 5 s, from the stop
+    assert entered[0] - stopped_at >= PROBE_TIMEOUT_S + 5 - 0.5, entered[0] - stopped_at
+
+
+def test_a_states_error_of_the_work_is_re_raised_under_a_catchable_name(safety):
+    k = key("timeout")
+    result = safety.run("TaskTimeoutStateMachine", {"key": k, "workMs": 2500})
+    assert result.status == "FAILED"
+    assert result.error == "Lock.States.Timeout", (result.error, result.cause)
+    assert json.loads(result.cause)["Error"] == "States.Timeout"
+    assert p.OWNER not in safety.lock(k)  # released on the way out

@@ -9,7 +9,9 @@
     assert log.injected == 2
 
 ``after_call=True`` lets the call reach DynamoDB and then fails it: the write happened but
-its response was lost, as with a timeout - what a retry must cope with.
+its response was lost, as with a timeout - what a retry must cope with. ``then`` runs in
+between (after the write, before the error reaches the caller): what others do meanwhile,
+e.g. a waiter taking the lock the lost release freed.
 
 The hook sits in botocore (``BaseClient._make_api_call``), upstream of both moto and
 DynamoDB Local, so it sees the state machines', the Lambdas' and the tests' own calls.
@@ -36,6 +38,7 @@ class Fault:
     times: int = 1
     after_call: bool = False
     when: Callable[[dict], bool] = lambda params: True
+    then: Callable[[], Any] | None = None
     injected: int = 0
 
 
@@ -84,6 +87,8 @@ def dynamodb_faults(*faults: Fault) -> Iterator[FaultLog]:
         if fault.after_call:
             original(client, operation, params)
             log.calls.append((operation, f"done, then {fault.error_code}"))
+            if fault.then is not None:
+                fault.then()
         else:
             log.calls.append((operation, fault.error_code))
         raise _error(fault.error_code, operation)

@@ -1,10 +1,13 @@
-"""Probe of mutual exclusion: counts the holders inside the protected work at entry.
+"""Probe of mutual exclusion, run as the protected work of the safety and stress suites.
 
-Each invocation adds 1 to ``inside`` on the probe item of its key (an atomic counter),
-records what it read (``insideAtEntry``: 1 when it is alone, as a working lock guarantees),
-works for ``workMs``, and takes 1 off again. ``violations`` counts entries that were not
-alone, ``entries`` all of them; a fenced ``counter`` (``lastFence < :fence``) counts the
-works whose write the fence accepted.
+On entry it adds 1 to ``inside`` on the probe item of its key (an atomic counter) and reads
+the result: ``insideAtEntry`` is 1 when it is alone, as a working lock guarantees;
+``violations`` counts the entries that were not. It appends the lock's fence to ``fences``
+(they must never go down), then does a read-modify-write of ``counter`` across its work time:
+with a fence, the write is conditioned on ``lastFence <= :fence`` (the same acquisition may
+write twice: a re-entered section), and ``accepted``/``rejected`` count the outcomes. No lost
+update means ``counter == accepted``. On exit it takes 1 off ``inside``; ``fail`` makes it
+raise afterwards (a failing protected work).
 """
 
 from __future__ import annotations
@@ -26,36 +29,59 @@ def _client():
     return _dynamodb
 
 
-def _add(table: str, key: str, expression: str, values: dict) -> dict:
+def _update(table: str, key: str, expression: str, values: dict, **kwargs) -> dict:
     return _client().update_item(
         TableName=table, Key={"pk": {"S": key}}, UpdateExpression=expression,
-        ExpressionAttributeValues=values, ReturnValues="UPDATED_NEW",
-    )["Attributes"]
+        ExpressionAttributeValues=values, ReturnValues="UPDATED_NEW", **kwargs,
+    ).get("Attributes", {})
+
+
+def _enter(table: str, key: str, fence: int | None) -> int:
+    values = {":one": {"N": "1"}}
+    expression = "ADD inside :one, entries :one"
+    if fence is not None:
+        expression = "SET fences = list_append(if_not_exists(fences, :empty), :fence) " + expression
+        values.update({":empty": {"L": []}, ":fence": {"L": [{"N": str(fence)}]}})
+    inside = int(_update(table, key, expression, values)["inside"]["N"])
+    if inside != 1:
+        _update(table, key, "ADD violations :one", {":one": {"N": "1"}})
+        logger.warning("not alone in the protected work", extra={"key": key, "insideAtEntry": inside})
+    return inside
+
+
+def _read_modify_write(table: str, key: str, fence: int | None, work_ms: int) -> bool:
+    item = _client().get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True).get("Item", {})
+    counter = int(item.get("counter", {}).get("N", "0"))
+    time.sleep(work_ms / 1000)
+    values = {":new": {"N": str(counter + 1)}, ":one": {"N": "1"}}
+    if fence is None:  # unfenced (the negative control): the write always lands
+        _update(table, key, "SET #c = :new ADD accepted :one", values, ExpressionAttributeNames={"#c": "counter"})
+        return True
+    values[":fence"] = {"N": str(fence)}
+    try:
+        _update(
+            table, key, "SET #c = :new, lastFence = :fence ADD accepted :one", values,
+            ConditionExpression="attribute_not_exists(lastFence) OR lastFence <= :fence",
+            ExpressionAttributeNames={"#c": "counter"},
+        )
+        return True
+    except _client().exceptions.ConditionalCheckFailedException:
+        _update(table, key, "ADD rejected :one", {":one": {"N": "1"}})
+        logger.info("fenced write rejected", extra={"key": key, "fence": fence})
+        return False
 
 
 @logger.inject_lambda_context
 def handler(event: dict, context: object) -> dict:
     table = os.environ["PROBE_TABLE"]
     key = str(event["key"])
-    inside = int(_add(table, key, "ADD inside :one, entries :one", {":one": {"N": "1"}})["inside"]["N"])
-    if inside != 1:
-        _add(table, key, "ADD violations :one", {":one": {"N": "1"}})
-        logger.warning("not alone in the protected work", extra={"key": key, "insideAtEntry": inside})
+    fence = event.get("fence")
+    fence = int(fence) if fence is not None else None
+    inside = _enter(table, key, fence)
     try:
-        time.sleep(int(event.get("workMs") or 0) / 1000)
-        fence = event.get("fence")
-        if fence is not None:
-            try:
-                _client().update_item(
-                    TableName=table, Key={"pk": {"S": key}},
-                    UpdateExpression="SET lastFence = :fence ADD fencedWrites :one",
-                    ConditionExpression="attribute_not_exists(lastFence) OR lastFence < :fence",
-                    ExpressionAttributeValues={":fence": {"N": str(fence)}, ":one": {"N": "1"}},
-                )
-            except _client().exceptions.ConditionalCheckFailedException:
-                logger.info("fenced write rejected", extra={"key": key, "fence": fence})
+        accepted = _read_modify_write(table, key, fence, int(event.get("workMs") or 0))
     finally:
-        _add(table, key, "ADD inside :minus", {":minus": {"N": "-1"}})
+        _update(table, key, "ADD inside :minus", {":minus": {"N": "-1"}})
     if event.get("fail"):
-        raise RuntimeError(f"probe asked to fail: {event['fail']}")
-    return {"key": key, "insideAtEntry": inside, "fence": event.get("fence")}
+        raise RuntimeError(f"the probe was asked to fail (key {key})")
+    return {"key": key, "insideAtEntry": inside, "fence": fence, "accepted": accepted}

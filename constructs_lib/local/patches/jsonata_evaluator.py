@@ -10,7 +10,7 @@ Gaps (moto 5.2.1, ``moto/stepfunctions/parser/asl/jsonata/jsonata.py``):
 * An evaluation error (``$error(...)``, a type error) is not turned into the
   ``States.QueryEvaluationError`` the service raises; it ends up as an uncatchable
   ``States.Runtime`` with an empty cause.
-* ``$uuid()`` and ``$hash()`` are stubs returning "Function ... is currently not supported".
+* ``$uuid()``, ``$hash()`` and ``$parse()`` are stubs returning "Function ... is currently not supported" (or missing).
 
 Fix: evaluate with the pure-Python ``jsonata-python`` package. Field expressions
 (``StringJSONata``) are parsed once per expression text and evaluated with ``$states`` and
@@ -18,7 +18,7 @@ the workflow variables passed as bindings, rather than re-parsed with every valu
 in as text (ten times faster, which keeps the interpreter's timing close to the service's
 under concurrency); other call sites get the same evaluator. Variables are encoded as
 JSON; errors raise ``States.QueryEvaluationError`` with the evaluator's message in the
-Cause; ``$uuid`` and ``$hash`` are native functions.
+Cause; ``$uuid``, ``$hash`` and ``$parse`` are native functions.
 
 Proof: ``tests/local/test_patch_jsonata.py``.
 """
@@ -71,10 +71,17 @@ def _hash(value: Any, algorithm: Any) -> str:
     return hashlib.new(_HASHES[algorithm], value.encode("utf-8")).hexdigest()
 
 
+def _parse(text: Any) -> Any:
+    if not isinstance(text, str):
+        raise ValueError(f"$parse needs a JSON string, got {type(text).__name__}")
+    return json.loads(text)
+
+
 #: Step Functions' own JSONata functions that jsonata-python lacks (moto only stubs them).
 NATIVE_FUNCTIONS = {
     "uuid": Jsonata.JLambda(lambda: str(uuid.uuid4())),
     "hash": Jsonata.JLambda(_hash),
+    "parse": Jsonata.JLambda(_parse),
 }
 
 _PARSED: dict[str, Any] = {}
