@@ -13,6 +13,7 @@ _EXPORTS = {
     "LockedWorkflow": "constructs_lib.locked_workflow",
     "WaitPolicy": "state_machines.lock_protocol",
     "LockClient": "constructs_lib.lock_client",
+    "LockJanitor": "constructs_lib.janitor",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -396,8 +396,9 @@ class LockClient:
         """
         holds = self._holds()
         table_key = self.table_key(key)
-        if table_key in holds and owner is None:  # re-entered: the enclosing hold covers it
-            yield holds[table_key]
+        enclosing = holds.get(table_key)
+        if enclosing is not None and owner in (None, enclosing.owner):  # re-entered: covered
+            yield enclosing
             return
         held = self.acquire(key, owner=owner, lease=lease, wait=wait, **acquire_options)
         holds[table_key] = held

@@ -632,6 +632,17 @@ def test_nested_hold_of_the_same_key_is_reentrant(alice, bob, ddb):
         assert after.fence == 2 and after.owner != outer.owner
 
 
+def test_nested_hold_with_the_enclosing_explicit_owner_is_reentrant_too(alice, bob, ddb):
+    with alice.hold("k", owner="job") as outer:
+        held = item(ddb)
+        with alice.hold("k", owner="job") as inner:
+            assert inner == outer and item(ddb) == held
+        assert item(ddb) == held  # the inner exit did not release the enclosing hold
+        with pytest.raises(LockHeld):
+            bob.acquire("k")
+    assert "owner" not in item(ddb)
+
+
 def test_nested_hold_of_another_key_is_a_lock_of_its_own(alice, ddb):
     with alice.hold("k") as outer:
         with alice.hold("k2") as inner:

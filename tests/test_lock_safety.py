@@ -139,3 +139,38 @@ def test_a_states_error_of_the_work_is_re_raised_under_a_catchable_name(safety):
     assert result.error == "Lock.States.Timeout", (result.error, result.cause)
     assert json.loads(result.cause)["Error"] == "States.Timeout"
     assert p.OWNER not in safety.lock(k)  # released on the way out
+
+
+def test_janitor_retires_a_lock_whose_acquire_response_never_came_back(safety):
+    """Issue 8.12: the execution is stopped between its acquire write and the response, so its
+    history has the acquire's TaskScheduled but no result. An eventually consistent index might
+    miss such a lock; the janitor reads the history and retires it all the same."""
+    from constructs_lib.local.faults import Fault, dynamodb_faults
+
+    k = key("cut")
+    stored = p.namespaced("s", k)
+    started: list[str] = []
+
+    def stop_now() -> None:
+        deadline = time.time() + 5
+        while not started and time.time() < deadline:
+            time.sleep(0.01)
+        safety.cloud.stop_execution(started[0])
+
+    cut = Fault("UpdateItem", "InternalServerError", after_call=True, then=stop_now,
+                when=lambda params: params.get("UpdateExpression") == p.ACQUIRE.update
+                and params["Key"][p.KEY_ATTRIBUTE]["S"] == stored)
+    with dynamodb_faults(cut) as log:
+        started.append(safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 100}))
+        result = safety.cloud.wait_for(started[0], timeout=30)
+    assert log.injected == 1 and result.status == "ABORTED"
+    assert not [e for e in result.history if e["type"] == "TaskSucceeded"]  # no acquire result recorded
+    held = safety.lock(k)
+    assert p.owner_execution(held[p.OWNER]["S"]) == started[0]  # the write did happen
+    stop_ms = int(result.stop_date.timestamp() * 1000)
+    deadline = time.time() + 15
+    while int(safety.lock(k)[p.EXPIRES_AT]["N"]) > stop_ms + (PROBE_TIMEOUT_S + 5) * 1000 + 2000:
+        assert time.time() < deadline, "the janitor did not retire the lock"
+        time.sleep(0.1)
+    retired = int(safety.lock(k)[p.EXPIRES_AT]["N"])
+    assert abs(retired - (stop_ms + (PROBE_TIMEOUT_S + 5) * 1000)) < 2000  # stop + grace

@@ -195,3 +195,26 @@ def test_history_bound_counts_the_liveness_path():
               timeout=cdk.Duration.hours(2))
     build(wait_policy=WaitPolicy(1, 1.5, 1, retries_per_round=0), max_wait=cdk.Duration.seconds(2200),
           timeout=cdk.Duration.hours(2), liveness_check_every=0)  # fits without the check
+
+
+def test_a_section_in_a_hand_built_state_machine_recovers_stale_holders_with_one_line():
+    from aws_cdk import assertions
+
+    stack = cdk.Stack(cdk.App(), "R")
+    table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    section = LockedSection(stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "W"), table=table,
+                            lease=cdk.Duration.minutes(5))
+    machine = sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
+                               query_language=sfn.QueryLanguage.JSONATA)
+    janitor = section.recover_stale_holders(machine)
+    template = assertions.Template.from_stack(stack)
+    template.has_resource_properties("AWS::Events::Rule", {
+        "EventPattern": assertions.Match.object_like({"detail": {
+            "status": ["ABORTED", "TIMED_OUT", "FAILED"],
+            "stateMachineArn": [{"Ref": stack.get_logical_id(machine.node.default_child)}]}}),
+    })
+    template.has_resource_properties("AWS::IAM::Policy", {
+        "PolicyDocument": {"Statement": [assertions.Match.object_like({"Action": "states:DescribeExecution"})]},
+        "Roles": [{"Ref": assertions.Match.string_like_regexp("MRole")}],
+    })
+    assert janitor.state_machine is not None

@@ -9,6 +9,9 @@ Gaps (moto 5.2.1; the ``TimeoutSeconds`` deadline itself is honoured - see the t
 * ``StopExecution`` right after ``StartExecution`` can crash with ``AttributeError``
   (``exec_worker.env`` is created by the worker thread a moment later).
 * ``StopExecution``'s ``error`` and ``cause`` are dropped.
+* A Parallel branch whose execution was stopped just before the branch's thread began
+  crashes that thread with ``RuntimeError: Could not set NextState value when in state
+  ProgramStopped`` (a traceback on stderr; nothing else is affected).
 * A stopped or timed-out execution's history gets its ``ExecutionAborted`` /
   ``ExecutionTimedOut`` event only when the state in flight returns, followed by that
   state's own late events; on AWS the history ends with the execution.
@@ -82,7 +85,23 @@ def _close_history(execution: Execution) -> None:
     manager._local_closed = True  # type: ignore[attr-defined]
 
 
+def _quiet_stopped_branch(original):  # type: ignore[no-untyped-def]
+    def _thread_routine(self):  # type: ignore[no-untyped-def]
+        try:
+            original(self)
+        except RuntimeError:
+            if self.env.is_running():
+                raise  # a real failure; a stopped program's branch just has nothing left to do
+
+    return _thread_routine
+
+
 def apply(stack: ExitStack) -> None:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.branch_worker import BranchWorker
+
+    stack.enter_context(
+        mock.patch.object(BranchWorker, "_thread_routine", _quiet_stopped_branch(BranchWorker._thread_routine))
+    )
     original_stop = Execution.stop
     original_terminated = BaseExecutionWorkerCommunication.terminated
     original_add_event = EventManager.add_event
