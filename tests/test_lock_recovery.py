@@ -214,7 +214,10 @@ def test_workflow_holder_blocks_a_python_client_until_it_releases(deployed):
     assert p.owner_execution(held.value.holder) == holder
     assert held.value.holder == deployed.lock_item("main", key)[p.OWNER]["S"]
     lease = client.acquire(key, lease=10, wait=20)  # waits for the workflow's release
-    assert deployed.cloud.status(holder) == "SUCCEEDED"
+    result = deployed.cloud.wait_for(holder, timeout=10)  # (it ends a moment after releasing)
+    assert result.status == "SUCCEEDED"
+    released = max(e["timestamp"].timestamp() for e in result.history if e["type"] == "TaskSucceeded")
+    assert lease.acquired_at >= released * 1000 - 50  # the client got it only after the release
     assert lease.fence == 2
     client.release(lease)
 
