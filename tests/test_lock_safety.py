@@ -26,12 +26,9 @@ def safety_synth():
 
 @pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
 def safety(request, safety_synth):
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.pytest_plugin import require_backend
+    from conftest import local_deployment
 
-    require_backend(request.param)
-    with LocalCloud(request.param) as cloud:
-        app = cloud.deploy(safety_synth.template, assets_dir=safety_synth.assets_dir)
+    for cloud, app in local_deployment(request.param, safety_synth):
         yield Safety(cloud, app)
 
 
