@@ -475,6 +475,7 @@ class LockedSection(sfn.StateMachineFragment):
             "Section",
             section=self,
             state_name=self._construct_id,
+            query_language=sfn.QueryLanguage.JSONATA,
             comment=f"Exclusive lock ({self.node.path})",
             outputs=jsonata("$states.result[0]"),
         ).branch(self.acquire)

@@ -171,3 +171,28 @@ def test_janitor_retires_a_lock_whose_acquire_response_never_came_back(safety):
         time.sleep(0.1)
     retired = int(safety.lock(k)[p.EXPIRES_AT]["N"])
     assert abs(retired - (stop_ms + (PROBE_TIMEOUT_S + 5) * 1000)) < 2000  # stop + grace
+
+
+def test_a_redriven_holder_acquires_again_before_its_work_runs_again(safety):
+    """Issue 8.3: a holder stopped mid-work, its lock freed after the grace and taken by another
+    run, then redriven: it must not resume protected work beside that run."""
+    k = key("redrive")
+    holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 1000})
+    deadline = time.time() + 10
+    while safety.probe(k).get("inside", 0) == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    safety.cloud.stop_execution(holder)
+    intruder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})
+    while safety.probe(k).get("entries", 0) < 2:  # the intruder is in, after the grace
+        assert time.time() < deadline + 30
+        time.sleep(0.05)
+    safety.cloud.stepfunctions.redrive_execution(executionArn=holder)
+    redriven = safety.cloud.wait_for(holder, timeout=60)
+    other = safety.cloud.wait_for(intruder, timeout=60)
+    assert redriven.status == "SUCCEEDED" and other.status == "SUCCEEDED", (redriven.error, redriven.cause)
+    probe = safety.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["entries"] == 3 and probe["counter"] == probe["accepted"]
+    names = [e["stateEnteredEventDetails"]["name"] for e in redriven.history if e["type"].endswith("StateEntered")]
+    assert "Lock.EntryFailed?" in names  # the redrive gate sent it to acquire again
+    lock = safety.lock(k)  # three acquisitions in all, the last one released
+    assert lock[p.FENCE] == {"N": "3"} and p.OWNER not in lock

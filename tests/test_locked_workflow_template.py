@@ -56,6 +56,8 @@ def test_section_entry_validates_the_key_and_draws_one_owner_per_acquisition(exa
     assert "RedriveCount" in arguments  # the redrive gate
     (entry_failed,) = [c for c in section["Catch"]]
     assert entry_failed["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
+    # the error and the section's own input travel on: a redriven run re-enters with that input
+    assert entry_failed["Output"] == "{% $merge([$states.errorOutput, {'sectionInput': $states.input}]) %}"
     states = example.definition(MACHINE)["States"]
     choice = states["Lock.EntryFailed?"]
     assert [c["Next"] for c in choice["Choices"]] == ["Lock", "Lock.InvalidKey"]

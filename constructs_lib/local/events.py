@@ -278,6 +278,7 @@ def status_event_detail(execution: Any) -> dict[str, Any]:
         "status": status,
         "startDate": _epoch_ms(execution.start_date),
         "stopDate": _epoch_ms(execution.stop_date),
+        "redriveCount": getattr(execution, "_local_redrive_count", 0),
         "input": json.dumps(execution.input_data, separators=(",", ":"), default=str),
         "output": output,
         "inputDetails": {"included": True},

@@ -23,6 +23,7 @@ lambda_in_process          Lambda needs Docker
 eventbridge_targets        rules cannot target state machines; Input/InputPath ignored
 execution_status_events    no ``Step Functions Execution Status Change`` events
 execution_end              StopExecution/timeout leave the execution RUNNING until its state ends
+redrive                    no RedriveExecution, no ``$states.context.Execution.RedriveCount``
 =========================  ==========================================================
 """
 
@@ -42,6 +43,7 @@ from constructs_lib.local.patches import (
     lambda_in_process,
     nested_states_errors,
     parallel_argument_errors,
+    redrive,
     serial_dynamodb,
     service_shapes,
     state_machine_type,
@@ -68,3 +70,4 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)
     execution_end.apply(stack)  # after execution_status_events: wraps its terminated()
+    redrive.apply(stack)
