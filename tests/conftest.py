@@ -131,20 +131,10 @@ def behaviour_synth():
     )
 
 
-def local_deployment(backend: str, synthesized):
-    """``(cloud, app)``: ``synthesized`` deployed in a fresh LocalCloud on ``backend``."""
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.pytest_plugin import require_backend
-
-    require_backend(backend)
-    with LocalCloud(backend) as cloud:
-        yield cloud, cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
-
-
 @pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
 def deployed(request, behaviour_synth):
     """The behaviour stack in a fresh LocalCloud, once per test module and DynamoDB backend."""
-    from deployed import Deployed
+    from deployed import Deployed, local_deployment
 
     for cloud, app in local_deployment(request.param, behaviour_synth):
         yield Deployed(cloud, app)

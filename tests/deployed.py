@@ -72,3 +72,13 @@ def wait_until(predicate, *, timeout: float = 30.0, poll_s: float = 0.05) -> flo
             return time.time()
         time.sleep(poll_s)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def local_deployment(backend: str, synthesized):
+    """``(cloud, app)``: ``synthesized`` deployed in a fresh LocalCloud on ``backend``."""
+    from constructs_lib.local import LocalCloud
+    from constructs_lib.local.pytest_plugin import require_backend
+
+    require_backend(backend)
+    with LocalCloud(backend) as cloud:
+        yield cloud, cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)

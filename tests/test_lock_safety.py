@@ -26,7 +26,7 @@ def safety_synth():
 
 @pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
 def safety(request, safety_synth):
-    from conftest import local_deployment
+    from deployed import local_deployment
 
     for cloud, app in local_deployment(request.param, safety_synth):
         yield Safety(cloud, app)
