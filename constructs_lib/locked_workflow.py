@@ -17,7 +17,6 @@ from aws_cdk import (
     Names,
     Stack,
     RemovalPolicy,
-    Token,
     aws_dynamodb as dynamodb,
     aws_events as events,
     aws_events_targets as targets,
