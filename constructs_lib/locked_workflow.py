@@ -54,7 +54,6 @@ STOP_GRACE_MARGIN_S = 5
 LAMBDA_DEFAULT_TIMEOUT_S = 3
 
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
-_STATE_TYPES_WITH_WORKERS = ("Task",)
 
 
 def _seconds(duration: Duration) -> Optional[float]:
@@ -265,7 +264,6 @@ class LockedSection(sfn.StateMachineFragment):
         self._key_expression = protocol.key_expression(user_key, key_namespace)
         self._max_wait_ms = max_wait_ms
         self._construct_id = construct_id
-        self._describe_holder: Optional[sfn.State] = None
         self._liveness_grants: list = []
 
         self.protected = _catching(self, protected, self._name("Protected"))
@@ -322,7 +320,6 @@ class LockedSection(sfn.StateMachineFragment):
         )
         if max_wait_ms == 0:
             self.acquire.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
-            self._held = None
             return
         retries = policy.retries_for(max_wait_ms / 1000)
         if retries:  # fast polls: the acquire retries the refused write itself
@@ -362,7 +359,6 @@ class LockedSection(sfn.StateMachineFragment):
             assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
             outputs=jsonata("$states.input"),
         )
-        self._held = held
 
     def _liveness_check(self) -> sfn.IChainable:
         """Inspect the lock; if its holder's execution ended longer than its grace ago, mark
@@ -397,7 +393,6 @@ class LockedSection(sfn.StateMachineFragment):
         )
         describe.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
         describe.next(self._wait)
-        self._describe_holder = describe
         is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self._name("HolderIsExecution?"))
         is_execution.when(
             sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(v["holder"]))),
@@ -646,7 +641,7 @@ def _request_response(resource: str) -> bool:
 def _task_states(rendered: Any):
     """Task states anywhere in a rendered state (Parallel branches, Map item processors)."""
     if isinstance(rendered, dict):
-        if rendered.get("Type") in _STATE_TYPES_WITH_WORKERS and "Resource" in rendered:
+        if rendered.get("Type") == "Task" and "Resource" in rendered:
             yield rendered
         for value in rendered.values():
             yield from _task_states(value)

@@ -130,11 +130,12 @@ def key_problem(key: Any, namespace: str = "") -> str:
     return ""
 
 
+#: What a key over the limit is told (the byte count and " bytes" follow), Python and JSONata.
+TOO_LONG = f"must be at most {MAX_KEY_BYTES} bytes of UTF-8 with its namespace prefix, got: "
+
+
 def _too_long(size: Any) -> str:
-    return (
-        f"must be at most {MAX_KEY_BYTES} bytes of UTF-8 with its namespace prefix, "
-        f"got: {size} bytes"
-    )
+    return f"{TOO_LONG}{size} bytes"
 
 
 def owner_execution(owner: str | None) -> str | None:
@@ -271,8 +272,7 @@ def key_expression(user_expression: str, namespace: str) -> str:
         ": $type($lockKey) != 'string' ? 'must be a string, got: ' & $type($lockKey) "
         ": $length($lockKey) = 0 ? 'must not be empty, got an empty string' "
         f": ( $size := {size}; $size > {MAX_KEY_BYTES} "
-        f"? 'must be at most {MAX_KEY_BYTES} bytes of UTF-8 with its namespace prefix, got: ' "
-        "& $string($size) & ' bytes' : '' ); "
+        f"? {_jsonata_string(TOO_LONG)} & $string($size) & ' bytes' : '' ); "
         f"$problem = '' ? {_jsonata_string(prefix)} & $lockKey "
         f": {invalid} )"
     )

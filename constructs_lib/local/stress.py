@@ -101,30 +101,26 @@ def build_stack(scope: Any, construct_id: str) -> Any:
             logging=False, tracing=False, state_machine_name=construct_id, **props,
         )
 
-    def machine(construct_id: str, definition: Any) -> None:
-        state_machine = sfn.StateMachine(
+    def machine(construct_id: str, definition: Any) -> Any:
+        return sfn.StateMachine(
             stack, construct_id, state_machine_name=construct_id,
             definition_body=sfn.DefinitionBody.from_chainable(definition),
             query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
-        return state_machine
 
     workflow("Plain")
     workflow("Timeout", timeout=cdk.Duration.seconds(SHORT_TIMEOUT_S), max_wait=cdk.Duration.seconds(2))
     workflow("Lease", lease=cdk.Duration.seconds(SHORT_LEASE_S))
     mapped = sfn.Map.jsonata(stack, "Each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.items")))
     map_section = section("MapLock", probe("MapProbe", "$lock.fence"), "lock")
-    machine("Map", mapped.item_processor(map_section))
-    map_section.recover_stale_holders(stack.node.find_child("Map"))
+    map_section.recover_stale_holders(machine("Map", mapped.item_processor(map_section)))
     both = sfn.Parallel.jsonata(stack, "Both")
     left = section("LeftLock", probe("LeftProbe", "$left.fence"), "left")
     right = section("RightLock", probe("RightProbe", "$right.fence"), "right")
-    machine("Parallel", both.branch(left).branch(right))
-    left.recover_stale_holders(stack.node.find_child("Parallel"))
+    left.recover_stale_holders(machine("Parallel", both.branch(left).branch(right)))
     inner = section("InnerLock", probe("InnerProbe", "$inner.fence"), "inner")
     outer = section("OuterLock", probe("OuterProbe", "$outer.fence").next(inner), "outer")
-    machine("Nested", outer)
-    outer.recover_stale_holders(stack.node.find_child("Nested"))
+    outer.recover_stale_holders(machine("Nested", outer))
     machine("Unlocked", probe("UnlockedProbe", "null"))
     return stack
 
