@@ -24,6 +24,7 @@ eventbridge_targets        rules cannot target state machines; Input/InputPath i
 execution_status_events    no ``Step Functions Execution Status Change`` events
 execution_end              StopExecution/timeout leave the execution RUNNING until its state ends
 redrive                    no RedriveExecution, no ``$states.context.Execution.RedriveCount``
+execution_logs             LoggingConfiguration ignored: no execution log lines in CloudWatch Logs
 =========================  ==========================================================
 """
 
@@ -36,6 +37,7 @@ from constructs_lib.local.lambda_runtime import FunctionRegistry
 from constructs_lib.local.patches import (
     eventbridge_targets,
     execution_end,
+    execution_logs,
     execution_output,
     execution_snapshot,
     execution_status_events,
@@ -71,3 +73,4 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     execution_status_events.apply(stack, router)
     execution_end.apply(stack)  # after execution_status_events: wraps its terminated()
     redrive.apply(stack)
+    execution_logs.apply(stack)
