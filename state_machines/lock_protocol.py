@@ -50,6 +50,11 @@ FENCE = "fence"
 #: stays held this long, so work it started and Step Functions cannot stop (a Lambda
 #: invocation, an activity or callback worker) is over before anyone else enters.
 GRACE = "grace"
+#: Epoch ms at which the acquisition was requested: when the section was entered (service
+#: clock). Not stored on the lock item: it travels in the section's entry record and the
+#: ``$lock`` record, so the acquire's log line (its assigned ``$lock``) carries the wait,
+#: ``acquiredAt - requestedAt``, on one line.
+REQUESTED_AT = "requestedAt"
 
 #: Separator between the namespace and the caller's key. Namespaces cannot contain it, so
 #: the stored key ``<namespace>#<key>`` is unambiguous (``#a#b`` is namespace "" + key
@@ -321,6 +326,7 @@ def section_entry_expression(
        ``$lock`` record - the nested section then passes through without a write.
 
     5. The stop grace of the section's work (ms), known only once the work is rendered.
+       And ``requestedAt`` (:data:`REQUESTED_AT`): now, the start of this acquisition's wait.
 
     The branch gets ``{input, key, owner, grace[, reentered]}``; the work gets ``input`` back.
     """
@@ -335,7 +341,8 @@ def section_entry_expression(
         f"$redriven ? {redriven} : null; "
         f"$key := {key_expression_}; "
         "$merge([{'input': $states.input, 'key': $key, "
-        f"'owner': {NEW_OWNER_EXPRESSION}, 'grace': {int(grace_ms)}}}, {reentered}]) )"
+        f"'owner': {NEW_OWNER_EXPRESSION}, 'grace': {int(grace_ms)}, "
+        f"{_jsonata_string(REQUESTED_AT)}: $millis()}}, {reentered}]) )"
     )
 
 
@@ -536,7 +543,8 @@ def acquire_arguments(
 
 
 def lock_variable_expression() -> str:
-    """JSONata over an acquire result: the ``$lock`` record the protected work reads."""
+    """JSONata over an acquire result: the ``$lock`` record the protected work reads (with
+    the entry record's ``requestedAt``: the acquire's log line then shows the wait)."""
     a = "$states.result.Attributes"
     return (
         "{"
@@ -544,7 +552,8 @@ def lock_variable_expression() -> str:
         f"'owner': {a}.{OWNER}.S, "
         f"'fence': $number({a}.{FENCE}.N), "
         f"'acquiredAt': $number({a}.{ACQUIRED_AT}.N), "
-        f"'expiresAt': $number({a}.{EXPIRES_AT}.N)"
+        f"'expiresAt': $number({a}.{EXPIRES_AT}.N), "
+        f"{_jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}"
         "}"
     )
 
@@ -555,19 +564,24 @@ def reentered_lock_expression() -> str:
 
 
 def release_arguments(*, lock_variable: str, reentrant: bool = False) -> dict:
-    """The release UpdateItem for the lock held in ``$<lock_variable>``."""
+    """The release UpdateItem for the lock held in ``$<lock_variable>``; ``ReturnValues: UPDATED_OLD``."""
     lock = "$" + lock_variable
     key = f"{lock}.key"
     if reentrant:
         key = reentered_or(key, reentered_expression=f"{lock}.reentered = true")
-    return _update_item(
-        jsonata(key),
-        RELEASE,
-        {
-            ":me": {"S": jsonata(f"{lock}.owner")},
-            ":fence": {"N": jsonata(f"$string({lock}.fence)")},
-        },
-    )
+    return {
+        **_update_item(
+            jsonata(key),
+            RELEASE,
+            {
+                ":me": {"S": jsonata(f"{lock}.owner")},
+                ":fence": {"N": jsonata(f"$string({lock}.fence)")},
+            },
+        ),
+        # the attributes it removed, as they were: the release's log line shows the hold,
+        # its time minus the old acquiredAt (and, lacking the fence, is told from an acquire's)
+        "ReturnValues": "UPDATED_OLD",
+    }
 
 
 def released_before_expiry_expression(lock_variable: str) -> str:

@@ -119,8 +119,13 @@ def test_lock_variable_reads_the_acquire_result():
         "acquiredAt": {"N": "1000"},
         "expiresAt": {"N": "61000"},
     }
-    lock = evaluate(p.lock_variable_expression(), states={"result": {"Attributes": attributes}})
-    assert lock == {"key": "customer#1", "owner": "arn:exec", "fence": 7, "acquiredAt": 1000, "expiresAt": 61000}
+    lock = evaluate(
+        p.lock_variable_expression(), states={"result": {"Attributes": attributes}, "input": {"requestedAt": 400}}
+    )
+    assert lock == {
+        "key": "customer#1", "owner": "arn:exec", "fence": 7, "acquiredAt": 1000, "expiresAt": 61000,
+        "requestedAt": 400,  # from the entry record: the acquire's log line shows the wait
+    }
 
 
 # ---- wait loop ------------------------------------------------------------------------
@@ -225,6 +230,8 @@ def test_writes_declare_exactly_the_placeholders_they_use():
     release = p.release_arguments(lock_variable="lock")
     assert set(release["ExpressionAttributeValues"]) == {":me", ":fence"}
     assert release["Key"] == {"pk": {"S": "{% $lock.key %}"}}
+    # the removed attributes as they were (acquiredAt: the hold, on the release's log line)
+    assert release["ReturnValues"] == "UPDATED_OLD"
 
 
 def test_acquire_arguments_return_the_new_item():
@@ -257,8 +264,10 @@ def entry(input_document, *, redrive_count=0, enclosing=(), **variables):
 
 
 def test_entry_draws_a_new_owner_per_acquisition_that_names_the_execution():
+    before = int(time.time() * 1000)
     first, second = entry({"id": "1"}), entry({"id": "1"})
     assert first["key"] == "c#1" and first["input"] == {"id": "1"}
+    assert before <= first[p.REQUESTED_AT] <= int(time.time() * 1000) + 1  # the wait starts now
     assert first["owner"] != second["owner"]  # Map iterations / branches are different holders
     assert p.owner_execution(first["owner"]) == EXECUTION
     assert "reentered" not in first
