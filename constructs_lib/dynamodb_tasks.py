@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from typing import Optional
 
-from state_machines.lock_protocol import TRANSIENT_RETRY
+from aws_cdk import Duration, aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from state_machines.lock_protocol import TRANSIENT_RETRY, jsonata
 
 
 def attribute_value(value: dict) -> tasks.DynamoAttributeValue:
@@ -39,4 +42,28 @@ def retry_transient(state: sfn.TaskStateBase) -> None:
         max_attempts=TRANSIENT_RETRY["max_attempts"],
         max_delay=Duration.seconds(TRANSIENT_RETRY["max_delay_s"]),
         jitter_strategy=sfn.JitterType.FULL,
+    )
+
+
+def update_item_task(
+    scope: Construct,
+    state_name: str,
+    table: dynamodb.ITable,
+    arguments: dict,
+    *,
+    assign: Optional[dict] = None,
+    outputs: Optional[str] = None,
+) -> tasks.DynamoUpdateItem:
+    """An optimized-integration UpdateItem state from protocol-built arguments.
+
+    Its output is its input unless ``outputs`` says otherwise: the lock states are
+    transparent to the caller's data.
+    """
+    return tasks.DynamoUpdateItem.jsonata(
+        scope,
+        state_name,
+        table=table,
+        **update_item_props(arguments),
+        assign=assign,
+        outputs=outputs or jsonata("$states.input"),
     )

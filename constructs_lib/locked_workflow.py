@@ -29,10 +29,12 @@ from aws_cdk import (
 )
 from constructs import Construct
 
-from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_props
+from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from constructs_lib.janitor import LockJanitor
+from constructs_lib.lock_kinds import Mutex, MultiKey, Semaphore
 from constructs_lib.lock_table import LockTable
 from state_machines import lock_protocol as protocol
+from state_machines import multikey_protocol, semaphore_protocol
 from state_machines.lock_protocol import WaitPolicy, jsonata
 
 #: Margin added to the state machine timeout to form the default lease.
@@ -201,10 +203,12 @@ class LockedSection(sfn.StateMachineFragment):
         scope: Construct,
         construct_id: str,
         *,
-        lock_key: str,
+        lock_key: Optional[str] = None,
         protected: sfn.IChainable,
         table: dynamodb.ITable,
         lease: Duration,
+        lock_keys: Optional[str] = None,
+        limit: int = 1,
         key_namespace: str = "",
         max_wait: Duration = DEFAULT_MAX_WAIT,
         wait_policy: Optional[WaitPolicy] = None,
@@ -220,7 +224,7 @@ class LockedSection(sfn.StateMachineFragment):
                 "`liveness_check_every` must be a whole number of rounds >= 0 (0 turns the check "
                 f"off), got: {liveness_check_every!r}"
             )
-        user_key = protocol.unwrap_jsonata(lock_key)
+        self.kind = _lock_kind(lock_key, lock_keys, limit)
         problem = protocol.namespace_problem(key_namespace)
         if problem:
             raise ValueError(f"`key_namespace` {problem}")
@@ -260,8 +264,9 @@ class LockedSection(sfn.StateMachineFragment):
             "wait": f"{lock_variable}Wait",
             "holder": f"{lock_variable}Holder",
             "redrives": f"{lock_variable}Redrives",
+            "lost": f"{lock_variable}Lost",
         }
-        self._key_expression = protocol.key_expression(user_key, key_namespace)
+        self._key_expression = self.kind.key_expression(key_namespace)
         self._max_wait_ms = max_wait_ms
         self._construct_id = construct_id
         self._liveness_grants: list = []
@@ -271,42 +276,18 @@ class LockedSection(sfn.StateMachineFragment):
         if stop_grace is not None and _concrete_ms("stop_grace", stop_grace) < 0:
             raise ValueError(f"`stop_grace` must not be negative, got: {stop_grace.to_seconds()} s")
 
-        self.acquire = self._build_acquire(lease_ms)
+        self._pending_after_acquire: list = []
+        self._start, self.acquire, acquired = self.kind.build_acquire(self, lease_ms)
         self._build_wait_path()
         self.release = self._build_release()
         self._build_error_path()
-        self.acquire.next(self.protected).next(self.release)
+        acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
 
     # -- wiring -------------------------------------------------------------------------
 
     def _name(self, suffix: str) -> str:
         return f"{self._construct_id}.{suffix}"
-
-    def _build_acquire(self, lease_ms: int) -> tasks.DynamoUpdateItem:
-        """Acquire: one conditional UpdateItem; a re-entered section skips to the work."""
-        v = self.variables
-        acquire = _update_item(
-            self,
-            self._name("Acquire"),
-            self.table,
-            protocol.acquire_arguments(
-                lease_ms=lease_ms,
-                grace_ms=None,
-                stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
-                reentrant=True,
-            ),
-            assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
-            outputs=jsonata(f"{protocol.ENTRY}.input"),
-        )
-        retry_transient(acquire)
-        acquire.add_catch(
-            self.protected,
-            errors=[protocol.QUERY_EVALUATION_ERROR],
-            assign={v["lock"]: jsonata(protocol.reentered_lock_expression())},
-            outputs=jsonata(f"{protocol.ENTRY}.input"),
-        )
-        return acquire
 
     def _build_wait_path(self) -> None:
         """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
@@ -318,13 +299,14 @@ class LockedSection(sfn.StateMachineFragment):
             error=protocol.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({max_wait_ms} ms)",
         )
+        refused = self.kind.refused
         if max_wait_ms == 0:
-            self.acquire.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
+            self.acquire.add_catch(timeout, errors=[refused])
             return
         retries = policy.retries_for(max_wait_ms / 1000)
         if retries:  # fast polls: the acquire retries the refused write itself
             self.acquire.add_retry(
-                errors=[protocol.CONDITION_FAILED],
+                errors=[refused],
                 interval=Duration.seconds(policy.first_interval),
                 backoff_rate=policy.backoff_rate,
                 max_delay=Duration.seconds(policy.max_interval),
@@ -355,7 +337,7 @@ class LockedSection(sfn.StateMachineFragment):
         held.otherwise(self._wait.next(self.acquire))
         self.acquire.add_catch(
             held,
-            errors=[protocol.CONDITION_FAILED],
+            errors=[refused],
             assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
             outputs=jsonata("$states.input"),
         )
@@ -368,7 +350,7 @@ class LockedSection(sfn.StateMachineFragment):
             self,
             self._name("Inspect"),
             table=self.table,
-            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(f"{protocol.ENTRY}.key")})},
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
             consistent_read=True,
             assign={v["holder"]: jsonata(protocol.holder_expression())},
             outputs=jsonata("$states.input"),
@@ -400,30 +382,35 @@ class LockedSection(sfn.StateMachineFragment):
         ).otherwise(self._wait)
         return inspect.next(is_execution)
 
-    def _build_release(self) -> tasks.DynamoUpdateItem:
-        """Release on success. A failed condition means the lock is not mine - unless a retried
-        release follows one whose response was lost (then it was released before the lease
-        could end: see released_before_expiry_expression)."""
-        v = self.variables
-        lock = "$" + v["lock"]
-        release = _update_item(
-            self, self._name("Release"), self.table,
-            protocol.release_arguments(lock_variable=v["lock"], reentrant=True),
-        )
+    def _build_release(self) -> sfn.State:
+        """Release on success (the kind's writes), ``Lock.Lost`` when the lock was taken over."""
+        lock = "$" + self.variables["lock"]
         lost = sfn.Fail.jsonata(
             self,
             "Lost",
             state_name=self._name("Lost"),
             error=protocol.ERROR_LOST,
             cause=jsonata(
-                f"'lock ' & {lock}.key & ' (fence ' & $string({lock}.fence)"
+                f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
+                f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
                 " & ') was taken over by another holder before it was released'"
             ),
         )
-        release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
         left = sfn.Succeed(self, "LeftReentered", state_name=self._name("LeftReentered"))
+        return self.kind.build_release(self, lost, left)
+
+    def build_mutex_release(self, lost: sfn.State, left: sfn.State) -> sfn.State:
+        """The mutex's release. A failed condition means the lock is not mine - unless a retried
+        release follows one whose response was lost (then it was released before the lease
+        could end: see released_before_expiry_expression)."""
+        v = self.variables
+        release = update_item_task(
+            self, self._name("Release"), self.table,
+            protocol.release_arguments(lock_variable=v["lock"], reentrant=True),
+        )
+        release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
         release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
-        again = _update_item(
+        again = update_item_task(
             self, self._name("ReleaseAgain"), self.table,
             protocol.release_arguments(lock_variable=v["lock"]),
         )
@@ -439,13 +426,6 @@ class LockedSection(sfn.StateMachineFragment):
 
     def _build_error_path(self) -> None:
         """Every error of the work: release, then fail with it (States.* renamed)."""
-        release_after_error = _update_item(
-            self,
-            self._name("ReleaseAfterError"),
-            self.table,
-            protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True),
-        )
-        retry_transient(release_after_error)
         rethrow = sfn.Fail.jsonata(
             self,
             "Rethrow",
@@ -453,13 +433,29 @@ class LockedSection(sfn.StateMachineFragment):
             error=jsonata(protocol.rethrow_error_expression()),
             cause=jsonata(protocol.rethrow_cause_expression()),
         )
+        self._release_after_error = self.kind.build_release_after_error(self, rethrow)
+        self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
+        for state in self._pending_after_acquire:
+            state.add_catch(self._release_after_error, errors=["States.ALL"])
+
+    def after_acquire_failure(self, state: sfn.TaskStateBase) -> None:
+        """``state`` runs while the lock is held (before the work): its errors release it too."""
+        self._pending_after_acquire.append(state)
+
+    def build_mutex_release_after_error(self, rethrow: sfn.State) -> sfn.State:
+        release_after_error = update_item_task(
+            self,
+            self._name("ReleaseAfterError"),
+            self.table,
+            protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True),
+        )
+        retry_transient(release_after_error)
         release_after_error.add_catch(
             rethrow,
             errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR],
             outputs=jsonata("$states.input"),
         )
-        release_after_error.next(rethrow)
-        self.protected.add_catch(release_after_error, errors=["States.ALL"])
+        return release_after_error.next(rethrow)
 
     def _build_entry(self) -> sfn.Parallel:
         """The section's Parallel: entry record, redrive gate, bad keys."""
@@ -472,7 +468,7 @@ class LockedSection(sfn.StateMachineFragment):
             query_language=sfn.QueryLanguage.JSONATA,
             comment=f"Exclusive lock ({self.node.path})",
             outputs=jsonata("$states.result[0]"),
-        ).branch(self.acquire)
+        ).branch(self._start)
         entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self._name("EntryFailed?"))
         entry_failed.when(
             sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REDRIVEN))),
@@ -522,6 +518,9 @@ class LockedSection(sfn.StateMachineFragment):
             redrives_variable=self.variables["redrives"],
             enclosing_lock_variables=[s.lock_variable for s in reversed(same_table)],
             grace_ms=grace_ms,
+            key_field=self.kind.key_field,
+            holds_same_lock=self.kind.holds_same_lock,
+            extra_fields=self.kind.entry_fields(),
         )
 
     def stop_grace_ms(self, rendered_section: Any = None) -> int:
@@ -590,6 +589,25 @@ class LockedSection(sfn.StateMachineFragment):
         return [self.section_state]
 
 
+def _lock_kind(lock_key: Optional[str], lock_keys: Optional[str], limit: int) -> Mutex:
+    """The lock kind the props ask for (validated)."""
+    if (lock_key is None) == (lock_keys is None):
+        raise ValueError(
+            "`lock_key` or `lock_keys` must be given (exactly one of them), got: "
+            f"lock_key={lock_key!r}, lock_keys={lock_keys!r}"
+        )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= semaphore_protocol.MAX_LIMIT:
+        raise ValueError(
+            f"`limit` must be a whole number from 1 to {semaphore_protocol.MAX_LIMIT}, got: {limit!r}"
+        )
+    if lock_keys is not None:
+        if limit != 1:
+            raise ValueError(f"`limit` must be 1 with `lock_keys` (a multi-key lock is exclusive), got: {limit}")
+        return MultiKey(protocol.unwrap_jsonata(lock_keys, "lock_keys"))
+    user_key = protocol.unwrap_jsonata(lock_key)
+    return Semaphore(user_key, limit) if limit > 1 else Mutex(user_key)
+
+
 def _same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
     if a is b:
         return True
@@ -648,30 +666,6 @@ def _task_states(rendered: Any):
     elif isinstance(rendered, list):
         for value in rendered:
             yield from _task_states(value)
-
-
-def _update_item(
-    scope: Construct,
-    state_name: str,
-    table: dynamodb.ITable,
-    arguments: dict,
-    *,
-    assign: Optional[dict] = None,
-    outputs: Optional[str] = None,
-) -> tasks.DynamoUpdateItem:
-    """An optimized-integration UpdateItem state from protocol-built arguments.
-
-    Its output is its input unless ``outputs`` says otherwise: the lock states are
-    transparent to the caller's data.
-    """
-    return tasks.DynamoUpdateItem.jsonata(
-        scope,
-        state_name,
-        table=table,
-        **update_item_props(arguments),
-        assign=assign,
-        outputs=outputs or jsonata("$states.input"),
-    )
 
 
 def _catching(scope: Construct, work: sfn.IChainable, state_name: str) -> sfn.State:
@@ -735,8 +729,10 @@ class LockedWorkflow(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        lock_key: str,
+        lock_key: Optional[str] = None,
         protected: sfn.IChainable,
+        lock_keys: Optional[str] = None,
+        limit: int = 1,
         table: Optional[dynamodb.ITable] = None,
         table_removal_policy: Optional[RemovalPolicy] = None,
         key_namespace: str = "",
@@ -806,6 +802,8 @@ class LockedWorkflow(Construct):
             self,
             "Lock",
             lock_key=lock_key,
+            lock_keys=lock_keys,
+            limit=limit,
             protected=protected,
             table=table,
             lease=lease,

@@ -118,8 +118,9 @@ def namespace_problem(namespace: Any) -> str:
     return ""
 
 
-def key_problem(key: Any, namespace: str = "") -> str:
-    """What is wrong with a Python caller's key ("" if nothing): the rules of key_expression."""
+def key_problem(key: Any, namespace: str = "", reserve_bytes: int = 0) -> str:
+    """What is wrong with a Python caller's key ("" if nothing): the rules of key_expression.
+    ``reserve_bytes``: bytes a lock kind adds to the stored key (a semaphore's slot mark)."""
     if key is None:
         return "is missing"
     if not isinstance(key, str):
@@ -130,17 +131,20 @@ def key_problem(key: Any, namespace: str = "") -> str:
         size = len(namespaced(namespace, key).encode("utf-8"))
     except UnicodeEncodeError:
         return "must be valid Unicode text, got: a lone surrogate"
-    if size > MAX_KEY_BYTES:
-        return _too_long(size)
+    if size > MAX_KEY_BYTES - reserve_bytes:
+        return _too_long(size, reserve_bytes)
     return ""
 
 
 #: What a key over the limit is told (the byte count and " bytes" follow), Python and JSONata.
-TOO_LONG = f"must be at most {MAX_KEY_BYTES} bytes of UTF-8 with its namespace prefix, got: "
+def too_long(reserve_bytes: int = 0) -> str:
+    """What a key over the limit is told (the byte count and " bytes" follow), Python and JSONata."""
+    return f"must be at most {MAX_KEY_BYTES - reserve_bytes} bytes of UTF-8 with its namespace prefix, got: "
 
 
-def _too_long(size: Any) -> str:
-    return f"{TOO_LONG}{size} bytes"
+
+def _too_long(size: Any, reserve_bytes: int = 0) -> str:
+    return f"{too_long(reserve_bytes)}{size} bytes"
 
 
 def owner_execution(owner: str | None) -> str | None:
@@ -239,13 +243,14 @@ def jsonata(expression: str) -> str:
     return "{% " + expression + " %}"
 
 
-def unwrap_jsonata(template: str) -> str:
+def unwrap_jsonata(template: str, prop: str = "lock_key") -> str:
     """The expression inside ``{% ... %}``; raises ValueError for anything else."""
-    match = re.fullmatch(r"\s*\{%(.*)%\}\s*", template or "", flags=re.DOTALL)
+    match = re.fullmatch(r"\s*\{%(.*)%\}\s*", template if isinstance(template, str) else "", flags=re.DOTALL)
     if not match or not match.group(1).strip():
+        example = "[$states.input.from, $states.input.to]" if prop == "lock_keys" else "$states.input.detail.customerId"
         raise ValueError(
-            "`lock_key` must be a JSONata template such as "
-            f"'{{% $states.input.detail.customerId %}}', got: {template!r}"
+            f"`{prop}` must be a JSONata template such as "
+            f"'{{% {example} %}}', got: {template!r}"
         )
     return match.group(1).strip()
 
@@ -263,21 +268,30 @@ def _utf8_bytes(expression: str) -> str:
     )
 
 
-def key_expression(user_expression: str, namespace: str) -> str:
+def key_problem_expression(key: str, namespace: str, reserve_bytes: int = 0) -> str:
+    """JSONata: what is wrong with the key ``key`` evaluates to ('' if nothing)."""
+    prefix = namespace + NAMESPACE_SEPARATOR
+    size = _utf8_bytes(f"{_jsonata_string(prefix)} & {key}")
+    return (
+        f"($not($exists({key})) ? 'is missing' "
+        f": $type({key}) != 'string' ? 'must be a string, got: ' & $type({key}) "
+        f": $length({key}) = 0 ? 'must not be empty, got an empty string' "
+        f": ( $size := {size}; $size > {MAX_KEY_BYTES - reserve_bytes} "
+        f"? {_jsonata_string(too_long(reserve_bytes))} & $string($size) & ' bytes' : '' ))"
+    )
+
+
+def key_expression(user_expression: str, namespace: str, reserve_bytes: int = 0) -> str:
     """The stored key, or ``$error`` naming what is wrong with the caller's key.
 
     Runs in the section's entry, so a bad key fails before any DynamoDB call.
+    ``reserve_bytes``: bytes a lock kind adds to the stored key (a semaphore's slot mark).
     """
     prefix = namespace + NAMESPACE_SEPARATOR
     invalid = raise_expression(ERROR_INVALID_KEY, "'the lock key ' & $problem")
-    size = _utf8_bytes(f"{_jsonata_string(prefix)} & $lockKey")
     return (
         "( $lockKey := (" + user_expression + "); "
-        "$problem := $not($exists($lockKey)) ? 'is missing' "
-        ": $type($lockKey) != 'string' ? 'must be a string, got: ' & $type($lockKey) "
-        ": $length($lockKey) = 0 ? 'must not be empty, got an empty string' "
-        f": ( $size := {size}; $size > {MAX_KEY_BYTES} "
-        f"? {_jsonata_string(TOO_LONG)} & $string($size) & ' bytes' : '' ); "
+        f"$problem := {key_problem_expression('$lockKey', namespace, reserve_bytes)}; "
         f"$problem = '' ? {_jsonata_string(prefix)} & $lockKey "
         f": {invalid} )"
     )
@@ -307,12 +321,22 @@ NOW_EXPRESSION = "$string($millis())"
 NEW_OWNER_EXPRESSION = f"$states.context.Execution.Id & '{OWNER_SEPARATOR}' & $uuid()"
 
 
+def holds_key_expression(variable: str, key: str = "$key") -> str:
+    """JSONata: the lock record ``$<variable>`` of an enclosing section holds the mutex on
+    ``key`` (a stored key): a single-key lock on it, or a multi-key lock including it."""
+    v = "$" + variable
+    return f"($exists({v}) and ({v}.key = {key} or {key} in {v}.keys))"
+
+
 def section_entry_expression(
     *,
     key_expression_: str,
     redrives_variable: str,
     enclosing_lock_variables: Sequence[str] = (),
     grace_ms: int = 0,
+    key_field: str = "key",
+    holds_same_lock=holds_key_expression,
+    extra_fields: Mapping[str, str] | None = None,
 ) -> str:
     """JSONata for the Arguments of the section's Parallel: what its branch starts from.
 
@@ -320,29 +344,32 @@ def section_entry_expression(
        or its wait was cut short) fails here with ``Lock.Redriven`` - caught, counted in
        ``$<redrives_variable>``, and the section starts over with a new acquisition, so
        nothing protected resumes without the lock.
-    2. The stored key (``Lock.InvalidKey`` for a bad one, before any DynamoDB call).
+    2. The stored key (``Lock.InvalidKey`` for a bad one, before any DynamoDB call), as
+       ``$key`` under ``key_field`` (a multi-key lock: the stored keys, under ``keys``).
     3. The new acquisition's owner.
-    4. Re-entrancy: when an enclosing section (nearest first) holds the same key, its
-       ``$lock`` record - the nested section then passes through without a write.
-
+    4. Re-entrancy: when an enclosing section (nearest first) already holds this lock
+       (``holds_same_lock(variable)``, a JSONata condition over ``$key``), its ``$lock``
+       record - the nested section then passes through without a write.
     5. The stop grace of the section's work (ms), known only once the work is rendered.
        And ``requestedAt`` (:data:`REQUESTED_AT`): now, the start of this acquisition's wait.
+    6. ``extra_fields`` of the lock kind (name: JSONata), e.g. a semaphore's first slot.
 
-    The branch gets ``{input, key, owner, grace[, reentered]}``; the work gets ``input`` back.
+    The branch gets ``{input, <key_field>, owner, grace[, reentered], ...}``; the work gets
+    ``input`` back.
     """
     r = "$" + redrives_variable
     redriven = raise_expression(SIGNAL_REDRIVEN, "'the execution was redriven; acquiring again'")
     reentered = "{}"
     for variable in reversed(list(enclosing_lock_variables)):
-        v = "$" + variable
-        reentered = f"(($exists({v}) and {v}.key = $key) ? {{'reentered': {v}}} : {reentered})"
+        reentered = f"({holds_same_lock(variable)} ? {{'reentered': ${variable}}} : {reentered})"
+    extra = "".join(f", {_jsonata_string(k)}: {v}" for k, v in (extra_fields or {}).items())
     return (
         f"( $redriven := {REDRIVE_COUNT_EXPRESSION} > ($exists({r}) ? {r} : 0); "
         f"$redriven ? {redriven} : null; "
         f"$key := {key_expression_}; "
-        "$merge([{'input': $states.input, 'key': $key, "
+        f"$merge([{{'input': $states.input, {_jsonata_string(key_field)}: $key, "
         f"'owner': {NEW_OWNER_EXPRESSION}, 'grace': {int(grace_ms)}, "
-        f"{_jsonata_string(REQUESTED_AT)}: $millis()}}, {reentered}]) )"
+        f"{_jsonata_string(REQUESTED_AT)}: $millis(){extra}}}, {reentered}]) )"
     )
 
 
@@ -563,9 +590,10 @@ def reentered_lock_expression() -> str:
     return f"$merge([{ENTRY}.reentered, {{'reentered': true}}])"
 
 
-def release_arguments(*, lock_variable: str, reentrant: bool = False) -> dict:
-    """The release UpdateItem for the lock held in ``$<lock_variable>``; ``ReturnValues: UPDATED_OLD``."""
-    lock = "$" + lock_variable
+def release_arguments(*, lock_variable: str, reentrant: bool = False, lock_jsonata: str | None = None) -> dict:
+    """The release UpdateItem for the lock held in ``$<lock_variable>`` (or the lock record
+    ``lock_jsonata`` evaluates to: one key of a multi-key hold); ``ReturnValues: UPDATED_OLD``."""
+    lock = lock_jsonata or "$" + lock_variable
     key = f"{lock}.key"
     if reentrant:
         key = reentered_or(key, reentered_expression=f"{lock}.reentered = true")
@@ -638,10 +666,12 @@ def stale_owner_expression(wait_variable: str) -> str:
 
 
 def holder_expression() -> str:
-    """JSONata over a GetItem of the lock item: its owner ("" when free) and stop grace."""
+    """JSONata over a GetItem of the lock item: its stored key, owner ("" when free) and
+    stop grace."""
     item = "$states.result.Item"
     return (
-        f"{{'owner': $exists({item}.{OWNER}.S) ? {item}.{OWNER}.S : '', "
+        f"{{'key': {item}.{KEY_ATTRIBUTE}.S, "
+        f"'owner': $exists({item}.{OWNER}.S) ? {item}.{OWNER}.S : '', "
         f"'grace': $exists({item}.{GRACE}.N) ? $number({item}.{GRACE}.N) : 0}}"
     )
 
@@ -657,15 +687,17 @@ def holder_execution_expression(holder_variable: str) -> str:
 
 
 def after_liveness_check_expression(wait_variable: str, holder_variable: str) -> str:
-    """JSONata over a DescribeExecution of the holder: mark it stale once it has ended *and*
-    its stop grace has passed since it ended (work it started may run that long)."""
+    """JSONata over a DescribeExecution of the holder: mark it (and the item it holds: a
+    semaphore or multi-key waiter inspects one of several) stale once it has ended *and* its
+    stop grace has passed since it ended (work it started may run that long)."""
     w, h = "$" + wait_variable, "$" + holder_variable
     ended = "$states.result.StopDate"
     ended_ms = f"($type({ended}) = 'number' ? {ended} : $toMillis({ended}))"
     alive = " or ".join(f"$states.result.Status = '{s}'" for s in ALIVE_STATUSES)
     return (
-        f"$merge([{w}, {{'stale': ({alive} or $not($exists({ended}))) ? null "
-        f": ($millis() > {ended_ms} + {h}.grace ? {h}.owner : null)}}])"
+        f"( $stale := ({alive} or $not($exists({ended}))) ? null "
+        f": ($millis() > {ended_ms} + {h}.grace ? {h}.owner : null); "
+        f"$merge([{w}, {{'stale': $stale, 'staleKey': $stale ? {h}.key : null}}]) )"
     )
 
 
@@ -681,7 +713,8 @@ def retire_arguments(*, key_jsonata: str, owner_jsonata: str, ended_at_jsonata: 
 def acquisitions_in_history_expression(*, table_name: str, ended_ms: str) -> str:
     """JSONata over a GetExecutionHistory page: every acquisition the execution *attempted*
     on ``table_name`` before ``ended_ms`` - ``{key, owner}`` of each ``TaskScheduled`` whose
-    parameters are this protocol's ACQUIRE - de-duplicated by owner.
+    parameters are this protocol's ACQUIRE (alone, or each update of a multi-key acquire's
+    ``TransactWriteItems``) - de-duplicated by owner and key.
 
     Attempts, not successes: an acquire whose response was lost when the execution was
     stopped succeeded without a ``TaskSucceeded``. Retiring an attempt that never held the
@@ -691,14 +724,16 @@ def acquisitions_in_history_expression(*, table_name: str, ended_ms: str) -> str
     condition = _jsonata_string(ACQUIRE.condition)
     return (
         "( $found := $states.result.Events["
-        "Type = 'TaskScheduled' and TaskScheduledEventDetails.ResourceType = 'dynamodb' "
-        "and TaskScheduledEventDetails.Resource = 'updateItem' "
+        "Type = 'TaskScheduled' and $contains(TaskScheduledEventDetails.ResourceType, 'dynamodb') "
         f"and ($type(Timestamp) = 'number' ? Timestamp : $toMillis(Timestamp)) <= {ended_ms}]"
-        ".( $p := $parse(TaskScheduledEventDetails.Parameters); "
-        f"($p.ConditionExpression = {condition} and $p.TableName = {_jsonata_string(table_name)}) "
-        f"? {{'key': $p.Key.{KEY_ATTRIBUTE}.S, 'owner': $p.ExpressionAttributeValues.`:me`.S}} ); "
-        "$byOwner := $merge($map($found, function($a) { {$a.owner: $a} })); "
-        "$exists($byOwner) ? [$each($byOwner, function($v) { $v })] : [] )"
+        ".( $d := TaskScheduledEventDetails; $p := $parse($d.Parameters); "
+        # a single-key acquire, or every update of a multi-key acquire's transaction
+        "$updates := $d.Resource = 'updateItem' ? [$p] "
+        ": $d.Resource = 'transactWriteItems' ? $p.TransactItems.Update : []; "
+        f"$updates[ConditionExpression = {condition} and TableName = {_jsonata_string(table_name)}]"
+        f".{{'key': Key.{KEY_ATTRIBUTE}.S, 'owner': ExpressionAttributeValues.`:me`.S}} ); "
+        "$byOwnerAndKey := $merge($map($found, function($a) { {$a.owner & ' ' & $a.key: $a} })); "
+        "$exists($byOwnerAndKey) ? [$each($byOwnerAndKey, function($v) { $v })] : [] )"
     )
 
 

@@ -1,8 +1,9 @@
 """Probe of mutual exclusion, run as the protected work of the safety and stress suites.
 
 On entry it adds 1 to ``inside`` on the probe item of its key (an atomic counter) and reads
-the result: ``insideAtEntry`` is 1 when it is alone, as a working lock guarantees;
-``violations`` counts the entries that were not. It appends the lock's fence to ``fences``
+the result: ``insideAtEntry`` is 1 when it is alone, as a working lock guarantees (at most
+``limit`` for a semaphore); ``violations`` counts the entries that were not, and ``seen`` lists
+every ``insideAtEntry`` (a semaphore's test reads from it that ``limit`` was reached). It appends the lock's fence to ``fences``
 (they must never go down), then does a read-modify-write of ``counter`` across its work time:
 with a fence, the write is conditioned on ``lastFence <= :fence`` (the same acquisition may
 write twice: a re-entered section), and ``accepted``/``rejected`` count the outcomes. No lost
@@ -36,14 +37,16 @@ def _update(table: str, key: str, expression: str, values: dict, **kwargs) -> di
     ).get("Attributes", {})
 
 
-def _enter(table: str, key: str, fence: int | None) -> int:
+def _enter(table: str, key: str, fence: int | None, limit: int = 1) -> int:
     values = {":one": {"N": "1"}}
     expression = "ADD inside :one, entries :one"
     if fence is not None:
         expression = "SET fences = list_append(if_not_exists(fences, :empty), :fence) " + expression
         values.update({":empty": {"L": []}, ":fence": {"L": [{"N": str(fence)}]}})
     inside = int(_update(table, key, expression, values)["inside"]["N"])
-    if inside != 1:
+    _update(table, key, "SET seen = list_append(if_not_exists(seen, :empty), :seen)",
+            {":empty": {"L": []}, ":seen": {"L": [{"N": str(inside)}]}})
+    if inside > limit:
         _update(table, key, "ADD violations :one", {":one": {"N": "1"}})
         logger.warning("not alone in the protected work", extra={"key": key, "insideAtEntry": inside})
     return inside
@@ -73,15 +76,31 @@ def _read_modify_write(table: str, key: str, fence: int | None, work_ms: int) ->
 
 @logger.inject_lambda_context
 def handler(event: dict, context: object) -> dict:
+    """One key (``key``, ``fence``), or several at once (``keys``, ``fences``: key -> fence,
+    a multi-key lock). ``limit``: holders allowed inside at once (a semaphore); default 1."""
     table = os.environ["PROBE_TABLE"]
-    key = str(event["key"])
-    fence = event.get("fence")
-    fence = int(fence) if fence is not None else None
-    inside = _enter(table, key, fence)
+    limit = int(event.get("limit") or 1)
+    keys = [str(k) for k in event["keys"]] if event.get("keys") is not None else [str(event["key"])]
+    fences = event.get("fences") or {}
+    if event.get("keys") is None and event.get("fence") is not None:
+        fences = {keys[0]: event["fence"]}
+    results = []
+    entered = []
     try:
-        accepted = _read_modify_write(table, key, fence, int(event.get("workMs") or 0))
+        for key in keys:
+            fence = fences.get(key) if isinstance(fences, dict) else None
+            fence = int(fence) if fence is not None else None
+            inside = _enter(table, key, fence, limit)
+            entered.append(key)
+            results.append({"key": key, "insideAtEntry": inside, "fence": fence})
+        work_ms = int(event.get("workMs") or 0)
+        for result in results:
+            result["accepted"] = _read_modify_write(table, result["key"], result["fence"], work_ms // len(keys))
     finally:
-        _update(table, key, "ADD inside :minus", {":minus": {"N": "-1"}})
+        for key in entered:
+            _update(table, key, "ADD inside :minus", {":minus": {"N": "-1"}})
     if event.get("fail"):
-        raise RuntimeError(f"the probe was asked to fail (key {key})")
-    return {"key": key, "insideAtEntry": inside, "fence": fence, "accepted": accepted}
+        raise RuntimeError(f"the probe was asked to fail (keys {keys})")
+    if event.get("keys") is None:
+        return results[0]
+    return {"keys": results}

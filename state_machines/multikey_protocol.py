@@ -1,0 +1,184 @@
+"""Several keys at once, top to bottom.
+
+A multi-key lock takes the mutex of every key (the same lock items, stored keys and writes as
+:mod:`lock_protocol`, so single-key holders of any of the keys exclude it and are excluded by
+it) all or nothing:
+
+1. Entry: the keys (a JSONata array) are validated one by one with the mutex's rules,
+   de-duplicated and sorted; at most :data:`MAX_KEYS` (a transaction's limit), at least one.
+   A bad array fails with ``Lock.InvalidKey`` before any DynamoDB call.
+2. Acquire: one ``TransactWriteItems`` of the mutex's ACQUIRE on every key, with one owner.
+   Either every lock is taken or none is: a holder never holds some keys while waiting for
+   others, so there is no deadlock by construction. A refusal (``TransactionCanceled``: some
+   key is held, or a concurrent transaction touched one) is a poll, like the mutex's.
+3. Fences: ``TransactWriteItems`` returns no attributes, so a consistent ``TransactGetItems``
+   reads them back (every item is then ours: nobody else can change it). ``$lock.fences``
+   maps each stored key to its fence.
+4. Release: one ``TransactWriteItems`` of the mutex's RELEASE on every key. When it is refused
+   (some key was taken over) or its outcome is unknown, every key is released on its own,
+   with the mutex's rule for a refused release (released before the lease ended: a lost
+   response; after: ``Lock.Lost``), so the keys still ours are always freed.
+5. Recovery: the janitor finds the ACQUIRE of every key in the transaction's parameters; the
+   liveness check inspects one key per check, in turn.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from state_machines import lock_protocol as p
+
+#: DynamoDB's limit on the actions of one transaction.
+MAX_KEYS = 100
+#: Errors of the aws-sdk DynamoDB integration (``DynamoDb.*``, unlike the optimized one's).
+TRANSACTION_CANCELED = "DynamoDb.TransactionCanceledException"
+TRANSIENT_ERRORS = tuple(e.replace("DynamoDB.", "DynamoDb.") for e in p.TRANSIENT_ERRORS)
+
+
+def keys_expression(user_expression: str, namespace: str) -> str:
+    """The stored keys (distinct, sorted), or ``$error`` naming what is wrong."""
+    prefix = p._jsonata_string(namespace + p.NAMESPACE_SEPARATOR)
+    invalid = p.raise_expression(p.ERROR_INVALID_KEY, "'the lock keys ' & $problem")
+    item_problem = p.key_problem_expression("$k", namespace)
+    return (
+        "( $lockKeys := (" + user_expression + "); "
+        "$problem := $not($exists($lockKeys)) ? 'are missing' "
+        ": $type($lockKeys) != 'array' ? 'must be an array of strings, got: ' & $type($lockKeys) "
+        ": $count($lockKeys) = 0 ? 'must not be empty, got an empty array' "
+        f": $count($distinct($lockKeys)) > {MAX_KEYS} ? "
+        f"'must be at most {MAX_KEYS} distinct keys, got: ' & $string($count($distinct($lockKeys))) "
+        ": ( $items := $filter($map($lockKeys, function($k, $i) { "
+        f"( $q := {item_problem}; $q = '' ? '' : 'item ' & $string($i) & ' ' & $q ) "
+        "}), function($m) { $m != '' }); $exists($items) ? $join($items, '; ') : '' ); "
+        f"$problem = '' ? $append([], $sort($distinct($map($lockKeys, function($k) {{ {prefix} & $k }})))) "
+        f": {invalid} )"
+    )
+
+
+def holds_keys_expression(variable: str, keys: str = "$key") -> str:
+    """JSONata: the lock record ``$<variable>`` of an enclosing section holds every one of
+    ``keys`` (a multi-key section nested in it passes through)."""
+    v = "$" + variable
+    held = f"$append($exists({v}.keys) ? {v}.keys : [], $exists({v}.key) ? [{v}.key] : [])"
+    return (
+        f"($exists({v}) and ( $held := {held}; "
+        f"$count($filter({keys}, function($k) {{ $not($k in $held) }})) = 0 ))"
+    )
+
+
+def _update(table_name: str, key: str, write: p.LockWrite, values: dict) -> str:
+    """JSONata object: one ``Update`` action of a transaction (``key``, ``values``: JSONata)."""
+    entries = ", ".join(f"{p._jsonata_string(k)}: {v}" for k, v in values.items())
+    return (
+        "{'Update': {"
+        f"'TableName': {p._jsonata_string(table_name)}, "
+        f"'Key': {{{p._jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': {key}}}}}, "
+        f"'UpdateExpression': {p._jsonata_string(write.update)}, "
+        f"'ConditionExpression': {p._jsonata_string(write.condition)}, "
+        f"'ExpressionAttributeNames': {json.dumps(write.attribute_names())}, "
+        f"'ExpressionAttributeValues': {{{entries}}}"
+        "}}"
+    )
+
+
+def acquire_arguments(*, table_name: str, lease_ms: int, stale_owner_jsonata: str) -> dict:
+    """The acquire transaction: the mutex's ACQUIRE on every key of the entry record."""
+    values = {
+        ":me": f"{{'S': {p.ENTRY}.owner}}",
+        ":stale": f"{{'S': {stale_owner_jsonata}}}",
+        ":now": f"{{'N': $now}}",
+        ":expiresAt": f"{{'N': $expiresAt}}",
+        ":grace": f"{{'N': $string({p.ENTRY}.grace)}}",
+        ":one": "{'N': '1'}",
+    }
+    _check_values(p.ACQUIRE, values)
+    update = _update(table_name, "$k", p.ACQUIRE, values)
+    return {
+        "TransactItems": p.jsonata(
+            f"( $now := {p.NOW_EXPRESSION}; $expiresAt := {p.lease_end_expression(lease_ms)}; "
+            f"$append([], $map({p.ENTRY}.keys, function($k) {{ {update} }})) )"
+        )
+    }
+
+
+def read_fences_arguments(*, table_name: str) -> dict:
+    """Read the acquired items back (consistently, in one transaction): their fences."""
+    get = (
+        "{'Get': {"
+        f"'TableName': {p._jsonata_string(table_name)}, "
+        f"'Key': {{{p._jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': $k}}}}"
+        "}}"
+    )
+    return {"TransactItems": p.jsonata(f"$append([], $map({p.ENTRY}.keys, function($k) {{ {get} }}))")}
+
+
+def lost_expression() -> str:
+    """JSONata (a per-key release found the key not ours): lost unless the lease had not
+    ended - then no one could have taken it over, and an earlier try of ours released it."""
+    return "{'lost': $millis() >= $states.input.expiresAt}"
+
+
+def any_lost_expression() -> str:
+    """JSONata (over the per-key releases' results): some key was taken over."""
+    return "$count($states.result[lost = true]) > 0"
+
+
+def lock_variable_expression() -> str:
+    """JSONata over the fences read: the ``$lock`` record of a multi-key hold."""
+    items = "$states.result.Responses.Item"
+    return (
+        "{"
+        f"'keys': {p.ENTRY}.keys, "
+        f"'owner': {p.ENTRY}.owner, "
+        f"'fences': $merge($append([], $map({items}, function($i) {{ {{$i.{p.KEY_ATTRIBUTE}.S: $number($i.{p.FENCE}.N)}} }}))), "
+        f"'acquiredAt': $number(({items})[0].{p.ACQUIRED_AT}.N), "
+        f"'expiresAt': $number(({items})[0].{p.EXPIRES_AT}.N)"
+        "}"
+    )
+
+
+def unread_lock_expression() -> str:
+    """JSONata (the acquire's Assign): the hold before its fences are read - enough to
+    release it (a fence of -1 never matches: an unread key is released only while ours)."""
+    return f"{{'keys': {p.ENTRY}.keys, 'owner': {p.ENTRY}.owner, 'fences': {{}}}}"
+
+
+def _fence_of(lock: str, key: str) -> str:
+    return f"$string($exists($lookup({lock}.fences, {key})) ? $lookup({lock}.fences, {key}) : -1)"
+
+
+def release_arguments(*, table_name: str, lock_variable: str, reentrant: bool = False) -> dict:
+    """The release transaction: the mutex's RELEASE on every key held in ``$<lock_variable>``
+    (a re-entered hold signals ``Lock.Reentered`` instead: the enclosing section releases)."""
+    lock = "$" + lock_variable
+    values = {":me": f"{{'S': {lock}.owner}}", ":fence": f"{{'N': {_fence_of(lock, '$k')}}}"}
+    _check_values(p.RELEASE, values)
+    update = _update(table_name, "$k", p.RELEASE, values)
+    items = f"$append([], $map({lock}.keys, function($k) {{ {update} }}))"
+    if reentrant:
+        items = p.reentered_or(items, reentered_expression=f"{lock}.reentered = true")
+    return {"TransactItems": p.jsonata(items)}
+
+
+def release_each_items_expression(lock_variable: str) -> str:
+    """JSONata (the per-key release Map's items): one lock record per key, released with the
+    mutex's RELEASE (``lock_protocol.release_arguments(lock_jsonata='$states.input')``)."""
+    lock = "$" + lock_variable
+    return (
+        f"$append([], $map({lock}.keys, function($k) {{ {{'key': $k, 'owner': {lock}.owner, "
+        f"'fence': $number({_fence_of(lock, '$k')}), "
+        f"'expiresAt': $exists({lock}.expiresAt) ? {lock}.expiresAt : 0}} }}))"
+    )
+
+
+def inspect_key_expression(wait_variable: str) -> str:
+    """JSONata (the liveness check's read): the key whose holder this round inspects."""
+    keys = f"{p.ENTRY}.keys"
+    return f"{keys}[${wait_variable}.rounds % $count({keys})]"
+
+
+def _check_values(write: p.LockWrite, values: dict[str, Any]) -> None:
+    missing = set(write.value_names()) ^ set(values)
+    if missing:  # a programming error in this module, caught by the unit tests
+        raise AssertionError(f"values for {write}: mismatch {missing}")

@@ -1,0 +1,195 @@
+"""The lock variants under load, on both DynamoDB backends: a semaphore admits at most its
+limit and reaches it; a multi-key lock excludes every holder of any of its keys (other
+transfers and single-key holders alike), with fences in order and no lost update. Each
+invariant has its negative control."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from state_machines import lock_protocol as p
+from state_machines import semaphore_protocol as sp
+from variants_stack import LIMIT
+
+
+@pytest.fixture(scope="session")
+def variants_synth():
+    from constructs_lib.local.synth import synth_app
+    from variants_stack import VariantsStack
+
+    return synth_app(lambda app: VariantsStack(app, "Variants"), context={"aws:cdk:enable-asset-metadata": True})
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def variants(request, variants_synth):
+    from deployed import local_deployment
+
+    for cloud, app in local_deployment(request.param, variants_synth):
+        yield Variants(cloud, app)
+
+
+class Variants:
+    def __init__(self, cloud, app):
+        self.cloud, self.app = cloud, app
+
+    def arn(self, name: str) -> str:
+        return self.app.state_machine_arn(name if name == "Unlocked" else f"{name}StateMachine")
+
+    def table(self, prefix: str) -> str:
+        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
+
+    def probe(self, key: str) -> dict:
+        item = self.cloud.dynamodb.get_item(
+            TableName=self.table("Probes"), Key={"pk": {"S": key}}, ConsistentRead=True
+        ).get("Item", {})
+        out = {k: int(v["N"]) for k, v in item.items() if "N" in v}
+        out.update({k: [int(x["N"]) for x in v["L"]] for k, v in item.items() if "L" in v})
+        return out
+
+    def lock(self, stored_key: str) -> dict:
+        return self.cloud.dynamodb.get_item(
+            TableName=self.table("LocksTable"), Key={"pk": {"S": stored_key}}, ConsistentRead=True
+        ).get("Item", {})
+
+    def start(self, machine: str, document: dict) -> str:
+        return self.cloud.start_execution(self.arn(machine), document)
+
+    def wait(self, arns, timeout: float = 240):
+        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+
+
+def key(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+def over_limit(seen: list[int], limit: int) -> int:
+    """Entries that found more than ``limit`` holders inside (the semaphore's invariant)."""
+    return sum(1 for inside in seen if inside > limit)
+
+
+def fences_in_order(fences: list[int]) -> bool:
+    return all(a < b for a, b in zip(fences, fences[1:]))
+
+
+# ---- semaphore ------------------------------------------------------------------------
+
+
+def test_semaphore_admits_at_most_its_limit_and_reaches_it(variants):
+    k = key("sem")
+    arns = [variants.start("Semaphore", {"key": k, "workMs": 1500}) for _ in range(8)]
+    results = variants.wait(arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 8, [(r.error, r.cause) for r in results]
+    probe = variants.probe(k)
+    assert probe["entries"] == 8 and probe["inside"] == 0
+    assert over_limit(probe["seen"], LIMIT) == 0 and probe.get("violations", 0) == 0
+    assert max(probe["seen"]) == LIMIT  # N reached: the slots are used in parallel
+    # negative control: the same record breaks a semaphore of one fewer holder
+    assert over_limit(probe["seen"], LIMIT - 1) > 0
+    # every slot was released, each with its own fence
+    slots = [variants.lock(sp.slot_key(p.namespaced("sem", k), s)) for s in range(LIMIT)]
+    assert all(p.OWNER not in item for item in slots)
+    assert sum(int(item[p.FENCE]["N"]) for item in slots if item) == 8
+
+
+def test_a_stopped_semaphore_holder_frees_its_slot_after_its_grace(variants):
+    k = key("semstop")
+    holders = [variants.start("SemaphoreHold", {"key": k, "holdS": 40, "workMs": 1}) for _ in range(LIMIT)]
+    slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(LIMIT)]
+    deadline = time.time() + 30
+    while sum(p.OWNER in variants.lock(s) for s in slots) < LIMIT and time.time() < deadline:
+        time.sleep(0.2)
+    assert all(p.OWNER in variants.lock(s) for s in slots)  # full
+    variants.cloud.stepfunctions.stop_execution(executionArn=holders[0])
+    stopped_at = time.time()
+    result = variants.wait([variants.start("Semaphore", {"key": k, "workMs": 100})], timeout=120)[0]
+    entered_after = time.time() - stopped_at
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    # the stopped holder's slot, after its stop grace (5 s: nothing in flight) - not at the
+    # end of the others' 40 s hold
+    assert 4 <= entered_after < 30, entered_after
+    # the two live holders still hold their slots; the waiter released the one it took over
+    assert sum(p.OWNER in variants.lock(s) for s in slots) == LIMIT - 1
+    for arn in holders[1:]:
+        variants.cloud.stepfunctions.stop_execution(executionArn=arn)
+
+
+# ---- multi-key ------------------------------------------------------------------------
+
+
+def test_transfers_and_single_key_holders_exclude_each_other(variants):
+    accounts = [key("acct") for _ in range(3)]
+    a, b, c = accounts
+    pairs = [(a, b), (b, c), (c, a), (b, a), (a, c), (c, b)]
+    arns = [variants.start("Transfer", {"from": x, "to": y, "workMs": 400}) for x, y in pairs]
+    arns += [variants.start("Single", {"key": x, "workMs": 200}) for x in accounts]
+    results = variants.wait(arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * len(arns), [(r.error, r.cause) for r in results]
+    for account in accounts:
+        probe = variants.probe(account)
+        assert probe.get("violations", 0) == 0 and max(probe["seen"]) == 1, probe
+        assert probe["entries"] == 5  # 4 transfers touch each account, + 1 single holder
+        assert probe["counter"] == probe["accepted"] == 5  # no lost update
+        assert fences_in_order(probe["fences"]) and len(probe["fences"]) == 5
+        assert p.OWNER not in variants.lock(p.namespaced("acct", account))
+
+
+def test_unlocked_transfers_are_caught_by_the_same_invariants(variants):
+    a, b = key("acct"), key("acct")
+    arns = [variants.start("Unlocked", {"from": a, "to": b, "workMs": 600}) for _ in range(4)]
+    results = variants.wait(arns)
+    assert all(r.status == "SUCCEEDED" for r in results)
+    probe = variants.probe(a)
+    assert probe.get("violations", 0) > 0 and max(probe["seen"]) > 1
+    assert probe["counter"] < 4  # lost updates
+
+
+def test_a_transfer_waits_for_a_single_key_holder_and_takes_both_at_once(variants):
+    a, b = key("acct"), key("acct")
+    single = variants.start("Single", {"key": b, "workMs": 3000})
+    time.sleep(1.0)
+    transfer = variants.start("Transfer", {"from": a, "to": b, "workMs": 100})
+    time.sleep(0.5)
+    # while it waits for b, the transfer holds nothing: a is free for others
+    assert p.OWNER not in variants.lock(p.namespaced("acct", a))
+    other = variants.start("Single", {"key": a, "workMs": 100})
+    results = variants.wait([single, transfer, other])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
+    assert variants.probe(a)["fences"] == [1, 2]  # the single holder of a went first
+    assert variants.probe(b)["fences"] == [1, 2]
+
+
+def test_a_stopped_transfer_is_retired_on_every_key(variants):
+    a, b = key("acct"), key("acct")
+    # its Lambda (timeout 4 s) runs on after the stop: the stop grace is 4 + 5 s
+    holder = variants.start("Transfer", {"from": a, "to": b, "workMs": 3_500})
+    deadline = time.time() + 30
+    while variants.probe(a).get("entries", 0) < 1 and time.time() < deadline:
+        time.sleep(0.2)
+    variants.cloud.stepfunctions.stop_execution(executionArn=holder)
+    stopped_at = time.time()
+    waiters = [variants.start("Single", {"key": x, "workMs": 100}) for x in (a, b)]
+    results = variants.wait(waiters, timeout=120)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
+    assert time.time() - stopped_at >= PROBE_GRACE_S - 1
+    for x in (a, b):
+        assert variants.probe(x).get("violations", 0) == 0
+
+
+def test_bad_lock_keys_fail_before_any_write(variants):
+    a = key("acct")
+    cases = [
+        ({"from": a, "to": 7}, "item 1 must be a string, got: number"),
+        ({"from": a, "to": ""}, "item 1 must not be empty"),
+        ({"from": None, "to": None}, "must be a string"),
+    ]
+    for document, message in cases:
+        result = variants.wait([variants.start("Transfer", {**document, "workMs": 1})])[0]
+        assert result.status == "FAILED" and result.error == p.ERROR_INVALID_KEY, (result.error, result.cause)
+        assert message in result.cause
+    assert variants.lock(p.namespaced("acct", a)) == {}
+
+
+PROBE_GRACE_S = 4 + 5

@@ -1,0 +1,184 @@
+"""The semaphore's and multi-key lock's JSONata pieces and construct validation (no runtime)."""
+
+from __future__ import annotations
+
+import pytest
+
+from state_machines import lock_protocol as p
+from state_machines import multikey_protocol as m
+from state_machines import semaphore_protocol as s
+
+
+def evaluate(expression: str, **variables):
+    from constructs_lib.local.patches.jsonata_evaluator import evaluate as runtime_evaluate
+
+    return runtime_evaluate(expression, variables)
+
+
+# ---- semaphore ------------------------------------------------------------------------
+
+
+def test_slot_keys_can_never_be_mutex_keys():
+    key = s.slot_key(p.namespaced("sem", "k"), 2)
+    assert key == "~2~sem#k"
+    # a mutex stored key starts with a namespace, which cannot contain the slot mark
+    assert p.namespace_problem(key.split(p.NAMESPACE_SEPARATOR)[0])
+
+
+def test_attempts_sweep_every_slot_from_a_random_start():
+    expression = s.attempt_key_expression(limit=3, wait_variable="w", attempts_per_round=2)
+
+    def attempt(slot, retry, w):
+        context = {"State": {"RetryCount": retry}}
+        return evaluate(expression, states={"input": {"slot": slot, "key": "sem#k"}, "context": context}, w=w)
+
+    tried = [attempt(1, r, None) for r in range(2)] + [attempt(1, r, {"rounds": 1}) for r in range(2)]
+    assert tried == ["~1~sem#k", "~2~sem#k", "~0~sem#k", "~1~sem#k"]  # 3 attempts cover the 3 slots
+    # a slot the liveness check proved stale is tried next
+    assert attempt(1, 0, {"rounds": 1, "staleKey": "~2~sem#k"}) == "~2~sem#k"
+
+
+def test_first_slot_is_within_the_limit():
+    assert {evaluate(s.first_slot_expression(3)) for _ in range(60)} == {0, 1, 2}
+
+
+def test_a_nested_semaphore_passes_through_only_on_its_own_key_and_kind():
+    holds = s.holds_slot_expression("v")
+    assert evaluate(holds, v={"key": "~1~sem#k"}, key="sem#k") is True
+    assert evaluate(holds, v={"key": "~1~sem#other"}, key="sem#k") is False
+    assert evaluate(holds, v={"key": "sem#k"}, key="sem#k") is False  # a mutex on the key
+    assert evaluate(holds, key="sem#k") is False
+
+
+def test_the_key_limit_leaves_room_for_the_slot_mark():
+    assert s.reserve_bytes(3) == 3 and s.reserve_bytes(32) == 4
+    expression = p.key_expression("$states.input.k", "sem", s.reserve_bytes(3))
+    assert evaluate(expression, states={"input": {"k": "x" * (p.MAX_KEY_BYTES - 7)}}).startswith("sem#")
+    with pytest.raises(Exception, match="at most 2045 bytes"):
+        evaluate(expression, states={"input": {"k": "x" * (p.MAX_KEY_BYTES - 6)}})
+    assert "at most 2045 bytes" in p.key_problem("x" * (p.MAX_KEY_BYTES - 6), "sem", s.reserve_bytes(3))
+
+
+# ---- multi-key ------------------------------------------------------------------------
+
+
+def keys_of(value, namespace="acct"):
+    return evaluate(m.keys_expression("$states.input.keys", namespace), states={"input": {"keys": value}})
+
+
+def test_keys_are_namespaced_deduplicated_and_sorted():
+    assert keys_of(["b", "a", "b"]) == ["acct#a", "acct#b"]
+    assert keys_of(["only"]) == ["acct#only"]  # always an array
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("a", "must be an array of strings, got: string"),
+        ([], "must not be empty"),
+        (["a", 3], "item 1 must be a string, got: number"),
+        (["a", ""], "item 1 must not be empty"),
+        (["x" * p.MAX_KEY_BYTES], "item 0 must be at most 2048 bytes"),
+        ([f"k{i}" for i in range(m.MAX_KEYS + 1)], f"must be at most {m.MAX_KEYS} distinct keys, got: 101"),
+    ],
+)
+def test_bad_key_lists_raise_invalid_key(value, message):
+    with pytest.raises(Exception, match=p.ERROR_INVALID_KEY) as raised:
+        keys_of(value)
+    assert message in str(raised.value)
+
+
+def test_duplicates_do_not_count_towards_the_transaction_limit():
+    assert len(keys_of(["same"] * (m.MAX_KEYS + 5))) == 1
+
+
+def test_the_acquire_transaction_is_the_mutex_acquire_on_every_key():
+    arguments = m.acquire_arguments(table_name="T", lease_ms=1000, stale_owner_jsonata=f"{p.ENTRY}.owner")
+    items = evaluate(p.unwrap_jsonata(arguments["TransactItems"]),
+                     states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me", "grace": 7}})
+    assert [i["Update"]["Key"] for i in items] == [{"pk": {"S": "acct#a"}}, {"pk": {"S": "acct#b"}}]
+    for item in items:
+        update = item["Update"]
+        assert (update["UpdateExpression"], update["ConditionExpression"]) == (p.ACQUIRE.update, p.ACQUIRE.condition)
+        assert update["ExpressionAttributeValues"][":me"] == {"S": "me"}
+        assert update["ExpressionAttributeValues"][":grace"] == {"N": "7"}
+    # one clock reading for every key
+    assert len({i["Update"]["ExpressionAttributeValues"][":now"]["N"] for i in items}) == 1
+
+
+def test_the_lock_record_maps_every_key_to_its_fence():
+    result = {"Responses": [
+        {"Item": {"pk": {"S": k}, "fence": {"N": f}, "acquiredAt": {"N": "5"}, "expiresAt": {"N": "9"}}}
+        for k, f in (("acct#a", "3"), ("acct#b", "1"))
+    ]}
+    lock = evaluate(m.lock_variable_expression(),
+                    states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me"}, "result": result})
+    assert lock == {"keys": ["acct#a", "acct#b"], "owner": "me", "fences": {"acct#a": 3, "acct#b": 1},
+                    "acquiredAt": 5, "expiresAt": 9}
+    release = evaluate(p.unwrap_jsonata(m.release_arguments(table_name="T", lock_variable="lock")["TransactItems"]),
+                       lock=lock)
+    assert [r["Update"]["ExpressionAttributeValues"][":fence"] for r in release] == [{"N": "3"}, {"N": "1"}]
+    assert {r["Update"]["ConditionExpression"] for r in release} == {p.RELEASE.condition}
+
+
+def test_an_unread_key_is_released_only_while_ours():
+    items = evaluate(m.release_each_items_expression("lock"), lock={"keys": ["acct#a"], "owner": "me", "fences": {}})
+    assert items == [{"key": "acct#a", "owner": "me", "fence": -1, "expiresAt": 0}]
+    assert evaluate(m.lost_expression(), states={"input": items[0]}) == {"lost": True}
+
+
+def test_re_entrancy_needs_every_key_held_by_the_enclosing_lock():
+    holds = m.holds_keys_expression("v")
+    assert evaluate(holds, v={"keys": ["a", "b", "c"]}, key=["a", "b"]) is True
+    assert evaluate(holds, v={"keys": ["a", "c"]}, key=["a", "b"]) is False
+    assert evaluate(holds, v={"key": "a"}, key=["a"]) is True
+    assert evaluate(holds, key=["a"]) is False
+    # a single-key section nested in a multi-key one
+    assert evaluate(p.holds_key_expression("v"), v={"keys": ["a", "b"]}, key="b") is True
+
+
+def test_the_janitor_finds_every_key_of_a_multi_key_acquire():
+    import json
+
+    arguments = m.acquire_arguments(table_name="T", lease_ms=1000, stale_owner_jsonata=f"{p.ENTRY}.owner")
+    items = evaluate(p.unwrap_jsonata(arguments["TransactItems"]),
+                     states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me", "grace": 7}})
+    page = {"Events": [{
+        "Type": "TaskScheduled", "Timestamp": 10,
+        "TaskScheduledEventDetails": {"ResourceType": "aws-sdk:dynamodb", "Resource": "transactWriteItems",
+                                      "Parameters": json.dumps({"TransactItems": items})},
+    }]}
+    found = evaluate(p.acquisitions_in_history_expression(table_name="T", ended_ms="20"), states={"result": page})
+    assert sorted(found, key=lambda a: a["key"]) == [{"key": "acct#a", "owner": "me"}, {"key": "acct#b", "owner": "me"}]
+    assert evaluate(p.acquisitions_in_history_expression(table_name="Other", ended_ms="20"), states={"result": page}) == []
+
+
+# ---- construct validation -------------------------------------------------------------
+
+
+def _workflow(**props):
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from constructs_lib import LockedWorkflow
+
+    stack = cdk.Stack(cdk.App(), "V")
+    return LockedWorkflow(stack, "W", protected=sfn.Pass(stack, "Work"), **props)
+
+
+@pytest.mark.parametrize(
+    "props, message",
+    [
+        ({"lock_key": p.jsonata("$states.input.k"), "limit": 0}, "`limit` must be a whole number from 1 to 32, got: 0"),
+        ({"lock_key": p.jsonata("$states.input.k"), "limit": 33}, "got: 33"),
+        ({"lock_key": p.jsonata("$states.input.k"), "limit": True}, "got: True"),
+        ({"lock_keys": p.jsonata("$states.input.ks"), "limit": 2}, "`limit` must be 1 with `lock_keys`"),
+        ({"lock_key": p.jsonata("$k"), "lock_keys": p.jsonata("$ks")}, "exactly one of them"),
+        ({}, "`lock_key` or `lock_keys` must be given"),
+        ({"lock_keys": "not a template"}, "`lock_keys` must be a JSONata template"),
+    ],
+)
+def test_bad_variant_props_are_refused_at_synth(props, message):
+    with pytest.raises(ValueError) as raised:
+        _workflow(**props)
+    assert message in str(raised.value)

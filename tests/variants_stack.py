@@ -1,0 +1,84 @@
+"""Workflows of the lock variants (semaphore, multi-key) around the probe Lambda, plus the
+single-key and unlocked workflows they are checked against."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from constructs_lib import LockedWorkflow, LockTable
+from safety_stack import FAST, PROBE_CODE, PROBE_TIMEOUT_S
+from state_machines.lock_protocol import jsonata
+
+#: Holders the semaphore admits.
+LIMIT = 3
+#: Stored keys of the fences -> the caller's keys (the probe's items).
+FENCES_BY_KEY = "$merge($each($lock.fences, function($v, $k) { {$substringAfter($k, '#'): $v} }))"
+
+
+class VariantsStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.locks = LockTable(self, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
+        probes = dynamodb.Table(
+            self, "Probes",
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        self.probe_fn = lambda_.Function(
+            self, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+            code=lambda_.Code.from_asset(str(PROBE_CODE)), timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
+            environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+        )
+        probes.grant_read_write_data(self.probe_fn)
+        common = dict(table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(90),
+                      timeout=cdk.Duration.minutes(3), logging=False)
+
+        # A semaphore of LIMIT holders (its probe allows LIMIT inside).
+        LockedWorkflow(
+            self, "Semaphore", lock_key=jsonata("$states.input.key"), limit=LIMIT, key_namespace="sem",
+            protected=self.probe("SemaphoreProbe", {"key": jsonata("$states.input.key"), "limit": LIMIT}),
+            **common,
+        )
+        # The same semaphore, held across a Wait before the probe: a holder stopped there has
+        # no work in flight (stop grace: the 5 s margin), and the others hold on meanwhile.
+        hold = sfn.CustomState(
+            self, "Hold", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")},
+        )
+        LockedWorkflow(
+            self, "SemaphoreHold", lock_key=jsonata("$states.input.key"), limit=LIMIT, key_namespace="sem",
+            protected=hold.next(self.probe("SemaphoreHoldProbe", {"key": jsonata("$states.input.key"), "limit": LIMIT})),
+            **common,
+        )
+        # Transfers: both accounts at once, all or nothing.
+        LockedWorkflow(
+            self, "Transfer", lock_keys=jsonata("[$states.input.from, $states.input.to]"), key_namespace="acct",
+            protected=self.probe("TransferProbe", {
+                "keys": jsonata("[$states.input.from, $states.input.to]"), "fences": jsonata(FENCES_BY_KEY),
+            }),
+            **common,
+        )
+        # A single-key holder of the same accounts (interoperates with the transfers).
+        LockedWorkflow(
+            self, "Single", lock_key=jsonata("$states.input.key"), key_namespace="acct",
+            protected=self.probe("SingleProbe", {"key": jsonata("$states.input.key"), "fence": jsonata("$lock.fence")}),
+            **common,
+        )
+        # The negative control: the same transfer work with no lock at all.
+        sfn.StateMachine(
+            self, "Unlocked", state_machine_name="VariantsUnlocked",
+            definition_body=sfn.DefinitionBody.from_chainable(
+                self.probe("UnlockedProbe", {"keys": jsonata("[$states.input.from, $states.input.to]")})
+            ),
+            query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(3),
+        )
+
+    def probe(self, construct_id: str, payload: dict) -> tasks.LambdaInvoke:
+        return tasks.LambdaInvoke.jsonata(
+            self, construct_id, lambda_function=self.probe_fn,
+            payload=sfn.TaskInput.from_object({**payload, "workMs": jsonata("$states.input.workMs")}),
+            outputs=jsonata("$merge([$states.input, {'probe': $states.result.Payload}])"),
+            retry_on_service_exceptions=False,
+        )
