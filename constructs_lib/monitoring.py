@@ -1,0 +1,433 @@
+"""LockMonitoring: metrics, alarms and a dashboard of a LockedWorkflow, from its execution logs.
+
+Nothing is added to the state machine - no state, no transition, no write. Every number comes
+from the execution log lines Step Functions already writes (level ALL, with execution data),
+and each from ONE line, because metric filters and subscription filters see lines one at a
+time:
+
+===================  ==============================================================  =========
+metric               the line                                                        how
+===================  ==============================================================  =========
+Timeouts             ``FailStateEntered`` of ``<section>.Timeout`` (``Lock.Timeout``)  filter
+Lost                 ``FailStateEntered`` of ``<section>.Lost`` (``Lock.Lost``)        filter
+LivenessChecks       ``TaskStateEntered`` of ``<section>.DescribeHolder``              filter
+LivenessTakeovers    ``TaskStateExited`` of ``<section>.DescribeHolder`` whose wait     filter
+                     record now names a stale holder (an ended execution, grace over)
+JanitorRetires       the janitor's ``TaskSucceeded`` of its RETIRE ``updateItem``      filter
+WaitTime (ms)        the acquire's ``TaskStateExited``: its ``$lock`` record has        Lambda
+                     ``acquiredAt`` and ``requestedAt`` (the section's entry)
+HoldTime (ms)        a release's ``TaskSucceeded`` (``UPDATED_OLD``): the old           Lambda
+                     ``acquiredAt``, subtracted from the line's ``event_timestamp``
+===================  ==============================================================  =========
+
+Counts are CloudWatch Logs metric filters (no code in the path of the ``Lost`` alarm); the
+two durations need a subtraction, which a filter cannot do, so a subscription filter sends
+those lines to a small Lambda function (``lambdas/lock_metrics``) that publishes them in
+embedded metric format.
+
+Metrics live in the namespace ``<namespace>/<state machine name>`` (default
+``LockedWorkflow/<name>``) without dimensions: a metric filter cannot attach a constant
+dimension, so the namespace is what tells two workflows' metrics apart - for all seven.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from aws_cdk import (
+    Duration,
+    RemovalPolicy,
+    Stack,
+    aws_cloudwatch as cloudwatch,
+    aws_iam as iam,
+    aws_lambda as lambda_,
+    aws_logs as logs,
+    aws_logs_destinations as destinations,
+)
+from constructs import Construct
+
+from state_machines import lock_protocol as protocol
+
+#: The Lambda's code: its own folder, deployed as the function's asset.
+LOCK_METRICS_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "lock_metrics"
+#: Published Powertools for AWS Lambda (Python) v3 layer (python3.13, x86_64) used by default.
+POWERTOOLS_LAYER_VERSION = 27
+DEFAULT_NAMESPACE = "LockedWorkflow"
+DEFAULT_TIMEOUT_RATE_THRESHOLD = 0.05
+DEFAULT_ALARM_PERIOD = Duration.minutes(5)
+#: Default period of the ``metric_*`` methods.
+DEFAULT_METRIC_PERIOD = Duration.minutes(5)
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.\-/#:]{1,200}")
+_DASHBOARD_NAME = re.compile(r"[A-Za-z0-9_\-]{1,255}")
+
+#: Metric names (in the workflow's namespace).
+WAIT_TIME = "WaitTime"
+HOLD_TIME = "HoldTime"
+TIMEOUTS = "Timeouts"
+LOST = "Lost"
+LIVENESS_CHECKS = "LivenessChecks"
+LIVENESS_TAKEOVERS = "LivenessTakeovers"
+JANITOR_RETIRES = "JanitorRetires"
+
+
+def _is(field: str, value: str) -> logs.JsonPattern:
+    return logs.FilterPattern.string_value(field, "=", value)
+
+
+def state_filter(event_type: str, state_name: str, *more: logs.JsonPattern) -> logs.JsonPattern:
+    """Lines of history events of ``event_type`` of the state ``state_name``."""
+    return logs.FilterPattern.all(_is("$.type", event_type), _is("$.details.name", state_name), *more)
+
+
+def dynamodb_update_succeeded() -> logs.JsonPattern:
+    """Lines of a DynamoDB ``updateItem`` task's result (optimized integration)."""
+    return logs.FilterPattern.all(
+        _is("$.type", "TaskSucceeded"),
+        _is("$.details.resourceType", "dynamodb"),
+        _is("$.details.resource", "updateItem"),
+    )
+
+
+class LockMonitoring(Construct):
+    """Metrics, alarms and a dashboard of a :class:`~constructs_lib.LockedWorkflow`.
+
+    ::
+
+        workflow = LockedWorkflow(self, "Orders", lock_key=..., protected=...)
+        monitoring = LockMonitoring(self, "OrdersLock", workflow=workflow)
+        monitoring.metric_wait_time(statistic="p99")      # cloudwatch.Metric
+
+    The workflow must log its executions (``LockedWorkflow(logging=True)``, the default: level
+    ALL with execution data). Metrics without events (e.g. no janitor, or an Express
+    workflow's liveness checks) have no data.
+
+    :param workflow: the locked workflow; read through its ``state_machine``,
+        ``state_machine_name``, ``log_group``, ``section`` and ``janitor`` attributes.
+    :param namespace: prefix of the metrics' namespace ``<namespace>/<state machine name>``.
+        Default: ``"LockedWorkflow"``.
+    :param alarm_lost: alarm when any run's lock was taken over before it released it
+        (``Lock.Lost`` > 0 in an ``alarm_period``). Default: ``True``.
+    :param timeout_rate_threshold: alarm when ``Lock.Timeout`` failures divided by executions
+        started exceed this share (0 to 1) in an ``alarm_period``; ``None``: no alarm.
+        Default: ``0.05``.
+    :param alarm_period: period of both alarms (whole minutes). Default: 5 minutes.
+    :param alarm_evaluation_periods: periods over the threshold before an alarm fires.
+        Default: ``1``.
+    :param alarm_actions: actions of both alarms (e.g. an SNS topic's). Default: none.
+    :param dashboard: create a CloudWatch dashboard of every metric and alarm.
+        Default: ``True``.
+    :param dashboard_name: its name (letters, digits, ``-`` and ``_``). Default: generated.
+    :param powertools_layer: the Powertools for AWS Lambda (Python) v3 layer of the metrics
+        function (python3.13). Default: the published layer, version 27, in the stack's region.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        workflow: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        alarm_lost: bool = True,
+        timeout_rate_threshold: Optional[float] = DEFAULT_TIMEOUT_RATE_THRESHOLD,
+        alarm_period: Duration = DEFAULT_ALARM_PERIOD,
+        alarm_evaluation_periods: int = 1,
+        alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
+        dashboard: bool = True,
+        dashboard_name: Optional[str] = None,
+        powertools_layer: Optional[lambda_.ILayerVersion] = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        log_group, section = _validate_workflow(workflow)
+        if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace) or namespace.startswith("AWS/"):
+            raise ValueError(
+                "`namespace` must be 1 to 200 letters, digits or _.-/#: characters, not starting "
+                f"with 'AWS/', got: {namespace!r}"
+            )
+        if timeout_rate_threshold is not None and (
+            isinstance(timeout_rate_threshold, bool)
+            or not isinstance(timeout_rate_threshold, (int, float))
+            or not 0 < timeout_rate_threshold <= 1
+        ):
+            raise ValueError(
+                "`timeout_rate_threshold` must be a share above 0 and at most 1 (or None: no "
+                f"alarm), got: {timeout_rate_threshold!r}"
+            )
+        if not isinstance(alarm_period, Duration) or alarm_period.is_unresolved():
+            raise ValueError(f"`alarm_period` must be a concrete Duration, got: {alarm_period!r}")
+        period_s = alarm_period.to_seconds()
+        if period_s < 60 or period_s % 60:
+            raise ValueError(f"`alarm_period` must be a whole number of minutes, got: {period_s} s")
+        if isinstance(alarm_evaluation_periods, bool) or not isinstance(alarm_evaluation_periods, int) \
+                or alarm_evaluation_periods < 1:
+            raise ValueError(
+                f"`alarm_evaluation_periods` must be a whole number >= 1, got: {alarm_evaluation_periods!r}"
+            )
+        if dashboard_name is not None and (
+            not isinstance(dashboard_name, str) or not _DASHBOARD_NAME.fullmatch(dashboard_name)
+        ):
+            raise ValueError(
+                f"`dashboard_name` must be 1 to 255 letters, digits, - or _, got: {dashboard_name!r}"
+            )
+
+        self.workflow = workflow
+        self.state_machine = workflow.state_machine
+        #: Namespace of every metric of this workflow.
+        self.namespace = f"{namespace}/{workflow.state_machine_name}"
+        self._period = alarm_period
+        prefix = section.node.id  # the section's states are "<section id>.<role>"
+        self.state_names = {
+            role: f"{prefix}.{role}" for role in ("Acquire", "Timeout", "Lost", "DescribeHolder")
+        }
+        wait_variable = section.variables["wait"]
+
+        # -- counts: metric filters on the workflow's (and its janitor's) log group ----------
+        self.metric_filters: dict[str, logs.MetricFilter] = {}
+        self.filter_patterns: dict[str, logs.IFilterPattern] = {
+            TIMEOUTS: state_filter("FailStateEntered", self.state_names["Timeout"]),
+            LOST: state_filter("FailStateEntered", self.state_names["Lost"]),
+            LIVENESS_CHECKS: state_filter("TaskStateEntered", self.state_names["DescribeHolder"]),
+            # the check's wait record names the stale holder: an execution ARN (else null)
+            LIVENESS_TAKEOVERS: state_filter(
+                "TaskStateExited", self.state_names["DescribeHolder"],
+                _is(f"$.details.assignedVariables.{wait_variable}", "*:execution:*"),
+            ),
+        }
+        for name, pattern in self.filter_patterns.items():
+            self._count(name, log_group, pattern)
+        janitor_logs = _janitor_log_group(workflow)
+        if janitor_logs is not None:  # the janitor's only updateItem is its RETIRE
+            self.filter_patterns[JANITOR_RETIRES] = dynamodb_update_succeeded()
+            self._count(JANITOR_RETIRES, janitor_logs, self.filter_patterns[JANITOR_RETIRES])
+
+        # -- durations: a subscription filter to the metrics function -------------------------
+        self.metrics_function = self._metrics_function(section, powertools_layer)
+        #: Lines the metrics function receives: the acquire's exit and DynamoDB updates' results.
+        self.subscription_pattern = logs.FilterPattern.any(
+            state_filter("TaskStateExited", self.state_names["Acquire"]), dynamodb_update_succeeded()
+        )
+        self.subscription = logs.SubscriptionFilter(
+            self,
+            "DurationsSubscription",
+            log_group=log_group,
+            destination=destinations.LambdaDestination(self.metrics_function),
+            filter_pattern=self.subscription_pattern,
+        )
+
+        # -- alarms and dashboard ----------------------------------------------------------
+        self.lost_alarm: Optional[cloudwatch.Alarm] = None
+        if alarm_lost:
+            self.lost_alarm = self.metric_lost(period=alarm_period).create_alarm(
+                self,
+                "LostAlarm",
+                alarm_description=(
+                    f"{protocol.ERROR_LOST}: a run of {workflow.state_machine_name} lost its lock to "
+                    "another holder before releasing it (its work may have overlapped another's)"
+                ),
+                threshold=0,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                evaluation_periods=alarm_evaluation_periods,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+        self.timeout_rate_alarm: Optional[cloudwatch.Alarm] = None
+        if timeout_rate_threshold is not None:
+            self.timeout_rate_alarm = self.metric_timeout_rate(period=alarm_period).create_alarm(
+                self,
+                "TimeoutRateAlarm",
+                alarm_description=(
+                    f"{protocol.ERROR_TIMEOUT}: more than {timeout_rate_threshold:.0%} of the runs of "
+                    f"{workflow.state_machine_name} started gave up waiting for the lock"
+                ),
+                threshold=float(timeout_rate_threshold),
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                evaluation_periods=alarm_evaluation_periods,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+        self.alarms = [a for a in (self.lost_alarm, self.timeout_rate_alarm) if a is not None]
+        for alarm in self.alarms:
+            alarm.add_alarm_action(*alarm_actions)
+        self.dashboard: Optional[cloudwatch.Dashboard] = None
+        if dashboard:
+            self.dashboard = self._dashboard(dashboard_name)
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def metric(self, metric_name: str, **props: Any) -> cloudwatch.Metric:
+        """A metric of this workflow's namespace (``props``: ``cloudwatch.MetricOptions``;
+        default period: 5 minutes)."""
+        return cloudwatch.Metric(
+            namespace=self.namespace, metric_name=metric_name, **{"period": DEFAULT_METRIC_PERIOD, **props}
+        )
+
+    def metric_wait_time(self, **props: Any) -> cloudwatch.Metric:
+        """How long acquisitions waited for the lock (ms: acquired - requested). Default: Average."""
+        return self.metric(WAIT_TIME, **{"statistic": "Average", **props})
+
+    def metric_hold_time(self, **props: Any) -> cloudwatch.Metric:
+        """How long released locks were held (ms: released - acquired). Default: Average."""
+        return self.metric(HOLD_TIME, **{"statistic": "Average", **props})
+
+    def metric_timeouts(self, **props: Any) -> cloudwatch.Metric:
+        """Runs that gave up waiting (``Lock.Timeout``). Default: Sum."""
+        return self.metric(TIMEOUTS, **{"statistic": "Sum", **props})
+
+    def metric_lost(self, **props: Any) -> cloudwatch.Metric:
+        """Runs whose lock was taken over before they released it (``Lock.Lost``). Default: Sum."""
+        return self.metric(LOST, **{"statistic": "Sum", **props})
+
+    def metric_liveness_checks(self, **props: Any) -> cloudwatch.Metric:
+        """Waiters' checks whether the holder's execution still runs. Default: Sum."""
+        return self.metric(LIVENESS_CHECKS, **{"statistic": "Sum", **props})
+
+    def metric_liveness_takeovers(self, **props: Any) -> cloudwatch.Metric:
+        """Liveness checks that found the holder ended (and its stop grace over): the waiter
+        takes the lock over on its next attempt. Default: Sum."""
+        return self.metric(LIVENESS_TAKEOVERS, **{"statistic": "Sum", **props})
+
+    def metric_janitor_retires(self, **props: Any) -> cloudwatch.Metric:
+        """Locks the janitor retired (their holder ended without releasing). Default: Sum."""
+        return self.metric(JANITOR_RETIRES, **{"statistic": "Sum", **props})
+
+    def metric_timeout_rate(self, **props: Any) -> cloudwatch.MathExpression:
+        """``Lock.Timeout`` failures per execution started (0 to 1, 0 with no starts);
+        ``props``: ``period``, ``label``, ``color``."""
+        period = props.pop("period", DEFAULT_METRIC_PERIOD)
+        return cloudwatch.MathExpression(
+            expression="IF(started > 0, timeouts / started, 0)",
+            using_metrics={
+                "timeouts": self.metric_timeouts(period=period),
+                "started": self.state_machine.metric_started(period=period, statistic="Sum"),
+            },
+            period=period,
+            **{"label": "Lock.Timeout rate", **props},
+        )
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _count(self, name: str, log_group: logs.ILogGroup, pattern: logs.IFilterPattern) -> None:
+        self.metric_filters[name] = logs.MetricFilter(
+            self,
+            f"{name}Filter",
+            log_group=log_group,
+            filter_pattern=pattern,
+            metric_namespace=self.namespace,
+            metric_name=name,
+            metric_value="1",
+            default_value=0,
+            unit=cloudwatch.Unit.COUNT,
+        )
+
+    def _metrics_function(self, section: Any, layer: Optional[lambda_.ILayerVersion]) -> lambda_.Function:
+        stack = Stack.of(self)
+        log_group = logs.LogGroup(
+            self, "MetricsFunctionLogs", retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        role = iam.Role(
+            self, "MetricsFunctionRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Writes the lock metrics function's own log (its embedded metrics)",
+        )
+        log_group.grant_write(role)  # logs:CreateLogStream, logs:PutLogEvents on that group only
+        layer = layer or lambda_.LayerVersion.from_layer_version_arn(
+            self,
+            "Powertools",
+            f"arn:{stack.partition}:lambda:{stack.region}:017000801446:layer:"
+            f"AWSLambdaPowertoolsPythonV3-python313-x86_64:{POWERTOOLS_LAYER_VERSION}",
+        )
+        function = lambda_.Function(
+            self,
+            "MetricsFunction",
+            description=f"WaitTime and HoldTime of {self.workflow.state_machine_name}, from its execution logs",
+            runtime=lambda_.Runtime.PYTHON_3_13,
+            handler="index.handler",
+            code=lambda_.Code.from_asset(str(LOCK_METRICS_CODE)),
+            timeout=Duration.seconds(30),
+            memory_size=256,
+            role=role,
+            log_group=log_group,
+            layers=[layer],
+            environment={
+                "POWERTOOLS_METRICS_NAMESPACE": self.namespace,
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                "ACQUIRE_STATE": self.state_names["Acquire"],
+                "LOCK_VARIABLE": section.variables["lock"],
+            },
+        )
+        function.node.add_dependency(role)
+        # Pinned to python3.13, the newest runtime the pinned Powertools layer is published for
+        # (cdk-nag's own metadata format: no cdk-nag import in the library).
+        function.node.default_child.add_metadata(
+            "cdk_nag",
+            {
+                "rules_to_suppress": [
+                    {
+                        "id": "AwsSolutions-L1",
+                        "reason": "Pinned to Python 3.13, the newest runtime the pinned Powertools layer is published for.",
+                    }
+                ]
+            },
+        )
+        return function
+
+    def _dashboard(self, name: Optional[str]) -> cloudwatch.Dashboard:
+        def durations(title: str, metric: Any) -> cloudwatch.GraphWidget:
+            return cloudwatch.GraphWidget(
+                title=title, width=12, left_y_axis=cloudwatch.YAxisProps(label="ms", show_units=False, min=0),
+                left=[metric(statistic=s, label=s) for s in ("p50", "p90", "Maximum")],
+            )
+
+        board = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=name)
+        board.add_widgets(
+            cloudwatch.TextWidget(
+                markdown=f"## Lock of {self.workflow.state_machine_name}\nNamespace `{self.namespace}`",
+                width=24, height=2,
+            )
+        )
+        board.add_widgets(
+            durations("Wait for the lock (ms)", self.metric_wait_time),
+            durations("Lock held (ms)", self.metric_hold_time),
+        )
+        board.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Runs and lock failures", width=12,
+                left=[self.state_machine.metric_started(statistic="Sum", label="Started"),
+                      self.metric_timeouts(label="Lock.Timeout"), self.metric_lost(label="Lock.Lost")],
+                right=[self.metric_timeout_rate()],
+            ),
+            cloudwatch.GraphWidget(
+                title="Recovery of dead holders", width=12,
+                left=[self.metric_liveness_checks(label="Liveness checks"),
+                      self.metric_liveness_takeovers(label="Liveness takeovers"),
+                      self.metric_janitor_retires(label="Janitor retires")],
+            ),
+        )
+        if self.alarms:
+            board.add_widgets(cloudwatch.AlarmStatusWidget(alarms=self.alarms, width=24, title="Lock alarms"))
+        return board
+
+
+def _validate_workflow(workflow: Any) -> tuple[logs.ILogGroup, Any]:
+    for attribute in ("state_machine", "state_machine_name", "section"):
+        if getattr(workflow, attribute, None) is None:
+            raise ValueError(
+                f"`workflow` must be a LockedWorkflow (it has `{attribute}`), got: {type(workflow).__name__}"
+            )
+    log_group = getattr(workflow, "log_group", None)
+    if log_group is None:
+        raise ValueError(
+            "`workflow` must log its executions (LockedWorkflow(logging=True), the default): the "
+            "metrics come from its execution logs, got: a workflow without a log group"
+        )
+    return log_group, workflow.section
+
+
+def _janitor_log_group(workflow: Any) -> Optional[logs.ILogGroup]:
+    janitor = getattr(workflow, "janitor", None)
+    if janitor is None:
+        return None
+    found = janitor.node.try_find_child("Logs")
+    return found if isinstance(found, logs.LogGroup) else None

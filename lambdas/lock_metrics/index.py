@@ -1,0 +1,132 @@
+"""Lambda handler: a locked workflow's WaitTime and HoldTime, from its execution log lines.
+
+A CloudWatch Logs subscription filter delivers the lines (gzip + base64 in ``awslogs.data``)
+of the workflow's log group - level ALL, execution data included - and each metric comes from
+ONE line (lines arrive one at a time, in no guaranteed order):
+
+* **WaitTime** (ms), from the acquire's ``TaskStateExited`` (state ``$ACQUIRE_STATE``): the
+  ``$lock`` record it assigned (``assignedVariables[$LOCK_VARIABLE]``) holds ``acquiredAt``
+  and ``requestedAt`` (the section's entry): wait = ``acquiredAt - requestedAt``. A re-entered
+  section (``reentered``) waited for nothing and is skipped.
+* **HoldTime** (ms), from a release's ``TaskSucceeded`` (a DynamoDB ``updateItem`` returning
+  ``UPDATED_OLD``): the removed attributes as they were, ``owner`` and ``acquiredAt`` but no
+  ``fence`` (which every acquire result has): hold = ``event_timestamp - acquiredAt``.
+
+Both ends of each difference come from the Step Functions service clock. Metrics go out as
+CloudWatch embedded metric format in ``$POWERTOOLS_METRICS_NAMESPACE`` (one namespace per
+workflow: the construct sets it), without dimensions.
+
+Environment: ``POWERTOOLS_METRICS_NAMESPACE``, ``ACQUIRE_STATE`` (default ``Lock.Acquire``),
+``LOCK_VARIABLE`` (default ``lock``); tracing turns itself off outside Lambda.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent, event_source
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+SERVICE = "lock-metrics"
+#: Lock record / lock item fields (the same names as ``state_machines.lock_protocol``; a test
+#: keeps them equal - the protocol module is not deployed with this function).
+ACQUIRED_AT = "acquiredAt"
+REQUESTED_AT = "requestedAt"
+FENCE = "fence"
+OWNER = "owner"
+WAIT_TIME = "WaitTime"
+HOLD_TIME = "HoldTime"
+
+logger = Logger(service=SERVICE)
+tracer = Tracer(service=SERVICE)
+metrics = Metrics()  # namespace: $POWERTOOLS_METRICS_NAMESPACE; no service dimension
+
+
+@dataclass(frozen=True)
+class Measurement:
+    metric: str
+    milliseconds: int
+    execution_arn: str
+
+
+def measurement(message: str, *, acquire_state: str, lock_variable: str) -> Measurement | None:
+    """The WaitTime or HoldTime one log line shows, or None."""
+    try:
+        line = json.loads(message)
+    except ValueError:
+        return None
+    if not isinstance(line, dict) or not isinstance(line.get("details"), dict):
+        return None
+    details, arn = line["details"], str(line.get("execution_arn", ""))
+    if line.get("type") == "TaskStateExited" and details.get("name") == acquire_state:
+        lock = _json((details.get("assignedVariables") or {}).get(lock_variable))
+        if not isinstance(lock, dict) or lock.get("reentered"):
+            return None
+        acquired, requested = lock.get(ACQUIRED_AT), lock.get(REQUESTED_AT)
+        if _is_number(acquired) and _is_number(requested):
+            return Measurement(WAIT_TIME, max(0, int(acquired) - int(requested)), arn)
+        return None
+    if (
+        line.get("type") == "TaskSucceeded"
+        and details.get("resourceType") == "dynamodb"
+        and details.get("resource") == "updateItem"
+    ):
+        attributes = (_json(details.get("output")) or {}).get("Attributes")
+        if not isinstance(attributes, dict) or FENCE in attributes or OWNER not in attributes:
+            return None  # an acquire's result (it has the fence), or not the lock's item
+        acquired = _number(attributes.get(ACQUIRED_AT))
+        at = _number({"N": line.get("event_timestamp")})
+        if acquired is not None and at is not None:
+            return Measurement(HOLD_TIME, max(0, at - acquired), arn)
+    return None
+
+
+def measurements(messages: Iterable[str], *, acquire_state: str, lock_variable: str) -> list[Measurement]:
+    found = (measurement(m, acquire_state=acquire_state, lock_variable=lock_variable) for m in messages)
+    return [m for m in found if m is not None]
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_source(data_class=CloudWatchLogsEvent)
+def handler(event: CloudWatchLogsEvent, context: LambdaContext) -> dict[str, int]:
+    data = event.parse_logs_data()
+    if data.message_type != "DATA_MESSAGE":  # CONTROL_MESSAGE: CloudWatch Logs checking the destination
+        return {WAIT_TIME: 0, HOLD_TIME: 0}
+    found = measurements(
+        (e.message for e in data.log_events),
+        acquire_state=os.environ.get("ACQUIRE_STATE", "Lock.Acquire"),
+        lock_variable=os.environ.get("LOCK_VARIABLE", "lock"),
+    )
+    for m in found:
+        metrics.add_metric(name=m.metric, unit=MetricUnit.Milliseconds, value=m.milliseconds)
+    counts = {name: sum(1 for m in found if m.metric == name) for name in (WAIT_TIME, HOLD_TIME)}
+    logger.debug("measured", extra={"logGroup": data.log_group, "lines": len(data.log_events), **counts})
+    return counts
+
+
+def _json(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _number(attribute: Any) -> int | None:
+    """An ``{"N": "..."}`` DynamoDB number as int."""
+    try:
+        return int(str((attribute or {}).get("N")))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -1,0 +1,537 @@
+"""LockMonitoring: what it synthesizes, and its filters and metrics function judged on REAL log
+lines - written by the local runtime for executions of monitored workflows, on both DynamoDB
+backends - each claim with a line or pattern that must not match.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import importlib
+import json
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk.assertions import Match, Template
+
+from constructs_lib.local.log_filters import FilterPatternError, UnsupportedFilterPattern, matches
+from constructs_lib.local.synth import CLI_CONTEXT, Synthesized
+from constructs_lib.lock_client import LockClient
+from constructs_lib.monitoring import LockMonitoring
+from monitoring_stack import INSTANT_LEASE_S, MonitoringStack
+from state_machines import lock_protocol as p
+
+# ---- one synth per session ------------------------------------------------------------------
+
+
+@dataclass
+class Synth:
+    stack: MonitoringStack
+    template: Template
+    synthesized: Synthesized
+    messages: list
+
+    def pattern(self, monitoring: str, metric: str) -> str:
+        return getattr(self.stack, monitoring).filter_patterns[metric].log_pattern_string
+
+    def subscription(self, monitoring: str) -> str:
+        return getattr(self.stack, monitoring).subscription_pattern.log_pattern_string
+
+
+@pytest.fixture(scope="session")
+def synth() -> Synth:
+    from cdk_nag import AwsSolutionsChecks
+
+    outdir = tempfile.mkdtemp(prefix="cdk.out-monitoring-")
+    app = cdk.App(outdir=outdir, context=CLI_CONTEXT)
+    stack = MonitoringStack(app, "Monitoring")
+    cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+    assembly = app.synth()
+    artifact = assembly.get_stack_by_name("Monitoring")
+    return Synth(
+        stack=stack,
+        template=Template.from_stack(stack),
+        synthesized=Synthesized("Monitoring", artifact.template, Path(assembly.directory)),
+        messages=list(artifact.messages),
+    )
+
+
+def _resources(synth: Synth, type_name: str, path_part: str) -> dict[str, dict]:
+    return {
+        k: v for k, v in synth.synthesized.template["Resources"].items()
+        if v["Type"] == type_name and path_part in v.get("Metadata", {}).get("aws:cdk:path", "")
+    }
+
+
+# ---- the template -----------------------------------------------------------------------------
+
+
+def test_counts_are_metric_filters_on_the_workflows_log_group(synth):
+    namespace = synth.stack.instant_monitoring.namespace
+    assert namespace == f"LockedWorkflow/{synth.stack.instant.state_machine_name}"
+    for metric, state, event_type in [
+        ("Timeouts", "Lock.Timeout", "FailStateEntered"),
+        ("Lost", "Lock.Lost", "FailStateEntered"),
+        ("LivenessChecks", "Lock.DescribeHolder", "TaskStateEntered"),
+        ("LivenessTakeovers", "Lock.DescribeHolder", "TaskStateExited"),
+    ]:
+        synth.template.has_resource_properties("AWS::Logs::MetricFilter", {
+            "LogGroupName": {"Ref": Match.string_like_regexp("^InstantLogs")},
+            "FilterPattern": Match.string_like_regexp(
+                f'\\$\\.type = "{event_type}"\\).*\\$\\.details\\.name = "{state}"'
+            ),
+            "MetricTransformations": [{
+                "MetricNamespace": namespace, "MetricName": metric, "MetricValue": "1",
+                "DefaultValue": 0, "Unit": "Count",
+            }],
+        })
+    synth.template.has_resource_properties("AWS::Logs::MetricFilter", {
+        "LogGroupName": {"Ref": Match.string_like_regexp("^InstantJanitorLogs")},
+        "MetricTransformations": [Match.object_like({"MetricName": "JanitorRetires", "MetricNamespace": namespace})],
+    })
+    # 5 per monitored workflow, the takeover filter reading the section's own wait variable
+    assert len(_resources(synth, "AWS::Logs::MetricFilter", "/InstantMonitoring/")) == 5
+    assert "$.details.assignedVariables.lockWait" in synth.pattern("instant_monitoring", "LivenessTakeovers")
+
+
+def test_durations_go_through_a_subscription_filter_to_the_metrics_function(synth):
+    template = synth.template
+    template.has_resource_properties("AWS::Logs::SubscriptionFilter", {
+        "LogGroupName": {"Ref": Match.string_like_regexp("^InstantLogs")},
+        "DestinationArn": {"Fn::GetAtt": [Match.string_like_regexp("^InstantMonitoringMetricsFunction"), "Arn"]},
+        "FilterPattern": synth.subscription("instant_monitoring"),
+    })
+    template.has_resource_properties("AWS::Lambda::Permission", {
+        "Action": "lambda:InvokeFunction", "Principal": "logs.amazonaws.com",
+        "SourceArn": {"Fn::GetAtt": [Match.string_like_regexp("^InstantLogs"), "Arn"]},
+    })
+    template.has_resource_properties("AWS::Lambda::Function", {
+        "Handler": "index.handler",
+        "Runtime": "python3.13",
+        "LoggingConfig": {"LogGroup": {"Ref": Match.string_like_regexp("^InstantMonitoringMetricsFunctionLogs")}},
+        "Environment": {"Variables": {
+            "POWERTOOLS_METRICS_NAMESPACE": synth.stack.instant_monitoring.namespace,
+            "ACQUIRE_STATE": "Lock.Acquire", "LOCK_VARIABLE": "lock", "POWERTOOLS_TRACE_DISABLED": "true",
+        }},
+    })
+
+
+def test_metrics_function_may_only_write_its_own_log(synth):
+    roles = _resources(synth, "AWS::IAM::Role", "/InstantMonitoring/")
+    (role_id, role), = roles.items()
+    assert "ManagedPolicyArns" not in role["Properties"]  # no AWSLambdaBasicExecutionRole
+    policies = [v for v in synth.synthesized.template["Resources"].values()
+                if v["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in v["Properties"]["Roles"]]
+    statements = [s for policy in policies for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    (statement,) = statements
+    assert statement["Effect"] == "Allow"
+    assert statement["Action"] == ["logs:CreateLogStream", "logs:PutLogEvents"]  # no "*" action
+    (group, attribute) = statement["Resource"]["Fn::GetAtt"]  # its own log group, no wildcard
+    assert group.startswith("InstantMonitoringMetricsFunctionLogs") and attribute == "Arn"
+
+
+def test_lost_alarm_fires_on_any_lost_lock_and_timeout_rate_alarm_divides_by_starts(synth):
+    namespace = synth.stack.instant_monitoring.namespace
+    synth.template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": namespace, "MetricName": "Lost", "Statistic": "Sum", "Period": 300,
+        "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+        "AlarmDescription": Match.string_like_regexp("^Lock\\.Lost: "),
+    })
+    synth.template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Threshold": 0.05, "ComparisonOperator": "GreaterThanThreshold",
+        "Metrics": Match.array_with([
+            Match.object_like({"Expression": "IF(started > 0, timeouts / started, 0)", "ReturnData": True}),
+            Match.object_like({"Id": "timeouts", "MetricStat": Match.object_like({
+                "Metric": {"MetricName": "Timeouts", "Namespace": namespace}, "Stat": "Sum"})}),
+            Match.object_like({"Id": "started", "MetricStat": Match.object_like({
+                "Metric": Match.object_like({"MetricName": "ExecutionsStarted", "Namespace": "AWS/States"}),
+                "Stat": "Sum"})}),
+        ]),
+    })
+    # the Patient monitoring asked for neither alarm nor dashboard
+    assert len(_resources(synth, "AWS::CloudWatch::Alarm", "/InstantMonitoring/")) == 2
+    assert _resources(synth, "AWS::CloudWatch::Alarm", "/PatientMonitoring/") == {}
+    assert len(_resources(synth, "AWS::CloudWatch::Dashboard", "/InstantMonitoring/")) == 1
+    assert _resources(synth, "AWS::CloudWatch::Dashboard", "/PatientMonitoring/") == {}
+
+
+def test_dashboard_shows_every_metric_and_the_alarms(synth):
+    (board,) = _resources(synth, "AWS::CloudWatch::Dashboard", "/InstantMonitoring/").values()
+    body = json.dumps(board["Properties"]["DashboardBody"])
+    for metric in ("WaitTime", "HoldTime", "Timeouts", "Lost", "LivenessChecks", "LivenessTakeovers",
+                   "JanitorRetires", "ExecutionsStarted"):
+        assert f'\\"{metric}\\"' in body, metric
+    assert "alarm" in body and "p90" in body
+
+
+def test_metric_methods_return_cloudwatch_metrics_in_the_workflows_namespace(synth):
+    monitoring = synth.stack.instant_monitoring
+    wait = monitoring.metric_wait_time()
+    assert (wait.namespace, wait.metric_name, wait.statistic) == (monitoring.namespace, "WaitTime", "Average")
+    assert wait.period.to_seconds() == 300
+    custom = monitoring.metric_hold_time(statistic="p99", period=cdk.Duration.minutes(1))
+    assert (custom.metric_name, custom.statistic, custom.period.to_seconds()) == ("HoldTime", "p99", 60)
+    for method, name in [("metric_timeouts", "Timeouts"), ("metric_lost", "Lost"),
+                         ("metric_liveness_checks", "LivenessChecks"),
+                         ("metric_liveness_takeovers", "LivenessTakeovers"),
+                         ("metric_janitor_retires", "JanitorRetires")]:
+        metric = getattr(monitoring, method)()
+        assert (metric.metric_name, metric.statistic) == (name, "Sum"), method
+
+
+def test_cdk_nag_finds_nothing_in_the_monitoring_constructs(synth):
+    ours = [m for m in synth.messages if "/InstantMonitoring/" in m.id or "/PatientMonitoring/" in m.id]
+    findings = [f"{m.id}: {str(m.entry.data)[:160]}" for m in ours
+                if str(m.level).endswith(("ERROR", "WARNING"))]
+    assert findings == []
+    # negative control: the pack did run on this stack (the workflows' own findings, suppressed
+    # by the example app's nag module, are reported here)
+    assert any(str(m.level).endswith("ERROR") for m in synth.messages)
+
+
+def test_cfn_lint_reports_no_errors(synth):
+    from cfnlint.api import lint
+
+    errors = [m for m in lint(json.dumps(synth.synthesized.template)) if m.rule.id.startswith("E")]
+    assert errors == [], [str(m) for m in errors]
+
+
+# ---- validation ---------------------------------------------------------------------------------
+
+
+def _workflow(stack: cdk.Stack, **props):
+    from constructs_lib import LockedWorkflow
+    from state_machines.lock_protocol import jsonata
+
+    return LockedWorkflow(stack, f"W{uuid.uuid4().hex[:6]}", lock_key=jsonata("$states.input.id"),
+                          protected=sfn.Pass(stack, f"P{uuid.uuid4().hex[:6]}"), **props)
+
+
+@pytest.mark.parametrize("props, message", [
+    ({"timeout_rate_threshold": 0}, "`timeout_rate_threshold` must be a share above 0 and at most 1 (or None: no alarm), got: 0"),
+    ({"timeout_rate_threshold": 1.5}, "`timeout_rate_threshold` must be a share above 0 and at most 1 (or None: no alarm), got: 1.5"),
+    ({"alarm_period": cdk.Duration.seconds(90)}, "`alarm_period` must be a whole number of minutes, got: 90 s"),
+    ({"alarm_evaluation_periods": 0}, "`alarm_evaluation_periods` must be a whole number >= 1, got: 0"),
+    ({"namespace": "AWS/States"}, "`namespace` must be 1 to 200 letters, digits or _.-/#: characters, not starting with 'AWS/', got: 'AWS/States'"),
+    ({"dashboard_name": "my board"}, "`dashboard_name` must be 1 to 255 letters, digits, - or _, got: 'my board'"),
+])
+def test_props_are_validated_at_synth(props, message):
+    stack = cdk.Stack(cdk.App())
+    with pytest.raises(ValueError) as raised:
+        LockMonitoring(stack, "M", workflow=_workflow(stack), **props)
+    assert str(raised.value) == message
+
+
+def test_a_workflow_without_logs_is_refused():
+    stack = cdk.Stack(cdk.App())
+    with pytest.raises(ValueError, match=r"^`workflow` must log its executions .*got: a workflow without a log group$"):
+        LockMonitoring(stack, "M", workflow=_workflow(stack, logging=False))
+    with pytest.raises(ValueError, match=r"^`workflow` must be a LockedWorkflow .*got: StateMachine$"):
+        LockMonitoring(stack, "N", workflow=sfn.StateMachine(
+            stack, "Plain", definition_body=sfn.DefinitionBody.from_chainable(sfn.Pass(stack, "X"))))
+
+
+# ---- real log lines, on both DynamoDB backends ----------------------------------------------------
+
+
+@dataclass
+class Runs:
+    """What ran, and every line each log group got."""
+
+    backend: str
+    results: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, list[str]] = field(default_factory=dict)  # group role -> messages
+
+    def of(self, role: str, execution: str | None = None) -> list[dict]:
+        found = [json.loads(m) for m in self.lines[role]]
+        return [line for line in found if execution is None or line["execution_arn"] == execution]
+
+
+def _all_lines(logs, group: str) -> list[str]:
+    events, token = [], None
+    while True:
+        page = logs.filter_log_events(logGroupName=group, **({"nextToken": token} if token else {}))
+        events.extend(page["events"])
+        token = page.get("nextToken")
+        if not token:
+            break
+    key = lambda e: (e["logStreamName"], int(json.loads(e["message"])["id"]))  # noqa: E731
+    return [e["message"] for e in sorted(events, key=key)]
+
+
+def _until(predicate, timeout: float = 30.0, poll_s: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def _run_scenarios(cloud, app, backend: str) -> Runs:
+    runs = Runs(backend)
+    sm = {name: app.state_machine_arn(f"{name}/StateMachine") for name in ("Instant", "Patient")}
+    janitors = {name: app.state_machine_arn(f"{name}/Janitor/StateMachine") for name in sm}
+    table = app.table_name("Locks")
+    instant = LockClient(table, namespace="instant", dynamodb=cloud.dynamodb)
+
+    def owner(namespace: str, key: str) -> str | None:
+        item = cloud.dynamodb.get_item(TableName=table, Key=p.lock_item_key(p.namespaced(namespace, key)),
+                                       ConsistentRead=True).get("Item", {})
+        return item.get(p.OWNER, {}).get("S")
+
+    def held_by(namespace: str, key: str, execution: str) -> None:
+        """The run holds the lock and its acquire state has exited (its line is written)."""
+        _until(lambda: p.owner_execution(owner(namespace, key)) == execution and any(
+            "lock" in (e.get("stateExitedEventDetails", {}).get("assignedVariables") or {})
+            for e in cloud.history(execution)))
+
+    # A normal run (1 s of work), and a run whose 1 s lease is taken over while it works
+    normal = cloud.start_execution(sm["Instant"], {"id": "free", "seconds": 1})
+    lost = cloud.start_execution(sm["Instant"], {"id": "lost", "seconds": 3})
+    held_by("instant", "lost", lost)
+    time.sleep(INSTANT_LEASE_S + 0.3)
+    thief = instant.acquire("lost", lease=60)  # the lease ended: taken over
+    # A run that finds its key held, and gives up at once
+    busy = instant.acquire("busy", lease=60)
+    timed_out = cloud.start_execution(sm["Instant"], {"id": "busy", "seconds": 0})
+    runs.results.update(normal=cloud.wait_for(normal), lost=cloud.wait_for(lost), timed_out=cloud.wait_for(timed_out))
+    instant.release(busy)
+    instant.release(thief)
+
+    # A waiter checks a live holder (not stale), the holder is stopped with its status event
+    # dropped (no janitor), the waiter's next check finds it ended and takes the lock over
+    cloud.events.emit_status_events = False
+    try:
+        holder = cloud.start_execution(sm["Patient"], {"id": "stale", "seconds": 120})
+        held_by("patient", "stale", holder)
+        waiter = cloud.start_execution(sm["Patient"], {"id": "stale", "seconds": 0})
+        _until(lambda: any(e["type"] == "TaskStateExited" and "DescribeHolder" in json.dumps(e, default=str)
+                           for e in cloud.history(waiter)))
+        cloud.stop_execution(holder)
+        runs.results["stopped_holder"] = cloud.wait_for(holder)
+        runs.results["waiter"] = cloud.wait_for(waiter, timeout=60)
+    finally:
+        cloud.events.emit_status_events = True
+
+    # A holder stopped with its status event delivered: the janitor retires its lock
+    retired = cloud.start_execution(sm["Patient"], {"id": "retired", "seconds": 120})
+    held_by("patient", "retired", retired)
+    cloud.stop_execution(retired)
+    runs.results["retired_holder"] = cloud.wait_for(retired)
+
+    # the janitors: the Patient one for the retired holder, the Instant one for the two failed
+    # runs (whose locks were not theirs any more: nothing to retire)
+    expected = {"Instant": 2, "Patient": 1}
+    for name, count in expected.items():
+        _until(lambda: len(cloud.executions(janitors[name])) == count
+               and all(e["status"] != "RUNNING" for e in cloud.executions(janitors[name])), timeout=60)
+    logs = cloud.client("logs")
+    for name in sm:
+        runs.lines[name] = _all_lines(logs, app.ref(f"{name}/Logs"))
+        runs.lines[f"{name}Janitor"] = _all_lines(logs, app.ref(f"{name}/Janitor/Logs"))
+    return runs
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def runs(request, synth) -> Runs:
+    from deployed import local_deployment
+
+    for cloud, app in local_deployment(request.param, synth.synthesized):
+        yield _run_scenarios(cloud, app, request.param)
+
+
+def test_scenarios_ended_as_designed(runs):
+    r = runs.results
+    assert r["normal"].status == "SUCCEEDED"
+    assert (r["timed_out"].status, r["timed_out"].error) == ("FAILED", p.ERROR_TIMEOUT)
+    assert (r["lost"].status, r["lost"].error) == ("FAILED", p.ERROR_LOST)
+    assert r["stopped_holder"].status == "ABORTED" and r["retired_holder"].status == "ABORTED"
+    assert r["waiter"].status == "SUCCEEDED", (r["waiter"].error, r["waiter"].cause)
+
+
+def _matching(pattern: str, messages: list[str]) -> list[dict]:
+    return [json.loads(m) for m in messages if matches(pattern, m)]
+
+
+def test_timeout_filter_counts_exactly_the_timed_out_runs_fail_state(runs, synth):
+    pattern = synth.pattern("instant_monitoring", "Timeouts")
+    (hit,) = _matching(pattern, runs.lines["Instant"])
+    assert hit["execution_arn"] == runs.results["timed_out"].arn and hit["type"] == "FailStateEntered"
+    # negative controls: the lost run's Fail state, and the execution's own failure line
+    lost_fail = next(l for l in runs.of("Instant", runs.results["lost"].arn) if l["type"] == "FailStateEntered")
+    assert not matches(pattern, json.dumps(lost_fail))
+    assert any(l["type"] == "ExecutionFailed" and l["details"]["error"] == p.ERROR_TIMEOUT
+               for l in runs.of("Instant", runs.results["timed_out"].arn))
+    assert _matching(pattern, runs.lines["Patient"]) == []
+
+
+def test_lost_filter_counts_exactly_the_run_whose_lock_was_taken_over(runs, synth):
+    pattern = synth.pattern("instant_monitoring", "Lost")
+    (hit,) = _matching(pattern, runs.lines["Instant"])
+    assert hit["execution_arn"] == runs.results["lost"].arn and hit["details"]["name"] == "Lock.Lost"
+    timeout_fail = next(l for l in runs.of("Instant", runs.results["timed_out"].arn) if l["type"] == "FailStateEntered")
+    assert not matches(pattern, json.dumps(timeout_fail))
+
+
+def test_liveness_filters_count_every_check_and_only_the_check_that_found_the_holder_ended(runs, synth):
+    waiter = runs.results["waiter"].arn
+    checks = _matching(synth.pattern("patient_monitoring", "LivenessChecks"), runs.lines["Patient"])
+    assert len(checks) >= 2 and {c["execution_arn"] for c in checks} == {waiter}
+    exits = [l for l in runs.of("Patient", waiter) if l["type"] == "TaskStateExited"
+             and l["details"]["name"] == "Lock.DescribeHolder"]
+    takeovers = _matching(synth.pattern("patient_monitoring", "LivenessTakeovers"), runs.lines["Patient"])
+    assert len(takeovers) == 1 and takeovers[0] == exits[-1]
+    stale = json.loads(takeovers[0]["details"]["assignedVariables"]["lockWait"])["stale"]
+    assert p.owner_execution(stale) == runs.results["stopped_holder"].arn
+    # negative control: the earlier checks found the holder alive (stale null) and do not count
+    alive = exits[:-1]
+    assert alive and all(json.loads(l["details"]["assignedVariables"]["lockWait"])["stale"] is None for l in alive)
+    assert not any(matches(synth.pattern("patient_monitoring", "LivenessTakeovers"), json.dumps(l)) for l in alive)
+
+
+def test_janitor_filter_counts_retires_not_refused_ones(runs, synth):
+    pattern = synth.pattern("patient_monitoring", "JanitorRetires")
+    (hit,) = _matching(pattern, runs.lines["PatientJanitor"])
+    (started,) = [l for l in runs.of("PatientJanitor", hit["execution_arn"]) if l["type"] == "ExecutionStarted"]
+    assert json.loads(started["details"]["input"])["detail"]["executionArn"] == runs.results["retired_holder"].arn
+    # negative control: the Instant janitor ran twice, found the locks taken over, retired nothing
+    assert any(l["type"] == "TaskFailed" for l in runs.of("InstantJanitor"))
+    assert _matching(synth.pattern("instant_monitoring", "JanitorRetires"), runs.lines["InstantJanitor"]) == []
+
+
+# ---- the metrics function on a real subscription delivery --------------------------------------
+
+
+def _subscription_event(lines: list[str], group: str, message_type: str = "DATA_MESSAGE") -> dict:
+    data = {
+        "messageType": message_type, "owner": "123456789012", "logGroup": group, "logStream": "states/x",
+        "subscriptionFilters": ["DurationsSubscription"],
+        "logEvents": [{"id": str(i), "timestamp": int(json.loads(m)["event_timestamp"]), "message": m}
+                      for i, m in enumerate(lines)],
+    }
+    return {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(data).encode())).decode()}}
+
+
+@pytest.fixture
+def metrics_function(monkeypatch, synth):
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", synth.stack.patient_monitoring.namespace)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.delenv("POWERTOOLS_SERVICE_NAME", raising=False)
+    module = importlib.reload(importlib.import_module("lambdas.lock_metrics.index"))
+    context = SimpleNamespace(function_name="lock-metrics", memory_limit_in_mb=256, aws_request_id="r-1",
+                              invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:lock-metrics")
+    return module, context
+
+
+def _emitted(capsys) -> list[dict]:
+    return [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{") and '"_aws"' in l]
+
+
+def _expected_durations(runs: Runs, role: str) -> dict[str, list[int]]:
+    """WaitTime and HoldTime worked out independently of the function: the acquire's input
+    (the entry record: requestedAt), its DynamoDB result (acquiredAt) and the release's time."""
+    expected: dict[str, list[int]] = {"WaitTime": [], "HoldTime": []}
+    for arn in dict.fromkeys(l["execution_arn"] for l in runs.of(role)):
+        lines = runs.of(role, arn)
+        entered = [l for l in lines if l["type"] == "TaskStateEntered" and l["details"]["name"] == "Lock.Acquire"]
+        updates = [(int(l["event_timestamp"]), json.loads(l["details"]["output"]).get("Attributes"))
+                   for l in lines if l["type"] == "TaskSucceeded" and l["details"]["resource"] == "updateItem"]
+        acquired = [a for _, a in updates if a and p.FENCE in a]
+        released = [(at, a) for at, a in updates if a and p.FENCE not in a]
+        if acquired:
+            requested = json.loads(entered[0]["details"]["input"])[p.REQUESTED_AT]
+            expected["WaitTime"].append(int(acquired[0][p.ACQUIRED_AT]["N"]) - requested)
+        for at, old in released:
+            expected["HoldTime"].append(at - int(old[p.ACQUIRED_AT]["N"]))
+    return expected
+
+
+@pytest.mark.parametrize("role, monitoring", [("Instant", "instant_monitoring"), ("Patient", "patient_monitoring")])
+def test_metrics_function_measures_wait_and_hold_from_the_delivered_lines(runs, synth, metrics_function, capsys, role, monitoring):
+    module, context = metrics_function
+    delivered = [m for m in runs.lines[role] if matches(synth.subscription(monitoring), m)]
+    others = [m for m in runs.lines[role] if m not in delivered]
+    assert delivered and others
+    counts = module.handler(_subscription_event(delivered + others[:20], "group"), context)
+    (emf,) = _emitted(capsys)
+    expected = _expected_durations(runs, role)
+    got = {name: sorted(emf[name] if isinstance(emf[name], list) else [emf[name]]) for name in ("WaitTime", "HoldTime") if name in emf}
+    assert got == {k: sorted(v) for k, v in expected.items() if v}
+    assert counts == {k: len(v) for k, v in expected.items()}
+    (directive,) = emf["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == synth.stack.patient_monitoring.namespace
+    assert {m["Name"]: m["Unit"] for m in directive["Metrics"]} == {k: "Milliseconds" for k, v in expected.items() if v}
+    if role == "Instant":  # the normal run worked 1 s under the lock
+        assert any(h >= 1000 for h in expected["HoldTime"])
+        assert len(expected["WaitTime"]) == 2 and len(expected["HoldTime"]) == 1  # normal + lost acquired; normal released
+    else:  # the waiter waited for the stopped holder for at least one round
+        waiter = runs.results["waiter"].arn
+        wait = _expected_durations(Runs(runs.backend, lines={"w": [m for m in runs.lines[role] if waiter in m]}), "w")["WaitTime"]
+        assert wait and wait[0] >= 1000
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_metrics_function_ignores_lines_without_a_duration(runs, synth, metrics_function, capsys):
+    module, context = metrics_function
+    pattern = synth.subscription("instant_monitoring")
+    ignored = [m for m in runs.lines["Instant"] if not matches(pattern, m)]
+    # negative controls among the delivered lines: an acquire's DynamoDB result (it has the fence)
+    acquire_results = [m for m in runs.lines["Instant"] if matches(pattern, m)
+                       and json.loads(m)["type"] == "TaskSucceeded" and f'\\"{p.FENCE}\\"' in m]
+    assert acquire_results
+    assert module.handler(_subscription_event(ignored + acquire_results, "group"), context) == {"WaitTime": 0, "HoldTime": 0}
+    assert _emitted(capsys) == []
+    control = _subscription_event([], "group", message_type="CONTROL_MESSAGE")
+    assert module.handler(control, context) == {"WaitTime": 0, "HoldTime": 0}
+
+
+def test_metrics_function_field_names_are_the_protocols():
+    module = importlib.import_module("lambdas.lock_metrics.index")
+    assert (module.ACQUIRED_AT, module.REQUESTED_AT, module.FENCE, module.OWNER) == (
+        p.ACQUIRED_AT, p.REQUESTED_AT, p.FENCE, p.OWNER)
+
+
+# ---- the filter matcher itself --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pattern, line, expected", [
+    ('{ $.type = "FailStateEntered" }', {"type": "FailStateEntered"}, True),
+    ('{ $.type = "FailStateEntered" }', {"type": "FailStateExited"}, False),
+    ('{ $.type = "Fail*" }', {"type": "FailStateEntered"}, True),
+    ('{ $.v = "*:execution:*" }', {"v": '{"stale":"arn:aws:states:r:1:execution:m:n#u"}'}, True),
+    ('{ $.v = "*:execution:*" }', {"v": '{"stale":null}'}, False),
+    ('{ ($.a = 1) && ($.b = "x") }', {"a": 1, "b": "y"}, False),
+    ('{ ($.a = 1) || ($.b = "x") }', {"a": 2, "b": "x"}, True),
+    ('{ $.n >= 3 }', {"n": 3}, True),
+    ('{ $.n > 3 }', {"n": "4"}, False),  # numeric comparison of a string field
+    ('{ $.d.e[1] = "z" }', {"d": {"e": ["y", "z"]}}, True),
+    ('{ $.missing NOT EXISTS }', {"other": 1}, True),
+    ('{ $.missing = "x" || $.missing != "x" }', {"other": 1}, False),
+    ('{ $.f IS NULL }', {"f": None}, True),
+    ('{ $.f IS TRUE }', {"f": 1}, False),
+    ("", {"anything": 1}, True),
+    ('"Lock.Timeout"', {"details": {"name": "Lock.Timeout"}}, True),
+])
+def test_filter_matcher(pattern, line, expected):
+    assert matches(pattern, json.dumps(line)) is expected
+
+
+def test_filter_matcher_refuses_what_it_does_not_implement():
+    with pytest.raises(UnsupportedFilterPattern):
+        matches("[ip, user, ...]", "1.2.3.4 bob")
+    with pytest.raises(UnsupportedFilterPattern):
+        matches('{ $.a = %ab+c% }', '{"a": "abc"}')
+    with pytest.raises(FilterPatternError):
+        matches('{ $.a = "x" ', '{"a": "x"}')
+    assert matches('{ $.a = "x" }', "not json") is False
+
