@@ -18,8 +18,8 @@ the service's format::
 
 * ``details`` holds the fields the history event's details have (``name``/``input``/``output``
   for states, ``resourceType``/``resource``/``parameters``/``output`` for tasks, ``error``/
-  ``cause`` for failures, ``assignedVariables`` for a state that assigned some); every value is
-  a string but the details' own (as the service writes them);
+  ``cause`` for failures, ``assignedVariables`` for a state that assigned some); the
+  top-level values are strings, as the service writes them;
 * ``level`` ``ALL``/``ERROR``/``FATAL``/``OFF`` selects the event types as the service does;
   ``includeExecutionData: false`` leaves out the data (input, output, task parameters,
   assigned variables and their ``*Details``);
