@@ -357,7 +357,6 @@ class LockMonitoring(Construct):
                 "LOCK_VARIABLE": section.variables["lock"],
             },
         )
-        function.node.add_dependency(role)
         # Pinned to python3.13, the newest runtime the pinned Powertools layer is published for
         # (cdk-nag's own metadata format: no cdk-nag import in the library).
         function.node.default_child.add_metadata(
