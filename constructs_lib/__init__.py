@@ -14,6 +14,7 @@ _EXPORTS = {
     "WaitPolicy": "state_machines.lock_protocol",
     "LockClient": "constructs_lib.lock_client",
     "LockJanitor": "constructs_lib.janitor",
+    "LockMonitoring": "constructs_lib.monitoring",
 }
 
 __all__ = sorted(_EXPORTS)

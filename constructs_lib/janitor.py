@@ -46,6 +46,8 @@ class LockJanitor(Construct):
     :param watched: state machines whose ended executions are cleaned up (they must run in
         this stack's account and region).
     :param logging: log the janitor's executions (level ALL). Default: ``True``.
+    :param item: where the lock attributes live on ``table``'s items. Default: the lock
+        table's (``pk``, unprefixed names); a lock on records: ``record_protocol.record_item``.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class LockJanitor(Construct):
         table: dynamodb.ITable,
         watched: Sequence[sfn.IStateMachine],
         logging: bool = True,
+        item: protocol.LockItem = protocol.LOCK_TABLE_ITEM,
     ) -> None:
         super().__init__(scope, construct_id)
         if not watched:
@@ -106,6 +109,7 @@ class LockJanitor(Construct):
                     key_jsonata="$states.input.key",
                     owner_jsonata="$states.input.owner",
                     ended_at_jsonata=f"$string({ended_ms})",
+                    item=item,
                 )
             ),
         )

@@ -5,7 +5,9 @@ its own protocol module into the section's states:
 - :class:`Semaphore` (``lock_key`` + ``limit=N``): N holders per key -
   :mod:`state_machines.semaphore_protocol`;
 - :class:`MultiKey` (``lock_keys``): every key of a list, all or nothing -
-  :mod:`state_machines.multikey_protocol`.
+  :mod:`state_machines.multikey_protocol`;
+- :class:`RecordLock` (``record_table``): the lock on the protected record itself -
+  :mod:`state_machines.record_protocol`.
 
 The section builds what all kinds share (entry, wait loop, liveness check, error path); a kind
 supplies the key, the acquire, the release and what a nested section compares.
@@ -15,11 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from aws_cdk import Duration, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
+from constructs_lib.custom_state import JsonataCustomState
 from constructs_lib.dynamodb_tasks import retry_transient, update_item_task
 from state_machines import lock_protocol as protocol
 from state_machines import multikey_protocol as multikey
+from state_machines import record_protocol as record
 from state_machines import semaphore_protocol as semaphore
 from state_machines.lock_protocol import ENTRY, jsonata
 
@@ -32,6 +36,8 @@ class Mutex:
 
     name = "mutex"
     key_field = "key"
+    #: Where the lock attributes live.
+    item = protocol.LOCK_TABLE_ITEM
     #: The acquire's error when the lock is held (a poll).
     refused = protocol.CONDITION_FAILED
 
@@ -73,11 +79,20 @@ class Mutex:
             outputs=jsonata(f"{ENTRY}.input"),
         )
         retry_transient(acquire)
+        # a query error is the re-entrancy signal - or a fault: never run the work on a fault
+        reentered = sfn.Choice.jsonata(section, "Reentered", state_name=section._name("Reentered?"))
+        reentered.when(
+            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REENTERED))),
+            sfn.Pass.jsonata(
+                section, "PassThrough", state_name=section._name("PassThrough"),
+                assign={v["lock"]: jsonata(protocol.reentered_lock_expression("$states.input.entry"))},
+                outputs=jsonata("$states.input.entry.input"),
+            ).next(section.protected),
+        ).otherwise(section.rethrow)
         acquire.add_catch(
-            section.protected,
+            reentered,
             errors=[protocol.QUERY_EVALUATION_ERROR],
-            assign={v["lock"]: jsonata(protocol.reentered_lock_expression())},
-            outputs=jsonata(f"{ENTRY}.input"),
+            outputs=jsonata("$merge([$states.errorOutput, {'entry': $states.input}])"),
         )
         return acquire, acquire, acquire
 
@@ -228,6 +243,90 @@ class MultiKey(Mutex):
 #: IAM action each aws-sdk call of the lock needs on the lock table: a transaction is
 #: authorized per action inside it.
 _IAM_ACTIONS = {"transactWriteItems": "dynamodb:UpdateItem", "transactGetItems": "dynamodb:GetItem"}
+
+
+class RecordLock(Mutex):
+    """The lock kept on the record it protects (see record_protocol)."""
+
+    name = "record"
+
+    def __init__(self, user_key: str, *, key_attribute: str, must_exist: bool) -> None:
+        super().__init__(user_key)
+        self.item = record.record_item(key_attribute)
+        self.must_exist = must_exist
+
+    def key_expression(self, namespace: str) -> str:
+        return protocol.key_expression(self.user_key, namespace="", namespaced=False)
+
+    def holds_same_lock(self, variable: str) -> str:
+        return "false"  # not re-entrant: the inner section's record update would be lost
+
+    def build_acquire(self, section: "LockedSection", lease_ms: int):
+        v = section.variables
+        acquire = update_item_task(
+            section, section._name("Acquire"), section.table,
+            protocol.acquire_arguments(
+                lease_ms=lease_ms, grace_ms=None,
+                stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
+                item=self.item,
+            ),
+            assign={
+                v["lock"]: jsonata(record.lock_variable_expression(self.item, must_exist=self.must_exist)),
+                v["wait"]: jsonata("null"),
+            },
+            outputs=jsonata(f"{ENTRY}.input"),
+        )
+        retry_transient(acquire)
+        if self.must_exist:  # no record: free the stub just written, then fail
+            free = update_item_task(
+                section, section._name("FreeMissing"), section.table,
+                protocol.release_arguments(
+                    lock_variable="", lock_jsonata=f"$states.input.stub", item=self.item,
+                ),
+                outputs=jsonata("$states.input.error"),
+            )
+            retry_transient(free)
+            missing = sfn.Fail.jsonata(
+                section, "RecordMissing", state_name=section._name("RecordMissing"),
+                error=record.ERROR_RECORD_MISSING,
+                cause=jsonata(protocol.message_of_expression(record.ERROR_RECORD_MISSING)),
+            )
+            free.add_catch(missing, errors=["States.ALL"], outputs=jsonata("$states.input.error"))
+            free.next(missing)
+            acquire.add_catch(
+                free, errors=[protocol.QUERY_EVALUATION_ERROR],
+                outputs=jsonata(
+                    f"{{'stub': {record.missing_record_lock_expression()}, 'error': $states.errorOutput}}"
+                ),
+            )
+        return acquire, acquire, acquire
+
+    def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
+        """The release writes the work's ``recordUpdate``; a bad one is released without it."""
+        v = section.variables
+
+        def release_with_update(state_name: str, first: bool) -> sfn.CustomState:
+            return JsonataCustomState(section, state_name, state_json={
+                "Type": "Task",
+                "QueryLanguage": "JSONata",
+                "Resource": f"arn:{Stack.of(section).partition}:states:::dynamodb:updateItem",
+                "Arguments": {
+                    **record.release_with_update_arguments(
+                        table_name=section.table.table_name, item=self.item, lock_variable=v["lock"],
+                    ),
+                    "ReturnValues": "UPDATED_OLD",
+                },
+                "Output": jsonata("$states.input"),
+            })
+
+        error = record.ERROR_INVALID_UPDATE
+        return section.build_mutex_release(
+            lost, section._release_after_error, release_task=release_with_update,
+            query_error_outputs=(
+                f"{{'Error': '{error}', 'Cause': "
+                f"{protocol.message_of_expression(error).replace('$states.input.Cause', '$states.errorOutput.Cause')}}}"
+            ),
+        )
 
 
 def sdk_task(

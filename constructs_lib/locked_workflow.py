@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from aws_cdk import (
     ArnFormat,
@@ -17,6 +17,7 @@ from aws_cdk import (
     Names,
     Stack,
     RemovalPolicy,
+    aws_cloudwatch as cloudwatch,
     aws_dynamodb as dynamodb,
     aws_events as events,
     aws_events_targets as targets,
@@ -29,9 +30,11 @@ from aws_cdk import (
 )
 from constructs import Construct
 
+from constructs_lib.custom_state import JsonataCustomState
 from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from constructs_lib.janitor import LockJanitor
-from constructs_lib.lock_kinds import Mutex, MultiKey, Semaphore
+from constructs_lib.monitoring import LockMonitoring
+from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from constructs_lib.lock_table import LockTable
 from state_machines import lock_protocol as protocol
 from state_machines import multikey_protocol, semaphore_protocol
@@ -205,10 +208,13 @@ class LockedSection(sfn.StateMachineFragment):
         *,
         lock_key: Optional[str] = None,
         protected: sfn.IChainable,
-        table: dynamodb.ITable,
+        table: Optional[dynamodb.ITable] = None,
         lease: Duration,
         lock_keys: Optional[str] = None,
         limit: int = 1,
+        record_table: Optional[dynamodb.ITable] = None,
+        record_key_attribute: Optional[str] = None,
+        record_must_exist: bool = True,
         key_namespace: str = "",
         max_wait: Duration = DEFAULT_MAX_WAIT,
         wait_policy: Optional[WaitPolicy] = None,
@@ -225,6 +231,29 @@ class LockedSection(sfn.StateMachineFragment):
                 f"off), got: {liveness_check_every!r}"
             )
         self.kind = _lock_kind(lock_key, lock_keys, limit)
+        if (table is None) == (record_table is None):
+            raise ValueError(
+                "`table` (a lock table) or `record_table` (a lock on the records) must be given, "
+                f"exactly one of them, got: table={table!r}, record_table={record_table!r}"
+            )
+        if record_table is not None:
+            if type(self.kind) is not Mutex:
+                raise ValueError(
+                    f"`record_table` must be used with a single `lock_key` and limit 1, got: a {self.kind.name} lock"
+                )
+            if key_namespace:
+                raise ValueError(
+                    "`key_namespace` must be empty with `record_table` (the key is the record's own), "
+                    f"got: {key_namespace!r}"
+                )
+            self.kind = RecordLock(
+                self.kind.user_key,
+                key_attribute=_record_key_attribute(record_table, record_key_attribute),
+                must_exist=record_must_exist,
+            )
+            table = record_table
+        elif record_key_attribute is not None:
+            raise ValueError(f"`record_key_attribute` must be left unset without `record_table`, got: {record_key_attribute!r}")
         problem = protocol.namespace_problem(key_namespace)
         if problem:
             raise ValueError(f"`key_namespace` {problem}")
@@ -277,10 +306,17 @@ class LockedSection(sfn.StateMachineFragment):
             raise ValueError(f"`stop_grace` must not be negative, got: {stop_grace.to_seconds()} s")
 
         self._pending_after_acquire: list = []
+        self.rethrow = sfn.Fail.jsonata(
+            self,
+            "Rethrow",
+            state_name=self._name("Rethrow"),
+            error=jsonata(protocol.rethrow_error_expression()),
+            cause=jsonata(protocol.rethrow_cause_expression()),
+        )
         self._start, self.acquire, acquired = self.kind.build_acquire(self, lease_ms)
         self._build_wait_path()
-        self.release = self._build_release()
         self._build_error_path()
+        self.release = self._build_release()
         acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
 
@@ -313,7 +349,7 @@ class LockedSection(sfn.StateMachineFragment):
                 max_attempts=retries,
                 jitter_strategy=sfn.JitterType.FULL if policy.jitter else sfn.JitterType.NONE,
             )
-        self._wait = sfn.CustomState(
+        self._wait = JsonataCustomState(
             self,
             self._name("Wait"),
             state_json={
@@ -350,14 +386,14 @@ class LockedSection(sfn.StateMachineFragment):
             self,
             self._name("Inspect"),
             table=self.table,
-            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
+            key={self.kind.item.key_attribute: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
             consistent_read=True,
-            assign={v["holder"]: jsonata(protocol.holder_expression())},
+            assign={v["holder"]: jsonata(protocol.holder_expression(self.kind.item))},
             outputs=jsonata("$states.input"),
         )
         retry_transient(inspect)
         inspect.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        describe = sfn.CustomState(
+        describe = JsonataCustomState(
             self,
             self._name("DescribeHolder"),
             state_json={
@@ -399,21 +435,33 @@ class LockedSection(sfn.StateMachineFragment):
         left = sfn.Succeed(self, "LeftReentered", state_name=self._name("LeftReentered"))
         return self.kind.build_release(self, lost, left)
 
-    def build_mutex_release(self, lost: sfn.State, left: sfn.State) -> sfn.State:
+    def build_mutex_release(
+        self,
+        lost: sfn.State,
+        left: sfn.State,
+        *,
+        release_task=None,
+        query_error_outputs: str = "$states.input",
+    ) -> sfn.State:
         """The mutex's release. A failed condition means the lock is not mine - unless a retried
         release follows one whose response was lost (then it was released before the lease
-        could end: see released_before_expiry_expression)."""
+        could end: see released_before_expiry_expression).
+
+        ``release_task(state_name, first)``: the release write (default: the mutex's RELEASE);
+        a query error of the first one goes to ``left`` with ``query_error_outputs``."""
         v = self.variables
-        release = update_item_task(
-            self, self._name("Release"), self.table,
-            protocol.release_arguments(lock_variable=v["lock"], reentrant=True),
-        )
+
+        def mutex_release(state_name: str, first: bool) -> sfn.TaskStateBase:
+            return update_item_task(
+                self, state_name, self.table,
+                protocol.release_arguments(lock_variable=v["lock"], reentrant=first, item=self.kind.item),
+            )
+
+        release_task = release_task or mutex_release
+        release = release_task(self._name("Release"), True)
         release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
-        release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
-        again = update_item_task(
-            self, self._name("ReleaseAgain"), self.table,
-            protocol.release_arguments(lock_variable=v["lock"]),
-        )
+        release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata(query_error_outputs))
+        again = release_task(self._name("ReleaseAgain"), False)
         retry_transient(again)
         release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         released_before = sfn.Choice.jsonata(self, "ReleasedBefore", state_name=self._name("ReleasedBefore?"))
@@ -426,13 +474,7 @@ class LockedSection(sfn.StateMachineFragment):
 
     def _build_error_path(self) -> None:
         """Every error of the work: release, then fail with it (States.* renamed)."""
-        rethrow = sfn.Fail.jsonata(
-            self,
-            "Rethrow",
-            state_name=self._name("Rethrow"),
-            error=jsonata(protocol.rethrow_error_expression()),
-            cause=jsonata(protocol.rethrow_cause_expression()),
-        )
+        rethrow = self.rethrow
         self._release_after_error = self.kind.build_release_after_error(self, rethrow)
         self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
         for state in self._pending_after_acquire:
@@ -447,7 +489,7 @@ class LockedSection(sfn.StateMachineFragment):
             self,
             self._name("ReleaseAfterError"),
             self.table,
-            protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True),
+            protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True, item=self.kind.item),
         )
         retry_transient(release_after_error)
         release_after_error.add_catch(
@@ -578,7 +620,9 @@ class LockedSection(sfn.StateMachineFragment):
         """
         names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
         self.grant_liveness_check(state_machine, *names)
-        return LockJanitor(self, "Janitor", table=self.table, watched=[state_machine], logging=logging)
+        return LockJanitor(
+            self, "Janitor", table=self.table, watched=[state_machine], logging=logging, item=self.kind.item
+        )
 
     @property
     def start_state(self) -> sfn.State:
@@ -606,6 +650,40 @@ def _lock_kind(lock_key: Optional[str], lock_keys: Optional[str], limit: int) ->
         return MultiKey(protocol.unwrap_jsonata(lock_keys, "lock_keys"))
     user_key = protocol.unwrap_jsonata(lock_key)
     return Semaphore(user_key, limit) if limit > 1 else Mutex(user_key)
+
+
+def _record_key_attribute(table: dynamodb.ITable, given: Optional[str]) -> str:
+    """The record table's partition key: read from its schema when the construct made it,
+    else ``given``. It must be a string and the only key (no sort key)."""
+    schema = None
+    if hasattr(table, "schema_v2"):
+        try:
+            schema = table.schema_v2()
+        except Exception:  # an imported table: no schema to read
+            schema = None
+    if schema is None or not schema.partition_keys:
+        if not given:
+            raise ValueError(
+                "`record_key_attribute` must name the record table's partition key when its schema "
+                "cannot be read (an imported table), got: None"
+            )
+        return given
+    partition = schema.partition_keys[0]
+    if len(schema.partition_keys) > 1 or partition.type != dynamodb.AttributeType.STRING:
+        raise ValueError(
+            f"`record_table` must have a string partition key (the lock key), got: {partition.name} "
+            f"of type {partition.type.name if hasattr(partition.type, 'name') else partition.type}"
+        )
+    if schema.sort_keys:
+        raise ValueError(
+            "`record_table` must have no sort key (one record per lock key), got: sort key "
+            f"{schema.sort_keys[0].name}"
+        )
+    if given is not None and given != partition.name:
+        raise ValueError(
+            f"`record_key_attribute` must be the table's partition key {partition.name!r}, got: {given!r}"
+        )
+    return partition.name
 
 
 def _same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
@@ -720,6 +798,18 @@ class LockedWorkflow(Construct):
     :param stop_grace: how long a holder's lock stays held after its execution ended without
         releasing it (see :class:`LockedSection`). Default: derived from the protected work's
         task timeouts.
+    :param lock_keys: instead of ``lock_key``: a JSONata template whose value is an array of
+        keys, all locked at once (see :class:`LockedSection`).
+    :param limit: holders admitted per key at once (a semaphore); 1 is a mutex. Default: 1.
+    :param record_table: instead of a lock table: keep the lock on the records of this table
+        (string partition key = the lock key); see :class:`LockedSection`.
+    :param record_key_attribute: the record table's partition key, when its schema cannot be
+        read (an imported table). Default: read from the table.
+    :param record_must_exist: with ``record_table``: a missing record fails with
+        ``Lock.RecordMissing``; ``False`` creates it. Default: ``True``.
+    :param monitoring: metrics, alarms and a dashboard from the execution logs
+        (:class:`~constructs_lib.monitoring.LockMonitoring`; needs ``logging``): ``True``, a dict
+        of its props, or ``False``. Default: ``False``.
     :param shares_lock_with: other Standard state machines using the same lock table, whose
         executions waiters may check. Default: ``()``.
     """
@@ -734,6 +824,9 @@ class LockedWorkflow(Construct):
         lock_keys: Optional[str] = None,
         limit: int = 1,
         table: Optional[dynamodb.ITable] = None,
+        record_table: Optional[dynamodb.ITable] = None,
+        record_key_attribute: Optional[str] = None,
+        record_must_exist: bool = True,
         table_removal_policy: Optional[RemovalPolicy] = None,
         key_namespace: str = "",
         max_wait: Optional[Duration] = None,
@@ -749,6 +842,7 @@ class LockedWorkflow(Construct):
         janitor: bool = True,
         liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
         shares_lock_with: Sequence[sfn.IStateMachine] = (),
+        monitoring: Union[bool, Mapping[str, Any]] = False,
     ) -> None:
         super().__init__(scope, construct_id)
         express = state_machine_type == sfn.StateMachineType.EXPRESS
@@ -785,12 +879,18 @@ class LockedWorkflow(Construct):
             lease = Duration.millis(timeout.to_milliseconds() + LEASE_MARGIN.to_milliseconds())
 
         self.lock_table: Optional[LockTable] = None
-        if table is None:
+        if record_table is not None:
+            if table is not None or table_removal_policy is not None:
+                raise ValueError(
+                    "`table` and `table_removal_policy` must be left unset with `record_table` (the "
+                    f"lock lives on the records), got: table={table!r}, table_removal_policy={table_removal_policy}"
+                )
+        elif table is None:
             self.lock_table = LockTable(
                 self, "LockTable", removal_policy=table_removal_policy or RemovalPolicy.RETAIN
             )
             table = self.lock_table.table
-        self.table = table
+        self.table = table if record_table is None else record_table
 
         # A name known before the state machine exists lets its own role describe its
         # executions (the liveness check) without a dependency cycle.
@@ -806,6 +906,9 @@ class LockedWorkflow(Construct):
             limit=limit,
             protected=protected,
             table=table,
+            record_table=record_table,
+            record_key_attribute=record_key_attribute,
+            record_must_exist=record_must_exist,
             lease=lease,
             key_namespace=key_namespace,
             max_wait=max_wait,
@@ -844,8 +947,50 @@ class LockedWorkflow(Construct):
             self.section.grant_liveness_check(self.state_machine, *holders)
             if janitor:
                 self.janitor = LockJanitor(
-                    self, "Janitor", table=table, watched=[self.state_machine], logging=logging
+                    self, "Janitor", table=self.table, watched=[self.state_machine], logging=logging,
+                    item=self.section.kind.item,
                 )
+
+        self.monitoring: Optional[LockMonitoring] = None
+        if monitoring:
+            props = dict(monitoring) if isinstance(monitoring, Mapping) else {}
+            self.monitoring = LockMonitoring(self, "Monitoring", workflow=self, **props)
+
+    def _monitoring(self) -> LockMonitoring:
+        if self.monitoring is None:
+            raise ValueError("`monitoring` must be enabled for lock metrics, got: monitoring=False")
+        return self.monitoring
+
+    def metric_wait_time(self, **props: Any) -> cloudwatch.Metric:
+        """Time from entering the section to holding the lock (ms)."""
+        return self._monitoring().metric_wait_time(**props)
+
+    def metric_hold_time(self, **props: Any) -> cloudwatch.Metric:
+        """Time from the acquire to the release (ms)."""
+        return self._monitoring().metric_hold_time(**props)
+
+    def metric_timeouts(self, **props: Any) -> cloudwatch.Metric:
+        """Runs that failed with ``Lock.Timeout``."""
+        return self._monitoring().metric_timeouts(**props)
+
+    def metric_lost(self, **props: Any) -> cloudwatch.Metric:
+        """Runs that failed with ``Lock.Lost``."""
+        return self._monitoring().metric_lost(**props)
+
+    def metric_liveness_checks(self, **props: Any) -> cloudwatch.Metric:
+        return self._monitoring().metric_liveness_checks(**props)
+
+    def metric_liveness_takeovers(self, **props: Any) -> cloudwatch.Metric:
+        """Liveness checks that found the holder ended (its lock is then taken over)."""
+        return self._monitoring().metric_liveness_takeovers(**props)
+
+    def metric_janitor_retires(self, **props: Any) -> cloudwatch.Metric:
+        """Locks the janitor retired."""
+        return self._monitoring().metric_janitor_retires(**props)
+
+    def metric_timeout_rate(self, **props: Any) -> cloudwatch.MathExpression:
+        """``Lock.Timeout`` failures per execution started."""
+        return self._monitoring().metric_timeout_rate(**props)
 
     @property
     def dead_letter_queue(self) -> sqs.Queue:

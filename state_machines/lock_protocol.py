@@ -137,9 +137,10 @@ def key_problem(key: Any, namespace: str = "", reserve_bytes: int = 0) -> str:
 
 
 #: What a key over the limit is told (the byte count and " bytes" follow), Python and JSONata.
-def too_long(reserve_bytes: int = 0) -> str:
+def too_long(reserve_bytes: int = 0, namespaced: bool = True) -> str:
     """What a key over the limit is told (the byte count and " bytes" follow), Python and JSONata."""
-    return f"must be at most {MAX_KEY_BYTES - reserve_bytes} bytes of UTF-8 with its namespace prefix, got: "
+    whole = " with its namespace prefix" if namespaced else ""
+    return f"must be at most {MAX_KEY_BYTES - reserve_bytes} bytes of UTF-8{whole}, got: "
 
 
 
@@ -171,9 +172,11 @@ class LockWrite:
     update: str
     condition: str
 
-    def attribute_names(self) -> dict[str, str]:
+    def attribute_names(self, item: "LockItem | None" = None) -> dict[str, str]:
+        """``#name`` -> the attribute it stands for on ``item`` (default: the lock table's)."""
         found = re.findall(r"#(\w+)", f"{self.update} {self.condition}")
-        return {f"#{name}": name for name in dict.fromkeys(found)}
+        item = item or LOCK_TABLE_ITEM
+        return {f"#{name}": item.attribute(name) for name in dict.fromkeys(found)}
 
     def value_names(self) -> tuple[str, ...]:
         found = re.findall(r":(\w+)", f"{self.update} {self.condition}")
@@ -228,9 +231,33 @@ RETIRE = LockWrite(
 )
 
 
-def lock_item_key(table_key: str) -> dict[str, dict[str, str]]:
+@dataclass(frozen=True)
+class LockItem:
+    """Where the lock attributes live: the item's key attribute, and a prefix of the lock
+    attributes' names (a lock kept on the user's own record, e.g. ``lw:owner``, must not
+    collide with the record's attributes). The writes are the same; only names differ."""
+
+    key_attribute: str = KEY_ATTRIBUTE
+    prefix: str = ""
+
+    def attribute(self, name: str) -> str:
+        """The stored name of the protocol attribute ``name`` (``recordKey``: the key attribute)."""
+        return self.key_attribute if name == RECORD_KEY else self.prefix + name
+
+    def path(self, of: str, name: str) -> str:
+        """JSONata path to attribute ``name`` of the DynamoDB item ``of`` (names quoted)."""
+        return f"{of}.`{self.attribute(name)}`"
+
+
+#: Placeholder of an item's own key attribute in a write (``#recordKey``).
+RECORD_KEY = "recordKey"
+#: The lock table's items: partition key ``pk``, attributes named as above.
+LOCK_TABLE_ITEM = LockItem()
+
+
+def lock_item_key(table_key: str, item: LockItem | None = None) -> dict[str, dict[str, str]]:
     """The DynamoDB ``Key`` of a lock item (``table_key`` may be a JSONata template)."""
-    return {KEY_ATTRIBUTE: {"S": table_key}}
+    return {(item or LOCK_TABLE_ITEM).key_attribute: {"S": table_key}}
 
 
 # --------------------------------------------------------------------------------------
@@ -268,30 +295,31 @@ def _utf8_bytes(expression: str) -> str:
     )
 
 
-def key_problem_expression(key: str, namespace: str, reserve_bytes: int = 0) -> str:
+def key_problem_expression(key: str, namespace: str, reserve_bytes: int = 0, namespaced: bool = True) -> str:
     """JSONata: what is wrong with the key ``key`` evaluates to ('' if nothing)."""
-    prefix = namespace + NAMESPACE_SEPARATOR
+    prefix = namespace + NAMESPACE_SEPARATOR if namespaced else ""
     size = _utf8_bytes(f"{_jsonata_string(prefix)} & {key}")
     return (
         f"($not($exists({key})) ? 'is missing' "
         f": $type({key}) != 'string' ? 'must be a string, got: ' & $type({key}) "
         f": $length({key}) = 0 ? 'must not be empty, got an empty string' "
         f": ( $size := {size}; $size > {MAX_KEY_BYTES - reserve_bytes} "
-        f"? {_jsonata_string(too_long(reserve_bytes))} & $string($size) & ' bytes' : '' ))"
+        f"? {_jsonata_string(too_long(reserve_bytes, namespaced))} & $string($size) & ' bytes' : '' ))"
     )
 
 
-def key_expression(user_expression: str, namespace: str, reserve_bytes: int = 0) -> str:
+def key_expression(user_expression: str, namespace: str, reserve_bytes: int = 0, namespaced: bool = True) -> str:
     """The stored key, or ``$error`` naming what is wrong with the caller's key.
 
     Runs in the section's entry, so a bad key fails before any DynamoDB call.
-    ``reserve_bytes``: bytes a lock kind adds to the stored key (a semaphore's slot mark).
+    ``reserve_bytes``: bytes a lock kind adds to the stored key (a semaphore's slot mark);
+    ``namespaced=False``: the key is stored as is (a lock on the record with that key).
     """
-    prefix = namespace + NAMESPACE_SEPARATOR
+    prefix = namespace + NAMESPACE_SEPARATOR if namespaced else ""
     invalid = raise_expression(ERROR_INVALID_KEY, "'the lock key ' & $problem")
     return (
         "( $lockKey := (" + user_expression + "); "
-        f"$problem := {key_problem_expression('$lockKey', namespace, reserve_bytes)}; "
+        f"$problem := {key_problem_expression('$lockKey', namespace, reserve_bytes, namespaced)}; "
         f"$problem = '' ? {_jsonata_string(prefix)} & $lockKey "
         f": {invalid} )"
     )
@@ -519,17 +547,17 @@ def timeout_bound_s(policy: WaitPolicy, max_wait_s: float) -> float:
 ENTRY = "$states.input"
 
 
-def _update_item(key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
+def _update_item(key: str, write: LockWrite, values: Mapping[str, Any], item: LockItem | None = None) -> dict:
     """UpdateItem arguments (all but the table) in DynamoDB JSON; JSONata templates allowed."""
     missing = set(write.value_names()) - set(values)
     extra = set(values) - set(write.value_names())
     if missing or extra:  # a programming error in this module, caught by the unit tests
         raise AssertionError(f"values for {write}: missing {missing}, extra {extra}")
     return {
-        "Key": lock_item_key(key),
+        "Key": lock_item_key(key, item),
         "UpdateExpression": write.update,
         "ConditionExpression": write.condition,
-        "ExpressionAttributeNames": write.attribute_names(),
+        "ExpressionAttributeNames": write.attribute_names(item),
         "ExpressionAttributeValues": dict(values),
     }
 
@@ -542,8 +570,11 @@ def acquire_arguments(
     reentrant: bool = False,
     key_jsonata: str = f"{ENTRY}.key",
     owner_jsonata: str = f"{ENTRY}.owner",
+    item: LockItem | None = None,
+    write: LockWrite | None = None,
 ) -> dict:
-    """The acquire UpdateItem (``ReturnValues: ALL_NEW`` gives the fence).
+    """The acquire UpdateItem (``ReturnValues: ALL_NEW`` gives the fence). ``item``/``write``:
+    a lock kept elsewhere than the lock table (see record_protocol).
 
     Inside a section, key and owner come from the section's entry record; a re-entered
     section signals ``Lock.Reentered`` instead of writing.
@@ -554,7 +585,7 @@ def acquire_arguments(
     return {
         **_update_item(
             jsonata(key),
-            ACQUIRE,
+            write or ACQUIRE,
             {
                 ":me": {"S": jsonata(owner_jsonata)},
                 ":stale": {"S": jsonata(stale_owner_jsonata or owner_jsonata)},
@@ -564,33 +595,37 @@ def acquire_arguments(
                 ":grace": {"N": jsonata(f"$string({ENTRY}.grace)") if grace_ms is None else str(int(grace_ms))},
                 ":one": {"N": "1"},
             },
+            item,
         ),
         "ReturnValues": "ALL_NEW",
     }
 
 
-def lock_variable_expression() -> str:
+def lock_variable_expression(item: LockItem | None = None) -> str:
     """JSONata over an acquire result: the ``$lock`` record the protected work reads (with
     the entry record's ``requestedAt``: the acquire's log line then shows the wait)."""
-    a = "$states.result.Attributes"
+    a, i = "$states.result.Attributes", item or LOCK_TABLE_ITEM
     return (
         "{"
-        f"'key': {a}.{KEY_ATTRIBUTE}.S, "
-        f"'owner': {a}.{OWNER}.S, "
-        f"'fence': $number({a}.{FENCE}.N), "
-        f"'acquiredAt': $number({a}.{ACQUIRED_AT}.N), "
-        f"'expiresAt': $number({a}.{EXPIRES_AT}.N), "
+        f"'key': {a}.`{i.key_attribute}`.S, "
+        f"'owner': {i.path(a, OWNER)}.S, "
+        f"'fence': $number({i.path(a, FENCE)}.N), "
+        f"'acquiredAt': $number({i.path(a, ACQUIRED_AT)}.N), "
+        f"'expiresAt': $number({i.path(a, EXPIRES_AT)}.N), "
         f"{_jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}"
         "}"
     )
 
 
-def reentered_lock_expression() -> str:
-    """JSONata (the acquire's re-entrancy Catch): the enclosing hold, marked as re-entered."""
-    return f"$merge([{ENTRY}.reentered, {{'reentered': true}}])"
+def reentered_lock_expression(entry: str = ENTRY) -> str:
+    """JSONata (a re-entered section): the enclosing hold of the entry record ``entry``,
+    marked as re-entered."""
+    return f"$merge([{entry}.reentered, {{'reentered': true}}])"
 
 
-def release_arguments(*, lock_variable: str, reentrant: bool = False, lock_jsonata: str | None = None) -> dict:
+def release_arguments(
+    *, lock_variable: str, reentrant: bool = False, lock_jsonata: str | None = None, item: LockItem | None = None,
+) -> dict:
     """The release UpdateItem for the lock held in ``$<lock_variable>`` (or the lock record
     ``lock_jsonata`` evaluates to: one key of a multi-key hold); ``ReturnValues: UPDATED_OLD``."""
     lock = lock_jsonata or "$" + lock_variable
@@ -605,6 +640,7 @@ def release_arguments(*, lock_variable: str, reentrant: bool = False, lock_jsona
                 ":me": {"S": jsonata(f"{lock}.owner")},
                 ":fence": {"N": jsonata(f"$string({lock}.fence)")},
             },
+            item,
         ),
         # the attributes it removed, as they were: the release's log line shows the hold,
         # its time minus the old acquiredAt (and, lacking the fence, is told from an acquire's)
@@ -665,14 +701,15 @@ def stale_owner_expression(wait_variable: str) -> str:
     return f"$type({w}.stale) = 'string' ? {w}.stale : {ENTRY}.owner"
 
 
-def holder_expression() -> str:
+def holder_expression(item: LockItem | None = None) -> str:
     """JSONata over a GetItem of the lock item: its stored key, owner ("" when free) and
     stop grace."""
-    item = "$states.result.Item"
+    r, i = "$states.result.Item", item or LOCK_TABLE_ITEM
+    owner, grace = i.path(r, OWNER), i.path(r, GRACE)
     return (
-        f"{{'key': {item}.{KEY_ATTRIBUTE}.S, "
-        f"'owner': $exists({item}.{OWNER}.S) ? {item}.{OWNER}.S : '', "
-        f"'grace': $exists({item}.{GRACE}.N) ? $number({item}.{GRACE}.N) : 0}}"
+        f"{{'key': {r}.`{i.key_attribute}`.S, "
+        f"'owner': $exists({owner}.S) ? {owner}.S : '', "
+        f"'grace': $exists({grace}.N) ? $number({grace}.N) : 0}}"
     )
 
 
@@ -701,12 +738,15 @@ def after_liveness_check_expression(wait_variable: str, holder_variable: str) ->
     )
 
 
-def retire_arguments(*, key_jsonata: str, owner_jsonata: str, ended_at_jsonata: str) -> dict:
+def retire_arguments(
+    *, key_jsonata: str, owner_jsonata: str, ended_at_jsonata: str, item: LockItem | None = None
+) -> dict:
     """The janitor's RETIRE of an acquisition whose execution ended without releasing."""
     return _update_item(
         jsonata(key_jsonata),
         RETIRE,
         {":owner": {"S": jsonata(owner_jsonata)}, ":endedAt": {"N": jsonata(ended_at_jsonata)}},
+        item,
     )
 
 
@@ -730,8 +770,9 @@ def acquisitions_in_history_expression(*, table_name: str, ended_ms: str) -> str
         # a single-key acquire, or every update of a multi-key acquire's transaction
         "$updates := $d.Resource = 'updateItem' ? [$p] "
         ": $d.Resource = 'transactWriteItems' ? $p.TransactItems.Update : []; "
-        f"$updates[ConditionExpression = {condition} and TableName = {_jsonata_string(table_name)}]"
-        f".{{'key': Key.{KEY_ATTRIBUTE}.S, 'owner': ExpressionAttributeValues.`:me`.S}} ); "
+        # the ACQUIRE condition, alone or after a record lock's "record exists" clause
+        f"$updates[$contains(ConditionExpression, {condition}) and TableName = {_jsonata_string(table_name)}]"
+        ".{'key': $lookup(Key, $keys(Key)[0]).S, 'owner': ExpressionAttributeValues.`:me`.S} ); "
         "$byOwnerAndKey := $merge($map($found, function($a) { {$a.owner & ' ' & $a.key: $a} })); "
         "$exists($byOwnerAndKey) ? [$each($byOwnerAndKey, function($v) { $v })] : [] )"
     )

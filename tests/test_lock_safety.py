@@ -95,7 +95,9 @@ def test_parallel_branches_of_one_execution_on_one_key_serialize(safety):
 def test_a_nested_section_on_the_same_key_passes_through_and_keeps_the_outer_hold(safety):
     k = key("nested")
     nested = safety.cloud.start_execution(safety.arn("Nested"), {"key": k, "workMs": 800})
-    time.sleep(0.3)
+    deadline = time.time() + 30  # the nested run holds the lock before the intruder starts
+    while nested not in safety.lock(k).get(p.OWNER, {}).get("S", "") and time.time() < deadline:
+        time.sleep(0.05)
     intruder = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
     result, other = safety.cloud.wait_for(nested, timeout=60), safety.cloud.wait_for(intruder, timeout=60)
     assert result.status == "SUCCEEDED" and other.status == "SUCCEEDED", (result.error, result.cause, other.error)
@@ -196,3 +198,27 @@ def test_a_redriven_holder_acquires_again_before_its_work_runs_again(safety):
     assert "Lock.EntryFailed?" in names  # the redrive gate sent it to acquire again
     lock = safety.lock(k)  # three acquisitions in all, the last one released
     assert lock[p.FENCE] == {"N": "3"} and p.OWNER not in lock
+
+
+def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
+    """The holder's owner names an execution Step Functions cannot describe: the liveness
+    check's DescribeExecution fails, and its Catch must resume the wait with the entry record
+    (not the error) - else the next acquire had no key and the work ran without the lock."""
+    from constructs_lib.lock_client import LockClient
+
+    k = key("undescribable")
+    locks = next(v for name, v in safety.app.resources.items() if name.startswith("LocksTable"))
+    client = LockClient(locks, namespace="s", dynamodb=safety.cloud.dynamodb)
+    ghost = "arn:aws:states:us-east-1:123456789012:execution:NoSuchMachine:ghost"
+    held = client.acquire(k, owner=ghost, lease=40)
+    arn = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 50})
+    time.sleep(12)  # several rounds, liveness checks included (every 2nd round)
+    history = safety.cloud.stepfunctions.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+    described = [e for e in history if e["type"] == "TaskFailed"
+                 and e.get("taskFailedEventDetails", {}).get("resource") == "describeExecution"]
+    assert described, "the liveness check did not run"
+    assert safety.probe(k).get("entries", 0) == 0  # still waiting: the ghost holds the lock
+    client.release(held)
+    result = safety.cloud.wait_for(arn, timeout=120)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert safety.probe(k)["entries"] == 1 and safety.probe(k).get("violations", 0) == 0

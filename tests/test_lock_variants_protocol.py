@@ -182,3 +182,64 @@ def test_bad_variant_props_are_refused_at_synth(props, message):
     with pytest.raises(ValueError) as raised:
         _workflow(**props)
     assert message in str(raised.value)
+
+
+# ---- lock on the record ---------------------------------------------------------------
+
+
+def _record_workflow(**props):
+    import aws_cdk as cdk
+    from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
+
+    from constructs_lib import LockedWorkflow
+
+    stack = cdk.Stack(cdk.App(), "R")
+    key = props.pop("key", dynamodb.Attribute(name="customerId", type=dynamodb.AttributeType.STRING))
+    sort = props.pop("sort", None)
+    imported = props.pop("imported", False)
+    if imported:
+        table = dynamodb.Table.from_table_name(stack, "Customers", "customers")
+    else:
+        table = dynamodb.Table(stack, "Customers", partition_key=key, sort_key=sort)
+    props.setdefault("lock_key", p.jsonata("$states.input.id"))
+    return stack, LockedWorkflow(stack, "W", protected=sfn.Pass(stack, "Work"), record_table=table, **props)
+
+
+@pytest.mark.parametrize(
+    "props, message",
+    [
+        ({"key": "number"}, "`record_table` must have a string partition key (the lock key), got: customerId"),
+        ({"sort": "sk"}, "`record_table` must have no sort key (one record per lock key), got: sort key sk"),
+        ({"imported": True}, "`record_key_attribute` must name the record table's partition key"),
+        ({"record_key_attribute": "id"}, "`record_key_attribute` must be the table's partition key 'customerId'"),
+        ({"key_namespace": "c"}, "`key_namespace` must be empty with `record_table`"),
+        ({"limit": 2}, "`record_table` must be used with a single `lock_key` and limit 1"),
+        ({"lock_key": None, "lock_keys": p.jsonata("$states.input.ids")}, "single `lock_key`"),
+    ],
+)
+def test_bad_record_props_are_refused_at_synth(props, message):
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    if props.get("key") == "number":
+        props["key"] = dynamodb.Attribute(name="customerId", type=dynamodb.AttributeType.NUMBER)
+    if props.get("sort"):
+        props["sort"] = dynamodb.Attribute(name=props["sort"], type=dynamodb.AttributeType.STRING)
+    with pytest.raises(ValueError) as raised:
+        _record_workflow(**props)
+    assert message in str(raised.value)
+
+
+def test_a_record_lock_uses_prefixed_attributes_on_the_record_table():
+    from aws_cdk.assertions import Template
+
+    stack, workflow = _record_workflow(record_key_attribute="customerId")
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::DynamoDB::Table", 1)  # no lock table: the records carry the lock
+    assert workflow.lock_table is None and workflow.section.kind.item.key_attribute == "customerId"
+    import json
+
+    machines = template.find_resources("AWS::StepFunctions::StateMachine")
+    assert len(machines) == 2  # the workflow and its janitor, which retires with the record's names
+    for machine in machines.values():
+        text = json.dumps(machine["Properties"]["DefinitionString"])
+        assert '\\"#owner\\":\\"lw:owner\\"' in text and '\\"#owner\\":\\"owner\\"' not in text

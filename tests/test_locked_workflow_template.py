@@ -12,7 +12,7 @@ MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
                  "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
-                 "Lock.DescribeHolder"}
+                 "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough"}
 OUTER_STATES = {"Lock", "Lock.EntryFailed?", "Lock.InvalidKey", "Lock.Failed"}
 
 
@@ -92,9 +92,14 @@ def test_acquire_routes_held_lock_to_wait_and_reentry_to_the_work(example):
     assert catches["Lock.Held?"]["ErrorEquals"] == [p.CONDITION_FAILED]
     assert catches["Lock.Held?"]["Output"] == "{% $states.input %}"
     assert "lockWait" in catches["Lock.Held?"]["Assign"]
-    reentered = catches["Apply update"]
+    # a query error is the re-entrancy signal - checked, so a fault never runs the work unlocked
+    reentered = catches["Lock.Reentered?"]
     assert reentered["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
-    assert reentered["Assign"]["lock"] == "{% " + p.reentered_lock_expression() + " %}"
+    check = states["Lock.Reentered?"]
+    assert p.SIGNAL_REENTERED in check["Choices"][0]["Condition"] and check["Default"] == "Lock.Rethrow"
+    passing = states[check["Choices"][0]["Next"]]
+    assert passing["Next"] == "Apply update"
+    assert passing["Assign"]["lock"] == "{% " + p.reentered_lock_expression("$states.input.entry") + " %}"
     held = states["Lock.Held?"]
     assert held["Choices"][0]["Next"] == "Lock.Timeout"
     assert f">= {5 * 60 * 1000}" in held["Choices"][0]["Condition"]
