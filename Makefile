@@ -11,7 +11,7 @@ ARGS ?=
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
 
-.PHONY: deps demo test bench stress synth clean
+.PHONY: deps demo test bench bench-variants stress synth clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ test: deps
 
 bench: deps
 	$(PY) -m constructs_lib.local.bench $(ARGS)
+
+bench-variants: deps
+	$(PY) -m constructs_lib.local.bench_variants $(ARGS)
 
 stress: deps
 	$(PY) -m constructs_lib.local.stress $(ARGS)
