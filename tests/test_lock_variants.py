@@ -178,6 +178,34 @@ def test_a_stopped_transfer_is_retired_on_every_key(variants):
         assert variants.probe(x).get("violations", 0) == 0
 
 
+def test_a_transfer_that_waits_too_long_fails_with_lock_timeout_holding_nothing(variants):
+    a, b = key("acct"), key("acct")
+    single = variants.start("Single", {"key": b, "workMs": 3_500})  # within the probe's timeout
+    deadline = time.time() + 30
+    while p.OWNER not in variants.lock(p.namespaced("acct", b)) and time.time() < deadline:
+        time.sleep(0.1)
+    impatient = variants.wait([variants.start("TransferImpatient", {"from": a, "to": b, "workMs": 1})])[0]
+    assert (impatient.status, impatient.error) == ("FAILED", p.ERROR_TIMEOUT), impatient.cause
+    assert variants.lock(p.namespaced("acct", a)) == {}  # never took a alone
+    assert variants.wait([single])[0].status == "SUCCEEDED"
+    assert variants.probe(b)["entries"] == 1 and variants.probe(a).get("entries", 0) == 0
+
+
+def test_a_transfer_timed_out_while_holding_is_retired_on_both_keys(variants):
+    a, b = key("acct"), key("acct")
+    timing_out = variants.start("TransferTimingOut", {"from": a, "to": b, "workMs": 1})
+    result = variants.wait([timing_out], timeout=60)[0]
+    assert result.status == "TIMED_OUT"
+    ended = time.time()
+    # both keys stay held for the stop grace (5 s: no task in the work), then the janitor's
+    # retirement lets waiters in
+    assert all(p.OWNER in variants.lock(p.namespaced("acct", x)) for x in (a, b))
+    after = variants.wait([variants.start("Transfer", {"from": b, "to": a, "workMs": 10})], timeout=120)[0]
+    assert after.status == "SUCCEEDED", (after.error, after.cause)
+    assert time.time() - ended >= 3
+    assert variants.probe(a)["fences"] == [2] and variants.probe(b)["fences"] == [2]
+
+
 def test_bad_lock_keys_fail_before_any_write(variants):
     a = key("acct")
     cases = [

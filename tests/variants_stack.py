@@ -60,6 +60,22 @@ class VariantsStack(cdk.Stack):
             }),
             **common,
         )
+        # Transfers that give up after 3 s of waiting (Lock.Timeout), and that time out
+        # (TIMED_OUT: the state machine's own limit) while holding both accounts.
+        LockedWorkflow(
+            self, "TransferImpatient", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
+            key_namespace="acct", protected=self.probe("ImpatientProbe", {
+                "keys": jsonata("[$states.input.from, $states.input.to]"), "fences": jsonata(FENCES_BY_KEY),
+            }),
+            **{**common, "max_wait": cdk.Duration.seconds(3)},
+        )
+        LockedWorkflow(
+            self, "TransferTimingOut", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
+            key_namespace="acct",
+            protected=sfn.CustomState(self, "Stall", state_json={
+                "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": 30}),
+            **{**common, "timeout": cdk.Duration.seconds(8), "max_wait": cdk.Duration.seconds(3)},
+        )
         # A single-key holder of the same accounts (interoperates with the transfers).
         LockedWorkflow(
             self, "Single", lock_key=jsonata("$states.input.key"), key_namespace="acct",
