@@ -180,7 +180,7 @@ def test_a_stopped_transfer_is_retired_on_every_key(variants):
 
 def test_a_transfer_that_waits_too_long_fails_with_lock_timeout_holding_nothing(variants):
     a, b = key("acct"), key("acct")
-    single = variants.start("Single", {"key": b, "workMs": 3_500})  # within the probe's timeout
+    single = variants.start("Single", {"key": b, "workMs": 9_000})  # past the waiter's max_wait + a round
     deadline = time.time() + 30
     while p.OWNER not in variants.lock(p.namespaced("acct", b)) and time.time() < deadline:
         time.sleep(0.1)
