@@ -8,8 +8,11 @@ PY := $(VENV)/bin/python
 STAMP_PY := $(VENV)/.installed
 STAMP_NPM := node_modules/.installed
 ARGS ?=
-export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1
+# jsii and the CDK CLI run on the Node LTS that npm installs here (the npm package "node"),
+# whatever node the machine has: no end-of-life banner, the same Node everywhere.
+NODE_BIN := $(CURDIR)/node_modules/.bin
+export JSII_NODE := $(NODE_BIN)/node
+export PATH := $(NODE_BIN):$(PATH)
 
 .PHONY: deps demo test bench bench-variants stress synth clean
 
@@ -19,8 +22,8 @@ $(STAMP_PY): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
-$(STAMP_NPM): package.json
-	npm install --no-audit --no-fund --loglevel=error
+$(STAMP_NPM): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 deps: $(STAMP_PY) $(STAMP_NPM)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+from constructs_lib.local.node import use_project_node  # noqa: E402
+
+use_project_node()  # before aws_cdk starts jsii
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 import aws_cdk as cdk  # noqa: E402

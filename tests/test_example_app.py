@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+
+from constructs_lib.local.node import PROJECT_NODE
 import shutil
 import subprocess
 import sys
@@ -63,14 +65,29 @@ def test_cdk_cli_synthesizes_the_example_app(tmp_path):
             pytest.fail("node_modules/.bin/cdk is missing: `make test` installs it with npm")
         pytest.skip("the aws-cdk CLI is not installed (run `make test`)")
     out = tmp_path / "cdk.out"
-    env = dict(os.environ, JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION="1", CDK_DISABLE_VERSION_CHECK="1")
+    env = dict(os.environ, CDK_DISABLE_VERSION_CHECK="1")
+    env["PATH"] = f"{PROJECT_NODE.parent}{os.pathsep}{env['PATH']}"  # the CDK CLI on the project's Node
     result = subprocess.run(
         [str(cdk_bin), "synth", "--quiet", "--no-notices", "--output", str(out),
          "--app", f"{sys.executable} app.py"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # the CLI and jsii ran on the project's Node LTS: no end-of-life banner
+    assert "end-of-life" not in result.stdout + result.stderr, (result.stdout + result.stderr)[-2000:]
     template = json.loads((out / "CustomerUpdates.template.json").read_text())
     types = {r["Type"] for r in template["Resources"].values()}
     assert {"AWS::StepFunctions::StateMachine", "AWS::Events::Rule", "AWS::Lambda::Function"} <= types
     assert shutil.which("node") is not None
+
+
+def test_jsii_runs_on_the_project_node_lts():
+    """``make`` exports JSII_NODE; run directly, the suite picks the same Node (node.py)."""
+    from constructs_lib.local.node import PROJECT_NODE
+
+    if not PROJECT_NODE.exists():
+        pytest.skip("node_modules is not installed (run `make test`)")
+    assert os.environ.get("JSII_NODE") in (str(PROJECT_NODE), str(PROJECT_NODE.resolve()), os.path.join(
+        str(ROOT), "node_modules", ".bin", "node"))
+    version = subprocess.run([os.environ["JSII_NODE"], "--version"], capture_output=True, text=True).stdout
+    assert int(version.lstrip("v").split(".")[0]) in (22, 24), version

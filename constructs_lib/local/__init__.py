@@ -21,6 +21,11 @@ handlers), ``dynamodb_local`` (the Java server), ``patches`` (one module per mot
 ``pytest_plugin`` (the ``local_cloud`` fixture), ``synth`` (CDK stack -> template).
 """
 
+from constructs_lib.local.node import use_project_node
+
+use_project_node()  # before anything imports aws_cdk, which starts jsii on that Node
+
+
 from constructs_lib.local.cloud import BACKENDS, ExecutionResult, LocalCloud, active_cloud
 from constructs_lib.local.deployer import Deployment, UnsupportedResourceError
 from constructs_lib.local.dynamodb_local import DynamoDBLocalUnavailable

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+from constructs_lib.local.node import use_project_node  # noqa: E402
+
+use_project_node()  # before aws_cdk starts jsii
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+from constructs_lib.local.node import use_project_node  # noqa: E402
+
+use_project_node()  # before aws_cdk starts jsii
 
 from constructs_lib.local.pytest_plugin import (  # noqa: E402,F401 - fixtures
     local_backend,
