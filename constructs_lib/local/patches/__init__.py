@@ -25,6 +25,7 @@ execution_status_events    no ``Step Functions Execution Status Change`` events
 execution_end              StopExecution/timeout leave the execution RUNNING until its state ends
 redrive                    no RedriveExecution, no ``$states.context.Execution.RedriveCount``
 execution_logs             LoggingConfiguration ignored: no execution log lines in CloudWatch Logs
+field_names                a JSONata error's cause names an internal class, not the state's field
 =========================  ==========================================================
 """
 
@@ -41,6 +42,7 @@ from constructs_lib.local.patches import (
     execution_output,
     execution_snapshot,
     execution_status_events,
+    field_names,
     jsonata_evaluator,
     lambda_in_process,
     nested_states_errors,
@@ -67,6 +69,7 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     service_shapes.apply(stack)
     nested_states_errors.apply(stack)
     task_argument_errors.apply(stack)
+    field_names.apply(stack)
     parallel_argument_errors.apply(stack)
     lambda_in_process.apply(stack, functions)
     eventbridge_targets.apply(stack, router)
