@@ -206,6 +206,15 @@ def test_a_transfer_timed_out_while_holding_is_retired_on_both_keys(variants):
     assert variants.probe(a)["fences"] == [2] and variants.probe(b)["fences"] == [2]
 
 
+def test_a_failing_transfer_releases_every_key_and_fails_with_its_error(variants):
+    a, b = key("acct"), key("acct")
+    result = variants.wait([variants.start("Transfer", {"from": a, "to": b, "workMs": 10, "fail": True})])[0]
+    assert (result.status, result.error) == ("FAILED", "RuntimeError"), (result.error, result.cause)
+    for x in (a, b):
+        item = variants.lock(p.namespaced("acct", x))
+        assert p.OWNER not in item and item[p.FENCE] == {"N": "1"}
+
+
 def test_bad_lock_keys_fail_before_any_write(variants):
     a = key("acct")
     cases = [

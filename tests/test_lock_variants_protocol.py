@@ -243,3 +243,67 @@ def test_a_record_lock_uses_prefixed_attributes_on_the_record_table():
     for machine in machines.values():
         text = json.dumps(machine["Properties"]["DefinitionString"])
         assert '\\"#owner\\":\\"lw:owner\\"' in text and '\\"#owner\\":\\"owner\\"' not in text
+
+
+# ---- templates ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def variant_templates():
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+    from aws_cdk.assertions import Template
+
+    from constructs_lib import LockedWorkflow
+
+    stack = cdk.Stack(cdk.App(), "T")
+    semaphore = LockedWorkflow(stack, "Sem", lock_key=p.jsonata("$states.input.k"), limit=3,
+                               protected=sfn.Pass(stack, "SemWork"))
+    multi = LockedWorkflow(stack, "Multi", lock_keys=p.jsonata("[$states.input.a, $states.input.b]"),
+                           protected=sfn.Pass(stack, "MultiWork"))
+    return Template.from_stack(stack), semaphore, multi
+
+
+def _definition(template, workflow) -> dict:
+    import json
+
+    stack = __import__("aws_cdk").Stack.of(workflow)
+    logical = stack.get_logical_id(workflow.state_machine.node.default_child)
+    machine = template.to_json()["Resources"][logical]
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    return json.loads("".join(x if isinstance(x, str) else "TOKEN" for x in parts))
+
+
+def test_a_semaphore_template_tries_slots_and_validates_a_shorter_key(variant_templates):
+    template, semaphore, _ = variant_templates
+    definition = _definition(template, semaphore)
+    assert f'"slot": {s.first_slot_expression(3)}' in definition["States"]["Lock"]["Arguments"]
+    assert "at most 2045 bytes" in definition["States"]["Lock"]["Arguments"]
+    acquire = definition["States"]["Lock"]["Branches"][0]["States"]["Lock.Acquire"]
+    assert "$states.context.State.RetryCount" in acquire["Arguments"]["Key"]["pk"]["S"]
+    assert acquire["Arguments"]["ConditionExpression"] == p.ACQUIRE.condition  # the mutex's write
+
+
+def test_a_multi_key_template_uses_transactions_with_least_privilege(variant_templates):
+    from aws_cdk.assertions import Match
+
+    template, _, multi = variant_templates
+    states = _definition(template, multi)["States"]["Lock"]["Branches"][0]["States"]
+    assert states["Lock.Acquire"]["Resource"].endswith(":::aws-sdk:dynamodb:transactWriteItems")
+    assert states["Lock.ReadFences"]["Resource"].endswith(":::aws-sdk:dynamodb:transactGetItems")
+    assert states["Lock.Release"]["Resource"].endswith(":::aws-sdk:dynamodb:transactWriteItems")
+    catches = {c["Next"]: c["ErrorEquals"] for c in states["Lock.Acquire"]["Catch"]}
+    assert catches["Lock.Held?"] == [m.TRANSACTION_CANCELED]
+    assert {c["Next"] for c in states["Lock.ReadFences"]["Catch"]} == {"Lock.ReleaseAfterError"}
+    assert {c["Next"] for c in states["Lock.Release"]["Catch"]} >= {"Lock.ReleaseEach", "Lock.LeftReentered"}
+    # a transaction is authorized per action inside it, on the lock table only
+    template.has_resource_properties("AWS::IAM::Policy", {
+        "PolicyDocument": {"Statement": Match.array_with([
+            Match.object_like({"Action": "dynamodb:UpdateItem", "Resource": Match.any_value()}),
+            Match.object_like({"Action": "dynamodb:GetItem", "Resource": Match.any_value()}),
+        ])},
+    })
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            assert not [a for a in actions if a.startswith("dynamodb:") and statement["Resource"] == "*"]

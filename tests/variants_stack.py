@@ -94,7 +94,10 @@ class VariantsStack(cdk.Stack):
     def probe(self, construct_id: str, payload: dict) -> tasks.LambdaInvoke:
         return tasks.LambdaInvoke.jsonata(
             self, construct_id, lambda_function=self.probe_fn,
-            payload=sfn.TaskInput.from_object({**payload, "workMs": jsonata("$states.input.workMs")}),
+            payload=sfn.TaskInput.from_object({
+                **payload, "workMs": jsonata("$states.input.workMs"),
+                "fail": jsonata("$exists($states.input.fail) and $states.input.fail"),
+            }),
             outputs=jsonata("$merge([$states.input, {'probe': $states.result.Payload}])"),
             retry_on_service_exceptions=False,
         )
