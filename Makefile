@@ -14,7 +14,7 @@ NODE_BIN := $(CURDIR)/node_modules/.bin
 export JSII_NODE := $(NODE_BIN)/node
 export PATH := $(NODE_BIN):$(PATH)
 
-.PHONY: deps demo test bench bench-variants stress synth clean
+.PHONY: deps demo test bench bench-variants stress synth diagram clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-variants: deps
 
 stress: deps
 	$(PY) -m constructs_lib.local.stress $(ARGS)
+
+diagram: deps
+	$(PY) -m constructs_lib.diagram --readme README.md
 
 synth: deps
 	npx cdk synth --quiet
