@@ -1,0 +1,282 @@
+"""``locked-workflow locks list|show|release``: who holds a lock, since when, and freeing it.
+
+Works against AWS (boto3's credentials and region; ``--table`` or ``--stack``) and any
+endpoint (``--endpoint-url``: DynamoDB Local, LocalStack). ``--json`` prints machine-readable
+output. A forced release is conditioned on the exact holder and fence it read - never on a
+guess: if the lock changed in between, nothing is released.
+
+    locked-workflow --table Locks locks list --namespace customer --held
+    locked-workflow --stack CustomerUpdates locks show 42 --namespace customer
+    locked-workflow --table Locks locks release 42 --namespace customer --force
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+from state_machines import lock_protocol as p
+from state_machines import semaphore_protocol as sp
+
+#: Exit codes.
+OK, FAILED, REFUSED = 0, 1, 2
+
+
+class CliError(Exception):
+    """A clear, expected failure: printed without a traceback, exit 1."""
+
+
+# ---- reading lock items ---------------------------------------------------------------
+
+
+def parse_stored_key(stored: str) -> dict[str, Any]:
+    """``<namespace>#<key>``, or a semaphore slot ``~<slot>~<namespace>#<key>``."""
+    slot = None
+    if stored.startswith(sp.SLOT_MARK):
+        _, number, stored = stored.split(sp.SLOT_MARK, 2)
+        slot = int(number)
+    namespace, _, key = stored.partition(p.NAMESPACE_SEPARATOR)
+    return {"namespace": namespace, "key": key, "slot": slot}
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def describe(item: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+    """A lock item as the CLI shows it."""
+    number = lambda name: int(item[name]["N"]) if name in item else None  # noqa: E731
+    owner = item.get(p.OWNER, {}).get("S")
+    expires = number(p.EXPIRES_AT)
+    state = "free" if owner is None else ("expired" if expires is not None and expires < now_ms else "held")
+    return {
+        **parse_stored_key(item[p.KEY_ATTRIBUTE]["S"]),
+        "storedKey": item[p.KEY_ATTRIBUTE]["S"],
+        "state": state,
+        "owner": owner,
+        "execution": p.owner_execution(owner),
+        "acquiredAt": _iso(number(p.ACQUIRED_AT)),
+        "expiresAt": _iso(expires),
+        "fence": number(p.FENCE),
+        "graceMs": number(p.GRACE),
+    }
+
+
+class Locks:
+    def __init__(self, dynamodb: Any, stepfunctions: Any, table: str) -> None:
+        self.dynamodb, self.stepfunctions, self.table = dynamodb, stepfunctions, table
+
+    def scan(self) -> list[dict]:
+        items, start = [], None
+        while True:
+            page = self.dynamodb.scan(
+                TableName=self.table, ConsistentRead=True, **({"ExclusiveStartKey": start} if start else {})
+            )
+            items.extend(page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return items
+
+    def get(self, stored_key: str) -> dict:
+        return self.dynamodb.get_item(
+            TableName=self.table, Key=p.lock_item_key(stored_key), ConsistentRead=True
+        ).get("Item", {})
+
+    def execution_status(self, execution_arn: str | None) -> str | None:
+        if execution_arn is None:
+            return None
+        try:
+            return self.stepfunctions.describe_execution(executionArn=execution_arn)["status"]
+        except Exception:  # no permission, gone, another account: say so, never guess
+            return "unknown"
+
+
+# ---- commands -------------------------------------------------------------------------
+
+
+def _stored(args: argparse.Namespace) -> str:
+    problem = p.namespace_problem(args.namespace) or p.key_problem(args.key, args.namespace)
+    if problem:
+        raise CliError(f"the lock key {problem}" if not p.namespace_problem(args.namespace)
+                       else f"the namespace {problem}")
+    return p.namespaced(args.namespace, args.key)
+
+
+def cmd_list(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
+    if args.namespace is not None and p.namespace_problem(args.namespace):
+        raise CliError(f"the namespace {p.namespace_problem(args.namespace)}")
+    rows = [describe(item, now_ms) for item in locks.scan() if p.KEY_ATTRIBUTE in item]
+    if args.namespace is not None:
+        rows = [r for r in rows if r["namespace"] == args.namespace]
+    if args.held:
+        rows = [r for r in rows if r["state"] != "free"]
+    rows.sort(key=lambda r: (r["namespace"], r["key"], r["slot"] or 0))
+    return OK, rows
+
+
+def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
+    stored = _stored(args)
+    item = locks.get(stored)
+    if not item:
+        raise CliError(f"no lock item for key {args.key!r} in namespace {args.namespace!r} (table {locks.table})")
+    shown = describe(item, now_ms)
+    shown["executionStatus"] = locks.execution_status(shown["execution"])
+    shown["waiters"] = "not recorded: waiters of this lock kind poll"
+    return OK, shown
+
+
+def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
+    from constructs_lib.lock_client import LockClient, LockLost, _lease
+
+    stored = _stored(args)
+    item = locks.get(stored)
+    if not item:
+        raise CliError(f"no lock item for key {args.key!r} in namespace {args.namespace!r} (table {locks.table})")
+    shown = describe(item, now_ms)
+    if shown["owner"] is None:
+        return OK, {**shown, "released": False, "message": "the lock is free: nothing to release"}
+    if args.owner is not None and args.owner != shown["owner"]:
+        raise CliError(f"the lock is held by {shown['owner']!r}, not by --owner {args.owner!r}: nothing released")
+    if args.fence is not None and args.fence != shown["fence"]:
+        raise CliError(f"the lock's fence is {shown['fence']}, not --fence {args.fence}: nothing released")
+    shown["executionStatus"] = locks.execution_status(shown["execution"])
+    alive = shown["executionStatus"] in p.ALIVE_STATUSES or (
+        shown["execution"] is None and shown["state"] == "held")
+    warning = ("WARNING: the holder may still be running; releasing lets a second holder in while it "
+               "runs (its late writes are stopped only by fencing)") if alive else None
+    if not args.force:
+        return REFUSED, {**shown, "released": False, "warning": warning,
+                         "message": f"would release the lock held by {shown['owner']!r} (fence "
+                                    f"{shown['fence']}); add --force to release it"}
+    client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb)
+    try:
+        client.release(_lease(args.key, item))
+    except LockLost:
+        now = describe(locks.get(stored) or item, now_ms)
+        raise CliError(
+            f"the lock changed since it was read (holder now {now['owner']!r}, fence {now['fence']}): "
+            "nothing released"
+        ) from None
+    return OK, {**shown, "released": True, "warning": warning,
+                "message": f"released the lock held by {shown['owner']!r} (fence {shown['fence']})"}
+
+
+# ---- plumbing -------------------------------------------------------------------------
+
+
+def _table_name(args: argparse.Namespace, session: Any) -> str:
+    if args.table:
+        return args.table
+    if not args.stack:
+        raise CliError("the lock table is unknown: give --table NAME or --stack STACK")
+    cloudformation = session.client("cloudformation", **_endpoint(args, "cloudformation"))
+    try:
+        stack = cloudformation.describe_stacks(StackName=args.stack)["Stacks"][0]
+        for output in stack.get("Outputs", []):
+            if output["OutputKey"] == args.output or (args.output is None and "LockTable" in output["OutputKey"]):
+                return output["OutputValue"]
+        resources = cloudformation.describe_stack_resources(StackName=args.stack)["StackResources"]
+    except Exception as error:
+        raise CliError(f"cannot read stack {args.stack!r}: {error}") from None
+    tables = [r["PhysicalResourceId"] for r in resources
+              if r["ResourceType"] == "AWS::DynamoDB::Table" and "LockTable" in r["LogicalResourceId"]]
+    if len(tables) != 1:
+        raise CliError(f"stack {args.stack!r} has {len(tables)} lock tables ({tables}): give --table")
+    return tables[0]
+
+
+def _endpoint(args: argparse.Namespace, service: str) -> dict:
+    kwargs = {}
+    if args.region:
+        kwargs["region_name"] = args.region
+    if args.endpoint_url and service == "dynamodb":
+        kwargs["endpoint_url"] = args.endpoint_url
+    return kwargs
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--table", help="the lock table's name")
+    common.add_argument("--stack", help="read the lock table from this CloudFormation stack")
+    common.add_argument("--output", help="the stack output holding the table name (default: one named *LockTable*)")
+    common.add_argument("--region", help="AWS region (default: boto3's)")
+    common.add_argument("--endpoint-url", help="DynamoDB endpoint (DynamoDB Local, say)")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    root = argparse.ArgumentParser(prog="locked-workflow", description=__doc__.splitlines()[0])
+    groups = root.add_subparsers(dest="group", required=True)
+    locks = groups.add_parser("locks", help="inspect and free locks").add_subparsers(dest="command", required=True)
+    listing = locks.add_parser("list", parents=[common], help="every lock item")
+    listing.add_argument("--namespace", default=None)
+    listing.add_argument("--held", action="store_true", help="only held (or expired, unreleased) locks")
+    show = locks.add_parser("show", parents=[common], help="one lock: holder, its execution, fence")
+    show.add_argument("key")
+    show.add_argument("--namespace", default="")
+    release = locks.add_parser("release", parents=[common], help="free a lock, conditioned on its holder")
+    release.add_argument("key")
+    release.add_argument("--namespace", default="")
+    release.add_argument("--force", action="store_true", help="really release (without it: say what would happen)")
+    release.add_argument("--owner", help="release only if this is the holder")
+    release.add_argument("--fence", type=int, help="release only if this is the fence")
+    return root
+
+
+def _print(result: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    if isinstance(result, list):
+        if not result:
+            print("no lock items")
+        for r in result:
+            slot = f" slot {r['slot']}" if r["slot"] is not None else ""
+            print(f"{r['namespace']}#{r['key']}{slot}: {r['state']}, fence {r['fence']}"
+                  + (f", held by {r['owner']} since {r['acquiredAt']}, expires {r['expiresAt']}" if r["owner"] else ""))
+        return
+    for name in ("warning", "message"):
+        if result.get(name):
+            print(result[name])
+    for name, value in result.items():
+        if name not in ("warning", "message") and value is not None:
+            print(f"  {name}: {value}")
+
+
+def main(argv: Sequence[str] | None = None, *, clients: Mapping[str, Any] | None = None) -> int:
+    """Run the CLI; ``clients`` (``dynamodb``, ``stepfunctions``, ``session``) for tests."""
+    args = parser().parse_args(argv)
+    try:
+        import boto3
+        from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError
+
+        clients = dict(clients or {})
+        session = clients.get("session") or boto3.Session()
+        table = args.table
+        try:
+            table = _table_name(args, session)
+            dynamodb = clients.get("dynamodb") or session.client("dynamodb", **_endpoint(args, "dynamodb"))
+            stepfunctions = clients.get("stepfunctions") or session.client("stepfunctions", **_endpoint(args, "stepfunctions"))
+            command = {"list": cmd_list, "show": cmd_show, "release": cmd_release}[args.command]
+            code, result = command(Locks(dynamodb, stepfunctions, table), args, int(time.time() * 1000))
+        except ClientError as error:
+            code_name = error.response.get("Error", {}).get("Code")
+            if code_name == "ResourceNotFoundException":
+                raise CliError(f"no table {table!r} (region {session.region_name or 'default'})") from None
+            raise CliError(f"AWS refused: {error}") from None
+        except NoCredentialsError:
+            raise CliError("no AWS credentials: configure them (aws configure, AWS_PROFILE, ...)") from None
+        except NoRegionError:
+            raise CliError("no AWS region: pass --region or set AWS_REGION") from None
+    except CliError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return FAILED
+    _print(result, args.json)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""The lock CLI on both DynamoDB backends: list, show, a forced release conditioned on the
+holder it read (racing a real release), refusals and clear errors."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from constructs_lib import cli
+from constructs_lib.lock_client import LockClient
+from state_machines import lock_protocol as p
+
+WAIT_30S = {"QueryLanguage": "JSONata", "StartAt": "Hold",
+            "States": {"Hold": {"Type": "Wait", "Seconds": 30, "End": True}}}
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def cloud(request):
+    from constructs_lib.local import LocalCloud
+    from constructs_lib.local.pytest_plugin import require_backend
+
+    require_backend(request.param)
+    with LocalCloud(request.param) as local:
+        yield local
+
+
+@pytest.fixture
+def table(cloud):
+    name = f"locks-{uuid.uuid4().hex[:8]}"
+    cloud.dynamodb.create_table(
+        TableName=name, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+def run(cloud, capsys, *argv, **clients):
+    clients = {"dynamodb": cloud.dynamodb, "stepfunctions": cloud.stepfunctions, **clients}
+    code = cli.main(list(argv), clients=clients)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def item(cloud, table, stored):
+    return cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": stored}}, ConsistentRead=True).get("Item", {})
+
+
+def test_list_and_show_a_client_held_lock(cloud, table, capsys):
+    client = LockClient(table, namespace="customer", dynamodb=cloud.dynamodb)
+    held = client.acquire("42", lease=60)
+    free = client.acquire("7", lease=60)
+    client.release(free)
+    code, out, _ = run(cloud, capsys, "locks", "list", "--table", table, "--json")
+    rows = json.loads(out)
+    assert code == 0 and [(r["key"], r["state"], r["fence"]) for r in rows] == [("42", "held", 1), ("7", "free", 1)]
+    code, out, _ = run(cloud, capsys, "locks", "list", "--table", table, "--held", "--json")
+    assert [r["key"] for r in json.loads(out)] == ["42"]
+    code, out, _ = run(cloud, capsys, "locks", "show", "42", "--namespace", "customer", "--table", table, "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["owner"] == held.owner and shown["fence"] == 1 and shown["execution"] is None
+    assert shown["expiresAt"] and shown["waiters"].startswith("not recorded")
+    code, out, _ = run(cloud, capsys, "locks", "list", "--table", table)
+    assert "customer#42: held, fence 1, held by" in out and "customer#7: free" in out
+
+
+def test_show_names_the_holding_execution_and_its_status(cloud, table, capsys):
+    machine = cloud.stepfunctions.create_state_machine(
+        name=f"hold-{uuid.uuid4().hex[:6]}", definition=json.dumps(WAIT_30S),
+        roleArn="arn:aws:iam::123456789012:role/r")["stateMachineArn"]
+    execution = cloud.stepfunctions.start_execution(stateMachineArn=machine)["executionArn"]
+    client = LockClient(table, namespace="c", dynamodb=cloud.dynamodb)
+    client.acquire("1", owner=f"{execution}#{uuid.uuid4()}", lease=60)
+    code, out, _ = run(cloud, capsys, "locks", "show", "1", "--namespace", "c", "--table", table, "--json")
+    shown = json.loads(out)
+    assert (shown["execution"], shown["executionStatus"]) == (execution, "RUNNING")
+    # releasing a running holder is possible only with --force, and warns
+    code, out, _ = run(cloud, capsys, "locks", "release", "1", "--namespace", "c", "--table", table, "--json")
+    refused = json.loads(out)
+    assert code == cli.REFUSED and refused["released"] is False and "--force" in refused["message"]
+    assert p.OWNER in item(cloud, table, "c#1")  # untouched
+    code, out, _ = run(cloud, capsys, "locks", "release", "1", "--namespace", "c", "--table", table, "--force")
+    assert code == 0 and "WARNING" in out and "released the lock" in out
+    assert p.OWNER not in item(cloud, table, "c#1") and item(cloud, table, "c#1")[p.FENCE] == {"N": "1"}
+    cloud.stepfunctions.stop_execution(executionArn=execution)
+
+
+def test_a_forced_release_racing_a_real_release_and_reacquire_releases_nothing(cloud, table, capsys, monkeypatch):
+    client = LockClient(table, namespace="r", dynamodb=cloud.dynamodb)
+    first = client.acquire("k", lease=60)
+    later = {}
+    original_get = cli.Locks.get
+    reads = []
+
+    def get_then_race(self, stored):
+        got = original_get(self, stored)
+        if not reads:  # after the CLI read the holder: it releases, another run acquires
+            client.release(first)
+            later["lease"] = client.acquire("k", lease=60)
+        reads.append(stored)
+        return got
+
+    monkeypatch.setattr(cli.Locks, "get", get_then_race)
+    code, _, err = run(cloud, capsys, "locks", "release", "k", "--namespace", "r", "--table", table, "--force")
+    assert code == cli.FAILED and "the lock changed since it was read" in err and "nothing released" in err
+    assert item(cloud, table, "r#k")[p.OWNER]["S"] == later["lease"].owner  # the new holder keeps it
+
+
+def test_owner_and_fence_must_match_what_is_held(cloud, table, capsys):
+    client = LockClient(table, namespace="m", dynamodb=cloud.dynamodb)
+    held = client.acquire("k", lease=60)
+    code, _, err = run(cloud, capsys, "locks", "release", "k", "--namespace", "m", "--table", table,
+                       "--force", "--fence", "9")
+    assert code == cli.FAILED and "not --fence 9" in err
+    code, _, err = run(cloud, capsys, "locks", "release", "k", "--namespace", "m", "--table", table,
+                       "--force", "--owner", "someone-else")
+    assert code == cli.FAILED and "nothing released" in err
+    assert item(cloud, table, "m#k")[p.OWNER]["S"] == held.owner
+    code, _, _ = run(cloud, capsys, "locks", "release", "k", "--namespace", "m", "--table", table,
+                     "--force", "--owner", held.owner, "--fence", "1")
+    assert code == 0 and p.OWNER not in item(cloud, table, "m#k")
+
+
+def test_semaphore_slots_are_listed_with_their_slot(cloud, table, capsys):
+    from state_machines import semaphore_protocol as sp
+
+    cloud.dynamodb.put_item(TableName=table, Item={
+        "pk": {"S": sp.slot_key("sem#api", 2)}, "owner": {"S": "x#1"}, "fence": {"N": "4"},
+        "expiresAt": {"N": "1"}, "acquiredAt": {"N": "0"}})
+    code, out, _ = run(cloud, capsys, "locks", "list", "--table", table, "--json")
+    (row,) = json.loads(out)
+    assert (row["namespace"], row["key"], row["slot"], row["state"]) == ("sem", "api", 2, "expired")
+
+
+def test_clear_errors(cloud, table, capsys):
+    code, _, err = run(cloud, capsys, "locks", "show", "nope", "--table", table)
+    assert code == cli.FAILED and "no lock item for key 'nope'" in err
+    code, _, err = run(cloud, capsys, "locks", "list", "--table", "no-such-table")
+    assert code == cli.FAILED and "no table 'no-such-table'" in err and "Traceback" not in err
+    code, _, err = run(cloud, capsys, "locks", "show", "k", "--namespace", "a#b", "--table", table)
+    assert code == cli.FAILED and "the namespace must be at most 64" in err
+    code, _, err = run(cloud, capsys, "locks", "list")
+    assert code == cli.FAILED and "give --table NAME or --stack STACK" in err
+
+
+class FakeCloudFormation:
+    """describe_stacks / describe_stack_resources of one stack (moto's CloudFormation needs
+    extras this project does not install; the lookup is what is tested)."""
+
+    def __init__(self, stack: str, table: str, outputs: list | None = None) -> None:
+        self.stack, self.table, self.outputs = stack, table, outputs or []
+
+    def describe_stacks(self, StackName):
+        if StackName != self.stack:
+            raise RuntimeError(f"Stack with id {StackName} does not exist")
+        return {"Stacks": [{"StackName": StackName, "Outputs": self.outputs}]}
+
+    def describe_stack_resources(self, StackName):
+        return {"StackResources": [
+            {"LogicalResourceId": "LockedLockTable1234", "ResourceType": "AWS::DynamoDB::Table",
+             "PhysicalResourceId": self.table},
+            {"LogicalResourceId": "Customers99", "ResourceType": "AWS::DynamoDB::Table",
+             "PhysicalResourceId": "customers"},
+        ]}
+
+
+class FakeSession:
+    region_name = "us-east-1"
+
+    def __init__(self, cloudformation) -> None:
+        self.cloudformation = cloudformation
+
+    def client(self, service, **kwargs):
+        assert service == "cloudformation"
+        return self.cloudformation
+
+
+def test_the_table_is_found_from_a_stack(cloud, table, capsys):
+    LockClient(table, namespace="s", dynamodb=cloud.dynamodb).acquire("k", lease=60)
+    session = FakeSession(FakeCloudFormation("Updates", table))
+    code, out, _ = run(cloud, capsys, "locks", "list", "--stack", "Updates", "--json", session=session)
+    assert code == 0 and [r["key"] for r in json.loads(out)] == ["k"]  # the lock table, not the customers
+    with_output = FakeSession(FakeCloudFormation("Updates", "ignored", [{"OutputKey": "Locks", "OutputValue": table}]))
+    code, out, _ = run(cloud, capsys, "locks", "list", "--stack", "Updates", "--output", "Locks", "--json",
+                       session=with_output)
+    assert code == 0 and len(json.loads(out)) == 1
+    code, _, err = run(cloud, capsys, "locks", "list", "--stack", "Missing", session=session)
+    assert code == cli.FAILED and "cannot read stack 'Missing'" in err
