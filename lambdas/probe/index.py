@@ -52,10 +52,26 @@ def _enter(table: str, key: str, fence: int | None, limit: int = 1) -> int:
     return inside
 
 
-def _read_modify_write(table: str, key: str, fence: int | None, work_ms: int) -> bool:
+class TimedOut(Exception):
+    """The invocation ran past its function's timeout: on AWS it would have been killed here.
+
+    The local runtime runs Lambdas as threads it cannot kill; the probe stops itself at its
+    deadline instead (before entering, before writing), so a stopped holder's work - which
+    the lock's stop grace covers only up to the function timeout - behaves as on AWS."""
+
+
+def _check_deadline(context: object) -> None:
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is not None and remaining() <= 0:
+        raise TimedOut("Task timed out (the function's timeout)")
+
+
+def _read_modify_write(table: str, key: str, fence: int | None, work_ms: int, context: object = None) -> bool:
     item = _client().get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True).get("Item", {})
     counter = int(item.get("counter", {}).get("N", "0"))
-    time.sleep(work_ms / 1000)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    time.sleep(max(0, min(work_ms, remaining() if remaining else work_ms)) / 1000)
+    _check_deadline(context)
     values = {":new": {"N": str(counter + 1)}, ":one": {"N": "1"}}
     if fence is None:  # unfenced (the negative control): the write always lands
         _update(table, key, "SET #c = :new ADD accepted :one", values, ExpressionAttributeNames={"#c": "counter"})
@@ -90,12 +106,15 @@ def handler(event: dict, context: object) -> dict:
         for key in keys:
             fence = fences.get(key) if isinstance(fences, dict) else None
             fence = int(fence) if fence is not None else None
+            _check_deadline(context)
             inside = _enter(table, key, fence, limit)
             entered.append(key)
             results.append({"key": key, "insideAtEntry": inside, "fence": fence})
         work_ms = int(event.get("workMs") or 0)
         for result in results:
-            result["accepted"] = _read_modify_write(table, result["key"], result["fence"], work_ms // len(keys))
+            result["accepted"] = _read_modify_write(
+                table, result["key"], result["fence"], work_ms // len(keys), context
+            )
     finally:
         for key in entered:
             _update(table, key, "ADD inside :minus", {":minus": {"N": "-1"}})

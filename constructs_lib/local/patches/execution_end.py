@@ -51,7 +51,7 @@ from moto.stepfunctions.responses import StepFunctionResponse
 
 _ONCE = threading.Lock()
 #: How long StopExecution waits for a just-started execution's interpreter.
-ENV_WAIT_S = 5.0
+ENV_WAIT_S = 60.0
 _CLOSING_EVENTS = {
     HistoryEventType.ExecutionSucceeded,
     HistoryEventType.ExecutionFailed,
