@@ -120,11 +120,17 @@ def cmd_list(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
     return OK, rows
 
 
-def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
+def _read(locks: Locks, args: argparse.Namespace) -> tuple[str, dict]:
+    """The stored key and the lock item of ``args.key`` (a clear error when there is none)."""
     stored = _stored(args)
     item = locks.get(stored)
     if not item:
         raise CliError(f"no lock item for key {args.key!r} in namespace {args.namespace!r} (table {locks.table})")
+    return stored, item
+
+
+def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
+    _, item = _read(locks, args)
     shown = describe(item, now_ms)
     shown["executionStatus"] = locks.execution_status(shown["execution"])
     shown["waiters"] = "not recorded: waiters of this lock kind poll"
@@ -134,10 +140,7 @@ def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
 def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
     from constructs_lib.lock_client import LockClient, LockLost, _lease
 
-    stored = _stored(args)
-    item = locks.get(stored)
-    if not item:
-        raise CliError(f"no lock item for key {args.key!r} in namespace {args.namespace!r} (table {locks.table})")
+    stored, item = _read(locks, args)
     shown = describe(item, now_ms)
     if shown["owner"] is None:
         return OK, {**shown, "released": False, "message": "the lock is free: nothing to release"}

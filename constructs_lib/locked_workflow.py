@@ -169,7 +169,20 @@ class LockedSection(sfn.StateMachineFragment):
     :param protected: the work to run under the lock (any ``IChainable``). A single task
         state with no Catch of its own gets the lock's Catch directly; anything else is
         wrapped in a one-branch Parallel (one more state transition).
-    :param table: the lock table (partition key ``pk``, string).
+    :param table: the lock table (partition key ``pk``, string); or give ``record_table``.
+    :param lock_keys: instead of ``lock_key``: a JSONata template whose value is an array of
+        keys (1 to 100 after de-duplication), all locked at once with one transaction; the work
+        reads ``$lock.keys`` and ``$lock.fences`` (stored key -> fence). Default: none.
+    :param limit: holders admitted per key at once (a semaphore of ``limit`` slots, 1 to 32;
+        every participant of a key must use the same limit). Default: 1 (a mutex).
+    :param record_table: instead of ``table``: keep the lock on the records of this table,
+        whose string partition key (no sort key) is the lock key; the work reads the record as
+        ``$lock.item`` and may return ``recordUpdate`` (``{"set": {name: AttributeValue},
+        "remove": [name]}``), written by the release. Not re-entrant. Default: none.
+    :param record_key_attribute: the record table's partition key, needed when its schema
+        cannot be read (an imported table). Default: read from the table.
+    :param record_must_exist: with ``record_table``, a missing record fails with
+        ``Lock.RecordMissing``; ``False`` lets the acquire create it. Default: ``True``.
     :param lease: how long an acquisition stays valid if never released. Set it longer than
         the longest time the section can run; a shorter lease trades safety (another run
         may take over a live holder, whose late writes only its fence can reject) for
