@@ -180,7 +180,8 @@ def test_a_stopped_transfer_is_retired_on_every_key(variants):
 
 def test_a_transfer_that_waits_too_long_fails_with_lock_timeout_holding_nothing(variants):
     a, b = key("acct"), key("acct")
-    single = variants.start("Single", {"key": b, "workMs": 9_000})  # past the waiter's max_wait + a round
+    # b stays held past the waiter's max_wait (3 s) plus a round of waiting (at most 2 s)
+    single = variants.start("SingleHold", {"key": b, "holdS": 9, "workMs": 1})
     deadline = time.time() + 30
     while p.OWNER not in variants.lock(p.namespaced("acct", b)) and time.time() < deadline:
         time.sleep(0.1)

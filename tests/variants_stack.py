@@ -82,6 +82,15 @@ class VariantsStack(cdk.Stack):
             protected=self.probe("SingleProbe", {"key": jsonata("$states.input.key"), "fence": jsonata("$lock.fence")}),
             **common,
         )
+        # The same single-key holder, held across a Wait first (longer than the probe's timeout).
+        single_hold = sfn.CustomState(
+            self, "SingleHoldWait", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")},
+        )
+        LockedWorkflow(
+            self, "SingleHold", lock_key=jsonata("$states.input.key"), key_namespace="acct",
+            protected=single_hold.next(self.probe("SingleHoldProbe", {"key": jsonata("$states.input.key"), "fence": jsonata("$lock.fence")})),
+            **common,
+        )
         # The negative control: the same transfer work with no lock at all.
         sfn.StateMachine(
             self, "Unlocked", state_machine_name="VariantsUnlocked",
