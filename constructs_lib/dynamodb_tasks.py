@@ -16,7 +16,11 @@ def attribute_value(value: dict) -> tasks.DynamoAttributeValue:
         return tasks.DynamoAttributeValue.from_string(text)
     if kind == "N":
         return tasks.DynamoAttributeValue.number_from_string(text)
-    raise ValueError(f"unsupported attribute value {value!r}")  # the protocol builds only S and N
+    if kind == "L":
+        return tasks.DynamoAttributeValue.from_list([attribute_value(v) for v in text])
+    if kind == "M":
+        return tasks.DynamoAttributeValue.from_map({k: attribute_value(v) for k, v in text.items()})
+    raise ValueError(f"unsupported attribute value {value!r}")  # the protocol builds only S, N, L, M
 
 
 def update_item_props(arguments: dict) -> dict:

@@ -32,10 +32,12 @@ from constructs import Construct
 
 from constructs_lib.custom_state import JsonataCustomState
 from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from constructs_lib.fair_mutex import FairMutex
 from constructs_lib.janitor import LockJanitor
 from constructs_lib.monitoring import LockMonitoring
 from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from constructs_lib.lock_table import LockTable
+from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
 from state_machines import multikey_protocol, semaphore_protocol
 from state_machines.lock_protocol import WaitPolicy, jsonata
@@ -212,6 +214,18 @@ class LockedSection(sfn.StateMachineFragment):
     :param history_event_budget: refuse a ``max_wait``/``wait_policy`` whose wait loop could
         record more history events than this (a Standard execution stops at 25,000); ``None``
         skips the check (Express). Default: 20,000.
+    :param fair: a fair lock (single ``lock_key`` on a lock ``table``, STANDARD state
+        machines): waiters queue on the lock item and are granted the lock in arrival order;
+        a waiter parks on a task token (``.waitForTaskToken``) and the release wakes the head
+        of the queue (``SendTaskSuccess``) - no polling. The uncontended path is the mutex's
+        single write. Every participant of a key should be fair (a polling one may take a
+        free lock ahead of the queue, and does not wake it). See
+        :mod:`state_machines.fair_protocol`. ``wait_policy`` is not used. Default: ``False``.
+    :param park_timeout: with ``fair``: a parked waiter's fallback - after this long it looks
+        by itself (re-queues if dropped, asks whether the holder and a dead-looking head of
+        the queue still run, dequeues a dead head and wakes the next). It bounds what a lost
+        wake-up or a stopped participant costs. Whole seconds, 1 s to 1 hour.
+        Default: 30 seconds.
     """
 
     def __init__(
@@ -235,6 +249,8 @@ class LockedSection(sfn.StateMachineFragment):
         lock_variable: str = "lock",
         liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
         history_event_budget: Optional[int] = protocol.WAIT_LOOP_EVENT_BUDGET,
+        fair: bool = False,
+        park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
     ) -> None:
         super().__init__(scope, construct_id)
         wait_policy = wait_policy or WaitPolicy()
@@ -244,6 +260,25 @@ class LockedSection(sfn.StateMachineFragment):
                 f"off), got: {liveness_check_every!r}"
             )
         self.kind = _lock_kind(lock_key, lock_keys, limit)
+        if not isinstance(fair, bool):
+            raise ValueError(f"`fair` must be True or False, got: {fair!r}")
+        park_timeout_ms = _concrete_ms("park_timeout", park_timeout)
+        if not 1000 <= park_timeout_ms <= 3_600_000 or park_timeout_ms % 1000:
+            raise ValueError(
+                f"`park_timeout` must be whole seconds from 1 s to 1 hour, got: {park_timeout_ms / 1000} s"
+            )
+        if fair:
+            if type(self.kind) is not Mutex or record_table is not None:
+                raise ValueError(
+                    "`fair` must be used with a single `lock_key` on a lock `table` (limit 1), got: a "
+                    f"{'record' if record_table is not None else self.kind.name} lock"
+                )
+            if liveness_check_every == 0:
+                raise ValueError(
+                    "`liveness_check_every` must be at least 1 with `fair=True` (a parked waiter's "
+                    "fallback asks whether the holder and the head of the queue still run), got: 0"
+                )
+            self.kind = FairMutex(self.kind.user_key, park_timeout_s=park_timeout_ms // 1000)
         if (table is None) == (record_table is None):
             raise ValueError(
                 "`table` (a lock table) or `record_table` (a lock on the records) must be given, "
@@ -283,7 +318,10 @@ class LockedSection(sfn.StateMachineFragment):
         if max_wait_ms < 0:
             raise ValueError(f"`max_wait` must not be negative, got: {max_wait_ms / 1000} s")
         if history_event_budget is not None:
-            needed = protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
+            needed = (
+                fair_protocol.worst_case_park_events(park_timeout_ms / 1000, max_wait_ms / 1000) if fair
+                else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
+            )
             if needed > history_event_budget:
                 raise ValueError(
                     f"`max_wait` must keep the wait loop under {history_event_budget} history events "
@@ -327,7 +365,8 @@ class LockedSection(sfn.StateMachineFragment):
             cause=jsonata(protocol.rethrow_cause_expression()),
         )
         self._start, self.acquire, acquired = self.kind.build_acquire(self, lease_ms)
-        self._build_wait_path()
+        if not getattr(self.kind, "builds_own_wait_path", False):
+            self._build_wait_path()
         self._build_error_path()
         self.release = self._build_release()
         acquired.next(self.protected).next(self.release)
@@ -455,6 +494,7 @@ class LockedSection(sfn.StateMachineFragment):
         *,
         release_task=None,
         query_error_outputs: str = "$states.input",
+        after_release: Optional[sfn.IChainable] = None,
     ) -> sfn.State:
         """The mutex's release. A failed condition means the lock is not mine - unless a retried
         release follows one whose response was lost (then it was released before the lease
@@ -483,6 +523,9 @@ class LockedSection(sfn.StateMachineFragment):
             sfn.Succeed(self, "Released", state_name=self._name("Released")),
         ).otherwise(lost)
         again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        if after_release is not None:  # (a fair lock: wake the next waiter)
+            release.next(after_release)
+            again.next(after_release)
         return release
 
     def _build_error_path(self) -> None:
@@ -706,10 +749,11 @@ def _same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
 
 
 def _is_lock_state(state: dict) -> bool:
-    """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is."""
+    """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is
+    (a fair waiter's park included: a stopped execution's park ends with it)."""
     arguments = state.get("Arguments")
     return isinstance(arguments, dict) and arguments.get("ConditionExpression") in {
-        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE)
+        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)
     }
 
 
@@ -825,6 +869,10 @@ class LockedWorkflow(Construct):
         of its props, or ``False``. Default: ``False``.
     :param shares_lock_with: other Standard state machines using the same lock table, whose
         executions waiters may check. Default: ``()``.
+    :param fair: grant the lock in arrival order and hand it off with a wake-up instead of
+        polling (STANDARD only); see :class:`LockedSection`. Default: ``False``.
+    :param park_timeout: with ``fair``: the longest a queued waiter sleeps before it looks by
+        itself (its fallback). Default: 30 seconds.
     """
 
     def __init__(
@@ -856,9 +904,16 @@ class LockedWorkflow(Construct):
         liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
         shares_lock_with: Sequence[sfn.IStateMachine] = (),
         monitoring: Union[bool, Mapping[str, Any]] = False,
+        fair: bool = False,
+        park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
     ) -> None:
         super().__init__(scope, construct_id)
         express = state_machine_type == sfn.StateMachineType.EXPRESS
+        if fair is True and express:
+            raise ValueError(
+                "`fair` must be False for an EXPRESS state machine (its waiters cannot park on a "
+                "task token: .waitForTaskToken is STANDARD only), got: True"
+            )
         if table is not None and table_removal_policy is not None:
             raise ValueError(
                 "`table_removal_policy` must be left unset when an existing `table` is given "
@@ -930,6 +985,8 @@ class LockedWorkflow(Construct):
             lock_variable=lock_variable,
             liveness_check_every=0 if express else liveness_check_every,
             history_event_budget=None if express else protocol.WAIT_LOOP_EVENT_BUDGET,
+            fair=fair,
+            park_timeout=park_timeout,
         )
 
         self.log_group: Optional[logs.LogGroup] = None

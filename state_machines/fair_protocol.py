@@ -225,3 +225,15 @@ def park_timeout_expression(*, park_timeout_s: int, wait_variable: str, max_wait
     w = "$" + wait_variable
     left = f"{int(max_wait_ms)} - ($millis() - {w}.since)"
     return f"$max([1, $min([{int(park_timeout_s)}, $ceil(({left}) / 1000)])])"
+
+
+#: History events of one park round that times out (park, fallback reads and checks, a dead
+#: head removed and the next woken, enqueue again), rounded up.
+EVENTS_PER_PARK_ROUND = 45
+
+
+def worst_case_park_events(park_timeout_s: float, max_wait_s: float) -> int:
+    """History events a fair waiter's queue can record while it waits up to ``max_wait_s``."""
+    import math
+
+    return (math.ceil(max_wait_s / park_timeout_s) + 1) * EVENTS_PER_PARK_ROUND

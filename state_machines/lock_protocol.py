@@ -601,10 +601,11 @@ def acquire_arguments(
     }
 
 
-def lock_variable_expression(item: LockItem | None = None) -> str:
-    """JSONata over an acquire result: the ``$lock`` record the protected work reads (with
-    the entry record's ``requestedAt``: the acquire's log line then shows the wait)."""
-    a, i = "$states.result.Attributes", item or LOCK_TABLE_ITEM
+def lock_variable_expression(item: LockItem | None = None, of: str = "$states.result.Attributes") -> str:
+    """JSONata over an acquire result (``of``: its item) : the ``$lock`` record the protected
+    work reads (with the entry record's ``requestedAt``: the acquire's log line then shows the
+    wait)."""
+    a, i = of, item or LOCK_TABLE_ITEM
     return (
         "{"
         f"'key': {a}.`{i.key_attribute}`.S, "

@@ -1,4 +1,5 @@
-"""Fault injection for DynamoDB calls, on either backend (tests of your own workflows too).
+"""Fault injection for DynamoDB calls (and other services': ``Fault(service=...)``), on either
+backend (tests of your own workflows too).
 
 ::
 
@@ -10,8 +11,9 @@
 
 ``after_call=True`` lets the call reach DynamoDB and then fails it: the write happened but
 its response was lost, as with a timeout - what a retry must cope with. ``then`` runs in
-between (after the write, before the error reaches the caller): what others do meanwhile,
-e.g. a waiter taking the lock the lost release freed.
+between (after the write, if any, before the error reaches the caller): what others do
+meanwhile, e.g. a waiter taking the lock the lost release freed, or the caller's execution
+being stopped right there. ``when`` must not call AWS (it runs under the hook's lock).
 
 The hook sits in botocore (``BaseClient._make_api_call``), upstream of both moto and
 DynamoDB Local, so it sees the state machines', the Lambdas' and the tests' own calls.
@@ -31,7 +33,8 @@ from botocore.exceptions import ClientError
 
 @dataclass
 class Fault:
-    """Fail the first ``times`` DynamoDB ``operation`` calls for which ``when(params)`` holds."""
+    """Fail the first ``times`` ``operation`` calls of ``service`` (botocore's name: ``dynamodb``,
+    ``stepfunctions`` ...) for which ``when(params)`` holds."""
 
     operation: str
     error_code: str
@@ -40,6 +43,7 @@ class Fault:
     when: Callable[[dict], bool] = lambda params: True
     then: Callable[[], Any] | None = None
     injected: int = 0
+    service: str = "dynamodb"
 
 
 @dataclass
@@ -69,18 +73,22 @@ def dynamodb_faults(*faults: Fault) -> Iterator[FaultLog]:
     guard = threading.Lock()
     original = BaseClient._make_api_call
 
-    def _due(operation: str, params: dict) -> Fault | None:
+    services = {fault.service for fault in faults}
+
+    def _due(service: str, operation: str, params: dict) -> Fault | None:
         with guard:
             for fault in faults:
-                if fault.operation == operation and fault.injected < fault.times and fault.when(params):
+                if (fault.service, fault.operation) == (service, operation) and fault.injected < fault.times \
+                        and fault.when(params):
                     fault.injected += 1
                     return fault
         return None
 
     def _make_api_call(client: BaseClient, operation: str, params: dict) -> Any:
-        if client.meta.service_model.service_name != "dynamodb":
+        service = client.meta.service_model.service_name
+        if service not in services:
             return original(client, operation, params)
-        fault = _due(operation, params)
+        fault = _due(service, operation, params)
         if fault is None:
             log.calls.append((operation, "ok"))
             return original(client, operation, params)
@@ -91,6 +99,8 @@ def dynamodb_faults(*faults: Fault) -> Iterator[FaultLog]:
                 fault.then()
         else:
             log.calls.append((operation, fault.error_code))
+            if fault.then is not None:
+                fault.then()
         raise _error(fault.error_code, operation)
 
     with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):

@@ -1,0 +1,68 @@
+"""Fair-lock workflows around the probe Lambda (every grant's holder count, fence and the
+order of grants), with a polling twin on the same table as the negative control of order."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from constructs_lib import LockedWorkflow, LockTable
+from safety_stack import FAST, PROBE_CODE, PROBE_TIMEOUT_S
+from state_machines.lock_protocol import jsonata
+
+#: A parked waiter looks by itself after this long (short: the dead-participant cases wait it out).
+PARK_TIMEOUT_S = 3
+
+
+class FairStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.locks = LockTable(self, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
+        probes = dynamodb.Table(
+            self, "Probes",
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        self.probe_fn = lambda_.Function(
+            self, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+            code=lambda_.Code.from_asset(str(PROBE_CODE)), timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
+            environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+        )
+        probes.grant_read_write_data(self.probe_fn)
+        common = dict(table=self.locks, lock_key=jsonata("$states.input.key"), key_namespace="f",
+                      max_wait=cdk.Duration.seconds(90), timeout=cdk.Duration.minutes(3), logging=False,
+                      tracing=False)
+        fair = dict(common, fair=True, park_timeout=cdk.Duration.seconds(PARK_TIMEOUT_S))
+        machines = []
+        # the fair lock around the probe
+        machines.append(LockedWorkflow(self, "Fair", protected=self.probe("FairProbe"), **fair))
+        # the same, holding the lock across a Wait first (holdS): a long hold with no task in flight
+        hold = sfn.CustomState(self, "Hold", state_json={
+            "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")})
+        machines.append(LockedWorkflow(self, "FairHold", protected=hold.next(self.probe("FairHoldProbe")), **fair))
+        # a waiter that gives up after 3 s
+        machines.append(LockedWorkflow(self, "FairImpatient", protected=self.probe("ImpatientProbe"),
+                                       **{**fair, "max_wait": cdk.Duration.seconds(3)}))
+        # the polling lock on the same keys' items of another namespace (order: the negative control)
+        machines.append(LockedWorkflow(self, "Polling", protected=self.probe("PollingProbe"), wait_policy=FAST,
+                                       **{**common, "key_namespace": "p"}))
+        # the negative control of exclusion: the same work with no lock
+        sfn.StateMachine(self, "Unlocked", definition_body=sfn.DefinitionBody.from_chainable(self.probe("UnlockedProbe", fence=False)),
+                         query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(3))
+        names = [m.state_machine_name for m in machines]
+        for m in machines:
+            m.section.grant_liveness_check(m.state_machine, *names)
+
+    def probe(self, construct_id: str, fence: bool = True) -> tasks.LambdaInvoke:
+        return tasks.LambdaInvoke.jsonata(
+            self, construct_id, lambda_function=self.probe_fn,
+            payload=sfn.TaskInput.from_object({
+                "key": jsonata("$states.input.key"), "fence": jsonata("$lock.fence" if fence else "null"),
+                "workMs": jsonata("$states.input.workMs"),
+                "fail": jsonata("$exists($states.input.fail) and $states.input.fail"),
+            }),
+            outputs=jsonata("$merge([$states.input, {'probe': $states.result.Payload}])"),
+            retry_on_service_exceptions=False,
+        )

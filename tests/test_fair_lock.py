@@ -1,0 +1,225 @@
+"""The fair lock on both DynamoDB backends: no overlap, fences in order, no lost update, grants
+in arrival order (the polling lock's order as the negative control), and the dead-participant
+cases: a waiter stopped mid-queue, a stopped holder, a lost wake-up."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from state_machines import fair_protocol as fp
+from state_machines import lock_protocol as p
+
+
+@pytest.fixture(scope="session")
+def fair_synth():
+    from constructs_lib.local.synth import synth_app
+    from fair_stack import FairStack
+
+    return synth_app(lambda app: FairStack(app, "Fair"), context={"aws:cdk:enable-asset-metadata": True})
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def fair(request, fair_synth):
+    from deployed import local_deployment
+
+    for cloud, app in local_deployment(request.param, fair_synth):
+        yield Fair(cloud, app)
+
+
+class Fair:
+    def __init__(self, cloud, app):
+        self.cloud, self.app = cloud, app
+
+    def arn(self, name: str) -> str:
+        return self.app.state_machine_arn(f"{name}StateMachine")
+
+    def table(self, prefix: str) -> str:
+        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
+
+    def start(self, machine: str, document: dict) -> str:
+        return self.cloud.start_execution(self.arn(machine), document)
+
+    def wait(self, arns, timeout: float = 240):
+        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+
+    def lock(self, key: str, namespace: str = "f") -> dict:
+        return self.cloud.dynamodb.get_item(
+            TableName=self.table("LocksTable"), Key={"pk": {"S": p.namespaced(namespace, key)}}, ConsistentRead=True
+        ).get("Item", {})
+
+    def queue(self, key: str) -> list:
+        return [o["S"] for o in self.lock(key).get(fp.QUEUE, {}).get("L", [])]
+
+    def probe(self, key: str) -> dict:
+        item = self.cloud.dynamodb.get_item(
+            TableName=self.table("Probes"), Key={"pk": {"S": key}}, ConsistentRead=True).get("Item", {})
+        out = {k: int(v["N"]) for k, v in item.items() if "N" in v}
+        out.update({k: [int(x["N"]) for x in v["L"]] for k, v in item.items() if "L" in v})
+        return out
+
+    def until(self, predicate, timeout: float = 30):
+        deadline = time.time() + timeout
+        while not predicate():
+            assert time.time() < deadline, "timed out waiting"
+            time.sleep(0.05)
+
+
+def key(label: str = "k") -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+def fences_of(results) -> list:
+    return [r.output["probe"]["fence"] for r in results]
+
+
+def parks_timed_out(result) -> int:
+    """Park timeouts in a run's history (the fallback, not a wake-up, ended the park)."""
+    return sum(1 for e in result.history if e["type"] == "TaskTimedOut")
+
+
+def test_an_uncontended_run_takes_the_fast_path(fair):
+    k = key()
+    result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    entered = [e["stateEnteredEventDetails"]["name"] for e in result.history if "stateEnteredEventDetails" in e]
+    assert entered == ["Lock", "Lock.Acquire", "FairProbe", "Lock.Release", "Lock.Release.WakeNext"]
+    item = fair.lock(k)
+    assert item[p.FENCE] == {"N": "1"} and p.OWNER not in item and fp.QUEUE not in item
+
+
+def test_concurrent_runs_never_overlap_fences_rise_and_no_update_is_lost(fair):
+    k = key()
+    results = fair.wait([fair.start("Fair", {"key": k, "workMs": 150}) for _ in range(10)])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 10, [(r.error, r.cause) for r in results]
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1] * 10
+    assert probe["fences"] == sorted(probe["fences"]) and len(set(probe["fences"])) == 10
+    assert probe["counter"] == probe["accepted"] == 10
+    assert fair.queue(k) == [] and p.OWNER not in fair.lock(k)
+
+
+def test_negative_control_the_same_work_unlocked_overlaps(fair):
+    k = key()
+    arns = [fair.cloud.start_execution(fair.app.state_machine_arn("Unlocked"), {"key": k, "workMs": 150})
+            for _ in range(10)]
+    fair.wait(arns)
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) > 0 and probe["counter"] < 10
+
+
+def grants_in_arrival_order(fair, machine: str, waiters: int = 7) -> tuple[list, list]:
+    """A holder holds the key for a while; ``waiters`` runs arrive one by one meanwhile (each
+    waits until the one before it is queued, or has polled once). Returns their fences in
+    arrival order, and the results."""
+    k = key()
+    holder = fair.start("FairHold" if machine == "Fair" else machine, {"key": k, "holdS": 3, "workMs": 1}
+                        if machine == "Fair" else {"key": k, "workMs": 3000})
+    namespace = "f" if machine == "Fair" else "p"
+    fair.until(lambda: p.OWNER in fair.lock(k, namespace))
+    arns = []
+    for n in range(waiters):
+        arns.append(fair.start(machine, {"key": k, "workMs": 100}))
+        if machine == "Fair":
+            fair.until(lambda: len(fair.queue(k)) == n + 1)
+        else:
+            time.sleep(0.3)
+    results = fair.wait([holder] + arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * (waiters + 1), [(r.error, r.cause) for r in results]
+    return fences_of(results[1:]), results[1:]
+
+
+def test_grants_follow_arrival_order_and_each_handoff_is_a_wake_up(fair):
+    fences, results = grants_in_arrival_order(fair, "Fair")
+    assert fences == sorted(fences), fences  # 0 overtakes
+    assert sum(parks_timed_out(r) for r in results) == 0  # every waiter was woken, none looked by itself
+
+
+def test_negative_control_the_polling_lock_lets_later_runs_overtake(fair):
+    fences, _ = grants_in_arrival_order(fair, "Polling")
+    assert fences != sorted(fences), fences
+
+
+def queued(fair, k: str, holder_hold_s: int, waiters: int):
+    """A FairHold holder of ``k`` and ``waiters`` runs queued behind it, in order."""
+    holder = fair.start("FairHold", {"key": k, "holdS": holder_hold_s, "workMs": 1})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    arns = []
+    for n in range(waiters):
+        arns.append(fair.start("Fair", {"key": k, "workMs": 100}))
+        fair.until(lambda: len(fair.queue(k)) == n + 1)
+    return holder, arns
+
+
+def test_a_waiter_stopped_mid_queue_is_skipped_and_the_rest_keep_their_order(fair):
+    k = key()
+    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=2, waiters=3)
+    fair.cloud.stepfunctions.stop_execution(executionArn=w2)
+    results = fair.wait([holder, w1, w3])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
+    assert fair.cloud.wait_for(w2).status == "ABORTED"
+    assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
+    # the stopped waiter was woken in vain, then dequeued by w3's fallback (a park timeout)
+    assert parks_timed_out(results[2]) >= 1
+    assert fair.queue(k) == [] and fair.probe(k).get("violations", 0) == 0
+
+
+def test_a_stopped_holder_is_taken_over_after_its_stop_grace_in_queue_order(fair):
+    k = key()
+    holder, (w1, w2) = queued(fair, k, holder_hold_s=60, waiters=2)
+    fair.cloud.stepfunctions.stop_execution(executionArn=holder)
+    stopped = time.time()
+    results = fair.wait([w1, w2])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
+    grace_s = int(fair.lock(k).get(p.GRACE, {"N": "9000"})["N"]) / 1000 if p.GRACE in fair.lock(k) else 9
+    first_grant = min(
+        e["timestamp"].timestamp() for e in results[0].history
+        if e.get("stateEnteredEventDetails", {}).get("name") == "FairProbe"
+    )
+    assert first_grant - stopped >= grace_s - 1  # not before the stopped holder's work could have ended
+    assert fences_of(results) == sorted(fences_of(results))
+    assert fair.queue(k) == [] and fair.probe(k).get("violations", 0) == 0
+
+
+def test_a_lost_wake_up_costs_one_park_timeout(fair):
+    from constructs_lib.local.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder, (w1,) = queued(fair, k, holder_hold_s=1, waiters=1)
+    lost = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions")
+    with dynamodb_faults(lost) as log:
+        results = fair.wait([holder, w1])
+    assert log.injected == 1
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
+    assert parks_timed_out(results[1]) >= 1  # the fallback, not the wake-up, let it in
+    assert fair.probe(k).get("violations", 0) == 0 and fair.queue(k) == []
+
+
+def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(fair):
+    from constructs_lib.local.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder, (w1, w2) = queued(fair, k, holder_hold_s=1, waiters=2)
+    # the releaser dies as it is about to wake w1: its wake-up is never sent
+    crash = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions",
+                  then=lambda: fair.cloud.stepfunctions.stop_execution(executionArn=holder))
+    with dynamodb_faults(crash) as log:
+        results = fair.wait([w1, w2])
+    assert log.injected == 1 and fair.cloud.wait_for(holder).status == "ABORTED"
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
+    assert fences_of(results) == sorted(fences_of(results))
+    assert fair.probe(k).get("violations", 0) == 0 and fair.queue(k) == []
+
+
+def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
+    k = key()
+    holder, (w1,) = queued(fair, k, holder_hold_s=8, waiters=1)
+    impatient = fair.start("FairImpatient", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    result = fair.wait([impatient])[0]
+    assert (result.status, result.error) == ("FAILED", p.ERROR_TIMEOUT), result.cause
+    assert len(fair.queue(k)) == 1  # only w1 still queues
+    assert [r.status for r in fair.wait([holder, w1])] == ["SUCCEEDED"] * 2
+    assert fair.probe(k)["entries"] == 2 and fair.queue(k) == []
