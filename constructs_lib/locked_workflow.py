@@ -322,6 +322,13 @@ class LockedSection(sfn.StateMachineFragment):
                 fair_protocol.worst_case_park_events(park_timeout_ms / 1000, max_wait_ms / 1000) if fair
                 else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
             )
+            if needed > history_event_budget and fair:
+                raise ValueError(
+                    f"`max_wait` must keep the queue's wait under {history_event_budget} history events "
+                    f"(of the {protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: "
+                    f"{max_wait_ms / 1000} s, which can take {needed} events with park_timeout="
+                    f"{park_timeout_ms / 1000} s; raise park_timeout or lower max_wait"
+                )
             if needed > history_event_budget:
                 raise ValueError(
                     f"`max_wait` must keep the wait loop under {history_event_budget} history events "

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from safety_stack import PROBE_TIMEOUT_S
 from state_machines import fair_protocol as fp
 from state_machines import lock_protocol as p
 
@@ -173,7 +174,7 @@ def test_a_stopped_holder_is_taken_over_after_its_stop_grace_in_queue_order(fair
     stopped = time.time()
     results = fair.wait([w1, w2])
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
-    grace_s = int(fair.lock(k).get(p.GRACE, {"N": "9000"})["N"]) / 1000 if p.GRACE in fair.lock(k) else 9
+    grace_s = PROBE_TIMEOUT_S + 5  # the derived stop grace: the probe's timeout plus the margin
     first_grant = min(
         e["timestamp"].timestamp() for e in results[0].history
         if e.get("stateEnteredEventDetails", {}).get("name") == "FairProbe"
@@ -223,3 +224,27 @@ def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
     assert len(fair.queue(k)) == 1  # only w1 still queues
     assert [r.status for r in fair.wait([holder, w1])] == ["SUCCEEDED"] * 2
     assert fair.probe(k)["entries"] == 2 and fair.queue(k) == []
+
+
+def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped_resource(fair_synth):
+    import json
+
+    from aws_cdk.assertions import Match, Template
+
+    template = Template.from_json(fair_synth.template)
+    statements = [
+        s for policy in template.find_resources("AWS::IAM::Policy").values()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    actions = lambda s: s["Action"] if isinstance(s["Action"], list) else [s["Action"]]  # noqa: E731
+    unscoped = [s for s in statements if s.get("Resource") == "*"
+                and not all(a.startswith(("xray:", "logs:")) for a in actions(s))]  # tracing, log delivery
+    # IAM cannot scope a service integration's task token: SendTaskSuccess is the one "*" resource
+    assert unscoped and all(s["Action"] == "states:SendTaskSuccess" for s in unscoped), unscoped
+    assert not any("*" in actions(s) for s in statements)
+    fair_machine = template.find_resources("AWS::StepFunctions::StateMachine", Match.object_like({
+        "Properties": {"DefinitionString": Match.any_value()}}))
+    definitions = [json.dumps(m["Properties"]["DefinitionString"]) for m in fair_machine.values()]
+    parked = [d for d in definitions if "updateItem.waitForTaskToken" in d]
+    assert len(parked) == 3  # Fair, FairHold, FairImpatient; Polling and Unlocked do not park
+    assert all('\\"TimeoutSeconds\\":\\"{% $max([1, $min([3' in d for d in parked)
