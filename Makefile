@@ -14,7 +14,7 @@ NODE_BIN := $(CURDIR)/node_modules/.bin
 export JSII_NODE := $(NODE_BIN)/node
 export PATH := $(NODE_BIN):$(PATH)
 
-.PHONY: deps demo test bench bench-variants stress synth diagram clean
+.PHONY: deps demo test bench bench-variants bench-fair stress synth diagram clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ bench: deps
 
 bench-variants: deps
 	$(PY) -m constructs_lib.local.bench_variants $(ARGS)
+
+bench-fair: deps
+	$(PY) -m constructs_lib.local.bench_fair $(ARGS)
 
 stress: deps
 	$(PY) -m constructs_lib.local.stress $(ARGS)

@@ -112,8 +112,11 @@ def parse_policy(text: str) -> WaitPolicy:
 # ----------------------------------------------------------------------------------------
 
 
-def build_bench_stack(app: Any, stack_id: str, *, ours: WaitPolicy, extra_policies: Sequence[WaitPolicy] = ()) -> Any:
-    """One stack with every variant; state machine logical ids start with the variant name."""
+def build_bench_stack(
+    app: Any, stack_id: str, *, ours: WaitPolicy, extra_policies: Sequence[WaitPolicy] = (), fair: bool = False
+) -> Any:
+    """One stack with every variant; state machine logical ids start with the variant name.
+    ``fair``: also ``Fair``, the fair lock (``fair=True``) around the same work."""
     from aws_cdk import Duration, RemovalPolicy, Stack
     from aws_cdk import aws_lambda as lambda_
     from aws_cdk import aws_stepfunctions as sfn
@@ -155,7 +158,7 @@ def build_bench_stack(app: Any, stack_id: str, *, ours: WaitPolicy, extra_polici
             query_language=sfn.QueryLanguage.JSONATA,
         )
 
-    def locked(name: str, body: Any, policy: WaitPolicy) -> None:
+    def locked(name: str, body: Any, policy: WaitPolicy, **extra: Any) -> None:
         LockedWorkflow(
             stack,
             name,
@@ -167,9 +170,12 @@ def build_bench_stack(app: Any, stack_id: str, *, ours: WaitPolicy, extra_polici
             logging=False,
             tracing=False,
             table_removal_policy=RemovalPolicy.DESTROY,
+            **extra,
         )
 
     unlocked("Unlocked", work("Unlocked"))
+    if fair:
+        locked("Fair", work("Fair"), ours, fair=True)
     unlocked("UnlockedChain", chain("UnlockedChain"))
     locked("Ours", work("Ours"), ours)
     locked("OursChain", chain("OursChain"), ours)
@@ -237,7 +243,7 @@ def deploy_bench(cloud: Any, synthesized: Any, variants: Sequence[str]) -> Bench
     stack = synthesized.stack_name
     for variant in variants:
         # By CDK path: LockedWorkflow's machine is <variant>/StateMachine, a plain one <variant>.
-        inner = "/StateMachine" if variant.startswith(("Ours", "Sweep")) else ""
+        inner = "/StateMachine" if variant.startswith(("Ours", "Sweep", "Fair")) else ""
         machines[variant] = deployment.state_machine_arn(f"{stack}/{variant}{inner}/Resource")
     return BenchApp(machines)
 
