@@ -35,6 +35,7 @@ class CustomerUpdatesStack(Stack):
     :param lock_enabled: run the work under the lock. ``False`` builds the same workflow
         without it - the negative control of the demo and the tests. Default: ``True``.
     :param max_wait: longest wait for a customer's lock. Default: 5 minutes.
+    :param fair: the fair lock (arrival order, wake-up handoff). Default: ``False``.
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class CustomerUpdatesStack(Stack):
         *,
         lock_enabled: bool = True,
         max_wait: Duration = Duration.minutes(5),
+        fair: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -115,6 +117,7 @@ class CustomerUpdatesStack(Stack):
                 max_wait=max_wait,
                 timeout=Duration.minutes(30),
                 table_removal_policy=RemovalPolicy.DESTROY,
+                fair=fair,
             )
             self.workflow.trigger_from(rule)
             self.state_machine = self.workflow.state_machine

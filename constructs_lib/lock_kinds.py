@@ -7,7 +7,9 @@ its own protocol module into the section's states:
 - :class:`MultiKey` (``lock_keys``): every key of a list, all or nothing -
   :mod:`state_machines.multikey_protocol`;
 - :class:`RecordLock` (``record_table``): the lock on the protected record itself -
-  :mod:`state_machines.record_protocol`.
+  :mod:`state_machines.record_protocol`;
+- :class:`~constructs_lib.fair_mutex.FairMutex` (``fair=True``): a mutex with a FIFO queue
+  and wake-up handoff - :mod:`state_machines.fair_protocol`.
 
 The section builds what all kinds share (entry, wait loop, liveness check, error path); a kind
 supplies the key, the acquire, the release and what a nested section compares.

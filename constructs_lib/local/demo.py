@@ -2,11 +2,11 @@
 
 ::
 
-    python -m constructs_lib.local.demo [--no-lock] [--runs N] [--customers K]
+    python -m constructs_lib.local.demo [--no-lock | --fair] [--runs N] [--customers K]
         [--per-customer M] [--work-ms MS] [--backend moto|dynamodb-local] [--out PATH]
 
 Synthesizes the example app (``CustomerUpdatesStack``; ``--no-lock`` builds it without the
-lock - the negative control), deploys it into a :class:`~constructs_lib.local.LocalCloud`,
+lock - the negative control; ``--fair`` with the fair lock: arrival order, wake-up handoffs), deploys it into a :class:`~constructs_lib.local.LocalCloud`,
 puts ``N`` ``CustomerUpdateRequested`` events for customer ``c-1`` plus ``M`` for each of
 ``K`` other customers on the app's bus in one burst (each adds 1 to the balance), shows a
 progress bar while the executions run, then prints the invariants:
@@ -56,6 +56,7 @@ def quiet_lambdas(enabled: bool = True) -> Iterator[None]:
 @dataclass
 class DemoReport:
     lock_enabled: bool
+    fair: bool
     backend: str
     runs: list[RunMetrics]
     sections: list[CriticalSection]
@@ -93,6 +94,7 @@ class DemoReport:
 def run_demo(
     *,
     lock_enabled: bool = True,
+    fair: bool = False,
     runs: int = 20,
     customers: int = 3,
     per_customer: int = 2,
@@ -107,7 +109,7 @@ def run_demo(
 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    synthesized = scenario.synth_example(lock_enabled=lock_enabled)
+    synthesized = scenario.synth_example(lock_enabled=lock_enabled, fair=fair)
     timings["synth_s"] = time.monotonic() - t0
     load = scenario.customer_load(runs, customers, per_customer)
     expected: dict[str, int] = {}
@@ -145,6 +147,7 @@ def run_demo(
     sections = [s for m in metrics for s in m.sections]
     report = DemoReport(
         lock_enabled=lock_enabled,
+        fair=fair,
         backend=backend,
         runs=metrics,
         sections=sections,
@@ -167,7 +170,8 @@ def run_demo(
 
 
 def summary_lines(report: DemoReport) -> list[str]:
-    mode = "WITH the lock" if report.lock_enabled else "WITHOUT the lock (negative control)"
+    mode = ("WITH the fair lock" if report.fair else "WITH the lock") if report.lock_enabled \
+        else "WITHOUT the lock (negative control)"
     lines = [f"Customer updates {mode} - backend {report.backend}"]
     lines.append(
         f"  runs                 {len(report.runs)}: {report.succeeded} succeeded, {report.failed} failed"
@@ -219,6 +223,12 @@ def summary_lines(report: DemoReport) -> list[str]:
     if waits:
         lines.append(
             f"  wait for the lock    mean {sum(waits) / len(waits):.1f} s, max {max(waits):.1f} s"
+        )
+    gaps = sorted(scenario.handoff_gaps_ms(report.sections)) if report.lock_enabled else []
+    if gaps:
+        lines.append(
+            f"  handoff gap          median {gaps[len(gaps) // 2]} ms, max {gaps[-1]} ms "
+            "(next acquire acknowledged - previous release sent, per customer)"
         )
     lines.append(f"  makespan             {report.makespan_s:.1f} s")
     if report.timeline:
@@ -331,9 +341,12 @@ def write_timeline(report: DemoReport, path: Path) -> Path:
     ax.set_xlabel("seconds since the first execution started")
     ax.set_ylim(-0.3, y)
     ax.set_xlim(left=0)
+    lock = ("the fair lock" if report.fair else "the lock") if report.lock_enabled else "the lock"
+    gaps = sorted(scenario.handoff_gaps_ms(report.sections)) if report.lock_enabled else []
     title = (
-        f"Critical sections per customer {'with' if report.lock_enabled else 'WITHOUT'} the lock: "
+        f"Critical sections per customer {'with' if report.lock_enabled else 'WITHOUT'} {lock}: "
         f"{len(report.overlaps)} overlapping pair(s), {report.lost_total} lost update(s)"
+        + (f"; handoff gap median {gaps[len(gaps) // 2]} ms" if gaps else "")
     )
     ax.set_title(title, fontsize=10)
     handles = [Patch(color=work_color, label="protected work (Apply update)")]
@@ -356,6 +369,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Run a burst of concurrent customer updates through the example app, offline.",
     )
     parser.add_argument("--no-lock", action="store_true", help="the same load on the unlocked stack")
+    parser.add_argument("--fair", action="store_true", help="the fair lock (arrival order, wake-up handoff)")
     parser.add_argument("--runs", type=int, default=20, help="events for customer c-1 (default 20)")
     parser.add_argument("--customers", type=int, default=3, help="other customers (default 3)")
     parser.add_argument("--per-customer", type=int, default=2, help="events per other customer (default 2)")
@@ -365,6 +379,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lambda-logs", action="store_true", help="show the Lambda's own logs and metrics")
     parser.add_argument("--timeout", type=float, default=600, help="give up after this many seconds")
     args = parser.parse_args(argv)
+    if args.fair and args.no_lock:
+        parser.error("--fair and --no-lock exclude each other")
     if args.runs < 1 or args.customers < 0 or args.per_customer < 0 or args.work_ms < 0:
         parser.error("--runs must be >= 1; --customers, --per-customer, --work-ms >= 0")
     return args
@@ -374,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     report = run_demo(
         lock_enabled=not args.no_lock,
+        fair=args.fair,
         runs=args.runs,
         customers=args.customers,
         per_customer=args.per_customer,

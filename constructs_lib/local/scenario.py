@@ -451,13 +451,13 @@ class ExampleApp:
     lock_enabled: bool
 
 
-def synth_example(lock_enabled: bool = True) -> Any:
+def synth_example(lock_enabled: bool = True, fair: bool = False) -> Any:
     """Synthesize the example stack in-process (asset metadata on: the Lambda's code folder)."""
     from constructs_lib.example_stack import CustomerUpdatesStack
     from constructs_lib.local.synth import synth_app
 
     return synth_app(
-        lambda app: CustomerUpdatesStack(app, EXAMPLE_STACK_NAME, lock_enabled=lock_enabled),
+        lambda app: CustomerUpdatesStack(app, EXAMPLE_STACK_NAME, lock_enabled=lock_enabled, fair=fair),
         context={"aws:cdk:enable-asset-metadata": True},
     )
 

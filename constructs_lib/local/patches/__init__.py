@@ -26,6 +26,8 @@ execution_end              StopExecution/timeout leave the execution RUNNING unt
 redrive                    no RedriveExecution, no ``$states.context.Execution.RedriveCount``
 execution_logs             LoggingConfiguration ignored: no execution log lines in CloudWatch Logs
 field_names                a JSONata error's cause names an internal class, not the state's field
+heartbeat_timeout          a heartbeat timeout fails with States.Timeout, not States.HeartbeatTimeout
+task_failure_cause         SendTaskFailure drops its cause
 =========================  ==========================================================
 """
 
@@ -43,6 +45,7 @@ from constructs_lib.local.patches import (
     execution_snapshot,
     execution_status_events,
     field_names,
+    heartbeat_timeout,
     jsonata_evaluator,
     lambda_in_process,
     nested_states_errors,
@@ -51,6 +54,7 @@ from constructs_lib.local.patches import (
     serial_dynamodb,
     service_shapes,
     state_machine_type,
+    task_failure_cause,
     task_argument_errors,
     unique_execution_names,
 )
@@ -77,3 +81,5 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     execution_end.apply(stack)  # after execution_status_events: wraps its terminated()
     redrive.apply(stack)
     execution_logs.apply(stack)
+    heartbeat_timeout.apply(stack)
+    task_failure_cause.apply(stack)

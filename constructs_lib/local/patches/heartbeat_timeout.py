@@ -1,0 +1,57 @@
+"""A task whose heartbeat stops fails with ``States.HeartbeatTimeout``, as in Step Functions.
+
+Gap (moto 5.2.1): a callback task (``.waitForTaskToken``) or an activity that gets no
+``SendTaskHeartbeat`` for ``HeartbeatSeconds`` fails with ``States.Timeout``, the error of
+``TimeoutSeconds``: a Catch or Retry on ``States.HeartbeatTimeout`` never matches.
+
+Fix: a heartbeat timeout fails the task with ``States.HeartbeatTimeout`` (its ``TaskTimedOut``
+event says so); a Catch or Retry on ``States.Timeout`` still matches it, because Step Functions
+defines ``States.Timeout`` as covering both timeouts.
+
+Proof: ``tests/local/test_patch_heartbeat_timeout.py``.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from unittest import mock
+
+from moto.stepfunctions.parser.api import HistoryEventType, TaskTimedOutEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import FailureEvent
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
+from moto.stepfunctions.parser.asl.eval.callback.callback import HeartbeatTimeoutError
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+
+_HEARTBEAT = StatesErrorName(typ=StatesErrorNameType.StatesHeartbeatTimeout)
+_TIMEOUT = StatesErrorName(typ=StatesErrorNameType.StatesTimeout)
+
+
+def apply(stack: ExitStack) -> None:
+    original_from_error = StateTask._from_error
+    original_matches = ErrorEqualsDecl._eval_body
+
+    def _from_error(self, env, ex):  # type: ignore[no-untyped-def]
+        if isinstance(ex, HeartbeatTimeoutError):
+            return FailureEvent(
+                env=env,
+                error_name=_HEARTBEAT,
+                event_type=HistoryEventType.TaskTimedOut,
+                event_details=EventDetails(
+                    taskTimedOutEventDetails=TaskTimedOutEventDetails(
+                        resourceType=self._get_sfn_resource_type(), resource=self._get_sfn_resource(),
+                        error=StatesErrorNameType.StatesHeartbeatTimeout.to_name(),
+                    )
+                ),
+            )
+        return original_from_error(self, env, ex)
+
+    def _eval_body(self, env):  # type: ignore[no-untyped-def]
+        error_name = env.stack[-1]
+        original_matches(self, env)
+        if env.stack[-1] is False and error_name == _HEARTBEAT and _TIMEOUT in self.error_names:
+            env.stack[-1] = True  # States.Timeout covers heartbeat timeouts
+    stack.enter_context(mock.patch.object(StateTask, "_from_error", _from_error))
+    stack.enter_context(mock.patch.object(ErrorEqualsDecl, "_eval_body", _eval_body))

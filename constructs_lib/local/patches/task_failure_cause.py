@@ -1,0 +1,27 @@
+"""SendTaskFailure keeps its ``cause``.
+
+Gap (moto 5.2.1): the SendTaskFailure handler passes the ``error`` to the interpreter and
+drops the ``cause``, so the failed callback task's error output has ``"Cause": null``.
+
+Fix: the handler passes both.
+
+Proof: ``tests/local/test_patch_task_failure_cause.py``.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from unittest import mock
+
+from moto.core.responses import EmptyResult
+from moto.stepfunctions.responses import StepFunctionResponse
+
+
+def apply(stack: ExitStack) -> None:
+    def send_task_failure(self):  # type: ignore[no-untyped-def]
+        self.stepfunction_backend.send_task_failure(
+            self._get_param("taskToken"), error=self._get_param("error"), cause=self._get_param("cause")
+        )
+        return EmptyResult()
+
+    stack.enter_context(mock.patch.object(StepFunctionResponse, "send_task_failure", send_task_failure))
