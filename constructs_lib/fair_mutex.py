@@ -159,9 +159,11 @@ class FairMutex(Mutex):
         a free lock, still runs; dequeue a dead head (waking the next); then queue again."""
         section, v = self._section, self._section.variables
         head_var = v["holder"] + "Head"
+        lapsed = v["holder"] + "HeadLapsed"
         inspect = self._get_item("Inspect", f"{ENTRY}.key", assign={
             v["holder"]: jsonata(protocol.holder_expression()),
             head_var: jsonata(f"{fair.queue_expression('$states.result.Item')}[0]"),
+            lapsed: jsonata(fair.head_lease_ended_expression("$states.result.Item")),
         }, catch_to=enqueue)
         describe_holder = _describe(section, "DescribeHolder", protocol.holder_execution_expression(v["holder"]), {
             v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"])),
@@ -187,6 +189,9 @@ class FairMutex(Mutex):
                 f"${v['holder']}.owner = '' and $type(${head_var}) = 'string' and ${head_var} != {ENTRY}.owner "
                 f"and $contains(${head_var}, ':execution:')")),
             describe_head,
+        ).when(  # a polling client at the head whose lease ended: dead
+            sfn.Condition.jsonata(jsonata(f"${v['holder']}.owner = '' and ${lapsed}")),
+            remove,
         ).otherwise(enqueue)
         return inspect.next(suspect)
 

@@ -30,6 +30,7 @@ from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn, aws_stepfunctions_
 from constructs import Construct
 
 from constructs_lib.dynamodb_tasks import retry_transient, update_item_props
+from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
 from state_machines.lock_protocol import jsonata
 
@@ -48,6 +49,9 @@ class LockJanitor(Construct):
     :param logging: log the janitor's executions (level ALL). Default: ``True``.
     :param item: where the lock attributes live on ``table``'s items. Default: the lock
         table's (``pk``, unprefixed names); a lock on records: ``record_protocol.record_item``.
+    :param fair: the watched machines use the fair lock: also take every queue entry of the
+        ended execution out of its queue, and wake the new head of a free lock. Default:
+        ``False``.
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class LockJanitor(Construct):
         watched: Sequence[sfn.IStateMachine],
         logging: bool = True,
         item: protocol.LockItem = protocol.LOCK_TABLE_ITEM,
+        fair: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         if not watched:
@@ -85,9 +90,12 @@ class LockJanitor(Construct):
                     )
                 },
                 "Output": jsonata(
-                    protocol.acquisitions_in_history_expression(
+                    "{'retire': " + protocol.acquisitions_in_history_expression(
                         table_name=table.table_name, ended_ms=ended_ms
-                    )
+                    ) + ", 'dequeue': " + (
+                        fair_protocol.enqueues_in_history_expression(table_name=table.table_name, ended_ms=ended_ms)
+                        if fair else "[]"
+                    ) + "}"
                 ),
                 "Retry": [
                     {
@@ -118,13 +126,19 @@ class LockJanitor(Construct):
             sfn.Succeed(self, "Released or taken over already"), errors=[protocol.CONDITION_FAILED]
         )
         each = sfn.Map.jsonata(
-            self, "Retire each", items=sfn.ProvideItems.jsonata(jsonata("$states.input")),
-            max_concurrency=10,
+            self, "Retire each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.retire")),
+            max_concurrency=10, outputs=jsonata("$states.input"),
         ).item_processor(retire)
         more = sfn.Choice.jsonata(self, "More history?")
         more.when(sfn.Condition.jsonata(jsonata("$type($nextPage) = 'string'")), read)
         more.otherwise(sfn.Succeed(self, "Done"))
-        definition = read.next(each).next(more)
+        chain = read.next(each)
+        if fair:
+            chain = chain.next(sfn.Map.jsonata(
+                self, "Dequeue each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.dequeue")),
+                max_concurrency=10,
+            ).item_processor(self._dequeue(table)))
+        definition = chain.next(more)
 
         log_options = None
         if logging:
@@ -184,3 +198,39 @@ class LockJanitor(Construct):
                 dead_letter_queue=self.dead_letter_queue,
             )
         )
+
+    def _dequeue(self, table: dynamodb.ITable) -> sfn.IChainable:
+        """Take ``$states.input.owner`` out of the queue of ``$states.input.key`` (wherever it
+        stands: read, then remove at that place; a place moved meanwhile: read again), and wake
+        the new head of a free lock."""
+        from constructs_lib.dynamodb_tasks import attribute_value
+
+        done = sfn.Succeed(self, "Not queued")
+        read = tasks.DynamoGetItem.jsonata(
+            self, "Read the queue", table=table, key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata("$states.input.key")})},
+            consistent_read=True, outputs=jsonata("$states.input"),
+            assign={"place": jsonata(fair_protocol.my_index_expression("$states.result.Item", "$states.input.owner"))},
+        )
+        retry_transient(read)
+        remove = tasks.DynamoUpdateItem.jsonata(
+            self, "Dequeue", table=table,
+            **update_item_props(fair_protocol.remove_at_arguments(
+                key_jsonata="$states.input.key", who_jsonata="$states.input.owner", index_jsonata="$place")),
+            assign={"wake": jsonata(fair_protocol.wake_after_dequeue_expression("$states.result.Attributes"))},
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient(remove)
+        remove.add_catch(read, errors=[protocol.CONDITION_FAILED])
+        wake = tasks.CallAwsService.jsonata(
+            self, "Wake the new head", service="sfn", action="sendTaskSuccess",
+            parameters={"TaskToken": jsonata("$wake"), "Output": "{\"woken\":true}"},
+            iam_action="states:SendTaskSuccess",
+            iam_resources=["*"],  # IAM cannot scope a service integration's task token
+        )
+        wake.add_catch(sfn.Succeed(self, "Head gone"), errors=["States.ALL"])
+        woken = sfn.Choice.jsonata(self, "New head to wake?")
+        woken.when(sfn.Condition.jsonata(jsonata("$type($wake) = 'string'")), wake).otherwise(
+            sfn.Succeed(self, "Dequeued"))
+        queued = sfn.Choice.jsonata(self, "Queued?")
+        queued.when(sfn.Condition.jsonata(jsonata("$place >= 0")), remove.next(woken)).otherwise(done)
+        return read.next(queued)

@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from botocore.exceptions import ClientError
 
+from state_machines import fair_protocol as fair
 from state_machines.lock_protocol import (
     ACQUIRE,
     ACQUIRED_AT,
@@ -81,6 +82,8 @@ logger = logging.getLogger(__name__)
 
 #: Default lease: how long a holder that dies without releasing blocks the key.
 DEFAULT_LEASE = timedelta(seconds=60)
+#: A fair client's place in the queue outlives its next poll by this much (then it is dead).
+CLIENT_POLL_MARGIN_S = 5
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
@@ -112,6 +115,7 @@ class LockHeld(LockError):
         self.key = key
         self.holder = holder
         self.expires_at = expires_at
+        self.item: Mapping[str, Any] = {}  # the lock item as the refused write found it
 
 
 class LockTimeout(LockHeld):
@@ -186,6 +190,11 @@ class LockClient:
     :param clock: epoch *milliseconds* for ``acquiredAt``/``expiresAt`` and lease expiry.
         Default: ``time.time() * 1000`` (see the module notes on clocks).
     :param sleep: how to wait between attempts while the lock is held. Default: ``time.sleep``.
+    :param fair: take part in a fair lock (the workflows' ``fair=True``): acquire only when
+        nobody queues, else queue and poll as the head (a client cannot park on a task token);
+        a release wakes the parked head of the queue with ``SendTaskSuccess``. Default: ``False``.
+    :param stepfunctions: a boto3 Step Functions client for those wake-ups. Default:
+        ``boto3.client("stepfunctions")``, created on first use.
     """
 
     def __init__(
@@ -197,6 +206,8 @@ class LockClient:
         owner: str | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None,
+        fair: bool = False,
+        stepfunctions: Any = None,
     ) -> None:
         if not isinstance(table_name, str) or not table_name:
             raise ValueError(f"`table_name` must be a non-empty string, got: {table_name!r}")
@@ -214,6 +225,10 @@ class LockClient:
         self._clock = clock or _wall_clock_ms
         self._sleep = sleep or time.sleep
         self._held = threading.local()  # this thread's holds through this client: re-entrancy
+        if not isinstance(fair, bool):
+            raise ValueError(f"`fair` must be True or False, got: {fair!r}")
+        self.fair = fair
+        self._stepfunctions = stepfunctions
 
     @property
     def dynamodb(self) -> Any:
@@ -222,6 +237,14 @@ class LockClient:
 
             self._dynamodb = boto3.client("dynamodb")
         return self._dynamodb
+
+    @property
+    def stepfunctions(self) -> Any:
+        if self._stepfunctions is None:
+            import boto3
+
+            self._stepfunctions = boto3.client("stepfunctions")
+        return self._stepfunctions
 
     def table_key(self, key: str) -> str:
         """The stored key of ``key`` (validated, namespaced)."""
@@ -273,14 +296,21 @@ class LockClient:
 
         deadline = time.monotonic() + wait_ms / 1000
         polls = 0
+        queued = False
         while True:
             try:
-                return self._try_acquire(key, table_key, me, lease_ms)
+                return self._try_acquire(key, table_key, me, lease_ms, queued=queued)
             except LockHeld as held:
+                if self.fair and wait_ms and not queued:
+                    self._enqueue(table_key, me, lease_for_s=max_poll_interval)
+                    queued = True
+                    continue  # the head of a free lock goes at once
                 remaining = deadline - time.monotonic()
                 if wait_ms == 0:
                     raise
                 if remaining <= 0:
+                    if queued:
+                        self._leave_queue(table_key, me)
                     raise LockTimeout(
                         f"{ERROR_TIMEOUT}: lock {table_key!r} still held by {held.holder!r} "
                         f"after waiting {wait_ms / 1000:g} s",
@@ -289,15 +319,18 @@ class LockClient:
                 polls += 1
                 nominal = min(max_poll_interval, poll_interval * backoff_rate ** (polls - 1))
                 delay = min(random.uniform(nominal / 2, nominal), remaining)
+                if queued:
+                    self._poll(table_key, me, held.item, lease_for_s=delay)
                 logger.debug("lock %s held by %s; retrying in %.3f s", table_key, held.holder, delay)
                 self._sleep(delay)
 
-    def _try_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
+    def _try_acquire(self, key: str, table_key: str, me: str, lease_ms: int, *, queued: bool = False) -> Lease:
         now = self.now_ms()
+        write = ACQUIRE if not self.fair else fair.ACQUIRE_HEAD if queued else fair.FAST_ACQUIRE
         try:
             response = self._update(
                 table_key,
-                ACQUIRE,
+                write,
                 {
                     ":me": {"S": me},
                     ":stale": {"S": me},  # no liveness check here: nobody is known dead
@@ -305,19 +338,25 @@ class LockClient:
                     ":expiresAt": {"N": str(now + lease_ms)},
                     ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
                     ":one": {"N": "1"},
+                    **({":zero": {"N": "0"}} if write is fair.FAST_ACQUIRE else {}),
                 },
                 return_new=True,
+                who=me,
             )
         except ClientError as error:
             if not _condition_failed(error):
                 raise
             old = _old_item(error)
+            if queued and old.get(OWNER, {}).get("S") == me:  # a retry whose first try took it
+                return _lease(key, old)
             holder = old.get(OWNER, {}).get("S")
             expires_at = int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None
-            raise LockHeld(
+            held = LockHeld(
                 f"lock {table_key!r} is held by {holder!r} until {expires_at} (epoch ms)",
                 key=key, holder=holder, expires_at=expires_at,
-            ) from None
+            )
+            held.item = old
+            raise held from None
         return _lease(key, response["Attributes"])
 
     def release(self, lease: Lease) -> None:
@@ -331,9 +370,12 @@ class LockClient:
         """
         table_key = _stored_key(lease)
         try:
-            self._update(
-                table_key, RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}}
+            released = self._update(
+                table_key, RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}},
+                return_old=self.fair,
             )
+            if self.fair:
+                self._wake(released.get("Attributes", {}), fair.head_token)
         except ClientError as error:
             if not _condition_failed(error):
                 raise
@@ -430,23 +472,96 @@ class LockClient:
             raise ValueError(f"`owner` must be a non-empty string, got: {owner!r}")
         return owner
 
+    def _client_lease(self, seconds: float) -> dict:
+        """My token slot while I queue: polling until now + ``seconds`` + a margin."""
+        until = self.now_ms() + int((seconds + CLIENT_POLL_MARGIN_S) * 1000)
+        return {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}
+
+    def _enqueue(self, table_key: str, me: str, *, lease_for_s: float) -> None:
+        self._update(table_key, fair.ENQUEUE, {
+            ":me": {"S": me}, ":mine": {"L": [{"S": me}]}, ":empty": {"L": []}, ":noTokens": {"M": {}},
+        }, refused_ok=True)
+        self._update(table_key, fair.CLIENT_POLL, {":me": {"S": me}, ":lease": self._client_lease(lease_for_s)},
+                     who=me, refused_ok=True)
+
+    def _poll(self, table_key: str, me: str, item: Mapping[str, Any], *, lease_for_s: float) -> None:
+        """Between polls: keep my place alive (re-queue if dropped); dequeue a dead client head
+        of a free lock (a dead execution's: the workflows' janitor and fallback do that)."""
+        kept = self._update(table_key, fair.CLIENT_POLL, {":me": {"S": me}, ":lease": self._client_lease(lease_for_s)},
+                            who=me, refused_ok=True, return_new=True)
+        if not kept:
+            self._enqueue(table_key, me, lease_for_s=lease_for_s)
+            return
+        queue, now = fair.queue_of(item), self.now_ms()
+        free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < now
+        if free and queue and queue[0] != me and fair.head_lease_ended(item, now=now):
+            try:
+                after = self._update(table_key, fair.REMOVE_AT, {":who": {"S": queue[0]}}, who=queue[0], index=0,
+                                     return_new=True)
+            except ClientError as error:
+                if _condition_failed(error):
+                    return
+                raise
+            self._wake(after.get("Attributes", {}), fair.head_to_wake_after_dequeue, now=now)
+
+    def _leave_queue(self, table_key: str, me: str) -> None:
+        """Out of the queue (a waiter giving up), waking the new head of a free lock."""
+        for _ in range(20):  # each refusal: the place moved (someone ahead left); read again
+            item = self.dynamodb.get_item(
+                TableName=self.table_name, Key=lock_item_key(table_key), ConsistentRead=True,
+            ).get("Item", {})
+            queue = fair.queue_of(item)
+            if me not in queue:
+                return
+            index = queue.index(me)
+            try:
+                after = self._update(table_key, fair.REMOVE_AT, {":who": {"S": me}}, who=me, index=index,
+                                     return_new=True)
+            except ClientError as error:
+                if _condition_failed(error):
+                    continue
+                raise
+            self._wake(after.get("Attributes", {}), fair.head_to_wake_after_dequeue, now=self.now_ms())
+            return
+
+    def _wake(self, item: Mapping[str, Any], whom: Callable[..., str | None], **kwargs: Any) -> None:
+        token = whom(item, **kwargs)
+        if token is None:
+            return
+        try:
+            self.stepfunctions.send_task_success(taskToken=token, output='{"woken":true}')
+        except ClientError as error:  # the waiter is gone, or looks by itself: nothing to do
+            logger.info("wake-up not delivered: %s", error.response.get("Error", {}).get("Code"))
+
     def _update(
-        self, table_key: str, write: LockWrite, values: Mapping[str, Any], *, return_new: bool = False
+        self, table_key: str, write: LockWrite, values: Mapping[str, Any], *, return_new: bool = False,
+        return_old: bool = False, who: str | None = None, index: int | None = None, refused_ok: bool = False,
     ) -> dict:
         """One conditional UpdateItem of the protocol; on a failed condition the
-        ``ClientError`` carries the item as it was (``ReturnValuesOnConditionCheckFailure``)."""
+        ``ClientError`` carries the item as it was (``ReturnValuesOnConditionCheckFailure``).
+        ``who``/``index``: a fair lock's owner placeholder and queue place; ``refused_ok``: a
+        refused condition is no error (an enqueue retried after it succeeded)."""
         if set(values) != set(write.value_names()):  # a programming error in this module
             raise AssertionError(f"values {sorted(values)} do not fit {write}")
-        return self.dynamodb.update_item(
-            TableName=self.table_name,
-            Key=lock_item_key(table_key),
-            UpdateExpression=write.update,
-            ConditionExpression=write.condition,
-            ExpressionAttributeNames=write.attribute_names(),
-            ExpressionAttributeValues=dict(values),
-            ReturnValues="ALL_NEW" if return_new else "NONE",
-            ReturnValuesOnConditionCheckFailure="ALL_OLD",
-        )
+        names = fair.attribute_names(write)
+        if fair.WHO in names:
+            names[fair.WHO] = who
+        spell = (lambda text: text.replace(fair.INDEX, f"[{index}]")) if index is not None else (lambda text: text)
+        try:
+            return self.dynamodb.update_item(
+                TableName=self.table_name,
+                Key=lock_item_key(table_key),
+                UpdateExpression=spell(write.update),
+                ConditionExpression=spell(write.condition),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=dict(values),
+                ReturnValues="ALL_NEW" if return_new else "ALL_OLD" if return_old else "NONE",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if refused_ok and _condition_failed(error):
+                return {}
+            raise
 
     @staticmethod
     def _lost_message(lease: Lease, table_key: str, old: Mapping[str, Any]) -> str:

@@ -684,7 +684,8 @@ class LockedSection(sfn.StateMachineFragment):
         names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
         self.grant_liveness_check(state_machine, *names)
         return LockJanitor(
-            self, "Janitor", table=self.table, watched=[state_machine], logging=logging, item=self.kind.item
+            self, "Janitor", table=self.table, watched=[state_machine], logging=logging, item=self.kind.item,
+            fair=isinstance(self.kind, FairMutex),
         )
 
     @property
@@ -1025,7 +1026,7 @@ class LockedWorkflow(Construct):
             if janitor:
                 self.janitor = LockJanitor(
                     self, "Janitor", table=self.table, watched=[self.state_machine], logging=logging,
-                    item=self.section.kind.item,
+                    item=self.section.kind.item, fair=isinstance(self.section.kind, FairMutex),
                 )
 
         self.monitoring: Optional[LockMonitoring] = None

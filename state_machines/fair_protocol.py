@@ -108,9 +108,19 @@ REMOVE_AT = LockWrite(
     condition=f"#{QUEUE}{INDEX} = :who",
 )
 
+#: A Python client cannot park: while it queues, its token slot holds ``lease:<epoch ms>``, the
+#: time until which it keeps polling (refreshed on every poll). Nobody wakes a lease; a head
+#: whose lease ended is dead and may be dequeued, as a head whose execution ended.
+CLIENT_LEASE_PREFIX = "lease:"
+#: CLIENT_POLL: refresh my lease while I am queued. Values ``:me``, ``:lease``; ``#who`` = ``:me``.
+CLIENT_POLL = LockWrite(
+    update=f"SET #{TOKENS}.{WHO} = :lease",
+    condition=f"contains(#{QUEUE}, :me)",
+)
+
 #: The writes a fair lock adds (the release is the mutex's RELEASE, returning ALL_OLD).
 WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "PARK": PARK, "ACQUIRE_HEAD": ACQUIRE_HEAD,
-          "RELEASE": RELEASE, "REMOVE_AT": REMOVE_AT}
+          "RELEASE": RELEASE, "REMOVE_AT": REMOVE_AT}  # (CLIENT_POLL: only a client's own slot)
 
 #: A parked waiter's fallback: it looks again after at most this long. Default of the
 #: ``park_timeout`` prop.
@@ -196,11 +206,21 @@ def queue_expression(item: str) -> str:
 
 def head_token_expression(item: str) -> str:
     """JSONata over an item (a release's ALL_OLD, a dequeue's ALL_NEW): the head's task token,
-    or null when nobody queues or the head has not parked."""
+    or null when nobody queues or the head has not parked (or is a polling client)."""
     return (
         f"( $head := {queue_expression(item)}[0]; "
         f"$t := $exists($head) ? $lookup({item}.`{TOKENS}`.M, $head) : null; "
-        "$exists($t.S) ? $t.S : null )"
+        f"$exists($t.S) and $substring($t.S, 0, {len(CLIENT_LEASE_PREFIX)}) != '{CLIENT_LEASE_PREFIX}' ? $t.S : null )"
+    )
+
+
+def head_lease_ended_expression(item: str) -> str:
+    """JSONata over a GetItem: the head is a client whose polling lease has ended (dead)."""
+    return (
+        f"( $head := {queue_expression(item)}[0]; "
+        f"$t := $exists($head) ? $lookup({item}.`{TOKENS}`.M, $head).S : null; "
+        f"$type($t) = 'string' and $substring($t, 0, {len(CLIENT_LEASE_PREFIX)}) = '{CLIENT_LEASE_PREFIX}' "
+        f"and $number($substringAfter($t, '{CLIENT_LEASE_PREFIX}')) < $millis() )"
     )
 
 
@@ -237,3 +257,50 @@ def worst_case_park_events(park_timeout_s: float, max_wait_s: float) -> int:
     import math
 
     return (math.ceil(max_wait_s / park_timeout_s) + 1) * EVENTS_PER_PARK_ROUND
+
+
+def enqueues_in_history_expression(*, table_name: str, ended_ms: str) -> str:
+    """JSONata over a GetExecutionHistory page: ``{key, owner}`` of every ENQUEUE the execution
+    attempted on ``table_name`` before ``ended_ms`` (the janitor dequeues them: a stopped
+    waiter never leaves the queue by itself)."""
+    return (
+        "( $found := $states.result.Events["
+        "Type = 'TaskScheduled' and TaskScheduledEventDetails.Resource = 'updateItem' "
+        f"and ($type(Timestamp) = 'number' ? Timestamp : $toMillis(Timestamp)) <= {ended_ms}]"
+        ".( $p := $parse(TaskScheduledEventDetails.Parameters); "
+        f"$p[ConditionExpression = {json.dumps(ENQUEUE.condition)} and TableName = {json.dumps(table_name)}]"
+        ".{'key': Key.pk.S, 'owner': ExpressionAttributeValues.`:me`.S} ); "
+        "$byOwner := $merge($map($found, function($a) { {$a.owner: $a} })); "
+        "$exists($byOwner) ? [$each($byOwner, function($v) { $v })] : [] )"
+    )
+
+
+# -- the same readings in Python (clients) ----------------------------------------------------
+
+
+def queue_of(item: Mapping[str, Any]) -> list:
+    """The owners queued on a DynamoDB item (as :func:`queue_expression`)."""
+    return [o["S"] for o in item.get(QUEUE, {}).get("L", [])]
+
+
+def _slot_of_head(item: Mapping[str, Any]) -> str | None:
+    queue = queue_of(item)
+    return item.get(TOKENS, {}).get("M", {}).get(queue[0], {}).get("S") if queue else None
+
+
+def head_token(item: Mapping[str, Any]) -> str | None:
+    """The head's task token, if it parked (as :func:`head_token_expression`)."""
+    slot = _slot_of_head(item)
+    return None if slot is None or slot.startswith(CLIENT_LEASE_PREFIX) else slot
+
+
+def head_lease_ended(item: Mapping[str, Any], *, now: int) -> bool:
+    """The head is a client whose polling lease ended (as :func:`head_lease_ended_expression`)."""
+    slot = _slot_of_head(item) or ""
+    return slot.startswith(CLIENT_LEASE_PREFIX) and int(slot[len(CLIENT_LEASE_PREFIX):]) < now
+
+
+def head_to_wake_after_dequeue(item: Mapping[str, Any], *, now: int) -> str | None:
+    """The new head's token when the lock is free (as :func:`wake_after_dequeue_expression`)."""
+    held = OWNER in item and int(item.get(EXPIRES_AT, {}).get("N", "0")) >= now
+    return None if held else head_token(item)

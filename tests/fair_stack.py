@@ -42,6 +42,8 @@ class FairStack(cdk.Stack):
         hold = sfn.CustomState(self, "Hold", state_json={
             "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")})
         machines.append(LockedWorkflow(self, "FairHold", protected=hold.next(self.probe("FairHoldProbe")), **fair))
+        # the same without a janitor: a stopped waiter is dequeued by the others' park fallback
+        machines.append(LockedWorkflow(self, "FairNoJanitor", protected=self.probe("NoJanitorProbe"), janitor=False, **fair))
         # a waiter that gives up after 3 s
         machines.append(LockedWorkflow(self, "FairImpatient", protected=self.probe("ImpatientProbe"),
                                        **{**fair, "max_wait": cdk.Duration.seconds(3)}))

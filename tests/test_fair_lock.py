@@ -143,27 +143,41 @@ def test_negative_control_the_polling_lock_lets_later_runs_overtake(fair):
     assert fences != sorted(fences), fences
 
 
-def queued(fair, k: str, holder_hold_s: int, waiters: int):
-    """A FairHold holder of ``k`` and ``waiters`` runs queued behind it, in order."""
+def queued(fair, k: str, holder_hold_s: int, waiters: int, machine: str = "Fair"):
+    """A FairHold holder of ``k`` and ``waiters`` runs of ``machine`` queued behind it, in order."""
     holder = fair.start("FairHold", {"key": k, "holdS": holder_hold_s, "workMs": 1})
     fair.until(lambda: p.OWNER in fair.lock(k))
     arns = []
     for n in range(waiters):
-        arns.append(fair.start("Fair", {"key": k, "workMs": 100}))
+        arns.append(fair.start(machine, {"key": k, "workMs": 100}))
         fair.until(lambda: len(fair.queue(k)) == n + 1)
     return holder, arns
 
 
-def test_a_waiter_stopped_mid_queue_is_skipped_and_the_rest_keep_their_order(fair):
+def test_a_waiter_stopped_mid_queue_is_dequeued_by_the_janitor_and_the_rest_keep_their_order(fair):
     k = key()
-    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=2, waiters=3)
+    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=3, waiters=3)
+    fair.cloud.stepfunctions.stop_execution(executionArn=w2)
+    assert fair.cloud.wait_for(w2).status == "ABORTED"
+    fair.until(lambda: len(fair.queue(k)) == 2)  # the janitor took w2 out, the holder still holds
+    assert p.OWNER in fair.lock(k)
+    results = fair.wait([holder, w1, w3])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
+    assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
+    assert parks_timed_out(results[2]) == 0  # w1's release woke w3 directly
+    assert fair.queue(k) == [] and fair.probe(k).get("violations", 0) == 0
+
+
+def test_without_a_janitor_a_stopped_waiter_is_dequeued_by_the_next_ones_fallback(fair):
+    k = key()
+    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=2, waiters=3, machine="FairNoJanitor")
     fair.cloud.stepfunctions.stop_execution(executionArn=w2)
     results = fair.wait([holder, w1, w3])
     assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
-    assert fair.cloud.wait_for(w2).status == "ABORTED"
     assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
-    # the stopped waiter was woken in vain, then dequeued by w3's fallback (a park timeout)
+    # w2 was woken in vain (it was the head when w1 released), then dequeued by w3's fallback
     assert parks_timed_out(results[2]) >= 1
+    assert any(e.get("stateEnteredEventDetails", {}).get("name") == "Lock.RemoveHead" for e in results[2].history)
     assert fair.queue(k) == [] and fair.probe(k).get("violations", 0) == 0
 
 
@@ -246,5 +260,76 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
         "Properties": {"DefinitionString": Match.any_value()}}))
     definitions = [json.dumps(m["Properties"]["DefinitionString"]) for m in fair_machine.values()]
     parked = [d for d in definitions if "updateItem.waitForTaskToken" in d]
-    assert len(parked) == 3  # Fair, FairHold, FairImpatient; Polling and Unlocked do not park
+    assert len(parked) == 4  # Fair, FairHold, FairNoJanitor, FairImpatient; Polling and Unlocked do not park
     assert all('\\"TimeoutSeconds\\":\\"{% $max([1, $min([3' in d for d in parked)
+
+
+# ---- Python participants (LockClient(fair=True)) ---------------------------------------------
+
+
+def client(fair, **kwargs):
+    from constructs_lib.lock_client import LockClient
+
+    return LockClient(fair.table("LocksTable"), namespace="f", dynamodb=fair.cloud.dynamodb,
+                      stepfunctions=fair.cloud.stepfunctions, fair=True, **kwargs)
+
+
+def test_a_client_release_wakes_the_parked_workflow(fair):
+    k = key()
+    lease = client(fair).acquire(k, lease=60)
+    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.queue(k) and fair.lock(k).get(fp.TOKENS, {}).get("M"))  # parked
+    client(fair).release(lease)
+    result = fair.wait([waiter])[0]
+    assert result.status == "SUCCEEDED" and parks_timed_out(result) == 0
+    assert result.output["probe"]["fence"] == lease.fence + 1
+
+
+def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):
+    import threading
+
+    k = key()
+    holder, (w1,) = queued(fair, k, holder_hold_s=2, waiters=1)
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(lease=client(fair).acquire(k, wait=60, poll_interval=0.1)))
+    thread.start()
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    w2 = fair.start("Fair", {"key": k, "workMs": 1})  # arrives after the client
+    fair.until(lambda: len(fair.queue(k)) == 3)
+    thread.join(60)
+    lease = got["lease"]
+    results = fair.wait([holder, w1])
+    assert lease.fence == results[1].output["probe"]["fence"] + 1  # right after w1
+    client(fair).release(lease)  # wakes w2, parked behind the client
+    last = fair.wait([w2])[0]
+    assert last.status == "SUCCEEDED" and last.output["probe"]["fence"] == lease.fence + 1
+    assert fair.queue(k) == []
+
+
+def test_a_dead_client_at_the_head_is_dequeued_by_a_waiter(fair):
+    k = key()
+    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
+        "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": "4"},
+        fp.QUEUE: {"L": [{"S": "client:gone#1"}]}, fp.TOKENS: {"M": {"client:gone#1": {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}}},
+    })
+    result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == 5
+    assert parks_timed_out(result) >= 1 and fair.queue(k) == []
+    # and a client waiter does the same
+    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
+        "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": "5"},
+        fp.QUEUE: {"L": [{"S": "client:gone#2"}]}, fp.TOKENS: {"M": {"client:gone#2": {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}}},
+    })
+    lease = client(fair).acquire(k, wait=10, poll_interval=0.1)
+    assert lease.fence == 6 and fair.queue(k) == []
+
+
+def test_a_client_that_gives_up_leaves_the_queue(fair):
+    from constructs_lib.lock_client import LockTimeout
+
+    k = key()
+    holder = client(fair).acquire(k, lease=60)
+    with pytest.raises(LockTimeout):
+        client(fair).acquire(k, wait=0.5, poll_interval=0.1)
+    assert fair.queue(k) == []
+    client(fair).release(holder)
