@@ -41,9 +41,11 @@ class FairMutex(Mutex):
     name = "fair"
     builds_own_wait_path = True
 
-    def __init__(self, user_key: str, *, park_timeout_s: int) -> None:
+    def __init__(self, user_key: str, *, park_timeout_s: int, polling: bool = False) -> None:
         super().__init__(user_key)
         self.park_timeout_s = park_timeout_s
+        #: EXPRESS: no task tokens - poll as the head, keeping a lease on the queue place
+        self.polling = polling
 
     # -- acquire --------------------------------------------------------------------------
 
@@ -102,6 +104,8 @@ class FairMutex(Mutex):
 
         enqueue = update_item_task(section, section._name("Enqueue"), section.table, fair.enqueue_arguments())
         retry_transient(enqueue)
+        if self.polling:
+            return self._build_polling(fast, enqueue, timeout, on_error)
         park = JsonataCustomState(section, section._name("Park"), state_json={
             "Type": "Task",
             "QueryLanguage": "JSONata",
@@ -113,26 +117,7 @@ class FairMutex(Mutex):
         })
         park.add_retry(errors=list(multikey.TRANSIENT_ERRORS), interval=Duration.seconds(protocol.TRANSIENT_RETRY["interval_s"]), backoff_rate=2.0,
                        max_attempts=protocol.TRANSIENT_RETRY["max_attempts"], jitter_strategy=sfn.JitterType.FULL)
-        head = update_item_task(
-            section, section._name("AcquireHead"), section.table,
-            fair.acquire_head_arguments(lease_ms=self._lease_ms, stale_owner_jsonata=stale),
-            assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
-            outputs=jsonata(f"{ENTRY}.input"),
-        )
-        retry_transient(head)
-        head.next(section.protected)
-        # refused: a retry whose first try took the lock finds itself the owner; others park again
-        confirm = self._get_item("Confirm", f"{ENTRY}.key", assign={
-            v["holder"]: jsonata(protocol.holder_expression()),
-            v["lock"]: jsonata(protocol.lock_variable_expression(of="$states.result.Item")),
-        })
-        mine = sfn.Choice.jsonata(section, "Mine", state_name=section._name("Mine?"))
-        mine.when(
-            sfn.Condition.jsonata(jsonata(f"${v['holder']}.owner = {ENTRY}.owner")),
-            sfn.Pass.jsonata(section, "Taken", state_name=section._name("Taken"),
-                             assign={v["wait"]: jsonata("null")}, outputs=jsonata(f"{ENTRY}.input")).next(section.protected),
-        ).otherwise(park)
-        head.add_catch(confirm.next(mine), errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        head, confirm = self._build_head(otherwise=park)
 
         parked_out = sfn.Choice.jsonata(section, "WaitedEnough", state_name=section._name("WaitedEnough?"))
         parked_out.when(
@@ -154,7 +139,64 @@ class FairMutex(Mutex):
             assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
         )
 
-    def _build_recheck(self, enqueue: sfn.State) -> sfn.State:
+    def _build_head(self, *, otherwise: sfn.State):
+        """AcquireHead -> the work; refused: Confirm (a retry whose first try took the lock finds
+        itself the owner) -> Mine? -> the work, or ``otherwise``."""
+        section, v = self._section, self._section.variables
+        stale = protocol.stale_owner_expression(v["wait"])
+        head = update_item_task(
+            section, section._name("AcquireHead"), section.table,
+            fair.acquire_head_arguments(lease_ms=self._lease_ms, stale_owner_jsonata=stale),
+            assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
+            outputs=jsonata(f"{ENTRY}.input"),
+        )
+        retry_transient(head)
+        head.next(section.protected)
+        confirm = self._get_item("Confirm", f"{ENTRY}.key", assign={
+            v["holder"]: jsonata(protocol.holder_expression()),
+            v["lock"]: jsonata(protocol.lock_variable_expression(of="$states.result.Item")),
+        })
+        mine = sfn.Choice.jsonata(section, "Mine", state_name=section._name("Mine?"))
+        mine.when(
+            sfn.Condition.jsonata(jsonata(f"${v['holder']}.owner = {ENTRY}.owner")),
+            sfn.Pass.jsonata(section, "Taken", state_name=section._name("Taken"),
+                             assign={v["wait"]: jsonata("null")}, outputs=jsonata(f"{ENTRY}.input")).next(section.protected),
+        ).otherwise(otherwise)
+        head.add_catch(confirm.next(mine), errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+        return head, confirm
+
+    def _build_polling(self, fast, enqueue, timeout, on_error) -> None:
+        """EXPRESS (no task tokens): keep the place alive (a lease in the token slot), try as the
+        head, wait a round of the wait policy, dequeue a head whose lease ended, again."""
+        section, v = self._section, self._section.variables
+        policy = section.wait_policy
+        poll = update_item_task(section, section._name("Poll"), section.table,
+                                fair.client_poll_arguments(poll_s=policy.max_interval))
+        retry_transient(poll)
+        wait = JsonataCustomState(section, section._name("Wait"), state_json={
+            "Type": "Wait", "QueryLanguage": "JSONata",
+            "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], section._max_wait_ms)),
+        })
+        waited = sfn.Choice.jsonata(section, "WaitedEnough", state_name=section._name("WaitedEnough?"))
+        waited.when(
+            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], section._max_wait_ms))),
+            self._leave,
+        ).otherwise(wait)
+        head, confirm = self._build_head(otherwise=waited)
+        wait.next(self._build_recheck(poll, describe=False))
+        poll.add_catch(enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        enqueue.add_catch(poll, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        for state in (poll, enqueue, head, confirm):
+            state.add_catch(self._leave, **on_error)
+        enqueue.next(poll)
+        poll.next(head)
+        fast.add_catch(
+            enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
+        )
+
+    def _build_recheck(self, enqueue: sfn.State, *, describe: bool = True) -> sfn.State:
         """The park's fallback: read the lock; ask whether a live-looking holder, or the head of
         a free lock, still runs; dequeue a dead head (waking the next); then queue again."""
         section, v = self._section, self._section.variables
@@ -165,21 +207,24 @@ class FairMutex(Mutex):
             head_var: jsonata(f"{fair.queue_expression('$states.result.Item')}[0]"),
             lapsed: jsonata(fair.head_lease_ended_expression("$states.result.Item")),
         }, catch_to=enqueue)
+        remove = self._remove_at("RemoveHead", who=f"${head_var}", index="0", then=enqueue)
+        suspect = sfn.Choice.jsonata(section, "Suspect", state_name=section._name("Suspect?"))
+        lease_ended = sfn.Condition.jsonata(jsonata(f"${v['holder']}.owner = '' and ${lapsed}"))
+        if not describe:  # (EXPRESS executions cannot be described: only leases tell the dead)
+            return inspect.next(suspect.when(lease_ended, remove).otherwise(enqueue))
         describe_holder = _describe(section, "DescribeHolder", protocol.holder_execution_expression(v["holder"]), {
             v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"])),
         })
         describe_holder.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
         describe_holder.next(enqueue)
-        dead_head = f"$states.result.Status != 'RUNNING' and $states.result.Status != 'PENDING_REDRIVE'"
+        dead_head = "$states.result.Status != 'RUNNING' and $states.result.Status != 'PENDING_REDRIVE'"
         describe_head = _describe(section, "DescribeHead", f"$substringBefore(${head_var}, '{protocol.OWNER_SEPARATOR}')", {
             head_var: jsonata(f"{dead_head} ? ${head_var} : null"),
         })
         describe_head.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        remove = self._remove_at("RemoveHead", who=f"${head_var}", index="0", then=enqueue)
         head_ended = sfn.Choice.jsonata(section, "HeadEnded", state_name=section._name("HeadEnded?"))
         head_ended.when(sfn.Condition.jsonata(jsonata(f"$type(${head_var}) = 'string'")), remove).otherwise(enqueue)
         describe_head.next(head_ended)
-        suspect = sfn.Choice.jsonata(section, "Suspect", state_name=section._name("Suspect?"))
         suspect.when(
             sfn.Condition.jsonata(jsonata(
                 f"${v['holder']}.owner != '' and {protocol.holder_is_execution_expression(v['holder'])}")),
@@ -189,10 +234,7 @@ class FairMutex(Mutex):
                 f"${v['holder']}.owner = '' and $type(${head_var}) = 'string' and ${head_var} != {ENTRY}.owner "
                 f"and $contains(${head_var}, ':execution:')")),
             describe_head,
-        ).when(  # a polling client at the head whose lease ended: dead
-            sfn.Condition.jsonata(jsonata(f"${v['holder']}.owner = '' and ${lapsed}")),
-            remove,
-        ).otherwise(enqueue)
+        ).when(lease_ended, remove).otherwise(enqueue)  # lease ended: a polling waiter at the head, dead
         return inspect.next(suspect)
 
     def _build_leave(self, then: sfn.State) -> sfn.State:

@@ -82,8 +82,6 @@ logger = logging.getLogger(__name__)
 
 #: Default lease: how long a holder that dies without releasing blocks the key.
 DEFAULT_LEASE = timedelta(seconds=60)
-#: A fair client's place in the queue outlives its next poll by this much (then it is dead).
-CLIENT_POLL_MARGIN_S = 5
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
@@ -474,7 +472,7 @@ class LockClient:
 
     def _client_lease(self, seconds: float) -> dict:
         """My token slot while I queue: polling until now + ``seconds`` + a margin."""
-        until = self.now_ms() + int((seconds + CLIENT_POLL_MARGIN_S) * 1000)
+        until = self.now_ms() + int((seconds + fair.CLIENT_POLL_MARGIN_S) * 1000)
         return {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}
 
     def _enqueue(self, table_key: str, me: str, *, lease_for_s: float) -> None:

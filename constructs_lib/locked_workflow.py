@@ -214,13 +214,18 @@ class LockedSection(sfn.StateMachineFragment):
     :param history_event_budget: refuse a ``max_wait``/``wait_policy`` whose wait loop could
         record more history events than this (a Standard execution stops at 25,000); ``None``
         skips the check (Express). Default: 20,000.
-    :param fair: a fair lock (single ``lock_key`` on a lock ``table``, STANDARD state
-        machines): waiters queue on the lock item and are granted the lock in arrival order;
-        a waiter parks on a task token (``.waitForTaskToken``) and the release wakes the head
-        of the queue (``SendTaskSuccess``) - no polling. The uncontended path is the mutex's
-        single write. Every participant of a key should be fair (a polling one may take a
-        free lock ahead of the queue, and does not wake it). See
-        :mod:`state_machines.fair_protocol`. ``wait_policy`` is not used. Default: ``False``.
+    :param fair: a fair lock (single ``lock_key`` on a lock ``table``): waiters queue on the
+        lock item and are granted the lock in arrival order; a waiter parks on a task token
+        (``.waitForTaskToken``, STANDARD state machines) and the release wakes the head of
+        the queue (``SendTaskSuccess``) - no polling (see ``fair_polling`` for EXPRESS). The
+        uncontended path is the mutex's single write. Every participant of a key should be
+        fair (a polling one may take a free lock ahead of the queue, and does not wake it).
+        See :mod:`state_machines.fair_protocol`. ``wait_policy`` is not used (but with
+        ``fair_polling``). Default: ``False``.
+    :param fair_polling: with ``fair``: the waiters poll as the head instead of parking, and
+        keep their place in the queue alive with a lease (a dead one is dequeued by the others
+        once its lease ends); for EXPRESS state machines, which cannot park on a task token
+        (``LockedWorkflow`` sets it for them). Uses ``wait_policy``. Default: ``False``.
     :param park_timeout: with ``fair``: a parked waiter's fallback - after this long it looks
         by itself (re-queues if dropped, asks whether the holder and a dead-looking head of
         the queue still run, dequeues a dead head and wakes the next). It bounds what a lost
@@ -251,6 +256,7 @@ class LockedSection(sfn.StateMachineFragment):
         history_event_budget: Optional[int] = protocol.WAIT_LOOP_EVENT_BUDGET,
         fair: bool = False,
         park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
+        fair_polling: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         wait_policy = wait_policy or WaitPolicy()
@@ -273,12 +279,12 @@ class LockedSection(sfn.StateMachineFragment):
                     "`fair` must be used with a single `lock_key` on a lock `table` (limit 1), got: a "
                     f"{'record' if record_table is not None else self.kind.name} lock"
                 )
-            if liveness_check_every == 0:
+            if liveness_check_every == 0 and not fair_polling:
                 raise ValueError(
                     "`liveness_check_every` must be at least 1 with `fair=True` (a parked waiter's "
                     "fallback asks whether the holder and the head of the queue still run), got: 0"
                 )
-            self.kind = FairMutex(self.kind.user_key, park_timeout_s=park_timeout_ms // 1000)
+            self.kind = FairMutex(self.kind.user_key, park_timeout_s=park_timeout_ms // 1000, polling=fair_polling)
         if (table is None) == (record_table is None):
             raise ValueError(
                 "`table` (a lock table) or `record_table` (a lock on the records) must be given, "
@@ -319,8 +325,8 @@ class LockedSection(sfn.StateMachineFragment):
             raise ValueError(f"`max_wait` must not be negative, got: {max_wait_ms / 1000} s")
         if history_event_budget is not None:
             needed = (
-                fair_protocol.worst_case_park_events(park_timeout_ms / 1000, max_wait_ms / 1000) if fair
-                else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
+                fair_protocol.worst_case_park_events(park_timeout_ms / 1000, max_wait_ms / 1000)
+                if fair and not fair_polling else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
             )
             if needed > history_event_budget and fair:
                 raise ValueError(
@@ -878,7 +884,8 @@ class LockedWorkflow(Construct):
     :param shares_lock_with: other Standard state machines using the same lock table, whose
         executions waiters may check. Default: ``()``.
     :param fair: grant the lock in arrival order and hand it off with a wake-up instead of
-        polling (STANDARD only); see :class:`LockedSection`. Default: ``False``.
+        polling (EXPRESS: in arrival order, polling as the head); see :class:`LockedSection`.
+        Default: ``False``.
     :param park_timeout: with ``fair``: the longest a queued waiter sleeps before it looks by
         itself (its fallback). Default: 30 seconds.
     """
@@ -917,11 +924,7 @@ class LockedWorkflow(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         express = state_machine_type == sfn.StateMachineType.EXPRESS
-        if fair is True and express:
-            raise ValueError(
-                "`fair` must be False for an EXPRESS state machine (its waiters cannot park on a "
-                "task token: .waitForTaskToken is STANDARD only), got: True"
-            )
+
         if table is not None and table_removal_policy is not None:
             raise ValueError(
                 "`table_removal_policy` must be left unset when an existing `table` is given "
@@ -995,6 +998,7 @@ class LockedWorkflow(Construct):
             history_event_budget=None if express else protocol.WAIT_LOOP_EVENT_BUDGET,
             fair=fair,
             park_timeout=park_timeout,
+            fair_polling=express,
         )
 
         self.log_group: Optional[logs.LogGroup] = None

@@ -108,10 +108,13 @@ REMOVE_AT = LockWrite(
     condition=f"#{QUEUE}{INDEX} = :who",
 )
 
-#: A Python client cannot park: while it queues, its token slot holds ``lease:<epoch ms>``, the
+#: A Python client or an EXPRESS execution cannot park: while it queues, its token slot holds
+#: ``lease:<epoch ms>``, the
 #: time until which it keeps polling (refreshed on every poll). Nobody wakes a lease; a head
 #: whose lease ended is dead and may be dequeued, as a head whose execution ended.
 CLIENT_LEASE_PREFIX = "lease:"
+#: A polling waiter's place outlives its next poll by this much (then it counts as dead).
+CLIENT_POLL_MARGIN_S = 5
 #: CLIENT_POLL: refresh my lease while I am queued. Values ``:me``, ``:lease``; ``#who`` = ``:me``.
 CLIENT_POLL = LockWrite(
     update=f"SET #{TOKENS}.{WHO} = :lease",
@@ -304,3 +307,10 @@ def head_to_wake_after_dequeue(item: Mapping[str, Any], *, now: int) -> str | No
     """The new head's token when the lock is free (as :func:`wake_after_dequeue_expression`)."""
     held = OWNER in item and int(item.get(EXPIRES_AT, {}).get("N", "0")) >= now
     return None if held else head_token(item)
+
+
+def client_poll_arguments(*, poll_s: float) -> dict:
+    """CLIENT_POLL for a polling execution (EXPRESS): my place lives until my next poll + margin."""
+    lease = f"'{CLIENT_LEASE_PREFIX}' & $string($millis() + {int((poll_s + CLIENT_POLL_MARGIN_S) * 1000)})"
+    return _arguments(jsonata(f"{ENTRY}.key"), CLIENT_POLL,
+                      {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":lease": {"S": jsonata(lease)}})

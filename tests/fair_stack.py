@@ -47,6 +47,10 @@ class FairStack(cdk.Stack):
         # a waiter that gives up after 3 s
         machines.append(LockedWorkflow(self, "FairImpatient", protected=self.probe("ImpatientProbe"),
                                        **{**fair, "max_wait": cdk.Duration.seconds(3)}))
+        # EXPRESS: no task tokens, so its waiters poll as the head of the same queue
+        LockedWorkflow(self, "FairExpress", protected=self.probe("ExpressProbe"), wait_policy=FAST,
+                       state_machine_type=sfn.StateMachineType.EXPRESS,
+                       **{**fair, "timeout": cdk.Duration.minutes(4)})
         # the polling lock on the same keys' items of another namespace (order: the negative control)
         machines.append(LockedWorkflow(self, "Polling", protected=self.probe("PollingProbe"), wait_policy=FAST,
                                        **{**common, "key_namespace": "p"}))

@@ -333,3 +333,34 @@ def test_a_client_that_gives_up_leaves_the_queue(fair):
         client(fair).acquire(k, wait=0.5, poll_interval=0.1)
     assert fair.queue(k) == []
     client(fair).release(holder)
+
+
+# ---- EXPRESS: the same queue, polled by its head ---------------------------------------------
+
+
+def test_express_waiters_keep_arrival_order_polling_as_the_head(fair):
+    k = key()
+    holder = fair.start("FairHold", {"key": k, "holdS": 2, "workMs": 1})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    arns = []
+    for n in range(4):
+        arns.append(fair.start("FairExpress", {"key": k, "workMs": 100}))
+        fair.until(lambda: len(fair.queue(k)) == n + 1)
+    results = fair.wait([holder] + arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 5, [(r.error, r.cause) for r in results]
+    fences = fences_of(results[1:])
+    assert fences == sorted(fences)
+    # their places carried polling leases, never task tokens
+    assert not any(e["type"] == "TaskSubmitted" for r in results[1:] for e in r.history)
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["counter"] == probe["accepted"] == 5 and fair.queue(k) == []
+
+
+def test_an_express_waiter_dequeues_a_head_whose_lease_ended(fair):
+    k = key()
+    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
+        "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": "2"},
+        fp.QUEUE: {"L": [{"S": "express:gone#1"}]}, fp.TOKENS: {"M": {"express:gone#1": {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}}},
+    })
+    result = fair.wait([fair.start("FairExpress", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == 3 and fair.queue(k) == []

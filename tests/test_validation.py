@@ -49,7 +49,6 @@ def build(**overrides):
         (dict(fair="yes"), r"`fair` must be True or False, got: 'yes'"),
         (dict(fair=True, limit=2), r"`fair` must be used with a single `lock_key` on a lock `table` \(limit 1\), got: a semaphore lock"),
         (dict(fair=True, lock_key=None, lock_keys=jsonata("$states.input.ids")), r"`fair` must be used .*got: a multi-key lock"),
-        (dict(fair=True, state_machine_type=sfn.StateMachineType.EXPRESS), r"`fair` must be False for an EXPRESS state machine.*got: True"),
         (dict(fair=True, liveness_check_every=0), r"`liveness_check_every` must be at least 1 with `fair=True`.*got: 0"),
         (dict(fair=True, park_timeout=cdk.Duration.millis(500)), r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 0.5 s"),
         (dict(fair=True, park_timeout=cdk.Duration.hours(2)), r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 7200.0 s"),
