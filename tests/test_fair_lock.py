@@ -202,7 +202,7 @@ def test_a_lost_wake_up_costs_one_park_timeout(fair):
     from constructs_lib.local.faults import Fault, dynamodb_faults
 
     k = key()
-    holder, (w1,) = queued(fair, k, holder_hold_s=1, waiters=1)
+    holder, (w1,) = queued(fair, k, holder_hold_s=3, waiters=1)  # still held when the fault is set
     lost = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions")
     with dynamodb_faults(lost) as log:
         results = fair.wait([holder, w1])
@@ -216,7 +216,7 @@ def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(f
     from constructs_lib.local.faults import Fault, dynamodb_faults
 
     k = key()
-    holder, (w1, w2) = queued(fair, k, holder_hold_s=1, waiters=2)
+    holder, (w1, w2) = queued(fair, k, holder_hold_s=4, waiters=2)  # still held when the fault is set
     # the releaser dies as it is about to wake w1: its wake-up is never sent
     crash = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions",
                   then=lambda: fair.cloud.stepfunctions.stop_execution(executionArn=holder))

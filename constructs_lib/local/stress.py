@@ -9,13 +9,14 @@ One stack (:class:`StressStack`) holds every shape a user may build on one key, 
 table and one key namespace, so they contend with each other: a plain ``LockedWorkflow``; a Map
 whose iterations lock the same key; a Parallel whose branches do; a section nested in a section
 on the same key; a workflow whose state machine times out while holding; a workflow with a
-lease shorter than its work (its own keys: overlap is allowed there, by design). The protected
+lease shorter than its work (its own keys: overlap is allowed there, by design); the fair lock
+(``fair=True``) among them. The protected
 work is the probe Lambda (``lambdas/probe``).
 
 Each run draws: a shape, a key, a work time, a failure of the work, a stop after a random
 delay (the probe's Lambda runs on: the stop grace must cover it), a redrive of a failed,
 stopped or timed-out run, and faults on the lock's own writes (throttles; lost responses of
-acquires and releases).
+acquires, releases, the fair lock's enqueues and acquires as head; lost wake-ups).
 
 Invariants (every one must hold; ``--negative-control`` must break the first):
 
@@ -24,7 +25,8 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
 3. fences at entry never go down, per key;
 4. every run ends SUCCEEDED or with its documented outcome (the work's error, ABORTED when
    stopped, TIMED_OUT for the timing-out shape, ``Lock.Lost`` only for the short lease);
-5. once the janitor has settled and the graces passed, no lock is left held.
+5. once the janitor has settled and the graces passed, no lock is left held and no queue
+   holds anyone.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ PROBE_TIMEOUT_S = 3
 SHORT_LEASE_S = 2
 SHORT_TIMEOUT_S = 4
 SHAPES = {  # shape -> weight in the mix
-    "Plain": 40, "Map": 12, "Parallel": 10, "Nested": 10, "Timeout": 10, "Lease": 8,
+    "Plain": 40, "Map": 12, "Parallel": 10, "Nested": 10, "Timeout": 10, "Lease": 8, "Fair": 15,
 }
+#: A fair waiter's park fallback (s): the polling shapes on its keys never wake it.
+FAIR_PARK_TIMEOUT_S = 3
 #: The work's own errors (the probe's requested failure, and its function timeout - reached
 #: only when the machine is slow) and a waiter's timeout.
 ALLOWED_ERRORS = {"RuntimeError", "TimedOut", "Lock.Timeout"}
@@ -111,6 +115,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         )
 
     workflow("Plain")
+    workflow("Fair", fair=True, park_timeout=cdk.Duration.seconds(FAIR_PARK_TIMEOUT_S))
     workflow("Timeout", timeout=cdk.Duration.seconds(SHORT_TIMEOUT_S), max_wait=cdk.Duration.seconds(2))
     workflow("Lease", lease=cdk.Duration.seconds(SHORT_LEASE_S))
     mapped = sfn.Map.jsonata(stack, "Each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.items")))
@@ -173,6 +178,7 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
 
 def _faults(rng: random.Random, log: Counter) -> list:
     from constructs_lib.local.faults import Fault
+    from state_machines import fair_protocol as fair
     from state_machines import lock_protocol as protocol
 
     guard = threading.Lock()
@@ -196,7 +202,21 @@ def _faults(rng: random.Random, log: Counter) -> list:
               when=draw(protocol.ACQUIRE, 0.03, "lost acquire response")),
         Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
               when=draw(protocol.RELEASE, 0.03, "lost release response")),
+        Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
+              when=draw(fair.ACQUIRE_HEAD, 0.05, "lost acquire-as-head response")),
+        Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
+              when=draw(fair.ENQUEUE, 0.05, "lost enqueue response")),
+        Fault("SendTaskSuccess", "ServiceUnavailable", times=many, service="stepfunctions",
+              when=lambda params: _lost(rng, guard, log, 0.05, "lost wake-up")),
     ]
+
+
+def _lost(rng: random.Random, guard: threading.Lock, log: Counter, probability: float, label: str) -> bool:
+    with guard:
+        hit = rng.random() < probability
+        if hit:
+            log[label] += 1
+    return hit
 
 
 def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_s: float = 20.0,
@@ -268,6 +288,8 @@ def _left_held(cloud: Any, app: Any, protocol: Any) -> list[str]:
         for item in page["Items"]:
             if protocol.OWNER in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
                 held.append(f"{item['pk']['S']} by {item[protocol.OWNER]['S']}")
+            if item.get("queue", {}).get("L"):  # a fair lock's queue: every waiter left it
+                held.append(f"{item['pk']['S']} queued: {[o['S'] for o in item['queue']['L']]}")
     return held
 
 
