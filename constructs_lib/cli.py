@@ -19,6 +19,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
+from state_machines import fair_protocol as fair
 from state_machines import lock_protocol as p
 from state_machines import semaphore_protocol as sp
 
@@ -133,7 +134,16 @@ def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
     _, item = _read(locks, args)
     shown = describe(item, now_ms)
     shown["executionStatus"] = locks.execution_status(shown["execution"])
-    shown["waiters"] = "not recorded: waiters of this lock kind poll"
+    if fair.QUEUE in item:  # a fair lock records its waiters, in order, with how each waits
+        slots = item.get(fair.TOKENS, {}).get("M", {})
+        shown["waiters"] = [
+            {"owner": o, "execution": p.owner_execution(o),
+             "waits": ("polling" if slots.get(o, {}).get("S", "").startswith(fair.CLIENT_LEASE_PREFIX)
+                       else "parked" if o in slots else "queued")}
+            for o in fair.queue_of(item)
+        ]
+    else:
+        shown["waiters"] = "not recorded: waiters of this lock kind poll"
     return OK, shown
 
 
@@ -245,7 +255,11 @@ def _print(result: Any, as_json: bool) -> None:
         if result.get(name):
             print(result[name])
     for name, value in result.items():
-        if name not in ("warning", "message") and value is not None:
+        if name == "waiters" and isinstance(value, list):
+            print(f"  waiters: {len(value)}" + ("" if value else " (none)"))
+            for n, w in enumerate(value, 1):
+                print(f"    {n}. {w['owner']} ({w['waits']})")
+        elif name not in ("warning", "message") and value is not None:
             print(f"  {name}: {value}")
 
 

@@ -187,3 +187,25 @@ def test_the_table_is_found_from_a_stack(cloud, table, capsys):
     assert code == 0 and len(json.loads(out)) == 1
     code, _, err = run(cloud, capsys, "locks", "list", "--stack", "Missing", session=session)
     assert code == cli.FAILED and "cannot read stack 'Missing'" in err
+
+
+def test_show_lists_a_fair_locks_waiters_in_order_and_how_each_waits(cloud, table, capsys):
+    from state_machines import fair_protocol as fp
+
+    holder = LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
+    parked, polling = "arn:aws:states:us-east-1:123456789012:execution:m:e#1", "client:h:1:x#2"
+    cloud.dynamodb.update_item(
+        TableName=table, Key={"pk": {"S": "fair#q"}},
+        UpdateExpression="SET #q = :q, #t = :t", ExpressionAttributeNames={"#q": fp.QUEUE, "#t": fp.TOKENS},
+        ExpressionAttributeValues={":q": {"L": [{"S": parked}, {"S": polling}]},
+                                   ":t": {"M": {parked: {"S": "token"}, polling: {"S": f"{fp.CLIENT_LEASE_PREFIX}9"}}}},
+    )
+    code, out, _ = run(cloud, capsys, "locks", "show", "q", "--namespace", "fair", "--table", table, "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["owner"] == holder.owner
+    assert shown["waiters"] == [
+        {"owner": parked, "execution": "arn:aws:states:us-east-1:123456789012:execution:m:e", "waits": "parked"},
+        {"owner": polling, "execution": None, "waits": "polling"},
+    ]
+    code, out, _ = run(cloud, capsys, "locks", "show", "q", "--namespace", "fair", "--table", table)
+    assert f"waiters: 2\n    1. {parked} (parked)\n    2. {polling} (polling)" in out
