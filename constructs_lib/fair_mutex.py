@@ -62,19 +62,7 @@ class FairMutex(Mutex):
             outputs=jsonata(f"{ENTRY}.input"),
         )
         retry_transient(fast)
-        reentered = sfn.Choice.jsonata(section, "Reentered", state_name=section._name("Reentered?"))
-        reentered.when(
-            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REENTERED))),
-            sfn.Pass.jsonata(
-                section, "PassThrough", state_name=section._name("PassThrough"),
-                assign={v["lock"]: jsonata(protocol.reentered_lock_expression("$states.input.entry"))},
-                outputs=jsonata("$states.input.entry.input"),
-            ).next(section.protected),
-        ).otherwise(section.rethrow)
-        fast.add_catch(
-            reentered, errors=[protocol.QUERY_EVALUATION_ERROR],
-            outputs=jsonata("$merge([$states.errorOutput, {'entry': $states.input}])"),
-        )
+        self.catch_reentered(section, fast)
         self._section, self._lease_ms = section, lease_ms
         self._build_queue(fast)
         return fast, fast, fast

@@ -81,7 +81,14 @@ class Mutex:
             outputs=jsonata(f"{ENTRY}.input"),
         )
         retry_transient(acquire)
-        # a query error is the re-entrancy signal - or a fault: never run the work on a fault
+        self.catch_reentered(section, acquire)
+        return acquire, acquire, acquire
+
+    @staticmethod
+    def catch_reentered(section: "LockedSection", acquire: sfn.TaskStateBase) -> None:
+        """The acquire's query error is the re-entrancy signal (straight into the work under
+        the enclosing hold) - or a fault: never run the work on a fault."""
+        v = section.variables
         reentered = sfn.Choice.jsonata(section, "Reentered", state_name=section._name("Reentered?"))
         reentered.when(
             sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REENTERED))),
@@ -96,7 +103,6 @@ class Mutex:
             errors=[protocol.QUERY_EVALUATION_ERROR],
             outputs=jsonata("$merge([$states.errorOutput, {'entry': $states.input}])"),
         )
-        return acquire, acquire, acquire
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         return section.build_mutex_release(lost, left)

@@ -39,7 +39,7 @@ from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from constructs_lib.lock_table import LockTable
 from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
-from state_machines import multikey_protocol, semaphore_protocol
+from state_machines import semaphore_protocol
 from state_machines.lock_protocol import WaitPolicy, jsonata
 
 #: Margin added to the state machine timeout to form the default lease.

@@ -4,12 +4,11 @@ order of grants), with a polling twin on the same table as the negative control 
 from __future__ import annotations
 
 import aws_cdk as cdk
-from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib import LockedWorkflow, LockTable
-from safety_stack import FAST, PROBE_CODE, PROBE_TIMEOUT_S
+from constructs_lib import LockedWorkflow
+from safety_stack import FAST, probe_resources
 from state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (short: the dead-participant cases wait it out).
@@ -19,18 +18,7 @@ PARK_TIMEOUT_S = 3
 class FairStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.locks = LockTable(self, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
-        probes = dynamodb.Table(
-            self, "Probes",
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
-        )
-        self.probe_fn = lambda_.Function(
-            self, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
-            code=lambda_.Code.from_asset(str(PROBE_CODE)), timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
-            environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
-        )
-        probes.grant_read_write_data(self.probe_fn)
+        self.locks, self.probe_fn = probe_resources(self)
         common = dict(table=self.locks, lock_key=jsonata("$states.input.key"), key_namespace="f",
                       max_wait=cdk.Duration.seconds(90), timeout=cdk.Duration.minutes(3), logging=False,
                       tracing=False)

@@ -24,21 +24,27 @@ PROBE_TIMEOUT_S = 4
 LEASE = cdk.Duration.minutes(10)
 
 
+def probe_resources(stack: cdk.Stack) -> tuple:
+    """The lock table, the probe's table and the probe Lambda of a test stack."""
+    locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
+    probes = dynamodb.Table(
+        stack, "Probes",
+        partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    probe_fn = lambda_.Function(
+        stack, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+        code=lambda_.Code.from_asset(str(PROBE_CODE)), timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
+        environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+    )
+    probes.grant_read_write_data(probe_fn)
+    return locks, probe_fn
+
+
 class SafetyStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.locks = LockTable(self, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
-        probes = dynamodb.Table(
-            self, "Probes",
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
-        )
-        self.probe_fn = lambda_.Function(
-            self, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
-            code=lambda_.Code.from_asset(str(PROBE_CODE)), timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
-            environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
-        )
-        probes.grant_read_write_data(self.probe_fn)
+        self.locks, self.probe_fn = probe_resources(self)
 
         # A plain locked workflow on namespace "s": the intruder of the other machines' keys.
         LockedWorkflow(
