@@ -274,6 +274,8 @@ class FairMutex(Mutex):
             # task tokens of service integrations cannot be scoped by IAM: the one resource is *
             iam_resources=["*"],
         )
+        send.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
+                       jitter_strategy=sfn.JitterType.FULL)
         # a waiter gone (stopped, or its park timed out and it looks by itself): nothing to do
         send.add_catch(sfn.Succeed(section, f"{suffix}.Gone", state_name=section._name(f"{suffix}.Gone")),
                        errors=["States.ALL"])

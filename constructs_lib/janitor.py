@@ -227,6 +227,8 @@ class LockJanitor(Construct):
             iam_action="states:SendTaskSuccess",
             iam_resources=["*"],  # IAM cannot scope a service integration's task token
         )
+        wake.add_retry(errors=[fair_protocol.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0,
+                       max_attempts=3, jitter_strategy=sfn.JitterType.FULL)
         wake.add_catch(sfn.Succeed(self, "Head gone"), errors=["States.ALL"])
         woken = sfn.Choice.jsonata(self, "New head to wake?")
         woken.when(sfn.Condition.jsonata(jsonata("$type($wake) = 'string'")), wake).otherwise(

@@ -125,6 +125,10 @@ CLIENT_POLL = LockWrite(
 WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "PARK": PARK, "ACQUIRE_HEAD": ACQUIRE_HEAD,
           "RELEASE": RELEASE, "REMOVE_AT": REMOVE_AT}  # (CLIENT_POLL: only a client's own slot)
 
+#: A throttled wake-up (``SendTaskSuccess`` through the aws-sdk integration) is retried; any
+#: other error means the waiter is gone or looks by itself.
+WAKE_THROTTLED = "Sfn.ThrottlingException"
+
 #: A parked waiter's fallback: it looks again after at most this long. Default of the
 #: ``park_timeout`` prop.
 DEFAULT_PARK_TIMEOUT_S = 30
