@@ -13,3 +13,17 @@ def test_overtakes_count_later_arrivals_granted_first_beyond_the_resolution():
 def test_percentiles_of_handoff_gaps():
     assert percentile([5, 1, 3], 50) == 3 and percentile(list(range(101)), 99) == 99
     assert percentile([], 50) != percentile([], 50)  # nan
+
+
+def test_a_small_slice_of_the_fair_benchmark():
+    from constructs_lib.local.bench_fair import run
+
+    results = run(works=[0.3], runs=[4], backend="moto")
+    # the fair lock's wake Map is its one extra transition over the polling lock, uncontended
+    extra = results["uncontended_extra_transitions"]
+    assert extra["Fair"] == extra["Polling"] + 1
+    loads = {r["lock"]: r for r in results["loads"]}
+    assert set(loads) == {"Polling", "Fair", "Baseline"}
+    for r in loads.values():
+        assert r["succeeded"] == r["runs"] == 4 and r["overlaps"] == 0 and r["fence_violations"] == 0
+    assert loads["Fair"]["overtakes"] == 0 and loads["Fair"]["waited"] >= 2
