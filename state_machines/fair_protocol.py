@@ -38,6 +38,11 @@ take a free lock, and the tokens only decide *when* a waiter looks again.
    dropped, checks the holder's and the head's liveness): a crashed releaser, a wake-up sent
    to a dead head, or a lost ``SendTaskSuccess`` costs at most one park timeout.
 
+7. **Polling participants.** An EXPRESS execution or a ``LockClient`` cannot park: it queues
+   the same way, keeps ``lease:<epoch ms>`` in its token slot (``CLIENT_POLL``, on every poll)
+   and polls ACQUIRE_HEAD. Nobody wakes a lease; a head whose lease ended is dead and is
+   dequeued by whoever waits behind it. The janitor dequeues an ended execution's entries.
+
 Every write here is spelled once; :mod:`tests.test_fair_model` model-checks the steps
 (crashes and lost responses included) and checks the model's reading of each write against
 DynamoDB itself.
