@@ -13,6 +13,8 @@ from state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (short: the dead-participant cases wait it out).
 PARK_TIMEOUT_S = 3
+#: ... and a park timeout longer than any test: a park then ends only by a wake-up.
+PATIENT_PARK_TIMEOUT_S = 120
 
 
 class FairStack(cdk.Stack):
@@ -30,6 +32,9 @@ class FairStack(cdk.Stack):
         hold = sfn.CustomState(self, "Hold", state_json={
             "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")})
         machines.append(LockedWorkflow(self, "FairHold", protected=hold.next(self.probe("FairHoldProbe")), **fair))
+        # the same with a park timeout no test outlasts: every handoff it sees is a wake-up
+        machines.append(LockedWorkflow(self, "FairPatient", protected=self.probe("PatientProbe"),
+                                       **{**fair, "park_timeout": cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S)}))
         # the same without a janitor: a stopped waiter is dequeued by the others' park fallback
         machines.append(LockedWorkflow(self, "FairNoJanitor", protected=self.probe("NoJanitorProbe"), janitor=False, **fair))
         # a waiter that gives up after 3 s

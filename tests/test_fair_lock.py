@@ -116,14 +116,15 @@ def grants_in_arrival_order(fair, machine: str, waiters: int = 7) -> tuple[list,
     waits until the one before it is queued, or has polled once). Returns their fences in
     arrival order, and the results."""
     k = key()
-    holder = fair.start("FairHold" if machine == "Fair" else machine, {"key": k, "holdS": 3, "workMs": 1}
-                        if machine == "Fair" else {"key": k, "workMs": 3000})
-    namespace = "f" if machine == "Fair" else "p"
+    fair_lock = machine.startswith("Fair")
+    holder = fair.start("FairHold" if fair_lock else machine, {"key": k, "holdS": 3, "workMs": 1}
+                        if fair_lock else {"key": k, "workMs": 3000})
+    namespace = "f" if fair_lock else "p"
     fair.until(lambda: p.OWNER in fair.lock(k, namespace))
     arns = []
     for n in range(waiters):
         arns.append(fair.start(machine, {"key": k, "workMs": 100}))
-        if machine == "Fair":
+        if fair_lock:
             fair.until(lambda: len(fair.queue(k)) == n + 1)
         else:
             time.sleep(0.3)
@@ -133,9 +134,10 @@ def grants_in_arrival_order(fair, machine: str, waiters: int = 7) -> tuple[list,
 
 
 def test_grants_follow_arrival_order_and_each_handoff_is_a_wake_up(fair):
-    fences, results = grants_in_arrival_order(fair, "Fair")
+    fences, results = grants_in_arrival_order(fair, "FairPatient")
     assert fences == sorted(fences), fences  # 0 overtakes
-    assert sum(parks_timed_out(r) for r in results) == 0  # every waiter was woken, none looked by itself
+    # no park ran into its (2 min) timeout: every waiter was woken, none looked by itself
+    assert sum(parks_timed_out(r) for r in results) == 0
 
 
 def test_negative_control_the_polling_lock_lets_later_runs_overtake(fair):
@@ -156,7 +158,7 @@ def queued(fair, k: str, holder_hold_s: int, waiters: int, machine: str = "Fair"
 
 def test_a_waiter_stopped_mid_queue_is_dequeued_by_the_janitor_and_the_rest_keep_their_order(fair):
     k = key()
-    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=3, waiters=3)
+    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=3, waiters=3, machine="FairPatient")
     fair.cloud.stepfunctions.stop_execution(executionArn=w2)
     assert fair.cloud.wait_for(w2).status == "ABORTED"
     fair.until(lambda: len(fair.queue(k)) == 2)  # the janitor took w2 out, the holder still holds
@@ -260,8 +262,8 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
         "Properties": {"DefinitionString": Match.any_value()}}))
     definitions = [json.dumps(m["Properties"]["DefinitionString"]) for m in fair_machine.values()]
     parked = [d for d in definitions if "updateItem.waitForTaskToken" in d]
-    assert len(parked) == 4  # Fair, FairHold, FairNoJanitor, FairImpatient; Polling and Unlocked do not park
-    assert all('\\"TimeoutSeconds\\":\\"{% $max([1, $min([3' in d for d in parked)
+    assert len(parked) == 5  # Fair, FairHold, FairPatient, FairNoJanitor, FairImpatient (not EXPRESS, Polling, Unlocked)
+    assert sum('\\"TimeoutSeconds\\":\\"{% $max([1, $min([3,' in d for d in parked) == 4
 
 
 # ---- Python participants (LockClient(fair=True)) ---------------------------------------------
@@ -277,7 +279,7 @@ def client(fair, **kwargs):
 def test_a_client_release_wakes_the_parked_workflow(fair):
     k = key()
     lease = client(fair).acquire(k, lease=60)
-    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    waiter = fair.start("FairPatient", {"key": k, "workMs": 1})
     fair.until(lambda: fair.queue(k) and fair.lock(k).get(fp.TOKENS, {}).get("M"))  # parked
     client(fair).release(lease)
     result = fair.wait([waiter])[0]
