@@ -291,7 +291,7 @@ def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):
     import threading
 
     k = key()
-    holder, (w1,) = queued(fair, k, holder_hold_s=2, waiters=1)
+    holder, (w1,) = queued(fair, k, holder_hold_s=4, waiters=1)  # still held when the client queues
     got = {}
     thread = threading.Thread(target=lambda: got.update(lease=client(fair).acquire(k, wait=60, poll_interval=0.1)))
     thread.start()
