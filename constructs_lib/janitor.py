@@ -29,7 +29,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib.dynamodb_tasks import retry_transient, update_item_props
+from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_props
 from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
 from state_machines.lock_protocol import jsonata
@@ -203,8 +203,6 @@ class LockJanitor(Construct):
         """Take ``$states.input.owner`` out of the queue of ``$states.input.key`` (wherever it
         stands: read, then remove at that place; a place moved meanwhile: read again), and wake
         the new head of a free lock."""
-        from constructs_lib.dynamodb_tasks import attribute_value
-
         done = sfn.Succeed(self, "Not queued")
         read = tasks.DynamoGetItem.jsonata(
             self, "Read the queue", table=table, key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata("$states.input.key")})},

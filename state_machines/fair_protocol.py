@@ -51,6 +51,7 @@ DynamoDB itself.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 from state_machines.lock_protocol import (
@@ -266,8 +267,6 @@ EVENTS_PER_PARK_ROUND = 45
 
 def worst_case_park_events(park_timeout_s: float, max_wait_s: float) -> int:
     """History events a fair waiter's queue can record while it waits up to ``max_wait_s``."""
-    import math
-
     return (math.ceil(max_wait_s / park_timeout_s) + 1) * EVENTS_PER_PARK_ROUND
 
 

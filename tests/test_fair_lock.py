@@ -308,20 +308,22 @@ def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):
     assert fair.queue(k) == []
 
 
+def dead_head(fair, k: str, owner: str, *, fence: int) -> None:
+    """A free lock of fence ``fence`` whose queue's head ``owner`` polled last long ago (dead)."""
+    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
+        "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": str(fence)},
+        fp.QUEUE: {"L": [{"S": owner}]}, fp.TOKENS: {"M": {owner: {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}}},
+    })
+
+
 def test_a_dead_client_at_the_head_is_dequeued_by_a_waiter(fair):
     k = key()
-    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
-        "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": "4"},
-        fp.QUEUE: {"L": [{"S": "client:gone#1"}]}, fp.TOKENS: {"M": {"client:gone#1": {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}}},
-    })
+    dead_head(fair, k, "client:gone#1", fence=4)
     result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == 5
     assert parks_timed_out(result) >= 1 and fair.queue(k) == []
     # and a client waiter does the same
-    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
-        "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": "5"},
-        fp.QUEUE: {"L": [{"S": "client:gone#2"}]}, fp.TOKENS: {"M": {"client:gone#2": {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}}},
-    })
+    dead_head(fair, k, "client:gone#2", fence=5)
     lease = client(fair).acquire(k, wait=10, poll_interval=0.1)
     assert lease.fence == 6 and fair.queue(k) == []
 
@@ -360,9 +362,6 @@ def test_express_waiters_keep_arrival_order_polling_as_the_head(fair):
 
 def test_an_express_waiter_dequeues_a_head_whose_lease_ended(fair):
     k = key()
-    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
-        "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": "2"},
-        fp.QUEUE: {"L": [{"S": "express:gone#1"}]}, fp.TOKENS: {"M": {"express:gone#1": {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}}},
-    })
+    dead_head(fair, k, "express:gone#1", fence=2)
     result = fair.wait([fair.start("FairExpress", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == 3 and fair.queue(k) == []
