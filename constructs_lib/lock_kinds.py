@@ -136,7 +136,9 @@ class Semaphore(Mutex):
         )
 
     def inspect_key(self, section: "LockedSection") -> str:
-        return semaphore.inspect_key_expression(limit=self.limit, wait_variable=section.variables["wait"])
+        return semaphore.inspect_key_expression(
+            limit=self.limit, wait_variable=section.variables["wait"], every=section.liveness_check_every
+        )
 
 
 class MultiKey(Mutex):
@@ -153,7 +155,7 @@ class MultiKey(Mutex):
         return multikey.holds_keys_expression(variable)
 
     def inspect_key(self, section: "LockedSection") -> str:
-        return multikey.inspect_key_expression(section.variables["wait"])
+        return multikey.inspect_key_expression(section.variables["wait"], section.liveness_check_every)
 
     def build_acquire(self, section: "LockedSection", lease_ms: int):
         """Reentered? -> (pass through | Acquire (transaction) -> ReadFences)."""

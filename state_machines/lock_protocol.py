@@ -695,6 +695,15 @@ def liveness_due_expression(wait_variable: str, every: int) -> str:
     return f"${wait_variable}.rounds % {int(every)} = 0"
 
 
+def liveness_check_number_expression(wait_variable: str, every: int) -> str:
+    """JSONata: how many liveness checks this waiter has made, this one included (1, 2, 3 ...
+    on the rounds where :func:`liveness_due_expression` holds). A lock kind with several
+    items to inspect (keys, slots) inspects item ``number % count``, so every item is
+    inspected within ``count`` checks - counting rounds instead would, with ``every`` = 2 and
+    2 items, inspect only the first item for ever."""
+    return f"$floor(${wait_variable}.rounds / {int(every)})"
+
+
 def stale_owner_expression(wait_variable: str) -> str:
     """JSONata for ``:stale``: a holder proven ended (grace included) by the liveness check,
     else my own owner (which the condition accepts anyway)."""

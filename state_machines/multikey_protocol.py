@@ -172,10 +172,12 @@ def release_each_items_expression(lock_variable: str) -> str:
     )
 
 
-def inspect_key_expression(wait_variable: str) -> str:
-    """JSONata (the liveness check's read): the key whose holder this round inspects."""
+def inspect_key_expression(wait_variable: str, every: int) -> str:
+    """JSONata (the liveness check's read): the key whose holder this check inspects - the
+    next key on every check (``every``: rounds between checks), so each key is inspected
+    within as many checks as there are keys."""
     keys = f"{p.ENTRY}.keys"
-    return f"{keys}[${wait_variable}.rounds % $count({keys})]"
+    return f"{keys}[{p.liveness_check_number_expression(wait_variable, every)} % $count({keys})]"
 
 
 def _check_values(write: p.LockWrite, values: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ dead holder slot by slot with no code of their own.
 
 from __future__ import annotations
 
-from state_machines.lock_protocol import ENTRY, MAX_KEY_BYTES
+from state_machines.lock_protocol import ENTRY, MAX_KEY_BYTES, liveness_check_number_expression
 
 #: Marks a slot key: ``~<slot>~<stored key>``. Never in a namespace, so never a mutex key.
 SLOT_MARK = "~"
@@ -58,11 +58,13 @@ def attempt_key_expression(*, limit: int, wait_variable: str, attempts_per_round
     return f"($type({w}) = 'object' and $type({w}.staleKey) = 'string') ? {w}.staleKey : {sweep}"
 
 
-def inspect_key_expression(*, limit: int, wait_variable: str) -> str:
-    """JSONata (the liveness check's read): the slot whose holder this round inspects."""
-    w = "$" + wait_variable
+def inspect_key_expression(*, limit: int, wait_variable: str, every: int) -> str:
+    """JSONata (the liveness check's read): the slot whose holder this check inspects - the
+    next slot on every check (``every``: rounds between checks), so each slot is inspected
+    within ``limit`` checks."""
+    check = liveness_check_number_expression(wait_variable, every)
     return (
-        f"'{SLOT_MARK}' & $string(({ENTRY}.slot + {w}.rounds) % {int(limit)}) "
+        f"'{SLOT_MARK}' & $string(({ENTRY}.slot + {check}) % {int(limit)}) "
         f"& '{SLOT_MARK}' & {ENTRY}.key"
     )
 

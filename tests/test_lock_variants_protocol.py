@@ -38,6 +38,37 @@ def test_attempts_sweep_every_slot_from_a_random_start():
     assert attempt(1, 0, {"rounds": 1, "staleKey": "~2~sem#k"}) == "~2~sem#k"
 
 
+def _inspected_on_due_rounds(expression_for, every, rounds=24):
+    """The items a waiter's liveness checks inspect over ``rounds`` rounds of polls (the check
+    runs on the rounds where ``liveness_due_expression`` holds)."""
+    due = p.liveness_due_expression("w", every)
+    seen = []
+    for r in range(1, rounds + 1):
+        if evaluate(due, w={"rounds": r}):
+            seen.append(expression_for(r))
+    return seen
+
+
+@pytest.mark.parametrize("every", [1, 2, 3])
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_the_liveness_check_inspects_every_slot_and_every_key(every, count):
+    """Each of N slots or keys is inspected within N checks, whatever ``every`` is (counting
+    rounds instead of checks inspected only the first of 2 keys when every=2)."""
+    slots = s.inspect_key_expression(limit=count, wait_variable="w", every=every)
+    keys = [f"ns#k{i}" for i in range(count)]
+    key_of = m.inspect_key_expression("w", every)
+    inspected_slots = _inspected_on_due_rounds(
+        lambda r: evaluate(slots, states={"input": {"slot": 1, "key": "sem#k"}}, w={"rounds": r}), every
+    )
+    inspected_keys = _inspected_on_due_rounds(
+        lambda r: evaluate(key_of, states={"input": {"keys": keys}}, w={"rounds": r}), every
+    )
+    for inspected, everything in ((inspected_slots, {f"~{i}~sem#k" for i in range(count)}), (inspected_keys, set(keys))):
+        assert len(inspected) >= 2 * count
+        for start in range(len(inspected) - count + 1):  # any `count` checks in a row cover all
+            assert set(inspected[start:start + count]) == everything, inspected
+
+
 def test_first_slot_is_within_the_limit():
     assert {evaluate(s.first_slot_expression(3)) for _ in range(60)} == {0, 1, 2}
 
