@@ -10,6 +10,7 @@ closing the stack restores bare moto.
 module                     gap
 =========================  ==========================================================
 serial_dynamodb            concurrent conditional writes can all win
+dynamodb_validation        item size counted twice on update; partial UpdateItems; invalid numbers and sets stored
 execution_snapshot         a second execution of a state machine cannot start
 execution_output           DescribeExecution returns a string output unencoded
 state_machine_type         CreateStateMachine ignores type=EXPRESS
@@ -38,6 +39,7 @@ from contextlib import ExitStack
 from constructs_lib.local.events import EventRouter
 from constructs_lib.local.lambda_runtime import FunctionRegistry
 from constructs_lib.local.patches import (
+    dynamodb_validation,
     eventbridge_targets,
     execution_end,
     execution_logs,
@@ -65,6 +67,7 @@ __all__ = ["apply_all"]
 def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRouter) -> None:
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
     serial_dynamodb.apply(stack)
+    dynamodb_validation.apply(stack)
     execution_snapshot.apply(stack)
     execution_output.apply(stack)
     state_machine_type.apply(stack)
