@@ -139,3 +139,64 @@ def test_runtime_has_step_functions_functions():
     assert result.output["parts"] == [[1, 2], [3]]
     assert result.output["parsed"] == {"a": 1}
     assert before <= result.output["now"] <= after
+
+
+#: A bare ``$`` (JSONata's context value) in every place a user writes one.
+CONTEXT_VALUE = {
+    "QueryLanguage": "JSONata",
+    "StartAt": "Shapes",
+    "States": {
+        "Shapes": {
+            "Type": "Pass",
+            "Output": {
+                "items": "{% $states.input.items %}",
+                "mapped": "{% $states.input.items.{'id': $} %}",
+                "filtered": "{% $states.input.items[$ > 2] %}",
+                "doubled": "{% $states.input.items.($ * 2) %}",
+                "lambda": "{% $map($states.input.items, function($v){$v + 1}) %}",
+                "top level": "{% $count($) %}",
+                "beside a string": "{% '$' & $string($count($states.input.items[$ % 2 = 0])) %}",
+            },
+            "Next": "Pick",
+        },
+        "Pick": {
+            "Type": "Choice",
+            "Choices": [{"Condition": "{% $count($states.input.items[$ > 3]) = 1 %}", "Next": "Each"}],
+            "Default": "Wrong",
+        },
+        "Wrong": {"Type": "Fail", "Error": "Choice.Missed"},
+        "Each": {
+            "Type": "Map",
+            "Items": "{% $states.input.items[$ >= 3] %}",
+            "ItemProcessor": {"StartAt": "Scale", "States": {"Scale": {"Type": "Pass", "Output": "{% $states.input * 10 %}", "End": True}}},
+            "Output": "{% $merge([$states.input, {'each': $states.result}]) %}",
+            "End": True,
+        },
+    },
+}
+BARE_CONTEXT = {"QueryLanguage": "JSONata", "StartAt": "Bare", "States": {"Bare": {"Type": "Pass", "Output": "{% $ %}", "End": True}}}
+
+
+def test_bare_moto_refuses_the_context_value():
+    for expression in ("$states.input.items[$ > 2]", "$states.input.items.{'id': $}", "$count($)"):
+        with pytest.raises(moto_jsonata.IllegalJSONataVariableReference):
+            moto_jsonata.extract_jsonata_variable_references(expression)
+
+
+def test_runtime_binds_the_context_value_as_jsonata_does():
+    with LocalCloud() as cloud:
+        shapes = cloud.wait_for(cloud.start_execution(create_state_machine(CONTEXT_VALUE, "shapes"), {"items": [1, 2, 3, 4]}))
+        bare = cloud.wait_for(cloud.start_execution(create_state_machine(BARE_CONTEXT, "bare"), {"items": [1]}))
+    assert shapes.status == "SUCCEEDED", shapes.cause
+    assert shapes.output == {
+        "items": [1, 2, 3, 4],
+        "mapped": [{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4}],
+        "filtered": [3, 4],
+        "doubled": [2, 4, 6, 8],
+        "lambda": [2, 3, 4, 5],
+        "top level": 0,  # no input document: the top-level $ is undefined
+        "beside a string": "$2",
+        "each": [30, 40],
+    }
+    assert (bare.status, bare.error) == ("FAILED", "States.QueryEvaluationError")
+    assert "returned nothing" in bare.cause

@@ -11,6 +11,17 @@ Gaps (moto 5.2.1, ``moto/stepfunctions/parser/asl/jsonata/jsonata.py``):
   ``States.QueryEvaluationError`` the service raises; it ends up as an uncatchable
   ``States.Runtime`` with an empty cause.
 * ``$uuid()``, ``$hash()`` and ``$parse()`` are stubs returning "Function ... is currently not supported" (or missing).
+* A bare ``$`` anywhere in an expression (``$states.input.items[$ > 2]``,
+  ``$states.input.items.{'id': $}``, ``$count($)``) fails the state with ``States.Runtime``
+  (``IllegalJSONataVariableReference``): ``extract_jsonata_variable_references`` refuses
+  ``$`` and ``$$`` outright. Step Functions accepts them: it implements JSONata 2.0.6 with
+  only ``$eval`` withheld (https://docs.aws.amazon.com/step-functions/latest/dg/transforming-data.html),
+  and in JSONata ``$`` is the context value - the current item inside a path step, a
+  filter or a function body. The page names ``$states`` as the single reserved variable
+  and gives no input document to an expression (the state input is ``$states.input``),
+  so at the top level ``$`` is what JSONata binds when it evaluates without input:
+  undefined (``{% $ %}`` alone then "returned nothing", ``$count($)`` is 0). ``$$`` (the
+  root of that missing input) stays refused.
 
 Fix: evaluate with the pure-Python ``jsonata-python`` package. Field expressions
 (``StringJSONata``) are parsed once per expression text and evaluated with ``$states`` and
@@ -18,7 +29,8 @@ the workflow variables passed as bindings, rather than re-parsed with every valu
 in as text (ten times faster, which keeps the interpreter's timing close to the service's
 under concurrency); other call sites get the same evaluator. Variables are encoded as
 JSON; errors raise ``States.QueryEvaluationError`` with the evaluator's message in the
-Cause; ``$uuid``, ``$hash`` and ``$parse`` are native functions.
+Cause; ``$uuid``, ``$hash`` and ``$parse`` are native functions; a bare ``$`` is left to
+the evaluator (no input document: undefined at the top level, the context value inside).
 
 Proof: ``tests/local/test_patch_jsonata.py``.
 """
@@ -163,8 +175,17 @@ def _bindings(env: Any) -> dict[str, Any]:
     return json.loads(to_json_str(values))
 
 
+def variable_references(expression: str) -> set[str]:
+    """The ``$name`` references of an expression (moto's scan, outside string and regex
+    literals), without the context value ``$``; ``$$`` is refused as moto refuses it."""
+    found = {reference for reference in moto_jsonata._PATTERN_VARIABLE_REFERENCE.findall(expression) if reference}
+    if "$$" in found:
+        raise moto_jsonata.IllegalJSONataVariableReference(variable_reference="$$")
+    return found - {"$"}
+
+
 def _string_jsonata_eval_body(self: Any, env: Any) -> None:
-    references = moto_jsonata.extract_jsonata_variable_references(self.expression)
+    references = variable_references(self.expression)
     declarations = get_intrinsic_functions_declarations(
         variable_references={r for r in references if r.lstrip("$") not in NATIVE_FUNCTIONS}
     )
