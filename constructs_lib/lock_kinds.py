@@ -174,7 +174,7 @@ class MultiKey(Mutex):
         read = sdk_task(
             section, section._name("ReadFences"), "dynamodb:transactGetItems",
             multikey.read_fences_arguments(table_name=table_name),
-            assign={v["lock"]: jsonata(multikey.lock_variable_expression())},
+            assign={v["lock"]: jsonata(multikey.lock_variable_expression(v["lock"]))},
             output=jsonata(f"{ENTRY}.input"),
         )
         retry_transient_sdk(read)

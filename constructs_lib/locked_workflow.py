@@ -130,6 +130,7 @@ class _SectionState(sfn.Parallel):
             stack.pop()
         grace = self._section.stop_grace_ms(rendered)
         rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing, grace))
+        self._section._guard_work(rendered)
         return rendered
 
 
@@ -362,6 +363,7 @@ class LockedSection(sfn.StateMachineFragment):
         self._key_expression = self.kind.key_expression(key_namespace)
         self._max_wait_ms = max_wait_ms
         self._construct_id = construct_id
+        self._state_names: set[str] = set()  # every lock state's name (see _name)
         self._liveness_grants: list = []
 
         self.protected = _catching(self, protected, self._name("Protected"))
@@ -388,7 +390,11 @@ class LockedSection(sfn.StateMachineFragment):
     # -- wiring -------------------------------------------------------------------------
 
     def _name(self, suffix: str) -> str:
-        return f"{self._construct_id}.{suffix}"
+        """The name of one of this section's lock states (recorded: the work's tasks are
+        guarded, the lock's own states are not)."""
+        name = f"{self._construct_id}.{suffix}"
+        self._state_names.add(name)
+        return name
 
     def _build_wait_path(self) -> None:
         """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
@@ -602,12 +608,33 @@ class LockedSection(sfn.StateMachineFragment):
                 cause=jsonata(protocol.rethrow_cause_expression()),
             )
         )
+        entry_failed.when(  # a task of the work refused to resume after a redrive
+            sfn.Condition.jsonata(jsonata(protocol.resumed_again_expression(v["redrives"]))),
+            section,
+            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
+            outputs=jsonata("$states.input.sectionInput"),
+        )
         section.add_catch(
             entry_failed,
-            errors=[protocol.QUERY_EVALUATION_ERROR],
+            errors=[protocol.QUERY_EVALUATION_ERROR, protocol.SIGNAL_RESUMED],
             outputs=jsonata("$merge([$states.errorOutput, {'sectionInput': $states.input}])"),
         )
         return section
+
+    def _guard_work(self, rendered_section: dict) -> None:
+        """Make every task of the protected work check, before it runs, that this section's
+        acquisition belongs to the execution's current redrive generation
+        (``lock_protocol.resumed_guard_expression``): a redrive resumes a branch at its
+        unsuccessful step, past the acquire. The lock's own states (this section's and nested
+        sections') are owner-conditioned writes and reads, safe at any time, and stay as they are;
+        a nested section's work gets this guard on top of its own."""
+        lock_states = set()
+        for construct in Stack.of(self).node.find_all():
+            if isinstance(construct, LockedSection):
+                lock_states |= construct._state_names
+        guard = protocol.resumed_guard_expression(self.lock_variable)
+        for name, state in _work_tasks(rendered_section, lock_states):
+            _guard_task(name, state, guard)
 
     # -- render time --------------------------------------------------------------------
 
@@ -803,6 +830,80 @@ def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration
 
 def _request_response(resource: str) -> bool:
     return ":::" in resource and not resource.endswith((".sync", ".sync:2", ".waitForTaskToken"))
+
+
+def _work_tasks(rendered_section: dict, lock_states: set):
+    """(name, task state) of every task of a rendered section's branch that is not a lock
+    state, in Parallel branches and inline Map item processors at any depth. A distributed
+    Map's items run as child executions, which cannot read the lock's variables: not entered
+    (their tasks are guarded by fencing only, as the README says)."""
+    def walk(states: Mapping[str, Any]):
+        for name, state in states.items():
+            kind = state.get("Type")
+            if kind == "Task" and name not in lock_states:
+                yield name, state
+            elif kind == "Parallel":
+                for branch in state.get("Branches", []):
+                    yield from walk(branch.get("States", {}))
+            elif kind == "Map":
+                processor = state.get("ItemProcessor") or state.get("Iterator") or {}
+                if (processor.get("ProcessorConfig") or {}).get("Mode") != "DISTRIBUTED":
+                    yield from walk(processor.get("States", {}))
+
+    for branch in rendered_section.get("Branches", []):
+        yield from walk(branch.get("States", {}))
+
+
+#: Fields of a JSONPath state: the guard is a JSONata expression.
+_JSONPATH_FIELDS = ("Parameters", "InputPath", "OutputPath", "ResultPath", "ResultSelector")
+#: A task's default ``TimeoutSeconds`` (Amazon States Language: 99999999).
+_DEFAULT_TASK_TIMEOUT_S = 99999999
+
+
+def _guard_task(name: str, state: dict, guard: str) -> None:
+    """Evaluate ``guard`` (JSONata that raises or yields nothing) before the task ``state``
+    runs: in the first JSONata template of its ``Arguments`` (or, for a literal value, one
+    turned into a template), which Step Functions evaluates before it calls the resource.
+    A task without Arguments gets the guard in a JSONata ``TimeoutSeconds`` (its value kept,
+    or the default 99999999). A JSONPath task cannot be guarded: refused."""
+    if state.get("QueryLanguage") == "JSONPath" or any(f in state for f in _JSONPATH_FIELDS):
+        raise ValueError(
+            f"the protected work's task states must use JSONata (the lock guards each task "
+            f"against resuming without the lock after a redrive), got: JSONPath task {name!r}"
+        )
+    if "Arguments" in state and _guard_first_value(state, "Arguments", guard):
+        return
+    if "Arguments" not in state and state.get("QueryLanguage") != "JSONata":
+        raise ValueError(
+            f"the protected work's task states must use JSONata (set `query_language` or use "
+            f"the `.jsonata(...)` constructors), got: task {name!r} with no QueryLanguage"
+        )
+    timeout = state.get("TimeoutSeconds", _DEFAULT_TASK_TIMEOUT_S)
+    state["TimeoutSeconds"] = _guarded(timeout, guard)
+
+
+def _guard_first_value(container: Any, key: Any, guard: str) -> bool:
+    """Guard the first value (a template or a literal) found depth first under
+    ``container[key]``; False if there is none (empty objects and arrays only)."""
+    value = container[key]
+    if isinstance(value, (dict, list)):
+        keys = list(value) if isinstance(value, dict) else range(len(value))
+        return any(_guard_first_value(value, k, guard) for k in keys)  # stops at the first
+    container[key] = _guarded(value, guard)
+    return True
+
+
+def _guarded(value: Any, guard: str) -> str:
+    """A JSONata template that evaluates ``guard``, then yields ``value`` (a template's
+    expression, or a JSON literal)."""
+    if isinstance(value, str):
+        found = _TEMPLATE.fullmatch(value)
+        if found:
+            return jsonata(f"( {guard}; {found.group(1)} )")
+    return jsonata(f"( {guard}; {json.dumps(value)} )")
+
+
+_TEMPLATE = re.compile(r"\{%(.*)%\}", re.DOTALL)
 
 
 def _task_states(rendered: Any):

@@ -82,6 +82,17 @@ SIGNAL_REDRIVEN = "Lock.Redriven"
 #: Raised (inside the acquire/release arguments) by a section nested in a section holding the
 #: same key: re-entrant pass-through, no write.
 SIGNAL_REENTERED = "Lock.Reentered"
+#: Raised by a task of the protected work (inside its Arguments, before it runs) when the
+#: execution was redriven after the section acquired: Step Functions resumes a redriven
+#: Parallel's branch at its unsuccessful step, so a task of the work can resume without the
+#: section's acquire running again. The section leaves with this error, and the section's
+#: own Catch enters it again with a new acquisition.
+SIGNAL_RESUMED = "Lock.Resumed"
+#: Field of the ``$lock`` record: ``$states.context.Execution.RedriveCount`` when the
+#: acquisition was made (its *generation*). The work runs only while the execution's redrive
+#: count still equals it: see :func:`resumed_guard_expression`.
+GENERATION = "redriveCount"
+
 
 #: Raised by DynamoDB when the condition of a write is false (lock held / not ours).
 #: Optimized integrations (``arn:aws:states:::dynamodb:*``) spell the service "DynamoDB".
@@ -613,9 +624,41 @@ def lock_variable_expression(item: LockItem | None = None, of: str = "$states.re
         f"'fence': $number({i.path(a, FENCE)}.N), "
         f"'acquiredAt': $number({i.path(a, ACQUIRED_AT)}.N), "
         f"'expiresAt': $number({i.path(a, EXPIRES_AT)}.N), "
-        f"{_jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}"
+        f"{_jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}, "
+        f"{generation_field()}"
         "}"
     )
+
+
+def generation_field() -> str:
+    """JSONata (an object's field, in the Assign of a state whose success *is* the
+    acquisition): the redrive count the acquisition was made in."""
+    return f"{_jsonata_string(GENERATION)}: {REDRIVE_COUNT_EXPRESSION}"
+
+
+def resumed_guard_expression(lock_variable: str) -> str:
+    """JSONata evaluated before each task of the protected work runs: nothing while the
+    acquisition ``$<lock_variable>`` was made in the execution's current redrive generation,
+    else the ``Lock.Resumed`` error (the task does not run).
+
+    Why: ``RedriveExecution`` reruns only a Parallel's failed or aborted branches, each from
+    its unsuccessful step; states that succeeded - the acquire - are not rerun
+    (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html, "Redrive
+    behavior of individual states"). A holder stopped inside its work and redriven would
+    resume that task without the lock, which the janitor may meanwhile have handed to another
+    run. Whether a redriven Parallel evaluates its ``Arguments`` (the section's entry gate)
+    again is undocumented, and whether variables keep their values across a redrive is not
+    spelled out either: the guard needs neither. It compares the acquisition's generation
+    with ``$states.context.Execution.RedriveCount``, which only a redrive changes, and fails
+    when the record is missing."""
+    lock = "$" + lock_variable
+    return (
+        f"(($exists({lock}.{GENERATION}) and {lock}.{GENERATION} = {REDRIVE_COUNT_EXPRESSION}) ? null : "
+        + raise_expression(SIGNAL_RESUMED, "'the execution was redriven after the section acquired its lock; "
+                                           "the work does not resume without acquiring again'")
+        + ")"
+    )
+
 
 
 def reentered_lock_expression(entry: str = ENTRY) -> str:
@@ -657,9 +700,28 @@ def released_before_expiry_expression(lock_variable: str) -> str:
 
 
 def rethrow_error_expression() -> str:
-    """JSONata: the error a section re-raises for an error of its work (``States.*`` renamed)."""
+    """JSONata: the error a section re-raises for an error of its work (``States.*`` renamed;
+    a task of the work that refused to resume after a redrive: ``Lock.Resumed``)."""
     e = "$states.input.Error"
-    return f"$substring({e}, 0, 7) = 'States.' ? '{RERAISED_STATES_PREFIX}' & {e} : {e}"
+    resumed = (
+        f"({e} = 'States.QueryEvaluationError' and $type($states.input.Cause) = 'string' "
+        f"and $contains($states.input.Cause, {_jsonata_string(SIGNAL_RESUMED + ': ')}))"
+    )
+    return (
+        f"{resumed} ? {_jsonata_string(SIGNAL_RESUMED)} : "
+        f"($substring({e}, 0, 7) = 'States.' ? '{RERAISED_STATES_PREFIX}' & {e} : {e})"
+    )
+
+
+def resumed_again_expression(redrives_variable: str) -> str:
+    """JSONata (Choice after the section failed with ``Lock.Resumed``): the section has not yet
+    started over in this redrive generation, so it enters again with a new acquisition;
+    otherwise the resumed task belongs to an enclosing section, which starts over itself."""
+    r = "$" + redrives_variable
+    return (
+        f"$states.input.Error = {_jsonata_string(SIGNAL_RESUMED)} and "
+        f"{REDRIVE_COUNT_EXPRESSION} > ($exists({r}) ? {r} : 0)"
+    )
 
 
 def rethrow_cause_expression() -> str:

@@ -124,8 +124,10 @@ def any_lost_expression() -> str:
     return "$count($states.result[lost = true]) > 0"
 
 
-def lock_variable_expression() -> str:
-    """JSONata over the fences read: the ``$lock`` record of a multi-key hold."""
+def lock_variable_expression(lock_variable: str) -> str:
+    """JSONata over the fences read: the ``$lock`` record of a multi-key hold. Its generation
+    is the unread hold's (``$<lock_variable>``, assigned by the acquire transaction): the read
+    is not the acquisition, so a read resumed by a redrive must not make the hold current."""
     items = "$states.result.Responses.Item"
     return (
         "{"
@@ -133,7 +135,8 @@ def lock_variable_expression() -> str:
         f"'owner': {p.ENTRY}.owner, "
         f"'fences': $merge($append([], $map({items}, function($i) {{ {{$i.{p.KEY_ATTRIBUTE}.S: $number($i.{p.FENCE}.N)}} }}))), "
         f"'acquiredAt': $number(({items})[0].{p.ACQUIRED_AT}.N), "
-        f"'expiresAt': $number(({items})[0].{p.EXPIRES_AT}.N)"
+        f"'expiresAt': $number(({items})[0].{p.EXPIRES_AT}.N), "
+        f"'{p.GENERATION}': ${lock_variable}.{p.GENERATION}"
         "}"
     )
 
@@ -141,7 +144,7 @@ def lock_variable_expression() -> str:
 def unread_lock_expression() -> str:
     """JSONata (the acquire's Assign): the hold before its fences are read - enough to
     release it (a fence of -1 never matches: an unread key is released only while ours)."""
-    return f"{{'keys': {p.ENTRY}.keys, 'owner': {p.ENTRY}.owner, 'fences': {{}}}}"
+    return f"{{'keys': {p.ENTRY}.keys, 'owner': {p.ENTRY}.owner, 'fences': {{}}, {p.generation_field()}}}"
 
 
 def _fence_of(lock: str, key: str) -> str:

@@ -8,7 +8,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from constructs_lib import LockedWorkflow
-from safety_stack import FAST, probe_resources
+from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources
 from state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (short: the dead-participant cases wait it out).
@@ -28,10 +28,19 @@ class FairStack(cdk.Stack):
         machines = []
         # the fair lock around the probe
         machines.append(LockedWorkflow(self, "Fair", protected=self.probe("FairProbe"), **fair))
-        # the same, holding the lock across a Wait first (holdS): a long hold with no task in flight
-        hold = sfn.CustomState(self, "Hold", state_json={
-            "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")})
-        machines.append(LockedWorkflow(self, "FairHold", protected=hold.next(self.probe("FairHoldProbe")), **fair))
+        # the same, holding the lock until the test opens its gate (Fair.open): the hold ends when
+        # the test says, never because a loaded machine took longer to set the test up
+        probes = self.node.find_child("Probes")
+        gate = sfn.CustomState(self, "Gate", state_json={
+            "Type": "Task", "QueryLanguage": "JSONata",
+            "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
+            "Arguments": {"TableName": probes.table_name, "Item": {
+                "pk": {"S": jsonata("'gate#' & $states.input.key")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
+            "TimeoutSeconds": 240, "Output": jsonata("$states.input")})
+        holder = LockedWorkflow(self, "FairHold", protected=gate.next(self.probe("FairHoldProbe")),
+                                **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5)})
+        probes.grant_write_data(holder.state_machine)
+        machines.append(holder)
         # the same with a park timeout no test outlasts: every handoff it sees is a wake-up
         machines.append(LockedWorkflow(self, "FairPatient", protected=self.probe("PatientProbe"),
                                        **{**fair, "park_timeout": cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S)}))

@@ -61,11 +61,29 @@ class Fair:
         out.update({k: [int(x["N"]) for x in v["L"]] for k, v in item.items() if "L" in v})
         return out
 
+    def open(self, key: str) -> None:
+        """End a FairHold holder's hold: complete the task token its gate stored."""
+        def token():
+            item = self.cloud.dynamodb.get_item(
+                TableName=self.table("Probes"), Key={"pk": {"S": f"gate#{key}"}}, ConsistentRead=True).get("Item")
+            return item and item["token"]["S"]
+        self.until(token)
+        self.cloud.stepfunctions.send_task_success(taskToken=token(), output=GATE_OPENED)
+
     def until(self, predicate, timeout: float = 30):
         deadline = time.time() + timeout
         while not predicate():
             assert time.time() < deadline, "timed out waiting"
             time.sleep(0.05)
+
+
+#: The output of the test's own SendTaskSuccess that ends a hold (faults on the lock's
+#: wake-ups skip it: ``not_the_gate``).
+GATE_OPENED = '{"gate": "opened"}'
+
+
+def not_the_gate(params: dict) -> bool:
+    return params.get("output") != GATE_OPENED
 
 
 def key(label: str = "k") -> str:
@@ -117,7 +135,7 @@ def grants_in_arrival_order(fair, machine: str, waiters: int = 7) -> tuple[list,
     arrival order, and the results."""
     k = key()
     fair_lock = machine.startswith("Fair")
-    holder = fair.start("FairHold" if fair_lock else machine, {"key": k, "holdS": 3, "workMs": 1}
+    holder = fair.start("FairHold" if fair_lock else machine, {"key": k, "workMs": 1}
                         if fair_lock else {"key": k, "workMs": 3000})
     namespace = "f" if fair_lock else "p"
     fair.until(lambda: p.OWNER in fair.lock(k, namespace))
@@ -128,6 +146,8 @@ def grants_in_arrival_order(fair, machine: str, waiters: int = 7) -> tuple[list,
             fair.until(lambda: len(fair.queue(k)) == n + 1)
         else:
             time.sleep(0.3)
+    if fair_lock:
+        fair.open(k)  # every waiter queued: the holder releases
     results = fair.wait([holder] + arns)
     assert [r.status for r in results] == ["SUCCEEDED"] * (waiters + 1), [(r.error, r.cause) for r in results]
     return fences_of(results[1:]), results[1:]
@@ -145,9 +165,10 @@ def test_negative_control_the_polling_lock_lets_later_runs_overtake(fair):
     assert fences != sorted(fences), fences
 
 
-def queued(fair, k: str, holder_hold_s: int, waiters: int, machine: str = "Fair"):
-    """A FairHold holder of ``k`` and ``waiters`` runs of ``machine`` queued behind it, in order."""
-    holder = fair.start("FairHold", {"key": k, "holdS": holder_hold_s, "workMs": 1})
+def queued(fair, k: str, waiters: int, machine: str = "Fair"):
+    """A FairHold holder of ``k`` and ``waiters`` runs of ``machine`` queued behind it, in order.
+    The holder holds until the test calls ``fair.open(k)``."""
+    holder = fair.start("FairHold", {"key": k, "workMs": 1})
     fair.until(lambda: p.OWNER in fair.lock(k))
     arns = []
     for n in range(waiters):
@@ -158,11 +179,12 @@ def queued(fair, k: str, holder_hold_s: int, waiters: int, machine: str = "Fair"
 
 def test_a_waiter_stopped_mid_queue_is_dequeued_by_the_janitor_and_the_rest_keep_their_order(fair):
     k = key()
-    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=3, waiters=3, machine="FairPatient")
+    holder, (w1, w2, w3) = queued(fair, k, waiters=3, machine="FairPatient")
     fair.cloud.stepfunctions.stop_execution(executionArn=w2)
     assert fair.cloud.wait_for(w2).status == "ABORTED"
     fair.until(lambda: len(fair.queue(k)) == 2)  # the janitor took w2 out, the holder still holds
     assert p.OWNER in fair.lock(k)
+    fair.open(k)
     results = fair.wait([holder, w1, w3])
     assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
     assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
@@ -172,8 +194,10 @@ def test_a_waiter_stopped_mid_queue_is_dequeued_by_the_janitor_and_the_rest_keep
 
 def test_without_a_janitor_a_stopped_waiter_is_dequeued_by_the_next_ones_fallback(fair):
     k = key()
-    holder, (w1, w2, w3) = queued(fair, k, holder_hold_s=2, waiters=3, machine="FairNoJanitor")
+    holder, (w1, w2, w3) = queued(fair, k, waiters=3, machine="FairNoJanitor")
     fair.cloud.stepfunctions.stop_execution(executionArn=w2)
+    assert fair.cloud.wait_for(w2).status == "ABORTED"
+    fair.open(k)
     results = fair.wait([holder, w1, w3])
     assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
     assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
@@ -185,7 +209,7 @@ def test_without_a_janitor_a_stopped_waiter_is_dequeued_by_the_next_ones_fallbac
 
 def test_a_stopped_holder_is_taken_over_after_its_stop_grace_in_queue_order(fair):
     k = key()
-    holder, (w1, w2) = queued(fair, k, holder_hold_s=60, waiters=2)
+    holder, (w1, w2) = queued(fair, k, waiters=2)  # never opened: the holder is stopped
     fair.cloud.stepfunctions.stop_execution(executionArn=holder)
     stopped = time.time()
     results = fair.wait([w1, w2])
@@ -204,9 +228,10 @@ def test_a_lost_wake_up_costs_one_park_timeout(fair):
     from constructs_lib.local.faults import Fault, dynamodb_faults
 
     k = key()
-    holder, (w1,) = queued(fair, k, holder_hold_s=3, waiters=1)  # still held when the fault is set
-    lost = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions")
+    holder, (w1,) = queued(fair, k, waiters=1)
+    lost = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions", when=not_the_gate)
     with dynamodb_faults(lost) as log:
+        fair.open(k)
         results = fair.wait([holder, w1])
     assert log.injected == 1
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
@@ -218,11 +243,12 @@ def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(f
     from constructs_lib.local.faults import Fault, dynamodb_faults
 
     k = key()
-    holder, (w1, w2) = queued(fair, k, holder_hold_s=4, waiters=2)  # still held when the fault is set
+    holder, (w1, w2) = queued(fair, k, waiters=2)
     # the releaser dies as it is about to wake w1: its wake-up is never sent
-    crash = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions",
+    crash = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions", when=not_the_gate,
                   then=lambda: fair.cloud.stepfunctions.stop_execution(executionArn=holder))
     with dynamodb_faults(crash) as log:
+        fair.open(k)
         results = fair.wait([w1, w2])
     assert log.injected == 1 and fair.cloud.wait_for(holder).status == "ABORTED"
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
@@ -232,12 +258,13 @@ def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(f
 
 def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
     k = key()
-    holder, (w1,) = queued(fair, k, holder_hold_s=8, waiters=1)
+    holder, (w1,) = queued(fair, k, waiters=1)
     impatient = fair.start("FairImpatient", {"key": k, "workMs": 1})
     fair.until(lambda: len(fair.queue(k)) == 2)
     result = fair.wait([impatient])[0]
     assert (result.status, result.error) == ("FAILED", p.ERROR_TIMEOUT), result.cause
     assert len(fair.queue(k)) == 1  # only w1 still queues
+    fair.open(k)
     assert [r.status for r in fair.wait([holder, w1])] == ["SUCCEEDED"] * 2
     assert fair.probe(k)["entries"] == 2 and fair.queue(k) == []
 
@@ -291,13 +318,14 @@ def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):
     import threading
 
     k = key()
-    holder, (w1,) = queued(fair, k, holder_hold_s=4, waiters=1)  # still held when the client queues
+    holder, (w1,) = queued(fair, k, waiters=1)
     got = {}
     thread = threading.Thread(target=lambda: got.update(lease=client(fair).acquire(k, wait=60, poll_interval=0.1)))
     thread.start()
     fair.until(lambda: len(fair.queue(k)) == 2)
     w2 = fair.start("Fair", {"key": k, "workMs": 1})  # arrives after the client
     fair.until(lambda: len(fair.queue(k)) == 3)
+    fair.open(k)
     thread.join(60)
     lease = got["lease"]
     results = fair.wait([holder, w1])
@@ -344,12 +372,13 @@ def test_a_client_that_gives_up_leaves_the_queue(fair):
 
 def test_express_waiters_keep_arrival_order_polling_as_the_head(fair):
     k = key()
-    holder = fair.start("FairHold", {"key": k, "holdS": 2, "workMs": 1})
+    holder = fair.start("FairHold", {"key": k, "workMs": 1})
     fair.until(lambda: p.OWNER in fair.lock(k))
     arns = []
     for n in range(4):
         arns.append(fair.start("FairExpress", {"key": k, "workMs": 100}))
         fair.until(lambda: len(fair.queue(k)) == n + 1)
+    fair.open(k)
     results = fair.wait([holder] + arns)
     assert [r.status for r in results] == ["SUCCEEDED"] * 5, [(r.error, r.cause) for r in results]
     fences = fences_of(results[1:])

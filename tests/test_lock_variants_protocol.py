@@ -142,10 +142,11 @@ def test_the_lock_record_maps_every_key_to_its_fence():
         {"Item": {"pk": {"S": k}, "fence": {"N": f}, "acquiredAt": {"N": "5"}, "expiresAt": {"N": "9"}}}
         for k, f in (("acct#a", "3"), ("acct#b", "1"))
     ]}
-    lock = evaluate(m.lock_variable_expression(),
-                    states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me"}, "result": result})
+    lock = evaluate(m.lock_variable_expression("lock"),
+                    states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me"}, "result": result},
+                    lock={"keys": ["acct#a", "acct#b"], "owner": "me", "fences": {}, "redriveCount": 2})
     assert lock == {"keys": ["acct#a", "acct#b"], "owner": "me", "fences": {"acct#a": 3, "acct#b": 1},
-                    "acquiredAt": 5, "expiresAt": 9}
+                    "acquiredAt": 5, "expiresAt": 9, "redriveCount": 2}  # the acquire's generation
     release = evaluate(p.unwrap_jsonata(m.release_arguments(table_name="T", lock_variable="lock")["TransactItems"]),
                        lock=lock)
     assert [r["Update"]["ExpressionAttributeValues"][":fence"] for r in release] == [{"N": "3"}, {"N": "1"}]

@@ -7,6 +7,7 @@ import json
 from aws_cdk.assertions import Capture, Match
 
 from state_machines import lock_protocol as p
+from state_machines.lock_protocol import jsonata
 
 MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
@@ -55,17 +56,33 @@ def test_section_entry_validates_the_key_and_draws_one_owner_per_acquisition(exa
     assert "'input': $states.input" in arguments
     assert "RedriveCount" in arguments  # the redrive gate
     (entry_failed,) = [c for c in section["Catch"]]
-    assert entry_failed["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
+    assert entry_failed["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR, p.SIGNAL_RESUMED]
     # the error and the section's own input travel on: a redriven run re-enters with that input
     assert entry_failed["Output"] == "{% $merge([$states.errorOutput, {'sectionInput': $states.input}]) %}"
     states = example.definition(MACHINE)["States"]
     choice = states["Lock.EntryFailed?"]
-    assert [c["Next"] for c in choice["Choices"]] == ["Lock", "Lock.InvalidKey"]
+    assert [c["Next"] for c in choice["Choices"]] == ["Lock", "Lock.InvalidKey", "Lock"]
     assert "lockRedrives" in choice["Choices"][0]["Assign"]
+    # a task of the work that refused to resume after a redrive: enter again, once a redrive
+    assert choice["Choices"][2]["Condition"] == jsonata(p.resumed_again_expression("lockRedrives"))
+    assert "lockRedrives" in choice["Choices"][2]["Assign"]
     assert choice["Choices"][0]["Output"] == "{% $states.input.sectionInput %}"
     assert states["Lock.InvalidKey"]["Error"] == p.ERROR_INVALID_KEY
     # the section's own expression never contains the signal names contiguously
     assert p.SIGNAL_REDRIVEN not in arguments and p.ERROR_INVALID_KEY not in arguments
+
+
+def test_every_task_of_the_work_refuses_to_resume_without_the_lock(example):
+    """A redrive resumes a branch at its unsuccessful step, past the acquire: the work's task
+    evaluates the generation guard first (in its Arguments); the lock's own states do not."""
+    states = branch(example.definition(MACHINE))["States"]
+    guard = p.resumed_guard_expression("lock")
+    work = states["Apply update"]
+    guarded = [v for v in work["Arguments"].values() if isinstance(v, str) and guard in v]
+    assert len(guarded) == 1 and guarded[0].startswith("{% ( " + guard + "; ")
+    assert all(guard not in json.dumps(states[name]) for name in states if name.startswith("Lock."))
+    # the acquisition records its generation, which the guard compares
+    assert p.GENERATION in states["Lock.Acquire"]["Assign"]["lock"]
 
 
 def test_acquire_is_one_conditional_update_returning_the_fence(example):
