@@ -12,10 +12,22 @@ matching included):
   (SUCCEEDED, FAILED, TIMED_OUT, ABORTED) an ``aws.states`` / ``Step Functions Execution
   Status Change`` event is put on the default bus of its account and region (Express
   workflows emit none, as on AWS).
+* **At-least-once delivery, as a fault to inject.** EventBridge delivers an event to a
+  target at least once, not exactly once: a delivery whose acknowledgment is lost is
+  retried, by default for up to 24 hours and 185 times
+  (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-retry-policy.html), and
+  an AWS service whose event EventBridge did not accept retries it for up to 24 hours
+  (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-service-event-delivery-level.html).
+  A target can therefore receive the same event twice, or again long after it acted on
+  it - e.g. a janitor's ``ABORTED`` event arriving after the execution was redriven and
+  holds its lock again. ``duplicate_deliveries`` and ``late_copies_after`` make the router
+  do that (to status-change events by default, to any routed event with
+  ``delivery_fault_filter``); :meth:`EventRouter.deliver_late_copies` hands the held-back
+  copies over when the test says so.
 
 :class:`EventRouter` holds the switches tests flip (drop status events: "the janitor's
-event was lost") and a log of what was delivered. The moto hooks live in
-``patches/eventbridge_targets.py`` and ``patches/execution_status_events.py``.
+event was lost"; duplicate or late copies) and a log of what was delivered. The moto
+hooks live in ``patches/eventbridge_targets.py`` and ``patches/execution_status_events.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -130,9 +143,18 @@ def delivered_event(moto_event: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------
 
 
+def is_status_event(event: dict[str, Any]) -> bool:
+    """True for a Step Functions Execution Status Change event (the default fault scope)."""
+    return event.get("source") == STATUS_SOURCE and event.get("detail-type") == STATUS_DETAIL_TYPE
+
+
 @dataclass
 class Delivery:
-    """One attempt to hand an event to a target."""
+    """One attempt to hand an event to a target.
+
+    ``kind``: ``"first"``, ``"duplicate"`` (an extra copy delivered at once) or ``"late"``
+    (a held-back copy, see :attr:`EventRouter.late_copies_after`).
+    """
 
     rule_arn: str
     target_arn: str
@@ -140,6 +162,17 @@ class Delivery:
     ok: bool
     result: str | None = None  # execution ARN / message id, or the error
     dead_lettered: bool = False
+    kind: str = "first"
+
+
+@dataclass(eq=False)
+class LateCopy:
+    """A copy of a delivered event, held back to be delivered again later (compared by identity)."""
+
+    rule: Any  # moto's Rule
+    target: dict[str, Any]
+    event: dict[str, Any]
+    timer: threading.Timer | None = None
 
 
 @dataclass
@@ -150,11 +183,28 @@ class EventRouter:
     execution ends (default True). ``status_event_filter``: when set, a status event is
     emitted only if it returns True for the event's ``detail`` - fault injection for one
     execution or one status. Dropped events are kept in ``dropped_status_events``.
+
+    Delivery faults (at least once, as EventBridge delivers), for the events
+    ``delivery_fault_filter`` selects (default :func:`is_status_event`; it gets the event
+    as delivered, e.g. ``lambda event: True`` for every routed event):
+
+    * ``duplicate_deliveries``: this many extra copies of each delivery to a target, at
+      once after the first (default 0);
+    * ``late_copies_after``: one more copy of each delivery, held back: ``None`` (default)
+      none; a number of seconds: a timer delivers it then; ``math.inf``: it waits in
+      ``late_copies`` until :meth:`deliver_late_copies`, which also delivers the timed
+      ones still pending.
+
+    Every attempt is logged in ``deliveries`` with its ``kind``.
     """
 
     emit_status_events: bool = True
     status_event_filter: Callable[[dict[str, Any]], bool] | None = None
+    duplicate_deliveries: int = 0
+    late_copies_after: float | None = None
+    delivery_fault_filter: Callable[[dict[str, Any]], bool] = is_status_event
     deliveries: list[Delivery] = field(default_factory=list)
+    late_copies: list[LateCopy] = field(default_factory=list)
     status_events: list[dict[str, Any]] = field(default_factory=list)
     dropped_status_events: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -162,7 +212,53 @@ class EventRouter:
     # -- targets ----------------------------------------------------------------------
 
     def deliver(self, rule: Any, target: dict[str, Any], event: dict[str, Any]) -> Delivery:
-        """Deliver ``event`` to one ``target`` of a moto ``Rule`` (states or SQS)."""
+        """Deliver ``event`` to one ``target`` of a moto ``Rule`` (states or SQS), plus
+        the duplicate and late copies the delivery faults ask for; returns the first
+        attempt."""
+        duplicates, late_after = self.duplicate_deliveries, self.late_copies_after
+        faulted = (duplicates > 0 or late_after is not None) and self.delivery_fault_filter(event)
+        first = self._deliver_once(rule, target, event, "first")
+        if faulted:
+            for _ in range(duplicates):
+                self._deliver_once(rule, target, event, "duplicate")
+            if late_after is not None:
+                self._hold_late_copy(LateCopy(rule, dict(target), event), late_after)
+        return first
+
+    def deliver_late_copies(self) -> list[Delivery]:
+        """Deliver every held-back copy now (timed ones too, cancelling their timers)."""
+        with self._lock:
+            pending, self.late_copies = self.late_copies, []
+        for late in pending:
+            if late.timer is not None:
+                late.timer.cancel()
+        return [self._deliver_once(late.rule, late.target, late.event, "late") for late in pending]
+
+    def close(self) -> None:
+        """Drop the held-back copies and stop their timers (the cloud is going away)."""
+        with self._lock:
+            pending, self.late_copies = self.late_copies, []
+        for late in pending:
+            if late.timer is not None:
+                late.timer.cancel()
+
+    def _hold_late_copy(self, late: LateCopy, after: float) -> None:
+        if math.isfinite(after):
+            late.timer = threading.Timer(max(0.0, after), self._deliver_when_due, args=(late,))
+            late.timer.daemon = True
+        with self._lock:
+            self.late_copies.append(late)
+        if late.timer is not None:
+            late.timer.start()
+
+    def _deliver_when_due(self, late: LateCopy) -> None:
+        with self._lock:
+            if late not in self.late_copies:  # delivered on demand, or dropped by close()
+                return
+            self.late_copies.remove(late)
+        self._deliver_once(late.rule, late.target, late.event, "late")
+
+    def _deliver_once(self, rule: Any, target: dict[str, Any], event: dict[str, Any], kind: str) -> Delivery:
         arn = target["Arn"]
         payload = target_input(target, event)
         service = arn.split(":")[2]
@@ -173,10 +269,10 @@ class EventRouter:
                 result = self._send_to_queue(arn, payload, target.get("SqsParameters", {}).get("MessageGroupId"))
             else:  # pragma: no cover - callers only route states and sqs here
                 raise ValueError(f"unsupported target {arn}")
-            delivery = Delivery(rule.arn, arn, payload, ok=True, result=result)
+            delivery = Delivery(rule.arn, arn, payload, ok=True, result=result, kind=kind)
         except Exception as error:  # noqa: BLE001 - any failure is a failed invocation
             LOG.warning("EventBridge target %s of rule %s failed: %s", arn, rule.arn, error)
-            delivery = Delivery(rule.arn, arn, payload, ok=False, result=f"{type(error).__name__}: {error}")
+            delivery = Delivery(rule.arn, arn, payload, ok=False, result=f"{type(error).__name__}: {error}", kind=kind)
             dlq = (target.get("DeadLetterConfig") or {}).get("Arn")
             if dlq:
                 self._send_to_queue(

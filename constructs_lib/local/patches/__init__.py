@@ -81,6 +81,7 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     lambda_in_process.apply(stack, functions)
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)
+    stack.callback(router.close)  # held-back late copies die with the cloud, before moto
     execution_end.apply(stack)  # after execution_status_events: wraps its terminated()
     redrive.apply(stack)
     execution_logs.apply(stack)
