@@ -31,6 +31,7 @@ from constructs_lib.local.deployer import Deployer, Deployment
 from constructs_lib.local.dynamodb_local import CREDENTIALS, DynamoDBLocal
 from constructs_lib.local.events import EventRouter
 from constructs_lib.local.lambda_runtime import FunctionRegistry
+from constructs_lib.local.patches import history_limit, task_tokens
 
 BACKENDS = ("moto", "dynamodb-local")
 DEFAULT_ACCOUNT_ID = "123456789012"
@@ -72,6 +73,12 @@ class LocalCloud:
             ``dynamodb_local.find_emulator_dir``.
         interpreter_logs: keep moto's interpreter logging, which logs every failed
             state (caught or not) at ERROR level. Default False (the history has it all).
+        task_token_length: characters of every ``.waitForTaskToken`` / activity task token,
+            1 to 2,048 (the API's bounds). Default 700, about the size of the service's
+            largest (see ``patches/task_tokens``).
+        history_event_limit: history events at which a Standard execution fails with
+            ``States.Runtime``, as the service does at 25,000 (the default; see
+            ``patches/history_limit``). A small limit lets a test reach it quickly.
     """
 
     def __init__(
@@ -83,9 +90,13 @@ class LocalCloud:
         emit_status_events: bool = True,
         dynamodb_local_dir: Path | None = None,
         interpreter_logs: bool = False,
+        task_token_length: int = task_tokens.DEFAULT_LENGTH,
+        history_event_limit: int = history_limit.DEFAULT_LIMIT,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.task_token_length = task_tokens.validate_length(task_token_length)
+        self.history_event_limit = history_limit.validate_limit(history_event_limit)
         self.backend = backend
         self.region = region
         self.account_id = account_id
@@ -126,7 +137,13 @@ class LocalCloud:
                 # state machines' (moto's boto_client_for), the Lambdas', the tests'.
                 env["AWS_ENDPOINT_URL_DYNAMODB"] = self._dynamodb_local.endpoint_url
             stack.enter_context(_environment(env))
-            patches.apply_all(stack, functions=self.functions, router=self.events)
+            patches.apply_all(
+                stack,
+                functions=self.functions,
+                router=self.events,
+                task_token_length=self.task_token_length,
+                history_event_limit=self.history_event_limit,
+            )
             stack.callback(self._stop_running_executions)  # runs first on exit
         except BaseException:
             stack.close()

@@ -29,6 +29,10 @@ execution_logs             LoggingConfiguration ignored: no execution log lines 
 field_names                a JSONata error's cause names an internal class, not the state's field
 heartbeat_timeout          a heartbeat timeout fails with States.Timeout, not States.HeartbeatTimeout
 task_failure_cause         SendTaskFailure drops its cause
+task_tokens                task tokens are 36-character uuids, not AWS-sized (~700 characters)
+data_limit                 no size quota on a state's input, a task's input or Assign
+terminal_errors            States.ALL catches States.DataLimitExceeded and States.Runtime
+history_limit              no 25,000-event history limit
 =========================  ==========================================================
 """
 
@@ -39,6 +43,7 @@ from contextlib import ExitStack
 from constructs_lib.local.events import EventRouter
 from constructs_lib.local.lambda_runtime import FunctionRegistry
 from constructs_lib.local.patches import (
+    data_limit,
     dynamodb_validation,
     eventbridge_targets,
     execution_end,
@@ -48,6 +53,7 @@ from constructs_lib.local.patches import (
     execution_status_events,
     field_names,
     heartbeat_timeout,
+    history_limit,
     jsonata_evaluator,
     lambda_in_process,
     nested_states_errors,
@@ -58,13 +64,22 @@ from constructs_lib.local.patches import (
     state_machine_type,
     task_failure_cause,
     task_argument_errors,
+    task_tokens,
+    terminal_errors,
     unique_execution_names,
 )
 
 __all__ = ["apply_all"]
 
 
-def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRouter) -> None:
+def apply_all(
+    stack: ExitStack,
+    *,
+    functions: FunctionRegistry,
+    router: EventRouter,
+    task_token_length: int = task_tokens.DEFAULT_LENGTH,
+    history_event_limit: int = history_limit.DEFAULT_LIMIT,
+) -> None:
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
     serial_dynamodb.apply(stack)
     dynamodb_validation.apply(stack)
@@ -87,3 +102,7 @@ def apply_all(stack: ExitStack, *, functions: FunctionRegistry, router: EventRou
     execution_logs.apply(stack)
     heartbeat_timeout.apply(stack)
     task_failure_cause.apply(stack)
+    task_tokens.apply(stack, task_token_length)
+    data_limit.apply(stack)
+    terminal_errors.apply(stack)  # after heartbeat_timeout: wraps its ErrorEquals matching
+    history_limit.apply(stack, history_event_limit)  # after execution_end and redrive: wraps theirs
