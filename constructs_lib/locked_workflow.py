@@ -130,6 +130,9 @@ class _SectionState(sfn.Parallel):
             stack.pop()
         grace = self._section.stop_grace_ms(rendered)
         rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing, grace))
+        problem = self._section._concurrent_reentry_problem(rendered)
+        if problem:
+            raise ValueError(problem)
         self._section._guard_work(rendered)
         return rendered
 
@@ -621,6 +624,62 @@ class LockedSection(sfn.StateMachineFragment):
         )
         return section
 
+    def _concurrent_reentry_problem(self, rendered_section: dict) -> str:
+        """Re-entrancy is for sequential nesting only. A section nested in this one's work that
+        could pass through on this section's lock (same table and namespace, neither a lock on
+        records) must not run as concurrent children of one hold - iterations of a Map, or
+        sections in two branches of a Parallel: each would pass through, and all would be
+        inside at once with the same fence, which no fenced writer can tell apart. Such a shape
+        is refused ("" if there is none)."""
+        sections = {
+            f"Exclusive lock ({c.node.path})": c
+            for c in Stack.of(self).node.find_all() if isinstance(c, LockedSection) and c is not self
+        }
+
+        def could_pass_through(state: Mapping[str, Any]) -> "LockedSection | None":
+            inner = sections.get(state.get("Comment")) if state.get("Type") == "Parallel" else None
+            if (inner is not None and _same_table(inner.table, self.table)
+                    and inner.key_namespace == self.key_namespace
+                    and not isinstance(inner.kind, RecordLock) and not isinstance(self.kind, RecordLock)):
+                return inner
+            return None
+
+        def found(states: Mapping[str, Any]) -> "LockedSection | None":
+            """The first section in ``states`` (at any depth) that could pass through."""
+            for state in states.values():
+                inner = could_pass_through(state)
+                if inner is not None:
+                    return inner
+                for branch in _branches(state):
+                    inner = found(branch.get("States", {}))
+                    if inner is not None:
+                        return inner
+            return None
+
+        def problem(states: Mapping[str, Any]) -> str:
+            for name, state in states.items():
+                branches = _branches(state)
+                if state.get("Type") == "Map" and state.get("MaxConcurrency") != 1:
+                    inner = found(branches[0].get("States", {})) if branches else None
+                    if inner is not None:
+                        return _concurrent_message(self, inner, f"the iterations of Map {name!r}")
+                elif state.get("Type") == "Parallel" and len(branches) > 1:
+                    hits = [found(b.get("States", {})) for b in branches]
+                    hits = [h for h in hits if h is not None]
+                    if len(hits) > 1:
+                        return _concurrent_message(self, hits[0], f"the branches of Parallel {name!r}")
+                for branch in branches:
+                    nested = problem(branch.get("States", {}))
+                    if nested:
+                        return nested
+            return ""
+
+        for branch in rendered_section.get("Branches", []):
+            message = problem(branch.get("States", {}))
+            if message:
+                return message
+        return ""
+
     def _guard_work(self, rendered_section: dict) -> None:
         """Make every task of the protected work check, before it runs, that this section's
         acquisition belongs to the execution's current redrive generation
@@ -832,6 +891,25 @@ def _request_response(resource: str) -> bool:
     return ":::" in resource and not resource.endswith((".sync", ".sync:2", ".waitForTaskToken"))
 
 
+def _branches(state: Mapping[str, Any]) -> list:
+    """The branches of a rendered Parallel, or the item processor of a Map, else none."""
+    if state.get("Type") == "Parallel":
+        return list(state.get("Branches", []))
+    if state.get("Type") == "Map":
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        return [processor] if processor else []
+    return []
+
+
+def _concurrent_message(outer: "LockedSection", inner: "LockedSection", where: str) -> str:
+    return (
+        f"a section nested in {outer.node.path!r} on the same table and `key_namespace` must not "
+        f"run in {where}: concurrent children of one hold would all re-enter it at once "
+        f"(re-entrancy is for sequential nesting), got: {inner.node.path!r} in {where}. Give the "
+        f"inner section another `key_namespace`, or set the Map's max_concurrency to 1"
+    )
+
+
 def _work_tasks(rendered_section: dict, lock_states: set):
     """(name, task state) of every task of a rendered section's branch that is not a lock
     state, in Parallel branches and inline Map item processors at any depth. A distributed
@@ -839,16 +917,11 @@ def _work_tasks(rendered_section: dict, lock_states: set):
     (their tasks are guarded by fencing only, as the README says)."""
     def walk(states: Mapping[str, Any]):
         for name, state in states.items():
-            kind = state.get("Type")
-            if kind == "Task" and name not in lock_states:
+            if state.get("Type") == "Task" and name not in lock_states:
                 yield name, state
-            elif kind == "Parallel":
-                for branch in state.get("Branches", []):
+            for branch in _branches(state):
+                if (branch.get("ProcessorConfig") or {}).get("Mode") != "DISTRIBUTED":
                     yield from walk(branch.get("States", {}))
-            elif kind == "Map":
-                processor = state.get("ItemProcessor") or state.get("Iterator") or {}
-                if (processor.get("ProcessorConfig") or {}).get("Mode") != "DISTRIBUTED":
-                    yield from walk(processor.get("States", {}))
 
     for branch in rendered_section.get("Branches", []):
         yield from walk(branch.get("States", {}))

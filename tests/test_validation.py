@@ -5,6 +5,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_events as events, aws_stepfunctions as sfn
+from aws_cdk import assertions, aws_stepfunctions_tasks as sfn_tasks
 
 from constructs_lib import LockedSection, LockedWorkflow, WaitPolicy
 from state_machines.lock_protocol import jsonata
@@ -228,3 +229,60 @@ def test_a_section_in_a_hand_built_state_machine_recovers_stale_holders_with_one
         "Roles": [{"Ref": assertions.Match.string_like_regexp("MRole")}],
     })
     assert janitor.state_machine is not None
+
+
+def _children_of_one_hold(shape: str, *, inner_namespace: str = "", max_concurrency: int = 0):
+    """An outer section whose work runs inner sections on the same table: as the iterations of
+    a Map, in two branches of a Parallel, or one after the other."""
+    stack = cdk.Stack(cdk.App(), "C")
+    table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+
+    def inner(name: str) -> LockedSection:
+        return LockedSection(stack, name, lock_key=KEY, protected=sfn.Pass.jsonata(stack, f"{name}Work"),
+                             table=table, lease=cdk.Duration.minutes(5), lock_variable=f"{name.lower()}Lock",
+                             key_namespace=inner_namespace)
+
+    if shape == "map":
+        work = sfn.Map.jsonata(stack, "Each", items=sfn.ProvideItems.jsonata("{% [1, 2, 3] %}"),
+                               max_concurrency=max_concurrency).item_processor(inner("Child"))
+    elif shape == "parallel":
+        work = sfn.Parallel.jsonata(stack, "Both").branch(inner("Left")).branch(inner("Right"))
+    else:
+        work = inner("First").next(inner("Second"))
+    outer = LockedSection(stack, "Outer", lock_key=KEY, protected=work, table=table, lease=cdk.Duration.minutes(5))
+    sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(outer),
+                     query_language=sfn.QueryLanguage.JSONATA)
+    return assertions.Template.from_stack(stack)
+
+
+@pytest.mark.parametrize("shape, where", [("map", "the iterations of Map 'Each'"),
+                                          ("parallel", "the branches of Parallel 'Both'")])
+def test_concurrent_children_of_one_hold_on_its_lock_are_refused(shape, where):
+    """Issue 15.2: three Map iterations each re-entered the enclosing hold (holders [1, 2, 3],
+    fences [1, 1, 1]): re-entrancy is for sequential nesting only."""
+    with pytest.raises((ValueError, RuntimeError), match=rf"must not run in {where}: concurrent children .*got: 'C/"):
+        _children_of_one_hold(shape)
+
+
+@pytest.mark.parametrize("shape, props", [
+    ("sequence", {}),                                # sequential nesting re-enters
+    ("map", {"max_concurrency": 1}),                 # a Map one iteration at a time is sequential
+    ("map", {"inner_namespace": "child"}),           # another namespace can never re-enter
+    ("parallel", {"inner_namespace": "child"}),
+])
+def test_sequential_children_and_other_namespaces_synthesize(shape, props):
+    template = _children_of_one_hold(shape, **props)
+    template.resource_count_is("AWS::StepFunctions::StateMachine", 1)
+
+
+def test_a_jsonpath_task_in_the_protected_work_is_refused():
+    """The redrive guard is JSONata in a task's Arguments: a JSONPath task cannot carry it."""
+    stack = cdk.Stack(cdk.App(), "J")
+    table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    work = sfn_tasks.DynamoGetItem(stack, "Read", table=table,
+                                   key={"pk": sfn_tasks.DynamoAttributeValue.from_string("x")})
+    section = LockedSection(stack, "S", lock_key=KEY, protected=work, table=table, lease=cdk.Duration.minutes(5))
+    with pytest.raises((ValueError, RuntimeError), match=r"must use JSONata .*got: JSONPath task 'Read'"):
+        sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
+                         query_language=sfn.QueryLanguage.JSONATA)
+        assertions.Template.from_stack(stack)
