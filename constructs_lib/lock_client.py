@@ -30,10 +30,35 @@ its own owner ``<client owner>#<uuid4>`` (the client owner defaults to
 thread, serialize like separate processes. An explicit ``owner=`` makes an acquire repeatable:
 acquiring again with the same owner is the same acquisition (that is what makes retries safe).
 
-Nesting. ``hold()`` is re-entrant per client and thread: a ``hold()`` of a key that the same
-thread already holds through the same client yields the enclosing lease (same fence), writes
-nothing, and leaving it does not release the enclosing hold. A different thread, or another
-client, waits like anyone else.
+Nesting. ``hold()`` is re-entrant within one flow of control, for sequential nesting only:
+a ``hold()`` of a key whose ``with hold()`` block, through the same client, is running *below*
+it on the call stack (the caller, its caller ...) yields the enclosing lease (same fence),
+writes nothing, and leaving it does not release the enclosing hold. Anything that runs
+*beside* a block instead of inside it is another holder and acquires like anyone else:
+
+* another thread - started inside the block or not, with a copy of the block's context
+  (``asyncio.to_thread``, ``contextvars.copy_context().run``) or not: it waits, for up to
+  its ``wait``, while the block holds the lock. A block that waits for such a thread to
+  finish therefore waits on itself, until the thread's ``wait`` ends in :class:`LockTimeout`;
+* another asyncio task - a sibling, or a child created inside the block (``create_task``,
+  ``gather``): tasks share the thread, and an await inside the block lets them run. Their
+  ``hold()`` cannot wait (the client is synchronous: a wait would block the event loop,
+  and with it the holder that must release), so it raises :class:`LockHeldInThisThread` at
+  once; a task that wants to wait catches it and retries after ``await asyncio.sleep(...)``,
+  or runs its hold in a thread of its own (``asyncio.to_thread``);
+* a generator (or async generator) that entered ``hold()`` and is suspended inside the
+  block: the block is the generator's, wherever it is resumed. Its caller is not inside
+  it (a ``hold()`` there raises :class:`LockHeldInThisThread` - the generator can only go on
+  when its caller resumes it), and neither is a second generator interleaved with it. A
+  generator that is a context manager (``@contextmanager``, ``@asynccontextmanager``,
+  entered through ``ExitStack``) belongs to the ``with`` statement that uses it: wrapping
+  ``hold()`` in one keeps nesting re-entrant.
+
+A nested block that outlives the block it re-entered - a generator suspended inside it and
+resumed after the enclosing block released the lock - raises :class:`LockLost` when it ends:
+it ran, at least partly, without the lock. (The stack, not a ``contextvars.ContextVar``,
+decides: tasks and ``to_thread`` inherit a copy of the context, and generators share their
+caller's, so a context variable alone would let all of these pass.)
 
 Releases. A release whose first attempt succeeded but whose response was lost is retried by
 botocore; if a waiter took the lock in between, the retry finds it not ours. When botocore
@@ -43,16 +68,20 @@ before our first attempt - so that attempt released it, and ``release`` returns 
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import os
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from types import FrameType
 from typing import Any, Callable, Iterator, Mapping
 
 from botocore.exceptions import ClientError
@@ -120,6 +149,14 @@ class LockTimeout(LockHeld):
     """The lock was still held when the caller's ``wait`` ran out."""
 
     error = ERROR_TIMEOUT
+
+
+class LockHeldInThisThread(LockHeld):
+    """:meth:`LockClient.hold` found the lock held through the same client by another flow of
+    the current thread - an asyncio task, or a generator suspended inside its ``hold()``
+    block - and did not wait: that flow can only go on, and release, once this thread is
+    free again, so a wait here would last until ``wait`` ran out. Raised at once, whatever
+    ``wait`` is (after one acquire attempt: a lease that ended is taken over as usual)."""
 
 
 class LockLost(LockError):
@@ -222,7 +259,8 @@ class LockClient:
         self._dynamodb = dynamodb
         self._clock = clock or _wall_clock_ms
         self._sleep = sleep or time.sleep
-        self._held = threading.local()  # this thread's holds through this client: re-entrancy
+        self._blocks: dict[str, list[_Block]] = {}  # open hold() blocks per stored key: re-entrancy
+        self._blocks_mutex = threading.Lock()
         if not isinstance(fair, bool):
             raise ValueError(f"`fair` must be True or False, got: {fair!r}")
         self.fair = fair
@@ -426,40 +464,110 @@ class LockClient:
     ) -> Iterator[Lease]:
         """``with client.hold(key) as lease:`` acquire, run the block, release.
 
-        Re-entrant per client and thread (see the module notes): a nested ``hold()`` of a key
-        this thread already holds yields the enclosing lease and releases nothing.
+        Re-entrant for sequential nesting only (see the module notes): inside a block of this
+        client on ``key`` that runs below on the call stack, ``hold()`` yields the enclosing
+        lease and releases nothing; beside it - another thread, asyncio task or suspended
+        generator - it acquires like any other holder.
 
         The lock is released also when the block raises; the block's exception is then the
         one that propagates (a failed release is added to it as a note). After a block that
         completed, a failed release raises :class:`LockLost`: the work ran (at least
         partly) without the lock.
-        """
-        holds = self._holds()
-        table_key = self.table_key(key)
-        enclosing = holds.get(table_key)
-        if enclosing is not None and owner in (None, enclosing.owner):  # re-entered: covered
-            yield enclosing
-            return
-        held = self.acquire(key, owner=owner, lease=lease, wait=wait, **acquire_options)
-        holds[table_key] = held
-        try:
-            yield held
-        except BaseException as error:
-            holds.pop(table_key, None)
-            try:
-                self.release(held)
-            except Exception as release_error:  # the block's error is the one that matters
-                logger.warning("releasing %s failed: %r", held.table_key, release_error)
-                if hasattr(error, "add_note"):  # Python >= 3.11
-                    error.add_note(f"releasing the lock also failed: {release_error!r}")
-            raise
-        holds.pop(table_key, None)
-        self.release(held)
 
-    def _holds(self) -> dict:
-        if not hasattr(self._held, "holds"):
-            self._held.holds = {}
-        return self._held.holds
+        :raises LockHeldInThisThread: another flow of this thread holds the key through this
+            client (a wait would block the thread that flow needs).
+        """
+        table_key = self.table_key(key)
+        here = _block_frame(sys._getframe())
+        with self._blocks_mutex:
+            enclosing, beside_in_this_thread = self._enclosing(table_key, owner)
+        if enclosing is not None:  # re-entered: covered by the enclosing block's acquisition
+            yield from self._run_block(table_key, _Block(enclosing.lease, here, enclosing.acquisition))
+            return
+        if beside_in_this_thread:
+            try:
+                held = self.acquire(key, owner=owner, lease=lease, wait=0, **acquire_options)
+            except LockHeld as refused:
+                error = LockHeldInThisThread(
+                    f"lock {table_key!r} is held through this client by another flow of this thread "
+                    f"(an asyncio task, or a generator suspended inside its hold()): it can only "
+                    f"release once this thread is free, so hold() does not wait for it. Await and "
+                    f"retry, or hold in a thread of its own (asyncio.to_thread)",
+                    key=key, holder=refused.holder, expires_at=refused.expires_at,
+                )
+                error.item = refused.item
+                raise error from None
+        else:
+            held = self.acquire(key, owner=owner, lease=lease, wait=wait, **acquire_options)
+        yield from self._run_block(table_key, _Block(held, here, None))
+
+    def _run_block(self, table_key: str, block: "_Block") -> Iterator[Lease]:
+        """Run one ``with hold()`` block: registered while open; an acquisition releases at
+        its end, a re-entered block checks that its acquisition outlived it."""
+        with self._blocks_mutex:
+            self._blocks.setdefault(table_key, []).append(block)
+        try:
+            yield block.lease
+        except BaseException as error:
+            problem = self._close_block(table_key, block)
+            if problem is not None:  # the block's error is the one that matters
+                what = "releasing the lock also failed" if block.taken is None else "the lock was not held to the end"
+                logger.warning("leaving the hold of %s: %s: %r", table_key, what, problem)
+                if hasattr(error, "add_note"):  # Python >= 3.11
+                    error.add_note(f"{what}: {problem!r}")
+            raise
+        problem = self._close_block(table_key, block)
+        if problem is not None:
+            raise problem
+
+    def _close_block(self, table_key: str, block: "_Block") -> Exception | None:
+        """Unregister ``block`` and, if it acquired, release; what went wrong, if anything
+        (:class:`LockLost`, or the release's own error)."""
+        with self._blocks_mutex:
+            blocks = self._blocks.get(table_key, [])
+            blocks.remove(block)
+            if not blocks:
+                self._blocks.pop(table_key, None)
+            outlived = block.taken is not None and block.taken.released
+            if block.taken is None:
+                block.released = True
+        if block.taken is not None:
+            if not outlived:
+                return None
+            return LockLost(
+                f"{ERROR_LOST}: lock {table_key!r} (fence {block.lease.fence}) was released by the "
+                f"block this nested hold() re-entered before the nested block ended (e.g. a generator "
+                f"suspended inside it was resumed later): the nested block ran partly without the lock"
+            )
+        try:
+            self.release(block.lease)
+        except Exception as error:  # noqa: BLE001 - the caller decides: raise it, or note it
+            return error
+        return None
+
+    def _enclosing(self, table_key: str, owner: str | None) -> tuple["_Block | None", bool]:
+        """The open block a new ``hold()`` here re-enters (or None), and whether another flow
+        of this thread holds the key (then a wait could never end). Call with the mutex held.
+
+        Re-entered: the innermost open block on the current call stack, unless a later block of
+        this thread is open beside it (a suspended generator's: interleaved, not nested)."""
+        thread = threading.current_thread()
+        blocks = [b for b in self._blocks.get(table_key, []) if not b.acquisition.released]
+        if not blocks:
+            return None, False
+        stack = set()
+        frame: FrameType | None = sys._getframe()
+        while frame is not None:
+            stack.add(id(frame))  # frames on the stack are alive: their ids are unique
+            frame = frame.f_back
+        enclosing = None
+        for index in range(len(blocks) - 1, -1, -1):
+            if id(blocks[index].frame) in stack:
+                beside = [b for b in blocks[index + 1:] if b.thread is thread]
+                if not beside and owner in (None, blocks[index].lease.owner):
+                    enclosing = blocks[index]
+                break
+        return enclosing, enclosing is None and any(b.thread is thread for b in blocks)
 
     # ----------------------------------------------------------------------------------
 
@@ -582,6 +690,47 @@ def _stored_key(lease: Lease) -> str:
     if not isinstance(lease.table_key, str) or not lease.table_key:
         raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lease has no stored key: {lease!r}")
     return lease.table_key
+
+
+class _Block:
+    """One open ``with hold()`` block. ``frame`` runs the block (its ``with`` statement);
+    ``taken`` is the block whose acquisition a re-entered block shares (None: it acquired);
+    ``released`` (on an acquiring block) is set when that acquisition ends."""
+
+    __slots__ = ("lease", "frame", "taken", "thread", "released")
+
+    def __init__(self, lease: Lease, frame: FrameType, taken: "_Block | None") -> None:
+        self.lease = lease
+        self.frame = frame
+        self.taken = taken
+        self.thread = threading.current_thread()
+        self.released = False
+
+    @property
+    def acquisition(self) -> "_Block":
+        return self.taken or self
+
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+def _in_contextlib(frame: FrameType) -> bool:
+    return frame.f_globals is vars(contextlib)
+
+
+def _block_frame(frame: FrameType) -> FrameType:
+    """The frame whose ``with`` statement runs a block, from a frame inside ``hold()``:
+    contextlib's own frames are skipped, and so is a generator that contextlib drives - a
+    ``@contextmanager`` (``hold()`` itself, or a user's wrapper), whose block is its caller's.
+    A generator that something else drives (``next()``, ``for``) keeps the block its own."""
+    while True:
+        back = frame.f_back
+        if back is None:
+            return frame
+        if _in_contextlib(frame) or (frame.f_code.co_flags & _GENERATOR_FLAGS and _in_contextlib(back)):
+            frame = back
+            continue
+        return frame
 
 
 def _condition_failed(error: ClientError) -> bool:
