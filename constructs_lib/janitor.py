@@ -5,39 +5,83 @@ machine's own timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Ru
 ``States.DataLimitExceeded`` (FAILED). The janitor listens for those status-change events and
 *retires* every acquisition the execution made: the lock stays held for the acquisition's stop
 grace after the execution ended (work it started - a Lambda invocation, an activity or
-callback worker - may still run), then any waiter takes it over. Owner-conditioned: it never
-touches another holder's lock, nor a later acquisition of the same execution after a redrive.
+callback worker - may still run), then any waiter takes it over. Owner-conditioned and
+end-conditioned: it never touches another holder's lock, nor an acquisition the same
+execution made after its end (a redriven execution acquires again under the same owner, and
+EventBridge may deliver the end's event late - it retries for up to 24 hours).
 
 Which acquisitions: the execution's own history, read after it ended (``GetExecutionHistory``,
-every page): each ``TaskScheduled`` of the protocol's ACQUIRE on this table before the end.
-Unlike an index on ``owner`` (eventually consistent), the history cannot miss a lock taken
+every page): each ``TaskScheduled`` of the protocol's ACQUIRE on this table at or before the
+end. Unlike an index on ``owner`` (eventually consistent), the history cannot miss a lock taken
 just before the stop - not even one whose response was lost.
 
-It is itself a small Express state machine of direct integrations: no code to deploy, no cold
-start, and the write is the protocol's own RETIRE expression. It needs only the event's
-``detail.executionArn`` and ``detail.stopDate``, present even when Step Functions drops a large
-input from the event.
+It is a small Python Lambda function (``lambdas/lock_janitor``), not a state machine: a
+Step Functions task's result is limited to 256 KiB (``States.DataLimitExceeded``), and one
+history page - one event, even: an ``ExecutionStarted`` with a 256 KiB input - can exceed it,
+so a state machine reading the history cannot be made safe by any page size. The function
+reads the pages with boto3, where no such limit applies. Its code is deployed with the
+``state_machines`` protocol modules and ``LockClient``, so every expression it writes is the
+protocol's own. The event reaches it with retries (EventBridge's, for delivery; Lambda's, for
+a failed invocation), and an event it could not handle lands in :attr:`dead_letter_queue`
+after the function logged one line naming the execution and the lock key.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack, aws_dynamodb as dynamodb
+import jsii
+from aws_cdk import ArnFormat, AssetHashType, BundlingOptions, DockerImage, Duration, ILocalBundling
+from aws_cdk import RemovalPolicy, Stack, aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events, aws_events_targets as targets, aws_iam as iam
-from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from aws_cdk import aws_lambda as lambda_, aws_logs as logs
+from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_props
-from state_machines import fair_protocol
+from lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
 from state_machines import lock_protocol as protocol
-from state_machines.lock_protocol import jsonata
 
-#: Execution statuses after which an execution may still own a lock.
-ENDED_WITHOUT_RELEASE = ("ABORTED", "TIMED_OUT", "FAILED")
-#: History events per GetExecutionHistory page (the API's maximum).
-HISTORY_PAGE_SIZE = 1000
+_ROOT = Path(__file__).resolve().parents[1]
+#: The function's own code (handler and logic), deployed with :data:`BUNDLED_MODULES`.
+JANITOR_CODE = _ROOT / "lambdas" / "lock_janitor"
+#: What the function imports from this project, copied beside its code at synth: the protocol
+#: modules (one spelling of every expression) and the lock client (the fair queue's writes).
+BUNDLED_MODULES = ("state_machines", "constructs_lib/__init__.py", "constructs_lib/lock_client.py")
+#: EventBridge's delivery retries of a janitor event (its maximum) and their time limit.
+DELIVERY_RETRY_ATTEMPTS = 185
+DELIVERY_MAX_EVENT_AGE = Duration.hours(24)
+#: Lambda's retries of a failed invocation (its maximum) and their time limit (its maximum).
+INVOKE_RETRY_ATTEMPTS = 2
+INVOKE_MAX_EVENT_AGE = Duration.hours(6)
+
+
+@jsii.implements(ILocalBundling)
+class _JanitorBundle:
+    """Local bundling (no Docker): the handler and logic, with :data:`BUNDLED_MODULES`."""
+
+    def try_bundle(self, output_dir: str, *_: Any, **__: Any) -> bool:
+        out = Path(output_dir)
+        for source in JANITOR_CODE.glob("*.py"):
+            shutil.copy2(source, out / source.name)
+        for module in BUNDLED_MODULES:
+            source, target = _ROOT / module, out / module
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+        return True
+
+
+def janitor_code() -> lambda_.Code:
+    """The janitor function's code asset (hashed on its bundled output)."""
+    return lambda_.Code.from_asset(
+        str(JANITOR_CODE),
+        asset_hash_type=AssetHashType.OUTPUT,
+        bundling=BundlingOptions(image=DockerImage.from_registry("unused-local-bundling"), local=_JanitorBundle()),
+    )
 
 
 class LockJanitor(Construct):
@@ -46,12 +90,16 @@ class LockJanitor(Construct):
     :param table: the lock table.
     :param watched: state machines whose ended executions are cleaned up (they must run in
         this stack's account and region).
-    :param logging: log the janitor's executions (level ALL). Default: ``True``.
+    :param logging: log each recovery (level INFO) besides failures, which are always logged.
+        Default: ``True``.
     :param item: where the lock attributes live on ``table``'s items. Default: the lock
         table's (``pk``, unprefixed names); a lock on records: ``record_protocol.record_item``.
     :param fair: the watched machines use the fair lock: also take every queue entry of the
         ended execution out of its queue, and wake the new head of a free lock. Default:
         ``False``.
+
+    Exposes ``function``, ``rule`` and ``dead_letter_queue`` (events that could not be
+    delivered, or whose recovery failed after Lambda's retries).
     """
 
     def __init__(
@@ -68,115 +116,64 @@ class LockJanitor(Construct):
         super().__init__(scope, construct_id)
         if not watched:
             raise ValueError("`watched` must name at least one state machine, got: []")
-        stack = Stack.of(self)
-        detail = "$states.context.Execution.Input.detail"
-        # the end as the event tells it; else now, which is later: a longer grace, never shorter
-        ended_ms = f"($type({detail}.stopDate) = 'number' ? {detail}.stopDate : $millis())"
-        read = sfn.CustomState(
-            self,
-            "Read the ended execution's history",
-            state_json={
-                "Type": "Task",
-                "QueryLanguage": "JSONata",
-                "Resource": f"arn:{stack.partition}:states:::aws-sdk:sfn:getExecutionHistory",
-                "Arguments": jsonata(
-                    f"$merge([{{'ExecutionArn': {detail}.executionArn, "
-                    f"'MaxResults': {HISTORY_PAGE_SIZE}, 'IncludeExecutionData': true}}, "
-                    "$type($nextPage) = 'string' ? {'NextToken': $nextPage} : {}])"
-                ),
-                "Assign": {
-                    "nextPage": jsonata(
-                        "$type($states.result.NextToken) = 'string' ? $states.result.NextToken : null"
-                    )
-                },
-                "Output": jsonata(
-                    "{'retire': " + protocol.acquisitions_in_history_expression(
-                        table_name=table.table_name, ended_ms=ended_ms
-                    ) + ", 'dequeue': " + (
-                        fair_protocol.enqueues_in_history_expression(table_name=table.table_name, ended_ms=ended_ms)
-                        if fair else "[]"
-                    ) + "}"
-                ),
-                "Retry": [
-                    {
-                        "ErrorEquals": ["Sfn.ThrottlingException", "States.TaskFailed"],
-                        "IntervalSeconds": 1,
-                        "BackoffRate": 2,
-                        "MaxAttempts": 5,
-                        "JitterStrategy": "FULL",
-                    }
-                ],
-            },
-        )
-        retire = tasks.DynamoUpdateItem.jsonata(
-            self,
-            "Retire",
-            table=table,
-            **update_item_props(
-                protocol.retire_arguments(
-                    key_jsonata="$states.input.key",
-                    owner_jsonata="$states.input.owner",
-                    ended_at_jsonata=f"$string({ended_ms})",
-                    item=item,
-                )
-            ),
-        )
-        retry_transient(retire)
-        retire.add_catch(
-            sfn.Succeed(self, "Released or taken over already"), errors=[protocol.CONDITION_FAILED]
-        )
-        each = sfn.Map.jsonata(
-            self, "Retire each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.retire")),
-            max_concurrency=10, outputs=jsonata("$states.input"),
-        ).item_processor(retire)
-        more = sfn.Choice.jsonata(self, "More history?")
-        more.when(sfn.Condition.jsonata(jsonata("$type($nextPage) = 'string'")), read)
-        more.otherwise(sfn.Succeed(self, "Done"))
-        chain = read.next(each)
-        if fair:
-            chain = chain.next(sfn.Map.jsonata(
-                self, "Dequeue each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.dequeue")),
-                max_concurrency=10,
-            ).item_processor(self._dequeue(table)))
-        definition = chain.next(more)
+        from constructs_lib.monitoring import powertools_layer  # (monitoring reads the janitor)
 
-        log_options = None
-        if logging:
-            log_options = sfn.LogOptions(
-                destination=logs.LogGroup(
-                    self, "Logs", retention=logs.RetentionDays.ONE_MONTH,
-                    removal_policy=RemovalPolicy.DESTROY,
-                ),
-                level=sfn.LogLevel.ALL,
-                include_execution_data=True,
-            )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "StateMachine",
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            query_language=sfn.QueryLanguage.JSONATA,
-            state_machine_type=sfn.StateMachineType.EXPRESS,
-            timeout=Duration.minutes(5),
-            logs=log_options,
-            tracing_enabled=True,
-        )
-        self.state_machine.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["states:GetExecutionHistory"],
-                resources=[
-                    stack.format_arn(
-                        service="states", resource="execution",
-                        resource_name=f"{machine.state_machine_name}:*",
-                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                    )
-                    for machine in watched
-                ],
-            )
-        )
+        stack = Stack.of(self)
         self.dead_letter_queue = sqs.Queue(
             self, "DeadLetters", retention_period=Duration.days(14),
             encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
         )
+        log_group = logs.LogGroup(
+            self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY,
+        )
+        role = iam.Role(
+            self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="Reads ended executions' histories and retires their locks",
+        )
+        log_group.grant_write(role)  # logs:CreateLogStream, logs:PutLogEvents on that group only
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description="Retires the locks of executions that ended without releasing them",
+            runtime=lambda_.Runtime.PYTHON_3_13,
+            handler="index.handler",
+            code=janitor_code(),
+            timeout=Duration.minutes(2),
+            memory_size=256,
+            role=role,
+            log_group=log_group,
+            layers=[powertools_layer(self)],
+            tracing=lambda_.Tracing.ACTIVE,
+            dead_letter_queue=self.dead_letter_queue,
+            retry_attempts=INVOKE_RETRY_ATTEMPTS,
+            max_event_age=INVOKE_MAX_EVENT_AGE,
+            environment={
+                **JanitorSettings(table_name=table.table_name, item=item, fair=fair).environment(),
+                "POWERTOOLS_LOG_LEVEL": "INFO" if logging else "WARNING",
+            },
+        )
+        # Pinned to python3.13, the newest runtime the pinned Powertools layer is published for
+        # (cdk-nag's own metadata format: no cdk-nag import in the library).
+        self.function.node.default_child.add_metadata("cdk_nag", {"rules_to_suppress": [{
+            "id": "AwsSolutions-L1",
+            "reason": "Pinned to Python 3.13, the newest runtime the pinned Powertools layer is published for.",
+        }]})
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["states:GetExecutionHistory"],
+            resources=[
+                stack.format_arn(
+                    service="states", resource="execution", resource_name=f"{machine.state_machine_name}:*",
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                )
+                for machine in watched
+            ],
+        ))
+        table_arn = stack.format_arn(service="dynamodb", resource="table", resource_name=table.table_name)
+        for action in ["dynamodb:UpdateItem"] + (["dynamodb:GetItem"] if fair else []):  # the queue read
+            role.add_to_principal_policy(iam.PolicyStatement(actions=[action], resources=[table_arn]))
+        if fair:  # waking a parked head: IAM cannot scope a task token
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["states:SendTaskSuccess"], resources=["*"]))
+
         self.rule = events.Rule(
             self,
             "ExecutionEnded",
@@ -191,46 +188,15 @@ class LockJanitor(Construct):
             ),
         )
         self.rule.add_target(
-            targets.SfnStateMachine(
-                self.state_machine,
-                retry_attempts=185,
-                max_event_age=Duration.hours(24),
+            targets.LambdaFunction(
+                self.function,
+                retry_attempts=DELIVERY_RETRY_ATTEMPTS,
+                max_event_age=DELIVERY_MAX_EVENT_AGE,
                 dead_letter_queue=self.dead_letter_queue,
             )
         )
 
-    def _dequeue(self, table: dynamodb.ITable) -> sfn.IChainable:
-        """Take ``$states.input.owner`` out of the queue of ``$states.input.key`` (wherever it
-        stands: read, then remove at that place; a place moved meanwhile: read again), and wake
-        the new head of a free lock."""
-        done = sfn.Succeed(self, "Not queued")
-        read = tasks.DynamoGetItem.jsonata(
-            self, "Read the queue", table=table, key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata("$states.input.key")})},
-            consistent_read=True, outputs=jsonata("$states.input"),
-            assign={"place": jsonata(fair_protocol.my_index_expression("$states.result.Item", "$states.input.owner"))},
-        )
-        retry_transient(read)
-        remove = tasks.DynamoUpdateItem.jsonata(
-            self, "Dequeue", table=table,
-            **update_item_props(fair_protocol.remove_at_arguments(
-                key_jsonata="$states.input.key", who_jsonata="$states.input.owner", index_jsonata="$place")),
-            assign={"wake": jsonata(fair_protocol.wake_after_dequeue_expression("$states.result.Attributes"))},
-            outputs=jsonata("$states.input"),
-        )
-        retry_transient(remove)
-        remove.add_catch(read, errors=[protocol.CONDITION_FAILED])
-        wake = tasks.CallAwsService.jsonata(
-            self, "Wake the new head", service="sfn", action="sendTaskSuccess",
-            parameters={"TaskToken": jsonata("$wake"), "Output": "{\"woken\":true}"},
-            iam_action="states:SendTaskSuccess",
-            iam_resources=["*"],  # IAM cannot scope a service integration's task token
-        )
-        wake.add_retry(errors=[fair_protocol.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0,
-                       max_attempts=3, jitter_strategy=sfn.JitterType.FULL)
-        wake.add_catch(sfn.Succeed(self, "Head gone"), errors=["States.ALL"])
-        woken = sfn.Choice.jsonata(self, "New head to wake?")
-        woken.when(sfn.Condition.jsonata(jsonata("$type($wake) = 'string'")), wake).otherwise(
-            sfn.Succeed(self, "Dequeued"))
-        queued = sfn.Choice.jsonata(self, "Queued?")
-        queued.when(sfn.Condition.jsonata(jsonata("$place >= 0")), remove.next(woken)).otherwise(done)
-        return read.next(queued)
+    def publish_metrics_under(self, namespace: str) -> None:
+        """Publish ``JanitorRetires`` in ``<namespace>/<state machine name>`` (``LockMonitoring``
+        calls this with its own namespace). Default: ``LockedWorkflow``."""
+        self.function.add_environment(ENV_METRICS_NAMESPACE, namespace)

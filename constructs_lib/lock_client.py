@@ -346,7 +346,7 @@ class LockClient:
                     raise
                 if remaining <= 0:
                     if queued:
-                        self._leave_queue(table_key, me)
+                        self.dequeue(table_key, me)
                     raise LockTimeout(
                         f"{ERROR_TIMEOUT}: lock {table_key!r} still held by {held.holder!r} "
                         f"after waiting {wait_ms / 1000:g} s",
@@ -610,8 +610,10 @@ class LockClient:
                 raise
             self._wake(after.get("Attributes", {}), fair.head_to_wake_after_dequeue, now=now)
 
-    def _leave_queue(self, table_key: str, me: str) -> None:
-        """Out of the queue (a waiter giving up), waking the new head of a free lock."""
+    def dequeue(self, table_key: str, me: str) -> None:
+        """Take owner ``me`` out of the fair queue of the stored key ``table_key`` wherever it
+        stands (a waiter giving up; the janitor, for an ended execution's entries), waking the
+        new head of a free lock."""
         for _ in range(20):  # each refusal: the place moved (someone ahead left); read again
             item = self.dynamodb.get_item(
                 TableName=self.table_name, Key=lock_item_key(table_key), ConsistentRead=True,

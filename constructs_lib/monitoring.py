@@ -13,7 +13,7 @@ Lost                 ``FailStateEntered`` of ``<section>.Lost`` (``Lock.Lost``) 
 LivenessChecks       ``TaskStateEntered`` of ``<section>.DescribeHolder``              filter
 LivenessTakeovers    ``TaskStateExited`` of ``<section>.DescribeHolder`` whose wait     filter
                      record now names a stale holder (an ended execution, grace over)
-JanitorRetires       the janitor's ``TaskSucceeded`` of its RETIRE ``updateItem``      filter
+JanitorRetires       published by the janitor function itself (locks it retired)      EMF
 WaitTime (ms)        the acquire's ``TaskStateExited``: its ``$lock`` record has        Lambda
                      ``acquiredAt`` and ``requestedAt`` (the section's entry)
 HoldTime (ms)        a release's ``TaskSucceeded`` (``UPDATED_OLD``): the old           Lambda
@@ -23,7 +23,10 @@ HoldTime (ms)        a release's ``TaskSucceeded`` (``UPDATED_OLD``): the old   
 Counts are CloudWatch Logs metric filters (no code in the path of the ``Lost`` alarm); the
 two durations need a subtraction, which a filter cannot do, so a subscription filter sends
 those lines to a small Lambda function (``lambdas/lock_metrics``) that publishes them in
-embedded metric format.
+embedded metric format. The janitor is a Lambda function too: it publishes ``JanitorRetires``
+(each acquisition once, a duplicate event counts nothing) in this namespace, which the
+monitoring sets on it. A janitor that could not recover a lock leaves the event in its
+dead-letter queue: ``metric_janitor_failures`` and the ``janitor_failed_alarm``.
 
 Metrics live in the namespace ``<namespace>/<state machine name>`` (default
 ``LockedWorkflow/<name>``) without dimensions: a metric filter cannot attach a constant
@@ -198,10 +201,10 @@ class LockMonitoring(Construct):
         }
         for name, pattern in self.filter_patterns.items():
             self._count(name, log_group, pattern)
-        janitor_logs = _janitor_log_group(workflow)
-        if janitor_logs is not None:  # the janitor's only updateItem is its RETIRE
-            self.filter_patterns[JANITOR_RETIRES] = dynamodb_update_succeeded()
-            self._count(JANITOR_RETIRES, janitor_logs, self.filter_patterns[JANITOR_RETIRES])
+        #: The workflow's janitor (None without one): it publishes JanitorRetires here.
+        self.janitor = getattr(workflow, "janitor", None)
+        if self.janitor is not None:
+            self.janitor.publish_metrics_under(namespace)
 
         # -- durations: a subscription filter to the metrics function -------------------------
         self.metrics_function = self._metrics_function(section, powertools_layer)
@@ -246,7 +249,23 @@ class LockMonitoring(Construct):
                 evaluation_periods=alarm_evaluation_periods,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
-        self.alarms = [a for a in (self.lost_alarm, self.timeout_rate_alarm) if a is not None]
+        self.janitor_failed_alarm: Optional[cloudwatch.Alarm] = None
+        if self.janitor is not None:
+            self.janitor_failed_alarm = self.metric_janitor_failures(period=alarm_period).create_alarm(
+                self,
+                "JanitorFailedAlarm",
+                alarm_description=(
+                    f"The lock janitor of {workflow.state_machine_name} could not recover the locks of an "
+                    "ended execution (the event is in its dead-letter queue; the function's log names "
+                    "the execution and the key): that lock stays held until its lease ends"
+                ),
+                threshold=0,
+                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+                evaluation_periods=1,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+        self.alarms = [a for a in (self.lost_alarm, self.timeout_rate_alarm, self.janitor_failed_alarm)
+                       if a is not None]
         for alarm in self.alarms:
             alarm.add_alarm_action(*alarm_actions)
         self.dashboard: Optional[cloudwatch.Dashboard] = None
@@ -288,8 +307,19 @@ class LockMonitoring(Construct):
         return self.metric(LIVENESS_TAKEOVERS, **{"statistic": "Sum", **props})
 
     def metric_janitor_retires(self, **props: Any) -> cloudwatch.Metric:
-        """Locks the janitor retired (their holder ended without releasing). Default: Sum."""
+        """Locks the janitor retired (their holder ended without releasing; each acquisition
+        once). Default: Sum."""
         return self.metric(JANITOR_RETIRES, **{"statistic": "Sum", **props})
+
+    def metric_janitor_failures(self, **props: Any) -> cloudwatch.Metric:
+        """Janitor events that could not be handled - not delivered, or the recovery failed
+        after Lambda's retries: the messages in the janitor's dead-letter queue. Default:
+        Maximum. Raises ``ValueError`` for a workflow without a janitor."""
+        if self.janitor is None:
+            raise ValueError("`metric_janitor_failures` needs a workflow with a janitor, got: janitor=False")
+        return self.janitor.dead_letter_queue.metric_approximate_number_of_messages_visible(
+            **{"period": DEFAULT_METRIC_PERIOD, "statistic": "Maximum", **props}
+        )
 
     def metric_timeout_rate(self, **props: Any) -> cloudwatch.MathExpression:
         """``Lock.Timeout`` failures per execution started (0 to 1, 0 with no starts);
@@ -321,7 +351,6 @@ class LockMonitoring(Construct):
         )
 
     def _metrics_function(self, section: Any, layer: Optional[lambda_.ILayerVersion]) -> lambda_.Function:
-        stack = Stack.of(self)
         log_group = logs.LogGroup(
             self, "MetricsFunctionLogs", retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
@@ -332,12 +361,7 @@ class LockMonitoring(Construct):
             description="Writes the lock metrics function's own log (its embedded metrics)",
         )
         log_group.grant_write(role)  # logs:CreateLogStream, logs:PutLogEvents on that group only
-        layer = layer or lambda_.LayerVersion.from_layer_version_arn(
-            self,
-            "Powertools",
-            f"arn:{stack.partition}:lambda:{stack.region}:017000801446:layer:"
-            f"AWSLambdaPowertoolsPythonV3-python313-x86_64:{POWERTOOLS_LAYER_VERSION}",
-        )
+        layer = layer or powertools_layer(self)
         function = lambda_.Function(
             self,
             "MetricsFunction",
@@ -402,6 +426,7 @@ class LockMonitoring(Construct):
                 left=[self.metric_liveness_checks(label="Liveness checks"),
                       self.metric_liveness_takeovers(label="Liveness takeovers"),
                       self.metric_janitor_retires(label="Janitor retires")],
+                right=[self.metric_janitor_failures(label="Janitor failures")] if self.janitor is not None else [],
             ),
         )
         if self.alarms:
@@ -424,9 +449,13 @@ def _validate_workflow(workflow: Any) -> tuple[logs.ILogGroup, Any]:
     return log_group, workflow.section
 
 
-def _janitor_log_group(workflow: Any) -> Optional[logs.ILogGroup]:
-    janitor = getattr(workflow, "janitor", None)
-    if janitor is None:
-        return None
-    found = janitor.node.try_find_child("Logs")
-    return found if isinstance(found, logs.LogGroup) else None
+def powertools_layer(scope: Construct, construct_id: str = "Powertools") -> lambda_.ILayerVersion:
+    """The published Powertools for AWS Lambda (Python) v3 layer (python3.13, x86_64), version
+    :data:`POWERTOOLS_LAYER_VERSION`, in the stack's region."""
+    stack = Stack.of(scope)
+    return lambda_.LayerVersion.from_layer_version_arn(
+        scope,
+        construct_id,
+        f"arn:{stack.partition}:lambda:{stack.region}:017000801446:layer:"
+        f"AWSLambdaPowertoolsPythonV3-python313-x86_64:{POWERTOOLS_LAYER_VERSION}",
+    )

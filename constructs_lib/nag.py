@@ -37,21 +37,31 @@ def suppress_example_findings(stack: CustomerUpdatesStack) -> None:
     )
     workflow = stack.workflow
     janitor = workflow.janitor
-    for role in (workflow.state_machine.role, janitor.state_machine.role):
-        NagSuppressions.add_resource_suppressions(
-            role,
-            [
-                NagPackSuppression(
-                    id="AwsSolutions-IAM5",
-                    reason=(
-                        "Resource::* is required by the X-Ray and CloudWatch Logs delivery actions "
-                        "Step Functions uses for tracing and logging; neither supports resource-level permissions."
-                    ),
-                    applies_to=["Resource::*"],
-                )
-            ],
-            apply_to_children=True,
-        )
+    NagSuppressions.add_resource_suppressions(
+        janitor.function.role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="X-Ray PutTraceSegments/PutTelemetryRecords do not support resource-level permissions.",
+                applies_to=["Resource::*"],
+            )
+        ],
+        apply_to_children=True,
+    )
+    NagSuppressions.add_resource_suppressions(
+        workflow.state_machine.role,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason=(
+                    "Resource::* is required by the X-Ray and CloudWatch Logs delivery actions "
+                    "Step Functions uses for tracing and logging; neither supports resource-level permissions."
+                ),
+                applies_to=["Resource::*"],
+            )
+        ],
+        apply_to_children=True,
+    )
     executions = "Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:"
     NagSuppressions.add_resource_suppressions(
         workflow.section,
@@ -68,7 +78,7 @@ def suppress_example_findings(stack: CustomerUpdatesStack) -> None:
         apply_to_children=True,
     )
     NagSuppressions.add_resource_suppressions(
-        janitor.state_machine.role,
+        janitor.function.role,
         [
             NagPackSuppression(
                 id="AwsSolutions-IAM5",

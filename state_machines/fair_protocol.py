@@ -52,16 +52,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from state_machines.lock_protocol import (
     ACQUIRE,
     ENTRY,
     EXPIRES_AT,
+    KEY_ATTRIBUTE,
     NOW_EXPRESSION,
     OWNER,
     RELEASE,
     LockWrite,
+    ScheduledTask,
     jsonata,
     lease_end_expression,
     lock_item_key,
@@ -270,20 +272,25 @@ def worst_case_park_events(park_timeout_s: float, max_wait_s: float) -> int:
     return (math.ceil(max_wait_s / park_timeout_s) + 1) * EVENTS_PER_PARK_ROUND
 
 
-def enqueues_in_history_expression(*, table_name: str, ended_ms: str) -> str:
-    """JSONata over a GetExecutionHistory page: ``{key, owner}`` of every ENQUEUE the execution
-    attempted on ``table_name`` before ``ended_ms`` (the janitor dequeues them: a stopped
-    waiter never leaves the queue by itself)."""
-    return (
-        "( $found := $states.result.Events["
-        "Type = 'TaskScheduled' and TaskScheduledEventDetails.Resource = 'updateItem' "
-        f"and ($type(Timestamp) = 'number' ? Timestamp : $toMillis(Timestamp)) <= {ended_ms}]"
-        ".( $p := $parse(TaskScheduledEventDetails.Parameters); "
-        f"$p[ConditionExpression = {json.dumps(ENQUEUE.condition)} and TableName = {json.dumps(table_name)}]"
-        ".{'key': Key.pk.S, 'owner': ExpressionAttributeValues.`:me`.S} ); "
-        "$byOwner := $merge($map($found, function($a) { {$a.owner: $a} })); "
-        "$exists($byOwner) ? [$each($byOwner, function($v) { $v })] : [] )"
-    )
+def enqueues_in_history(tasks: Iterable[ScheduledTask], *, table_name: str) -> list[tuple[str, str]]:
+    """``(stored key, owner)`` of every ENQUEUE the execution attempted on ``table_name``
+    among ``tasks`` (see :func:`lock_protocol.dynamodb_tasks_scheduled`: those scheduled at or
+    before its end), once each: the janitor dequeues them, since a stopped waiter never leaves
+    the queue by itself.
+
+    A queue entry records no time, so unlike RETIRE the dequeue cannot tell an entry made
+    before the end from the same owner's entry after a redrive (a redriven waiter resumes with
+    its owner). A late copy of the end's event can therefore take a redriven waiter out of
+    the queue: it costs that waiter its place - it queues again at its next park timeout or
+    poll - never exclusion, which the lock item's ACQUIRE conditions alone decide.
+    """
+    found: dict[tuple[str, str], None] = {}
+    for task in tasks:
+        p = task.parameters
+        if task.resource == "updateItem" and p.get("ConditionExpression") == ENQUEUE.condition \
+                and p.get("TableName") == table_name:
+            found[(p["Key"][KEY_ATTRIBUTE]["S"], p["ExpressionAttributeValues"][":me"]["S"])] = None
+    return list(found)
 
 
 # -- the same readings in Python (clients) ----------------------------------------------------

@@ -29,7 +29,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 # --------------------------------------------------------------------------------------
 # 1. The lock item, the stored key, the owner, the errors
@@ -235,10 +235,14 @@ REFRESH = LockWrite(
 #: out, failed past every Catch). Its lease now ends when its stop grace after that moment
 #: is over - not at once, because work it started may still run - and then any waiter takes
 #: the lock over through the acquire's ``expiresAt < :now``. Only that exact acquisition is
-#: touched. Values: ``:owner`` (S), ``:endedAt`` (N, epoch ms).
+#: touched, and only if it was made at or before the end: a redriven execution acquires again
+#: under the same owner (its acquire resumes), and a late copy of its first end's event
+#: (EventBridge retries for up to 24 h) must not retire that live acquisition - every acquire
+#: sets ``acquiredAt``, so a re-acquisition is told from the ended one by it.
+#: Values: ``:owner`` (S), ``:endedAt`` (N, epoch ms).
 RETIRE = LockWrite(
     update=f"SET #{EXPIRES_AT} = :endedAt + #{GRACE}",
-    condition=f"#{OWNER} = :owner AND attribute_exists(#{GRACE})",
+    condition=f"#{OWNER} = :owner AND attribute_exists(#{GRACE}) AND #{ACQUIRED_AT} <= :endedAt",
 )
 
 
@@ -810,44 +814,82 @@ def after_liveness_check_expression(wait_variable: str, holder_variable: str) ->
     )
 
 
-def retire_arguments(
-    *, key_jsonata: str, owner_jsonata: str, ended_at_jsonata: str, item: LockItem | None = None
-) -> dict:
-    """The janitor's RETIRE of an acquisition whose execution ended without releasing."""
-    return _update_item(
-        jsonata(key_jsonata),
-        RETIRE,
-        {":owner": {"S": jsonata(owner_jsonata)}, ":endedAt": {"N": jsonata(ended_at_jsonata)}},
-        item,
-    )
+class HistoryUnreadable(ValueError):
+    """An execution's history does not show what a DynamoDB task wrote (its parameters are
+    missing): the janitor cannot tell which locks the execution took."""
 
 
-def acquisitions_in_history_expression(*, table_name: str, ended_ms: str) -> str:
-    """JSONata over a GetExecutionHistory page: every acquisition the execution *attempted*
-    on ``table_name`` before ``ended_ms`` - ``{key, owner}`` of each ``TaskScheduled`` whose
-    parameters are this protocol's ACQUIRE (alone, or each update of a multi-key acquire's
-    ``TransactWriteItems``) - de-duplicated by owner and key.
+@dataclass(frozen=True)
+class ScheduledTask:
+    """A DynamoDB task an execution scheduled: its ``TaskScheduled`` history event's resource
+    (``updateItem``, ``transactWriteItems`` ...) and parameters, as the state's Arguments
+    evaluated to."""
+
+    resource: str
+    parameters: Mapping[str, Any]
+
+
+def _epoch_ms(timestamp: Any) -> float:
+    """A history event's timestamp (boto3: a datetime; epoch ms also accepted) in epoch ms."""
+    return timestamp if isinstance(timestamp, (int, float)) else timestamp.timestamp() * 1000
+
+
+def dynamodb_tasks_scheduled(events: Iterable[Mapping[str, Any]], *, ended_at_ms: int) -> list[ScheduledTask]:
+    """The DynamoDB tasks an execution scheduled at or before ``ended_at_ms``, from its
+    ``GetExecutionHistory`` events (boto3's shape, read with ``includeExecutionData``).
+
+    ``events`` is consumed once, lazily: pass a generator over the pages and only these
+    tasks' parameters - a few hundred bytes each - are kept, however large the execution's
+    input or its history. Raises :class:`HistoryUnreadable` for a DynamoDB task whose
+    parameters the history does not show.
+    """
+    found = []
+    for event in events:
+        details = event.get("taskScheduledEventDetails") or {}
+        if (
+            event.get("type") != "TaskScheduled"
+            or "dynamodb" not in str(details.get("resourceType", ""))
+            or _epoch_ms(event["timestamp"]) > ended_at_ms
+        ):
+            continue
+        if not isinstance(details.get("parameters"), str):
+            raise HistoryUnreadable(
+                f"history event {event.get('id')} ({details.get('resource')}) shows no parameters: "
+                "read the history with includeExecutionData"
+            )
+        found.append(ScheduledTask(str(details.get("resource")), json.loads(details["parameters"])))
+    return found
+
+
+def acquisitions_in_history(tasks: Iterable[ScheduledTask], *, table_name: str) -> list[tuple[str, str]]:
+    """``(stored key, owner)`` of every acquisition the execution *attempted* on
+    ``table_name`` among ``tasks`` (see :func:`dynamodb_tasks_scheduled`): each task whose
+    parameters are this protocol's ACQUIRE - alone, after a record lock's "record exists"
+    clause, or each update of a multi-key acquire's ``TransactWriteItems`` - once each, in
+    history order.
 
     Attempts, not successes: an acquire whose response was lost when the execution was
     stopped succeeded without a ``TaskSucceeded``. Retiring an attempt that never held the
-    lock is a no-op (the condition names its exact owner). The history is the execution's
-    own record, read after it ended: unlike an index, it cannot lag.
+    lock is a no-op (RETIRE names its exact owner). The history is the execution's own
+    record, read after it ended: unlike an index, it cannot lag.
     """
-    condition = _jsonata_string(ACQUIRE.condition)
-    return (
-        "( $found := $states.result.Events["
-        "Type = 'TaskScheduled' and $contains(TaskScheduledEventDetails.ResourceType, 'dynamodb') "
-        f"and ($type(Timestamp) = 'number' ? Timestamp : $toMillis(Timestamp)) <= {ended_ms}]"
-        ".( $d := TaskScheduledEventDetails; $p := $parse($d.Parameters); "
-        # a single-key acquire, or every update of a multi-key acquire's transaction
-        "$updates := $d.Resource = 'updateItem' ? [$p] "
-        ": $d.Resource = 'transactWriteItems' ? $p.TransactItems.Update : []; "
-        # the ACQUIRE condition, alone or after a record lock's "record exists" clause
-        f"$updates[$contains(ConditionExpression, {condition}) and TableName = {_jsonata_string(table_name)}]"
-        ".{'key': $lookup(Key, $keys(Key)[0]).S, 'owner': ExpressionAttributeValues.`:me`.S} ); "
-        "$byOwnerAndKey := $merge($map($found, function($a) { {$a.owner & ' ' & $a.key: $a} })); "
-        "$exists($byOwnerAndKey) ? [$each($byOwnerAndKey, function($v) { $v })] : [] )"
-    )
+    found: dict[tuple[str, str], None] = {}
+    for task in tasks:
+        if task.resource == "updateItem":
+            updates = [task.parameters]
+        elif task.resource == "transactWriteItems":
+            updates = [entry.get("Update") for entry in task.parameters.get("TransactItems", [])]
+        else:
+            continue
+        for update in updates:
+            if (
+                isinstance(update, Mapping)
+                and ACQUIRE.condition in str(update.get("ConditionExpression", ""))
+                and update.get("TableName") == table_name
+            ):
+                (key,) = update["Key"].values()  # the lock's item: a partition key only
+                found[(key["S"], update["ExpressionAttributeValues"][":me"]["S"])] = None
+    return list(found)
 
 
 #: Retry for transient DynamoDB errors on the lock's writes (all idempotent for one owner).

@@ -357,26 +357,45 @@ def test_liveness_reads_iso_stop_dates_too():
     assert got["stale"] == "o"
 
 
-def _scheduled(ts, table, key, owner, condition=p.ACQUIRE.condition):
+def _at(ms):
+    """A history event's timestamp as boto3 returns it."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+
+
+def _scheduled(ts_ms, table, key, owner, condition=p.ACQUIRE.condition):
+    """A TaskScheduled history event as boto3 returns it."""
     parameters = {"TableName": table, "Key": {"pk": {"S": key}}, "ConditionExpression": condition,
                   "ExpressionAttributeValues": {":me": {"S": owner}}}
-    return {"Type": "TaskScheduled", "Timestamp": ts, "TaskScheduledEventDetails": {
-        "ResourceType": "dynamodb", "Resource": "updateItem", "Parameters": json.dumps(parameters)}}
+    return {"type": "TaskScheduled", "timestamp": _at(ts_ms),
+            "taskScheduledEventDetails": {"resourceType": "dynamodb", "resource": "updateItem",
+                                          "parameters": json.dumps(parameters)}}
 
 
-def test_janitor_finds_every_acquisition_attempt_before_the_end_once():
+def test_janitor_finds_every_acquisition_attempt_at_or_before_the_end_once():
     events = [
         _scheduled(1000, "locks", "c#1", "e#a"),
         _scheduled(1100, "locks", "c#1", "e#a"),  # a retry of the same acquisition
         _scheduled(1200, "locks", "c#2", "e#b"),  # a Map iteration's own acquisition
         _scheduled(1300, "other", "c#3", "e#c"),  # another table
         _scheduled(1400, "locks", "c#4", "e#d", condition=p.RELEASE.condition),  # a release
+        _scheduled(5000, "locks", "c#5", "e#e"),  # at the very end
         _scheduled(9000, "locks", "c#1", "e#z"),  # after the end: a redriven run's acquisition
-        {"Type": "TaskStateEntered", "Timestamp": 1000},
+        {"type": "TaskStateEntered", "timestamp": _at(1000)},
     ]
-    found = evaluate(p.acquisitions_in_history_expression(table_name="locks", ended_ms="5000"),
-                     states={"result": {"Events": events}})
-    assert sorted(found, key=lambda a: a["owner"]) == [
-        {"key": "c#1", "owner": "e#a"}, {"key": "c#2", "owner": "e#b"}]
-    assert evaluate(p.acquisitions_in_history_expression(table_name="locks", ended_ms="5000"),
-                    states={"result": {"Events": []}}) == []
+    tasks = p.dynamodb_tasks_scheduled(iter(events), ended_at_ms=5000)
+    assert p.acquisitions_in_history(tasks, table_name="locks") == [("c#1", "e#a"), ("c#2", "e#b"), ("c#5", "e#e")]
+    assert p.acquisitions_in_history(p.dynamodb_tasks_scheduled([], ended_at_ms=5000), table_name="locks") == []
+
+
+def test_janitor_says_so_when_the_history_hides_an_acquires_parameters():
+    event = _scheduled(1000, "locks", "c#1", "e#a")
+    del event["taskScheduledEventDetails"]["parameters"]  # read without includeExecutionData
+    with pytest.raises(p.HistoryUnreadable, match="includeExecutionData"):
+        p.dynamodb_tasks_scheduled([event], ended_at_ms=5000)
+
+
+def test_retire_touches_only_an_acquisition_made_at_or_before_the_end():
+    assert p.RETIRE.condition.endswith(f"#{p.ACQUIRED_AT} <= :endedAt")
+    assert f"#{p.OWNER} = :owner" in p.RETIRE.condition

@@ -175,14 +175,14 @@ def test_the_janitor_finds_every_key_of_a_multi_key_acquire():
     arguments = m.acquire_arguments(table_name="T", lease_ms=1000, stale_owner_jsonata=f"{p.ENTRY}.owner")
     items = evaluate(p.unwrap_jsonata(arguments["TransactItems"]),
                      states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me", "grace": 7}})
-    page = {"Events": [{
-        "Type": "TaskScheduled", "Timestamp": 10,
-        "TaskScheduledEventDetails": {"ResourceType": "aws-sdk:dynamodb", "Resource": "transactWriteItems",
-                                      "Parameters": json.dumps({"TransactItems": items})},
-    }]}
-    found = evaluate(p.acquisitions_in_history_expression(table_name="T", ended_ms="20"), states={"result": page})
-    assert sorted(found, key=lambda a: a["key"]) == [{"key": "acct#a", "owner": "me"}, {"key": "acct#b", "owner": "me"}]
-    assert evaluate(p.acquisitions_in_history_expression(table_name="Other", ended_ms="20"), states={"result": page}) == []
+    events = [{
+        "type": "TaskScheduled", "timestamp": 10,
+        "taskScheduledEventDetails": {"resourceType": "aws-sdk:dynamodb", "resource": "transactWriteItems",
+                                      "parameters": json.dumps({"TransactItems": items})},
+    }]
+    tasks = p.dynamodb_tasks_scheduled(events, ended_at_ms=20)
+    assert sorted(p.acquisitions_in_history(tasks, table_name="T")) == [("acct#a", "me"), ("acct#b", "me")]
+    assert p.acquisitions_in_history(tasks, table_name="Other") == []
 
 
 # ---- construct validation -------------------------------------------------------------
@@ -270,11 +270,13 @@ def test_a_record_lock_uses_prefixed_attributes_on_the_record_table():
     assert workflow.lock_table is None and workflow.section.kind.item.key_attribute == "customerId"
     import json
 
-    machines = template.find_resources("AWS::StepFunctions::StateMachine")
-    assert len(machines) == 2  # the workflow and its janitor, which retires with the record's names
-    for machine in machines.values():
-        text = json.dumps(machine["Properties"]["DefinitionString"])
-        assert '\\"#owner\\":\\"lw:owner\\"' in text and '\\"#owner\\":\\"owner\\"' not in text
+    (machine,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+    text = json.dumps(machine["Properties"]["DefinitionString"])
+    assert '\\"#owner\\":\\"lw:owner\\"' in text and '\\"#owner\\":\\"owner\\"' not in text
+    # the janitor retires with the record's names
+    (janitor,) = template.find_resources("AWS::Lambda::Function", {"Properties": {"Environment": {"Variables": {
+        "LOCK_KEY_ATTRIBUTE": "customerId", "LOCK_ATTRIBUTE_PREFIX": "lw:"}}}}).values()
+    assert janitor["Properties"]["Environment"]["Variables"]["LOCK_TABLE"]["Ref"].startswith("Customers")
 
 
 # ---- templates ------------------------------------------------------------------------

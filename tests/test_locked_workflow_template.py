@@ -339,35 +339,3 @@ def test_liveness_check_may_describe_only_this_machines_executions(example):
     (resource,) = [statements[0]["Resource"]]
     parts = resource["Fn::Join"][1]
     assert parts[-1].startswith(":execution:CustomerUpdates-ApplyCustomerUpdates") and parts[-1].endswith(":*")
-
-
-def test_janitor_retires_the_acquisitions_found_in_the_ended_executions_history(example):
-    definition = example.definition("ApplyCustomerUpdatesJanitor")
-    read = definition["States"][definition["StartAt"]]
-    assert read["Resource"].endswith(":states:::aws-sdk:sfn:getExecutionHistory")
-    assert "$states.context.Execution.Input.detail.executionArn" in read["Arguments"]
-    assert "'TaskScheduled'" in read["Output"] and "$parse" in read["Output"]
-    assert json.dumps(p.ACQUIRE.condition) in read["Output"]
-    each = definition["States"][read["Next"]]
-    assert each["Type"] == "Map"
-    retire = each["ItemProcessor"]["States"]["Retire"]
-    assert retire["Arguments"]["UpdateExpression"] == p.RETIRE.update
-    assert retire["Arguments"]["ConditionExpression"] == p.RETIRE.condition
-    assert retire["Arguments"]["ExpressionAttributeValues"][":owner"]["S"] == "{% $states.input.owner %}"
-    assert "stopDate" in retire["Arguments"]["ExpressionAttributeValues"][":endedAt"]["N"]
-    assert definition["States"][each["Next"]]["Choices"][0]["Next"] == definition["StartAt"]  # every page
-    history = [s for s in _statements(example.template) if s["Action"] == "states:GetExecutionHistory"]
-    assert len(history) == 1 and ":execution:" in json.dumps(history[0]["Resource"])
-    machine = Capture()
-    example.assertions.has_resource_properties(
-        "AWS::Events::Rule",
-        {
-            "EventPattern": {
-                "source": ["aws.states"],
-                "detail-type": ["Step Functions Execution Status Change"],
-                "detail": {"status": ["ABORTED", "TIMED_OUT", "FAILED"], "stateMachineArn": [{"Ref": machine}]},
-            },
-            "Targets": [Match.object_like({"DeadLetterConfig": Match.any_value()})],
-        },
-    )
-    assert machine.as_string().startswith(MACHINE)

@@ -27,7 +27,7 @@ def test_readme_usage_example_synthesizes():
     )
     stack = namespace["Updates"](app, "Updates", apply_update_fn=fn, bus=events.EventBus(deps, "Bus"))
     template = Template.from_stack(stack)
-    template.resource_count_is("AWS::StepFunctions::StateMachine", 2)  # the workflow and its janitor
+    template.resource_count_is("AWS::StepFunctions::StateMachine", 1)  # the workflow (its janitor: a function)
     template.has_resource_properties(
         "AWS::Events::Rule",
         {"EventPattern": {"source": ["example.customers"]}, "Targets": [Match.object_like({"RetryPolicy": Match.any_value()})]},

@@ -228,7 +228,7 @@ def test_a_section_in_a_hand_built_state_machine_recovers_stale_holders_with_one
         "PolicyDocument": {"Statement": [assertions.Match.object_like({"Action": "states:DescribeExecution"})]},
         "Roles": [{"Ref": assertions.Match.string_like_regexp("MRole")}],
     })
-    assert janitor.state_machine is not None
+    assert janitor.function is not None and janitor.rule is not None
 
 
 def _children_of_one_hold(shape: str, *, inner_namespace: str = "", max_concurrency: int = 0):

@@ -7,7 +7,10 @@ matching included):
   event, or with the target's ``Input`` / ``InputPath`` / ``InputTransformer`` applied.
   SQS targets get the same input handling; a target that cannot be delivered to goes to
   its ``DeadLetterConfig`` queue (an SQS ARN) when it has one. ``RetryPolicy`` is
-  accepted and ignored: local deliveries fail for deterministic reasons only.
+  accepted and ignored: local deliveries fail for deterministic reasons only. A Lambda
+  function target is invoked asynchronously (``InvocationType=Event``) through the runtime's
+  in-process functions: the delivery succeeds once the function accepts the event, and
+  the handler's own errors are the function's, not the rule's (no retry, no DLQ here).
 * **Execution status events**: when an execution of a Standard workflow ends
   (SUCCEEDED, FAILED, TIMED_OUT, ABORTED) an ``aws.states`` / ``Step Functions Execution
   Status Change`` event is put on the default bus of its account and region (Express
@@ -212,8 +215,8 @@ class EventRouter:
     # -- targets ----------------------------------------------------------------------
 
     def deliver(self, rule: Any, target: dict[str, Any], event: dict[str, Any]) -> Delivery:
-        """Deliver ``event`` to one ``target`` of a moto ``Rule`` (states or SQS), plus
-        the duplicate and late copies the delivery faults ask for; returns the first
+        """Deliver ``event`` to one ``target`` of a moto ``Rule`` (states, SQS or Lambda),
+        plus the duplicate and late copies the delivery faults ask for; returns the first
         attempt."""
         duplicates, late_after = self.duplicate_deliveries, self.late_copies_after
         faulted = (duplicates > 0 or late_after is not None) and self.delivery_fault_filter(event)
@@ -267,7 +270,9 @@ class EventRouter:
                 result = self._start_execution(arn, payload)
             elif service == "sqs":
                 result = self._send_to_queue(arn, payload, target.get("SqsParameters", {}).get("MessageGroupId"))
-            else:  # pragma: no cover - callers only route states and sqs here
+            elif service == "lambda":
+                result = self._invoke_function(arn, payload)
+            else:  # pragma: no cover - callers only route states, sqs and lambda here
                 raise ValueError(f"unsupported target {arn}")
             delivery = Delivery(rule.arn, arn, payload, ok=True, result=result, kind=kind)
         except Exception as error:  # noqa: BLE001 - any failure is a failed invocation
@@ -301,6 +306,21 @@ class EventRouter:
             state_machine_arn, name=None, execution_input=payload
         )
         return execution.execution_arn
+
+    @staticmethod
+    def _invoke_function(function_arn: str, payload: str) -> str:
+        """Invoke a Lambda target asynchronously, as EventBridge does: the event is handed to
+        the function (its in-process handler runs on a thread, see ``patches/lambda_in_process``)
+        and the delivery is done; what the handler then does is the function's business
+        (https://docs.aws.amazon.com/eventbridge/latest/userguide/rule-dlq.html: the rule's
+        DLQ receives events that could not be delivered, not the target's own failures).
+        An unknown function fails the delivery."""
+        from moto.awslambda.models import lambda_backends
+
+        _, _, _, region, account, _, name = function_arn.split(":")[:7]
+        function = lambda_backends[account][region].get_function(name)
+        function.invoke(payload, {"X-Amz-Invocation-Type": "Event"}, {})
+        return function.function_arn
 
     @staticmethod
     def _send_to_queue(

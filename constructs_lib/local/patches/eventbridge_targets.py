@@ -1,12 +1,13 @@
-"""EventBridge targets: rules deliver to state machines (and SQS, with input handling).
+"""EventBridge targets: rules deliver to state machines and Lambda functions (and SQS,
+with input handling).
 
 Gap (moto 5.2.1): ``Rule.send_to_targets`` raises ``NotImplementedError`` for a Step
-Functions target, so ``put_events`` matching such a rule fails; it ignores a target's
+Functions or Lambda target, so ``put_events`` matching such a rule fails; it ignores a target's
 ``Input`` and ``InputPath``, mangles ``InputTransformer`` values that hold quotes or
 objects, ignores ``DeadLetterConfig``, and delivers for disabled rules.
 
 Fix: for ENABLED rules whose ``EventPattern`` matches (moto's own matcher), hand
-state-machine and SQS targets to :class:`constructs_lib.local.events.EventRouter`; other
+state-machine, Lambda and SQS targets to :class:`constructs_lib.local.events.EventRouter`; other
 targets (logs, archives, buses, API destinations) keep moto's delivery.
 
 Proof: ``tests/local/test_patch_eventbridge_targets.py``.
@@ -22,7 +23,7 @@ from moto.events.models import Rule
 
 from constructs_lib.local.events import EventRouter, delivered_event
 
-ROUTED_SERVICES = frozenset({"states", "sqs"})
+ROUTED_SERVICES = frozenset({"states", "sqs", "lambda"})
 
 
 def apply(stack: ExitStack, router: EventRouter) -> None:

@@ -1,0 +1,188 @@
+"""The janitor's logic: recover the locks of an execution that ended without releasing them.
+
+Step Functions runs no Catch when an execution is stopped (ABORTED) or hits its state
+machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtime`` or
+``States.DataLimitExceeded`` (FAILED). For such an end, :func:`recover`:
+
+1. reads the execution's whole history, every page, with ``GetExecutionHistory`` (boto3: no
+   256 KiB result limit applies to a function reading an API, whatever the execution's
+   input size or history length) and keeps the DynamoDB tasks scheduled at or before the
+   end (``lock_protocol.dynamodb_tasks_scheduled``);
+2. *retires* each acquisition found there with the protocol's RETIRE: the lock stays held
+   for the acquisition's stop grace after the end (work it started - a Lambda invocation, an
+   activity or callback worker - may still run), then any waiter takes it over. RETIRE names
+   the exact owner and touches only an acquisition made at or before the end, so a
+   duplicate or late event (EventBridge delivers at least once, and retries for up to 24 h)
+   never retires a redriven execution's new acquisition;
+3. for a fair lock, takes every queue entry the execution made out of its queue, waking the
+   new head of a free lock (``LockClient.dequeue``: the clients' own fair writes).
+
+Every expression comes from ``state_machines`` (deployed with this function): nothing is
+spelled twice. A failure it cannot get past raises :class:`RecoveryFailed`, naming the
+execution and the lock key it was at; the handler logs it as one line and re-raises, so
+Lambda retries the event and then sends it to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from aws_lambda_powertools import Tracer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from constructs_lib.lock_client import LockClient
+from state_machines import fair_protocol
+from state_machines import lock_protocol as protocol
+
+try:  # imported as a package module (tests, the construct)
+    from .settings import ENDED_WITHOUT_RELEASE, JanitorSettings
+except ImportError:  # deployed: the asset folder is the import root
+    from settings import ENDED_WITHOUT_RELEASE, JanitorSettings  # type: ignore[no-redef]
+
+SERVICE = "lock-janitor"
+#: History events per GetExecutionHistory page (the API's maximum).
+HISTORY_PAGE_SIZE = 1000
+#: Metric: acquisitions retired (each counted once: a duplicate event retires nothing more).
+JANITOR_RETIRES = "JanitorRetires"
+
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+
+tracer = Tracer(service=SERVICE)
+
+
+class InvalidJanitorEvent(ValueError):
+    """The event is not a Step Functions status change of an execution that ended without
+    releasing (``detail.executionArn``, ``stateMachineArn``, ``status``, ``stopDate``)."""
+
+
+class RecoveryFailed(RuntimeError):
+    """Recovering an ended execution's locks failed; ``key`` is the lock key it was at (None:
+    before any, while reading the history)."""
+
+    def __init__(self, execution_arn: str, key: str | None, error: Exception) -> None:
+        where = f"lock key {key!r}" if key is not None else "no lock key yet (reading its history)"
+        super().__init__(
+            f"could not recover the locks of {execution_arn} at {where}: {type(error).__name__}: {error}"
+        )
+        self.execution_arn = execution_arn
+        self.key = key
+
+
+@dataclass(frozen=True)
+class EndedExecution:
+    """What the janitor reads of a status-change event: which execution ended, and when
+    (``stopDate``, epoch ms of the service clock - present even when Step Functions leaves a
+    large input out of the event)."""
+
+    execution_arn: str
+    state_machine_arn: str
+    status: str
+    ended_at_ms: int
+
+    @property
+    def state_machine_name(self) -> str:
+        return self.state_machine_arn.split(":")[6]
+
+    @classmethod
+    def from_detail(cls, detail: Any) -> "EndedExecution":
+        if not isinstance(detail, Mapping):
+            raise InvalidJanitorEvent(f"the event has no detail object, got: {type(detail).__name__}")
+        arns = {name: detail.get(name) for name in ("executionArn", "stateMachineArn")}
+        for name, arn in arns.items():
+            if not isinstance(arn, str) or len(arn.split(":")) < 7:
+                raise InvalidJanitorEvent(f"detail.{name} must be an ARN, got: {arn!r}")
+        status = detail.get("status")
+        if status not in ENDED_WITHOUT_RELEASE:
+            raise InvalidJanitorEvent(
+                f"detail.status must be one of {', '.join(ENDED_WITHOUT_RELEASE)}, got: {status!r}"
+            )
+        stop = detail.get("stopDate")
+        if isinstance(stop, bool) or not isinstance(stop, int) or stop <= 0:
+            raise InvalidJanitorEvent(f"detail.stopDate must be epoch milliseconds, got: {stop!r}")
+        return cls(arns["executionArn"], arns["stateMachineArn"], status, stop)
+
+
+@dataclass
+class Recovery:
+    """What one event did: ``(key, owner)`` of each acquisition retired now, of each left
+    unchanged (released, taken over, never taken, made after the end, or retired already)
+    and of each queue entry dequeued."""
+
+    execution_arn: str
+    retired: list[tuple[str, str]] = field(default_factory=list)
+    unchanged: list[tuple[str, str]] = field(default_factory=list)
+    dequeued: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        def listed(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+            return [{"key": key, "owner": owner} for key, owner in pairs]
+
+        return {"executionArn": self.execution_arn, "retired": listed(self.retired),
+                "unchanged": listed(self.unchanged), "dequeued": listed(self.dequeued)}
+
+
+def history_events(stepfunctions: Any, execution_arn: str, *, page_size: int = HISTORY_PAGE_SIZE) -> Iterator[dict]:
+    """Every event of the execution's history, page after page (with the tasks' parameters)."""
+    pages = stepfunctions.get_paginator("get_execution_history").paginate(
+        executionArn=execution_arn, includeExecutionData=True, PaginationConfig={"PageSize": page_size},
+    )
+    for page in pages:
+        yield from page["events"]
+
+
+def retire(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended_at_ms: int) -> bool:
+    """RETIRE the acquisition ``owner`` of ``key``: its lease ends ``grace`` after the end.
+    True when this call shortened it; False when the lock is not that acquisition's any more
+    (or it was made after the end), or it was retired already (a duplicate event)."""
+    item, write = settings.item, protocol.RETIRE
+    try:
+        old = dynamodb.update_item(
+            TableName=settings.table_name,
+            Key=protocol.lock_item_key(key, item),
+            UpdateExpression=write.update,
+            ConditionExpression=write.condition,
+            ExpressionAttributeNames=write.attribute_names(item),
+            ExpressionAttributeValues={":owner": {"S": owner}, ":endedAt": {"N": str(ended_at_ms)}},
+            ReturnValues="ALL_OLD",
+        )["Attributes"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
+            return False
+        raise
+    retired_expiry = ended_at_ms + int(old[item.attribute(protocol.GRACE)]["N"])
+    return old.get(item.attribute(protocol.EXPIRES_AT), {}).get("N") != str(retired_expiry)
+
+
+@tracer.capture_method
+def recover(
+    ended: EndedExecution,
+    settings: JanitorSettings,
+    *,
+    dynamodb: Any,
+    stepfunctions: Any,
+    page_size: int = HISTORY_PAGE_SIZE,
+) -> Recovery:
+    """Retire every acquisition ``ended`` made (and, fair, dequeue its queue entries).
+
+    Idempotent: a second delivery of the same event retires and dequeues nothing more.
+    :raises RecoveryFailed: naming the execution and the key it was at.
+    """
+    recovery = Recovery(ended.execution_arn)
+    key: str | None = None
+    try:
+        tasks = protocol.dynamodb_tasks_scheduled(
+            history_events(stepfunctions, ended.execution_arn, page_size=page_size),
+            ended_at_ms=ended.ended_at_ms,
+        )
+        for key, owner in protocol.acquisitions_in_history(tasks, table_name=settings.table_name):
+            done = retire(dynamodb, settings, key, owner, ended.ended_at_ms)
+            (recovery.retired if done else recovery.unchanged).append((key, owner))
+        if settings.fair:
+            client = LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions, fair=True)
+            for key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
+                client.dequeue(key, owner)
+                recovery.dequeued.append((key, owner))
+    except (ClientError, BotoCoreError, protocol.HistoryUnreadable) as error:
+        raise RecoveryFailed(ended.execution_arn, key, error) from error
+    return recovery
