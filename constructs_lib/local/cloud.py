@@ -73,6 +73,11 @@ class LocalCloud:
             ``dynamodb_local.find_emulator_dir``.
         interpreter_logs: keep moto's interpreter logging, which logs every failed
             state (caught or not) at ERROR level. Default False (the history has it all).
+        redrive_reevaluates_arguments: a redriven Parallel's ``Arguments`` and Inline Map's
+            ``Items`` are evaluated again (the service does not say). Default False: they
+            are not, so a resumed branch skips a gate there. See ``patches/redrive``.
+        redrive_restores_variables: resumed steps see the variables they were entered with
+            (the service does not say). Default True. See ``patches/redrive``.
         task_token_length: characters of every ``.waitForTaskToken`` / activity task token,
             1 to 2,048 (the API's bounds). Default 700, about the size of the service's
             largest (see ``patches/task_tokens``).
@@ -90,6 +95,8 @@ class LocalCloud:
         emit_status_events: bool = True,
         dynamodb_local_dir: Path | None = None,
         interpreter_logs: bool = False,
+        redrive_reevaluates_arguments: bool = False,
+        redrive_restores_variables: bool = True,
         task_token_length: int = task_tokens.DEFAULT_LENGTH,
         history_event_limit: int = history_limit.DEFAULT_LIMIT,
     ) -> None:
@@ -101,6 +108,11 @@ class LocalCloud:
         self.region = region
         self.account_id = account_id
         self.interpreter_logs = interpreter_logs
+        #: How RedriveExecution reads what the service leaves undocumented; read when a
+        #: redrive starts (e.g. ``cloud.redrive_options.reevaluates_arguments = True``).
+        self.redrive_options = patches.redrive.RedriveOptions(
+            reevaluates_arguments=redrive_reevaluates_arguments, restores_variables=redrive_restores_variables
+        )
         #: Local EventBridge switches and delivery log (e.g. ``cloud.events.emit_status_events = False``).
         self.events = EventRouter(emit_status_events=emit_status_events)
         #: In-process Lambda functions by name.
@@ -144,6 +156,7 @@ class LocalCloud:
                 task_token_length=self.task_token_length,
                 history_event_limit=self.history_event_limit,
             )
+            patches.redrive.use_options(stack, self.redrive_options)
             stack.callback(self._stop_running_executions)  # runs first on exit
         except BaseException:
             stack.close()

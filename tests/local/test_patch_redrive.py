@@ -1,43 +1,171 @@
-"""Fix ``patches/redrive``: RedriveExecution continues an ended execution under its ARN."""
+"""Fix ``patches/redrive``: RedriveExecution continues an ended execution under its ARN, as
+Step Functions documents it: only the unsuccessful steps run again, down to the failed (or
+cut-short) step inside a Parallel branch or an Inline Map iteration."""
 
 from __future__ import annotations
 
-import time
+import json
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 
 from constructs_lib.local import LocalCloud
-from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
+from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end, wait_until
+
+COUNTERS = "counters"
+FIRST_RUN = "$states.context.Execution.RedriveCount = 0"
+
+
+def count(name: str, next_state: str | None = None, key: str = "'{name}'") -> dict:
+    """A Task adding 1 to the counter item ``key`` (JSONata), passing its input on."""
+    return {
+        "Type": "Task", "Resource": "arn:aws:states:::dynamodb:updateItem",
+        "Arguments": {"TableName": COUNTERS, "Key": {"pk": {"S": "{% " + key.format(name=name) + " %}"}},
+                      "UpdateExpression": "ADD n :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
+        "Output": "{% $states.input %}",
+        **({"Next": next_state} if next_state else {"End": True}),
+    }
+
+
+def flaky(output: str = "$states.input", condition: str = FIRST_RUN) -> dict:
+    """A Pass that fails while ``condition`` holds (by default: in the first run only)."""
+    return {"Type": "Pass", "Output": "{% " + condition + " ? $error('Flaky.Broken: first run') : " + output + " %}",
+            "End": True}
+
+
+def machine(start: str, states: dict) -> dict:
+    return {"QueryLanguage": "JSONata", "StartAt": start, "States": states}
+
+
+def branch(start: str, states: dict) -> dict:
+    """A Parallel branch or Map item processor (the language is the state machine's)."""
+    return {"StartAt": start, "States": states}
+
 
 #: Prepare (a Pass) runs once; Work fails in the first run and succeeds once redriven.
-FLAKY = {
-    "QueryLanguage": "JSONata",
-    "StartAt": "Prepare",
-    "States": {
-        "Prepare": {"Type": "Pass", "Assign": {"prepared": "{% $states.input.n %}"}, "Next": "Work"},
-        "Work": {
-            "Type": "Pass",
-            "Output": "{% $states.context.Execution.RedriveCount = 0 ? $error('Work.Broken: first run') "
-                      ": {'prepared': $prepared, 'redrives': $states.context.Execution.RedriveCount} %}",
-            "End": True,
-        },
+FLAKY = machine("Prepare", {
+    "Prepare": {"Type": "Pass", "Assign": {"prepared": "{% $states.input.n %}"}, "Next": "Work"},
+    "Work": flaky("{'prepared': $prepared, 'redrives': $states.context.Execution.RedriveCount}"),
+})
+#: Branch 0 counts, assigns, then fails (first run); branch 1 counts and succeeds.
+PARALLEL = machine("Section", {
+    "Section": {
+        "Type": "Parallel", "End": True,
+        "Branches": [
+            branch("CountA", {"CountA": {**count("a", "Flaky"), "Assign": {"seen": "{% $states.input.n %}"}},
+                               "Flaky": flaky("{'seen': $seen, 'redrives': $states.context.Execution.RedriveCount}")}),
+            branch("CountB", {"CountB": count("b")}),
+        ],
     },
-}
-#: A Parallel whose Arguments read RedriveCount, then waits: stopped, then redriven.
-WAITING = {
-    "QueryLanguage": "JSONata",
-    "StartAt": "Section",
-    "States": {
-        "Section": {
-            "Type": "Parallel",
-            "Arguments": "{% {'seenRedrives': $states.context.Execution.RedriveCount, 'in': $states.input} %}",
-            "Branches": [{"StartAt": "Nap", "States": {"Nap": {"Type": "Wait", "Seconds": "{% $states.input.seenRedrives = 0 ? 30 : 0 %}", "End": True}}}],
-            "End": True,
-        }
+})
+#: A branch counts, then parks on a task token (written to the item ``park``).
+PARKED = machine("Section", {
+    "Section": {
+        "Type": "Parallel", "End": True,
+        "Branches": [branch("Count", {
+            "Count": count("parked", "Park"),
+            "Park": {
+                "Type": "Task", "Resource": "arn:aws:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
+                "Arguments": {"TableName": COUNTERS, "Item": {"pk": {"S": "park"},
+                                                              "token": {"S": "{% $states.context.Task.Token %}"}}},
+                "End": True,
+            },
+        })],
     },
-}
+})
+#: Each of 3 items counts itself; item 2's check fails in the first run.
+MAPPED = machine("Each", {
+    "Each": {
+        "Type": "Map", "Items": "{% $states.input.items %}", "End": True,
+        "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **branch("CountItem", {
+            "CountItem": count("item", "Check", key="'item' & $string($states.input)"),
+            "Check": flaky("$states.input * 10", condition=f"{FIRST_RUN} and $states.input = 2"),
+        })},
+    },
+})
+#: Outer [Inner [X, Y (fails once)], Z].
+NESTED = machine("Outer", {
+    "Outer": {
+        "Type": "Parallel", "End": True,
+        "Branches": [
+            branch("Inner", {"Inner": {"Type": "Parallel", "End": True, "Branches": [
+                branch("CountX", {"CountX": count("x")}),
+                branch("CountY", {"CountY": count("y", "FlakyY"), "FlakyY": flaky()}),
+            ]}}),
+            branch("CountZ", {"CountZ": count("z")}),
+        ],
+    },
+})
+#: The Parallel's Arguments draw a fresh uuid; branch 1 fails at its first step (first run).
+UUID_ARGUMENTS = machine("Section", {
+    "Section": {
+        "Type": "Parallel", "End": True, "Arguments": "{% {'id': $uuid()} %}",
+        "Branches": [branch("Echo", {"Echo": {"Type": "Pass", "End": True}}),
+                     branch("Gate", {"Gate": flaky()})],
+    },
+})
+#: A branch's Task fails on every attempt (no such table), retried once.
+RETRIED = machine("Section", {
+    "Section": {
+        "Type": "Parallel", "End": True,
+        "Branches": [branch("Read", {"Read": {
+            "Type": "Task", "Resource": "arn:aws:states:::dynamodb:getItem", "End": True,
+            "Arguments": {"TableName": "no-such-table", "Key": {"pk": {"S": "k"}}},
+            "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 1, "IntervalSeconds": 1}],
+        }})],
+    },
+})
+#: Branch outputs too large together in the first run: the Parallel fails with DataLimitExceeded.
+OVERSIZED = machine("Section", {
+    "Section": {
+        "Type": "Parallel", "End": True,
+        "Branches": [branch(f"Big{i}", {f"Big{i}": {
+            "Type": "Pass", "End": True,
+            "Output": "{% $pad('', " + FIRST_RUN + " ? 150000 : 10, 'x') %}"}}) for i in (0, 1)],
+    },
+})
+
+
+@pytest.fixture(scope="module")
+def shared_cloud():
+    """One cloud for the module's runtime tests (the bare-moto test, first, runs without it)."""
+    with LocalCloud() as cloud:
+        cloud.dynamodb.create_table(
+            TableName=COUNTERS, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+        yield cloud
+
+
+@pytest.fixture
+def cloud(shared_cloud):
+    """The shared cloud with empty counters and the default redrive options."""
+    for item in shared_cloud.dynamodb.scan(TableName=COUNTERS)["Items"]:
+        shared_cloud.dynamodb.delete_item(TableName=COUNTERS, Key={"pk": item["pk"]})
+    shared_cloud.redrive_options.reevaluates_arguments = False
+    return shared_cloud
+
+
+def counters(cloud) -> dict[str, int]:
+    items = cloud.dynamodb.scan(TableName=COUNTERS, ConsistentRead=True)["Items"]
+    return {i["pk"]["S"]: int(i["n"]["N"]) for i in items if "n" in i}
+
+
+def fail_then_redrive(cloud, definition: dict, document: dict | None = None, name: str = "m"):
+    """Run ``definition`` (it must fail), redrive it; the first result and the redriven one."""
+    arn = cloud.start_execution(create_state_machine(definition, name=name), document or {})
+    first = cloud.wait_for(arn)
+    assert first.status == "FAILED", first
+    cloud.stepfunctions.redrive_execution(executionArn=arn)
+    return first, cloud.wait_for(arn, timeout=30)
+
+
+def entered(history: list[dict], after_redrive: bool = False) -> list[str]:
+    """Names of the states entered (only those after the last ExecutionRedriven if asked)."""
+    if after_redrive:
+        last = max(i for i, e in enumerate(history) if e["type"] == "ExecutionRedriven")
+        history = history[last:]
+    return [e["stateEnteredEventDetails"]["name"] for e in history if e["type"].endswith("StateEntered")]
 
 
 def test_bare_moto_cannot_redrive():
@@ -50,19 +178,12 @@ def test_bare_moto_cannot_redrive():
             sfn.redrive_execution(executionArn=arn)
 
 
-def test_a_failed_execution_continues_from_its_failed_state_with_its_variables():
-    with LocalCloud() as cloud:
-        arn = cloud.start_execution(create_state_machine(FLAKY), {"n": 7})
-        first = cloud.wait_for(arn)
-        assert first.status == "FAILED" and "Work.Broken: first run" in first.cause
-        assert cloud.describe(arn)["redriveStatus"] == "REDRIVABLE"
-        cloud.stepfunctions.redrive_execution(executionArn=arn)
-        again = cloud.wait_for(arn)
-        description = cloud.describe(arn)
+def test_a_failed_execution_continues_from_its_failed_state_with_its_variables(cloud):
+    first, again = fail_then_redrive(cloud, FLAKY, {"n": 7}, name="flaky")
+    description = cloud.describe(again.arn)
+    assert "Flaky.Broken: first run" in first.cause
     assert again.status == "SUCCEEDED" and again.output == {"prepared": 7, "redrives": 1}
-    entered = [e["stateEnteredEventDetails"]["name"] for e in again.history if e["type"].endswith("StateEntered")]
-    assert entered.count("Prepare") == 1  # the successful step is not run again
-    assert entered.count("Work") == 2  # the failed one is
+    assert entered(again.history) == ["Prepare", "Work", "Work"]  # the successful step is not run again
     types = [e["type"] for e in again.history]
     assert types.index("ExecutionRedriven") > types.index("ExecutionFailed")
     redriven = next(e for e in again.history if e["type"] == "ExecutionRedriven")
@@ -71,31 +192,90 @@ def test_a_failed_execution_continues_from_its_failed_state_with_its_variables()
     assert description["redriveStatus"] == "NOT_REDRIVABLE"
 
 
-def test_a_stopped_parallel_is_re_entered_and_its_arguments_evaluated_again():
-    with LocalCloud() as cloud:
-        arn = cloud.start_execution(create_state_machine(WAITING), {"k": 1})
-        time.sleep(0.5)
-        cloud.stop_execution(arn)
-        assert cloud.wait_for(arn).status == "ABORTED"
-        cloud.stepfunctions.redrive_execution(executionArn=arn)
-        again = cloud.wait_for(arn, timeout=10)
-        events = cloud.events.status_events
-    assert again.status == "SUCCEEDED"
-    assert again.output == [{"seenRedrives": 1, "in": {"k": 1}}]
-    assert [e["status"] for e in events if e["executionArn"] == arn][-1] == "SUCCEEDED"
-    assert [e["redriveCount"] for e in events if e["executionArn"] == arn][-1] == 1
+def test_a_parallel_reruns_only_its_failed_branch_from_its_failed_step(cloud):
+    first, again = fail_then_redrive(cloud, PARALLEL, {"n": 3}, name="parallel")
+    assert again.status == "SUCCEEDED", (again.error, again.cause)
+    # branch 0 resumes at Flaky with its variable; branch 1 keeps its first run's output
+    assert again.output == [{"seen": 3, "redrives": 1}, {"n": 3}]
+    assert entered(again.history, after_redrive=True) == ["Section", "Flaky"]
+    assert counters(cloud) == {"a": 1, "b": 1}  # the succeeded steps ran once
 
 
-def test_running_and_succeeded_executions_are_not_redrivable():
-    with LocalCloud() as cloud:
-        machine = create_state_machine(WAITING)
-        running = cloud.start_execution(machine, {})
-        time.sleep(0.2)
-        with pytest.raises(ClientError, match="ExecutionNotRedrivable"):
-            cloud.stepfunctions.redrive_execution(executionArn=running)
-        cloud.stop_execution(running)
-        done = cloud.start_execution(create_state_machine({
-            "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}, name="ok"), {})
-        assert cloud.wait_for(done).status == "SUCCEEDED"
-        with pytest.raises(ClientError, match="ExecutionNotRedrivable"):
-            cloud.stepfunctions.redrive_execution(executionArn=done)
+def test_a_task_stopped_inside_a_branch_is_started_again_not_its_branch(cloud):
+    def parked_token() -> str:
+        item = wait_until(lambda: cloud.dynamodb.get_item(TableName=COUNTERS, Key={"pk": {"S": "park"}}).get("Item"))
+        assert item, "the branch never parked"
+        return item["token"]["S"]
+
+    arn = cloud.start_execution(create_state_machine(PARKED, name="parked"), {})
+    stale = parked_token()
+    cloud.stop_execution(arn)
+    assert cloud.wait_for(arn).status == "ABORTED"
+    cloud.dynamodb.delete_item(TableName=COUNTERS, Key={"pk": {"S": "park"}})
+    cloud.stepfunctions.redrive_execution(executionArn=arn)
+    token = parked_token()  # Park ran again: a new token
+    cloud.stepfunctions.send_task_success(taskToken=token, output=json.dumps({"woken": True}))
+    again = cloud.wait_for(arn, timeout=30)
+    assert token != stale
+    assert again.status == "SUCCEEDED" and again.output == [{"woken": True}]
+    assert entered(again.history, after_redrive=True) == ["Section", "Park"]
+    assert counters(cloud) == {"parked": 1}
+    ends = [e for e in cloud.events.status_events if e["executionArn"] == arn]
+    assert [(e["status"], e["redriveCount"]) for e in ends] == [("ABORTED", 0), ("SUCCEEDED", 1)]
+
+
+def test_an_inline_map_reruns_only_its_failed_iteration(cloud):
+    first, again = fail_then_redrive(cloud, MAPPED, {"items": [1, 2, 3]}, name="mapped")
+    assert again.status == "SUCCEEDED" and again.output == [10, 20, 30]
+    assert entered(again.history, after_redrive=True) == ["Each", "Check"]
+    started = [e["mapIterationStartedEventDetails"]["index"] for e in again.history[len(first.history):]
+               if e["type"] == "MapIterationStarted"]
+    assert started == [1]
+    assert counters(cloud) == {"item1": 1, "item2": 1, "item3": 1}
+
+
+def test_nested_parallels_rerun_only_the_failed_inner_branch(cloud):
+    first, again = fail_then_redrive(cloud, NESTED, {"v": 1}, name="nested")
+    assert again.status == "SUCCEEDED" and again.output == [[{"v": 1}, {"v": 1}], {"v": 1}]
+    assert entered(again.history, after_redrive=True) == ["Outer", "Inner", "FlakyY"]
+    assert counters(cloud) == {"x": 1, "y": 1, "z": 1}
+
+
+@pytest.mark.parametrize("reevaluates", [False, True])
+def test_a_redriven_parallel_evaluates_its_arguments_again_only_when_asked(cloud, reevaluates):
+    cloud.redrive_options.reevaluates_arguments = reevaluates
+    first, again = fail_then_redrive(cloud, UUID_ARGUMENTS, name=f"uuid-{reevaluates}")
+    kept, rerun = again.output
+    first_id = json.loads(next(e for e in first.history if e["type"] == "PassStateEntered")
+                          ["stateEnteredEventDetails"]["input"])["id"]
+    assert kept == {"id": first_id}  # the succeeded branch's output, from the first run
+    assert (rerun["id"] != first_id) is reevaluates  # a fresh uuid only if Arguments ran again
+
+
+def test_retry_counts_start_again_after_a_redrive(cloud):
+    first, again = fail_then_redrive(cloud, RETRIED, name="retried")
+
+    def attempts(history):
+        return sum(e["type"] == "TaskFailed" for e in history)
+
+    assert attempts(first.history) == 2  # one attempt and its one retry
+    assert again.status == "FAILED" and attempts(again.history) == 4  # and both again
+
+
+def test_a_parallel_that_exceeded_the_data_limit_is_rerun_whole(cloud):
+    first, again = fail_then_redrive(cloud, OVERSIZED, name="oversized")
+    assert first.error == "States.DataLimitExceeded"
+    assert again.status == "SUCCEEDED" and again.output == ["x" * 10] * 2
+    assert sorted(entered(again.history, after_redrive=True)) == ["Big0", "Big1", "Section"]
+
+
+def test_running_and_succeeded_executions_are_not_redrivable(cloud):
+    running = cloud.start_execution(create_state_machine(PARKED, name="running"), {})
+    with pytest.raises(ClientError, match="ExecutionNotRedrivable"):
+        cloud.stepfunctions.redrive_execution(executionArn=running)
+    cloud.stop_execution(running)
+    done = cloud.start_execution(create_state_machine({
+        "StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}, name="ok"), {})
+    assert cloud.wait_for(done).status == "SUCCEEDED"
+    with pytest.raises(ClientError, match="ExecutionNotRedrivable"):
+        cloud.stepfunctions.redrive_execution(executionArn=done)
