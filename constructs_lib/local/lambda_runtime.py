@@ -15,8 +15,20 @@ function's environment variables applied, and calls it with the event and a
 * **Errors**: an exception becomes a function error with payload
   ``{"errorType": <class name>, "errorMessage": ..., "stackTrace": [...]}``, which Step
   Functions turns into the error name ``<class name>``, as on AWS.
-* Not modelled: the function timeout (``get_remaining_time_in_millis`` counts it down,
-  nothing stops the handler), memory, concurrency limits, cold-start reuse semantics.
+* **Timeout**: an invocation still running at its function's ``Timeout`` (default 3 s)
+  fails at that moment with ``{"errorType": "Sandbox.Timedout", "errorMessage": "RequestId:
+  ... Error: Task timed out after 3.00 seconds"}``, the error Lambda reports for a timed-out
+  function (https://docs.aws.amazon.com/lambda/latest/dg/troubleshooting-invocation.html#troubleshooting-timeouts,
+  timeout default and range: https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html);
+  a Lambda task sees the error ``Sandbox.Timedout``, which ``States.TaskFailed`` and
+  ``States.ALL`` match (https://docs.aws.amazon.com/step-functions/latest/dg/bp-lambda-serviceexception.html,
+  whose older wording calls it ``Lambda.Unknown``: a Catch naming only that does not match here).
+  **Stricter than AWS**: Lambda stops the handler at its timeout; a thread cannot be killed,
+  so here the handler runs on after the error was returned, as zombie work - its late
+  writes land. A protocol must tolerate that for as long as the handler may run (a lock's
+  stop grace, fencing); ``get_remaining_time_in_millis`` reads 0 from the deadline on, so a
+  handler that checks it can stop itself, as it would have been stopped on AWS.
+* Not modelled: memory, concurrency limits, cold-start reuse semantics.
 """
 
 from __future__ import annotations
@@ -41,6 +53,10 @@ DEFAULT_ENVIRONMENT = {
     "POWERTOOLS_TRACE_DISABLED": "true",
     "AWS_XRAY_SDK_ENABLED": "false",
 }
+
+
+#: The error type of an invocation that ran past its function's timeout.
+TIMED_OUT = "Sandbox.Timedout"
 
 
 class HandlerNotFoundError(RuntimeError):
@@ -282,19 +298,44 @@ class InProcessFunction:
         )
 
     def invoke(self, event: Any) -> Invocation:
-        """Run the handler once; exceptions become a function error payload."""
+        """Run the handler once, up to the function's timeout; errors become a function error payload.
+
+        The handler runs on a thread of its own; at the timeout the invocation fails with
+        ``Sandbox.Timedout`` while that thread, which nothing can stop, runs on.
+        """
         try:
             handler = self._load()
-            with function_environment(self.runtime_environment()):
-                result = handler(event, self.context())
-            return Invocation(json.dumps(result).encode("utf-8"))
-        except Exception as error:  # noqa: BLE001 - every error is the function's error
-            payload = {
-                "errorType": type(error).__name__,
-                "errorMessage": str(error),
-                "stackTrace": traceback.format_tb(error.__traceback__.tb_next or error.__traceback__),
-            }
-            return Invocation(json.dumps(payload).encode("utf-8"), error_type=type(error).__name__)
+        except Exception as error:  # noqa: BLE001 - an import error is the function's error
+            return _error_invocation(error)
+        context = self.context()
+        outcome: list[Invocation] = []
+        finished = threading.Event()
+
+        def run() -> None:
+            try:
+                with function_environment(self.runtime_environment()):
+                    result = handler(event, context)
+                outcome.append(Invocation(json.dumps(result).encode("utf-8")))
+            except Exception as error:  # noqa: BLE001 - every error is the function's error
+                outcome.append(_error_invocation(error))
+            finally:
+                finished.set()
+
+        threading.Thread(target=run, name=f"lambda:{self.name}", daemon=True).start()
+        if finished.wait(self.timeout_s):
+            return outcome[0]
+        message = f"RequestId: {context.aws_request_id} Error: Task timed out after {self.timeout_s:.2f} seconds"
+        payload = {"errorType": TIMED_OUT, "errorMessage": message}
+        return Invocation(json.dumps(payload).encode("utf-8"), error_type=TIMED_OUT)
+
+
+def _error_invocation(error: Exception) -> Invocation:
+    payload = {
+        "errorType": type(error).__name__,
+        "errorMessage": str(error),
+        "stackTrace": traceback.format_tb(error.__traceback__.tb_next or error.__traceback__),
+    }
+    return Invocation(json.dumps(payload).encode("utf-8"), error_type=type(error).__name__)
 
 
 def _is_installed(module: Any) -> bool:

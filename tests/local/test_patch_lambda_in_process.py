@@ -9,9 +9,10 @@ import threading
 import zipfile
 
 import boto3
+import pytest
 
 from constructs_lib.local import LocalCloud
-from local_helpers import REGION, bare_moto, create_state_machine, lambda_folder
+from local_helpers import REGION, bare_moto, create_state_machine, lambda_folder, wait_until
 
 HANDLER = '''
 import os
@@ -180,3 +181,68 @@ def test_the_process_environment_is_untouched(tmp_path):
         assert "COLOUR" not in os.environ  # the function's variables live in its own thread's view
     assert os.environ is before
     assert "COLOUR" not in os.environ
+
+
+#: Blocks until the test opens the gate (or 60 s pass), then leaves a mark: it outlives its timeout.
+SLOW_HANDLER = '''
+import pathlib
+import time
+
+
+def handler(event, context):
+    gate, done = pathlib.Path(event["gate"]), pathlib.Path(event["done"])
+    deadline = time.monotonic() + 60
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done.write_text(str(context.get_remaining_time_in_millis()))
+    return {"late": True}
+'''
+
+
+def _slow_function(tmp_path) -> dict:
+    lambda_folder(tmp_path, "Slow", SLOW_HANDLER)
+    return {"Resources": {"Slow": {
+        "Type": "AWS::Lambda::Function",
+        "Properties": {"Handler": "index.handler", "Runtime": "python3.12", "Timeout": 1,
+                       "Code": {"S3Bucket": "cdk-assets", "S3Key": "Slow.zip"}},
+        "Metadata": {"aws:asset:path": "Slow"},
+    }}}
+
+
+def test_an_invocation_past_the_function_timeout_fails_with_sandbox_timedout(tmp_path):
+    """The error comes at the deadline; the handler, which cannot be killed, runs on."""
+    gate, done = tmp_path / "gate", tmp_path / "done"
+    with LocalCloud() as cloud:
+        app = cloud.deploy(_slow_function(tmp_path), assets_dir=tmp_path)
+        response = cloud.client("lambda").invoke(
+            FunctionName=app.function_name("Slow"), Payload=json.dumps({"gate": str(gate), "done": str(done)})
+        )
+        payload = json.loads(response["Payload"].read())
+        assert not done.exists()  # answered while the handler still waits at its gate
+        gate.write_text("open")
+        assert wait_until(done.exists, timeout=60)  # the zombie handler finishes later
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "Sandbox.Timedout"
+    assert payload["errorMessage"].endswith("Task timed out after 1.00 seconds")
+    assert done.read_text() == "0"  # it ran past its deadline
+
+
+@pytest.mark.parametrize("catch", ["Sandbox.Timedout", "States.TaskFailed"])
+def test_a_lambda_task_past_the_function_timeout_fails(tmp_path, catch):
+    gate, done = tmp_path / "gate", tmp_path / "done"
+    with LocalCloud() as cloud:
+        app = cloud.deploy(_slow_function(tmp_path), assets_dir=tmp_path)
+        task = {
+            "Type": "Task", "Resource": "arn:aws:states:::lambda:invoke",
+            "Arguments": {"FunctionName": app.attribute("Slow", "Arn"), "Payload": "{% $states.input %}"},
+            "Catch": [{"ErrorEquals": [catch], "Output": "{% $states.errorOutput.Error %}", "Next": "TimedOut"}],
+            "End": True,
+        }
+        machine = create_state_machine(
+            {"QueryLanguage": "JSONata", "StartAt": "Call", "States": {"Call": task, "TimedOut": {"Type": "Pass", "End": True}}}
+        )
+        result = cloud.wait_for(cloud.start_execution(machine, {"gate": str(gate), "done": str(done)}), timeout=60)
+        gate.write_text("open")
+        assert wait_until(done.exists, timeout=60)
+    assert result.status == "SUCCEEDED", result.cause
+    assert result.output == "Sandbox.Timedout"

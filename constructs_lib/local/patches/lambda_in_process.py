@@ -11,6 +11,10 @@ instead. A raised exception sets the ``X-Amz-Function-Error`` header with an
 ``InvocationType=Event`` runs the handler on a background thread. Unregistered functions
 keep moto's behaviour.
 
+The function's ``Timeout`` holds: an invocation still running at it fails with
+``Sandbox.Timedout`` at that moment, as Lambda's does; the handler thread itself cannot be
+stopped and runs on - stricter than AWS, which stops it (see ``lambda_runtime``).
+
 Also sets ``os.environ`` to a per-thread overlay (see ``lambda_runtime``) while active.
 
 Proof: ``tests/local/test_patch_lambda_in_process.py``.
