@@ -17,7 +17,7 @@ supplies the key, the acquire, the release and what a nested section compares.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
@@ -52,7 +52,9 @@ class Mutex:
     def holds_same_lock(self, variable: str) -> str:
         return protocol.holds_key_expression(variable)
 
-    def entry_fields(self) -> Mapping[str, str]:
+    def entry_fields(self, enclosing_lock_variables: Sequence[str] = ()) -> Mapping[str, str]:
+        """Fields the kind adds to the entry record (``$key``: the stored key or keys;
+        ``enclosing_lock_variables``: the lock variables of enclosing sections on this table)."""
         return {}
 
     def attempt_key(self, section: "LockedSection") -> str:
@@ -126,7 +128,7 @@ class Semaphore(Mutex):
     def holds_same_lock(self, variable: str) -> str:
         return semaphore.holds_slot_expression(variable)
 
-    def entry_fields(self) -> Mapping[str, str]:
+    def entry_fields(self, enclosing_lock_variables: Sequence[str] = ()) -> Mapping[str, str]:
         return {"slot": semaphore.first_slot_expression(self.limit)}
 
     def attempt_key(self, section: "LockedSection") -> str:
@@ -153,6 +155,13 @@ class MultiKey(Mutex):
 
     def holds_same_lock(self, variable: str) -> str:
         return multikey.holds_keys_expression(variable)
+
+    def entry_fields(self, enclosing_lock_variables: Sequence[str] = ()) -> Mapping[str, str]:
+        inherited = multikey.inherited_expression(enclosing_lock_variables)
+        return {
+            multikey.INHERITED: inherited,
+            multikey.ACQUIRE_KEYS: multikey.acquire_keys_expression(inherited=f"({inherited})"),
+        }
 
     def inspect_key(self, section: "LockedSection") -> str:
         return multikey.inspect_key_expression(section.variables["wait"], section.liveness_check_every)

@@ -717,7 +717,7 @@ class LockedSection(sfn.StateMachineFragment):
             grace_ms=grace_ms,
             key_field=self.kind.key_field,
             holds_same_lock=self.kind.holds_same_lock,
-            extra_fields=self.kind.entry_fields(),
+            extra_fields=self.kind.entry_fields([s.lock_variable for s in reversed(same_table)]),
         )
 
     def stop_grace_ms(self, rendered_section: Any = None) -> int:

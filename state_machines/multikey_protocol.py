@@ -6,7 +6,9 @@ it) all or nothing:
 
 1. Entry: the keys (a JSONata array) are validated one by one with the mutex's rules,
    de-duplicated and sorted; at most :data:`MAX_KEYS` (a transaction's limit), at least one.
-   A bad array fails with ``Lock.InvalidKey`` before any DynamoDB call.
+   A bad array fails with ``Lock.InvalidKey`` before any DynamoDB call. Nested in sections
+   of the same table that hold some of the keys, it passes through those (``inherited``,
+   with their fences) and takes only the others (``acquire``); all of them: it re-enters.
 2. Acquire: one ``TransactWriteItems`` of the mutex's ACQUIRE on every key, with one owner.
    Either every lock is taken or none is: a holder never holds some keys while waiting for
    others, so there is no deadlock by construction. A refusal (``TransactionCanceled``: some
@@ -25,7 +27,7 @@ it) all or nothing:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from state_machines import lock_protocol as p
 
@@ -67,6 +69,37 @@ def holds_keys_expression(variable: str, keys: str = "$key") -> str:
     )
 
 
+#: Entry record fields of a multi-key section nested in sections of the same table that hold
+#: some of its keys: ``inherited`` maps each such key to the enclosing hold's fence, and
+#: ``acquire`` lists the keys this section takes itself (all of them when nothing encloses).
+INHERITED = "inherited"
+ACQUIRE_KEYS = "acquire"
+
+
+def inherited_expression(enclosing_lock_variables: Sequence[str], keys: str = "$key") -> str:
+    """JSONata (the section's entry): ``{stored key: fence}`` of the ``keys`` already held by the
+    enclosing holds ``$<variable>`` - single-key or multi-key - of this execution's branch.
+    A nested multi-key section passes through those keys and takes only the others; waiting
+    for a key its own enclosing hold holds would wait for itself until ``Lock.Timeout``."""
+    parts = []
+    for variable in enclosing_lock_variables:
+        v = "$" + variable
+        one = f"($exists({v}.key) and {v}.key in {keys} ? [{{{v}.key: {v}.fence}}] : [])"
+        many = (
+            f"($exists({v}.keys) ? $map($filter({v}.keys, function($k) {{ $k in {keys} }}), "
+            f"function($k) {{ {{$k: $lookup({v}.fences, $k)}} }}) : [])"
+        )
+        parts.append(f"($exists({v}) ? $append({one}, {many}) : [])")
+    if not parts:
+        return "{}"
+    return f"$merge($append([], [{', '.join(parts)}]))"
+
+
+def acquire_keys_expression(keys: str = "$key", inherited: str = "$inherited") -> str:
+    """JSONata (the section's entry): the keys to take - every key not inherited."""
+    return f"$append([], $filter({keys}, function($k) {{ $not($exists($lookup({inherited}, $k))) }}))"
+
+
 def _update(table_name: str, key: str, write: p.LockWrite, values: dict) -> str:
     """JSONata object: one ``Update`` action of a transaction (``key``, ``values``: JSONata)."""
     entries = ", ".join(f"{p._jsonata_string(k)}: {v}" for k, v in values.items())
@@ -83,7 +116,7 @@ def _update(table_name: str, key: str, write: p.LockWrite, values: dict) -> str:
 
 
 def acquire_arguments(*, table_name: str, lease_ms: int, stale_owner_jsonata: str) -> dict:
-    """The acquire transaction: the mutex's ACQUIRE on every key of the entry record."""
+    """The acquire transaction: the mutex's ACQUIRE on every key the entry record takes."""
     values = {
         ":me": f"{{'S': {p.ENTRY}.owner}}",
         ":stale": f"{{'S': {stale_owner_jsonata}}}",
@@ -97,7 +130,7 @@ def acquire_arguments(*, table_name: str, lease_ms: int, stale_owner_jsonata: st
     return {
         "TransactItems": p.jsonata(
             f"( $now := {p.NOW_EXPRESSION}; $expiresAt := {p.lease_end_expression(lease_ms)}; "
-            f"$append([], $map({p.ENTRY}.keys, function($k) {{ {update} }})) )"
+            f"$append([], $map({p.ENTRY}.{ACQUIRE_KEYS}, function($k) {{ {update} }})) )"
         )
     }
 
@@ -110,7 +143,7 @@ def read_fences_arguments(*, table_name: str) -> dict:
         f"'Key': {{{p._jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': $k}}}}"
         "}}"
     )
-    return {"TransactItems": p.jsonata(f"$append([], $map({p.ENTRY}.keys, function($k) {{ {get} }}))")}
+    return {"TransactItems": p.jsonata(f"$append([], $map({p.ENTRY}.{ACQUIRE_KEYS}, function($k) {{ {get} }}))")}
 
 
 def lost_expression() -> str:
@@ -132,8 +165,9 @@ def lock_variable_expression(lock_variable: str) -> str:
     return (
         "{"
         f"'keys': {p.ENTRY}.keys, "
+        f"'{ACQUIRE_KEYS}': {p.ENTRY}.{ACQUIRE_KEYS}, "
         f"'owner': {p.ENTRY}.owner, "
-        f"'fences': $merge($append([], $map({items}, function($i) {{ {{$i.{p.KEY_ATTRIBUTE}.S: $number($i.{p.FENCE}.N)}} }}))), "
+        f"'fences': $merge($append([{p.ENTRY}.{INHERITED}], $map({items}, function($i) {{ {{$i.{p.KEY_ATTRIBUTE}.S: $number($i.{p.FENCE}.N)}} }}))), "
         f"'acquiredAt': $number(({items})[0].{p.ACQUIRED_AT}.N), "
         f"'expiresAt': $number(({items})[0].{p.EXPIRES_AT}.N), "
         f"'{p.GENERATION}': ${lock_variable}.{p.GENERATION}"
@@ -144,7 +178,10 @@ def lock_variable_expression(lock_variable: str) -> str:
 def unread_lock_expression() -> str:
     """JSONata (the acquire's Assign): the hold before its fences are read - enough to
     release it (a fence of -1 never matches: an unread key is released only while ours)."""
-    return f"{{'keys': {p.ENTRY}.keys, 'owner': {p.ENTRY}.owner, 'fences': {{}}, {p.generation_field()}}}"
+    return (
+        f"{{'keys': {p.ENTRY}.keys, '{ACQUIRE_KEYS}': {p.ENTRY}.{ACQUIRE_KEYS}, 'owner': {p.ENTRY}.owner, "
+        f"'fences': {{}}, {p.generation_field()}}}"
+    )
 
 
 def _fence_of(lock: str, key: str) -> str:
@@ -158,7 +195,7 @@ def release_arguments(*, table_name: str, lock_variable: str, reentrant: bool = 
     values = {":me": f"{{'S': {lock}.owner}}", ":fence": f"{{'N': {_fence_of(lock, '$k')}}}"}
     _check_values(p.RELEASE, values)
     update = _update(table_name, "$k", p.RELEASE, values)
-    items = f"$append([], $map({lock}.keys, function($k) {{ {update} }}))"
+    items = f"$append([], $map({lock}.{ACQUIRE_KEYS}, function($k) {{ {update} }}))"
     if reentrant:
         items = p.reentered_or(items, reentered_expression=f"{lock}.reentered = true")
     return {"TransactItems": p.jsonata(items)}
@@ -169,7 +206,7 @@ def release_each_items_expression(lock_variable: str) -> str:
     mutex's RELEASE (``lock_protocol.release_arguments(lock_jsonata='$states.input')``)."""
     lock = "$" + lock_variable
     return (
-        f"$append([], $map({lock}.keys, function($k) {{ {{'key': $k, 'owner': {lock}.owner, "
+        f"$append([], $map({lock}.{ACQUIRE_KEYS}, function($k) {{ {{'key': $k, 'owner': {lock}.owner, "
         f"'fence': $number({_fence_of(lock, '$k')}), "
         f"'expiresAt': $exists({lock}.expiresAt) ? {lock}.expiresAt : 0}} }}))"
     )
@@ -179,7 +216,7 @@ def inspect_key_expression(wait_variable: str, every: int) -> str:
     """JSONata (the liveness check's read): the key whose holder this check inspects - the
     next key on every check (``every``: rounds between checks), so each key is inspected
     within as many checks as there are keys."""
-    keys = f"{p.ENTRY}.keys"
+    keys = f"{p.ENTRY}.{ACQUIRE_KEYS}"
     return f"{keys}[{p.liveness_check_number_expression(wait_variable, every)} % $count({keys})]"
 
 

@@ -136,6 +136,30 @@ def test_transfers_and_single_key_holders_exclude_each_other(variants):
         assert p.OWNER not in variants.lock(p.namespaced("acct", account))
 
 
+def test_a_transfer_nested_in_a_hold_of_one_of_its_accounts_takes_only_the_other(variants):
+    """Issue 15.5: a multi-key section nested in a single-key section on one of its keys waited
+    for itself until Lock.Timeout. It passes through the key held (with that hold's fence) and
+    takes the other; both are free when the workflow ends, and concurrent transfers and
+    single-key holders of the same accounts still exclude it."""
+    a, b = key("acct"), key("acct")
+    arns = [variants.start("NestedTransfer", {"from": a, "to": b, "workMs": 300}) for _ in range(2)]
+    arns += [variants.start("Transfer", {"from": b, "to": a, "workMs": 300}),
+             variants.start("Single", {"key": b, "workMs": 200})]
+    results = variants.wait(arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 4, [(r.error, r.cause) for r in results]
+    for account in (a, b):
+        probe = variants.probe(account)
+        assert probe.get("violations", 0) == 0 and max(probe["seen"]) == 1, probe
+        assert probe["counter"] == probe["accepted"] == probe["entries"]
+        assert fences_in_order(probe["fences"])
+        assert p.OWNER not in variants.lock(p.namespaced("acct", account))
+    assert variants.probe(a)["entries"] == 3 and variants.probe(b)["entries"] == 4
+    # each nested transfer ran under the enclosing hold's fence of `a`: `a` was acquired 3 times
+    # in all (2 single-key holds + 1 transfer), never by the nested sections themselves
+    assert variants.probe(a)["fences"] == [1, 2, 3]
+    assert variants.lock(p.namespaced("acct", a))[p.FENCE] == {"N": "3"}
+
+
 def test_unlocked_transfers_are_caught_by_the_same_invariants(variants):
     a, b = key("acct"), key("acct")
     arns = [variants.start("Unlocked", {"from": a, "to": b, "workMs": 600}) for _ in range(4)]

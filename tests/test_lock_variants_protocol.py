@@ -61,7 +61,7 @@ def test_the_liveness_check_inspects_every_slot_and_every_key(every, count):
         lambda r: evaluate(slots, states={"input": {"slot": 1, "key": "sem#k"}}, w={"rounds": r}), every
     )
     inspected_keys = _inspected_on_due_rounds(
-        lambda r: evaluate(key_of, states={"input": {"keys": keys}}, w={"rounds": r}), every
+        lambda r: evaluate(key_of, states={"input": {"keys": keys, "acquire": keys}}, w={"rounds": r}), every
     )
     for inspected, everything in ((inspected_slots, {f"~{i}~sem#k" for i in range(count)}), (inspected_keys, set(keys))):
         assert len(inspected) >= 2 * count
@@ -126,7 +126,8 @@ def test_duplicates_do_not_count_towards_the_transaction_limit():
 def test_the_acquire_transaction_is_the_mutex_acquire_on_every_key():
     arguments = m.acquire_arguments(table_name="T", lease_ms=1000, stale_owner_jsonata=f"{p.ENTRY}.owner")
     items = evaluate(p.unwrap_jsonata(arguments["TransactItems"]),
-                     states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me", "grace": 7}})
+                     states={"input": {"keys": ["acct#a", "acct#b"], "acquire": ["acct#a", "acct#b"],
+                                       "owner": "me", "grace": 7}})
     assert [i["Update"]["Key"] for i in items] == [{"pk": {"S": "acct#a"}}, {"pk": {"S": "acct#b"}}]
     for item in items:
         update = item["Update"]
@@ -143,9 +144,11 @@ def test_the_lock_record_maps_every_key_to_its_fence():
         for k, f in (("acct#a", "3"), ("acct#b", "1"))
     ]}
     lock = evaluate(m.lock_variable_expression("lock"),
-                    states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me"}, "result": result},
+                    states={"input": {"keys": ["acct#a", "acct#b"], "acquire": ["acct#a", "acct#b"], "inherited": {},
+                                      "owner": "me"}, "result": result},
                     lock={"keys": ["acct#a", "acct#b"], "owner": "me", "fences": {}, "redriveCount": 2})
-    assert lock == {"keys": ["acct#a", "acct#b"], "owner": "me", "fences": {"acct#a": 3, "acct#b": 1},
+    assert lock == {"keys": ["acct#a", "acct#b"], "acquire": ["acct#a", "acct#b"], "owner": "me",
+                    "fences": {"acct#a": 3, "acct#b": 1},
                     "acquiredAt": 5, "expiresAt": 9, "redriveCount": 2}  # the acquire's generation
     release = evaluate(p.unwrap_jsonata(m.release_arguments(table_name="T", lock_variable="lock")["TransactItems"]),
                        lock=lock)
@@ -153,8 +156,36 @@ def test_the_lock_record_maps_every_key_to_its_fence():
     assert {r["Update"]["ConditionExpression"] for r in release} == {p.RELEASE.condition}
 
 
+def test_a_nested_multi_key_section_inherits_the_keys_its_enclosing_holds_hold():
+    """Issue 15.5: the keys held by enclosing sections (single-key or multi-key) pass through
+    with their fences; only the others are acquired (they were all waited for before)."""
+    keys = ["acct#a", "acct#b", "acct#c"]
+    inherited = m.inherited_expression(["outer", "middle"])
+    single = {"key": "acct#b", "fence": 7}
+    multi = {"keys": ["acct#c", "acct#z"], "fences": {"acct#c": 4, "acct#z": 9}}
+    assert evaluate(inherited, key=keys, outer=single, middle=multi) == {"acct#b": 7, "acct#c": 4}
+    assert evaluate(inherited, key=keys, outer={"key": "acct#q", "fence": 1}) == {}
+    assert evaluate(inherited, key=keys) == {}  # nothing held (no enclosing hold in this branch)
+    assert evaluate(m.inherited_expression([]), key=keys) == {}
+    acquire = m.acquire_keys_expression(inherited="$inherited")
+    assert evaluate(acquire, key=keys, inherited={"acct#b": 7}) == ["acct#a", "acct#c"]
+    assert evaluate(acquire, key=keys, inherited={}) == keys
+    assert evaluate(acquire, key=["acct#a"], inherited={}) == ["acct#a"]  # an array, even of one
+    # the hold's fences merge the inherited ones with those read; the release takes the acquired only
+    result = {"Responses": [{"Item": {"pk": {"S": "acct#a"}, "fence": {"N": "2"}, "acquiredAt": {"N": "5"},
+                                      "expiresAt": {"N": "9"}}}]}
+    lock = evaluate(m.lock_variable_expression("lock"), lock={"redriveCount": 0}, states={
+        "input": {"keys": ["acct#a", "acct#b"], "acquire": ["acct#a"], "inherited": {"acct#b": 7}, "owner": "me"},
+        "result": result})
+    assert lock["fences"] == {"acct#a": 2, "acct#b": 7} and lock["acquire"] == ["acct#a"]
+    release = evaluate(p.unwrap_jsonata(m.release_arguments(table_name="T", lock_variable="lock")["TransactItems"]),
+                       lock=lock)
+    assert [r["Update"]["Key"]["pk"]["S"] for r in release] == ["acct#a"]
+
+
 def test_an_unread_key_is_released_only_while_ours():
-    items = evaluate(m.release_each_items_expression("lock"), lock={"keys": ["acct#a"], "owner": "me", "fences": {}})
+    items = evaluate(m.release_each_items_expression("lock"),
+                     lock={"keys": ["acct#a"], "acquire": ["acct#a"], "owner": "me", "fences": {}})
     assert items == [{"key": "acct#a", "owner": "me", "fence": -1, "expiresAt": 0}]
     assert evaluate(m.lost_expression(), states={"input": items[0]}) == {"lost": True}
 
@@ -174,7 +205,8 @@ def test_the_janitor_finds_every_key_of_a_multi_key_acquire():
 
     arguments = m.acquire_arguments(table_name="T", lease_ms=1000, stale_owner_jsonata=f"{p.ENTRY}.owner")
     items = evaluate(p.unwrap_jsonata(arguments["TransactItems"]),
-                     states={"input": {"keys": ["acct#a", "acct#b"], "owner": "me", "grace": 7}})
+                     states={"input": {"keys": ["acct#a", "acct#b"], "acquire": ["acct#a", "acct#b"],
+                                       "owner": "me", "grace": 7}})
     events = [{
         "type": "TaskScheduled", "timestamp": 10,
         "taskScheduledEventDetails": {"resourceType": "aws-sdk:dynamodb", "resource": "transactWriteItems",

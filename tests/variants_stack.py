@@ -7,7 +7,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib import LockedWorkflow
+from constructs_lib import LockedSection, LockedWorkflow
 from safety_stack import FAST, probe_resources
 from state_machines.lock_protocol import jsonata
 
@@ -78,6 +78,21 @@ class VariantsStack(cdk.Stack):
             self, "SingleHold", lock_key=jsonata("$states.input.key"), key_namespace="acct",
             protected=single_hold.next(self.probe("SingleHoldProbe", {"key": jsonata("$states.input.key"), "fence": jsonata("$lock.fence")})),
             **common,
+        )
+        # A transfer nested in a single-key hold of its source account: it passes through the
+        # source (the enclosing hold's fence) and takes only the destination.
+        inner = LockedSection(
+            self, "InnerTransfer", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
+            key_namespace="acct", table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(90),
+            lease=cdk.Duration.minutes(8), lock_variable="transferLock",
+            protected=self.probe("NestedTransferProbe", {
+                "keys": jsonata("[$states.input.from, $states.input.to]"),
+                "fences": jsonata(FENCES_BY_KEY.replace("$lock.", "$transferLock.")),
+            }),
+        )
+        LockedWorkflow(
+            self, "NestedTransfer", lock_key=jsonata("$states.input.from"), key_namespace="acct",
+            protected=inner, **common,
         )
         # The negative control: the same transfer work with no lock at all.
         sfn.StateMachine(
