@@ -93,7 +93,6 @@ SIGNAL_RESUMED = "Lock.Resumed"
 #: count still equals it: see :func:`resumed_guard_expression`.
 GENERATION = "redriveCount"
 
-
 #: Raised by DynamoDB when the condition of a write is false (lock held / not ours).
 #: Optimized integrations (``arn:aws:states:::dynamodb:*``) spell the service "DynamoDB".
 CONDITION_FAILED = "DynamoDB.ConditionalCheckFailedException"
@@ -662,7 +661,6 @@ def resumed_guard_expression(lock_variable: str) -> str:
                                            "the work does not resume without acquiring again'")
         + ")"
     )
-
 
 
 def reentered_lock_expression(entry: str = ENTRY) -> str:
