@@ -12,6 +12,7 @@ from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 TABLE, QUEUE = "big", "messages"
 #: A string whose item is over the 256 KiB payload quota, and under DynamoDB's 400 KB item limit.
 BIG = "x" * 300_000
+INPUT = '{"items": [1]}'
 
 
 def _catching(state: dict, errors: list[str], retry: bool = False) -> dict:
@@ -39,6 +40,11 @@ BIG_BRANCH = {
     "Type": "Parallel", "ResultPath": None,
     "Branches": [{"StartAt": "Big", "States": {"Big": {"Type": "Pass", "Result": BIG, "End": True}}}],
 }
+#: A Map whose iteration's output is over the quota.
+BIG_ITERATION = {
+    "Type": "Map", "ItemsPath": "$.items", "ResultPath": None,
+    "ItemProcessor": {"StartAt": "Big", "States": {"Big": {"Type": "Pass", "Result": BIG, "End": True}}},
+}
 #: A branch failing with an error of its own: States.ALL catches it.
 CUSTOM_ERROR = {
     "Type": "Parallel",
@@ -59,9 +65,10 @@ def test_bare_moto_lets_states_all_catch_them():
     with bare_moto(execution_snapshot.apply, nested_states_errors.apply):  # (prerequisites, not the gap)
         sfn = boto3.client("stepfunctions", region_name=REGION)
         _resources(boto3.client("dynamodb", region_name=REGION), boto3.client("sqs", region_name=REGION))
-        for name, state in (("result", BIG_RESULT), ("runtime", RUNTIME_ERROR), ("branch", BIG_BRANCH)):
+        cases = (("result", BIG_RESULT), ("runtime", RUNTIME_ERROR), ("branch", BIG_BRANCH), ("iteration", BIG_ITERATION))
+        for name, state in cases:
             machine = create_state_machine(_catching(state, ["States.ALL"]), name)
-            arn = sfn.start_execution(stateMachineArn=machine, name=name)["executionArn"]
+            arn = sfn.start_execution(stateMachineArn=machine, name=name, input=INPUT)["executionArn"]
             result = wait_for_end(arn)
             assert result["status"] == "SUCCEEDED", (name, result)
             assert '"caught"' in result["output"], name
@@ -70,20 +77,21 @@ def test_bare_moto_lets_states_all_catch_them():
 @pytest.mark.parametrize(
     ("state", "error"),
     [(BIG_RESULT, "States.DataLimitExceeded"), (RUNTIME_ERROR, "States.Runtime"),
-     (BIG_BRANCH, "States.DataLimitExceeded")],
-    ids=["task-result", "runtime-error", "parallel-branch"],
+     (BIG_BRANCH, "States.DataLimitExceeded"), (BIG_ITERATION, "States.DataLimitExceeded")],
+    ids=["task-result", "runtime-error", "parallel-branch", "map-iteration"],
 )
 @pytest.mark.parametrize("catch", ["States.ALL", "named"])
 def test_no_catch_or_retry_handles_them_the_execution_fails(state, error, catch):
     errors = ["States.ALL"] if catch == "States.ALL" else [error, "States.TaskFailed"]
     with LocalCloud() as cloud:
         _resources(cloud.dynamodb, cloud.client("sqs"))
-        result = cloud.wait_for(cloud.start_execution(create_state_machine(_catching(state, errors, retry=True)), {}))
+        result = cloud.wait_for(cloud.start_execution(create_state_machine(_catching(state, errors, retry=True)), INPUT))
     assert (result.status, result.error) == ("FAILED", error), result.cause
     entered = [event["stateEnteredEventDetails"]["name"] for event in result.history if "stateEnteredEventDetails" in event]
     assert "Caught" not in entered
     types = [event["type"] for event in result.history]
-    assert types.count("TaskScheduled") + types.count("ParallelStateStarted") == 1  # not retried
+    started = ("TaskScheduled", "ParallelStateStarted", "MapStateStarted")
+    assert sum(types.count(started_type) for started_type in started) == 1  # not retried
 
 
 def test_states_all_still_catches_other_errors():
