@@ -200,6 +200,105 @@ def test_a_redriven_holder_acquires_again_before_its_work_runs_again(safety):
     assert lock[p.FENCE] == {"N": "3"} and p.OWNER not in lock
 
 
+def _unguarded_copy(safety, machine: str) -> str:
+    """The negative control of the redrive guard: ``machine`` deployed again with every guard
+    (``lock_protocol.resumed_guard_expression``) replaced by ``null``."""
+    guard = p.resumed_guard_expression("lock")
+    sfn_client = safety.cloud.stepfunctions
+    described = sfn_client.describe_state_machine(stateMachineArn=safety.arn(machine))
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value.replace(guard, "null") if isinstance(value, str) else value
+
+    definition = json.loads(described["definition"])
+    assert guard in described["definition"]
+    return sfn_client.create_state_machine(
+        name=f"Unguarded{uuid.uuid4().hex[:6]}", definition=json.dumps(strip(definition)),
+        roleArn=described["roleArn"],
+    )["stateMachineArn"]
+
+
+def _stopped_mid_work_and_taken_over(safety, machine_arn: str, k: str):
+    """A holder stopped inside its protected work; its lock, retired as the janitor would after
+    the grace, taken by a client that keeps it. Returns (holder ARN, client, client lease)."""
+    from constructs_lib.lock_client import LockClient
+
+    holder = safety.cloud.start_execution(machine_arn, {"key": k, "workMs": 1500})
+    deadline = time.time() + 60
+    while safety.probe(k).get("entries", 0) == 0:
+        assert time.time() < deadline, "the holder never entered its work"
+        time.sleep(0.05)
+    safety.cloud.stop_execution(holder)
+    assert safety.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+    locks = next(v for name, v in safety.app.resources.items() if name.startswith("LocksTable"))
+    safety.cloud.dynamodb.update_item(  # the lease ends now (the janitor's retire, grace over)
+        TableName=locks, Key={"pk": {"S": p.namespaced("s", k)}}, UpdateExpression="SET #e = :zero",
+        ExpressionAttributeNames={"#e": p.EXPIRES_AT}, ExpressionAttributeValues={":zero": {"N": "0"}},
+    )
+    client = LockClient(locks, namespace="s", dynamodb=safety.cloud.dynamodb)
+    return holder, client, client.acquire(k, lease=120, wait=30)
+
+
+def _entered_after_redrive(safety, arn: str, state: str) -> bool:
+    events = safety.cloud.stepfunctions.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+    redriven = next(i for i, e in enumerate(events) if e["type"] == "ExecutionRedriven")
+    return any(e.get("stateEnteredEventDetails", {}).get("name") == state for e in events[redriven:])
+
+
+@pytest.mark.parametrize("reevaluates_arguments, restores_variables", [
+    (False, True),   # the runtime's default: the reading hardest for a lock
+    (False, False),  # variables lost on redrive: the guard finds no $lock
+    (True, True),    # the section's Arguments evaluated again: its entry gate fires first
+])
+def test_a_task_resumed_by_a_redrive_never_runs_without_the_lock(safety, reevaluates_arguments, restores_variables):
+    """Issue 15.2.1: RedriveExecution resumes a branch at its unsuccessful step (the holder's
+    protected task), past the acquire, while another holder has the lock. The resumed task must
+    not run: the redriven run waits, acquires anew (a new fence) and only then does its work."""
+    if safety.cloud.backend != "moto" and (reevaluates_arguments, restores_variables) != (False, True):
+        pytest.skip("redrive readings are Step Functions behaviour: one backend suffices")
+    options = safety.cloud.redrive_options
+    saved = (options.reevaluates_arguments, options.restores_variables)
+    options.reevaluates_arguments, options.restores_variables = reevaluates_arguments, restores_variables
+    try:
+        k = key("resumed")
+        holder, client, lease = _stopped_mid_work_and_taken_over(safety, safety.arn("GracefulStateMachine"), k)
+        safety.cloud.stepfunctions.redrive_execution(executionArn=holder)
+        deadline = time.time() + 60
+        while not _entered_after_redrive(safety, holder, "Lock.Held?"):  # refused: it waits for the client
+            assert time.time() < deadline, "the redriven holder never reached the wait loop"
+            time.sleep(0.1)
+        assert safety.probe(k)["entries"] == 1  # its work did not resume beside the client's hold
+        client.release(lease)
+        result = safety.cloud.wait_for(holder, timeout=120)
+    finally:
+        options.reevaluates_arguments, options.restores_variables = saved
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    probe = safety.probe(k)
+    assert probe["entries"] == 2 and probe.get("violations", 0) == 0
+    lock = safety.lock(k)  # acquired anew after the client, and released
+    assert lock[p.FENCE] == {"N": str(lease.fence + 1)} and p.OWNER not in lock
+
+
+def test_negative_control_without_the_guard_a_redrive_resumes_the_work_beside_another_holder(safety):
+    if safety.cloud.backend != "moto":
+        pytest.skip("the redrive is Step Functions behaviour: one backend suffices")
+    k = key("unguarded")
+    holder, client, lease = _stopped_mid_work_and_taken_over(safety, _unguarded_copy(safety, "GracefulStateMachine"), k)
+    safety.cloud.stepfunctions.redrive_execution(executionArn=holder)
+    deadline = time.time() + 60
+    while safety.probe(k)["entries"] < 2:  # the resumed task runs at once ...
+        assert time.time() < deadline, "the unguarded holder's work did not resume"
+        time.sleep(0.05)
+    assert safety.lock(k)[p.OWNER] == {"S": lease.owner}  # ... while the client holds the lock
+    client.release(lease)
+    result = safety.cloud.wait_for(holder, timeout=120)
+    assert (result.status, result.error) == ("FAILED", p.ERROR_LOST)  # found out only at its release
+
+
 def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
     """The holder's owner names an execution Step Functions cannot describe: the liveness
     check's DescribeExecution fails, and its Catch must resume the wait with the entry record
