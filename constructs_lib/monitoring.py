@@ -119,6 +119,9 @@ class LockMonitoring(Construct):
     :param alarm_period: period of both alarms (whole minutes). Default: 5 minutes.
     :param alarm_evaluation_periods: periods over the threshold before an alarm fires.
         Default: ``1``.
+    :param alarm_janitor_failures: alarm when the workflow's janitor could not recover the
+        locks of an ended execution (an event in its dead-letter queue: that lock stays held
+        until its lease ends); no alarm without a janitor. Default: ``True``.
     :param alarm_actions: actions of both alarms (e.g. an SNS topic's). Default: none.
     :param dashboard: create a CloudWatch dashboard of every metric and alarm.
         Default: ``True``.
@@ -138,6 +141,7 @@ class LockMonitoring(Construct):
         timeout_rate_threshold: Optional[float] = DEFAULT_TIMEOUT_RATE_THRESHOLD,
         alarm_period: Duration = DEFAULT_ALARM_PERIOD,
         alarm_evaluation_periods: int = 1,
+        alarm_janitor_failures: bool = True,
         alarm_actions: Sequence[cloudwatch.IAlarmAction] = (),
         dashboard: bool = True,
         dashboard_name: Optional[str] = None,
@@ -250,7 +254,7 @@ class LockMonitoring(Construct):
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             )
         self.janitor_failed_alarm: Optional[cloudwatch.Alarm] = None
-        if self.janitor is not None:
+        if self.janitor is not None and alarm_janitor_failures:
             self.janitor_failed_alarm = self.metric_janitor_failures(period=alarm_period).create_alarm(
                 self,
                 "JanitorFailedAlarm",

@@ -11,8 +11,11 @@ behaviour stack's protected Lambda has no timeout of its own (3 s), so its grace
 
 from __future__ import annotations
 
+import json
 import random
 import time
+import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -184,6 +187,195 @@ def test_state_machine_timeout_while_holding_is_retired_and_recovered_after_the_
     assert after.status == "SUCCEEDED", (after.error, after.cause)
     assert _acquired_at(after) - ended_ms / 1000 <= GRACE_S + SHORT_WAIT_S
     assert deployed.lock_item("shorttimeout", key)[p.FENCE] == {"N": "2"}
+
+
+# ---- the janitor: any input size, any history length, late and duplicate events --------------
+
+
+#: Work of a holder the janitor tests stop (or inspect) while it holds: within the protected
+#: Lambda's timeout (3 s), which the runtime enforces.
+HELD_WORK_MS = 2_800
+
+
+def _janitor_event(detail: dict) -> dict:
+    """A status-change event as EventBridge delivers it to the janitor."""
+    return {"version": "0", "id": str(uuid.uuid4()), "source": "aws.states",
+            "detail-type": "Step Functions Execution Status Change", "account": "123456789012",
+            "time": "2026-01-01T00:00:00Z", "region": "us-east-1", "resources": [detail["executionArn"]],
+            "detail": detail}
+
+
+def _invoke_janitor(deployed, detail: dict, machine: str = "Main") -> dict:
+    """Deliver ``detail`` to ``machine``'s janitor (a synchronous invoke); what it did."""
+    response = deployed.cloud.client("lambda").invoke(
+        FunctionName=deployed.app.function_name(f"{machine}/Janitor/Function"),
+        Payload=json.dumps(_janitor_event(detail)).encode(),
+    )
+    payload = json.loads(response["Payload"].read())
+    assert "FunctionError" not in response, payload
+    return payload
+
+
+@contextmanager
+def _status_event_dropped(deployed, execution_holder: list):
+    """The status event of the execution named in ``execution_holder`` is not emitted (the
+    test delivers it itself); every other one is."""
+    deployed.cloud.events.status_event_filter = lambda d: d["executionArn"] not in execution_holder
+    try:
+        yield
+    finally:
+        deployed.cloud.events.status_event_filter = None
+
+
+def _stop(deployed, execution: str, events) -> int:
+    """Stop ``execution``; its status event's stopDate (epoch ms), once ``events`` has it."""
+    deployed.cloud.stop_execution(execution, error="Operator.Stop", cause="stopped by the test")
+    assert deployed.cloud.wait_for(execution).status == "ABORTED"
+    wait_until(lambda: any(d["executionArn"] == execution for d in events), timeout=10)
+    return _status_event(events, execution)["stopDate"]
+
+
+def test_janitor_retires_a_holder_with_a_200_kb_input_and_a_duplicate_event_changes_nothing(deployed):
+    """A state machine reading this history hit the 256 KiB result limit (the first page holds
+    the input several times over); the function reads it whole. Issue 15, item 9."""
+    key = new_key("big-input")
+    holder = start(deployed, "Main", {**update(key, work_ms=HELD_WORK_MS), "padding": "x" * 200_000})
+    held = _acquisition_held_by(deployed, "main", key, holder)
+    stopped_ms = _stop(deployed, holder, deployed.cloud.events.status_events)
+    _wait_for_retire(deployed, "main", key, str(stopped_ms + GRACE_MS), timeout=GRACE_S)
+    retired = deployed.lock_item("main", key)
+    assert (retired[p.OWNER], retired[p.FENCE]) == (held[p.OWNER], held[p.FENCE])  # not released
+    # the same event again (EventBridge delivers at least once): nothing more happens
+    again = _invoke_janitor(deployed, _status_event(deployed.cloud.events.status_events, holder))
+    assert again["retired"] == [] and again["unchanged"] == [{"key": p.namespaced("main", key), "owner": held[p.OWNER]["S"]}]
+    assert deployed.lock_item("main", key) == retired
+
+
+def test_janitor_reads_every_page_of_a_long_wait_before_the_stop(deployed):
+    """The holder polled a held lock for a while (its acquire attempts fill the history) and
+    then held it when it was stopped: read in pages of 5 events, the acquisition is on a late
+    page, and it is retired."""
+    from lambdas.lock_janitor.logic import EndedExecution, recover
+    from lambdas.lock_janitor.settings import JanitorSettings
+
+    key = new_key("long-wait")
+    client = deployed.client("main")
+    blocking = client.acquire(key, lease=60)
+    holder: list[str] = []
+    with _status_event_dropped(deployed, holder):
+        holder.append(start(deployed, "Main", update(key, work_ms=HELD_WORK_MS)))
+        wait_until(lambda: sum(e["type"] == "TaskFailed" for e in deployed.cloud.history(holder[0])) >= 4, timeout=60)
+        client.release(blocking)
+        held = _acquisition_held_by(deployed, "main", key, holder[0])
+        stopped_ms = _stop(deployed, holder[0], deployed.cloud.events.dropped_status_events)
+    history = deployed.cloud.history(holder[0])
+    attempts = [e for e in history if e["type"] == "TaskScheduled"
+                and p.ACQUIRE.condition in e["taskScheduledEventDetails"]["parameters"]]
+    assert len(attempts) >= 5 and len(history) > 25  # many attempts, six pages of 5 or more
+    assert history.index(attempts[-1]) >= 15  # the attempt that took the lock: page 4 or later
+    ended = EndedExecution.from_detail(_status_event(deployed.cloud.events.dropped_status_events, holder[0]))
+    recovery = recover(ended, JanitorSettings(table_name=deployed.locks_table), dynamodb=deployed.cloud.dynamodb,
+                       stepfunctions=deployed.cloud.stepfunctions, page_size=5)
+    assert recovery.retired == [(p.namespaced("main", key), held[p.OWNER]["S"])]
+    assert deployed.lock_item("main", key)[p.EXPIRES_AT] == {"N": str(stopped_ms + GRACE_MS)}
+
+
+def test_a_late_event_never_retires_the_lock_a_redriven_holder_took_after_it(deployed):
+    """Issue 15, item 1 (second case): a waiter is stopped, redriven - its acquire resumes with
+    its old owner and takes the lock - and then its first end's event arrives (EventBridge
+    retries for up to 24 h). The owner matches, but the acquisition is newer than that end:
+    the janitor must leave it alone, or a newcomer would enter beside the redriven holder."""
+    key = new_key("late-event")
+    client = deployed.client("main")
+    blocking = client.acquire(key, lease=60)
+    holder: list[str] = []
+    with _status_event_dropped(deployed, holder):
+        holder.append(start(deployed, "Main", update(key, work_ms=HELD_WORK_MS)))
+        wait_until(lambda: any(e["type"] == "TaskFailed" for e in deployed.cloud.history(holder[0])), timeout=30)
+        _stop(deployed, holder[0], deployed.cloud.events.dropped_status_events)
+    first_end = _status_event(deployed.cloud.events.dropped_status_events, holder[0])
+    on_time = _invoke_janitor(deployed, first_end)  # it never held the lock: nothing to retire
+    assert on_time["retired"] == [] and [a["key"] for a in on_time["unchanged"]] == [p.namespaced("main", key)]
+    client.release(blocking)
+
+    deployed.cloud.stepfunctions.redrive_execution(executionArn=holder[0])
+    held = _acquisition_held_by(deployed, "main", key, holder[0])
+    assert held[p.OWNER]["S"] == on_time["unchanged"][0]["owner"]  # the same owner: RETIRE's owner test passes
+    assert int(held[p.ACQUIRED_AT]["N"]) > first_end["stopDate"]
+    late = _invoke_janitor(deployed, first_end)
+    assert late["retired"] == [] and late["unchanged"] == on_time["unchanged"]
+    assert deployed.lock_item("main", key) == held  # its lease untouched: nobody can enter beside it
+    with pytest.raises(LockHeld):
+        client.acquire(key, lease=10)
+    assert deployed.cloud.wait_for(holder[0], timeout=60).status == "SUCCEEDED"
+
+
+def test_janitor_template_targets_the_function_with_retries_and_a_dead_letter_queue(example):
+    from aws_cdk.assertions import Capture, Match
+
+    function, queue = Capture(), Capture()
+    example.assertions.has_resource_properties("AWS::Events::Rule", {
+        "EventPattern": {
+            "source": ["aws.states"], "detail-type": ["Step Functions Execution Status Change"],
+            "detail": {"status": ["ABORTED", "TIMED_OUT", "FAILED"], "stateMachineArn": [{"Ref": Match.string_like_regexp("ApplyCustomerUpdatesStateMachine")}]},
+        },
+        "Targets": [{"Id": Match.any_value(), "Arn": {"Fn::GetAtt": [function, "Arn"]},
+                     "RetryPolicy": {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86400},
+                     "DeadLetterConfig": {"Arn": {"Fn::GetAtt": [queue, "Arn"]}}}],
+    })
+    assert function.as_string().startswith("ApplyCustomerUpdatesJanitorFunction")
+    janitor = example.template["Resources"][function.as_string()]["Properties"]
+    # a failed invocation: Lambda retries it twice, then the same dead-letter queue
+    assert janitor["DeadLetterConfig"] == {"TargetArn": {"Fn::GetAtt": [queue.as_string(), "Arn"]}}
+    example.assertions.has_resource_properties("AWS::Lambda::EventInvokeConfig", {
+        "FunctionName": {"Ref": function.as_string()}, "MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 21600})
+    lock_table = next(k for k in example.template["Resources"] if k.startswith("ApplyCustomerUpdatesLockTable"))
+    assert janitor["Environment"]["Variables"]["LOCK_TABLE"] == {"Ref": lock_table}
+
+
+def _role_statements(template: dict, role_arn: dict) -> list[dict]:
+    (role,) = [role_arn["Fn::GetAtt"][0]]
+    return [s for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
+            and {"Ref": role} in r["Properties"]["Roles"] for s in r["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def _actions(statement: dict) -> list[str]:
+    return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+
+
+def test_janitor_iam_is_least_privilege(example):
+    (janitor,) = [r["Properties"] for k, r in example.template["Resources"].items()
+                  if k.startswith("ApplyCustomerUpdatesJanitorFunction") and r["Type"] == "AWS::Lambda::Function"]
+    statements = _role_statements(example.template, janitor["Role"])
+    by_action = {a: s["Resource"] for s in statements for a in _actions(s)}
+    assert set(by_action) == {"states:GetExecutionHistory", "dynamodb:UpdateItem", "sqs:SendMessage",
+                              "logs:CreateLogStream", "logs:PutLogEvents",
+                              "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    unscoped = {a for a, resource in by_action.items() if resource == "*"}
+    assert unscoped == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}  # X-Ray has no resources
+    history = json.dumps(by_action["states:GetExecutionHistory"])
+    assert ":execution:" in history and '"ApplyCustomerUpdatesStateMachine' in history  # the watched one only
+    lock_table = next(k for k in example.template["Resources"] if k.startswith("ApplyCustomerUpdatesLockTable"))
+    assert by_action["dynamodb:UpdateItem"]["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}]
+
+
+def test_a_fair_janitor_may_also_read_the_queue_and_wake_any_task_token():
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+    from aws_cdk.assertions import Template
+
+    from constructs_lib import LockJanitor, LockTable
+
+    stack = cdk.Stack(cdk.App(), "FairJanitor")
+    machine = sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(sfn.Pass(stack, "P")))
+    LockJanitor(stack, "Janitor", table=LockTable(stack, "Locks").table, watched=[machine], fair=True)
+    template = Template.from_stack(stack).to_json()
+    (janitor,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert janitor["Environment"]["Variables"]["FAIR_LOCK"] == "true"
+    by_action = {a: s["Resource"] for s in _role_statements(template, janitor["Role"]) for a in _actions(s)}
+    assert {"dynamodb:UpdateItem", "dynamodb:GetItem", "states:SendTaskSuccess"} <= set(by_action)
+    unscoped = {a for a, resource in by_action.items() if resource == "*"}
+    assert unscoped == {"states:SendTaskSuccess", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
 
 # ---- Python participants --------------------------------------------------------------------

@@ -93,13 +93,37 @@ def test_counts_are_metric_filters_on_the_workflows_log_group(synth):
                 "DefaultValue": 0, "Unit": "Count",
             }],
         })
-    synth.template.has_resource_properties("AWS::Logs::MetricFilter", {
-        "LogGroupName": {"Ref": Match.string_like_regexp("^InstantJanitorLogs")},
-        "MetricTransformations": [Match.object_like({"MetricName": "JanitorRetires", "MetricNamespace": namespace})],
-    })
-    # 5 per monitored workflow, the takeover filter reading the section's own wait variable
-    assert len(_resources(synth, "AWS::Logs::MetricFilter", "/InstantMonitoring/")) == 5
+    # 4 per monitored workflow, the takeover filter reading the section's own wait variable
+    assert len(_resources(synth, "AWS::Logs::MetricFilter", "/InstantMonitoring/")) == 4
     assert "$.details.assignedVariables.lockWait" in synth.pattern("instant_monitoring", "LivenessTakeovers")
+
+
+def test_janitor_publishes_its_retires_in_the_workflows_namespace_and_its_failures_alarm(synth):
+    """JanitorRetires comes from the janitor function itself (EMF): the monitoring tells it its
+    namespace prefix, the function adds the state machine's name from each event."""
+    monitoring = synth.stack.instant_monitoring
+    synth.template.has_resource_properties("AWS::Lambda::Function", {
+        "Handler": "index.handler",
+        "Environment": {"Variables": Match.object_like({"METRICS_NAMESPACE_PREFIX": "LockedWorkflow"})},
+        "DeadLetterConfig": {"TargetArn": {"Fn::GetAtt": [Match.string_like_regexp("^InstantJanitorDeadLetters"), "Arn"]}},
+    })
+    assert monitoring.namespace == f"LockedWorkflow/{synth.stack.instant.state_machine_name}"
+    assert _resources(synth, "AWS::Logs::MetricFilter", "/InstantJanitor/") == {}  # no filter: EMF
+    synth.template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesVisible", "Statistic": "Maximum",
+        "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [Match.string_like_regexp("^InstantJanitorDeadLetters"), "QueueName"]}}],
+        "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+        "AlarmDescription": Match.string_like_regexp("could not recover the locks of an ended execution"),
+    })
+    failures = monitoring.metric_janitor_failures()
+    assert (failures.namespace, failures.metric_name, failures.statistic) == (
+        "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum")
+    # negative control: a workflow without a janitor has no such metric
+    stack = cdk.Stack(cdk.App())
+    bare = LockMonitoring(stack, "M", workflow=_workflow(stack, janitor=False))
+    assert bare.janitor is None and bare.janitor_failed_alarm is None
+    with pytest.raises(ValueError, match="needs a workflow with a janitor"):
+        bare.metric_janitor_failures()
 
 
 def test_durations_go_through_a_subscription_filter_to_the_metrics_function(synth):
@@ -156,9 +180,10 @@ def test_lost_alarm_fires_on_any_lost_lock_and_timeout_rate_alarm_divides_by_sta
                 "Stat": "Sum"})}),
         ]),
     })
-    # the Patient monitoring asked for neither alarm nor dashboard
-    assert len(_resources(synth, "AWS::CloudWatch::Alarm", "/InstantMonitoring/")) == 2
-    assert _resources(synth, "AWS::CloudWatch::Alarm", "/PatientMonitoring/") == {}
+    # the Patient monitoring asked for neither alarm nor dashboard: only its janitor's alarm
+    assert len(_resources(synth, "AWS::CloudWatch::Alarm", "/InstantMonitoring/")) == 3
+    (janitor_alarm,) = _resources(synth, "AWS::CloudWatch::Alarm", "/PatientMonitoring/").values()
+    assert janitor_alarm["Properties"]["MetricName"] == "ApproximateNumberOfMessagesVisible"
     assert len(_resources(synth, "AWS::CloudWatch::Dashboard", "/InstantMonitoring/")) == 1
     assert _resources(synth, "AWS::CloudWatch::Dashboard", "/PatientMonitoring/") == {}
 
@@ -167,7 +192,7 @@ def test_dashboard_shows_every_metric_and_the_alarms(synth):
     (board,) = _resources(synth, "AWS::CloudWatch::Dashboard", "/InstantMonitoring/").values()
     body = json.dumps(board["Properties"]["DashboardBody"])
     for metric in ("WaitTime", "HoldTime", "Timeouts", "Lost", "LivenessChecks", "LivenessTakeovers",
-                   "JanitorRetires", "ExecutionsStarted"):
+                   "JanitorRetires", "ApproximateNumberOfMessagesVisible", "ExecutionsStarted"):
         assert f'\\"{metric}\\"' in body, metric
     assert "alarm" in body and "p90" in body
 
@@ -249,6 +274,9 @@ class Runs:
     backend: str
     results: dict[str, Any] = field(default_factory=dict)
     lines: dict[str, list[str]] = field(default_factory=dict)  # group role -> messages
+    status_events: dict[str, dict] = field(default_factory=dict)  # result name -> its status event's detail
+    janitors: dict[str, str] = field(default_factory=dict)  # workflow -> its janitor function's name
+    lambda_client: Any = None
 
     def of(self, role: str, execution: str | None = None) -> list[dict]:
         found = [json.loads(m) for m in self.lines[role]]
@@ -280,7 +308,6 @@ def _until(predicate, timeout: float = 30.0, poll_s: float = 0.05):
 def _run_scenarios(cloud, app, backend: str) -> Runs:
     runs = Runs(backend)
     sm = {name: app.state_machine_arn(f"{name}/StateMachine") for name in ("Instant", "Patient")}
-    janitors = {name: app.state_machine_arn(f"{name}/Janitor/StateMachine") for name in sm}
     table = app.table_name("Locks")
     instant = LockClient(table, namespace="instant", dynamodb=cloud.dynamodb)
 
@@ -323,22 +350,24 @@ def _run_scenarios(cloud, app, backend: str) -> Runs:
     finally:
         cloud.events.emit_status_events = True
 
-    # A holder stopped with its status event delivered: the janitor retires its lock
+    # A holder stopped while holding; its status event is kept for the janitor tests to deliver
     retired = cloud.start_execution(sm["Patient"], {"id": "retired", "seconds": 120})
     held_by("patient", "retired", retired)
-    cloud.stop_execution(retired)
-    runs.results["retired_holder"] = cloud.wait_for(retired)
-
-    # the janitors: the Patient one for the retired holder, the Instant one for the two failed
-    # runs (whose locks were not theirs any more: nothing to retire)
-    expected = {"Instant": 2, "Patient": 1}
-    for name, count in expected.items():
-        _until(lambda: len(cloud.executions(janitors[name])) == count
-               and all(e["status"] != "RUNNING" for e in cloud.executions(janitors[name])), timeout=60)
+    cloud.events.status_event_filter = lambda detail: detail["executionArn"] != retired
+    try:
+        cloud.stop_execution(retired)
+        runs.results["retired_holder"] = cloud.wait_for(retired)
+        runs.status_events["retired_holder"] = _until(
+            lambda: next((d for d in cloud.events.dropped_status_events if d["executionArn"] == retired), None))
+    finally:
+        cloud.events.status_event_filter = None
+    runs.status_events["lost"] = _until(
+        lambda: next((d for d in cloud.events.status_events if d["executionArn"] == runs.results["lost"].arn), None))
     logs = cloud.client("logs")
     for name in sm:
         runs.lines[name] = _all_lines(logs, app.ref(f"{name}/Logs"))
-        runs.lines[f"{name}Janitor"] = _all_lines(logs, app.ref(f"{name}/Janitor/Logs"))
+    runs.janitors = {name: app.function_name(f"{name}/Janitor/Function") for name in sm}
+    runs.lambda_client = cloud.client("lambda")
     return runs
 
 
@@ -399,14 +428,30 @@ def test_liveness_filters_count_every_check_and_only_the_check_that_found_the_ho
     assert not any(matches(synth.pattern("patient_monitoring", "LivenessTakeovers"), json.dumps(l)) for l in alive)
 
 
-def test_janitor_filter_counts_retires_not_refused_ones(runs, synth):
-    pattern = synth.pattern("patient_monitoring", "JanitorRetires")
-    (hit,) = _matching(pattern, runs.lines["PatientJanitor"])
-    (started,) = [l for l in runs.of("PatientJanitor", hit["execution_arn"]) if l["type"] == "ExecutionStarted"]
-    assert json.loads(started["details"]["input"])["detail"]["executionArn"] == runs.results["retired_holder"].arn
-    # negative control: the Instant janitor ran twice, found the locks taken over, retired nothing
-    assert any(l["type"] == "TaskFailed" for l in runs.of("InstantJanitor"))
-    assert _matching(synth.pattern("instant_monitoring", "JanitorRetires"), runs.lines["InstantJanitor"]) == []
+def _janitor_metric(runs: Runs, workflow: str, detail: dict, capsys) -> tuple[str, Any]:
+    """Deliver ``detail`` to ``workflow``'s janitor; the namespace and JanitorRetires it published."""
+    event = {"version": "0", "id": str(uuid.uuid4()), "source": "aws.states", "account": "123456789012",
+             "detail-type": "Step Functions Execution Status Change", "time": "2026-01-01T00:00:00Z",
+             "region": "us-east-1", "resources": [detail["executionArn"]], "detail": detail}
+    capsys.readouterr()
+    response = runs.lambda_client.invoke(FunctionName=runs.janitors[workflow], Payload=json.dumps(event).encode())
+    assert "FunctionError" not in response, response["Payload"].read()
+    (emf,) = _emitted(capsys)
+    (directive,) = emf["_aws"]["CloudWatchMetrics"]
+    assert directive["Metrics"] == [{"Name": "JanitorRetires", "Unit": "Count"}]
+    assert directive["Dimensions"] == [[]]  # none, as the monitoring's metric
+    retires = emf["JanitorRetires"]
+    return directive["Namespace"], sum(retires) if isinstance(retires, list) else retires
+
+
+def test_janitor_counts_each_retired_lock_once_in_the_workflows_namespace(runs, synth, capsys):
+    event = runs.status_events["retired_holder"]
+    assert _janitor_metric(runs, "Patient", event, capsys) == (synth.stack.patient_monitoring.namespace, 1)
+    # negative controls: the same event again retires nothing more, and a run whose lock was
+    # taken over before it ended leaves nothing to retire
+    assert _janitor_metric(runs, "Patient", event, capsys) == (synth.stack.patient_monitoring.namespace, 0)
+    assert _janitor_metric(runs, "Instant", runs.status_events["lost"], capsys) == (
+        synth.stack.instant_monitoring.namespace, 0)
 
 
 # ---- the metrics function on a real subscription delivery --------------------------------------

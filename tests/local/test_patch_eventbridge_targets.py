@@ -102,3 +102,66 @@ def test_runtime_keeps_sqs_targets_working():
         cloud.put_events([order({"id": 5})])
         messages = sqs.receive_message(QueueUrl=url).get("Messages", [])
     assert [m["Body"] for m in messages] == ["5"]
+
+
+# ---- Lambda function targets ----------------------------------------------------------------
+
+RECORDER = """import json, os
+
+
+def handler(event, context):
+    with open(os.path.join(os.path.dirname(__file__), "received.json"), "w") as out:
+        json.dump(event, out)
+"""
+
+
+def _function(lambda_client, iam_client, name: str) -> str:
+    """A moto Lambda function (an empty zip: bare moto could only run it in Docker)."""
+    import io
+    import zipfile
+
+    role = iam_client.create_role(RoleName=f"{name}-role", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("index.py", RECORDER)
+    return lambda_client.create_function(FunctionName=name, Runtime="python3.12", Role=role,
+                                         Handler="index.handler", Code={"ZipFile": code.getvalue()})["FunctionArn"]
+
+
+def test_bare_moto_cannot_deliver_to_a_lambda_function():
+    with bare_moto():
+        arn = _function(boto3.client("lambda", region_name=REGION), boto3.client("iam", region_name=REGION), "fn")
+        events = boto3.client("events", region_name=REGION)
+        put_rule(events, "orders", [{"Id": "fn", "Arn": arn}])
+        with pytest.raises(NotImplementedError):
+            events.put_events(Entries=[order({"id": 1})])
+
+
+def test_runtime_invokes_a_lambda_target_asynchronously_with_the_event(tmp_path):
+    from constructs_lib.local.lambda_runtime import InProcessFunction
+    from local_helpers import lambda_folder
+
+    folder = lambda_folder(tmp_path, "recorder", RECORDER)
+    with LocalCloud() as cloud:
+        arn = _function(cloud.client("lambda"), cloud.client("iam"), "recorder")
+        cloud.functions.add(InProcessFunction(name="recorder", code_dir=folder, handler="index.handler",
+                                              region=REGION, account_id=arn.split(":")[4]))
+        put_rule(cloud.client("events"), "orders", [{"Id": "fn", "Arn": arn}])
+        cloud.put_events([order({"id": 4})])
+        received = wait_until(lambda: (folder / "received.json").exists() and json.loads((folder / "received.json").read_text()))
+        (delivery,) = cloud.events.deliveries
+    assert received["detail"] == {"id": 4} and received["detail-type"] == "OrderPlaced"
+    assert delivery.ok and delivery.target_arn == arn
+
+
+def test_runtime_dead_letters_an_event_for_a_missing_function():
+    with LocalCloud() as cloud:
+        sqs = cloud.client("sqs")
+        dlq_url = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        missing = "arn:aws:lambda:us-east-1:123456789012:function:gone"
+        put_rule(cloud.client("events"), "orders", [{"Id": "fn", "Arn": missing, "DeadLetterConfig": {"Arn": dlq_arn}}])
+        cloud.put_events([order({"id": 8})])
+        messages = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"]).get("Messages", [])
+    assert [json.loads(m["Body"])["detail"] for m in messages] == [{"id": 8}]
+    assert messages[0]["MessageAttributes"]["TARGET_ARN"]["StringValue"] == missing
