@@ -251,11 +251,14 @@ def test_janitor_retires_a_holder_with_a_200_kb_input_and_a_duplicate_event_chan
     assert deployed.lock_item("main", key) == retired
 
 
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")  # a failed invocation
 def test_janitor_reads_every_page_of_a_long_wait_before_the_stop(deployed):
     """The holder polled a held lock for a while (its acquire attempts fill the history) and
     then held it when it was stopped: read in pages of 5 events, the acquisition is on a late
     page, and it is retired."""
-    from lambdas.lock_janitor.logic import EndedExecution, recover
+    from botocore.exceptions import ClientError
+
+    from lambdas.lock_janitor.logic import EndedExecution, RecoveryFailed, recover
     from lambdas.lock_janitor.settings import JanitorSettings
 
     key = new_key("long-wait")
@@ -274,10 +277,38 @@ def test_janitor_reads_every_page_of_a_long_wait_before_the_stop(deployed):
     assert len(attempts) >= 5 and len(history) > 25  # many attempts, six pages of 5 or more
     assert history.index(attempts[-1]) >= 15  # the attempt that took the lock: page 4 or later
     ended = EndedExecution.from_detail(_status_event(deployed.cloud.events.dropped_status_events, holder[0]))
-    recovery = recover(ended, JanitorSettings(table_name=deployed.locks_table), dynamodb=deployed.cloud.dynamodb,
+    settings = JanitorSettings(table_name=deployed.locks_table)
+
+    class Throttled:  # DynamoDB still refusing after botocore's retries
+        def update_item(self, **_):
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "UpdateItem")
+
+    with pytest.raises(RecoveryFailed) as failed:  # says so, naming the execution and the key
+        recover(ended, settings, dynamodb=Throttled(), stepfunctions=deployed.cloud.stepfunctions, page_size=5)
+    assert holder[0] in str(failed.value) and repr(p.namespaced("main", key)) in str(failed.value)
+    assert deployed.lock_item("main", key) == held
+
+    recovery = recover(ended, settings, dynamodb=deployed.cloud.dynamodb,
                        stepfunctions=deployed.cloud.stepfunctions, page_size=5)
     assert recovery.retired == [(p.namespaced("main", key), held[p.OWNER]["S"])]
     assert deployed.lock_item("main", key)[p.EXPIRES_AT] == {"N": str(stopped_ms + GRACE_MS)}
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")  # a failed invocation
+def test_janitor_fails_the_invocation_when_it_cannot_read_the_history(deployed):
+    """The event goes back to Lambda (retries, then the dead-letter queue) with the execution
+    named; a malformed event is refused the same way."""
+    gone = deployed.machine("Main").replace(":stateMachine:", ":execution:") + ":no-such-run"
+    detail = {"executionArn": gone, "stateMachineArn": deployed.machine("Main"), "status": "ABORTED",
+              "stopDate": 1_700_000_000_000}
+    lambda_client = deployed.cloud.client("lambda")
+    name = deployed.app.function_name("Main/Janitor/Function")
+    response = lambda_client.invoke(FunctionName=name, Payload=json.dumps(_janitor_event(detail)).encode())
+    error = json.loads(response["Payload"].read())
+    assert response.get("FunctionError") and error["errorType"] == "RecoveryFailed"
+    assert gone in error["errorMessage"] and "reading its history" in error["errorMessage"]
+    response = lambda_client.invoke(FunctionName=name, Payload=json.dumps(_janitor_event({**detail, "stopDate": None})).encode())
+    assert json.loads(response["Payload"].read())["errorType"] == "InvalidJanitorEvent"
 
 
 def test_a_late_event_never_retires_the_lock_a_redriven_holder_took_after_it(deployed):
