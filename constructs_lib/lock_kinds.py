@@ -325,7 +325,7 @@ class RecordLock(Mutex):
         v = section.variables
 
         def release_with_update(state_name: str, first: bool) -> sfn.CustomState:
-            return JsonataCustomState(section, state_name, state_json={
+            state = JsonataCustomState(section, state_name, state_json={
                 "Type": "Task",
                 "QueryLanguage": "JSONata",
                 "Resource": f"arn:{Stack.of(section).partition}:states:::dynamodb:updateItem",
@@ -337,6 +337,11 @@ class RecordLock(Mutex):
                 },
                 "Output": jsonata("$states.input"),
             })
+            # DynamoDB refused the write (nothing written): release without it, then fail
+            return state.add_catch(
+                section._release_after_error, errors=list(record.REFUSED_WRITE_ERRORS),
+                outputs=jsonata(record.refused_update_outputs_expression()),
+            )
 
         error = record.ERROR_INVALID_UPDATE
         return section.build_mutex_release(

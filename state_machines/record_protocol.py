@@ -18,8 +18,23 @@ the release, in the same conditional ``UpdateItem`` that frees the lock.
    sets and removes those attributes in the RELEASE write itself: its condition - the lock is
    still mine - fences the write by construction, so a run that lost its lock cannot write.
    Only SET and REMOVE, both idempotent: the release may be retried after a lost response.
-   A bad update (a lock attribute, the key, a value that is not an AttributeValue) fails the
-   section with ``Lock.InvalidUpdate`` after releasing the lock without writing.
+4. A bad update fails the section with ``Lock.InvalidUpdate`` after releasing the lock without
+   writing - at once, with the record unchanged and its fence as the acquire left it. Checked
+   before the write (:func:`update_problem_expression`): the shape, the names (not the key, not
+   a lock attribute, none twice: DynamoDB refuses a name both set and removed as overlapping
+   paths), and every value against DynamoDB's AttributeValue rules - exactly one data type;
+   ``N`` in DynamoDB's number syntax with at most 38 significant digits and a magnitude from
+   1E-130 to 9.9999999999999999999999999999999999999E+125 (or zero); ``B`` base64; sets
+   non-empty, their members of the set's type and unique (numbers by value: ``1`` = ``1.0``);
+   ``NULL`` true; ``BOOL`` a boolean; ``M``/``L`` checked member by member, at most 32 levels
+   deep. Sources: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_AttributeValue.html,
+   https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
+   (numbers, sets), https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html
+   (nesting, item size). Stricter than DynamoDB Local only where no one should care: ASCII
+   digits, exponents of at most 9 digits, base64 without whitespace.
+   What is not checked - the 400 KB item size, which depends on the stored record - DynamoDB
+   refuses with a ValidationException at the release; that, too, releases without the update
+   and fails with ``Lock.InvalidUpdate`` (:func:`refused_update_outputs_expression`).
 """
 
 from __future__ import annotations
@@ -36,6 +51,27 @@ ERROR_INVALID_UPDATE = "Lock.InvalidUpdate"
 UPDATE_FIELD = "recordUpdate"
 #: Most attributes one update may set and remove (each needs placeholders in one expression).
 MAX_UPDATE_ATTRIBUTES = 100
+#: DynamoDB's AttributeValue data types.
+ATTRIBUTE_VALUE_TYPES = ("S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS")
+#: DynamoDB numbers: significant digits, and the decimal exponent of the first one.
+NUMBER_MAX_DIGITS = 38
+NUMBER_MAX_EXPONENT = 125
+NUMBER_MIN_EXPONENT = -130
+#: Nested attributes: levels below a top-level attribute, itself level 1.
+MAX_NESTING_LEVELS = 32
+#: How the optimized integration may name DynamoDB's refusal of the release's write: the
+#: exception's own name, or the SDK's generic one with ``Error Code: ValidationException`` in
+#: the cause. (Only a validation error means a bad update; any other is re-raised as is.)
+REFUSED_WRITE_ERRORS = ("DynamoDB.ValidationException", "DynamoDB.AmazonDynamoDBException")
+_VALIDATION_CODE = "Error Code: ValidationException"
+#: A number as DynamoDB reads one (checked to match the whole string: JavaScript's and
+#: Python's ``$`` disagree on a trailing newline; neither pattern can match an empty string,
+#: which JSONata refuses).
+_NUMBER_PATTERN = "/^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?/"
+_BASE64_PATTERN = "/^[A-Za-z0-9+\\/]+={0,2}/"
+#: A longer exponent (leading zeros aside) DynamoDB cannot read, even on a zero (DynamoDB
+#: Local refuses ``0E-99999999999``; stricter than that from 10 digits on).
+_MAX_EXPONENT_DIGITS = 9
 
 if not p.RELEASE.update.startswith("REMOVE ") or " SET " in p.RELEASE.update:
     raise AssertionError("the release with an update appends to RELEASE's single REMOVE clause")
@@ -76,18 +112,7 @@ def release_with_update_arguments(*, table_name: str, item: p.LockItem, lock_var
     """The release as one UpdateItem that also applies the work's ``recordUpdate``."""
     lock = "$" + lock_variable
     names = json.dumps(p.RELEASE.attribute_names(item))
-    key = json.dumps(item.key_attribute)
     invalid = p.raise_expression(ERROR_INVALID_UPDATE, "'the record update ' & $problem")
-    checks = (
-        f"$problem := $type($u) != 'object' ? 'must be an object with set and remove, got: ' & $type($u) "
-        f": $type($set) != 'object' ? 'set must be an object, got: ' & $type($set) "
-        f": $type($remove) != 'array' ? 'remove must be an array of names, got: ' & $type($remove) "
-        f": $count($names) > {MAX_UPDATE_ATTRIBUTES} ? 'must name at most {MAX_UPDATE_ATTRIBUTES} attributes' "
-        f": $count($filter($names, function($n) {{ $type($n) != 'string' or $n = '' or $n = {key} "
-        f"or {_lock_attribute('$n')} }})) > 0 ? 'must not name the key, a lock attribute ({PREFIX}*) or a non-string' "
-        f": $count($filter($keys($set), function($n) {{ $type($lookup($set, $n)) != 'object' }})) > 0 "
-        f"? 'set values must be DynamoDB AttributeValues such as {{\"S\": \"x\"}}' : ''; "
-    )
     return {
         "TableName": table_name,
         "Key": {item.key_attribute: {"S": p.jsonata(f"{lock}.key")}},
@@ -95,8 +120,8 @@ def release_with_update_arguments(*, table_name: str, item: p.LockItem, lock_var
             "( $u := $exists($states.input.recordUpdate) ? $states.input.recordUpdate : {}; "
             "$set := $exists($u.set) ? $u.set : {}; $remove := $exists($u.remove) ? $u.remove : []; "
             "$names := $append($keys($set), $remove); "
-            + checks
-            + f"$problem != '' ? {invalid} : "
+            + update_problem_expression(key_attribute=item.key_attribute)
+            + f"; $problem != '' ? {invalid} : "
             "( $s := $map($keys($set), function($n, $i) { '#u' & $i & ' = :u' & $i }); "
             "$r := $map($remove, function($n, $i) { '#r' & $i }); "
             f"($count($s) > 0 ? 'SET ' & $join($s, ', ') & ' ' : '') & {json.dumps(p.RELEASE.update)} "
@@ -117,3 +142,153 @@ def release_with_update_arguments(*, table_name: str, item: p.LockItem, lock_var
             "$map($keys($set), function($n, $i) { {':u' & $i: $lookup($set, $n)} }))) )"
         ),
     }
+
+
+def _whole_match_function() -> str:
+    """JSONata ``function($s, $pattern)``: the pattern (anchored with ``^``) matches all of ``$s``."""
+    return "function($s, $pattern) { $s = $match($s, $pattern)[0].match }"
+
+
+def _at_function() -> str:
+    """JSONata ``function($where, $problem)``: a member's problem with its place prefixed, so
+    that a nested one reads ``tags.colors[2]: N "x" is not a number``."""
+    return (
+        "function($where, $problem) { $problem = '' ? '' : $where "
+        "& ($substring($problem, 0, 1) in ['.', '['] ? $problem : ': ' & $problem) }"
+    )
+
+
+def _number_function() -> str:
+    """JSONata ``function($n)`` over a DynamoDB number string: ``{'problem': ...}``, or
+    ``{'key': ...}`` - the number's value in one spelling (sign, significant digits, exponent
+    of the first digit; ``'0'`` for zero), which is how DynamoDB compares a number set's
+    members."""
+    return (
+        "function($n) { $type($n) != 'string' ? {'problem': 'must be a string of a number, got: ' & $type($n)} "
+        f": $not($lwWhole($n, {_NUMBER_PATTERN})) ? {{'problem': 'is not a number'}} "
+        ": ( $parts := $split($uppercase($n), 'E'); $mantissa := $replace($parts[0], /^[+-]/, ''); "
+        "$digits := $replace($mantissa, '.', ''); $trimmed := $replace($digits, /^0+/, ''); "
+        "$significant := $replace($trimmed, /0+$/, ''); "
+        "$e := $count($parts) > 1 ? $parts[1] : '0'; "
+        "$eDigits := $replace($replace($e, /^[+-]/, ''), /^0+/, ''); "
+        f"$length($eDigits) > {_MAX_EXPONENT_DIGITS} ? {{'problem': 'has an exponent of more than "
+        f"{_MAX_EXPONENT_DIGITS} digits'}} "
+        ": $significant = '' ? {'key': '0'} "
+        f": $length($significant) > {NUMBER_MAX_DIGITS} "
+        f"? {{'problem': 'has more than {NUMBER_MAX_DIGITS} significant digits'}} "
+        ": ( $magnitude := $eDigits = '' ? 0 : $number($eDigits); "
+        "$adjusted := ($substring($e, 0, 1) = '-' ? -$magnitude : $magnitude) "
+        "+ $length($substringBefore($mantissa, '.')) - ($length($digits) - $length($trimmed)) - 1; "
+        f"$adjusted > {NUMBER_MAX_EXPONENT} or $adjusted < {NUMBER_MIN_EXPONENT} "
+        "? {'problem': 'is out of range (magnitude 1E-130 to 9.9999999999999999999999999999999999999E+125)'} "
+        ": {'key': ($substring($n, 0, 1) = '-' ? '-' : '') & $significant & 'E' & $string($adjusted)} ) ) }"
+    )
+
+
+def _base64_function() -> str:
+    """JSONata ``function($b)``: ``$b`` is a base64 string (empty: an empty binary)."""
+    return (
+        "function($b) { $type($b) = 'string' and ($b = '' or "
+        f"($length($b) % 4 = 0 and $lwWhole($b, {_BASE64_PATTERN}))) }}"
+    )
+
+
+def _value_function() -> str:
+    """JSONata ``function($v, $level)``: what is wrong with AttributeValue ``$v`` at nesting
+    ``$level`` (a top-level attribute's value is level 1), or ``''``."""
+    types = json.dumps(list(ATTRIBUTE_VALUE_TYPES))
+    show = "'\"' & $substring($string($x), 0, 40) & '\"'"
+    members = (  # one problem of the members of M or L, or ''
+        "$reduce({items}, function($acc, $item, $i) {{ $acc != '' ? $acc : {check} }}, '')"
+    )
+    m_check = members.format(
+        items="$keys($x)",
+        check="$item = '' ? 'M has an empty attribute name' : "
+        "$lwAt('.' & $item, $lwValue($lookup($x, $item), $level + 1))",
+    )
+    l_check = members.format(
+        items="$x",
+        check="$lwAt('[' & $string($i) & ']', $lwValue($item, $level + 1))",
+    )
+    n_members = (
+        "$reduce($x, function($acc, $m) { $acc != '' ? $acc : "
+        "( $p := $lwNum($m).problem; $exists($p) ? 'NS member ' & "
+        + show.replace("$x", "$m")
+        + " & ' ' & $p : '' ) }, '')"
+    )
+    sets = (
+        "$type($x) != 'array' or $count($x) = 0 ? $t & ' must be a non-empty array (DynamoDB has no empty sets)' "
+        ": $t = 'SS' ? ($count($filter($x, function($m) { $type($m) != 'string' })) > 0 ? 'SS must hold strings' "
+        ": $count($distinct($x)) != $count($x) ? 'SS holds a value twice' : '') "
+        f": $t = 'NS' ? ( $bad := {n_members}; $bad != '' ? $bad "
+        ": $count($distinct($map($x, function($m) { $lwNum($m).key }))) != $count($x) "
+        "? 'NS holds a number twice (DynamoDB compares numbers by value: 1 = 1.0)' : '' ) "
+        ": ($count($filter($x, function($m) { $not($lwBase64($m)) })) > 0 ? 'BS must hold base64 strings' "
+        ": $count($distinct($x)) != $count($x) ? 'BS holds a value twice' : '')"
+    )
+    return (
+        "function($v, $level) { $type($v) != 'object' "
+        "? 'must be an AttributeValue such as {\"S\": \"x\"}, got: ' & $type($v) "
+        f": $level > {MAX_NESTING_LEVELS} ? 'nests deeper than {MAX_NESTING_LEVELS} levels' "
+        ": ( $k := $keys($v); "
+        f"$count($k) != 1 or $not($k in {types}) "
+        "? 'must have exactly one data type (S, N, B, BOOL, NULL, M, L, SS, NS or BS), got: ' "
+        "& ($count($k) = 0 ? 'none' : $join($k, ', ')) "
+        ": ( $t := $k[0]; $x := $lookup($v, $t); "
+        "$t = 'S' ? ($type($x) = 'string' ? '' : 'S must be a string') "
+        f": $t = 'N' ? ( $p := $lwNum($x).problem; $exists($p) ? 'N ' & {show} & ' ' & $p : '' ) "
+        ": $t = 'B' ? ($lwBase64($x) ? '' : 'B must be a base64 string') "
+        ": $t = 'BOOL' ? ($type($x) = 'boolean' ? '' : 'BOOL must be true or false') "
+        ": $t = 'NULL' ? ($x = true ? '' : 'NULL must be true') "
+        f": $t = 'M' ? ($type($x) != 'object' ? 'M must be an object' : $count($keys($x)) = 0 ? '' : {m_check}) "
+        f": $t = 'L' ? ($type($x) != 'array' ? 'L must be an array' : $count($x) = 0 ? '' : {l_check}) "
+        f": {sets} ) ) }}"
+    )
+
+
+def update_problem_expression(*, key_attribute: str) -> str:
+    """JSONata statements over ``$u`` (the update), ``$set``, ``$remove`` and ``$names``
+    (set's then remove's names) that assign ``$problem``: what is wrong with the update, or
+    ``''``. Everything DynamoDB would refuse in it that can be told without the stored record
+    (see the module notes, 4)."""
+    key = json.dumps(key_attribute)
+    bad_name = (
+        f"$type($n) != 'string' or $n = '' or $n = {key} or {_lock_attribute('$n')}"
+    )
+    twice = "$filter($distinct($names), function($n) { $count($filter($names, function($m) { $m = $n })) > 1 })"
+    values = (
+        "$count($keys($set)) = 0 ? '' : $reduce($keys($set), function($acc, $n) { $acc != '' ? $acc : "
+        "$lwAt($n, $lwValue($lookup($set, $n), 1)) }, '')"
+    )
+    return (
+        f"$lwWhole := {_whole_match_function()}; "
+        f"$lwAt := {_at_function()}; "
+        f"$lwNum := {_number_function()}; "
+        f"$lwBase64 := {_base64_function()}; "
+        f"$lwValue := {_value_function()}; "
+        "$problem := $type($u) != 'object' ? 'must be an object with set and remove, got: ' & $type($u) "
+        ": $type($set) != 'object' ? 'set must be an object, got: ' & $type($set) "
+        ": $type($remove) != 'array' ? 'remove must be an array of names, got: ' & $type($remove) "
+        f": $count($names) > {MAX_UPDATE_ATTRIBUTES} ? 'must name at most {MAX_UPDATE_ATTRIBUTES} attributes' "
+        f": $count($filter($names, function($n) {{ {bad_name} }})) > 0 "
+        f"? 'must not name the key, a lock attribute ({PREFIX}*) or a non-string' "
+        f": $count({twice}) > 0 ? 'must not name an attribute twice (set and removed, or removed twice; "
+        f"DynamoDB refuses overlapping paths): ' & $join({twice}, ', ') "
+        f": ( $valueProblem := {values}; $valueProblem = '' ? '' "
+        ": 'set values must be DynamoDB AttributeValues: ' & $valueProblem )"
+    )
+
+
+def refused_update_outputs_expression() -> str:
+    """JSONata (the Catch of the release with the update, for :data:`REFUSED_WRITE_ERRORS`):
+    the error to re-raise once the lock is released without the update. DynamoDB writes all
+    of an UpdateItem or nothing, so the refused write left the record - and the lock - as they
+    were: a validation error becomes ``Lock.InvalidUpdate`` (with DynamoDB's message), any
+    other error stays itself."""
+    e, c = "$states.errorOutput.Error", "$states.errorOutput.Cause"
+    validation = f"({e} = {json.dumps(REFUSED_WRITE_ERRORS[0])} or $contains({c}, {json.dumps(_VALIDATION_CODE)}))"
+    return (
+        f"{validation} ? {{'Error': {json.dumps(ERROR_INVALID_UPDATE)}, "
+        f"'Cause': {json.dumps(ERROR_INVALID_UPDATE + ': DynamoDB refused the record update: ')} & {c}}} "
+        ": $states.errorOutput"
+    )
