@@ -54,8 +54,9 @@ SHAPES = {  # shape -> weight in the mix
 #: A fair waiter's park fallback (s): the polling shapes on its keys never wake it.
 FAIR_PARK_TIMEOUT_S = 3
 #: The work's own errors (the probe's requested failure, and its function timeout - reached
-#: only when the machine is slow) and a waiter's timeout.
-ALLOWED_ERRORS = {"RuntimeError", "TimedOut", "Lock.Timeout"}
+#: only when the machine is slow: the probe's own TimedOut, or the runtime's Sandbox.Timedout
+#: when the deadline comes first) and a waiter's timeout.
+ALLOWED_ERRORS = {"RuntimeError", "TimedOut", "Sandbox.Timedout", "Lock.Timeout"}
 
 
 def build_stack(scope: Any, construct_id: str) -> Any:
