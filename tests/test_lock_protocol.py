@@ -120,12 +120,32 @@ def test_lock_variable_reads_the_acquire_result():
         "expiresAt": {"N": "61000"},
     }
     lock = evaluate(
-        p.lock_variable_expression(), states={"result": {"Attributes": attributes}, "input": {"requestedAt": 400}}
+        p.lock_variable_expression(), states={"result": {"Attributes": attributes}, "input": {"requestedAt": 400},
+                                              "context": {"Execution": {"RedriveCount": 2}}}
     )
     assert lock == {
         "key": "customer#1", "owner": "arn:exec", "fence": 7, "acquiredAt": 1000, "expiresAt": 61000,
         "requestedAt": 400,  # from the entry record: the acquire's log line shows the wait
+        "redriveCount": 2,  # the generation the acquisition was made in (the work's redrive guard)
     }
+
+
+@pytest.mark.parametrize("lock, redrives, runs", [
+    ({"redriveCount": 0}, None, True),      # never redriven (no RedriveCount in the context)
+    ({"redriveCount": 1}, 1, True),         # acquired after the first redrive
+    ({"redriveCount": 0}, 1, False),        # acquired before a redrive: the resumed task refuses
+    ({}, 1, False),                         # no generation (variables lost): refuses
+    (None, 0, False),                       # no $lock at all: refuses
+])
+def test_the_redrive_guard_lets_a_task_run_only_in_its_acquisitions_generation(lock, redrives, runs):
+    guard = f"( {p.resumed_guard_expression('lock')}; 'ran' )"
+    context = {"Execution": {} if redrives is None else {"RedriveCount": redrives}}
+    variables = {"states": {"context": context}, **({"lock": lock} if lock is not None else {})}
+    if runs:
+        assert evaluate(guard, **variables) == "ran"
+    else:
+        with pytest.raises(Exception, match="Lock.Resumed: the execution was redriven"):
+            evaluate(guard, **variables)
 
 
 # ---- wait loop ------------------------------------------------------------------------
