@@ -143,6 +143,7 @@ def cloud(shared_cloud):
     for item in shared_cloud.dynamodb.scan(TableName=COUNTERS)["Items"]:
         shared_cloud.dynamodb.delete_item(TableName=COUNTERS, Key={"pk": item["pk"]})
     shared_cloud.redrive_options.reevaluates_arguments = False
+    shared_cloud.redrive_options.restores_variables = True
     return shared_cloud
 
 
@@ -199,6 +200,12 @@ def test_a_parallel_reruns_only_its_failed_branch_from_its_failed_step(cloud):
     assert again.output == [{"seen": 3, "redrives": 1}, {"n": 3}]
     assert entered(again.history, after_redrive=True) == ["Section", "Flaky"]
     assert counters(cloud) == {"a": 1, "b": 1}  # the succeeded steps ran once
+
+
+def test_variables_can_be_lost_instead_of_restored(cloud):
+    cloud.redrive_options.restores_variables = False
+    first, again = fail_then_redrive(cloud, PARALLEL, {"n": 3}, name="forgetful")
+    assert again.status == "SUCCEEDED" and again.output == [{"redrives": 1}, {"n": 3}]  # no $seen: left out
 
 
 def test_a_task_stopped_inside_a_branch_is_started_again_not_its_branch(cloud):
