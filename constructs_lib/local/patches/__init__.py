@@ -33,6 +33,7 @@ task_tokens                task tokens are 36-character uuids, not AWS-sized (~7
 data_limit                 no size quota on a state's input, a task's input or Assign
 terminal_errors            States.ALL catches States.DataLimitExceeded and States.Runtime
 history_limit              no 25,000-event history limit
+cancelled_branches         a failed branch's siblings run on: tokens open, no ...Aborted events
 =========================  ==========================================================
 """
 
@@ -43,6 +44,7 @@ from contextlib import ExitStack
 from constructs_lib.local.events import EventRouter
 from constructs_lib.local.lambda_runtime import FunctionRegistry
 from constructs_lib.local.patches import (
+    cancelled_branches,
     data_limit,
     dynamodb_validation,
     eventbridge_targets,
@@ -106,3 +108,4 @@ def apply_all(
     data_limit.apply(stack)
     terminal_errors.apply(stack)  # after heartbeat_timeout: wraps its ErrorEquals matching
     history_limit.apply(stack, history_event_limit)  # after execution_end and redrive: wraps theirs
+    cancelled_branches.apply(stack)  # last: its add_event filter, state eval and Map body wrap the others'
