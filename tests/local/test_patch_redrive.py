@@ -34,6 +34,17 @@ def flaky(output: str = "$states.input", condition: str = FIRST_RUN) -> dict:
             "End": True}
 
 
+def park(next_state: str | None = None) -> dict:
+    """A Task that writes its task token to the item ``park`` and waits; passes its input on."""
+    return {
+        "Type": "Task", "Resource": "arn:aws:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
+        "Arguments": {"TableName": COUNTERS,
+                      "Item": {"pk": {"S": "park"}, "token": {"S": "{% $states.context.Task.Token %}"}}},
+        "Output": "{% $states.input %}",
+        **({"Next": next_state} if next_state else {"End": True}),
+    }
+
+
 def machine(start: str, states: dict) -> dict:
     return {"QueryLanguage": "JSONata", "StartAt": start, "States": states}
 
@@ -48,61 +59,51 @@ FLAKY = machine("Prepare", {
     "Prepare": {"Type": "Pass", "Assign": {"prepared": "{% $states.input.n %}"}, "Next": "Work"},
     "Work": flaky("{'prepared': $prepared, 'redrives': $states.context.Execution.RedriveCount}"),
 })
-#: Branch 0 counts, assigns, then fails (first run); branch 1 counts and succeeds.
+#: Branch 0 counts, assigns, parks (until branch 1 is done), then fails (first run); branch 1 counts.
 PARALLEL = machine("Section", {
     "Section": {
         "Type": "Parallel", "End": True,
         "Branches": [
-            branch("CountA", {"CountA": {**count("a", "Flaky"), "Assign": {"seen": "{% $states.input.n %}"}},
-                               "Flaky": flaky("{'seen': $seen, 'redrives': $states.context.Execution.RedriveCount}")}),
+            branch("CountA", {"CountA": {**count("a", "ParkA"), "Assign": {"seen": "{% $states.input.n %}"}},
+                              "ParkA": park("Flaky"),
+                              "Flaky": flaky("{'seen': $seen, 'redrives': $states.context.Execution.RedriveCount}")}),
             branch("CountB", {"CountB": count("b")}),
         ],
     },
 })
-#: A branch counts, then parks on a task token (written to the item ``park``).
+#: A branch counts, then parks.
 PARKED = machine("Section", {
-    "Section": {
-        "Type": "Parallel", "End": True,
-        "Branches": [branch("Count", {
-            "Count": count("parked", "Park"),
-            "Park": {
-                "Type": "Task", "Resource": "arn:aws:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
-                "Arguments": {"TableName": COUNTERS, "Item": {"pk": {"S": "park"},
-                                                              "token": {"S": "{% $states.context.Task.Token %}"}}},
-                "End": True,
-            },
-        })],
-    },
+    "Section": {"Type": "Parallel", "End": True,
+                "Branches": [branch("Count", {"Count": count("parked", "Park"), "Park": park()})]},
 })
-#: Each of 3 items counts itself; item 2's check fails in the first run.
+#: Each of 3 items, one at a time, counts itself; item 3's check fails in the first run.
 MAPPED = machine("Each", {
     "Each": {
-        "Type": "Map", "Items": "{% $states.input.items %}", "End": True,
+        "Type": "Map", "Items": "{% $states.input.items %}", "MaxConcurrency": 1, "End": True,
         "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **branch("CountItem", {
             "CountItem": count("item", "Check", key="'item' & $string($states.input)"),
-            "Check": flaky("$states.input * 10", condition=f"{FIRST_RUN} and $states.input = 2"),
+            "Check": flaky("$states.input * 10", condition=f"{FIRST_RUN} and $states.input = 3"),
         })},
     },
 })
-#: Outer [Inner [X, Y (fails once)], Z].
+#: Outer [Inner [X, Y (parks until X and Z are done, then fails once)], Z].
 NESTED = machine("Outer", {
     "Outer": {
         "Type": "Parallel", "End": True,
         "Branches": [
             branch("Inner", {"Inner": {"Type": "Parallel", "End": True, "Branches": [
                 branch("CountX", {"CountX": count("x")}),
-                branch("CountY", {"CountY": count("y", "FlakyY"), "FlakyY": flaky()}),
+                branch("CountY", {"CountY": count("y", "ParkY"), "ParkY": park("FlakyY"), "FlakyY": flaky()}),
             ]}}),
             branch("CountZ", {"CountZ": count("z")}),
         ],
     },
 })
-#: The Parallel's Arguments draw a fresh uuid; branch 1 fails at its first step (first run).
+#: The Parallel's Arguments draw a fresh uuid; branch 1 parks at its first step (the test fails it).
 UUID_ARGUMENTS = machine("Section", {
     "Section": {
         "Type": "Parallel", "End": True, "Arguments": "{% {'id': $uuid()} %}",
-        "Branches": [branch("Echo", {"Echo": {"Type": "Pass", "End": True}}),
-                     branch("Gate", {"Gate": flaky()})],
+        "Branches": [branch("Echo", {"Echo": {"Type": "Pass", "End": True}}), branch("Gate", {"Gate": park()})],
     },
 })
 #: A branch's Task fails on every attempt (no such table), retried once.
@@ -152,12 +153,43 @@ def counters(cloud) -> dict[str, int]:
     return {i["pk"]["S"]: int(i["n"]["N"]) for i in items if "n" in i}
 
 
-def fail_then_redrive(cloud, definition: dict, document: dict | None = None, name: str = "m"):
+def parked_token(cloud) -> str:
+    """The token of the Task parked now (its item is removed: the next park writes a new one)."""
+    item = wait_until(lambda: cloud.dynamodb.get_item(TableName=COUNTERS, Key={"pk": {"S": "park"}}).get("Item"))
+    assert item, "nothing parked"
+    cloud.dynamodb.delete_item(TableName=COUNTERS, Key={"pk": {"S": "park"}})
+    return item["token"]["S"]
+
+
+def wait_exited(cloud, arn: str, *names: str) -> None:
+    """Wait until the states ``names`` have exited (the siblings of a branch about to fail)."""
+    def done() -> bool:
+        history = cloud.history(arn)
+        return {e["stateExitedEventDetails"]["name"] for e in history if e["type"].endswith("StateExited")} >= set(names)
+
+    assert wait_until(done, timeout=30), f"{names} did not exit"
+
+
+def unpark_after(*names: str):
+    """A ``before_failure``: once ``names`` have exited, the parked Task goes on (to the failure)."""
+    def unpark(cloud, arn: str) -> None:
+        wait_exited(cloud, arn, *names)
+        cloud.stepfunctions.send_task_success(taskToken=parked_token(cloud), output="{}")
+
+    return unpark
+
+
+def fail_then_redrive(cloud, definition: dict, document: dict | None = None, name: str = "m", *,
+                      before_failure=None, after_redrive=None):
     """Run ``definition`` (it must fail), redrive it; the first result and the redriven one."""
     arn = cloud.start_execution(create_state_machine(definition, name=name), document or {})
+    if before_failure:
+        before_failure(cloud, arn)
     first = cloud.wait_for(arn)
     assert first.status == "FAILED", first
     cloud.stepfunctions.redrive_execution(executionArn=arn)
+    if after_redrive:
+        after_redrive(cloud, arn)
     return first, cloud.wait_for(arn, timeout=30)
 
 
@@ -194,7 +226,8 @@ def test_a_failed_execution_continues_from_its_failed_state_with_its_variables(c
 
 
 def test_a_parallel_reruns_only_its_failed_branch_from_its_failed_step(cloud):
-    first, again = fail_then_redrive(cloud, PARALLEL, {"n": 3}, name="parallel")
+    first, again = fail_then_redrive(cloud, PARALLEL, {"n": 3}, name="parallel",
+                                     before_failure=unpark_after("CountB"))
     assert again.status == "SUCCEEDED", (again.error, again.cause)
     # branch 0 resumes at Flaky with its variable; branch 1 keeps its first run's output
     assert again.output == [{"seen": 3, "redrives": 1}, {"n": 3}]
@@ -204,27 +237,22 @@ def test_a_parallel_reruns_only_its_failed_branch_from_its_failed_step(cloud):
 
 def test_variables_can_be_lost_instead_of_restored(cloud):
     cloud.redrive_options.restores_variables = False
-    first, again = fail_then_redrive(cloud, PARALLEL, {"n": 3}, name="forgetful")
+    first, again = fail_then_redrive(cloud, PARALLEL, {"n": 3}, name="forgetful",
+                                     before_failure=unpark_after("CountB"))
     assert again.status == "SUCCEEDED" and again.output == [{"redrives": 1}, {"n": 3}]  # no $seen: left out
 
 
 def test_a_task_stopped_inside_a_branch_is_started_again_not_its_branch(cloud):
-    def parked_token() -> str:
-        item = wait_until(lambda: cloud.dynamodb.get_item(TableName=COUNTERS, Key={"pk": {"S": "park"}}).get("Item"))
-        assert item, "the branch never parked"
-        return item["token"]["S"]
-
     arn = cloud.start_execution(create_state_machine(PARKED, name="parked"), {})
-    stale = parked_token()
+    stale = parked_token(cloud)
     cloud.stop_execution(arn)
     assert cloud.wait_for(arn).status == "ABORTED"
-    cloud.dynamodb.delete_item(TableName=COUNTERS, Key={"pk": {"S": "park"}})
     cloud.stepfunctions.redrive_execution(executionArn=arn)
-    token = parked_token()  # Park ran again: a new token
+    token = parked_token(cloud)  # Park ran again: a new token
     cloud.stepfunctions.send_task_success(taskToken=token, output=json.dumps({"woken": True}))
     again = cloud.wait_for(arn, timeout=30)
     assert token != stale
-    assert again.status == "SUCCEEDED" and again.output == [{"woken": True}]
+    assert again.status == "SUCCEEDED" and again.output == [{}]
     assert entered(again.history, after_redrive=True) == ["Section", "Park"]
     assert counters(cloud) == {"parked": 1}
     ends = [e for e in cloud.events.status_events if e["executionArn"] == arn]
@@ -237,12 +265,13 @@ def test_an_inline_map_reruns_only_its_failed_iteration(cloud):
     assert entered(again.history, after_redrive=True) == ["Each", "Check"]
     started = [e["mapIterationStartedEventDetails"]["index"] for e in again.history[len(first.history):]
                if e["type"] == "MapIterationStarted"]
-    assert started == [1]
+    assert started == [2]
     assert counters(cloud) == {"item1": 1, "item2": 1, "item3": 1}
 
 
 def test_nested_parallels_rerun_only_the_failed_inner_branch(cloud):
-    first, again = fail_then_redrive(cloud, NESTED, {"v": 1}, name="nested")
+    first, again = fail_then_redrive(cloud, NESTED, {"v": 1}, name="nested",
+                                     before_failure=unpark_after("CountX", "CountZ"))
     assert again.status == "SUCCEEDED" and again.output == [[{"v": 1}, {"v": 1}], {"v": 1}]
     assert entered(again.history, after_redrive=True) == ["Outer", "Inner", "FlakyY"]
     assert counters(cloud) == {"x": 1, "y": 1, "z": 1}
@@ -251,7 +280,16 @@ def test_nested_parallels_rerun_only_the_failed_inner_branch(cloud):
 @pytest.mark.parametrize("reevaluates", [False, True])
 def test_a_redriven_parallel_evaluates_its_arguments_again_only_when_asked(cloud, reevaluates):
     cloud.redrive_options.reevaluates_arguments = reevaluates
-    first, again = fail_then_redrive(cloud, UUID_ARGUMENTS, name=f"uuid-{reevaluates}")
+
+    def close_gate(cloud, arn):
+        wait_exited(cloud, arn, "Echo")
+        cloud.stepfunctions.send_task_failure(taskToken=parked_token(cloud), error="Gate.Closed")
+
+    def open_gate(cloud, arn):
+        cloud.stepfunctions.send_task_success(taskToken=parked_token(cloud), output="{}")
+
+    first, again = fail_then_redrive(cloud, UUID_ARGUMENTS, name=f"uuid-{reevaluates}",
+                                     before_failure=close_gate, after_redrive=open_gate)
     kept, rerun = again.output
     first_id = json.loads(next(e for e in first.history if e["type"] == "PassStateEntered")
                           ["stateEnteredEventDetails"]["input"])["id"]
