@@ -3,35 +3,71 @@
 ::
 
     python -m constructs_lib.local.stress --runs 500 --keys 5 --seed 1 --backend moto
+    python -m constructs_lib.local.stress --redrive-readings strict   # one reading only
     python -m constructs_lib.local.stress --negative-control      # must FAIL: unlocked runs mixed in
 
-One stack (:class:`StressStack`) holds every shape a user may build on one key, all on one lock
-table and one key namespace, so they contend with each other: a plain ``LockedWorkflow``; a Map
-whose iterations lock the same key; a Parallel whose branches do; a section nested in a section
-on the same key; a workflow whose state machine times out while holding; a workflow with a
-lease shorter than its work (its own keys: overlap is allowed there, by design); the fair lock
-(``fair=True``) among them. The protected
-work is the probe Lambda (``lambdas/probe``).
+One stack (:func:`build_stack`) holds every shape a user may build on one key, all on one lock
+table and one key namespace (``x``), so they contend with each other: a plain ``LockedWorkflow``;
+a Map whose iterations lock the same key; a Parallel whose branches do; a section nested in a
+section on the same key; a workflow whose state machine times out while holding; a workflow
+with a lease shorter than its work (its own keys: overlap is allowed there, by design); the fair
+lock (``fair=True``); a workflow holding its key whose work is a Map of sections, or a Parallel
+of two sections, each on a child key of namespace ``c`` (``C0``, ``C1`` ...: concurrent children
+of one hold, on other keys - they contend with each other and with other holds' children).
+Python holders take part through :class:`LockClient`: a thread holding a key (sometimes
+re-entering its own hold), and an asyncio event loop whose tasks each hold a key (tasks beside
+a block are other holders: a task refused with ``LockHeldInThisThread`` retries after an
+``await``). The protected work is the probe Lambda (``lambdas/probe``); the clients invoke it
+in-process with their lease's fence.
 
-Each run draws: a shape, a key, a work time, a failure of the work, a stop after a random
-delay (the probe's Lambda runs on: the stop grace must cover it), a redrive of a failed,
-stopped or timed-out run, and faults on the lock's own writes (throttles; lost responses of
-acquires, releases, the fair lock's enqueues and acquires as head; lost wake-ups).
+Each run draws: a shape, a key, a work time (sometimes past the probe's function timeout: the
+task fails with ``Sandbox.Timedout`` while the handler runs on), a failure of the work, a
+padding field of 50-150 KB in its input (shapes whose output stays under 256 KiB), a stop -
+after a random delay, as soon as the run waits for its key (before it acquires), or after a
+long wait (many acquire attempts in its history) - and a redrive of a failed, stopped or
+timed-out run. The lock's own writes get faults (throttles; lost responses of acquires,
+releases, the fair lock's enqueues and acquires as head; lost wake-ups), and the janitor's
+status-change events are delivered at least once: every one twice, and one more copy held back
+and delivered at random moments and once at the end (after redrives too).
+
+Redrive readings: RedriveExecution resumes mid-branch, as AWS documents; whether a redriven
+Parallel's ``Arguments`` (a Map's ``Items``) are evaluated again is undocumented, so the
+campaign runs under both readings (``--redrive-readings both``, the default): the first half
+of the plan with ``redrive_reevaluates_arguments=False``, the second with ``True``.
 
 Invariants (every one must hold; ``--negative-control`` must break the first):
 
-1. the probe never finds another holder inside (``insideAtEntry`` is always 1);
+1. the probe never finds another holder inside (``insideAtEntry`` is always 1), per key,
+   child keys included;
 2. no lost update: the probe's read-modify-write counter equals its accepted writes;
 3. fences at entry never go down, per key;
-4. every run ends SUCCEEDED or with its documented outcome (the work's error, ABORTED when
-   stopped, TIMED_OUT for the timing-out shape, ``Lock.Lost`` only for the short lease);
+4. every run ends SUCCEEDED or with its documented outcome (the work's error or its function
+   timeout, ``Lock.Timeout``, ABORTED when stopped, TIMED_OUT for the timing-out shape,
+   ``Lock.Lost`` only for the short lease);
 5. once the janitor has settled and the graces passed, no lock is left held and no queue
-   holds anyone.
+   holds anyone;
+6. a client's re-entered hold yields the enclosing lease (same fence) and leaving it releases
+   nothing;
+7. handoff after an ended holder: when a run's execution ended (stopped, or timed out) while
+   it held a key and another participant was waiting for that key, the next entry into the
+   key came within ``grace + round + HANDOFF_SLACK_S`` of the end - ``grace`` the stop grace
+   stored with the acquisition (the probe's 3 s timeout + 5 s), ``round`` one liveness round of
+   a polling waiter (:data:`LIVENESS_ROUND_S`) or one park timeout for a fair one
+   (:data:`FAIR_PARK_TIMEOUT_S`), and :data:`HANDOFF_SLACK_S` for a loaded machine. "Held" is
+   read on the lock item right after the end (its owner names the execution); "waiting" is
+   read from the waiter's own history (an acquire attempt on the key since its last entry,
+   no entry until past the bound, still running) or, for a client, from its own clock.
+
+Not yet covered (another engineer's open work): sections cancelled by a failing sibling
+branch (no Catch runs in them), and records near the payload limit.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import math
 import random
 import sys
 import threading
@@ -41,7 +77,13 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+from botocore.exceptions import ClientError
+
+from state_machines import fair_protocol as fair
+from state_machines import lock_protocol as protocol
+from state_machines.lock_protocol import WaitPolicy
 
 #: The probe's Lambda timeout (s); the stop grace derived from it is this + 5 s.
 PROBE_TIMEOUT_S = 3
@@ -49,14 +91,40 @@ PROBE_TIMEOUT_S = 3
 SHORT_LEASE_S = 2
 SHORT_TIMEOUT_S = 4
 SHAPES = {  # shape -> weight in the mix
-    "Plain": 40, "Map": 12, "Parallel": 10, "Nested": 10, "Timeout": 10, "Lease": 8, "Fair": 15,
+    "Plain": 30, "Map": 10, "Parallel": 8, "Nested": 8, "Timeout": 8, "Lease": 6, "Fair": 12,
+    "Children": 8, "ChildrenParallel": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
 }
+#: Shapes run by a Python client (no state machine: never stopped nor redriven).
+CLIENT_SHAPES = {"ClientThread", "ClientNested", "ClientAsync"}
+#: Shapes whose output stays under 256 KiB with a padded input (a Parallel's output holds
+#: each branch's copy of its input; records near the payload limit are not covered here).
+PADDED_SHAPES = {"Plain", "Map", "Nested", "Timeout", "Lease", "Fair", "Children"}
+#: Padding of a large input (bytes).
+PADDING_BYTES = (50_000, 150_000)
 #: A fair waiter's park fallback (s): the polling shapes on its keys never wake it.
 FAIR_PARK_TIMEOUT_S = 3
-#: The work's own errors (the probe's requested failure, and its function timeout - reached
-#: only when the machine is slow: the probe's own TimedOut, or the runtime's Sandbox.Timedout
-#: when the deadline comes first) and a waiter's timeout.
-ALLOWED_ERRORS = {"RuntimeError", "TimedOut", "Sandbox.Timedout", "Lock.Timeout"}
+#: How every polling section waits: rounds of 2 polls (1 s, 1.5 s), then at most 2 s.
+FAST = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
+#: Longest wait for a lock (s), every shape but "Timeout".
+MAX_WAIT_S = 90
+#: One liveness round of a polling waiter (s): the time between two of its liveness checks
+#: (every 2nd round: ``liveness_check_every``'s default), each round its polls and its wait.
+LIVENESS_ROUND_S = 2 * (FAST.round_polling_s(MAX_WAIT_S) + FAST.max_interval)
+#: Added to a handoff's bound for a loaded machine (threads sharing one GIL, two cores).
+HANDOFF_SLACK_S = 20
+#: A "long wait" stop waits for this many acquire attempts in the run's history.
+LONG_WAIT_ATTEMPTS = 8
+#: A client's lease and wait (s).
+CLIENT_LEASE_S, CLIENT_WAIT_S = 60, 60
+#: The work's own errors (the probe's requested failure; its function timeout, as the runtime
+#: reports it - ``Sandbox.Timedout`` - or as the probe names it when it stopped itself just
+#: before) and a waiter's timeout.
+ALLOWED_ERRORS = {"RuntimeError", "Sandbox.Timedout", "TimedOut", protocol.ERROR_TIMEOUT}
+#: Errors of an injected fault a client retries (botocore's own retries are past: the fault
+#: hook sits upstream of them).
+TRANSIENT_ERRORS = {"ThrottlingException", "InternalServerError"}
+#: Redrive readings: name -> ``redrive_reevaluates_arguments``.
+READINGS = {"strict": False, "reevaluate": True}
 
 
 def build_stack(scope: Any, construct_id: str) -> Any:
@@ -65,10 +133,9 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from constructs_lib import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+    from constructs_lib import LockedSection, LockedWorkflow, LockTable
     from state_machines.lock_protocol import jsonata
 
-    fast = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
     stack = cdk.Stack(scope, construct_id)
     locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
     probes = dynamodb.Table(
@@ -83,28 +150,30 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     )
     probes.grant_read_write_data(probe_fn)
 
-    def probe(construct_id: str, fence: str) -> Any:
+    def probe(construct_id: str, fence: str, at: str = "$states.input") -> Any:
+        """The probe on the work item at ``at`` (its key, work time and failure)."""
         return tasks.LambdaInvoke.jsonata(
             stack, construct_id, lambda_function=probe_fn,
             payload=sfn.TaskInput.from_object({
-                "key": jsonata("$states.input.key"), "workMs": jsonata("$states.input.workMs"),
-                "fail": jsonata("$states.input.fail"), "fence": jsonata(fence),
+                "key": jsonata(f"{at}.key"), "workMs": jsonata(f"{at}.workMs"),
+                "fail": jsonata(f"{at}.fail"), "fence": jsonata(fence),
             }),
             outputs=jsonata("$states.input"), retry_on_service_exceptions=False,
         )
 
-    def section(construct_id: str, work: Any, variable: str) -> Any:
+    def section(construct_id: str, work: Any, variable: str, *, key: str = "$states.input.key",
+                namespace: str = "x") -> Any:
         return LockedSection(
-            stack, construct_id, lock_key=jsonata("$states.input.key"), key_namespace="x",
-            protected=work, table=locks, lease=cdk.Duration.minutes(10), wait_policy=fast,
-            max_wait=cdk.Duration.seconds(90), lock_variable=variable,
+            stack, construct_id, lock_key=jsonata(key), key_namespace=namespace,
+            protected=work, table=locks, lease=cdk.Duration.minutes(10), wait_policy=FAST,
+            max_wait=cdk.Duration.seconds(MAX_WAIT_S), lock_variable=variable,
         )
 
-    def workflow(construct_id: str, **props: Any) -> Any:
-        props = {"timeout": cdk.Duration.minutes(4), "max_wait": cdk.Duration.seconds(90), **props}
+    def workflow(construct_id: str, protected: Any = None, **props: Any) -> Any:
+        props = {"timeout": cdk.Duration.minutes(4), "max_wait": cdk.Duration.seconds(MAX_WAIT_S), **props}
         return LockedWorkflow(
             stack, construct_id, lock_key=jsonata("$states.input.key"), key_namespace="x",
-            protected=probe(f"{construct_id}Probe", "$lock.fence"), table=locks, wait_policy=fast,
+            protected=protected or probe(f"{construct_id}Probe", "$lock.fence"), table=locks, wait_policy=FAST,
             logging=False, tracing=False, state_machine_name=construct_id, **props,
         )
 
@@ -129,8 +198,39 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     inner = section("InnerLock", probe("InnerProbe", "$inner.fence"), "inner")
     outer = section("OuterLock", probe("OuterProbe", "$outer.fence").next(inner), "outer")
     outer.recover_stale_holders(machine("Nested", outer))
+    # Concurrent children of one hold, on other keys (namespace "c"): a Map of sections ...
+    children = sfn.Map.jsonata(stack, "EachChild", items=sfn.ProvideItems.jsonata(jsonata("$states.input.children")))
+    child = section("ChildLock", probe("ChildProbe", "$child.fence"), "child", namespace="c")
+    workflow("Children", probe("ChildrenProbe", "$lock.fence").next(children.item_processor(child)))
+    # ... and a Parallel of two sections.
+    pair = sfn.Parallel.jsonata(stack, "BothChildren")
+    pair.branch(section("LeftChildLock", probe("LeftChildProbe", "$leftChild.fence", "$states.input.left"),
+                        "leftChild", key="$states.input.left.key", namespace="c"))
+    pair.branch(section("RightChildLock", probe("RightChildProbe", "$rightChild.fence", "$states.input.right"),
+                        "rightChild", key="$states.input.right.key", namespace="c"))
+    workflow("ChildrenParallel", probe("ChildrenParallelProbe", "$lock.fence").next(pair))
     machine("Unlocked", probe("UnlockedProbe", "null"))
     return stack
+
+
+@dataclass
+class Hold:
+    """A lock an ended execution still held at its end (read on the lock item right after)."""
+
+    stored_key: str
+    ended_ms: int
+    grace_ms: int
+
+
+@dataclass
+class Wait:
+    """A time a participant waited for a stored key: from ``start_ms`` to ``end_ms`` (its entry,
+    or the end of its wait), ``fair`` when it parked in a fair queue."""
+
+    stored_key: str
+    start_ms: int
+    end_ms: int
+    fair: bool = False
 
 
 @dataclass
@@ -138,12 +238,25 @@ class Run:
     shape: str
     key: str
     document: dict
-    stop_after_s: float | None
-    redrive: bool
+    stop: str | None = None  # "delay", "waiting" (before it acquires) or "long-wait"
+    stop_after_s: float = 0.0
+    redrive: bool = False
+    reading: str = ""
     arn: str = ""
     status: str = ""
     error: str | None = None
     redriven: bool = False
+    stopped: bool = False  # a stop landed while it ran
+    stopped_waiting: bool = False  # ... before it had entered, after a refused acquire
+    attempts_at_stop: int = 0
+    holds: list[Hold] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+    task_errors: list[str | None] = field(default_factory=list)  # ClientAsync: each task's
+    problems: list[str] = field(default_factory=list)  # a client's re-entrancy found broken
+
+    @property
+    def padded(self) -> bool:
+        return "padding" in self.document
 
 
 @dataclass
@@ -153,34 +266,70 @@ class Report:
     faults: Counter
     left_held: list[str]
     violations: dict[str, list[str]] = field(default_factory=dict)
+    handoffs: list[tuple[str, int]] = field(default_factory=list)  # (stored key, ms to next entry)
 
     @property
     def ok(self) -> bool:
         return not any(self.violations.values())
 
 
+def _work(rng: random.Random, shape: str) -> int:
+    if shape == "Lease":
+        return rng.choice([100, (SHORT_LEASE_S + 1) * 1000])
+    if shape == "Timeout":  # the longest work outlasts the state machine after a wait
+        return rng.choice([100, 200, PROBE_TIMEOUT_S * 1000 - 100])
+    if rng.random() < 0.05:  # past the function's timeout: Sandbox.Timedout, the handler runs on
+        return rng.randint(PROBE_TIMEOUT_S * 1000 + 300, PROBE_TIMEOUT_S * 1000 + 1500)
+    return rng.randint(50, 400)
+
+
 def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
     rng = random.Random(seed)
     shapes = dict(SHAPES, **({"Unlocked": 25} if negative_control else {}))
+    child_keys = max(2, keys - 2)
     planned = []
     for _ in range(runs):
         shape = rng.choices(list(shapes), weights=list(shapes.values()))[0]
-        key = (f"L{rng.randrange(keys)}" if shape == "Lease" else f"K{rng.randrange(keys)}")
-        work_ms = rng.randint(50, 400) if shape != "Lease" else rng.choice([100, (SHORT_LEASE_S + 1) * 1000])
-        if shape == "Timeout":  # the longest work outlasts the state machine after a wait
-            work_ms = rng.choice([100, 200, PROBE_TIMEOUT_S * 1000 - 100])
-        document = {"key": key, "workMs": work_ms, "fail": rng.random() < 0.1}
+        key = f"L{rng.randrange(keys)}" if shape == "Lease" else f"K{rng.randrange(keys)}"
+
+        def item(key: str) -> dict:
+            return {"key": key, "workMs": _work(rng, shape), "fail": rng.random() < 0.1}
+
+        document = item(key)
         if shape == "Map":
-            document = {"items": [dict(document) for _ in range(rng.randint(2, 3))]}
-        stop = rng.uniform(0.2, 2.0) if rng.random() < 0.1 and shape != "Unlocked" else None
-        planned.append(Run(shape, key, document, stop, redrive=rng.random() < 0.5))
+            document = {"items": [item(key) for _ in range(rng.randint(2, 3))]}
+        elif shape == "Children":
+            document["fail"] = rng.random() < 0.05
+            document["children"] = [item(f"C{rng.randrange(child_keys)}") for _ in range(rng.randint(2, 3))]
+        elif shape == "ChildrenParallel":
+            document["fail"] = rng.random() < 0.05
+            document["left"], document["right"] = (item(f"C{rng.randrange(child_keys)}") for _ in range(2))
+        elif shape == "ClientAsync":  # several tasks of one event loop, on two keys (maybe one)
+            pair = [key, f"K{rng.randrange(keys)}"]
+            document = {"key": key, "tasks": [item(rng.choice(pair)) for _ in range(rng.randint(2, 4))]}
+        run = Run(shape, key, document)
+        if shape in PADDED_SHAPES and rng.random() < 0.08:
+            run.document["padding"] = "p" * rng.randint(*PADDING_BYTES)
+        if shape not in CLIENT_SHAPES and shape != "Unlocked":
+            draw = rng.random()
+            if draw < (0.3 if run.padded else 0.08):  # a padded input's holder: the janitor reads it
+                run.stop, run.stop_after_s = "delay", rng.uniform(0.2, 2.0)
+            elif draw < (0.3 if run.padded else 0.08) + 0.05:
+                run.stop = "waiting"
+            elif draw < (0.3 if run.padded else 0.08) + 0.08:
+                run.stop = "long-wait"
+            run.redrive = rng.random() < (0.8 if run.stop == "waiting" else 0.5)
+        planned.append(run)
     return planned
+
+
+# --------------------------------------------------------------------------------------
+# Faults
+# --------------------------------------------------------------------------------------
 
 
 def _faults(rng: random.Random, log: Counter) -> list:
     from constructs_lib.local.faults import Fault
-    from state_machines import fair_protocol as fair
-    from state_machines import lock_protocol as protocol
 
     guard = threading.Lock()
 
@@ -220,50 +369,377 @@ def _lost(rng: random.Random, guard: threading.Lock, log: Counter, probability: 
     return hit
 
 
-def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_s: float = 20.0,
-                 progress: bool = False) -> Report:
-    from constructs_lib.local.faults import dynamodb_faults
-    from state_machines import lock_protocol as protocol
+# --------------------------------------------------------------------------------------
+# Reading an execution's history
+# --------------------------------------------------------------------------------------
 
-    rng = random.Random(seed + 1)
-    fault_log: Counter = Counter()
-    arns = {  # every shape's state machine is named after it
-        shape: f"arn:aws:states:{cloud.region}:{cloud.account_id}:stateMachine:{shape}"
-        for shape in list(SHAPES) + ["Unlocked"]
-    }
+#: Writes that try to take a lock, or to queue for it (a release, a retire or a dequeue does not).
+_ATTEMPTS = (protocol.ACQUIRE.update, fair.ENQUEUE.update, fair.PARK.update)
+_ENDS = {"ExecutionSucceeded", "ExecutionFailed", "ExecutionAborted", "ExecutionTimedOut"}
 
-    def one(run: Run) -> Run:
-        run.arn = cloud.start_execution(arns[run.shape], run.document, name=f"{run.shape}-{uuid.uuid4()}")
-        if run.stop_after_s is not None:
-            time.sleep(run.stop_after_s)
-            if cloud.status(run.arn) == "RUNNING":
-                cloud.stop_execution(run.arn, error="Stress.Stop", cause="stopped by the campaign")
+
+def _ms(timestamp: Any) -> int:
+    return int(timestamp.timestamp() * 1000)
+
+
+def _stored_key(probe_key: str) -> str:
+    """The lock item of a probe item: child keys (``C...``) live in namespace ``c``."""
+    return protocol.namespaced("c" if probe_key.startswith("C") else "x", probe_key)
+
+
+def _lock_writes(parameters: dict) -> Iterator[tuple[str, str]]:
+    """(stored key, update expression) of each write of a DynamoDB task's parameters."""
+    updates = [parameters] if "UpdateExpression" in parameters else [
+        entry.get("Update", {}) for entry in parameters.get("TransactItems", [])
+    ]
+    for update in updates:
+        key = (update.get("Key") or {}).get(protocol.KEY_ATTRIBUTE, {}).get("S")
+        if key and update.get("UpdateExpression"):
+            yield key, update["UpdateExpression"]
+
+
+def timeline(history: list[dict]) -> list[tuple[int, str, str]]:
+    """``(ms, kind, stored key)`` from an execution's history: ``attempt`` (a write that tries
+    to take or queue for the lock), ``enter`` (the probe scheduled on its key), ``park`` (a
+    fair waiter's park write), ``end`` (the execution ended: no key)."""
+    out = []
+    for event in history:
+        ms = _ms(event["timestamp"])
+        if event["type"] in _ENDS:
+            out.append((ms, "end", ""))
+        if event["type"] != "TaskScheduled":
+            continue
+        details = event["taskScheduledEventDetails"]
+        parameters = json.loads(details.get("parameters") or "{}")
+        if details.get("resourceType") == "lambda":
+            key = (parameters.get("Payload") or {}).get("key")
+            if isinstance(key, str):
+                out.append((ms, "enter", _stored_key(key)))
+        elif details.get("resourceType") in ("dynamodb", "aws-sdk:dynamodb"):  # the fair park: aws-sdk
+            for key, update in _lock_writes(parameters):
+                if update == fair.PARK.update:
+                    out.append((ms, "park", key))
+                elif update.startswith(_ATTEMPTS):
+                    out.append((ms, "attempt", key))
+    return out
+
+
+def waits_of(events: list[tuple[int, str, str]]) -> list[Wait]:
+    """The waits an execution's timeline shows, per key: from its first attempt since its last
+    entry (or end) to its next entry (or end). Concurrent branches on one key blur this only
+    towards fewer waits (a wait whose first attempt came before a sibling's entry is not
+    counted), so the handoff check reads no wait that did not happen."""
+    waits: list[Wait] = []
+    since: dict[str, tuple[int, bool]] = {}
+    for ms, kind, key in sorted(events, key=lambda event: event[0]):
+        if kind == "end":
+            waits += [Wait(k, start, ms, parked) for k, (start, parked) in since.items()]
+            since.clear()
+        elif kind == "enter":
+            if key in since:
+                start, parked = since.pop(key)
+                waits.append(Wait(key, start, ms, parked))
+        elif key not in since:
+            since[key] = (ms, kind == "park")
+        elif kind == "park":
+            since[key] = (since[key][0], True)
+    return waits
+
+
+def _progress(history: list[dict]) -> tuple[int, int, bool]:
+    """(acquire attempts so far, refused writes, whether the run has entered the probe)."""
+    events = timeline(history)
+    refused = sum(
+        event["type"] == "TaskFailed"
+        and event["taskFailedEventDetails"].get("error", "").endswith("ConditionalCheckFailedException")
+        for event in history
+    )
+    return sum(kind == "attempt" for _, kind, _ in events), refused, any(kind == "enter" for _, kind, _ in events)
+
+
+# --------------------------------------------------------------------------------------
+# The campaign
+# --------------------------------------------------------------------------------------
+
+
+class _Campaign:
+    """One campaign's runs over one deployment: executions, clients, stops and redrives."""
+
+    def __init__(self, cloud: Any, app: Any, rng: random.Random, redrive_delay_s: float) -> None:
+        from constructs_lib.lock_client import LockClient
+
+        self.cloud, self.app, self.rng, self.redrive_delay_s = cloud, app, rng, redrive_delay_s
+        self.rng_guard = threading.Lock()
+        self.arns = {  # every shape's state machine is named after it
+            shape: f"arn:aws:states:{cloud.region}:{cloud.account_id}:stateMachine:{shape}"
+            for shape in set(SHAPES) - CLIENT_SHAPES | {"Unlocked"}
+        }
+        self.locks_table = _table(app, "LocksTable")
+        self.probe_name = app.function_name("Probe")
+        self.client = LockClient(self.locks_table, namespace="x", dynamodb=cloud.dynamodb)
+        self.lambda_client = cloud.client("lambda")
+        self.counts: Counter = Counter()
+
+    def uniform(self, low: float, high: float) -> float:
+        with self.rng_guard:
+            return self.rng.uniform(low, high)
+
+    def count(self, label: str) -> None:
+        with self.rng_guard:
+            self.counts[label] += 1
+
+    # -- executions ---------------------------------------------------------------------
+
+    def execution(self, run: Run) -> None:
+        cloud = self.cloud
+        run.arn = cloud.start_execution(self.arns[run.shape], run.document, name=f"{run.shape}-{uuid.uuid4()}")
+        if run.stop is not None:
+            self.stop_when_due(run)
         result = cloud.wait_for(run.arn, timeout=300)
+        if result.status == "TIMED_OUT":
+            run.holds += self.holds_at_end(run)
         if run.redrive and result.status in ("FAILED", "ABORTED", "TIMED_OUT") and run.shape != "Unlocked":
+            time.sleep(self.redrive_delay_s)
             try:
                 cloud.stepfunctions.redrive_execution(executionArn=run.arn)
                 run.redriven = True
                 result = cloud.wait_for(run.arn, timeout=300)
-            except Exception:  # noqa: BLE001 - not redrivable (or no redrive in this runtime)
-                pass
+            except ClientError as refused:  # e.g. ExecutionNotRedrivable: the history limit reached
+                self.count(f"redrive refused: {refused.response['Error']['Code']}")
         run.status, run.error = result.status, result.error
+        run.waits = waits_of(timeline(result.history))
+
+    def stop_when_due(self, run: Run) -> None:
+        """Stop ``run`` after its delay, as soon as it waits for its key, or after a long wait."""
+        cloud = self.cloud
+        if run.stop == "delay":
+            time.sleep(run.stop_after_s)
+        else:
+            deadline = time.monotonic() + (30 if run.stop == "waiting" else 75)
+            while time.monotonic() < deadline and cloud.status(run.arn) == "RUNNING":
+                attempts, refused, entered = _progress(cloud.history(run.arn))
+                if entered or (refused if run.stop == "waiting" else attempts >= LONG_WAIT_ATTEMPTS):
+                    break
+                time.sleep(0.3 if run.stop == "waiting" else 1.0)
+        if cloud.status(run.arn) != "RUNNING":
+            return
+        attempts, refused, entered = _progress(cloud.history(run.arn))
+        cloud.stop_execution(run.arn, error="Stress.Stop", cause="stopped by the campaign")
+        if cloud.status(run.arn) == "ABORTED":
+            run.stopped, run.attempts_at_stop = True, attempts
+            run.stopped_waiting = refused > 0 and not entered
+            run.holds += self.holds_at_end(run)
+
+    def holds_at_end(self, run: Run) -> list[Hold]:
+        """The locks ``run``'s execution held when it ended: its keys' lock items whose owner
+        is one of its acquisitions (read before any redrive; a takeover waits for the grace)."""
+        ended_ms = _ms(self.cloud.describe(run.arn)["stopDate"])
+        keys = {run.key} | {c["key"] for c in run.document.get("children", [])}
+        keys |= {run.document[side]["key"] for side in ("left", "right") if side in run.document}
+        holds = []
+        for key in sorted(keys):
+            stored = _stored_key(key)
+            item = self.cloud.dynamodb.get_item(
+                TableName=self.locks_table, Key=protocol.lock_item_key(stored), ConsistentRead=True,
+            ).get("Item", {})
+            owner = item.get(protocol.OWNER, {}).get("S")
+            if protocol.owner_execution(owner) == run.arn and protocol.GRACE in item:
+                holds.append(Hold(stored, ended_ms, int(item[protocol.GRACE]["N"])))
+        return holds
+
+    # -- clients ------------------------------------------------------------------------
+
+    def invoke_probe(self, item: dict, fence: int) -> str | None:
+        """Run the probe in-process with ``fence``; the function's error type, if any."""
+        payload = {"key": item["key"], "workMs": item["workMs"], "fail": item["fail"], "fence": fence}
+        response = self.lambda_client.invoke(FunctionName=self.probe_name, Payload=json.dumps(payload).encode())
+        body = response["Payload"].read()
+        if response.get("FunctionError"):
+            return json.loads(body).get("errorType", "Unknown")
+        return None
+
+    def _release_again(self, lease: Any, error: ClientError) -> None:
+        """Release ``lease`` after its release failed with a transient error (an injected
+        fault: botocore's retries exhausted). A lost response (``InternalServerError``) may
+        have released it already; a waiter may have taken it since, which is no loss."""
+        from constructs_lib.lock_client import LockLost
+
+        for _ in range(20):
+            try:
+                self.client.release(lease)
+                return
+            except LockLost:
+                if error.response["Error"]["Code"] == "InternalServerError":
+                    return
+                raise
+            except ClientError as again:
+                if again.response["Error"]["Code"] not in TRANSIENT_ERRORS:
+                    raise
+                error = again
+                time.sleep(0.2)
+        raise error
+
+    def client_thread(self, run: Run) -> None:
+        """A thread holding its key (``ClientNested``: re-entering its own hold around the work,
+        then working again under the outer block - leaving the inner one released nothing).
+        A transient error is retried as an application would: the acquire with the same owner
+        (one whose response was lost is ours), the release until it is done."""
+        from constructs_lib.lock_client import LockError, LockHeld
+
+        item, started = run.document, _now_ms()
+        owner = f"{self.client.owner}{protocol.OWNER_SEPARATOR}{uuid.uuid4()}"
+        deadline = time.monotonic() + CLIENT_WAIT_S
+        while run.status == "":
+            held: dict[str, Any] = {}
+            try:
+                wait = max(0.0, deadline - time.monotonic())
+                with self.client.hold(run.key, owner=owner, lease=CLIENT_LEASE_S, wait=wait) as lease:
+                    held["lease"] = lease
+                    run.waits.append(Wait(_stored_key(run.key), started, _now_ms()))
+                    if run.shape == "ClientNested":
+                        with self.client.hold(run.key, lease=CLIENT_LEASE_S, wait=CLIENT_WAIT_S) as inner:
+                            if inner.fence != lease.fence or inner.owner != lease.owner:
+                                run.problems.append(f"re-entered hold got fence {inner.fence}, enclosing {lease.fence}")
+                            first = self.invoke_probe(item, inner.fence)
+                        second = self.invoke_probe(dict(item, fail=False), lease.fence)  # still held
+                        held["error"] = first or second
+                    else:
+                        held["error"] = self.invoke_probe(item, lease.fence)
+            except LockHeld:  # still held at the deadline (a wait of 0 once it passed)
+                run.waits.append(Wait(_stored_key(run.key), started, _now_ms()))
+                held["error"] = protocol.ERROR_TIMEOUT
+            except LockError as error:  # e.g. LockLost on release: no documented outcome
+                held["error"] = f"{type(error).__name__}: {error}"
+            except ClientError as error:
+                if error.response["Error"]["Code"] not in TRANSIENT_ERRORS or ("lease" in held) != ("error" in held):
+                    raise
+                self.count("client: transient error retried")
+                if "lease" in held:  # the work ran; its release failed
+                    self._release_again(held["lease"], error)
+                else:
+                    time.sleep(0.1)
+                    continue
+            run.error = held["error"]
+            run.status = "FAILED" if run.error else "SUCCEEDED"
+
+    def client_async(self, run: Run) -> None:
+        """An event loop whose tasks each hold a key: a task refused because another task of
+        the loop holds it (``LockHeldInThisThread``) or because someone else does
+        (``LockHeld``) awaits and tries again, up to its wait (transient errors: as in
+        :meth:`client_thread`)."""
+        from constructs_lib.lock_client import LockError, LockHeld, LockHeldInThisThread
+
+        async def task(item: dict) -> str | None:
+            started = _now_ms()
+            owner = f"{self.client.owner}{protocol.OWNER_SEPARATOR}{uuid.uuid4()}"
+            deadline = time.monotonic() + CLIENT_WAIT_S
+            while True:
+                held: dict[str, Any] = {}
+                try:
+                    with self.client.hold(item["key"], owner=owner, lease=CLIENT_LEASE_S, wait=0) as lease:
+                        held["lease"] = lease
+                        run.waits.append(Wait(_stored_key(item["key"]), started, _now_ms()))
+                        held["error"] = await asyncio.to_thread(self.invoke_probe, item, lease.fence)
+                    return held["error"]
+                except LockHeldInThisThread:
+                    self.count("same-thread refusals (asyncio)")
+                    pause = self.uniform(0.05, 0.3)
+                except LockHeld:
+                    pause = self.uniform(0.2, 1.0)
+                except LockError as error:  # e.g. LockLost on release: no documented outcome
+                    return f"{type(error).__name__}: {error}"
+                except ClientError as error:
+                    if error.response["Error"]["Code"] not in TRANSIENT_ERRORS or ("lease" in held) != ("error" in held):
+                        raise
+                    self.count("client: transient error retried")
+                    if "lease" in held:
+                        self._release_again(held["lease"], error)
+                        return held["error"]
+                    pause = 0.1
+                if time.monotonic() + pause > deadline:
+                    run.waits.append(Wait(_stored_key(item["key"]), started, _now_ms()))
+                    return protocol.ERROR_TIMEOUT
+                await asyncio.sleep(pause)
+
+        async def main() -> list[str | None]:
+            return list(await asyncio.gather(*(task(item) for item in run.document["tasks"])))
+
+        run.task_errors = asyncio.run(main())
+        run.error = next((error for error in run.task_errors if error), None)
+        run.status = "FAILED" if run.error else "SUCCEEDED"
+
+    def one(self, run: Run) -> Run:
+        try:
+            if run.shape == "ClientAsync":
+                self.client_async(run)
+            elif run.shape in CLIENT_SHAPES:
+                self.client_thread(run)
+            else:
+                self.execution(run)
+        except Exception as error:  # noqa: BLE001 - the run's outcome: judged, not a crash
+            run.status, run.error = "FAILED", f"campaign error {type(error).__name__}: {error}"
         return run
 
-    with dynamodb_faults(*_faults(rng, fault_log)):
-        with ThreadPoolExecutor(max_workers=24) as pool:
-            futures = []
-            for run in planned:
-                futures.append(pool.submit(one, run))
-                time.sleep(rng.uniform(0, 0.05))
-            done = 0
-            for future in futures:
-                future.result()
-                done += 1
-                if progress and done % 25 == 0:
-                    print(f"  {done}/{len(planned)} runs ended", file=sys.stderr)
-    # the janitor retires stopped holders' locks; their graces then pass
-    time.sleep(settle_s)
-    report = Report(planned, _probe_items(cloud, app), fault_log, _left_held(cloud, app, protocol))
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_s: float = 20.0,
+                 readings: tuple[str, ...] = ("strict", "reevaluate"), redrive_delay_s: float = 0.0,
+                 progress: bool = False) -> Report:
+    """Run ``planned`` (split in one contiguous share per redrive reading, in order), with the
+    faults on, the janitor's events duplicated and late; settle; judge.
+
+    ``redrive_delay_s``: how long after its end a run is redriven (default 0: at once, within
+    its stop grace - see the README's known defect of an early redrive)."""
+    from constructs_lib.local.faults import dynamodb_faults
+
+    rng = random.Random(seed + 1)
+    fault_log: Counter = Counter()
+    campaign = _Campaign(cloud, app, random.Random(seed + 2), redrive_delay_s)
+    events = cloud.events
+    saved = (events.duplicate_deliveries, events.late_copies_after, cloud.redrive_options.reevaluates_arguments)
+    delivered_before = len(events.deliveries)
+    events.duplicate_deliveries, events.late_copies_after = 1, math.inf
+    finished = threading.Event()
+
+    def late_copies() -> None:  # at random moments: janitor events long after their execution ended
+        while not finished.wait(rng.uniform(3, 15)):
+            events.deliver_late_copies()
+
+    deliverer = threading.Thread(target=late_copies, name="stress-late-copies", daemon=True)
+    deliverer.start()
+    share = math.ceil(len(planned) / len(readings))
+    try:
+        with dynamodb_faults(*_faults(rng, fault_log)):
+            for index, reading in enumerate(readings):
+                cloud.redrive_options.reevaluates_arguments = READINGS[reading]
+                part = planned[index * share:(index + 1) * share]
+                for run in part:
+                    run.reading = reading
+                with ThreadPoolExecutor(max_workers=24) as pool:
+                    futures = []
+                    for run in part:
+                        futures.append(pool.submit(campaign.one, run))
+                        time.sleep(rng.uniform(0, 0.05))
+                    for done, future in enumerate(futures, 1):
+                        future.result()
+                        if progress and done % 25 == 0:
+                            print(f"  {reading}: {done}/{len(part)} runs ended", file=sys.stderr)
+        finished.set()
+        deliverer.join()
+        events.deliver_late_copies()  # once more at the end, before settling
+        # the janitor retires stopped holders' locks; their graces then pass
+        time.sleep(settle_s)
+    finally:
+        finished.set()
+        events.duplicate_deliveries, events.late_copies_after, cloud.redrive_options.reevaluates_arguments = saved
+    fault_log.update(campaign.counts)
+    for delivery in events.deliveries[delivered_before:]:
+        if delivery.kind != "first":
+            fault_log[f"{delivery.kind} janitor event"] += 1
+    report = Report(planned, _probe_items(cloud, app), fault_log, _left_held(cloud, app))
     report.violations = _judge(report)
     return report
 
@@ -282,8 +758,8 @@ def _probe_items(cloud: Any, app: Any) -> dict[str, dict]:
     return items
 
 
-def _left_held(cloud: Any, app: Any, protocol: Any) -> list[str]:
-    now = int(time.time() * 1000)
+def _left_held(cloud: Any, app: Any) -> list[str]:
+    now = _now_ms()
     held = []
     for page in cloud.dynamodb.get_paginator("scan").paginate(TableName=_table(app, "LocksTable"), ConsistentRead=True):
         for item in page["Items"]:
@@ -294,8 +770,17 @@ def _left_held(cloud: Any, app: Any, protocol: Any) -> list[str]:
     return held
 
 
+def handoff_bound_ms(grace_ms: int, fair_waiter: bool) -> int:
+    """How long a key may stay blocked after its holder's execution ended, with someone waiting."""
+    round_s = FAIR_PARK_TIMEOUT_S if fair_waiter else LIVENESS_ROUND_S
+    return grace_ms + int((round_s + HANDOFF_SLACK_S) * 1000)
+
+
 def _judge(report: Report) -> dict[str, list[str]]:
-    violations: dict[str, list[str]] = {"alone": [], "lost update": [], "fence order": [], "outcome": [], "left held": []}
+    violations: dict[str, list[str]] = {
+        "alone": [], "lost update": [], "fence order": [], "outcome": [], "left held": [],
+        "re-entrant hold": [], "handoff": [],
+    }
     for key, item in report.probe.items():
         if key.startswith("L"):
             continue  # the short lease overlaps by design: only its fence guards writes
@@ -307,37 +792,110 @@ def _judge(report: Report) -> dict[str, list[str]]:
         if any(b < a for a, b in zip(fences, fences[1:])):
             violations["fence order"].append(f"{key}: {fences}")
     for run in report.runs:
-        allowed = run.status == "SUCCEEDED" or run.error in ALLOWED_ERRORS
-        allowed |= run.status == "ABORTED" and run.stop_after_s is not None
-        allowed |= run.status == "TIMED_OUT" and run.shape == "Timeout"
-        allowed |= run.error == "Lock.Lost" and run.shape == "Lease"
+        errors = run.task_errors or [run.error]
+        if run.task_errors:  # ClientAsync: each task's outcome
+            allowed = all(error is None or error in ALLOWED_ERRORS for error in errors)
+        else:
+            allowed = run.status == "SUCCEEDED" or (run.status == "FAILED" and run.error in ALLOWED_ERRORS)
+            allowed |= run.status == "ABORTED" and run.stopped
+            allowed |= run.status == "TIMED_OUT" and run.shape == "Timeout"
+            allowed |= run.error == protocol.ERROR_LOST and run.shape == "Lease"
         if not allowed:
-            violations["outcome"].append(f"{run.shape} {run.arn}: {run.status} {run.error}")
+            violations["outcome"].append(f"{run.shape} {run.arn or run.key}: {run.status} {errors}")
+        violations["re-entrant hold"] += [f"{run.shape} {run.key}: {problem}" for problem in run.problems]
     violations["left held"] = list(report.left_held)
+    report.handoffs = []
+    violations["handoff"] = _judge_handoffs(report)
     return violations
 
 
+def _judge_handoffs(report: Report) -> list[str]:
+    """Invariant 7 (see the module notes); fills ``report.handoffs`` with each handoff checked."""
+    entries = {
+        _stored_key(key): sorted(item.get("enteredAt", [])) for key, item in report.probe.items()
+    }
+    waits = [(run, wait) for run in report.runs for wait in run.waits]
+    found = []
+    for holder in report.runs:
+        for hold in holder.holds:
+            waiting = [
+                (run, wait) for run, wait in waits
+                if wait.stored_key == hold.stored_key and wait.start_ms <= hold.ended_ms
+                and wait.end_ms >= hold.ended_ms + handoff_bound_ms(hold.grace_ms, wait.fair)
+            ]
+            if not waiting:
+                continue
+            later = [ms for ms in entries.get(hold.stored_key, []) if ms > hold.ended_ms]
+            blocked_ms = (later[0] if later else _now_ms()) - hold.ended_ms
+            report.handoffs.append((hold.stored_key, blocked_ms))
+            for run, wait in waiting:
+                bound = handoff_bound_ms(hold.grace_ms, wait.fair)
+                if blocked_ms > bound:
+                    found.append(
+                        f"{hold.stored_key}: {holder.shape} {holder.arn} ended at {hold.ended_ms} holding it "
+                        f"(grace {hold.grace_ms} ms); {run.shape} {run.arn or '(client)'} waited from "
+                        f"{wait.start_ms} to {wait.end_ms}; next entry {blocked_ms} ms after the end "
+                        f"(bound {bound} ms)"
+                    )
+                    break
+    return found
+
+
 def summary(report: Report) -> str:
-    outcomes = Counter((r.shape, r.status if r.status != "FAILED" else f"FAILED {r.error}") for r in report.runs)
+    def outcome(run: Run, error: str | None) -> str:
+        if run.status == "ABORTED":
+            return "ABORTED (stopped)"
+        if run.status == "FAILED" and error is not None:
+            return f"FAILED {error}"
+        return "SUCCEEDED" if error is None else f"{run.status} {error}"
+
+    outcomes = Counter()
+    for run in report.runs:
+        for error in run.task_errors or [run.error]:  # ClientAsync: each task
+            outcomes[(run.shape, outcome(run, error))] += 1
     lines = ["| shape | outcome | runs |", "|---|---|---:|"]
-    lines += [f"| {shape} | {outcome} | {n} |" for (shape, outcome), n in sorted(outcomes.items())]
-    entries = sum(i.get("entries", 0) for k, i in report.probe.items() if not k.startswith("L"))
+    lines += [f"| {shape} | {result} | {n} |" for (shape, result), n in sorted(outcomes.items())]
+    entries = sum(i.get("entries", 0) for k, i in report.probe.items() if not k.startswith(("L", "C")))
+    child_entries = sum(i.get("entries", 0) for k, i in report.probe.items() if k.startswith("C"))
     lease_entries = sum(i.get("entries", 0) for k, i in report.probe.items() if k.startswith("L"))
     rejected = sum(i.get("rejected", 0) for i in report.probe.values())
+    readings = Counter(r.reading for r in report.runs if r.redriven)
+    stops = [r for r in report.runs if r.stopped]
+    long_waits = [r for r in stops if r.stop == "long-wait"]
     lines += [
         "", "| injected | count |", "|---|---:|",
-        f"| stops | {sum(r.stop_after_s is not None for r in report.runs)} |",
-        f"| redrives | {sum(r.redriven for r in report.runs)} |",
+        f"| stops: after a delay / as soon as waiting / after a long wait | "
+        f"{sum(r.stop == 'delay' for r in stops)} / {sum(r.stop == 'waiting' for r in stops)} / {len(long_waits)} |",
+        f"| stopped before acquiring (a refused acquire, no entry); of them redriven | "
+        f"{sum(r.stopped_waiting for r in stops)}; {sum(r.stopped_waiting and r.redriven for r in stops)} |",
+        f"| acquire attempts in a long wait's history at the stop (most) | "
+        f"{max((r.attempts_at_stop for r in long_waits), default=0)} |",
+        f"| redrives: strict / reevaluate reading | {readings['strict']} / {readings['reevaluate']} |",
+        f"| padded inputs (50-150 KB); stopped while holding | {sum(r.padded for r in report.runs)}; "
+        f"{sum(r.padded and bool(r.holds) for r in report.runs)} |",
+        f"| works past the function timeout (planned) | {sum(_past_timeout(r) for r in report.runs)} |",
+        f"| ended holders (stopped or timed out while holding) | {sum(bool(r.holds) for r in report.runs)} |",
     ] + [f"| {name} | {n} |" for name, n in sorted(report.faults.items())]
+    longest = max((ms for _, ms in report.handoffs), default=0)
     lines += [
         "", "| invariant | result |", "|---|---|",
-        f"| protected entries checked (short-lease keys apart) | {entries} (+{lease_entries} short-lease) |",
+        f"| protected entries checked (short-lease keys apart) | {entries} + {child_entries} on child keys "
+        f"(+{lease_entries} short-lease) |",
         f"| fenced writes rejected (zombies) | {rejected} |",
+        f"| handoffs after an ended holder checked; longest | {len(report.handoffs)}; {longest / 1000:.1f} s "
+        f"(bound {handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, False) / 1000:.0f} s polling, "
+        f"{handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, True) / 1000:.0f} s fair) |",
     ] + [f"| {name} | {'ok' if not found else f'VIOLATED ({len(found)})'} |" for name, found in report.violations.items()]
     for name, found in report.violations.items():
         for line in found[:5]:
             lines.append(f"  {name}: {line}")
     return "\n".join(lines)
+
+
+def _past_timeout(run: Run) -> int:
+    items = [run.document] + run.document.get("items", []) + run.document.get("children", []) + run.document.get("tasks", [])
+    items += [run.document[side] for side in ("left", "right") if side in run.document]
+    return sum(isinstance(i.get("workMs"), int) and i["workMs"] > PROBE_TIMEOUT_S * 1000 for i in items)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,6 +904,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--backend", choices=["moto", "dynamodb-local", "both"], default="both")
+    parser.add_argument("--redrive-readings", choices=["both", *READINGS], default="both",
+                        help="what a redriven Parallel's Arguments do (undocumented): both readings, half the runs each")
+    parser.add_argument("--redrive-after", type=float, default=0.0, metavar="SECONDS",
+                        help="redrive a run this long after it ended (default 0: at once, within its stop grace)")
     parser.add_argument("--negative-control", action="store_true", help="mix unlocked runs in: must fail")
     args = parser.parse_args(argv)
 
@@ -354,15 +916,17 @@ def main(argv: list[str] | None = None) -> int:
 
     synthesized = synth_app(lambda app: build_stack(app, "Stress"))
     backends = ["moto", "dynamodb-local"] if args.backend == "both" else [args.backend]
+    readings = tuple(READINGS) if args.redrive_readings == "both" else (args.redrive_readings,)
     failed = False
     for backend in backends:
         with LocalCloud(backend) as cloud:
             app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
             started = time.time()
             report = run_campaign(cloud, app, plan(args.runs, args.keys, args.seed, args.negative_control),
-                                  seed=args.seed, progress=True)
-            print(f"\n## {backend}: {args.runs} runs over {args.keys} keys, seed {args.seed}, "
-                  f"{time.time() - started:.0f} s\n")
+                                  seed=args.seed, readings=readings, redrive_delay_s=args.redrive_after,
+                                  progress=True)
+            print(f"\n## {backend}: {args.runs} runs over {args.keys} keys, seed {args.seed}, redrive readings "
+                  f"{', '.join(readings)}, {time.time() - started:.0f} s\n")
             print(summary(report))
             failed |= not report.ok
     return 1 if failed else 0

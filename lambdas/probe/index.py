@@ -3,7 +3,9 @@
 On entry it adds 1 to ``inside`` on the probe item of its key (an atomic counter) and reads
 the result: ``insideAtEntry`` is 1 when it is alone, as a working lock guarantees (at most
 ``limit`` for a semaphore); ``violations`` counts the entries that were not, and ``seen`` lists
-every ``insideAtEntry`` (a semaphore's test reads from it that ``limit`` was reached). It appends the lock's fence to ``fences``
+every ``insideAtEntry`` (a semaphore's test reads from it that ``limit`` was reached);
+``enteredAt`` lists the epoch ms of every entry (the stress campaign measures how long a key
+stayed blocked after a stopped holder). It appends the lock's fence to ``fences``
 (they must never go down), then does a read-modify-write of ``counter`` across its work time:
 with a fence, the write is conditioned on ``lastFence <= :fence`` (the same acquisition may
 write twice: a re-entered section), and ``accepted``/``rejected`` count the outcomes. No lost
@@ -38,11 +40,12 @@ def _update(table: str, key: str, expression: str, values: dict, **kwargs) -> di
 
 
 def _enter(table: str, key: str, fence: int | None, limit: int = 1) -> int:
-    values = {":one": {"N": "1"}}
-    expression = "ADD inside :one, entries :one"
+    values = {":one": {"N": "1"}, ":empty": {"L": []}, ":at": {"L": [{"N": str(int(time.time() * 1000))}]}}
+    appends = ["enteredAt = list_append(if_not_exists(enteredAt, :empty), :at)"]
     if fence is not None:
-        expression = "SET fences = list_append(if_not_exists(fences, :empty), :fence) " + expression
-        values.update({":empty": {"L": []}, ":fence": {"L": [{"N": str(fence)}]}})
+        appends.append("fences = list_append(if_not_exists(fences, :empty), :fence)")
+        values[":fence"] = {"L": [{"N": str(fence)}]}
+    expression = f"SET {', '.join(appends)} ADD inside :one, entries :one"
     inside = int(_update(table, key, expression, values)["inside"]["N"])
     _update(table, key, "SET seen = list_append(if_not_exists(seen, :empty), :seen)",
             {":empty": {"L": []}, ":seen": {"L": [{"N": str(inside)}]}})
