@@ -36,7 +36,8 @@ Gaps (moto 5.2.1):
   it wakes it records ``TaskTimedOut`` (or ``TaskFailed``/``TaskSucceeded``) after the Parallel
   has failed and starts its Catch or Retry on the stopped branch.
 * Inline Map: the other iterations are not stopped; once the Map has failed they are marked
-  *ended*, and an interrupted iteration is recorded as ``MapIterationSucceeded``.
+  *ended*, and an interrupted iteration is recorded as ``MapIterationSucceeded`` or (its task
+  woken by a heartbeat: ``TaskTimedOut``) ``MapIterationFailed``, whichever way it ends.
 * Nothing records ``...StateAborted``; moto's own ``MapIterationAborted`` never fires for a
   sibling's failure.
 * A waiting callback task without ``HeartbeatSeconds`` answers ``SendTaskHeartbeat`` with
