@@ -112,6 +112,20 @@ class Mutex:
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         return section.build_mutex_release_after_error(rethrow)
 
+    def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
+        """After a task refused to resume (a redrive): the holder retires its own acquisition
+        (``lock_protocol.retire_arguments``), then ``then``. A re-entered hold is the
+        enclosing section's to retire: nothing is written."""
+        retire = update_item_task(
+            section, section._name("RetireResumed"), section.table,
+            protocol.retire_arguments(lock_variable=section.variables["lock"], reentrant=True, item=self.item),
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient(retire)
+        retire.add_catch(then, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR],
+                         outputs=jsonata("$states.input"))
+        return retire.next(then)
+
 
 class Semaphore(Mutex):
     """``limit`` holders per key: a mutex on one of ``limit`` slots (see semaphore_protocol)."""
@@ -240,6 +254,27 @@ class MultiKey(Mutex):
             outputs=jsonata("$states.input"),
         )
         return release
+
+    def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
+        """Retire every key this hold took (each with the mutex's RETIRE), then ``then``."""
+        one = update_item_task(
+            section, section._name("RetireResumedKey"), section.table,
+            protocol.retire_arguments(lock_variable="", lock_jsonata="$states.input"),
+            outputs=jsonata("{}"),
+        )
+        retry_transient(one)
+        one.add_catch(sfn.Succeed(section, "RetireResumedKeyRefused", state_name=section._name("RetireResumedKeyRefused")),
+                      errors=["States.ALL"])
+        each = sfn.Map.jsonata(
+            section, "RetireResumed", state_name=section._name("RetireResumed"),
+            items=sfn.ProvideItems.jsonata(jsonata(
+                f"$exists(${section.variables['lock']}.reentered) ? [] : "
+                + multikey.release_each_items_expression(section.variables["lock"])
+            )),
+            max_concurrency=10, outputs=jsonata("$states.input"),
+        ).item_processor(one)
+        each.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        return each.next(then)
 
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         v = section.variables

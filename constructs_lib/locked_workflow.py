@@ -554,6 +554,12 @@ class LockedSection(sfn.StateMachineFragment):
         """Every error of the work: release, then fail with it (States.* renamed)."""
         rethrow = self.rethrow
         self._release_after_error = self.kind.build_release_after_error(self, rethrow)
+        # a task refused to resume after a redrive: its run before the stop may still be in
+        # flight, so the acquisition is retired (held for its stop grace), not released
+        resumed = sfn.Choice.jsonata(self, "Resumed", state_name=self._name("Resumed?"))
+        resumed.when(sfn.Condition.jsonata(jsonata(protocol.resumed_expression())), self.kind.build_retire(self, rethrow))
+        resumed.otherwise(self._release_after_error)
+        self.protected.add_catch(resumed, errors=[protocol.QUERY_EVALUATION_ERROR])
         self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
         for state in self._pending_after_acquire:
             state.add_catch(self._release_after_error, errors=["States.ALL"])

@@ -694,6 +694,39 @@ def release_arguments(
     }
 
 
+def retire_arguments(
+    *, lock_variable: str, reentrant: bool = False, lock_jsonata: str | None = None, item: LockItem | None = None,
+) -> dict:
+    """RETIRE, by the holder itself, of the acquisition in ``$<lock_variable>`` (or the lock
+    record ``lock_jsonata``: one key of a multi-key hold), ended *now*: the lock stays held
+    for the acquisition's stop grace from now, then any waiter takes it over.
+
+    Used when a task of the protected work refused to resume after a redrive
+    (``Lock.Resumed``): the execution was stopped (or failed) during its work, and that
+    work - a Lambda invocation Step Functions does not stop - may still run. Releasing here
+    would let the next holder, the redriven section itself included, in beside it; the end
+    is at or before now, so now + grace is at least the janitor's stop + grace."""
+    lock = lock_jsonata or "$" + lock_variable
+    key = f"{lock}.key"
+    if reentrant:
+        key = reentered_or(key, reentered_expression=f"{lock}.reentered = true")
+    return _update_item(
+        jsonata(key),
+        RETIRE,
+        {":owner": {"S": jsonata(f"{lock}.owner")}, ":endedAt": {"N": jsonata(NOW_EXPRESSION)}},
+        item,
+    )
+
+
+def resumed_expression() -> str:
+    """JSONata (Choice after the work failed): a task refused to resume after a redrive
+    (:func:`resumed_guard_expression` raised)."""
+    return (
+        "$states.input.Error = 'States.QueryEvaluationError' and $type($states.input.Cause) = 'string' "
+        f"and $contains($states.input.Cause, {_jsonata_string(SIGNAL_RESUMED + ': ')})"
+    )
+
+
 def released_before_expiry_expression(lock_variable: str) -> str:
     """JSONata (Choice after a *retried* release found the lock not mine): true when the lease
     has not ended yet. Then nobody could have taken the lock over by expiry before my first
@@ -705,12 +738,8 @@ def rethrow_error_expression() -> str:
     """JSONata: the error a section re-raises for an error of its work (``States.*`` renamed;
     a task of the work that refused to resume after a redrive: ``Lock.Resumed``)."""
     e = "$states.input.Error"
-    resumed = (
-        f"({e} = 'States.QueryEvaluationError' and $type($states.input.Cause) = 'string' "
-        f"and $contains($states.input.Cause, {_jsonata_string(SIGNAL_RESUMED + ': ')}))"
-    )
     return (
-        f"{resumed} ? {_jsonata_string(SIGNAL_RESUMED)} : "
+        f"({resumed_expression()}) ? {_jsonata_string(SIGNAL_RESUMED)} : "
         f"($substring({e}, 0, 7) = 'States.' ? '{RERAISED_STATES_PREFIX}' & {e} : {e})"
     )
 

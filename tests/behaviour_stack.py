@@ -20,6 +20,13 @@ TEST_WAIT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2
 SHORT_LEASE_S = 3
 SHORT_WAIT_S = 4
 SHORT_TIMEOUT_S = 8
+#: The fenced Lambda's timeout: longer than any work a behaviour test asks of it (the runtime
+#: fails an invocation at its function's timeout, as Lambda does) and than SHORT_TIMEOUT_S.
+FUNCTION_TIMEOUT_S = 30
+#: Stop grace of every behaviour workflow, given explicitly (shorter than the function's
+#: timeout: a stopped holder's Lambda may outlive it; the fence keeps its late write out,
+#: which some tests show). Derived graces are tested in the safety and variants suites.
+STOP_GRACE_S = 8
 
 
 class BehaviourStack(cdk.Stack):
@@ -35,7 +42,7 @@ class BehaviourStack(cdk.Stack):
         self.fn = lambda_.Function(
             self, "ApplyCustomerUpdate",
             runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
-            code=lambda_.Code.from_asset(str(APPLY_UPDATE_CODE)),
+            code=lambda_.Code.from_asset(str(APPLY_UPDATE_CODE)), timeout=cdk.Duration.seconds(FUNCTION_TIMEOUT_S),
             environment={"CUSTOMERS_TABLE": self.customers.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
         )
         self.customers.grant_read_write_data(self.fn)
@@ -93,5 +100,6 @@ class BehaviourStack(cdk.Stack):
             protected=work,
             table=self.locks.table,
             wait_policy=TEST_WAIT_POLICY,
-            **{"timeout": cdk.Duration.minutes(5), "logging": False, **props},
+            **{"timeout": cdk.Duration.minutes(5), "logging": False,
+               "stop_grace": cdk.Duration.seconds(STOP_GRACE_S), **props},
         )

@@ -19,16 +19,15 @@ from contextlib import contextmanager
 
 import pytest
 
-from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, SHORT_WAIT_S, TEST_WAIT_POLICY
+from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, SHORT_WAIT_S, STOP_GRACE_S, TEST_WAIT_POLICY
 from constructs_lib.lock_client import LockHeld
-from constructs_lib.locked_workflow import LAMBDA_DEFAULT_TIMEOUT_S, STOP_GRACE_MARGIN_S
 from deployed import new_key, start, update, wait_until
 from lock_invariants import state_entered
 from state_machines import lock_protocol as p
 
 INTERVAL_S = TEST_WAIT_POLICY.max_interval
-#: Stop grace of every behaviour-stack section (the Lambda's default timeout + the margin).
-GRACE_S = LAMBDA_DEFAULT_TIMEOUT_S + STOP_GRACE_MARGIN_S
+#: Stop grace of every behaviour-stack section (given explicitly: see behaviour_stack).
+GRACE_S = STOP_GRACE_S
 GRACE_MS = GRACE_S * 1000
 
 

@@ -234,6 +234,9 @@ def _stopped_mid_work_and_taken_over(safety, machine_arn: str, k: str):
         time.sleep(0.05)
     safety.cloud.stop_execution(holder)
     assert safety.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+    while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends (what the grace waits for)
+        assert time.time() < deadline, "the stopped run's work never ended"
+        time.sleep(0.05)
     locks = next(v for name, v in safety.app.resources.items() if name.startswith("LocksTable"))
     safety.cloud.dynamodb.update_item(  # the lease ends now (the janitor's retire, grace over)
         TableName=locks, Key={"pk": {"S": p.namespaced("s", k)}}, UpdateExpression="SET #e = :zero",
@@ -281,6 +284,45 @@ def test_a_task_resumed_by_a_redrive_never_runs_without_the_lock(safety, reevalu
     assert probe["entries"] == 2 and probe.get("violations", 0) == 0
     lock = safety.lock(k)  # acquired anew after the client, and released
     assert lock[p.FENCE] == {"N": str(lease.fence + 1)} and p.OWNER not in lock
+
+
+@pytest.mark.parametrize("reevaluates_arguments", [False, True])
+def test_a_holder_redriven_at_once_waits_out_its_own_stopped_work(safety, reevaluates_arguments):
+    """A holder stopped mid-work and redriven at once, while its stopped run's Lambda still
+    runs: the refused task's section must not release the old acquisition (that let the
+    redriven run in beside its own zombie), but retire it - held for the stop grace - and
+    acquire anew after it."""
+    if safety.cloud.backend != "moto" and reevaluates_arguments:
+        pytest.skip("redrive readings are Step Functions behaviour: one backend suffices")
+    options = safety.cloud.redrive_options
+    saved = options.reevaluates_arguments
+    options.reevaluates_arguments = reevaluates_arguments
+    try:
+        k = key("zombie")
+        holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})
+        deadline = time.time() + 60
+        while safety.probe(k).get("inside", 0) == 0:
+            assert time.time() < deadline, "the holder never entered its work"
+            time.sleep(0.05)
+        safety.cloud.stop_execution(holder)
+        assert safety.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+        stopped = time.time()
+        safety.cloud.stepfunctions.redrive_execution(executionArn=holder)  # its Lambda still runs
+        result = safety.cloud.wait_for(holder, timeout=120)
+    finally:
+        options.reevaluates_arguments = saved
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends by its 4 s timeout
+        assert time.time() < deadline + 60
+        time.sleep(0.05)
+    probe = safety.probe(k)
+    assert probe["entries"] == 2 and probe.get("violations", 0) == 0, probe
+    assert probe["counter"] == probe["accepted"], probe  # no lost update
+    entered_again = max(
+        e["timestamp"].timestamp() for e in result.history
+        if e.get("stateEnteredEventDetails", {}).get("name") == "GracefulProbe"
+    )
+    assert entered_again - stopped >= PROBE_TIMEOUT_S  # not before the stopped work could have ended
 
 
 def test_negative_control_without_the_guard_a_redrive_resumes_the_work_beside_another_holder(safety):

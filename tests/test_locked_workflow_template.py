@@ -13,7 +13,7 @@ MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
                  "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
-                 "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough"}
+                 "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.Resumed?", "Lock.RetireResumed"}
 OUTER_STATES = {"Lock", "Lock.EntryFailed?", "Lock.InvalidKey", "Lock.Failed"}
 
 
@@ -83,6 +83,21 @@ def test_every_task_of_the_work_refuses_to_resume_without_the_lock(example):
     assert all(guard not in json.dumps(states[name]) for name in states if name.startswith("Lock."))
     # the acquisition records its generation, which the guard compares
     assert p.GENERATION in states["Lock.Acquire"]["Assign"]["lock"]
+
+
+def test_a_task_refused_after_a_redrive_retires_the_acquisition_instead_of_releasing_it(example):
+    """Its run before the stop may still be in flight: the lock stays held for the grace."""
+    states = branch(example.definition(MACHINE))["States"]
+    work = states["Apply update"]
+    assert [c["ErrorEquals"] for c in work["Catch"]] == [[p.QUERY_EVALUATION_ERROR], ["States.ALL"]]
+    assert [c["Next"] for c in work["Catch"]] == ["Lock.Resumed?", "Lock.ReleaseAfterError"]
+    resumed = states["Lock.Resumed?"]
+    assert resumed["Choices"] == [{"Condition": jsonata(p.resumed_expression()), "Next": "Lock.RetireResumed"}]
+    assert resumed["Default"] == "Lock.ReleaseAfterError"
+    retire = states["Lock.RetireResumed"]
+    assert retire["Arguments"]["UpdateExpression"] == p.RETIRE.update
+    assert retire["Arguments"]["ConditionExpression"] == p.RETIRE.condition
+    assert retire["Next"] == "Lock.Rethrow"
 
 
 def test_acquire_is_one_conditional_update_returning_the_fence(example):
