@@ -11,6 +11,7 @@ module                     gap
 =========================  ==========================================================
 serial_dynamodb            concurrent conditional writes can all win
 dynamodb_validation        item size counted twice on update; partial UpdateItems; invalid numbers and sets stored
+consumed_capacity          ReturnConsumedCapacity answered with constants, whatever the items' sizes
 execution_snapshot         a second execution of a state machine cannot start
 execution_output           DescribeExecution returns a string output unencoded
 state_machine_type         CreateStateMachine ignores type=EXPRESS
@@ -45,6 +46,7 @@ from constructs_lib.local.events import EventRouter
 from constructs_lib.local.lambda_runtime import FunctionRegistry
 from constructs_lib.local.patches import (
     cancelled_branches,
+    consumed_capacity,
     data_limit,
     dynamodb_validation,
     eventbridge_targets,
@@ -84,6 +86,7 @@ def apply_all(
 ) -> None:
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
     serial_dynamodb.apply(stack)
+    consumed_capacity.apply(stack)  # before dynamodb_validation: measures only requests it let through
     dynamodb_validation.apply(stack)
     execution_snapshot.apply(stack)
     execution_output.apply(stack)
