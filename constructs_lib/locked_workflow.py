@@ -456,12 +456,15 @@ class LockedSection(sfn.StateMachineFragment):
         """Inspect the lock; if its holder's execution ended longer than its grace ago, mark
         it stale. Every path goes through the Wait, so each round lets time pass."""
         v = self.variables
+        projection, projection_names = protocol.holder_projection(self.kind.item)
         inspect = tasks.DynamoGetItem.jsonata(
             self,
             self._name("Inspect"),
             table=self.table,
             key={self.kind.item.key_attribute: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
             consistent_read=True,
+            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
+            expression_attribute_names=projection_names,
             assign={v["holder"]: jsonata(protocol.holder_expression(self.kind.item))},
             outputs=jsonata("$states.input"),
         )

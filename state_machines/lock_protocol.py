@@ -804,6 +804,15 @@ def stale_owner_expression(wait_variable: str) -> str:
     return f"$type({w}.stale) = 'string' ? {w}.stale : {ENTRY}.owner"
 
 
+def holder_projection(item: LockItem | None = None) -> tuple[list[str], dict[str, str]]:
+    """What the liveness check reads of a lock item - its key, owner and stop grace, nothing
+    else (a lock on a record must not read the record: a state's result is limited to
+    256 KiB): (placeholders, ``ExpressionAttributeNames``)."""
+    i = item or LOCK_TABLE_ITEM
+    names = {"#lockKey": i.key_attribute, f"#{OWNER}": i.attribute(OWNER), f"#{GRACE}": i.attribute(GRACE)}
+    return list(names), names
+
+
 def holder_expression(item: LockItem | None = None) -> str:
     """JSONata over a GetItem of the lock item: its stored key, owner ("" when free) and
     stop grace."""

@@ -332,6 +332,9 @@ def test_liveness_check_takes_over_only_from_an_ended_execution_after_its_grace(
     inspect = states["Lock.Inspect"]
     assert inspect["Resource"].endswith(":states:::dynamodb:getItem")
     assert inspect["Arguments"]["ConsistentRead"] is True
+    # it reads the key, the owner and the grace only: a bounded result, whatever else the item holds
+    assert inspect["Arguments"]["ProjectionExpression"] == "#lockKey,#owner,#grace"
+    assert inspect["Arguments"]["ExpressionAttributeNames"] == {"#lockKey": "pk", "#owner": "owner", "#grace": "grace"}
     assert inspect["Next"] == "Lock.HolderIsExecution?"
     assert _catches(inspect)["Lock.Wait"]["ErrorEquals"] == ["States.ALL"]  # waiting never fails on it
     is_execution = states["Lock.HolderIsExecution?"]
