@@ -59,8 +59,9 @@ DynamoDB Local (``backend="dynamodb-local"``, which never reaches this module) a
 the unit with all of the above for GetItem, PutItem, UpdateItem, DeleteItem, BatchWriteItem,
 a Query or Scan that finds items, TransactGetItems and GSI writes, and differs from the
 documentation in four places, where the documentation is the spec: it charges a
-TransactWriteItems 4 units per KB of each Put/Update/Delete item (the docs: 2) and nothing
-for a ``ConditionCheck``; it charges 0 for a Query or Scan that evaluates no item and for a
+TransactWriteItems 4 units per KB of each Put/Update/Delete item (the docs: 2) and a
+``ConditionCheck`` 4 units per 4 KB of the item checked - though not in every transaction
+(in some, nothing); it charges 0 for a Query or Scan that evaluates no item and for a
 BatchGetItem key that finds none; and it publishes no CloudWatch metrics.
 
 Proof: ``tests/local/test_patch_consumed_capacity.py``.
