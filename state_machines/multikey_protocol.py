@@ -33,6 +33,10 @@ from state_machines import lock_protocol as p
 
 #: DynamoDB's limit on the actions of one transaction.
 MAX_KEYS = 100
+#: Most UTF-8 bytes of all stored keys together: the keys travel in the entry record, the
+#: ``$lock`` variable (twice: ``keys`` and ``fences``) and the fences read, each a piece of
+#: state data Step Functions limits to 256 KiB - so a hold's own records stay far below it.
+MAX_TOTAL_KEY_BYTES = 16 * 1024
 #: Errors of the aws-sdk DynamoDB integration (``DynamoDb.*``, unlike the optimized one's).
 TRANSACTION_CANCELED = "DynamoDb.TransactionCanceledException"
 TRANSIENT_ERRORS = tuple(e.replace("DynamoDB.", "DynamoDb.") for e in p.TRANSIENT_ERRORS)
@@ -53,6 +57,10 @@ def keys_expression(user_expression: str, namespace: str) -> str:
         ": ( $items := $filter($map($lockKeys, function($k, $i) { "
         f"( $q := {item_problem}; $q = '' ? '' : 'item ' & $string($i) & ' ' & $q ) "
         "}), function($m) { $m != '' }); $exists($items) ? $join($items, '; ') : '' ); "
+        f"$total := $sum($map($distinct($lockKeys), function($k) {{ {p._utf8_bytes(prefix + ' & $k')} }})); "
+        f"$problem := ($problem = '' and $total > {MAX_TOTAL_KEY_BYTES}) ? "
+        f"'must be at most {MAX_TOTAL_KEY_BYTES} bytes of UTF-8 in all, with their namespace prefixes, got: ' "
+        "& $string($total) & ' bytes' : $problem; "
         f"$problem = '' ? $append([], $sort($distinct($map($lockKeys, function($k) {{ {prefix} & $k }})))) "
         f": {invalid} )"
     )
@@ -137,10 +145,13 @@ def acquire_arguments(*, table_name: str, lease_ms: int, stale_owner_jsonata: st
 
 def read_fences_arguments(*, table_name: str) -> dict:
     """Read the acquired items back (consistently, in one transaction): their fences."""
-    get = (
+    names = {f"#{a}": a for a in (p.KEY_ATTRIBUTE, p.FENCE, p.ACQUIRED_AT, p.EXPIRES_AT)}
+    get = (  # the attributes the hold's record reads, nothing else (a bounded result)
         "{'Get': {"
         f"'TableName': {p._jsonata_string(table_name)}, "
-        f"'Key': {{{p._jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': $k}}}}"
+        f"'Key': {{{p._jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': $k}}}}, "
+        f"'ProjectionExpression': {p._jsonata_string(', '.join(names))}, "
+        f"'ExpressionAttributeNames': {json.dumps(names)}"
         "}}"
     )
     return {"TransactItems": p.jsonata(f"$append([], $map({p.ENTRY}.{ACQUIRE_KEYS}, function($k) {{ {get} }}))")}

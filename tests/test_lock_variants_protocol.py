@@ -111,6 +111,8 @@ def test_keys_are_namespaced_deduplicated_and_sorted():
         (["a", ""], "item 1 must not be empty"),
         (["x" * p.MAX_KEY_BYTES], "item 0 must be at most 2048 bytes"),
         ([f"k{i}" for i in range(m.MAX_KEYS + 1)], f"must be at most {m.MAX_KEYS} distinct keys, got: 101"),
+        # each key valid, all together too much state data: 9 x (1,996 + 4) bytes ("acct#" prefix)
+        ([f"{i}" + "é" * 997 for i in range(9)], f"must be at most {m.MAX_TOTAL_KEY_BYTES} bytes of UTF-8 in all"),
     ],
 )
 def test_bad_key_lists_raise_invalid_key(value, message):
@@ -121,6 +123,14 @@ def test_bad_key_lists_raise_invalid_key(value, message):
 
 def test_duplicates_do_not_count_towards_the_transaction_limit():
     assert len(keys_of(["same"] * (m.MAX_KEYS + 5))) == 1
+
+
+def test_the_fences_are_read_with_a_projection():
+    """A bounded result: the key, fence and lease times of each item, nothing else."""
+    items = evaluate(p.unwrap_jsonata(m.read_fences_arguments(table_name="T")["TransactItems"]),
+                     states={"input": {"acquire": ["acct#a"]}})
+    assert items[0]["Get"]["ProjectionExpression"] == "#pk, #fence, #acquiredAt, #expiresAt"
+    assert items[0]["Get"]["ExpressionAttributeNames"]["#fence"] == p.FENCE
 
 
 def test_the_acquire_transaction_is_the_mutex_acquire_on_every_key():
