@@ -101,8 +101,9 @@ METRIC_NAMESPACE = "AWS/DynamoDB"
 READ_METRIC = "ConsumedReadCapacityUnits"
 WRITE_METRIC = "ConsumedWriteCapacityUnits"
 _MODES = ("NONE", "TOTAL", "INDEXES")
-#: Errors of a malformed request or a missing table while measuring: the action answers them.
-_UNMEASURABLE = (JsonRESTError, LookupError, TypeError, ValueError, AttributeError)
+#: Errors of a missing table or a key not of the table's schema while measuring: moto's action
+#: answers them (the values were validated before, by ``dynamodb_validation``).
+_UNMEASURABLE = (JsonRESTError, LookupError)
 
 
 def write_units(size: int) -> int:
@@ -203,7 +204,7 @@ def _would_be_updated(table: Table, found: Item | None, key: Mapping[str, Any], 
             UpdateExpressionExecutor(validated, item, names).execute()
         elif request.get("AttributeUpdates"):
             item.update_with_attribute_updates(request["AttributeUpdates"])
-    except (JsonRESTError, LookupError, TypeError, ValueError):
+    except (JsonRESTError, LookupError, TypeError, ValueError, ArithmeticError):
         return item_size(found.attrs) if found is not None else 0  # refused anyway: the item found counts
     return item_size(item.attrs)
 
