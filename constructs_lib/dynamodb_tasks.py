@@ -34,6 +34,7 @@ def update_item_props(arguments: dict) -> dict:
             k: attribute_value(v) for k, v in arguments["ExpressionAttributeValues"].items()
         },
         return_values=tasks.DynamoReturnValues(arguments.get("ReturnValues", "NONE")),
+        return_consumed_capacity=tasks.DynamoConsumedCapacity(arguments.get("ReturnConsumedCapacity", "NONE")),
     )
 
 

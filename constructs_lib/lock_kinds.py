@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from constructs_lib.custom_state import JsonataCustomState
-from constructs_lib.dynamodb_tasks import retry_transient, update_item_task
+from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from state_machines import lock_protocol as protocol
 from state_machines import multikey_protocol as multikey
 from state_machines import record_protocol as record
@@ -316,44 +316,54 @@ class RecordLock(Mutex):
         return "false"  # not re-entrant: the inner section's record update would be lost
 
     def build_acquire(self, section: "LockedSection", lease_ms: int):
+        """Acquire (the lock's attributes and the write units: bounded) -> ReadRecord (only a
+        record of at most ``RECORD_SIZE_LIMIT_KB``) -> the work. No record (``must_exist``) or
+        too large: free the lock just taken, then fail with the typed error."""
         v = section.variables
+        arguments = protocol.acquire_arguments(
+            lease_ms=lease_ms, grace_ms=None,
+            stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
+            item=self.item,
+        )
+        arguments.update(ReturnValues="UPDATED_NEW", ReturnConsumedCapacity="INDEXES")
         acquire = update_item_task(
-            section, section._name("Acquire"), section.table,
-            protocol.acquire_arguments(
-                lease_ms=lease_ms, grace_ms=None,
-                stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
-                item=self.item,
-            ),
-            assign={
-                v["lock"]: jsonata(record.lock_variable_expression(self.item, must_exist=self.must_exist)),
-                v["wait"]: jsonata("null"),
-            },
-            outputs=jsonata(f"{ENTRY}.input"),
+            section, section._name("Acquire"), section.table, arguments,
+            assign={v["lock"]: jsonata(record.acquired_lock_expression(self.item)), v["wait"]: jsonata("null")},
+            outputs=jsonata("$states.input"),
         )
         retry_transient(acquire)
-        if self.must_exist:  # no record: free the stub just written, then fail
-            free = update_item_task(
-                section, section._name("FreeMissing"), section.table,
-                protocol.release_arguments(
-                    lock_variable="", lock_jsonata=f"$states.input.stub", item=self.item,
-                ),
-                outputs=jsonata("$states.input.error"),
+        read = tasks.DynamoGetItem.jsonata(
+            section, section._name("ReadRecord"), table=section.table,
+            key={self.item.key_attribute: attribute_value({"S": jsonata(record.read_key_expression(v["lock"]))})},
+            consistent_read=True,
+            assign={v["lock"]: jsonata(record.lock_variable_expression(
+                self.item, lock_variable=v["lock"], must_exist=self.must_exist))},
+            outputs=jsonata(f"{ENTRY}.input"),
+        )
+        retry_transient(read)
+        acquire.next(read)
+        free = update_item_task(
+            section, section._name("FreeRefused"), section.table,
+            protocol.release_arguments(lock_variable="", lock_jsonata="$states.input.stub", item=self.item),
+            outputs=jsonata("$states.input.error"),
+        )
+        retry_transient(free)
+        why = sfn.Choice.jsonata(section, "Refused", state_name=section._name("Refused?"))
+        for error in (record.ERROR_RECORD_MISSING, record.ERROR_RECORD_TOO_LARGE):
+            why.when(
+                sfn.Condition.jsonata(jsonata(protocol.entry_error_is(error))),
+                sfn.Fail.jsonata(section, error.split(".")[-1], state_name=section._name(error.split(".")[-1]),
+                                 error=error, cause=jsonata(protocol.message_of_expression(error))),
             )
-            retry_transient(free)
-            missing = sfn.Fail.jsonata(
-                section, "RecordMissing", state_name=section._name("RecordMissing"),
-                error=record.ERROR_RECORD_MISSING,
-                cause=jsonata(protocol.message_of_expression(record.ERROR_RECORD_MISSING)),
-            )
-            free.add_catch(missing, errors=["States.ALL"], outputs=jsonata("$states.input.error"))
-            free.next(missing)
-            acquire.add_catch(
-                free, errors=[protocol.QUERY_EVALUATION_ERROR],
-                outputs=jsonata(
-                    f"{{'stub': {record.missing_record_lock_expression()}, 'error': $states.errorOutput}}"
-                ),
-            )
-        return acquire, acquire, acquire
+        why.otherwise(section.rethrow)
+        free.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input.error"))
+        free.next(why)
+        read.add_catch(
+            free, errors=[protocol.QUERY_EVALUATION_ERROR],
+            outputs=jsonata(f"{{'stub': {record.refused_lock_expression()}, 'error': $states.errorOutput}}"),
+        )
+        section.after_acquire_failure(read)  # any other error of the read: release, then fail
+        return acquire, acquire, read
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         """The release writes the work's ``recordUpdate``; a bad one is released without it."""
@@ -368,7 +378,7 @@ class RecordLock(Mutex):
                     **record.release_with_update_arguments(
                         table_name=section.table.table_name, item=self.item, lock_variable=v["lock"],
                     ),
-                    "ReturnValues": "UPDATED_OLD",
+                    "ReturnValues": "NONE",  # bounded: the updated values could be the record's
                 },
                 "Output": jsonata("$states.input"),
             })

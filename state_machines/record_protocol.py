@@ -1,9 +1,20 @@
 """The lock on the record itself, top to bottom.
 
 The lock attributes live on the item being protected - a customer record, say - instead of on
-a separate lock item, so the acquire returns the record (``ReturnValues: ALL_NEW``) and the
-protected work needs no read of its own; and the work's changes to the record are written by
-the release, in the same conditional ``UpdateItem`` that frees the lock.
+a separate lock item, so the section reads the record for the protected work (``$lock.item``),
+and the work's changes to the record are written by the release, in the same conditional
+``UpdateItem`` that frees the lock.
+
+0. Bounded results. No lock state returns more than a bounded size, whatever the record's:
+   Step Functions fails a state whose result is over 256 KiB with ``States.DataLimitExceeded``,
+   which no Catch handles (it would end the execution holding the lock). The acquire returns
+   only the lock's attributes (``UPDATED_NEW``) and the write units it consumed
+   (``ReturnConsumedCapacity: INDEXES``: one unit per KB of the larger of the record before
+   and after, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html).
+   The record is read (``GetItem``, consistent) only when it is at most
+   :data:`RECORD_SIZE_LIMIT_KB`; a larger one - or an acquire whose result carries no units -
+   is released at once and the section fails with ``Lock.RecordTooLarge``. The release returns
+   nothing (``ReturnValues: NONE``).
 
 1. The item: the record table's own partition key (a string) is the lock key, as is - no
    namespace. The lock attributes are the mutex's, prefixed with :data:`PREFIX`
@@ -47,6 +58,11 @@ from state_machines import lock_protocol as p
 PREFIX = "lw:"
 ERROR_RECORD_MISSING = "Lock.RecordMissing"
 ERROR_INVALID_UPDATE = "Lock.InvalidUpdate"
+ERROR_RECORD_TOO_LARGE = "Lock.RecordTooLarge"
+#: Largest record (KB, as DynamoDB counts write units) the section reads into ``$lock.item``:
+#: the record travels in the execution's state, whose every input, output and variable is
+#: limited to 256 KiB - half of it leaves room for the workflow's own data.
+RECORD_SIZE_LIMIT_KB = 128
 #: The field of the protected work's output holding the record update.
 UPDATE_FIELD = "recordUpdate"
 #: Most attributes one update may set and remove (each needs placeholders in one expression).
@@ -90,20 +106,52 @@ def record_expression(attributes: str) -> str:
     return f"$sift({attributes}, function($v, $k) {{ $not({_lock_attribute('$k')}) }})"
 
 
-def lock_variable_expression(item: p.LockItem, *, must_exist: bool) -> str:
-    """JSONata over the acquire's result: ``$lock`` with ``item`` (the record); with
-    ``must_exist``, raises ``Lock.RecordMissing`` when the acquire found no record."""
-    a = "$states.result.Attributes"
+def write_units_expression(result: str = "$states.result") -> str:
+    """JSONata: the write units an acquire consumed on the record's table (not its indexes),
+    or -1 when the result carries none."""
+    c = f"{result}.ConsumedCapacity"
+    return (
+        f"($exists({c}.Table.CapacityUnits) ? {c}.Table.CapacityUnits : "
+        f"$exists({c}.CapacityUnits) ? {c}.CapacityUnits : -1)"
+    )
+
+
+def acquired_lock_expression(item: p.LockItem) -> str:
+    """JSONata over the acquire's result (``UPDATED_NEW``: the lock's attributes only): ``$lock``
+    without the record yet, with ``recordKb``, the record's size as the write units tell it."""
     lock = p.lock_variable_expression(item)
-    with_item = f"$merge([{lock}, {{'item': {record_expression(a)}}}])"
+    return f"$merge([{lock}, {{'key': {p.ENTRY}.key, 'recordKb': {write_units_expression()}}}])"
+
+
+def read_key_expression(lock_variable: str) -> str:
+    """JSONata (the record read's key): the record's key - or ``Lock.RecordTooLarge`` when the
+    record is over :data:`RECORD_SIZE_LIMIT_KB`, or its size is unknown."""
+    lock = "$" + lock_variable
+    too_large = p.raise_expression(
+        ERROR_RECORD_TOO_LARGE,
+        f"'the record ' & {lock}.key & ' is ' & ({lock}.recordKb < 0 ? 'of unknown size' : "
+        f"$string({lock}.recordKb) & ' KB') & ', over the {RECORD_SIZE_LIMIT_KB} KB a lock on the record "
+        "reads into the workflow (Step Functions limits state data to 256 KiB)'",
+    )
+    return f"({lock}.recordKb < 0 or {lock}.recordKb > {RECORD_SIZE_LIMIT_KB}) ? {too_large} : {lock}.key"
+
+
+def lock_variable_expression(item: p.LockItem, *, lock_variable: str, must_exist: bool) -> str:
+    """JSONata over the record read (``GetItem``): ``$lock`` with ``item`` (the record); with
+    ``must_exist``, raises ``Lock.RecordMissing`` when there is no record (only the key and
+    the lock's attributes: the stub the acquire wrote)."""
+    a = "$states.result.Item"
+    with_item = f"$merge([${lock_variable}, {{'item': {record_expression(a)}}}])"
     if not must_exist:
         return with_item
-    missing = p.raise_expression(ERROR_RECORD_MISSING, f"'no record with ' & {json.dumps(item.key_attribute)} & ' = ' & {a}.`{item.key_attribute}`.S")
+    missing = p.raise_expression(
+        ERROR_RECORD_MISSING, f"'no record with ' & {json.dumps(item.key_attribute)} & ' = ' & ${lock_variable}.key"
+    )
     return f"$count($keys({record_expression(a)})) <= 1 ? {missing} : {with_item}"
 
 
-def missing_record_lock_expression() -> str:
-    """JSONata (the acquire's Catch when the record is missing): what frees the stub - owner
+def refused_lock_expression() -> str:
+    """JSONata (the record read's Catch: no record, or too large): what frees the lock - owner
     and key from the entry record; no fence (-1 never matches: only my own hold is freed)."""
     return f"{{'key': {p.ENTRY}.key, 'owner': {p.ENTRY}.owner, 'fence': -1}}"
 

@@ -5,6 +5,7 @@ lost its lock cannot write, a missing record fails clearly, and bad input is ref
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 
@@ -254,15 +255,43 @@ def test_an_update_of_values_dynamodb_accepts_is_written(records):
 
 
 def test_a_write_dynamodb_refuses_anyway_is_released_without_the_update(no_janitor):
-    """What the validation cannot check - the item's 400 KB limit depends on the stored record -
-    DynamoDB refuses at the release: released at once without the update, Lock.InvalidUpdate."""
+    """What the validation cannot check - the item's 400 KB limit depends on the stored record,
+    which others may grow - DynamoDB refuses at the release: released at once without the
+    update, Lock.InvalidUpdate. (The refusal is injected: a record the lock reads is at most
+    RECORD_SIZE_LIMIT_KB, and an update is at most 256 KiB of state data.)"""
+    from constructs_lib.local.faults import Fault, dynamodb_faults
+
     records = no_janitor
-    stored = "x" * 200_000
-    (c, result), = run_updates(records, [{"set": {"more": {"S": "y" * 215_000}}}], big=stored)
+    refused = Fault("UpdateItem", "ValidationException",
+                    when=lambda params: "REMOVE" in params.get("UpdateExpression", "")
+                    and "SET" in params.get("UpdateExpression", ""))  # the release with the update
+    with dynamodb_faults(refused) as log:
+        (c, result), = run_updates(records, [{"set": {"more": {"S": "y"}}}], big="x" * 1000)
+    assert log.injected == 1
     assert (result.status, result.error) == ("FAILED", r.ERROR_INVALID_UPDATE), (result.error, result.cause)
     assert result.cause.startswith(f"{r.ERROR_INVALID_UPDATE}: DynamoDB refused the record update: ")
-    assert "size" in result.cause.lower(), result.cause  # DynamoDB's own message
+    assert records.get(c) == {"customerId": {"S": c}, "big": {"S": "x" * 1000}, f"{LW}{p.FENCE}": {"N": "1"}}
+
+
+def test_a_record_too_large_to_carry_is_released_at_once_with_a_typed_error(no_janitor):
+    """Issue 15.6: the acquire returned the whole record (ALL_NEW); over 256 KiB that failed the
+    state with States.DataLimitExceeded, which no Catch handles: locked until the janitor, the
+    update never applied. Now the acquire returns the lock's attributes and its write units;
+    a record over RECORD_SIZE_LIMIT_KB is not read: released at once, Lock.RecordTooLarge."""
+    records = no_janitor
+    stored = "x" * 300_000
+    (c, result), = run_updates(records, [{"set": {"balance": {"N": "1"}}}], big=stored)
+    assert (result.status, result.error) == ("FAILED", r.ERROR_RECORD_TOO_LARGE), (result.error, result.cause)
+    size = re.search(rf"is (\d+) KB, over the {r.RECORD_SIZE_LIMIT_KB} KB", result.cause)
+    assert size and 293 <= int(size.group(1)) <= 300, result.cause  # 300,000 bytes and the names
     assert records.get(c) == {"customerId": {"S": c}, "big": {"S": stored}, f"{LW}{p.FENCE}": {"N": "1"}}
+    # the next run is refused the same way at once (no janitor, no lease to wait out) ...
+    again = records.run("Custom", [{"customerId": c, "update": {}}], timeout=120)[0]
+    assert (again.status, again.error) == ("FAILED", r.ERROR_RECORD_TOO_LARGE)
+    # ... and a record within the limit is read into $lock.item and updated
+    (small, ok), = run_updates(records, [{"set": {"balance": {"N": "7"}}}], big="x" * (120 * 1000))
+    assert ok.status == "SUCCEEDED", (ok.error, ok.cause)
+    assert records.get(small)["balance"] == {"N": "7"}
 
 
 @pytest.mark.parametrize("records", ["dynamodb-local"], indirect=True)

@@ -383,3 +383,19 @@ def test_a_multi_key_template_uses_transactions_with_least_privilege(variant_tem
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             assert not [a for a in actions if a.startswith("dynamodb:") and statement["Resource"] == "*"]
+
+
+@pytest.mark.parametrize("result, units", [
+    ({"ConsumedCapacity": {"CapacityUnits": 9, "Table": {"CapacityUnits": 3}}}, 3),  # INDEXES: the table's own
+    ({"ConsumedCapacity": {"CapacityUnits": 5}}, 5),                                 # TOTAL
+    ({}, -1),                                                                        # none: unknown
+])
+def test_a_record_is_read_only_when_its_write_units_say_it_is_small_enough(result, units):
+    from state_machines import record_protocol as r
+
+    assert evaluate(r.write_units_expression(), states={"result": result}) == units
+    read_key = r.read_key_expression("lock")
+    assert evaluate(read_key, lock={"key": "c-1", "recordKb": r.RECORD_SIZE_LIMIT_KB}) == "c-1"
+    for too_large, said in ((r.RECORD_SIZE_LIMIT_KB + 1, f"is {r.RECORD_SIZE_LIMIT_KB + 1} KB"), (-1, "of unknown size")):
+        with pytest.raises(Exception, match=rf"{r.ERROR_RECORD_TOO_LARGE}: the record c-1 {said}, over the"):
+            evaluate(read_key, lock={"key": "c-1", "recordKb": too_large})
