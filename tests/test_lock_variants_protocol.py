@@ -396,6 +396,6 @@ def test_a_record_is_read_only_when_its_write_units_say_it_is_small_enough(resul
     assert evaluate(r.write_units_expression(), states={"result": result}) == units
     read_key = r.read_key_expression("lock")
     assert evaluate(read_key, lock={"key": "c-1", "recordKb": r.RECORD_SIZE_LIMIT_KB}) == "c-1"
-    for too_large, said in ((r.RECORD_SIZE_LIMIT_KB + 1, f"is {r.RECORD_SIZE_LIMIT_KB + 1} KB"), (-1, "of unknown size")):
+    for too_large, said in ((r.RECORD_SIZE_LIMIT_KB + 1, f"is {r.RECORD_SIZE_LIMIT_KB + 1} KB"), (-1, "is of unknown size")):
         with pytest.raises(Exception, match=rf"{r.ERROR_RECORD_TOO_LARGE}: the record c-1 {said}, over the"):
             evaluate(read_key, lock={"key": "c-1", "recordKb": too_large})
