@@ -28,7 +28,7 @@ def test_plan_is_seeded_and_mixes_every_shape_and_fault():
     first, again = stress.plan(300, 5, seed=11, negative_control=False), stress.plan(300, 5, seed=11, negative_control=False)
     assert [(r.shape, r.key, r.stop, r.document) for r in first] == [(r.shape, r.key, r.stop, r.document) for r in again]
     assert {r.shape for r in first} == set(stress.SHAPES)
-    assert {r.stop for r in first} == {None, "delay", "waiting", "long-wait"} and any(r.redrive for r in first)
+    assert {r.stop for r in first} == {None, "delay", "holding", "waiting", "long-wait"} and any(r.redrive for r in first)
     assert not any(r.stop or r.redrive for r in first if r.shape in stress.CLIENT_SHAPES)
     padded = [r for r in first if r.padded]
     assert padded and {r.shape for r in padded} <= stress.PADDED_SHAPES
@@ -110,13 +110,12 @@ def test_handoff_after_an_ended_holder_is_bounded():
 
 
 def test_seeded_campaign_keeps_every_invariant(campaign_app):
-    """Redriven only after the stop grace: an earlier redrive is the known defect below."""
     cloud, app = campaign_app
-    planned = stress.plan(40, 4, seed=2026, negative_control=False)
-    report = stress.run_campaign(cloud, app, planned, seed=2026, redrive_delay_s=GRACE_MS / 1000 + 1)
+    planned = stress.plan(24, 4, seed=2026, negative_control=False)
+    report = stress.run_campaign(cloud, app, planned, seed=2026, settle_s=GRACE_MS / 1000 + 4)
     print(stress.summary(report))
     assert report.ok, report.violations
-    assert sum(i.get("entries", 0) for i in report.probe.values()) >= 40  # the work did run
+    assert sum(i.get("entries", 0) for i in report.probe.values()) >= 24  # the work did run
     assert any(key.startswith("C") for key in report.probe)  # children of a hold ran on their keys
     assert sum(report.faults.values()) > 0 and any(r.stopped for r in report.runs)
     assert report.faults["duplicate janitor event"] > 0 and report.faults["late janitor event"] > 0
@@ -125,17 +124,16 @@ def test_seeded_campaign_keeps_every_invariant(campaign_app):
 
 def test_negative_control_unlocked_runs_break_the_campaign(campaign_app):
     cloud, app = campaign_app
-    planned = stress.plan(40, 2, seed=7, negative_control=True)
+    planned = stress.plan(20, 1, seed=7, negative_control=True)
     report = stress.run_campaign(cloud, app, planned, seed=7, settle_s=0)
     assert not report.ok
     assert report.violations["alone"] or report.violations["lost update"], report.violations
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known lock defect: a holder stopped inside its work and redriven within its stop grace "
-    "releases its old acquisition at once (the Lock.Resumed path), beside its still-running work"
-))
-def test_an_early_redrive_keeps_the_stopped_work_alone(campaign_app):
+def test_an_early_redrive_waits_for_the_stop_grace(campaign_app):
+    """A holder stopped inside its work and redriven at once enters again only after its stop
+    grace: its Lambda may still run (the campaign found it entering beside it, before the
+    refused task retired its acquisition instead of releasing it)."""
     cloud, app = campaign_app
     plain = f"arn:aws:states:{cloud.region}:{cloud.account_id}:stateMachine:Plain"
     key = "Early0"

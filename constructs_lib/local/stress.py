@@ -23,8 +23,9 @@ in-process with their lease's fence.
 Each run draws: a shape, a key, a work time (sometimes past the probe's function timeout: the
 task fails with ``Sandbox.Timedout`` while the handler runs on), a failure of the work, a
 padding field of 50-150 KB in its input (shapes whose output stays under 256 KiB), a stop -
-after a random delay, as soon as the run waits for its key (before it acquires), or after a
-long wait (many acquire attempts in its history) - and a redrive of a failed, stopped or
+after a random delay, once inside its work (a share of the padded runs: the janitor must read a
+large history), as soon as the run waits for its key (before it acquires), or after a long wait
+(many acquire attempts in its history) - and a redrive of a failed, stopped or
 timed-out run. The lock's own writes get faults (throttles; lost responses of acquires,
 releases, the fair lock's enqueues and acquires as head; lost wake-ups), and the janitor's
 status-change events are delivered at least once: every one twice, and one more copy held back
@@ -238,19 +239,21 @@ class Run:
     shape: str
     key: str
     document: dict
-    stop: str | None = None  # "delay", "waiting" (before it acquires) or "long-wait"
+    stop: str | None = None  # "delay", "holding" (once inside), "waiting" (before it acquires), "long-wait"
     stop_after_s: float = 0.0
     redrive: bool = False
     reading: str = ""
     arn: str = ""
     status: str = ""
     error: str | None = None
+    cause: str | None = None
     redriven: bool = False
     stopped: bool = False  # a stop landed while it ran
     stopped_waiting: bool = False  # ... before it had entered, after a refused acquire
     attempts_at_stop: int = 0
     holds: list[Hold] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
+    events: list[tuple[int, str, str]] = field(default_factory=list)  # its timeline (diagnostics)
     task_errors: list[str | None] = field(default_factory=list)  # ClientAsync: each task's
     problems: list[str] = field(default_factory=list)  # a client's re-entrancy found broken
 
@@ -312,7 +315,9 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
             run.document["padding"] = "p" * rng.randint(*PADDING_BYTES)
         if shape not in CLIENT_SHAPES and shape != "Unlocked":
             draw = rng.random()
-            if draw < (0.3 if run.padded else 0.08):  # a padded input's holder: the janitor reads it
+            if run.padded and draw < 0.4:  # a holder with a large input: the janitor reads its history
+                run.stop = "holding"
+            elif draw < (0.3 if run.padded else 0.08):
                 run.stop, run.stop_after_s = "delay", rng.uniform(0.2, 2.0)
             elif draw < (0.3 if run.padded else 0.08) + 0.05:
                 run.stop = "waiting"
@@ -401,12 +406,17 @@ def _lock_writes(parameters: dict) -> Iterator[tuple[str, str]]:
 def timeline(history: list[dict]) -> list[tuple[int, str, str]]:
     """``(ms, kind, stored key)`` from an execution's history: ``attempt`` (a write that tries
     to take or queue for the lock), ``enter`` (the probe scheduled on its key), ``park`` (a
-    fair waiter's park write), ``end`` (the execution ended: no key)."""
+    fair waiter's park write); with no key: ``end`` (the execution ended), ``redriven``,
+    ``work failed: <error>`` (a probe task failed)."""
     out = []
     for event in history:
         ms = _ms(event["timestamp"])
         if event["type"] in _ENDS:
             out.append((ms, "end", ""))
+        elif event["type"] == "ExecutionRedriven":
+            out.append((ms, "redriven", ""))
+        elif event["type"] == "TaskFailed" and event["taskFailedEventDetails"].get("resourceType") == "lambda":
+            out.append((ms, f"work failed: {event['taskFailedEventDetails'].get('error')}", ""))
         if event["type"] != "TaskScheduled":
             continue
         details = event["taskScheduledEventDetails"]
@@ -439,7 +449,7 @@ def waits_of(events: list[tuple[int, str, str]]) -> list[Wait]:
             if key in since:
                 start, parked = since.pop(key)
                 waits.append(Wait(key, start, ms, parked))
-        elif key not in since:
+        elif kind in ("attempt", "park") and key not in since:
             since[key] = (ms, kind == "park")
         elif kind == "park":
             since[key] = (since[key][0], True)
@@ -465,10 +475,10 @@ def _progress(history: list[dict]) -> tuple[int, int, bool]:
 class _Campaign:
     """One campaign's runs over one deployment: executions, clients, stops and redrives."""
 
-    def __init__(self, cloud: Any, app: Any, rng: random.Random, redrive_delay_s: float) -> None:
+    def __init__(self, cloud: Any, app: Any, rng: random.Random) -> None:
         from constructs_lib.lock_client import LockClient
 
-        self.cloud, self.app, self.rng, self.redrive_delay_s = cloud, app, rng, redrive_delay_s
+        self.cloud, self.app, self.rng = cloud, app, rng
         self.rng_guard = threading.Lock()
         self.arns = {  # every shape's state machine is named after it
             shape: f"arn:aws:states:{cloud.region}:{cloud.account_id}:stateMachine:{shape}"
@@ -499,28 +509,31 @@ class _Campaign:
         if result.status == "TIMED_OUT":
             run.holds += self.holds_at_end(run)
         if run.redrive and result.status in ("FAILED", "ABORTED", "TIMED_OUT") and run.shape != "Unlocked":
-            time.sleep(self.redrive_delay_s)
             try:
                 cloud.stepfunctions.redrive_execution(executionArn=run.arn)
                 run.redriven = True
                 result = cloud.wait_for(run.arn, timeout=300)
             except ClientError as refused:  # e.g. ExecutionNotRedrivable: the history limit reached
                 self.count(f"redrive refused: {refused.response['Error']['Code']}")
-        run.status, run.error = result.status, result.error
-        run.waits = waits_of(timeline(result.history))
+        run.status, run.error, run.cause = result.status, result.error, result.cause
+        run.events = timeline(result.history)
+        run.waits = waits_of(run.events)
 
     def stop_when_due(self, run: Run) -> None:
-        """Stop ``run`` after its delay, as soon as it waits for its key, or after a long wait."""
+        """Stop ``run`` after its delay, once it is inside its work, as soon as it waits for its
+        key, or after a long wait."""
         cloud = self.cloud
         if run.stop == "delay":
             time.sleep(run.stop_after_s)
         else:
-            deadline = time.monotonic() + (30 if run.stop == "waiting" else 75)
+            deadline = time.monotonic() + (75 if run.stop == "long-wait" else 30)
             while time.monotonic() < deadline and cloud.status(run.arn) == "RUNNING":
                 attempts, refused, entered = _progress(cloud.history(run.arn))
-                if entered or (refused if run.stop == "waiting" else attempts >= LONG_WAIT_ATTEMPTS):
+                due = {"holding": entered, "waiting": entered or refused > 0,
+                       "long-wait": entered or attempts >= LONG_WAIT_ATTEMPTS}[run.stop]
+                if due:
                     break
-                time.sleep(0.3 if run.stop == "waiting" else 1.0)
+                time.sleep(1.0 if run.stop == "long-wait" else 0.3)
         if cloud.status(run.arn) != "RUNNING":
             return
         attempts, refused, entered = _progress(cloud.history(run.arn))
@@ -596,6 +609,7 @@ class _Campaign:
                 with self.client.hold(run.key, owner=owner, lease=CLIENT_LEASE_S, wait=wait) as lease:
                     held["lease"] = lease
                     run.waits.append(Wait(_stored_key(run.key), started, _now_ms()))
+                    run.events.append((_now_ms(), "enter", _stored_key(run.key)))
                     if run.shape == "ClientNested":
                         with self.client.hold(run.key, lease=CLIENT_LEASE_S, wait=CLIENT_WAIT_S) as inner:
                             if inner.fence != lease.fence or inner.owner != lease.owner:
@@ -639,6 +653,7 @@ class _Campaign:
                     with self.client.hold(item["key"], owner=owner, lease=CLIENT_LEASE_S, wait=0) as lease:
                         held["lease"] = lease
                         run.waits.append(Wait(_stored_key(item["key"]), started, _now_ms()))
+                        run.events.append((_now_ms(), "enter", _stored_key(item["key"])))
                         held["error"] = await asyncio.to_thread(self.invoke_probe, item, lease.fence)
                     return held["error"]
                 except LockHeldInThisThread:
@@ -686,18 +701,15 @@ def _now_ms() -> int:
 
 
 def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_s: float = 20.0,
-                 readings: tuple[str, ...] = ("strict", "reevaluate"), redrive_delay_s: float = 0.0,
-                 progress: bool = False) -> Report:
+                 readings: tuple[str, ...] = ("strict", "reevaluate"), progress: bool = False) -> Report:
     """Run ``planned`` (split in one contiguous share per redrive reading, in order), with the
-    faults on, the janitor's events duplicated and late; settle; judge.
-
-    ``redrive_delay_s``: how long after its end a run is redriven (default 0: at once, within
-    its stop grace - see the README's known defect of an early redrive)."""
+    faults on, the janitor's events duplicated and late; settle; judge. A run is redriven as
+    soon as it ended: within its stop grace, its Lambda maybe still running."""
     from constructs_lib.local.faults import dynamodb_faults
 
     rng = random.Random(seed + 1)
     fault_log: Counter = Counter()
-    campaign = _Campaign(cloud, app, random.Random(seed + 2), redrive_delay_s)
+    campaign = _Campaign(cloud, app, random.Random(seed + 2))
     events = cloud.events
     saved = (events.duplicate_deliveries, events.late_copies_after, cloud.redrive_options.reevaluates_arguments)
     delivered_before = len(events.deliveries)
@@ -785,7 +797,8 @@ def _judge(report: Report) -> dict[str, list[str]]:
         if key.startswith("L"):
             continue  # the short lease overlaps by design: only its fence guards writes
         if item.get("violations", 0):
-            violations["alone"].append(f"{key}: {item['violations']} entries found another holder inside")
+            violations["alone"].append(f"{key}: {item['violations']} entries found another holder inside"
+                                       + _overlap_suspects(report, key, item))
         if item.get("counter", 0) != item.get("accepted", 0):
             violations["lost update"].append(f"{key}: counter {item.get('counter', 0)} != accepted {item.get('accepted', 0)}")
         fences = item.get("fences", [])
@@ -801,12 +814,31 @@ def _judge(report: Report) -> dict[str, list[str]]:
             allowed |= run.status == "TIMED_OUT" and run.shape == "Timeout"
             allowed |= run.error == protocol.ERROR_LOST and run.shape == "Lease"
         if not allowed:
-            violations["outcome"].append(f"{run.shape} {run.arn or run.key}: {run.status} {errors}")
+            cause = f" ({run.cause[:300]})" if run.cause else ""
+            violations["outcome"].append(f"{run.shape} {run.arn or run.key}: {run.status} {errors}{cause}")
         violations["re-entrant hold"] += [f"{run.shape} {run.key}: {problem}" for problem in run.problems]
     violations["left held"] = list(report.left_held)
     report.handoffs = []
     violations["handoff"] = _judge_handoffs(report)
     return violations
+
+
+def _overlap_suspects(report: Report, key: str, item: dict) -> str:
+    """Diagnostics of an overlap: each entry that found another holder inside, and the runs
+    that entered ``key`` in the probe timeout before it, with what happened to them since."""
+    stored, lines = _stored_key(key), []
+    crowded = [at for at, seen in zip(item.get("enteredAt", []), item.get("seen", [])) if seen > 1]
+    for at in crowded:
+        lines.append(f"\n    entry at {at}:")
+        for run in report.runs:
+            entered = [ms for ms, kind, k in run.events if kind == "enter" and k == stored
+                       and at - (PROBE_TIMEOUT_S + 2) * 1000 <= ms <= at]
+            if entered:
+                since = [f"{kind} {ms - at:+d} ms" for ms, kind, _ in run.events
+                         if entered[0] <= ms and kind not in ("attempt", "park") and ms <= at + 10_000]
+                lines.append(f"\n      {run.shape} {run.arn or run.key} (stop: {run.stop}, redriven: {run.redriven}, "
+                             f"{run.status} {run.error}): {', '.join(since)}")
+    return "".join(lines)
 
 
 def _judge_handoffs(report: Report) -> list[str]:
@@ -864,8 +896,9 @@ def summary(report: Report) -> str:
     long_waits = [r for r in stops if r.stop == "long-wait"]
     lines += [
         "", "| injected | count |", "|---|---:|",
-        f"| stops: after a delay / as soon as waiting / after a long wait | "
-        f"{sum(r.stop == 'delay' for r in stops)} / {sum(r.stop == 'waiting' for r in stops)} / {len(long_waits)} |",
+        f"| stops: after a delay / once inside / as soon as waiting / after a long wait | "
+        f"{sum(r.stop == 'delay' for r in stops)} / {sum(r.stop == 'holding' for r in stops)} / "
+        f"{sum(r.stop == 'waiting' for r in stops)} / {len(long_waits)} |",
         f"| stopped before acquiring (a refused acquire, no entry); of them redriven | "
         f"{sum(r.stopped_waiting for r in stops)}; {sum(r.stopped_waiting and r.redriven for r in stops)} |",
         f"| acquire attempts in a long wait's history at the stop (most) | "
@@ -906,8 +939,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=["moto", "dynamodb-local", "both"], default="both")
     parser.add_argument("--redrive-readings", choices=["both", *READINGS], default="both",
                         help="what a redriven Parallel's Arguments do (undocumented): both readings, half the runs each")
-    parser.add_argument("--redrive-after", type=float, default=0.0, metavar="SECONDS",
-                        help="redrive a run this long after it ended (default 0: at once, within its stop grace)")
     parser.add_argument("--negative-control", action="store_true", help="mix unlocked runs in: must fail")
     args = parser.parse_args(argv)
 
@@ -923,8 +954,7 @@ def main(argv: list[str] | None = None) -> int:
             app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
             started = time.time()
             report = run_campaign(cloud, app, plan(args.runs, args.keys, args.seed, args.negative_control),
-                                  seed=args.seed, readings=readings, redrive_delay_s=args.redrive_after,
-                                  progress=True)
+                                  seed=args.seed, readings=readings, progress=True)
             print(f"\n## {backend}: {args.runs} runs over {args.keys} keys, seed {args.seed}, redrive readings "
                   f"{', '.join(readings)}, {time.time() - started:.0f} s\n")
             print(summary(report))
