@@ -117,7 +117,7 @@ class Mutex:
         (``lock_protocol.retire_arguments``), then ``then``. A re-entered hold is the
         enclosing section's to retire: nothing is written."""
         retire = update_item_task(
-            section, section._name("RetireResumed"), section.table,
+            section, section._name("Retire"), section.table,
             protocol.retire_arguments(lock_variable=section.variables["lock"], reentrant=True, item=self.item),
             outputs=jsonata("$states.input"),
         )
@@ -258,15 +258,15 @@ class MultiKey(Mutex):
     def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
         """Retire every key this hold took (each with the mutex's RETIRE), then ``then``."""
         one = update_item_task(
-            section, section._name("RetireResumedKey"), section.table,
+            section, section._name("RetireKey"), section.table,
             protocol.retire_arguments(lock_variable="", lock_jsonata="$states.input"),
             outputs=jsonata("{}"),
         )
         retry_transient(one)
-        one.add_catch(sfn.Succeed(section, "RetireResumedKeyRefused", state_name=section._name("RetireResumedKeyRefused")),
+        one.add_catch(sfn.Succeed(section, "RetireKeyRefused", state_name=section._name("RetireKeyRefused")),
                       errors=["States.ALL"])
         each = sfn.Map.jsonata(
-            section, "RetireResumed", state_name=section._name("RetireResumed"),
+            section, "Retire", state_name=section._name("Retire"),
             items=sfn.ProvideItems.jsonata(jsonata(
                 f"$exists(${section.variables['lock']}.reentered) ? [] : "
                 + multikey.release_each_items_expression(section.variables["lock"])

@@ -557,12 +557,15 @@ class LockedSection(sfn.StateMachineFragment):
         """Every error of the work: release, then fail with it (States.* renamed)."""
         rethrow = self.rethrow
         self._release_after_error = self.kind.build_release_after_error(self, rethrow)
-        # a task refused to resume after a redrive: its run before the stop may still be in
-        # flight, so the acquisition is retired (held for its stop grace), not released
-        resumed = sfn.Choice.jsonata(self, "Resumed", state_name=self._name("Resumed?"))
-        resumed.when(sfn.Condition.jsonata(jsonata(protocol.resumed_expression())), self.kind.build_retire(self, rethrow))
-        resumed.otherwise(self._release_after_error)
-        self.protected.add_catch(resumed, errors=[protocol.QUERY_EVALUATION_ERROR])
+        # work that may still be in flight - a task timed out (Step Functions does not stop
+        # the invocation or worker behind it), or a task refused to resume after a redrive
+        # (the run before the stop may still be going): the acquisition is retired, held for
+        # its stop grace from now, not released
+        in_flight = sfn.Choice.jsonata(self, "InFlight", state_name=self._name("MayStillRun?"))
+        in_flight.when(sfn.Condition.jsonata(jsonata(protocol.may_still_run_expression())),
+                       self.kind.build_retire(self, rethrow))
+        in_flight.otherwise(self._release_after_error)
+        self.protected.add_catch(in_flight, errors=[protocol.QUERY_EVALUATION_ERROR, *protocol.MAY_STILL_RUN_ERRORS])
         self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
         for state in self._pending_after_acquire:
             state.add_catch(self._release_after_error, errors=["States.ALL"])
@@ -867,10 +870,12 @@ def _is_lock_state(state: dict) -> bool:
 
 
 def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:
-    """How long a stopped holder's work may still run: the longest ``TimeoutSeconds`` of the
-    protected work's task states (a Lambda task without one: its function's timeout, when the
-    function is part of this app), plus a margin; :data:`DEFAULT_STOP_GRACE` when some task's
-    longest run cannot be seen."""
+    """How long a stopped holder's work may still run, plus a margin: for a Lambda task, its
+    function's timeout (when the function is part of this app) - Step Functions does not stop
+    an invocation when the task's own ``TimeoutSeconds`` ends, nor when the execution stops,
+    but Lambda ends it at the function's timeout; for an activity, a callback or a ``.sync``
+    job, its ``TimeoutSeconds`` (what the caller promises its worker stops by);
+    :data:`DEFAULT_STOP_GRACE` when a task's longest run cannot be seen."""
     if not tasks_found:
         return Duration.seconds(STOP_GRACE_MARGIN_S)
     functions = [fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)]
@@ -878,11 +883,7 @@ def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration
     for state in tasks_found:
         resource = str(state.get("Resource", ""))
         seconds = state.get("TimeoutSeconds")
-        if isinstance(seconds, (int, float)):
-            longest = max(longest, seconds)
-        elif _request_response(resource) and ":::lambda:invoke" not in resource:
-            continue  # a DynamoDB or SDK call: over when the stop is (the margin covers it)
-        elif ":::lambda:invoke" in resource and _request_response(resource):
+        if ":::lambda:invoke" in resource and _request_response(resource):
             text = json.dumps(Stack.of(scope).resolve(state))
             found = [fn for fn in functions
                      if json.dumps(Stack.of(scope).resolve(fn.function_arn)) in text
@@ -891,6 +892,10 @@ def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration
                 return DEFAULT_STOP_GRACE
             timeout = found[0].timeout
             longest = max(longest, timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S)
+        elif isinstance(seconds, (int, float)):
+            longest = max(longest, seconds)
+        elif _request_response(resource):
+            continue  # a DynamoDB or SDK call: over when the stop is (the margin covers it)
         else:  # an activity, a callback or a .sync job: nothing bounds it but TimeoutSeconds
             return DEFAULT_STOP_GRACE
     return Duration.seconds(longest + STOP_GRACE_MARGIN_S)

@@ -718,6 +718,22 @@ def retire_arguments(
     )
 
 
+#: Errors of the protected work after which the work behind the failed task may still run:
+#: a task's ``TimeoutSeconds`` or heartbeat ran out (Step Functions stops waiting, not the
+#: Lambda invocation, activity or callback worker), or a Lambda invocation hit its function's
+#: timeout (Lambda ends it; a runtime that cannot kill a handler - the local one - lets it run
+#: on: safe under both). After them the acquisition is retired - held for its stop grace from
+#: now - instead of released (https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html).
+MAY_STILL_RUN_ERRORS = ("States.Timeout", "States.HeartbeatTimeout", "Sandbox.Timedout")
+
+
+def may_still_run_expression() -> str:
+    """JSONata (Choice after the work failed with one of :data:`MAY_STILL_RUN_ERRORS` or a
+    query error): the work behind it may still run - retire, do not release."""
+    errors = ", ".join(_jsonata_string(e) for e in MAY_STILL_RUN_ERRORS)
+    return f"($states.input.Error in [{errors}]) or ({resumed_expression()})"
+
+
 def resumed_expression() -> str:
     """JSONata (Choice after the work failed): a task refused to resume after a redrive
     (:func:`resumed_guard_expression` raised)."""

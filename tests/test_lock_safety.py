@@ -131,13 +131,24 @@ def test_a_stopped_holders_lambda_finishes_before_anyone_else_enters(safety):
     assert entered[0] - stopped_at >= PROBE_TIMEOUT_S + 5 - 0.5, entered[0] - stopped_at
 
 
-def test_a_states_error_of_the_work_is_re_raised_under_a_catchable_name(safety):
+def test_a_task_that_timed_out_keeps_the_lock_while_its_invocation_may_run(safety):
+    """The work's States.Timeout is re-raised under a catchable name; Step Functions stops
+    waiting at the task's TimeoutSeconds (1 s) but not the Lambda invocation (its function's
+    timeout: 4 s), so the lock is retired - held for the grace (4 s + 5 s) from the failure -
+    not released: the next holder never enters beside the invocation still running."""
     k = key("timeout")
-    result = safety.run("TaskTimeoutStateMachine", {"key": k, "workMs": 2500})
+    result = safety.run("TaskTimeoutStateMachine", {"key": k, "workMs": 3500})
     assert result.status == "FAILED"
     assert result.error == "Lock.States.Timeout", (result.error, result.cause)
     assert json.loads(result.cause)["Error"] == "States.Timeout"
-    assert p.OWNER not in safety.lock(k)  # released on the way out
+    lock = safety.lock(k)
+    grace_ms = (PROBE_TIMEOUT_S + 5) * 1000
+    assert p.OWNER in lock and int(lock[p.GRACE]["N"]) == grace_ms  # retired, not released
+    assert abs(int(lock[p.EXPIRES_AT]["N"]) - (result.stop_date.timestamp() * 1000 + grace_ms)) < 3000
+    intruder = safety.run("PlainStateMachine", {"key": k, "workMs": 100})
+    assert intruder.status == "SUCCEEDED", (intruder.error, intruder.cause)
+    probe = safety.probe(k)
+    assert probe["entries"] == 2 and probe.get("violations", 0) == 0, probe
 
 
 def test_janitor_retires_a_lock_whose_acquire_response_never_came_back(safety):

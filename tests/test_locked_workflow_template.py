@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from aws_cdk.assertions import Capture, Match
 
 from state_machines import lock_protocol as p
@@ -13,7 +15,7 @@ MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
                  "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
-                 "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.Resumed?", "Lock.RetireResumed"}
+                 "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.MayStillRun?", "Lock.Retire"}
 OUTER_STATES = {"Lock", "Lock.EntryFailed?", "Lock.InvalidKey", "Lock.Failed"}
 
 
@@ -85,19 +87,33 @@ def test_every_task_of_the_work_refuses_to_resume_without_the_lock(example):
     assert p.GENERATION in states["Lock.Acquire"]["Assign"]["lock"]
 
 
-def test_a_task_refused_after_a_redrive_retires_the_acquisition_instead_of_releasing_it(example):
-    """Its run before the stop may still be in flight: the lock stays held for the grace."""
+def test_work_that_may_still_run_retires_the_acquisition_instead_of_releasing_it(example):
+    """A task that timed out (its invocation or worker runs on) or refused to resume after a
+    redrive (the run before the stop may still be going): the lock stays held for the grace."""
     states = branch(example.definition(MACHINE))["States"]
     work = states["Apply update"]
-    assert [c["ErrorEquals"] for c in work["Catch"]] == [[p.QUERY_EVALUATION_ERROR], ["States.ALL"]]
-    assert [c["Next"] for c in work["Catch"]] == ["Lock.Resumed?", "Lock.ReleaseAfterError"]
-    resumed = states["Lock.Resumed?"]
-    assert resumed["Choices"] == [{"Condition": jsonata(p.resumed_expression()), "Next": "Lock.RetireResumed"}]
-    assert resumed["Default"] == "Lock.ReleaseAfterError"
-    retire = states["Lock.RetireResumed"]
+    assert [c["ErrorEquals"] for c in work["Catch"]] == [
+        [p.QUERY_EVALUATION_ERROR, "States.Timeout", "States.HeartbeatTimeout", "Sandbox.Timedout"], ["States.ALL"]]
+    assert [c["Next"] for c in work["Catch"]] == ["Lock.MayStillRun?", "Lock.ReleaseAfterError"]
+    in_flight = states["Lock.MayStillRun?"]
+    assert in_flight["Choices"] == [{"Condition": jsonata(p.may_still_run_expression()), "Next": "Lock.Retire"}]
+    assert in_flight["Default"] == "Lock.ReleaseAfterError"
+    retire = states["Lock.Retire"]
     assert retire["Arguments"]["UpdateExpression"] == p.RETIRE.update
     assert retire["Arguments"]["ConditionExpression"] == p.RETIRE.condition
     assert retire["Next"] == "Lock.Rethrow"
+
+
+@pytest.mark.parametrize("error, cause, retire", [
+    ("States.Timeout", "", True), ("States.HeartbeatTimeout", "", True), ("Sandbox.Timedout", "", True),
+    ("States.QueryEvaluationError", "... Lock.Resumed: the execution was redriven ...", True),
+    ("States.QueryEvaluationError", "a user's own expression failed", False),
+    ("States.TaskFailed", "", False), ("MyError", "Lock.Resumed: in a user's message", False),
+])
+def test_which_errors_mean_the_work_may_still_run(error, cause, retire):
+    from constructs_lib.local.patches.jsonata_evaluator import evaluate
+
+    assert evaluate(p.may_still_run_expression(), {"states": {"input": {"Error": error, "Cause": cause}}}) is retire
 
 
 def test_acquire_is_one_conditional_update_returning_the_fence(example):
