@@ -12,6 +12,7 @@ import pytest
 
 from state_machines import lock_protocol as p
 from state_machines import semaphore_protocol as sp
+from deployed import wait_until
 from variants_stack import LIMIT
 
 
@@ -172,11 +173,14 @@ def test_unlocked_transfers_are_caught_by_the_same_invariants(variants):
 
 def test_a_transfer_waits_for_a_single_key_holder_and_takes_both_at_once(variants):
     a, b = key("acct"), key("acct")
-    single = variants.start("Single", {"key": b, "workMs": 3000})
-    time.sleep(1.0)
-    transfer = variants.start("Transfer", {"from": a, "to": b, "workMs": 100})
-    time.sleep(0.5)
+    single = variants.start("SingleHold", {"key": b, "holdS": 6, "workMs": 1})
+    wait_until(lambda: p.OWNER in variants.lock(p.namespaced("acct", b)))  # b held (conditions, not sleeps:
+    transfer = variants.start("Transfer", {"from": a, "to": b, "workMs": 100})  # a loaded CI is slow)
+    wait_until(lambda: any(  # the transfer was refused at least once: it waits for b
+        e.get("stateEnteredEventDetails", {}).get("name") == "Lock.Held?"
+        for e in variants.cloud.stepfunctions.get_execution_history(executionArn=transfer, maxResults=1000)["events"]))
     # while it waits for b, the transfer holds nothing: a is free for others
+    assert p.OWNER in variants.lock(p.namespaced("acct", b))
     assert p.OWNER not in variants.lock(p.namespaced("acct", a))
     other = variants.start("Single", {"key": a, "workMs": 100})
     results = variants.wait([single, transfer, other])
