@@ -87,7 +87,11 @@ def test_a_run_that_lost_its_lock_cannot_write(records):
     c = customer()
     records.put(c, balance=0)
     slow = records.start("ShortLease", {"customerId": c, "waitS": 5})  # lease 2 s, holds 5 s
-    time.sleep(3)
+    deadline = time.time() + 60
+    while not (f"{LW}{p.OWNER}" in records.get(c)  # the slow run holds, and its lease has ended
+               and int(records.get(c)[f"{LW}{p.EXPIRES_AT}"]["N"]) < time.time() * 1000):
+        assert time.time() < deadline, "the slow run never held the record"
+        time.sleep(0.05)
     fast = records.run("Increment", [{"customerId": c, "waitS": 0}])[0]  # takes over the expired lease
     assert fast.status == "SUCCEEDED", (fast.error, fast.cause)
     lost = records.cloud.wait_for(slow, timeout=60)
