@@ -84,6 +84,17 @@ def janitor_code() -> lambda_.Code:
     )
 
 
+def executions_of(stack: Stack, state_machine_names: Sequence[str]) -> list[str]:
+    """ARNs matching every execution of the named state machines (IAM resources)."""
+    return [
+        stack.format_arn(
+            service="states", resource="execution", resource_name=f"{name}:*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        for name in state_machine_names
+    ]
+
+
 class LockJanitor(Construct):
     """Retire the locks of ended executions of ``watched`` state machines.
 
@@ -160,13 +171,7 @@ class LockJanitor(Construct):
         }]})
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["states:GetExecutionHistory"],
-            resources=[
-                stack.format_arn(
-                    service="states", resource="execution", resource_name=f"{machine.state_machine_name}:*",
-                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                )
-                for machine in watched
-            ],
+            resources=executions_of(stack, [machine.state_machine_name for machine in watched]),
         ))
         table_arn = stack.format_arn(service="dynamodb", resource="table", resource_name=table.table_name)
         for action in ["dynamodb:UpdateItem"] + (["dynamodb:GetItem"] if fair else []):  # the queue read

@@ -12,7 +12,6 @@ import threading
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from aws_cdk import (
-    ArnFormat,
     Duration,
     Names,
     Stack,
@@ -33,7 +32,7 @@ from constructs import Construct
 from constructs_lib.custom_state import JsonataCustomState
 from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from constructs_lib.fair_mutex import FairMutex
-from constructs_lib.janitor import LockJanitor
+from constructs_lib.janitor import LockJanitor, executions_of
 from constructs_lib.monitoring import LockMonitoring
 from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from constructs_lib.lock_table import LockTable
@@ -756,16 +755,7 @@ class LockedSection(sfn.StateMachineFragment):
             f"LivenessCheck{len(self._liveness_grants)}",
             roles=[state_machine.role],
             statements=[
-                iam.PolicyStatement(
-                    actions=["states:DescribeExecution"],
-                    resources=[
-                        stack.format_arn(
-                            service="states", resource="execution", resource_name=f"{name}:*",
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                        for name in holders
-                    ],
-                )
+                iam.PolicyStatement(actions=["states:DescribeExecution"], resources=executions_of(stack, holders))
             ],
         )
         self._liveness_grants.append(holders)

@@ -233,18 +233,25 @@ def _unguarded_copy(safety, machine: str) -> str:
     )["stateMachineArn"]
 
 
+def _stopped_in_its_work(safety, machine_arn: str, k: str, work_ms: int) -> tuple[str, float]:
+    """A holder of ``k`` stopped while its probe is inside its work: (its ARN, the deadline
+    the caller's further waits share)."""
+    holder = safety.cloud.start_execution(machine_arn, {"key": k, "workMs": work_ms})
+    deadline = time.time() + 60
+    while safety.probe(k).get("inside", 0) == 0:
+        assert time.time() < deadline, "the holder never entered its work"
+        time.sleep(0.05)
+    safety.cloud.stop_execution(holder)
+    assert safety.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+    return holder, deadline
+
+
 def _stopped_mid_work_and_taken_over(safety, machine_arn: str, k: str):
     """A holder stopped inside its protected work; its lock, retired as the janitor would after
     the grace, taken by a client that keeps it. Returns (holder ARN, client, client lease)."""
     from constructs_lib.lock_client import LockClient
 
-    holder = safety.cloud.start_execution(machine_arn, {"key": k, "workMs": 1500})
-    deadline = time.time() + 60
-    while safety.probe(k).get("entries", 0) == 0:
-        assert time.time() < deadline, "the holder never entered its work"
-        time.sleep(0.05)
-    safety.cloud.stop_execution(holder)
-    assert safety.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+    holder, deadline = _stopped_in_its_work(safety, machine_arn, k, 1500)
     while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends (what the grace waits for)
         assert time.time() < deadline, "the stopped run's work never ended"
         time.sleep(0.05)
@@ -310,13 +317,7 @@ def test_a_holder_redriven_at_once_waits_out_its_own_stopped_work(safety, reeval
     options.reevaluates_arguments = reevaluates_arguments
     try:
         k = key("zombie")
-        holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})
-        deadline = time.time() + 60
-        while safety.probe(k).get("inside", 0) == 0:
-            assert time.time() < deadline, "the holder never entered its work"
-            time.sleep(0.05)
-        safety.cloud.stop_execution(holder)
-        assert safety.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+        holder, deadline = _stopped_in_its_work(safety, safety.arn("GracefulStateMachine"), k, 3000)
         stopped = time.time()
         safety.cloud.stepfunctions.redrive_execution(executionArn=holder)  # its Lambda still runs
         result = safety.cloud.wait_for(holder, timeout=120)
