@@ -82,6 +82,10 @@ from typing import Any, Iterator
 
 from botocore.exceptions import ClientError
 
+# imported once, before any in-process Lambda runs: the janitor function bundles its own copy of
+# constructs_lib, and a lazy import racing with its invocation could bind that copy's exception
+# classes, which the client here does not raise (two ClientAsync runs failed on LockHeld so)
+from constructs_lib.lock_client import LockClient, LockError, LockHeld, LockHeldInThisThread, LockLost
 from state_machines import fair_protocol as fair
 from state_machines import lock_protocol as protocol
 from state_machines.lock_protocol import WaitPolicy
@@ -476,7 +480,6 @@ class _Campaign:
     """One campaign's runs over one deployment: executions, clients, stops and redrives."""
 
     def __init__(self, cloud: Any, app: Any, rng: random.Random) -> None:
-        from constructs_lib.lock_client import LockClient
 
         self.cloud, self.app, self.rng = cloud, app, rng
         self.rng_guard = threading.Lock()
@@ -575,7 +578,6 @@ class _Campaign:
         """Release ``lease`` after its release failed with a transient error (an injected
         fault: botocore's retries exhausted). A lost response (``InternalServerError``) may
         have released it already; a waiter may have taken it since, which is no loss."""
-        from constructs_lib.lock_client import LockLost
 
         for _ in range(20):
             try:
@@ -597,7 +599,6 @@ class _Campaign:
         then working again under the outer block - leaving the inner one released nothing).
         A transient error is retried as an application would: the acquire with the same owner
         (one whose response was lost is ours), the release until it is done."""
-        from constructs_lib.lock_client import LockError, LockHeld
 
         item, started = run.document, _now_ms()
         owner = f"{self.client.owner}{protocol.OWNER_SEPARATOR}{uuid.uuid4()}"
@@ -641,7 +642,6 @@ class _Campaign:
         the loop holds it (``LockHeldInThisThread``) or because someone else does
         (``LockHeld``) awaits and tries again, up to its wait (transient errors: as in
         :meth:`client_thread`)."""
-        from constructs_lib.lock_client import LockError, LockHeld, LockHeldInThisThread
 
         async def task(item: dict) -> str | None:
             started = _now_ms()
