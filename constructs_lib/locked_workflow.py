@@ -204,9 +204,9 @@ class LockedSection(sfn.StateMachineFragment):
     :param stop_grace: how long the lock of a holder whose execution ended without releasing
         it (stopped, timed out, failed past every Catch) stays held after that end: Step
         Functions does not stop a running Lambda invocation, activity or callback worker.
-        Default: the longest ``TimeoutSeconds`` of the protected work's task states (for a
-        Lambda task without one: its function's timeout) plus 5 s; 15 minutes if some task's
-        longest run cannot be seen.
+        Default: the longest run a task of the protected work may have (a Lambda task: its
+        function's timeout, whatever its ``TimeoutSeconds``; other tasks: their
+        ``TimeoutSeconds``) plus 5 s; 15 minutes if some task's longest run cannot be seen.
     :param lock_variable: name of the variable holding the lock (the section also uses
         ``<name>Wait``, ``<name>Holder`` and ``<name>Redrives``). Default: ``"lock"``.
     :param liveness_check_every: on every this-many-th round of polls a waiter asks Step
