@@ -125,7 +125,11 @@ def apply(stack: ExitStack) -> None:
     def stop(self, stop_date, error, cause):  # type: ignore[no-untyped-def]
         worker = self.exec_worker
         deadline = time.monotonic() + ENV_WAIT_S
-        while worker is not None and worker.env is None and time.monotonic() < deadline:
+        # an execution stopped just after it started: wait for its environment and for its
+        # program to be running (before that, moto's set_stop does nothing and the program
+        # state read at its end is None: "unsupported ProgramState type NoneType")
+        while worker is not None and (worker.env is None or worker.env.program_state() is None) \
+                and time.monotonic() < deadline:
             time.sleep(0.005)
         original_stop(self, stop_date=stop_date, error=error, cause=cause)
         if worker is not None and worker.env is not None and self.exec_status == ExecutionStatus.RUNNING:
