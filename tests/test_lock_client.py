@@ -664,13 +664,19 @@ def test_hold_by_another_client_is_not_reentrant(alice, make_client):
                 pass
 
 
-def test_another_thread_of_the_same_client_waits(make_client, ddb):
+def polling_sleep():
+    """(an event set when a client first waits between polls, the sleep that sets it)."""
     polled = threading.Event()
 
     def sleep(seconds):
         polled.set()
         time.sleep(seconds)
 
+    return polled, sleep
+
+
+def test_another_thread_of_the_same_client_waits(make_client, ddb):
+    polled, sleep = polling_sleep()
     client = make_client("alice", sleep=sleep)
     got = {}
 
@@ -875,12 +881,7 @@ def test_two_asyncio_tasks_take_turns(backend):
 
 def test_two_threads_of_one_client_take_turns(backend):
     make, ddb, key = backend
-    polled = threading.Event()
-
-    def sleep(seconds):
-        polled.set()
-        time.sleep(seconds)
-
+    polled, sleep = polling_sleep()
     client = make(sleep=sleep)
     probe, entered, errors = Probe(), threading.Event(), []
 
@@ -980,12 +981,7 @@ def test_a_thread_with_a_copy_of_the_context_waits_for_the_hold(backend):
     """``asyncio.to_thread`` runs in a copy of the caller's context: still another flow, so it
     waits for the parent's release (the parent must not await it inside the hold)."""
     make, ddb, key = backend
-    polled = threading.Event()
-
-    def sleep(seconds):
-        polled.set()
-        time.sleep(seconds)
-
+    polled, sleep = polling_sleep()
     client = make(sleep=sleep)
     probe = Probe()
 

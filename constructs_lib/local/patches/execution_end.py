@@ -52,7 +52,8 @@ from moto.stepfunctions.responses import StepFunctionResponse
 _ONCE = threading.Lock()
 #: How long StopExecution waits for a just-started execution's interpreter.
 ENV_WAIT_S = 60.0
-_CLOSING_EVENTS = {
+#: The events that end an execution's history (nothing may be recorded after one).
+CLOSING_EVENTS = {
     HistoryEventType.ExecutionSucceeded,
     HistoryEventType.ExecutionFailed,
     HistoryEventType.ExecutionAborted,
@@ -66,7 +67,7 @@ def _close_history(execution: Execution) -> None:
     manager = env.event_manager
     with manager._mutex:
         history = manager._history_event_list
-        closed = bool(history) and history[-1]["type"] in _CLOSING_EVENTS
+        closed = bool(history) and history[-1]["type"] in CLOSING_EVENTS
     if not closed:
         if execution.exec_status == ExecutionStatus.ABORTED:
             state = env.program_state()

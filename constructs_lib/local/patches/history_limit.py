@@ -49,15 +49,10 @@ from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from constructs_lib.local.patches import redrive
+from constructs_lib.local.patches.execution_end import CLOSING_EVENTS
 
 #: The service's hard quota on a Standard execution's history.
 DEFAULT_LIMIT = 25_000
-_CLOSING = {
-    HistoryEventType.ExecutionSucceeded,
-    HistoryEventType.ExecutionFailed,
-    HistoryEventType.ExecutionAborted,
-    HistoryEventType.ExecutionTimedOut,
-}
 
 
 def validate_limit(limit: int) -> int:
@@ -104,7 +99,7 @@ def apply(stack: ExitStack, limit: int = DEFAULT_LIMIT) -> None:
             next_id = self._event_id_gen._next_id
             if budget.cut or next_id > budget.limit:  # the execution has ended
                 return -1
-            if next_id < budget.limit or event_type in _CLOSING:
+            if next_id < budget.limit or event_type in CLOSING_EVENTS:
                 return original_add_event(self, context, event_type, *args, **kwargs)
             budget.cut = True
             details = failure(budget.limit)
