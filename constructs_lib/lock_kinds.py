@@ -42,6 +42,8 @@ class Mutex:
     item = protocol.LOCK_TABLE_ITEM
     #: The acquire's error when the lock is held (a poll).
     refused = protocol.CONDITION_FAILED
+    #: The hold registers a presence token on its one lock item (``detect_cancellation``).
+    presence = True
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key
@@ -161,6 +163,8 @@ class MultiKey(Mutex):
     """Every key of a list, all or nothing, in one transaction (see multikey_protocol)."""
 
     name = "multi-key"
+    #: Several items: no presence token (a cancelled multi-key hold is recovered by its lease).
+    presence = False
     key_field = "keys"
     refused = multikey.TRANSACTION_CANCELED
 
