@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import threading
+
+import jsii
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from aws_cdk import (
@@ -27,7 +29,7 @@ from aws_cdk import (
     aws_stepfunctions as sfn,
     aws_stepfunctions_tasks as tasks,
 )
-from constructs import Construct
+from constructs import Construct, IValidation
 
 from constructs_lib.custom_state import JsonataCustomState
 from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
@@ -409,6 +411,8 @@ class LockedSection(sfn.StateMachineFragment):
         self.release = self._build_release()
         acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
+        if self.detect_cancellation:
+            self.node.add_validation(_NotInExpress(self))
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -721,7 +725,8 @@ class LockedSection(sfn.StateMachineFragment):
         in_flight.when(sfn.Condition.jsonata(jsonata(protocol.may_still_run_expression())),
                        self.kind.build_retire(self, rethrow))
         in_flight.otherwise(self._release_after_error)
-        self.protected.add_catch(in_flight, errors=[protocol.QUERY_EVALUATION_ERROR, *protocol.MAY_STILL_RUN_ERRORS])
+        still_run = [*protocol.MAY_STILL_RUN_ERRORS] + ([protocol.ERROR_PRESENCE_UNKNOWN] if self.detect_cancellation else [])
+        self.protected.add_catch(in_flight, errors=[protocol.QUERY_EVALUATION_ERROR, *still_run])
         self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
         for state in self._pending_after_acquire:
             state.add_catch(self._release_after_error, errors=["States.ALL"])
@@ -1150,6 +1155,30 @@ def _task_states(rendered: Any):
     elif isinstance(rendered, list):
         for value in rendered:
             yield from _task_states(value)
+
+
+@jsii.implements(IValidation)
+class _NotInExpress:
+    """A section with ``detect_cancellation`` parks a presence task on a task token, which
+    EXPRESS state machines refuse (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html):
+    found at synth, in the definitions of the stack's EXPRESS state machines."""
+
+    def __init__(self, section: "LockedSection") -> None:
+        self._section = section
+
+    def validate(self) -> List[str]:
+        stack = Stack.of(self._section)
+        marker = f"Exclusive lock ({self._section.node.path})"
+        for machine in stack.node.find_all():
+            if (isinstance(machine, sfn.CfnStateMachine)
+                    and stack.resolve(machine.state_machine_type) == "EXPRESS"
+                    and marker in json.dumps(stack.resolve(machine.definition_string))):
+                return [
+                    f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
+                    f"(it cannot park on a task token), got: True for {self._section.node.path!r} in "
+                    f"{machine.node.path!r}"
+                ]
+        return []
 
 
 def _reachable_states(work: sfn.IChainable) -> list:

@@ -864,13 +864,14 @@ PRESENCE_GONE = "Sfn.TaskTimedOutException"
 #: timeout (Lambda ends it; a runtime that cannot kill a handler - the local one - lets it run
 #: on: safe under both). After them the acquisition is retired - held for its stop grace from
 #: now - instead of released (https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html).
-MAY_STILL_RUN_ERRORS = ("States.Timeout", "States.HeartbeatTimeout", "Sandbox.Timedout", ERROR_PRESENCE_UNKNOWN)
+MAY_STILL_RUN_ERRORS = ("States.Timeout", "States.HeartbeatTimeout", "Sandbox.Timedout")
 
 
 def may_still_run_expression() -> str:
-    """JSONata (Choice after the work failed with one of :data:`MAY_STILL_RUN_ERRORS` or a
-    query error): the work behind it may still run - retire, do not release."""
-    errors = ", ".join(_jsonata_string(e) for e in MAY_STILL_RUN_ERRORS)
+    """JSONata (Choice after the work failed with one of :data:`MAY_STILL_RUN_ERRORS`, a hold's
+    ``Lock.PresenceUnknown`` - its work was cancelled - or a query error): the work behind it
+    may still run - retire, do not release."""
+    errors = ", ".join(_jsonata_string(e) for e in (*MAY_STILL_RUN_ERRORS, ERROR_PRESENCE_UNKNOWN))
     return f"($states.input.Error in [{errors}]) or ({resumed_expression()})"
 
 
