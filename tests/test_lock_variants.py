@@ -117,6 +117,27 @@ def test_a_stopped_semaphore_holder_frees_its_slot_after_its_grace(variants):
         variants.cloud.stepfunctions.stop_execution(executionArn=arn)
 
 
+def test_semaphore_slots_held_by_cancelled_branches_free_after_their_grace(variants):
+    """Every slot held by a Map iteration that Step Functions cancelled (a sibling branch
+    failed, the user caught it, the execution runs on): a waiter probes the slots' presence
+    tokens, finds them closed and takes a slot after its stop grace - not after the lease."""
+    if variants.cloud.backend != "moto":
+        pytest.skip("the cancellation is Step Functions behaviour (the mutex's case runs on both backends)")
+    k = key("semcancel")
+    slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(LIMIT)]
+    holder = variants.cloud.start_execution(variants.app.state_machine_arn("SemaphoreCancelled"),
+                                            {"key": k, "failAfter": 10})
+    # all slots held before the sibling fails (a cancelled iteration could not take one later)
+    wait_until(lambda: sum(p.OWNER in variants.lock(s) for s in slots) == LIMIT, timeout=60)
+    result = variants.wait([variants.start("Semaphore", {"key": k, "workMs": 100})], timeout=150)[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert variants.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
+    names = [e["stateEnteredEventDetails"]["name"] for e in result.history if e["type"] == "TaskStateEntered"]
+    assert "Lock.Abandoned" in names  # found by the probe, not by the lease
+    assert variants.probe(k)["entries"] == 1
+    variants.cloud.stepfunctions.stop_execution(executionArn=holder)
+
+
 # ---- multi-key ------------------------------------------------------------------------
 
 
