@@ -111,6 +111,17 @@ class Mutex:
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         return section.build_mutex_release(lost, left)
 
+    def presence_task(self, section: "LockedSection") -> tuple[str, dict]:
+        """The hold's presence registration: (aws-sdk DynamoDB action, its arguments)."""
+        return "updateItem", {
+            "TableName": section.table.table_name,
+            **protocol.present_arguments(lock_variable=section.variables["lock"], item=self.item),
+        }
+
+    def presence_key(self, section: "LockedSection") -> str:
+        """JSONata: the item where the hold marks its departure and reads its token back."""
+        return f"${section.variables['lock']}.key"
+
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         return section.build_mutex_release_after_error(rethrow)
 
@@ -163,8 +174,6 @@ class MultiKey(Mutex):
     """Every key of a list, all or nothing, in one transaction (see multikey_protocol)."""
 
     name = "multi-key"
-    #: Several items: no presence token (a cancelled multi-key hold is recovered by its lease).
-    presence = False
     key_field = "keys"
     refused = multikey.TRANSACTION_CANCELED
 
@@ -258,6 +267,14 @@ class MultiKey(Mutex):
             outputs=jsonata("$states.input"),
         )
         return release
+
+    def presence_task(self, section: "LockedSection") -> tuple[str, dict]:
+        """One token on every key the hold took, in one transaction."""
+        return "transactWriteItems", multikey.present_arguments(
+            table_name=section.table.table_name, lock_variable=section.variables["lock"])
+
+    def presence_key(self, section: "LockedSection") -> str:
+        return multikey.first_key_expression(section.variables["lock"])
 
     def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
         """Retire every key this hold took (each with the mutex's RETIRE), then ``then``."""

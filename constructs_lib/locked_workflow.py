@@ -40,6 +40,7 @@ from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore, re
 from constructs_lib.lock_table import LockTable
 from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
+from state_machines import multikey_protocol as multikey
 from state_machines import semaphore_protocol
 from state_machines.lock_protocol import WaitPolicy, jsonata
 
@@ -239,8 +240,8 @@ class LockedSection(sfn.StateMachineFragment):
         Catch runs and no event is sent). The waiter's ``SendTaskHeartbeat`` on the token then
         fails with ``TaskTimedOut`` and the lock is held for the stop grace from that moment,
         not for the rest of the lease. Needs a STANDARD state machine (EXPRESS cannot park on a
-        task token: set ``False`` there; refused at synth otherwise). Not used by a multi-key
-        lock, whose waiters fall back to the lease. Default: ``True``.
+        task token: set ``False`` there; refused at synth otherwise). A multi-key hold writes
+        its token on every key it took, in one transaction. Default: ``True``.
     :param park_timeout: with ``fair``: a parked waiter's fallback - after this long it looks
         by itself (re-queues if dropped, asks whether the holder and a dead-looking head of
         the queue still run, dequeues a dead head and wakes the next). It bounds what a lost
@@ -597,8 +598,10 @@ class LockedSection(sfn.StateMachineFragment):
             cause="the lock was taken over before the work was over",
         )
         worked = sfn.Succeed(self, "Worked", state_name=self._name("Worked"))
+        key = self.kind.presence_key(self)
         depart = update_item_task(
-            self, self._name("Depart"), self.table, protocol.depart_arguments(lock_variable=v["lock"], item=item),
+            self, self._name("Depart"), self.table,
+            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
         )
         retry_transient(depart)
         depart.add_catch(lost, errors=[protocol.CONDITION_FAILED])
@@ -606,7 +609,7 @@ class LockedSection(sfn.StateMachineFragment):
         projection, projection_names = protocol.presence_projection(item)
         read = tasks.DynamoGetItem.jsonata(
             self, self._name("Departed"), table=self.table,
-            key={item.key_attribute: attribute_value({"S": jsonata(f"${v['lock']}.key")})},
+            key={item.key_attribute: attribute_value({"S": jsonata(key)})},
             consistent_read=True,
             projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
             expression_attribute_names=projection_names,
@@ -631,12 +634,12 @@ class LockedSection(sfn.StateMachineFragment):
 
         gone = sfn.Succeed(self, "PresenceOver", state_name=self._name("PresenceOver"))
         lease_s = -(-self._lease_ms // 1000)
+        action, arguments = self.kind.presence_task(self)
         presence = JsonataCustomState(self, self._name("Presence"), state_json={
             "Type": "Task",
             "QueryLanguage": "JSONata",
-            "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
-            "Arguments": {"TableName": self.table.table_name,
-                          **protocol.present_arguments(lock_variable=v["lock"], item=item)},
+            "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:dynamodb:{action}.waitForTaskToken",
+            "Arguments": arguments,
             # past the lease the lock is anyone's: the presence need not outlive it. A heartbeat
             # timeout, so that AWS accepts the probes' heartbeats under any reading
             "TimeoutSeconds": lease_s + 1,
@@ -644,7 +647,12 @@ class LockedSection(sfn.StateMachineFragment):
             "Output": jsonata("$states.input"),
         })
         retry_transient_sdk(presence)
+        # a multi-key hold's transaction: refused (as below) or in conflict with another one
+        # (a waiter's acquire): tried again; a cancelled transaction wrote nothing
+        presence.add_retry(errors=[multikey.TRANSACTION_CANCELED], interval=Duration.seconds(1), backoff_rate=2.0,
+                           max_attempts=3, jitter_strategy=sfn.JitterType.FULL)
         presence.add_catch(gone, errors=[
+            multikey.TRANSACTION_CANCELED,
             protocol.SDK_CONDITION_FAILED,  # DEPART came first, or the lock is not mine any more
             protocol.QUERY_EVALUATION_ERROR,  # a re-entered hold
             "States.Timeout", "States.HeartbeatTimeout",
@@ -1016,8 +1024,10 @@ def _is_lock_state(state: dict) -> bool:
     """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is
     (a fair waiter's park included: a stopped execution's park ends with it)."""
     arguments = state.get("Arguments")
+    if isinstance(arguments, dict) and protocol.PRESENT.condition in json.dumps(arguments):
+        return True  # a hold's presence task (a multi-key hold's: inside its transaction)
     return isinstance(arguments, dict) and arguments.get("ConditionExpression") in {
-        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, protocol.PRESENT, fair_protocol.PARK)
+        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)
     }
 
 

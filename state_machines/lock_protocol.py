@@ -784,6 +784,16 @@ def retire_arguments(
     )
 
 
+def present_values(lock_variable: str) -> dict:
+    """PRESENT's values (JSONata templates) for the acquisition in ``$<lock_variable>``."""
+    lock = "$" + lock_variable
+    return {
+        ":me": {"S": jsonata(f"{lock}.owner")},
+        ":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")},
+        ":token": {"S": jsonata("$states.context.Task.Token")},
+    }
+
+
 def present_arguments(*, lock_variable: str, item: LockItem | None = None) -> dict:
     """PRESENT for the acquisition in ``$<lock_variable>``: the arguments (all but the table)
     of an ``aws-sdk:dynamodb:updateItem.waitForTaskToken`` task. A re-entered hold registers
@@ -791,23 +801,15 @@ def present_arguments(*, lock_variable: str, item: LockItem | None = None) -> di
     token closed by a nested part of that branch would let a waiter retire a live holder."""
     lock = "$" + lock_variable
     key = reentered_or(f"{lock}.key", reentered_expression=f"{lock}.reentered = true")
-    return _update_item(
-        jsonata(key),
-        PRESENT,
-        {
-            ":me": {"S": jsonata(f"{lock}.owner")},
-            ":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")},
-            ":token": {"S": jsonata("$states.context.Task.Token")},
-        },
-        item,
-    )
+    return _update_item(jsonata(key), PRESENT, present_values(lock_variable), item)
 
 
-def depart_arguments(*, lock_variable: str, item: LockItem | None = None) -> dict:
-    """DEPART for the acquisition in ``$<lock_variable>``; a re-entered hold raises
-    ``Lock.Reentered`` instead (it registered nothing)."""
+def depart_arguments(*, lock_variable: str, item: LockItem | None = None, key_jsonata: str | None = None) -> dict:
+    """DEPART for the acquisition in ``$<lock_variable>`` on its item (``key_jsonata``: the
+    first key a multi-key hold took; its presence transaction includes it); a re-entered hold
+    raises ``Lock.Reentered`` instead (it registered nothing)."""
     lock = "$" + lock_variable
-    key = reentered_or(f"{lock}.key", reentered_expression=f"{lock}.reentered = true")
+    key = reentered_or(key_jsonata or f"{lock}.key", reentered_expression=f"{lock}.reentered = true")
     return _update_item(
         jsonata(key),
         DEPART,

@@ -227,6 +227,29 @@ def test_a_stopped_transfer_is_retired_on_every_key(variants):
         assert variants.probe(x).get("violations", 0) == 0
 
 
+def test_a_transfer_cancelled_by_a_sibling_frees_both_accounts_after_its_grace(variants):
+    """A multi-key hold writes one presence token on every key it took: a waiter inspecting
+    either key finds it closed once Step Functions cancelled the branch, and takes both keys
+    after the stop grace - not after the 8-minute lease."""
+    if variants.cloud.backend != "moto":
+        pytest.skip("the cancellation is Step Functions behaviour (the mutex's case runs on both backends)")
+    a, b = key("from"), key("to")
+    stored = [p.namespaced("acct", a), p.namespaced("acct", b)]
+    holder = variants.cloud.start_execution(variants.app.state_machine_arn("TransferCancelled"),
+                                            {"from": a, "to": b, "failAfter": 10})
+    # both keys held, each with the hold's token, before the sibling fails
+    wait_until(lambda: all(p.PRESENCE in variants.lock(s) for s in stored), timeout=60)
+    assert variants.lock(stored[0])[p.PRESENCE] == variants.lock(stored[1])[p.PRESENCE]
+    # the grace of a work that is a Wait: the margin only (the presence task is the lock's own)
+    assert variants.lock(stored[0])[p.GRACE] == {"N": "5000"}
+    result = variants.wait([variants.start("Transfer", {"from": a, "to": b, "workMs": 100})], timeout=150)[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert variants.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
+    names = [e["stateEnteredEventDetails"]["name"] for e in result.history if e["type"] == "TaskStateEntered"]
+    assert names.count("Lock.Abandoned") >= 2  # each key found by the probe, not by the lease
+    variants.cloud.stepfunctions.stop_execution(executionArn=holder)
+
+
 def test_a_transfer_that_waits_too_long_fails_with_lock_timeout_holding_nothing(variants):
     a, b = key("acct"), key("acct")
     # b stays held past the waiter's max_wait (3 s) plus a round of waiting (at most 2 s)
