@@ -36,7 +36,7 @@ from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, upda
 from constructs_lib.fair_mutex import FairMutex
 from constructs_lib.janitor import LockJanitor, executions_of
 from constructs_lib.monitoring import LockMonitoring
-from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore, retry_transient_sdk
+from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from constructs_lib.lock_table import LockTable
 from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
@@ -646,11 +646,13 @@ class LockedSection(sfn.StateMachineFragment):
             "HeartbeatSeconds": lease_s,
             "Output": jsonata("$states.input"),
         })
-        retry_transient_sdk(presence)
-        # a multi-key hold's transaction: refused (as below) or in conflict with another one
-        # (a waiter's acquire): tried again; a cancelled transaction wrote nothing
-        presence.add_retry(errors=[multikey.TRANSACTION_CANCELED], interval=Duration.seconds(1), backoff_rate=2.0,
-                           max_attempts=3, jitter_strategy=sfn.JitterType.FULL)
+        # short retries: they bound how long a closed token of a failed attempt can stand
+        # (protocol.PRESENCE_SETTLE_MS); a multi-key hold's transaction refused (as below) or in
+        # conflict with another one (a waiter's acquire) is tried again: it wrote nothing
+        r = protocol.PRESENCE_RETRY
+        presence.add_retry(errors=[*multikey.TRANSIENT_ERRORS, multikey.TRANSACTION_CANCELED],
+                           interval=Duration.seconds(r["interval_s"]), backoff_rate=r["backoff_rate"],
+                           max_attempts=r["max_attempts"], jitter_strategy=sfn.JitterType.FULL)
         presence.add_catch(gone, errors=[
             multikey.TRANSACTION_CANCELED,
             protocol.SDK_CONDITION_FAILED,  # DEPART came first, or the lock is not mine any more
@@ -661,9 +663,12 @@ class LockedSection(sfn.StateMachineFragment):
         # any token of this acquisition out; if even that fails, the hold ends (retired)
         unsure = update_item_task(
             self, self._name("PresenceUnsure"), self.table,
-            protocol.depart_arguments(lock_variable=v["lock"], item=item),
+            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
         )
-        retry_transient(unsure)
+        r = protocol.PRESENCE_UNSURE_RETRY
+        unsure.add_retry(errors=list(protocol.TRANSIENT_ERRORS), interval=Duration.seconds(r["interval_s"]),
+                         backoff_rate=r["backoff_rate"], max_attempts=r["max_attempts"],
+                         jitter_strategy=sfn.JitterType.FULL)
         unsure.add_catch(gone, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR])
         unsure.add_catch(sfn.Fail.jsonata(
             self, "PresenceUnknown", state_name=self._name("PresenceUnknown"),

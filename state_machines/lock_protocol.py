@@ -63,6 +63,8 @@ REQUESTED_AT = "requestedAt"
 PRESENCE = "presence"
 #: ``acquiredAt`` of the acquisition whose branch registered :data:`PRESENCE`.
 PRESENCE_OF = "presenceOf"
+#: Epoch ms at which :data:`PRESENCE` was written (service clock).
+PRESENCE_AT = "presenceAt"
 #: ``acquiredAt`` of the acquisition whose work is over (no token may be registered for it any
 #: more, and a token registered for it is no longer probed).
 PRESENCE_CLOSED = "presenceClosed"
@@ -271,9 +273,9 @@ RETIRE = LockWrite(
 #: acquisition, and never after the work ended (:data:`DEPART`). It may overwrite a token of
 #: the same acquisition: a retried registration whose first attempt was written and then
 #: failed left a token that is closed already.
-#: Values: ``:me`` (S), ``:acquiredAt`` (N), ``:token`` (S).
+#: Values: ``:me`` (S), ``:acquiredAt`` (N), ``:token`` (S), ``:now`` (N, epoch ms).
 PRESENT = LockWrite(
-    update=f"SET #{PRESENCE} = :token, #{PRESENCE_OF} = :acquiredAt",
+    update=f"SET #{PRESENCE} = :token, #{PRESENCE_OF} = :acquiredAt, #{PRESENCE_AT} = :now",
     condition=(
         f"#{OWNER} = :me AND #{ACQUIRED_AT} = :acquiredAt "
         f"AND (attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} <> :acquiredAt)"
@@ -292,20 +294,35 @@ DEPART = LockWrite(
 )
 
 #: Abandoned: a waiter's probe found the holder's presence token closed (``SendTaskHeartbeat``
-#: answered ``TaskTimedOut``): its branch ended - cancelled, stopped, timed out - without
-#: releasing. RETIRE "ended now", for that token's acquisition only, and only while the lease
+#: answered ``TaskTimedOut``), and the token is older than :data:`PRESENCE_SETTLE_MS`: its
+#: branch ended - cancelled, stopped, timed out - without releasing. (A younger closed token
+#: may be a registration attempt that wrote it, lost its response and failed: the presence
+#: branch then writes again within the settle time - a new token, or DEPART.) RETIRE "ended now", for that token's acquisition only, and only while the lease
 #: runs, and once (it closes the presence: a later probe would push the end on and on): the
 #: lock stays held for the stop grace from now (a Lambda the branch invoked may still run),
 #: then any waiter takes it over.
-#: Values: ``:owner`` (S), ``:endedAt`` (N, epoch ms), ``:token`` (S).
+#: Values: ``:owner`` (S), ``:endedAt`` (N, epoch ms), ``:token`` (S), ``:settledBefore`` (N).
 ABANDONED = LockWrite(
     update=f"{RETIRE.update}, #{PRESENCE_CLOSED} = #{ACQUIRED_AT}",
     condition=(
         f"{RETIRE.condition} AND #{PRESENCE} = :token AND #{PRESENCE_OF} = #{ACQUIRED_AT} "
-        f"AND #{EXPIRES_AT} > :endedAt "
+        f"AND #{PRESENCE_AT} <= :settledBefore AND #{EXPIRES_AT} > :endedAt "
         f"AND (attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} <> #{ACQUIRED_AT})"
     ),
 )
+
+#: How long a closed presence token must have been on the item before a waiter trusts it (ms).
+#: A registration attempt whose write was applied but whose response was lost fails, and Step
+#: Functions closes its token (whether a retry gets a new token is undocumented: assume it
+#: does). The presence branch then writes again - a retry (:data:`PRESENCE_RETRY`: at most
+#: 1 + 2 s of backoff) or DEPART (:data:`PRESENCE_UNSURE_RETRY`: at most 1 + 2 + 4 s), or
+#: fails its hold - well within this time; only then does a closed token mean a branch that
+#: ended. A cancelled holder is found this long after it registered at the earliest.
+PRESENCE_SETTLE_MS = 20_000
+#: Retry of the presence registration and of the DEPART after it failed (short: they bound
+#: :data:`PRESENCE_SETTLE_MS`).
+PRESENCE_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 2}
+PRESENCE_UNSURE_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 3}
 
 #: What stands for "no token" (:func:`departed_token_expression`): not a task token.
 NO_PRESENCE = "none"
@@ -791,6 +808,7 @@ def present_values(lock_variable: str) -> dict:
         ":me": {"S": jsonata(f"{lock}.owner")},
         ":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")},
         ":token": {"S": jsonata("$states.context.Task.Token")},
+        ":now": {"N": jsonata(NOW_EXPRESSION)},
     }
 
 
@@ -848,6 +866,7 @@ def abandoned_arguments(*, holder_variable: str, item: LockItem | None = None) -
             ":owner": {"S": jsonata(f"{h}.owner")},
             ":endedAt": {"N": jsonata(NOW_EXPRESSION)},
             ":token": {"S": jsonata(f"{h}.presence")},
+            ":settledBefore": {"N": jsonata(f"$string($millis() - {PRESENCE_SETTLE_MS})")},
         },
         item,
     )
