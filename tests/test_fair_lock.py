@@ -282,8 +282,10 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
     actions = lambda s: s["Action"] if isinstance(s["Action"], list) else [s["Action"]]  # noqa: E731
     unscoped = [s for s in statements if s.get("Resource") == "*"
                 and not all(a.startswith(("xray:", "logs:")) for a in actions(s))]  # tracing, log delivery
-    # IAM cannot scope a service integration's task token: SendTaskSuccess is the one "*" resource
-    assert unscoped and all(s["Action"] == "states:SendTaskSuccess" for s in unscoped), unscoped
+    # IAM cannot scope a service integration's task token: the wake-up and the liveness check's
+    # probe of a holder's presence token are the only "*" resources
+    assert unscoped and all(s["Action"] in ("states:SendTaskSuccess", "states:SendTaskHeartbeat")
+                            for s in unscoped), unscoped
     assert not any("*" in actions(s) for s in statements)
     fair_machine = template.find_resources("AWS::StepFunctions::StateMachine", Match.object_like({
         "Properties": {"DefinitionString": Match.any_value()}}))
