@@ -26,24 +26,29 @@ from constructs_lib.local.log_filters import FilterPatternError, UnsupportedFilt
 from constructs_lib.local.synth import CLI_CONTEXT, Synthesized
 from constructs_lib.lock_client import LockClient
 from constructs_lib.monitoring import LockMonitoring
-from monitoring_stack import INSTANT_LEASE_S, MonitoringStack
+from monitoring_stack import INSTANT_LEASE_S, KINDS, KindsStack
 from state_machines import lock_protocol as p
+from state_machines import record_protocol
 
 # ---- one synth per session ------------------------------------------------------------------
 
 
 @dataclass
 class Synth:
-    stack: MonitoringStack
+    stack: KindsStack
     template: Template
     synthesized: Synthesized
     messages: list
 
     def pattern(self, monitoring: str, metric: str) -> str:
-        return getattr(self.stack, monitoring).filter_patterns[metric].log_pattern_string
+        return self.monitoring(monitoring).filter_patterns[metric].log_pattern_string
 
     def subscription(self, monitoring: str) -> str:
-        return getattr(self.stack, monitoring).subscription_pattern.log_pattern_string
+        return self.monitoring(monitoring).subscription_pattern.log_pattern_string
+
+    def monitoring(self, name: str) -> LockMonitoring:
+        """``instant_monitoring``, ``patient_monitoring``, or a kind's (``Fair``, ``Nested``...)."""
+        return self.stack.kind_monitoring[name] if name in KINDS else getattr(self.stack, name)
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +57,7 @@ def synth() -> Synth:
 
     outdir = tempfile.mkdtemp(prefix="cdk.out-monitoring-")
     app = cdk.App(outdir=outdir, context=CLI_CONTEXT)
-    stack = MonitoringStack(app, "Monitoring")
+    stack = KindsStack(app, "Monitoring")
     cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
     assembly = app.synth()
     artifact = assembly.get_stack_by_name("Monitoring")
@@ -143,7 +148,7 @@ def test_durations_go_through_a_subscription_filter_to_the_metrics_function(synt
         "LoggingConfig": {"LogGroup": {"Ref": Match.string_like_regexp("^InstantMonitoringMetricsFunctionLogs")}},
         "Environment": {"Variables": {
             "POWERTOOLS_METRICS_NAMESPACE": synth.stack.instant_monitoring.namespace,
-            "ACQUIRE_STATE": "Lock.Acquire", "LOCK_VARIABLE": "lock", "POWERTOOLS_TRACE_DISABLED": "true",
+            "ACQUISITIONS": '{"Lock.Acquire":"lock"}', "POWERTOOLS_TRACE_DISABLED": "true",
         }},
     })
 
@@ -276,6 +281,7 @@ class Runs:
     lines: dict[str, list[str]] = field(default_factory=dict)  # group role -> messages
     status_events: dict[str, dict] = field(default_factory=dict)  # result name -> its status event's detail
     janitors: dict[str, str] = field(default_factory=dict)  # workflow -> its janitor function's name
+    kinds: dict[str, dict] = field(default_factory=dict)  # kind -> run role -> how it ended
     lambda_client: Any = None
 
     def of(self, role: str, execution: str | None = None) -> list[dict]:
@@ -305,8 +311,75 @@ def _until(predicate, timeout: float = 30.0, poll_s: float = 0.05):
     raise AssertionError(f"condition not met within {timeout} s")
 
 
+def _run_kinds(cloud, app, runs: Runs) -> None:
+    """Every other kind, and a section nested in a mutex: a run holds the lock at its gate, a
+    second run on the same key gives up at once (Lock.Timeout), the holder's lock is taken
+    from it (its owner overwritten, as a takeover does) and its gate opened: it fails Lock.Lost
+    at its release. The semaphore has a second holder that keeps its slot, the nested workflow
+    a normal run: their releases give HoldTime."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gates, locks, records = app.table_name("Gates"), app.table_name("Locks"), app.table_name("Records")
+
+    def gate_token(run: str) -> str:
+        return _until(lambda: cloud.dynamodb.get_item(TableName=gates, Key={"pk": {"S": run}}, ConsistentRead=True)
+                      .get("Item", {}).get("token", {}).get("S"), timeout=60)
+
+    def start(kind: str, run: str, **document) -> str:
+        return cloud.start_execution(app.state_machine_arn(f"{kind}/StateMachine"), {"run": run, **document})
+
+    def steal(execution: str, table: str, owner_attribute: str, key_prefix: str = "") -> None:
+        """Overwrite the owner of one lock item the execution holds (a takeover)."""
+        key_attribute = "id" if table == records else p.KEY_ATTRIBUTE
+        items = cloud.dynamodb.scan(TableName=table, ConsistentRead=True)["Items"]
+        held = [i for i in items if i.get(owner_attribute, {}).get("S", "").startswith(execution + "#")
+                and key_prefix in i[key_attribute]["S"]]
+        assert held, f"{execution} holds nothing in {table}"
+        cloud.dynamodb.update_item(
+            TableName=table, Key={key_attribute: held[0][key_attribute]},
+            UpdateExpression="SET #o = :thief", ConditionExpression="#o = :was",
+            ExpressionAttributeNames={"#o": owner_attribute},
+            ExpressionAttributeValues={":thief": {"S": f"thief#{uuid.uuid4()}"}, ":was": held[0][owner_attribute]})
+
+    def scenario(kind: str) -> dict:
+        tag = uuid.uuid4().hex[:8]
+        document = {"id": f"k-{tag}", "outer": f"oh-{tag}", "other": f"a-{tag}"}
+        holders = [start(kind, f"h{n}-{tag}", **document)
+                   for n in range(2 if kind == "Semaphore" else 1)]
+        tokens = [gate_token(f"h{n}-{tag}") for n in range(len(holders))]
+        if kind == "Keys":  # the holder's 1 s lease may have ended: block the other run with a client
+            LockClient(locks, namespace="keys", dynamodb=cloud.dynamodb).acquire(f"b-{tag}", lease=120)
+            timed_out = start(kind, f"x-{tag}", id=f"x-{tag}", other=f"b-{tag}")
+        else:
+            timed_out = start(kind, f"x-{tag}", **{**document, "outer": f"ox-{tag}"})
+        ended = {"timed_out": cloud.wait_for(timed_out, timeout=60)}
+        owner = f"{record_protocol.PREFIX}{p.OWNER}" if kind == "Record" else p.OWNER
+        if kind == "Keys":  # taken over only once the lease has ended
+            item = cloud.dynamodb.get_item(TableName=locks, Key=p.lock_item_key(f"keys#k-{tag}"), ConsistentRead=True)["Item"]
+            _until(lambda: time.time() * 1000 > int(item[p.EXPIRES_AT]["N"]) + 100)
+        steal(holders[0], records if kind == "Record" else locks, owner, "inner#" if kind == "Nested" else "")
+        if kind == "Nested":  # and a normal run, released by both sections
+            normal = start(kind, f"n-{tag}", id=f"n-{tag}", outer=f"on-{tag}")
+            cloud.stepfunctions.send_task_success(taskToken=gate_token(f"n-{tag}"), output="{}")
+            ended["normal"] = cloud.wait_for(normal, timeout=60)
+        for token in tokens:
+            cloud.stepfunctions.send_task_success(taskToken=token, output="{}")
+        ended["lost"] = cloud.wait_for(holders[0], timeout=60)
+        if len(holders) > 1:
+            ended["kept"] = cloud.wait_for(holders[1], timeout=60)
+        return ended
+
+    with ThreadPoolExecutor(len(KINDS)) as pool:
+        for kind, ended in zip(KINDS, pool.map(scenario, KINDS)):
+            runs.kinds[kind] = ended
+    logs = cloud.client("logs")
+    for kind in KINDS:
+        runs.lines[kind] = _all_lines(logs, app.ref(f"{kind}/Logs"))
+
+
 def _run_scenarios(cloud, app, backend: str) -> Runs:
     runs = Runs(backend)
+    _run_kinds(cloud, app, runs)
     sm = {name: app.state_machine_arn(f"{name}/StateMachine") for name in ("Instant", "Patient")}
     table = app.table_name("Locks")
     instant = LockClient(table, namespace="instant", dynamodb=cloud.dynamodb)
@@ -580,3 +653,11 @@ def test_filter_matcher_refuses_what_it_does_not_implement():
         matches('{ $.a = "x" ', '{"a": "x"}')
     assert matches('{ $.a = "x" }', "not json") is False
 
+
+
+def test_every_kind_and_a_nested_section_ended_as_designed(runs):
+    for kind, ended in runs.kinds.items():
+        assert (ended["timed_out"].status, ended["timed_out"].error) == ("FAILED", p.ERROR_TIMEOUT), kind
+        assert (ended["lost"].status, ended["lost"].error) == ("FAILED", p.ERROR_LOST), kind
+    assert runs.kinds["Semaphore"]["kept"].status == "SUCCEEDED"
+    assert runs.kinds["Nested"]["normal"].status == "SUCCEEDED"
