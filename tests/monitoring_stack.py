@@ -83,9 +83,13 @@ class KindsStack(MonitoringStack):
         self.kinds = {
             "Fair": LockedWorkflow(self, "Fair", lock_key=key, key_namespace="fair", fair=True,
                                    table=self.locks.table, protected=self.gate("Fair"), **at_once),
+            # with max_wait 0 an acquisition tries one slot (drawn at random) and may give up with
+            # the other free: the semaphore sweeps its slots for 2 s
             "Semaphore": LockedWorkflow(self, "Semaphore", lock_key=key, key_namespace="sem",
                                         limit=SEMAPHORE_LIMIT, table=self.locks.table,
-                                        protected=self.gate("Semaphore"), **at_once),
+                                        protected=self.gate("Semaphore"),
+                                        **{**at_once, "max_wait": cdk.Duration.seconds(2),
+                                           "wait_policy": PATIENT_POLICY}),
             # a key refused at the release counts as lost only once the lease has ended (before,
             # no one could have taken it): a 1-second lease, and a key held by a client for the
             # run that must give up
