@@ -774,3 +774,14 @@ def test_metrics_function_measures_the_wait_of_every_sections_acquisition(runs, 
     capsys.readouterr()
     others = [m for m in runs.lines[kind] if m not in delivered]
     assert module.measurements(others, acquisitions=module.ACQUISITIONS) == []
+    # negative control: an acquisition's line whose record another execution holds (a fair
+    # waiter reads the holder's record into its lock variable) is no WaitTime
+    lines = [json.loads(m) for m in delivered]
+    line = next(l for l in lines if l["type"] == "TaskStateExited" and l["execution_arn"] == waits[0].execution_arn
+                and module.ACQUISITIONS[l["details"]["name"]] in (l["details"].get("assignedVariables") or {}))
+    variable = module.ACQUISITIONS[line["details"]["name"]]
+    record = json.loads(line["details"]["assignedVariables"][variable])
+    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS) is not None
+    record["owner"] = record["owner"].replace(waits[0].execution_arn.rsplit(":", 1)[1], "another-execution")
+    line["details"]["assignedVariables"][variable] = json.dumps(record)
+    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS) is None

@@ -7,7 +7,8 @@ ONE line (lines arrive one at a time, in no guaranteed order):
 * **WaitTime** (ms), from the exit of an acquisition (a state of ``$ACQUISITIONS``, of any
   section of any kind): the lock record it assigned (``assignedVariables[<its variable>]``)
   holds ``acquiredAt`` and ``requestedAt`` (the section's entry): wait = ``acquiredAt -
-  requestedAt``. A re-entered section (``reentered``) waited for nothing and is skipped.
+  requestedAt``. A re-entered section (``reentered``) waited for nothing and is skipped, and
+  so is a record another execution holds (a fair waiter's read of the lock: not its acquisition).
 * **HoldTime** (ms), from a release's ``TaskSucceeded`` (a DynamoDB ``updateItem`` returning
   ``UPDATED_OLD``): the removed attributes as they were, ``owner`` and ``acquiredAt`` but no
   ``fence`` (which every acquire result has): hold = ``event_timestamp - acquiredAt``.
@@ -73,6 +74,8 @@ def measurement(message: str, *, acquisitions: Mapping[str, str]) -> Measurement
         lock = _json((details.get("assignedVariables") or {}).get(acquisitions[name]))
         if not isinstance(lock, dict) or lock.get("reentered"):
             return None
+        if not str(lock.get(OWNER, "")).startswith(arn + "#"):
+            return None  # a read of someone else's hold (a fair waiter's check), not an acquisition
         acquired, requested = lock.get(ACQUIRED_AT), lock.get(REQUESTED_AT)
         if _is_number(acquired) and _is_number(requested):
             return Measurement(WAIT_TIME, max(0, int(acquired) - int(requested)), arn)
