@@ -19,7 +19,9 @@ timeouts, throttling, refused calls and bad arguments alike (argparse's usage er
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -383,7 +385,14 @@ def main(argv: Sequence[str] | None = None, *, clients: Mapping[str, Any] | None
     except Exception as error:  # a bug: still one line, with what to report
         print(f"error: unexpected {type(error).__name__}: {_one_line(error)} (please report it)", file=sys.stderr)
         return FAILED
-    _print(result, args.json)
+    try:
+        _print(result, args.json)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (`| head`): nothing more to say, and no traceback
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass  # not a real file (a test's capture): nothing will flush into the pipe
     return code
 
 

@@ -331,3 +331,15 @@ def test_bad_arguments_are_one_line(capsys, argv):
     out, err = capsys.readouterr()
     assert exited.value.code == cli.REFUSED and out == "" and len(err.splitlines()) == 1
     assert err.startswith("error: ") and "--help" in err
+
+
+def test_a_reader_that_leaves_early_is_no_error(cloud, table, capsys, monkeypatch):
+    """``locked-workflow locks list | head -1``: the pipe closes while the CLI writes."""
+    LockClient(table, namespace="b", dynamodb=cloud.dynamodb).acquire("k", lease=60)
+
+    def closed_pipe(result, as_json):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_print", closed_pipe)
+    code, out, err = run(cloud, capsys, "locks", "list", "--table", table)
+    assert (code, out, err) == (0, "", "")
