@@ -1,8 +1,8 @@
 """``locked-workflow locks list|show|release``: who holds a lock, since when, and freeing it.
 
 Works against AWS (boto3's credentials and region; ``--table`` or ``--stack``) and any
-endpoint (``--endpoint-url``: DynamoDB Local, LocalStack - with no AWS credentials configured,
-dummy ones, and region us-east-1 unless one is given). ``--json`` prints machine-readable
+endpoint (``--endpoint-url``: DynamoDB Local, LocalStack - region us-east-1 unless one is
+configured or given, and dummy credentials when none are configured). ``--json`` prints machine-readable
 output. A forced release is conditioned on the exact holder and fence it read - never on a
 guess: if the lock changed in between, nothing is released. A semaphore's holders are its
 slots (``list`` shows them): ``show``/``release`` one with ``--slot N``.
@@ -247,14 +247,16 @@ def _endpoint(args: argparse.Namespace, service: str) -> dict:
 
 
 def _session(args: argparse.Namespace) -> tuple[Any, bool]:
-    """boto3's session - with dummy credentials (and a region) for an endpoint when none are
-    configured - and whether the credentials are dummy."""
+    """boto3's session - for an endpoint, with region us-east-1 when none is configured, and
+    dummy credentials when none are - and whether the credentials are dummy."""
     import boto3
 
     session = boto3.Session()
-    if not args.endpoint_url or session.get_credentials() is not None:
+    if not args.endpoint_url:
         return session, False
     region = args.region or session.region_name or ENDPOINT_DEFAULT_REGION
+    if session.get_credentials() is not None:
+        return boto3.Session(region_name=region), False
     return boto3.Session(region_name=region, **DUMMY_CREDENTIALS), True
 
 

@@ -251,11 +251,17 @@ def no_credentials(monkeypatch, tmp_path):
     assert boto3.Session().get_credentials() is None  # the control: really none
 
 
-def test_an_endpoint_works_without_aws_credentials(cloud, table, capsys, no_credentials):
+def test_an_endpoint_works_without_aws_credentials(cloud, table, capsys, no_credentials, monkeypatch):
     if cloud.dynamodb_endpoint_url is None:
         pytest.skip("moto has no endpoint: DynamoDB Local does")
     LockClient(table, namespace="e", dynamodb=cloud.dynamodb).acquire("k", lease=60)
     capsys.readouterr()
+    code = cli.main(["locks", "list", "--table", table, "--endpoint-url", cloud.dynamodb_endpoint_url, "--json"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "") and [r["key"] for r in json.loads(out)] == ["k"]
+    # configured credentials but no region: an endpoint needs none either
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
     code = cli.main(["locks", "list", "--table", table, "--endpoint-url", cloud.dynamodb_endpoint_url, "--json"])
     out, err = capsys.readouterr()
     assert (code, err) == (0, "") and [r["key"] for r in json.loads(out)] == ["k"]
