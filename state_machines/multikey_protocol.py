@@ -171,7 +171,8 @@ def any_lost_expression() -> str:
 def lock_variable_expression(lock_variable: str) -> str:
     """JSONata over the fences read: the ``$lock`` record of a multi-key hold. Its generation
     is the unread hold's (``$<lock_variable>``, assigned by the acquire transaction): the read
-    is not the acquisition, so a read resumed by a redrive must not make the hold current."""
+    is not the acquisition, so a read resumed by a redrive must not make the hold current.
+    ``requestedAt`` (the section's entry), as a single key's record has: its WaitTime."""
     items = "$states.result.Responses.Item"
     return (
         "{"
@@ -181,6 +182,7 @@ def lock_variable_expression(lock_variable: str) -> str:
         f"'fences': $merge($append([{p.ENTRY}.{INHERITED}], $map({items}, function($i) {{ {{$i.{p.KEY_ATTRIBUTE}.S: $number($i.{p.FENCE}.N)}} }}))), "
         f"'acquiredAt': $number(({items})[0].{p.ACQUIRED_AT}.N), "
         f"'expiresAt': $number(({items})[0].{p.EXPIRES_AT}.N), "
+        f"'{p.REQUESTED_AT}': {p.ENTRY}.{p.REQUESTED_AT}, "
         f"'{p.GENERATION}': ${lock_variable}.{p.GENERATION}"
         "}"
     )

@@ -144,6 +144,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
     from constructs_lib import LockedSection, LockedWorkflow, LockTable
+    from constructs_lib.assets import lambda_code
     from state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(scope, construct_id)
@@ -154,7 +155,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     )
     probe_fn = lambda_.Function(
         stack, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
-        code=lambda_.Code.from_asset(str(Path(__file__).resolve().parents[2] / "lambdas" / "probe")),
+        code=lambda_code(Path(__file__).resolve().parents[2] / "lambdas" / "probe"),
         timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
         environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
     )
