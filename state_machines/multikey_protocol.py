@@ -212,6 +212,29 @@ def release_arguments(*, table_name: str, lock_variable: str, reentrant: bool = 
     return {"TransactItems": p.jsonata(items)}
 
 
+def present_arguments(*, table_name: str, lock_variable: str) -> dict:
+    """The presence transaction (``transactWriteItems.waitForTaskToken``): the mutex's PRESENT
+    on every key the hold took, one token for all; a re-entered hold (or one that took no key
+    of its own) signals ``Lock.Reentered`` instead."""
+    lock = "$" + lock_variable
+    values = {
+        name: "{" + ", ".join(f"{p._jsonata_string(t)}: {p.unwrap_jsonata(v)}" for t, v in value.items()) + "}"
+        for name, value in p.present_values(lock_variable).items()
+    }
+    _check_values(p.PRESENT, values)
+    update = _update(table_name, "$k", p.PRESENT, values)
+    items = f"$append([], $map({lock}.{ACQUIRE_KEYS}, function($k) {{ {update} }}))"
+    items = p.reentered_or(
+        items, reentered_expression=f"{lock}.reentered = true or $count({lock}.{ACQUIRE_KEYS}) = 0"
+    )
+    return {"TransactItems": p.jsonata(items)}
+
+
+def first_key_expression(lock_variable: str) -> str:
+    """JSONata: the first key a multi-key hold took (where it marks its departure)."""
+    return f"${lock_variable}.{ACQUIRE_KEYS}[0]"
+
+
 def release_each_items_expression(lock_variable: str) -> str:
     """JSONata (the per-key release Map's items): one lock record per key, released with the
     mutex's RELEASE (``lock_protocol.release_arguments(lock_jsonata='$states.input')``)."""

@@ -49,7 +49,8 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
    holds anyone;
 6. a client's re-entered hold yields the enclosing lease (same fence) and leaving it releases
    nothing;
-7. handoff after an ended holder: when a run's execution ended (stopped, or timed out) while
+7. handoff after an ended holder: when a run's execution ended (stopped, timed out, or after
+   its section was cancelled) while
    it held a key and another participant was waiting for that key, the next entry into the
    key came within ``grace + round + HANDOFF_SLACK_S`` of the end - ``grace`` the stop grace
    stored with the acquisition (the probe's 3 s timeout + 5 s), ``round`` one liveness round of
@@ -59,8 +60,12 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
    read from the waiter's own history (an acquire attempt on the key since its last entry,
    no entry until past the bound, still running) or, for a client, from its own clock.
 
-Not yet covered (another engineer's open work): sections cancelled by a failing sibling
-branch (no Catch runs in them), and records near the payload limit.
+The "Cancelled" shape runs a section beside a branch that fails 0-3 s after the start, the
+failure caught: Step Functions cancels the section wherever it is (waiting, working, releasing;
+no Catch runs) and the execution succeeds. Its lock, if still held when the execution ended,
+is judged by invariant 7 like a stopped holder's (the cancel came before that end).
+
+Not yet covered: records near the payload limit.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ SHORT_LEASE_S = 2
 SHORT_TIMEOUT_S = 4
 SHAPES = {  # shape -> weight in the mix
     "Plain": 30, "Map": 10, "Parallel": 8, "Nested": 8, "Timeout": 8, "Lease": 6, "Fair": 12,
-    "Children": 8, "ChildrenParallel": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
+    "Children": 8, "ChildrenParallel": 6, "Cancelled": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
 }
 #: Shapes run by a Python client (no state machine: never stopped nor redriven).
 CLIENT_SHAPES = {"ClientThread", "ClientNested", "ClientAsync"}
@@ -214,6 +219,15 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     pair.branch(section("RightChildLock", probe("RightChildProbe", "$rightChild.fence", "$states.input.right"),
                         "rightChild", key="$states.input.right.key", namespace="c"))
     workflow("ChildrenParallel", probe("ChildrenParallelProbe", "$lock.fence").next(pair))
+    # A section beside a branch that fails, the failure caught by the user: Step Functions
+    # cancels the section's branch (waiting, holding or releasing) and the execution succeeds.
+    beside = sfn.Parallel.jsonata(stack, "SectionAndSibling")
+    cancelled = section("CancelledLock", probe("CancelledProbe", "$lock.fence"), "lock")
+    beside.branch(cancelled)
+    beside.branch(sfn.Wait.jsonata(stack, "Sibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
+                  .next(sfn.Fail(stack, "SiblingFails", error="Stress.Sibling", cause="a sibling branch failed")))
+    beside.add_catch(sfn.Pass(stack, "SiblingCaught"), errors=["Stress.Sibling"])
+    cancelled.recover_stale_holders(machine("Cancelled", beside))
     machine("Unlocked", probe("UnlockedProbe", "null"))
     return stack
 
@@ -311,6 +325,8 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
         elif shape == "ChildrenParallel":
             document["fail"] = rng.random() < 0.05
             document["left"], document["right"] = (item(f"C{rng.randrange(child_keys)}") for _ in range(2))
+        elif shape == "Cancelled":  # the sibling fails while the section waits, works or releases
+            document["failAfter"] = rng.randint(0, 3)
         elif shape == "ClientAsync":  # several tasks of one event loop, on two keys (maybe one)
             pair = [key, f"K{rng.randrange(keys)}"]
             document = {"key": key, "tasks": [item(rng.choice(pair)) for _ in range(rng.randint(2, 4))]}
@@ -509,7 +525,7 @@ class _Campaign:
         if run.stop is not None:
             self.stop_when_due(run)
         result = cloud.wait_for(run.arn, timeout=300)
-        if result.status == "TIMED_OUT":
+        if result.status == "TIMED_OUT" or run.shape == "Cancelled":  # (a cancelled section's lock)
             run.holds += self.holds_at_end(run)
         if run.redrive and result.status in ("FAILED", "ABORTED", "TIMED_OUT") and run.shape != "Unlocked":
             try:
