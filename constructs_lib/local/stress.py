@@ -55,7 +55,8 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
    key came within ``grace + round + HANDOFF_SLACK_S`` of the end - ``grace`` the stop grace
    stored with the acquisition (the probe's 3 s timeout + 5 s), ``round`` one liveness round of
    a polling waiter (:data:`LIVENESS_ROUND_S`) or one park timeout for a fair one
-   (:data:`FAIR_PARK_TIMEOUT_S`), and :data:`HANDOFF_SLACK_S` for a loaded machine. "Held" is
+   (:data:`FAIR_PARK_TIMEOUT_S`), and :data:`HANDOFF_SLACK_S` for a loaded machine (for a
+   cancelled section, plus the presence settle time, ``lock_protocol.PRESENCE_SETTLE_MS``). "Held" is
    read on the lock item right after the end (its owner names the execution); "waiting" is
    read from the waiter's own history (an acquire attempt on the key since its last entry,
    no entry until past the bound, still running) or, for a client, from its own clock.
@@ -240,6 +241,7 @@ class Hold:
     stored_key: str
     ended_ms: int
     grace_ms: int
+    cancelled: bool = False  # held by a section Step Functions cancelled (the execution went on)
 
 
 @dataclass
@@ -577,7 +579,7 @@ class _Campaign:
             ).get("Item", {})
             owner = item.get(protocol.OWNER, {}).get("S")
             if protocol.owner_execution(owner) == run.arn and protocol.GRACE in item:
-                holds.append(Hold(stored, ended_ms, int(item[protocol.GRACE]["N"])))
+                holds.append(Hold(stored, ended_ms, int(item[protocol.GRACE]["N"]), run.shape == "Cancelled"))
         return holds
 
     # -- clients ------------------------------------------------------------------------
@@ -799,10 +801,13 @@ def _left_held(cloud: Any, app: Any) -> list[str]:
     return held
 
 
-def handoff_bound_ms(grace_ms: int, fair_waiter: bool) -> int:
-    """How long a key may stay blocked after its holder's execution ended, with someone waiting."""
+def handoff_bound_ms(grace_ms: int, fair_waiter: bool, cancelled: bool = False) -> int:
+    """How long a key may stay blocked after its holder's execution ended, with someone waiting
+    (``cancelled``: its section was cancelled - its presence token is trusted once it has stood
+    ``PRESENCE_SETTLE_MS``, which may end after the execution)."""
     round_s = FAIR_PARK_TIMEOUT_S if fair_waiter else LIVENESS_ROUND_S
-    return grace_ms + int((round_s + HANDOFF_SLACK_S) * 1000)
+    settle_ms = protocol.PRESENCE_SETTLE_MS if cancelled else 0
+    return grace_ms + settle_ms + int((round_s + HANDOFF_SLACK_S) * 1000)
 
 
 def _judge(report: Report) -> dict[str, list[str]]:
@@ -870,7 +875,7 @@ def _judge_handoffs(report: Report) -> list[str]:
             waiting = [
                 (run, wait) for run, wait in waits
                 if wait.stored_key == hold.stored_key and wait.start_ms <= hold.ended_ms
-                and wait.end_ms >= hold.ended_ms + handoff_bound_ms(hold.grace_ms, wait.fair)
+                and wait.end_ms >= hold.ended_ms + handoff_bound_ms(hold.grace_ms, wait.fair, hold.cancelled)
             ]
             if not waiting:
                 continue
@@ -878,7 +883,7 @@ def _judge_handoffs(report: Report) -> list[str]:
             blocked_ms = (later[0] if later else _now_ms()) - hold.ended_ms
             report.handoffs.append((hold.stored_key, blocked_ms))
             for run, wait in waiting:
-                bound = handoff_bound_ms(hold.grace_ms, wait.fair)
+                bound = handoff_bound_ms(hold.grace_ms, wait.fair, hold.cancelled)
                 if blocked_ms > bound:
                     found.append(
                         f"{hold.stored_key}: {holder.shape} {holder.arn} ended at {hold.ended_ms} holding it "
