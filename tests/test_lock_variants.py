@@ -265,6 +265,8 @@ def test_a_transfer_that_waits_too_long_fails_with_lock_timeout_holding_nothing(
 
 
 def test_a_transfer_timed_out_while_holding_is_retired_on_both_keys(variants):
+    if variants.cloud.backend != "moto":  # (the retire writes run on both in the stopped-transfer case)
+        pytest.skip("the state machine's own timeout is Step Functions behaviour: one backend suffices")
     a, b = key("acct"), key("acct")
     timing_out = variants.start("TransferTimingOut", {"from": a, "to": b, "workMs": 1})
     result = variants.wait([timing_out], timeout=60)[0]
