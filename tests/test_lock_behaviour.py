@@ -13,7 +13,7 @@ import pytest
 
 from behaviour_stack import SHORT_LEASE_S, SHORT_WAIT_S, TEST_WAIT_POLICY
 from state_machines import lock_protocol as p
-from deployed import new_key, update
+from deployed import new_key, start, update, wait_until
 from lock_invariants import (
     critical_sections,
     fence_order_violations,
@@ -133,11 +133,11 @@ def test_bad_keys_fail_with_invalid_key_before_any_dynamodb_call(deployed, custo
 
 def test_short_lease_takeover_rejects_the_zombies_write_and_its_release_is_lost(deployed):
     key = new_key("lease")
-    zombie, successor = deployed.run(
-        "ShortLease",
-        [update(key, delta=100, work_ms=(SHORT_LEASE_S + 6) * 1000), update(key, delta=1, work_ms=0)],
-        stagger_s=0.5,
-    )
+    zombie_arn = start(deployed, "ShortLease", update(key, delta=100, work_ms=(SHORT_LEASE_S + 6) * 1000))
+    # the successor starts once the zombie holds the lock (a loaded machine must not swap them)
+    wait_until(lambda: zombie_arn in deployed.lock_item("shortlease", key).get(p.OWNER, {}).get("S", ""), timeout=60)
+    successor_arn = start(deployed, "ShortLease", update(key, delta=1, work_ms=0))
+    zombie, successor = (deployed.cloud.wait_for(a, timeout=180) for a in (zombie_arn, successor_arn))
     assert successor.status == "SUCCEEDED"
     assert zombie.status == "FAILED" and zombie.error == p.ERROR_LOST, (zombie.error, zombie.cause)
     assert "Write rejected" in state_entered(zombie)  # its fenced write was refused
