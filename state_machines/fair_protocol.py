@@ -113,7 +113,7 @@ def row_key(stored_key: str, ticket: int) -> str:
 
 def row_key_expression(key: str, ticket: str) -> str:
     """JSONata: :func:`row_key` of the stored key and ticket the expressions evaluate to."""
-    return f"'{ROW_MARK}' & $string({ticket}) & '{ROW_MARK}' & {key}"
+    return f"'{ROW_MARK}' & $string({ticket}) & '{ROW_MARK}' & ({key})"
 
 
 def _update(write: str, *, set_: Iterable[str] = (), remove: Iterable[str] = ()) -> str:
@@ -176,7 +176,8 @@ PARK = LockWrite(
 #: parked. Values ``:since``.
 MARK = LockWrite(update=f"SET #{READY} = :since", condition=f"attribute_not_exists(#{TOKEN})")
 #: LEAVE (a row): I give up my place (max_wait spent, or an error while queued).
-LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}", condition="")
+LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
+                  condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me")
 
 #: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
 #: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).

@@ -121,8 +121,9 @@ def mark(row: Optional[Row], since: str) -> tuple[bool, Optional[Row]]:
     return ok, (replace(row or Row(), ready=since) if ok else row)
 
 
-def leave(row: Optional[Row], me: str) -> Row:
-    return replace(row or Row(), owner=me, left=True, token=None)
+def leave(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
+    ok = row is None or row.owner in (None, me)
+    return ok, (replace(row or Row(), owner=me, left=True, token=None) if ok else row)
 
 
 def row_state(row: Optional[Row]) -> str:

@@ -51,8 +51,27 @@ class Fair:
             TableName=self.table("LocksTable"), Key={"pk": {"S": p.namespaced(namespace, key)}}, ConsistentRead=True
         ).get("Item", {})
 
-    def queue(self, key: str) -> list:
-        return [o["S"] for o in self.lock(key).get(fp.QUEUE, {}).get("L", [])]
+    def queue(self, key: str, namespace: str = "f") -> list:
+        """The owners queued on the key (a row per ticket not yet served), head first."""
+        out = []
+        for ticket in fp.queued_tickets(self.lock(key, namespace)):
+            row = self.cloud.dynamodb.get_item(
+                TableName=self.table("LocksTable"), Key={"pk": {"S": fp.row_key(p.namespaced(namespace, key), ticket)}},
+                ConsistentRead=True).get("Item", {})
+            if fp.TOKEN in row:
+                out.append(row[p.OWNER]["S"])
+        return out
+
+    def rows(self, key: str, namespace: str = "f") -> list:
+        """Every queue row of the key still stored (a finished queue leaves none)."""
+        stored = p.namespaced(namespace, key)
+        items = self.cloud.dynamodb.scan(TableName=self.table("LocksTable"), ConsistentRead=True)["Items"]
+        return [i for i in items if i["pk"]["S"].startswith(fp.ROW_MARK) and i["pk"]["S"].endswith(fp.ROW_MARK + stored)]
+
+    def drained(self, key: str) -> bool:
+        """Nobody queues, nobody holds, no row is left."""
+        served, tickets = fp.counters(self.lock(key))
+        return served == tickets and p.OWNER not in self.lock(key) and self.rows(key) == []
 
     def probe(self, key: str) -> dict:
         item = self.cloud.dynamodb.get_item(
@@ -104,9 +123,10 @@ def test_an_uncontended_run_takes_the_fast_path(fair):
     result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
     entered = [e["stateEnteredEventDetails"]["name"] for e in result.history if "stateEnteredEventDetails" in e]
-    assert entered == ["Lock", "Lock.Acquire", "FairProbe", "Lock.Release", "Lock.Release.WakeNext"]
+    assert entered == ["Lock", "Lock.Acquire", "FairProbe", "Lock.Release.Take", "Lock.Release.Next?",
+                       "Lock.Release.Release", "Lock.Release.Queued?", "Lock.Release.Done"]
     item = fair.lock(k)
-    assert item[p.FENCE] == {"N": "1"} and p.OWNER not in item and fp.QUEUE not in item
+    assert item[p.FENCE] == {"N": "1"} and p.OWNER not in item and fp.counters(item) == (0, 0)
 
 
 def test_concurrent_runs_never_overlap_fences_rise_and_no_update_is_lost(fair):
@@ -117,7 +137,7 @@ def test_concurrent_runs_never_overlap_fences_rise_and_no_update_is_lost(fair):
     assert probe.get("violations", 0) == 0 and probe["seen"] == [1] * 10
     assert probe["fences"] == sorted(probe["fences"]) and len(set(probe["fences"])) == 10
     assert probe["counter"] == probe["accepted"] == 10
-    assert fair.queue(k) == [] and p.OWNER not in fair.lock(k)
+    assert fair.drained(k)
 
 
 def test_negative_control_the_same_work_unlocked_overlaps(fair):
@@ -189,7 +209,7 @@ def test_a_waiter_stopped_mid_queue_is_dequeued_by_the_janitor_and_the_rest_keep
     assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
     assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
     assert parks_timed_out(results[2]) == 0  # w1's release woke w3 directly
-    assert fair.queue(k) == [] and fair.probe(k).get("violations", 0) == 0
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
 
 
 def test_without_a_janitor_a_stopped_waiter_is_dequeued_by_the_next_ones_fallback(fair):
@@ -204,7 +224,7 @@ def test_without_a_janitor_a_stopped_waiter_is_dequeued_by_the_next_ones_fallbac
     # w2 was woken in vain (it was the head when w1 released), then dequeued by w3's fallback
     assert parks_timed_out(results[2]) >= 1
     assert any(e.get("stateEnteredEventDetails", {}).get("name") == "Lock.RemoveHead" for e in results[2].history)
-    assert fair.queue(k) == [] and fair.probe(k).get("violations", 0) == 0
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
 
 
 def test_a_stopped_holder_is_taken_over_after_its_stop_grace_in_queue_order(fair):
@@ -221,7 +241,7 @@ def test_a_stopped_holder_is_taken_over_after_its_stop_grace_in_queue_order(fair
     )
     assert first_grant - stopped >= grace_s - 1  # not before the stopped holder's work could have ended
     assert fences_of(results) == sorted(fences_of(results))
-    assert fair.queue(k) == [] and fair.probe(k).get("violations", 0) == 0
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
 
 
 def test_a_lost_wake_up_costs_one_park_timeout(fair):
@@ -236,7 +256,7 @@ def test_a_lost_wake_up_costs_one_park_timeout(fair):
     assert log.injected == 1
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
     assert parks_timed_out(results[1]) >= 1  # the fallback, not the wake-up, let it in
-    assert fair.probe(k).get("violations", 0) == 0 and fair.queue(k) == []
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
 def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(fair):
@@ -253,7 +273,7 @@ def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(f
     assert log.injected == 1 and fair.cloud.wait_for(holder).status == "ABORTED"
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
     assert fences_of(results) == sorted(fences_of(results))
-    assert fair.probe(k).get("violations", 0) == 0 and fair.queue(k) == []
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
 def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
@@ -266,7 +286,7 @@ def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
     assert len(fair.queue(k)) == 1  # only w1 still queues
     fair.open(k)
     assert [r.status for r in fair.wait([holder, w1])] == ["SUCCEEDED"] * 2
-    assert fair.probe(k)["entries"] == 2 and fair.queue(k) == []
+    assert fair.probe(k)["entries"] == 2 and fair.drained(k)
 
 
 def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped_resource(fair_synth):

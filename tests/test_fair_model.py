@@ -145,7 +145,7 @@ MODEL_WRITES = {
     "RELEASE": (False, lambda it, a: release(it, a["me"], a["fence"])),
     "PARK": (True, lambda it, a: park(it, a["me"], (a["me"], "current"))),
     "MARK": (True, lambda it, a: mark(it, a["since"])),
-    "LEAVE": (True, lambda it, a: (True, leave(it, a["me"]))),
+    "LEAVE": (True, lambda it, a: leave(it, a["me"])),
 }
 
 
