@@ -71,7 +71,10 @@ class Fair:
     def drained(self, key: str) -> bool:
         """Nobody queues, nobody holds, no row is left."""
         served, tickets = fp.counters(self.lock(key))
-        return served == tickets and p.OWNER not in self.lock(key) and self.rows(key) == []
+        drained = served == tickets and p.OWNER not in self.lock(key) and self.rows(key) == []
+        if not drained:  # (what was left, in the failure's output)
+            print("not drained:", self.lock(key), self.rows(key))
+        return drained
 
     def probe(self, key: str) -> dict:
         item = self.cloud.dynamodb.get_item(

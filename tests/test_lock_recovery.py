@@ -403,9 +403,12 @@ def test_a_fair_janitor_may_also_read_the_queue_and_wake_any_task_token():
     (janitor,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
     assert janitor["Environment"]["Variables"]["FAIR_LOCK"] == "true"
     by_action = {a: s["Resource"] for s in _role_statements(template, janitor["Role"]) for a in _actions(s)}
-    assert {"dynamodb:UpdateItem", "dynamodb:GetItem", "states:SendTaskSuccess"} <= set(by_action)
+    assert {"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:DeleteItem", "states:SendTaskSuccess",
+            "states:DescribeExecution"} <= set(by_action)
     unscoped = {a for a, resource in by_action.items() if resource == "*"}
-    assert unscoped == {"states:SendTaskSuccess", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    # (task tokens cannot be scoped: waking a parked waiter, or telling it to look by itself)
+    assert unscoped == {"states:SendTaskSuccess", "states:SendTaskFailure", "xray:PutTraceSegments",
+                        "xray:PutTelemetryRecords"}
 
 
 # ---- Python participants --------------------------------------------------------------------
