@@ -293,7 +293,7 @@ class FairMutex(Mutex):
         read.add_catch(wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
         self._inspect_state = read
         stale = protocol.stale_owner_expression(v["wait"])
-        free = f"({seen}.owner = '' or {seen}.owner = {stale} or {seen}.expiresAt < $millis())"
+        free = f"({seen}.owner = '' or {seen}.owner = ({stale}) or {seen}.expiresAt < $millis())"
         helper = self._build_handoff("Help", key=f"{ENTRY}.key", me=f"{ENTRY}.owner", start=f"{seen}.served",
                                      holding=False, then=read, stale=stale, self_grant=head)
         look = sfn.Choice.jsonata(section, "Decide", state_name=section._name("Decide?"))
@@ -500,7 +500,25 @@ class FairMutex(Mutex):
         retry_transient(mark)
         mark.add_catch(again, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         mark.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        mark.next(end)
+        # the ticket may have been served meanwhile (its waiter looked by itself and took the free
+        # lock): then the mark is litter - take it away (never a row its waiter parked in)
+        served = tasks.DynamoGetItem.jsonata(
+            section, f"{suffix}.Served", state_name=name("Served"), table=section.table,
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}, consistent_read=True,
+            assign={f["handoff"]: jsonata(
+                f"$merge([{h}, {{'served': {_item_number('$states.result.Item', fair.SERVED)}}}])")},
+            outputs=jsonata("$states.input"))
+        unmark = tasks.DynamoDeleteItem.jsonata(
+            section, f"{suffix}.Unmark", state_name=name("Unmark"), table=section.table,
+            key=self._row(key, f"{h}.c + 1"), condition_expression=f"attribute_not_exists(#{fair.TOKEN})",
+            expression_attribute_names={f"#{fair.TOKEN}": fair.TOKEN}, outputs=jsonata("$states.input"))
+        litter = sfn.Choice.jsonata(section, f"{suffix}.Litter", state_name=name("Litter?"))
+        litter.when(sfn.Condition.jsonata(jsonata(f"{h}.served > {h}.c")), unmark).otherwise(end)
+        for t in (served, unmark):
+            t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        unmark.next(end)
+        mark.next(served)
+        served.next(litter)
         decide = sfn.Choice.jsonata(section, f"{suffix}.Next", state_name=name("Next?"))
         if self_grant is not None:
             decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'wake' and {nxt} = {me}")), self_grant)

@@ -764,6 +764,14 @@ class LockClient:
                         return
                 since = (row or {}).get(fair.READY, {}).get("N") or str(self.now_ms())
                 if self._row_update(row_key, fair.MARK, {":since": {"N": since}}):
+                    item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                                  ConsistentRead=True).get("Item", {})
+                    if fair.counters(item)[0] > c:  # served meanwhile: the mark is litter
+                        with contextlib.suppress(ClientError):
+                            self.dynamodb.delete_item(
+                                TableName=self.table_name, Key=lock_item_key(row_key),
+                                ConditionExpression=f"attribute_not_exists(#{fair.TOKEN})",
+                                ExpressionAttributeNames={f"#{fair.TOKEN}": fair.TOKEN})
                     return
                 # its waiter parked meanwhile: take the row again
 

@@ -382,7 +382,7 @@ def test_a_dead_client_at_the_head_is_dequeued_by_a_waiter(fair):
     # and a client waiter does the same
     dead_head(fair, k, "client:gone#2", fence=5)
     lease = client(fair).acquire(k, wait=10, poll_interval=0.1)
-    assert lease.fence == 6 and fair.drained(k)
+    assert lease.fence == 6 and fair.queue(k) == [] and fair.rows(k) == []
 
 
 def test_a_client_that_gives_up_leaves_the_queue(fair):
@@ -392,8 +392,9 @@ def test_a_client_that_gives_up_leaves_the_queue(fair):
     holder = client(fair).acquire(k, lease=60)
     with pytest.raises(LockTimeout):
         client(fair).acquire(k, wait=0.5, poll_interval=0.1)
+    assert fair.queue(k) == []  # its row is marked left
+    client(fair).release(holder)  # (and the release passes over it)
     assert fair.drained(k)
-    client(fair).release(holder)
 
 
 # ---- EXPRESS: the same queue, polled by its head ---------------------------------------------
