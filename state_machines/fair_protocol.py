@@ -301,6 +301,15 @@ def worst_case_park_events(park_timeout_s: float, max_wait_s: float | None) -> i
     return (math.ceil((max_wait_s or 0) / park_timeout_s) + 1) * EVENTS_PER_PARK_ROUND
 
 
+def unlimited_wait_s(park_timeout_s: int, history_event_budget: int | None) -> int:
+    """``max_wait=None`` (a fair lock on a STANDARD machine): the longest wait whose park rounds
+    fit the history budget (default 20,000 events: a round is at most
+    :data:`EVENTS_PER_PARK_ROUND` events, and a round lasts at least one park timeout) - then
+    ``Lock.Timeout``. With the defaults (30 s): (20,000 / 45 - 1) x 30 s = 3 h 41 min."""
+    budget = history_event_budget if history_event_budget is not None else 20_000
+    return max(1, (budget // EVENTS_PER_PARK_ROUND - 1) * int(park_timeout_s))
+
+
 #: History events of one park round that times out (the park, the fallback's read and checks,
 #: a handoff run for a dead head, the park again), rounded up.
 EVENTS_PER_PARK_ROUND = 45
