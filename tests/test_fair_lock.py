@@ -92,6 +92,15 @@ class Fair:
         self.until(token)
         self.cloud.stepfunctions.send_task_success(taskToken=token(), output=GATE_OPENED)
 
+    def fail_gate(self, pk: str) -> None:
+        """Fail the task token a gate stored under ``pk`` (its branch fails)."""
+        def token():
+            item = self.cloud.dynamodb.get_item(
+                TableName=self.table("Probes"), Key={"pk": {"S": pk}}, ConsistentRead=True).get("Item")
+            return item and item["token"]["S"]
+        self.until(token)
+        self.cloud.stepfunctions.send_task_failure(taskToken=token(), error="User.Failed", cause="the sibling fails")
+
     def until(self, predicate, timeout: float = 30):
         deadline = time.time() + timeout
         while not predicate():
@@ -317,6 +326,40 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
     parked = [d for d in definitions if "updateItem.waitForTaskToken" in d]
     assert len(parked) == 5  # Fair, FairHold, FairPatient, FairNoJanitor, FairImpatient (not EXPRESS, Polling, Unlocked)
     assert sum('\\"TimeoutSeconds\\":\\"{% $max([1, $min([3,' in d for d in parked) == 4
+
+
+def test_a_parked_waiter_whose_branch_was_cancelled_blocks_the_next_one_for_at_most_one_park_timeout(fair):
+    """The waiter's branch is cancelled by its failing sibling and the user catches the
+    Parallel's failure: the execution stays RUNNING, no status event, and its park's token is
+    closed. The release's wake-up of it fails; its execution still runs, so the grant waits one
+    claim window (the park timeout) for a claim, is taken back and passes to the next waiter."""
+    from fair_stack import PARK_TIMEOUT_S
+
+    k = key()
+    holder = fair.start("FairHold", {"key": k, "workMs": 1})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    cancelled = fair.start("FairCancelled", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    behind = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    fair.fail_gate(f"sibling#{k}")  # the sibling branch fails: the parked waiter's branch is cancelled
+    fair.until(lambda: any(e["type"] == "ParallelStateFailed" for e in fair.cloud.history(cancelled)), timeout=60)
+    assert fair.cloud.stepfunctions.describe_execution(executionArn=cancelled)["status"] == "RUNNING"
+    fair.open(k)
+    holder_result, behind_result = fair.wait([holder, behind])
+    assert [holder_result.status, behind_result.status] == ["SUCCEEDED"] * 2
+    names = [e.get("stateEnteredEventDetails", {}).get("name") for e in holder_result.history]
+    assert "Lock.Release.ClaimWindow" in names and "Lock.Release.Revoke" in names  # waited one window, took it back
+    released = next(e["timestamp"] for e in holder_result.history
+                    if e.get("stateEnteredEventDetails", {}).get("name") == "Lock.Release.Take")
+    granted = next(e["timestamp"] for e in behind_result.history if e["type"] == "TaskSucceeded"
+                   and "waitForTaskToken" in str(e.get("taskSucceededEventDetails", {}).get("resource")))
+    blocked_s = (granted - released).total_seconds()
+    assert PARK_TIMEOUT_S <= blocked_s < PARK_TIMEOUT_S + 30  # one claim window (and the loaded machine's slack)
+    assert parks_timed_out(behind_result) == 0  # the handoff, not its own fallback, let it in
+    assert behind_result.output["probe"]["fence"] == holder_result.output["probe"]["fence"] + 2  # (+1: the revoked grant)
+    fair.wait([cancelled])
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
 
 
 # ---- Python participants (LockClient(fair=True)) ---------------------------------------------
