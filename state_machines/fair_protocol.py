@@ -9,8 +9,9 @@ conditions - with three small attributes more:
 * ``handed`` (S): who handed the lock to a waiter that has not confirmed it (a failed
   wake-up is revoked by that granter only).
 
-and one **queue row per waiter**: the item ``~<ticket>~K`` (:func:`row_key`; no lock key can
-be spelled so: a lock key starts with a namespace, which never holds ``~``). A row holds its
+and one **queue row per waiter**: the item ``!<ticket>!K`` (:func:`row_key`; no lock key can
+be spelled so: a lock key starts with a namespace, which never holds ``!``, and a semaphore's
+slots are ``~<slot>~K``). A row holds its
 waiter's ``owner``, how to wake it (``token``: a task token, or ``lease:<epoch ms>`` for a
 polling waiter), the ``lease`` and ``grace`` (ms) it takes the lock with, and two marks:
 ``ready`` (the lock was freed for this ticket before its waiter parked, since that epoch ms)
@@ -99,9 +100,9 @@ TOKEN, LEASE, GRACE_MS, READY, LEFT = "token", "lease", "grace", "ready", "left"
 CLIENT_LEASE_PREFIX = "lease:"
 #: A polling waiter's place outlives its next poll by this much (then it counts as gone).
 CLIENT_POLL_MARGIN_S = 5
-#: Row keys: ``~<ticket>~<stored key>``.
-ROW_MARK = "~"
-#: Bytes a row key adds to the stored key (``~`` + up to 16 digits + ``~``): fair keys are
+#: Row keys: ``!<ticket>!<stored key>`` (a semaphore's slots: ``~<slot>~<stored key>``).
+ROW_MARK = "!"
+#: Bytes a row key adds to the stored key (``!`` + up to 16 digits + ``!``): fair keys are
 #: validated with this much less room (DynamoDB's 2,048-byte limit holds for the rows).
 ROW_KEY_RESERVE_BYTES = 18
 
