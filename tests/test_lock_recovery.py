@@ -487,14 +487,14 @@ def test_negative_control_unfenced_counter_loses_updates_under_the_same_pauses(d
     assert any(r.error == p.ERROR_LOST for r in results)
 
 
-def test_janitor_finds_each_fair_queue_entry_of_the_table_once():
+def test_janitor_finds_each_fair_queue_row_of_the_table_once():
     from state_machines import fair_protocol as fair
 
-    def enqueue(table: str, key: str, owner: str, condition: str = fair.ENQUEUE.condition) -> p.ScheduledTask:
+    def park(table: str, key: str, owner: str, condition: str = fair.PARK.condition) -> p.ScheduledTask:
         return p.ScheduledTask("updateItem", {"TableName": table, "Key": {p.KEY_ATTRIBUTE: {"S": key}},
                                               "ConditionExpression": condition,
                                               "ExpressionAttributeValues": {":me": {"S": owner}}})
 
-    tasks = [enqueue("locks", "k#1", "e#a"), enqueue("locks", "k#1", "e#a"),  # a retried enqueue
-             enqueue("other", "k#2", "e#a"), enqueue("locks", "k#3", "e#a", condition=fair.PARK.condition)]
-    assert fair.enqueues_in_history(tasks, table_name="locks") == [("k#1", "e#a")]
+    tasks = [park("locks", "!1!k#1", "e#a"), park("locks", "!1!k#1", "e#a"),  # a park again
+             park("other", "!2!k#2", "e#a"), park("locks", "k#3", "e#a", condition=fair.ENQUEUE.condition)]
+    assert fair.enqueues_in_history(tasks, table_name="locks") == [("!1!k#1", "e#a")]
