@@ -88,6 +88,12 @@ PRICE_PER_TRANSITION = 0.025 / 1000
 PRICE_PER_WRU = 0.625 / 1_000_000
 PRICE_PER_RRU = 0.125 / 1_000_000
 
+#: The fair lock's states whose counts tell how its handoffs went: a grant and wake-up (the
+#: direct path), a release that found no row yet (then a mark), a failed wake-up's claim
+#: window, a head that took the lock itself, a fallback look.
+FAIR_PATH_STATES = ("Lock.Release.Grant", "Lock.Release.Release", "Lock.Release.Mark", "Lock.Release.ClaimWindow",
+                    "Lock.Release.Revoke", "Lock.AcquireHead", "Lock.Inspect", "Lock.Help.Take")
+
 _WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 _READS = {"GetItem"}
 
@@ -160,6 +166,15 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
     lines = [(arrival_ms(histories[m.execution], lock), m.acquire_acked_ms) for m in metrics]
     waited = [(a, g) for a, g in lines if a is not None and g is not None]
     wru, rru = meter.of(key + "") if meter is not None else (float("nan"), float("nan"))
+    # how the fair lock's handoffs went (the tail's explanation): states entered, park timeouts
+    paths: dict = {}
+    for history in histories.values():
+        for event in history:
+            name = (event.get("stateEnteredEventDetails") or {}).get("name")
+            if name in FAIR_PATH_STATES:
+                paths[name] = paths.get(name, 0) + 1
+            if event["type"] == "TaskTimedOut":
+                paths["park timed out"] = paths.get("park timed out", 0) + 1
     lock_transitions = summary.transitions_per_run - unlocked_transitions
     return {
         "succeeded": summary.succeeded, "runs": runs,
@@ -169,7 +184,7 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
         "wru_per_run": wru / runs, "rru_per_run": rru / runs,
         "dollars_per_run": lock_transitions * PRICE_PER_TRANSITION + wru / runs * PRICE_PER_WRU
         + rru / runs * PRICE_PER_RRU,
-        "dynamodb_per_run": summary.dynamodb_per_run,
+        "dynamodb_per_run": summary.dynamodb_per_run, "paths": paths,
         "handoff_p50_ms": percentile(gaps, 50), "handoff_p99_ms": percentile(gaps, 99),
         "overtakes": overtakes(waited), "overtakes_any_gap": overtakes(waited, 1), "waited": len(waited),
         "max_over_mean_wait": summary.fairness,
@@ -325,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("uncontended extra transitions per run: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
     print(table_text(HEADERS, rows(results)))
     bad = [r for r in results["loads"] if r["overlaps"] or r["fence_violations"] or r["succeeded"] != r["runs"]]
+    for r in results["loads"]:
+        if r["lock"] == "Fair":
+            print(f"fair handoff paths, {r['work_s']:g} s x {r['n']}: {r['paths']}")
     print("invariants: " + ("hold (all succeeded, no overlap, fences increase)" if not bad else f"VIOLATED {bad}"))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
