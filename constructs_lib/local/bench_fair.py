@@ -255,6 +255,23 @@ def measure_floor(cloud: Any, deployment: Any, stack: str, samples: int) -> list
     return gaps
 
 
+def left_behind(cloud: Any, key_part: str) -> int:
+    """Items of the load's key still holding someone: a held lock, queued tickets, queue rows."""
+    from state_machines import fair_protocol as fp
+
+    count = 0
+    for table in cloud.dynamodb.list_tables()["TableNames"]:
+        for page in cloud.dynamodb.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+            for item in page["Items"]:
+                pk = str(item.get("pk", {}).get("S", ""))
+                if key_part not in pk:
+                    continue
+                served, tickets = fp.counters(item)
+                count += (pk.startswith(fp.ROW_MARK) and fp.TOKEN in item) + ("owner" in item and not pk.startswith(
+                    fp.ROW_MARK)) + (tickets - served)
+    return count
+
+
 def _in_state(history: Sequence[dict], state: str):
     inside = False
     for event in history:
@@ -296,6 +313,7 @@ def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Seq
                         figures = load(cloud, app.arn(variant), name, runs=n, work_s=work_s,
                                        key=f"hot-{name}-{n}-{work_s}#", meter=meter,
                                        unlocked_transitions=solo["Unlocked"])
+                        figures["left_behind"] = left_behind(cloud, f"hot-{name}-{n}-{work_s}#")
                         figures["handoff_p50_over_floor"] = figures["handoff_p50_ms"] / results["floor_p50_ms"] \
                             if floor else float("nan")
                         results["loads"].append({"lock": name, "work_s": work_s, "n": n, **figures})
@@ -339,11 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"p99 {results['floor_p99_ms']:.0f} ms")
     print("uncontended extra transitions per run: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
     print(table_text(HEADERS, rows(results)))
-    bad = [r for r in results["loads"] if r["overlaps"] or r["fence_violations"] or r["succeeded"] != r["runs"]]
+    bad = [r for r in results["loads"] if r["overlaps"] or r["fence_violations"] or r["succeeded"] != r["runs"]
+           or r.get("left_behind")]
     for r in results["loads"]:
         if r["lock"] == "Fair":
             print(f"fair handoff paths, {r['work_s']:g} s x {r['n']}: {r['paths']}")
-    print("invariants: " + ("hold (all succeeded, no overlap, fences increase)" if not bad else f"VIOLATED {bad}"))
+    print("invariants: " + ("hold (all succeeded, no overlap, fences increase, nothing left held or queued)" if not bad else f"VIOLATED {bad}"))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     (args.out / "results.md").write_text(
