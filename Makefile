@@ -1,6 +1,7 @@
 # Two commands, each bootstrapping what it needs on a fresh clone:
 #   make demo   - synthesize the example app, run it offline, print the summary and a timeline
 #   make test   - the whole test suite (template, unit, local runtime on both DynamoDB backends)
+# and, for CI: make test-compat - the template tests on the declared aws-cdk-lib and Python floors
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +15,18 @@ NODE_BIN := $(CURDIR)/node_modules/.bin
 export JSII_NODE := $(NODE_BIN)/node
 export PATH := $(NODE_BIN):$(PATH)
 
-.PHONY: deps demo test bench bench-variants bench-fair stress synth diagram clean
+# The compatibility floor: the declared aws-cdk-lib minimum (pyproject.toml) on the declared
+# Python minimum, in a venv of its own; `make test-compat` runs the template tests there.
+COMPAT_VENV := .venv-compat
+CDK_FLOOR := $(shell sed -n 's/^ *"aws-cdk-lib>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+PYTHON_FLOOR := $(shell sed -n 's/^requires-python = ">=\([0-9.]*\)"/\1/p' pyproject.toml)
+# python3.10 when the machine has it (on PATH, or pyenv's), else $(PYTHON).
+COMPAT_PYTHON ?= $(firstword $(shell command -v python$(PYTHON_FLOOR) >/dev/null && python$(PYTHON_FLOOR) -c 'import sys; print(sys.executable)' 2>/dev/null) $(wildcard $(HOME)/.pyenv/versions/$(PYTHON_FLOOR).*/bin/python$(PYTHON_FLOOR)) $(PYTHON))
+STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
+COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
+	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
+
+.PHONY: deps demo test test-compat bench bench-variants bench-fair stress synth diagram clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +45,19 @@ demo: deps
 
 test: deps
 	$(PY) -m pytest $(ARGS)
+
+$(STAMP_COMPAT): pyproject.toml
+	rm -rf $(COMPAT_VENV)
+	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -e ".[dev]" "aws-cdk-lib==$(CDK_FLOOR)"
+	touch $@
+
+test-compat: $(STAMP_NPM) $(STAMP_COMPAT)
+	$(COMPAT_VENV)/bin/python -c "import sys, importlib.metadata as m; \
+		print('test-compat: Python', sys.version.split()[0], 'aws-cdk-lib', m.version('aws-cdk-lib')); \
+		assert m.version('aws-cdk-lib') == '$(CDK_FLOOR)', 'the floor is not what is installed'"
+	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider -q $(COMPAT_TESTS) $(ARGS)
 
 bench: deps
 	$(PY) -m constructs_lib.local.bench $(ARGS)
@@ -53,4 +78,4 @@ synth: deps
 	npx cdk synth --quiet
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache
+	rm -rf $(VENV) $(COMPAT_VENV) node_modules cdk.out .pytest_cache

@@ -1,24 +1,32 @@
 """``locked-workflow locks list|show|release|clear-head``: who holds a lock, since when, and freeing it.
 
 Works against AWS (boto3's credentials and region; ``--table`` or ``--stack``) and any
-endpoint (``--endpoint-url``: DynamoDB Local, LocalStack). ``--json`` prints machine-readable
+endpoint (``--endpoint-url``: DynamoDB Local, LocalStack - region us-east-1 unless one is
+configured or given, and dummy credentials when none are configured). ``--json`` prints machine-readable
 output. A forced release is conditioned on the exact holder and fence it read - never on a
-guess: if the lock changed in between, nothing is released.
+guess: if the lock changed in between, nothing is released. A semaphore's holders are its
+slots (``list`` shows them): ``show``/``release`` one with ``--slot N``.
+
+Every failure is one line on stderr (exit 1), never a traceback: unreachable endpoints,
+timeouts, throttling, refused calls and bad arguments alike (argparse's usage errors: exit 2).
 
     locked-workflow --table Locks locks list --namespace customer --held
     locked-workflow --stack CustomerUpdates locks show 42 --namespace customer
     locked-workflow --table Locks locks release 42 --namespace customer --force
     locked-workflow --table Locks locks clear-head 42 --namespace customer   # a fair lock's dead head
+    locked-workflow --table Locks locks release api --namespace sem --slot 2 --force
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 from state_machines import fair_protocol as fair
 from state_machines import lock_protocol as p
@@ -30,6 +38,17 @@ OK, FAILED, REFUSED = 0, 1, 2
 
 class CliError(Exception):
     """A clear, expected failure: printed without a traceback, exit 1."""
+
+
+#: Credentials used with ``--endpoint-url`` when none are configured (DynamoDB Local and
+#: LocalStack accept them - DynamoDB Local wants letters and digits only, and keeps one database
+#: per access key unless started with -sharedDb; real AWS refuses them, so they are never used
+#: without an endpoint). The same as the offline runtime's (constructs_lib.local).
+DUMMY_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+#: Region with ``--endpoint-url`` when none is configured or given.
+ENDPOINT_DEFAULT_REGION = "us-east-1"
+#: Fail fast on an unreachable endpoint: botocore's default is 60 s per try, with retries.
+CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 3, "mode": "standard"}}
 
 
 # ---- reading lock items ---------------------------------------------------------------
@@ -93,6 +112,8 @@ class Locks:
     def execution_status(self, execution_arn: str | None) -> str | None:
         if execution_arn is None:
             return None
+        if self.stepfunctions is None:  # an endpoint with dummy credentials: AWS would refuse them
+            return "unknown"
         try:
             return self.stepfunctions.describe_execution(executionArn=execution_arn)["status"]
         except Exception:  # no permission, gone, another account: say so, never guess
@@ -107,7 +128,13 @@ def _stored(args: argparse.Namespace) -> str:
     if problem:
         raise CliError(f"the lock key {problem}" if not p.namespace_problem(args.namespace)
                        else f"the namespace {problem}")
-    return p.namespaced(args.namespace, args.key)
+    stored = p.namespaced(args.namespace, args.key)
+    slot = getattr(args, "slot", None)
+    if slot is None:
+        return stored
+    if not 0 <= slot < sp.MAX_LIMIT:
+        raise CliError(f"--slot must be a semaphore slot from 0 to {sp.MAX_LIMIT - 1}, got: {slot}")
+    return sp.slot_key(stored, slot)
 
 
 def cmd_list(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
@@ -127,7 +154,13 @@ def _read(locks: Locks, args: argparse.Namespace) -> tuple[str, dict]:
     stored = _stored(args)
     item = locks.get(stored)
     if not item:
-        raise CliError(f"no lock item for key {args.key!r} in namespace {args.namespace!r} (table {locks.table})")
+        slot = f" slot {args.slot}" if args.slot is not None else ""
+        hint = ""
+        if args.slot is None and locks.get(sp.slot_key(stored, 0)):
+            hint = ": it is a semaphore, give --slot N (`locks list` shows its slots)"
+        raise CliError(
+            f"no lock item for key {args.key!r}{slot} in namespace {args.namespace!r} (table {locks.table}){hint}"
+        )
     return stored, item
 
 
@@ -242,7 +275,7 @@ def _table_name(args: argparse.Namespace, session: Any) -> str:
         return args.table
     if not args.stack:
         raise CliError("the lock table is unknown: give --table NAME or --stack STACK")
-    cloudformation = session.client("cloudformation", **_endpoint(args, "cloudformation"))
+    cloudformation = _client(session, "cloudformation", args)
     try:
         stack = cloudformation.describe_stacks(StackName=args.stack)["Stacks"][0]
         for output in stack.get("Outputs", []):
@@ -250,7 +283,7 @@ def _table_name(args: argparse.Namespace, session: Any) -> str:
                 return output["OutputValue"]
         resources = cloudformation.describe_stack_resources(StackName=args.stack)["StackResources"]
     except Exception as error:
-        raise CliError(f"cannot read stack {args.stack!r}: {error}") from None
+        raise CliError(f"cannot read stack {args.stack!r}: {_one_line(error)}") from None
     tables = [r["PhysicalResourceId"] for r in resources
               if r["ResourceType"] == "AWS::DynamoDB::Table" and "LockTable" in r["LogicalResourceId"]]
     if len(tables) != 1:
@@ -259,7 +292,7 @@ def _table_name(args: argparse.Namespace, session: Any) -> str:
 
 
 def _endpoint(args: argparse.Namespace, service: str) -> dict:
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if args.region:
         kwargs["region_name"] = args.region
     if args.endpoint_url and service == "dynamodb":
@@ -267,26 +300,61 @@ def _endpoint(args: argparse.Namespace, service: str) -> dict:
     return kwargs
 
 
+def _session(args: argparse.Namespace) -> tuple[Any, bool]:
+    """boto3's session - for an endpoint, with region us-east-1 when none is configured, and
+    dummy credentials when none are - and whether the credentials are dummy."""
+    import boto3
+
+    session = boto3.Session()
+    if not args.endpoint_url:
+        return session, False
+    region = args.region or session.region_name or ENDPOINT_DEFAULT_REGION
+    if session.get_credentials() is not None:
+        return boto3.Session(region_name=region), False
+    return boto3.Session(region_name=region, **DUMMY_CREDENTIALS), True
+
+
+def _client(session: Any, service: str, args: argparse.Namespace) -> Any:
+    from botocore.config import Config
+
+    return session.client(service, config=Config(**CLIENT_CONFIG), **_endpoint(args, service))
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors on one line (and exit 2, as argparse)."""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        print(f"error: {_one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(REFUSED)
+
+
 def parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--table", help="the lock table's name")
     common.add_argument("--stack", help="read the lock table from this CloudFormation stack")
     common.add_argument("--output", help="the stack output holding the table name (default: one named *LockTable*)")
     common.add_argument("--region", help="AWS region (default: boto3's)")
     common.add_argument("--endpoint-url", help="DynamoDB endpoint (DynamoDB Local, say)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    root = argparse.ArgumentParser(prog="locked-workflow", description=__doc__.splitlines()[0])
-    groups = root.add_subparsers(dest="group", required=True)
-    locks = groups.add_parser("locks", help="inspect and free locks").add_subparsers(dest="command", required=True)
+    root = _Parser(prog="locked-workflow", description=__doc__.splitlines()[0])
+    groups = root.add_subparsers(dest="group", required=True, parser_class=_Parser)
+    locks = groups.add_parser("locks", help="inspect and free locks").add_subparsers(
+        dest="command", required=True, parser_class=_Parser)
     listing = locks.add_parser("list", parents=[common], help="every lock item")
     listing.add_argument("--namespace", default=None)
     listing.add_argument("--held", action="store_true", help="only held (or expired, unreleased) locks")
     show = locks.add_parser("show", parents=[common], help="one lock: holder, its execution, fence")
     show.add_argument("key")
     show.add_argument("--namespace", default="")
+    show.add_argument("--slot", type=int, help="a semaphore's slot (as `list` shows it)")
     release = locks.add_parser("release", parents=[common], help="free a lock, conditioned on its holder")
     release.add_argument("key")
     release.add_argument("--namespace", default="")
+    release.add_argument("--slot", type=int, help="a semaphore's slot (as `list` shows it)")
     release.add_argument("--force", action="store_true", help="really release (without it: say what would happen)")
     release.add_argument("--owner", help="release only if this is the holder")
     release.add_argument("--fence", type=int, help="release only if this is the fence")
@@ -324,34 +392,73 @@ def _print(result: Any, as_json: bool) -> None:
 def main(argv: Sequence[str] | None = None, *, clients: Mapping[str, Any] | None = None) -> int:
     """Run the CLI; ``clients`` (``dynamodb``, ``stepfunctions``, ``session``) for tests."""
     args = parser().parse_args(argv)
+    region = args.region
     try:
-        import boto3
-        from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError
+        from botocore.exceptions import (
+            BotoCoreError, ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError,
+            NoRegionError, ReadTimeoutError,
+        )
 
         clients = dict(clients or {})
-        session = clients.get("session") or boto3.Session()
         table = args.table
         try:
+            if "session" in clients:
+                session, dummy = clients["session"], False
+            else:
+                session, dummy = _session(args)
+            region = args.region or getattr(session, "region_name", None)
             table = _table_name(args, session)
-            dynamodb = clients.get("dynamodb") or session.client("dynamodb", **_endpoint(args, "dynamodb"))
-            stepfunctions = clients.get("stepfunctions") or session.client("stepfunctions", **_endpoint(args, "stepfunctions"))
+            dynamodb = clients.get("dynamodb") or _client(session, "dynamodb", args)
+            region = dynamodb.meta.region_name or region  # the region actually used
+            stepfunctions = clients.get("stepfunctions") or (None if dummy else _client(session, "stepfunctions", args))
             command = {"list": cmd_list, "show": cmd_show, "release": cmd_release,
                        "clear-head": cmd_clear_head}[args.command]
             code, result = command(Locks(dynamodb, stepfunctions, table), args, int(time.time() * 1000))
         except ClientError as error:
             code_name = error.response.get("Error", {}).get("Code")
             if code_name == "ResourceNotFoundException":
-                raise CliError(f"no table {table!r} (region {session.region_name or 'default'})") from None
-            raise CliError(f"AWS refused: {error}") from None
+                raise CliError(f"no table {table!r} (region {region or 'unknown'})") from None
+            if code_name in ("ThrottlingException", "ProvisionedThroughputExceededException",
+                             "RequestLimitExceeded", "TooManyRequestsException"):
+                raise CliError(
+                    f"AWS is throttling the calls (region {region or 'unknown'}), even after retries: "
+                    f"try again later ({code_name})"
+                ) from None
+            raise CliError(f"AWS refused (region {region or 'unknown'}): {_one_line(error)}") from None
         except NoCredentialsError:
             raise CliError("no AWS credentials: configure them (aws configure, AWS_PROFILE, ...)") from None
         except NoRegionError:
             raise CliError("no AWS region: pass --region or set AWS_REGION") from None
+        except EndpointConnectionError as error:
+            raise CliError(f"cannot connect to {_endpoint_of(error, args)} (region {region or 'unknown'}): "
+                           "is it running, and is the URL right?") from None
+        except (ConnectTimeoutError, ReadTimeoutError) as error:
+            raise CliError(f"timed out talking to {_endpoint_of(error, args)} (region {region or 'unknown'}): "
+                           f"{_one_line(error)}") from None
+        except BotoCoreError as error:
+            raise CliError(f"AWS client error (region {region or 'unknown'}): {_one_line(error)}") from None
     except CliError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_one_line(error)}", file=sys.stderr)
         return FAILED
-    _print(result, args.json)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return FAILED
+    except Exception as error:  # a bug: still one line, with what to report
+        print(f"error: unexpected {type(error).__name__}: {_one_line(error)} (please report it)", file=sys.stderr)
+        return FAILED
+    try:
+        _print(result, args.json)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (`| head`): nothing more to say, and no traceback
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass  # not a real file (a test's capture): nothing will flush into the pipe
     return code
+
+
+def _endpoint_of(error: Exception, args: argparse.Namespace) -> str:
+    return args.endpoint_url or getattr(error, "kwargs", {}).get("endpoint_url") or "AWS"
 
 
 if __name__ == "__main__":

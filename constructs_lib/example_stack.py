@@ -17,6 +17,7 @@ from aws_cdk import (
 )
 from constructs import Construct
 
+from constructs_lib.assets import lambda_code
 from constructs_lib.locked_workflow import LockedWorkflow
 from state_machines.lock_protocol import jsonata
 
@@ -65,7 +66,7 @@ class CustomerUpdatesStack(Stack):
             "ApplyCustomerUpdate",
             runtime=lambda_.Runtime.PYTHON_3_13,
             handler="index.handler",
-            code=lambda_.Code.from_asset(str(APPLY_UPDATE_CODE)),
+            code=lambda_code(APPLY_UPDATE_CODE),
             timeout=Duration.seconds(30),
             tracing=lambda_.Tracing.ACTIVE,
             layers=[

@@ -40,6 +40,7 @@ from aws_cdk import aws_lambda as lambda_, aws_logs as logs
 from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn
 from constructs import Construct
 
+from constructs_lib.assets import ASSET_EXCLUDES, lambda_code
 from lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
 from state_machines import lock_protocol as protocol
 
@@ -68,7 +69,7 @@ class _JanitorBundle:
         for module in BUNDLED_MODULES:
             source, target = _ROOT / module, out / module
             if source.is_dir():
-                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ASSET_EXCLUDES))
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target)
@@ -77,8 +78,8 @@ class _JanitorBundle:
 
 def janitor_code() -> lambda_.Code:
     """The janitor function's code asset (hashed on its bundled output)."""
-    return lambda_.Code.from_asset(
-        str(JANITOR_CODE),
+    return lambda_code(
+        JANITOR_CODE,
         asset_hash_type=AssetHashType.OUTPUT,
         bundling=BundlingOptions(image=DockerImage.from_registry("unused-local-bundling"), local=_JanitorBundle()),
     )

@@ -42,6 +42,8 @@ class Mutex:
     item = protocol.LOCK_TABLE_ITEM
     #: The acquire's error when the lock is held (a poll).
     refused = protocol.CONDITION_FAILED
+    #: The hold registers a presence token on its one lock item (``detect_cancellation``).
+    presence = True
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key
@@ -108,6 +110,17 @@ class Mutex:
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         return section.build_mutex_release(lost, left)
+
+    def presence_task(self, section: "LockedSection") -> tuple[str, dict]:
+        """The hold's presence registration: (aws-sdk DynamoDB action, its arguments)."""
+        return "updateItem", {
+            "TableName": section.table.table_name,
+            **protocol.present_arguments(lock_variable=section.variables["lock"], item=self.item),
+        }
+
+    def presence_key(self, section: "LockedSection") -> str:
+        """JSONata: the item where the hold marks its departure and reads its token back."""
+        return f"${section.variables['lock']}.key"
 
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         return section.build_mutex_release_after_error(rethrow)
@@ -254,6 +267,14 @@ class MultiKey(Mutex):
             outputs=jsonata("$states.input"),
         )
         return release
+
+    def presence_task(self, section: "LockedSection") -> tuple[str, dict]:
+        """One token on every key the hold took, in one transaction."""
+        return "transactWriteItems", multikey.present_arguments(
+            table_name=section.table.table_name, lock_variable=section.variables["lock"])
+
+    def presence_key(self, section: "LockedSection") -> str:
+        return multikey.first_key_expression(section.variables["lock"])
 
     def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
         """Retire every key this hold took (each with the mutex's RETIRE), then ``then``."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import threading
+
+import jsii
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from aws_cdk import (
@@ -27,7 +29,7 @@ from aws_cdk import (
     aws_stepfunctions as sfn,
     aws_stepfunctions_tasks as tasks,
 )
-from constructs import Construct
+from constructs import Construct, IValidation
 
 from constructs_lib.custom_state import JsonataCustomState
 from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
@@ -38,6 +40,7 @@ from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from constructs_lib.lock_table import LockTable
 from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
+from state_machines import multikey_protocol as multikey
 from state_machines import semaphore_protocol
 from state_machines.lock_protocol import WaitPolicy, jsonata
 
@@ -229,6 +232,16 @@ class LockedSection(sfn.StateMachineFragment):
         keep their place in the queue alive with a lease (a dead one is dequeued by the others
         once its lease ends); for EXPRESS state machines, which cannot park on a task token
         (``LockedWorkflow`` sets it for them). Uses ``wait_policy``. Default: ``False``.
+    :param detect_cancellation: the holder keeps a presence branch beside its work - a
+        callback task whose token it registers on the lock item (per hold: two more writes,
+        one read and up to five more state transitions) - so that a waiter's liveness check learns at once
+        when Step Functions cancelled the holding branch while the execution runs on (a sibling
+        branch or iteration failed and the user caught the Parallel's or Map's failure: no
+        Catch runs and no event is sent). The waiter's ``SendTaskHeartbeat`` on the token then
+        fails with ``TaskTimedOut`` and the lock is held for the stop grace from that moment,
+        not for the rest of the lease. Needs a STANDARD state machine (EXPRESS cannot park on a
+        task token: set ``False`` there; refused at synth otherwise). A multi-key hold writes
+        its token on every key it took, in one transaction. Default: ``True``.
     :param park_timeout: with ``fair``: a parked waiter's fallback - after this long it looks
         by itself (re-queues if dropped, asks whether the holder and a dead-looking head of
         the queue still run, dequeues a dead head and wakes the next). It bounds what a lost
@@ -260,9 +273,12 @@ class LockedSection(sfn.StateMachineFragment):
         fair: bool = False,
         park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
         fair_polling: bool = False,
+        detect_cancellation: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         wait_policy = wait_policy or WaitPolicy()
+        if not isinstance(detect_cancellation, bool):
+            raise ValueError(f"`detect_cancellation` must be True or False, got: {detect_cancellation!r}")
         if not isinstance(liveness_check_every, int) or liveness_check_every < 0:
             raise ValueError(
                 "`liveness_check_every` must be a whole number of rounds >= 0 (0 turns the check "
@@ -363,6 +379,7 @@ class LockedSection(sfn.StateMachineFragment):
             "holder": f"{lock_variable}Holder",
             "redrives": f"{lock_variable}Redrives",
             "lost": f"{lock_variable}Lost",
+            "presence": f"{lock_variable}Presence",
         }
         self._key_expression = self.kind.key_expression(key_namespace)
         self._max_wait_ms = max_wait_ms
@@ -370,7 +387,14 @@ class LockedSection(sfn.StateMachineFragment):
         self._state_names: set[str] = set()  # every lock state's name (see _name)
         self._liveness_grants: list = []
 
-        self.protected = _catching(self, protected, self._name("Protected"))
+        # (a fair lock's EXPRESS waiters poll: no task tokens there)
+        self.detect_cancellation = detect_cancellation and self.kind.presence and not getattr(self.kind, "polling", False)
+        self._lease_ms = lease_ms
+        self._lost: Optional[sfn.State] = None
+        self.protected = (
+            self._build_hold(protected) if self.detect_cancellation
+            else _catching(self, protected, self._name("Protected"))
+        )
         self._stop_grace = stop_grace
         if stop_grace is not None and _concrete_ms("stop_grace", stop_grace) < 0:
             raise ValueError(f"`stop_grace` must not be negative, got: {stop_grace.to_seconds()} s")
@@ -390,6 +414,8 @@ class LockedSection(sfn.StateMachineFragment):
         self.release = self._build_release()
         acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
+        if self.detect_cancellation:
+            self.node.add_validation(_NotInExpress(self))
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -491,27 +517,175 @@ class LockedSection(sfn.StateMachineFragment):
         describe.next(self._wait)
         is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self._name("HolderIsExecution?"))
         is_execution.when(
+            sfn.Condition.jsonata(jsonata(protocol.holder_present_expression(v["holder"]))),
+            self._probe_presence(describe),
+        ).when(
             sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(v["holder"]))),
             describe,
         ).otherwise(self._wait)
         return inspect.next(is_execution)
 
+    def _probe_presence(self, describe: sfn.State) -> sfn.State:
+        """``SendTaskHeartbeat`` on the holder's presence token: accepted, the holding branch
+        still runs (wait on); ``TaskTimedOut``, it ended without releasing - ABANDONED, the lock
+        is held for its stop grace from now; any other answer: ask about the execution."""
+        v = self.variables
+        probe = tasks.CallAwsService.jsonata(
+            self, "Probe", state_name=self._name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
+            parameters={"TaskToken": jsonata(f"${v['holder']}.presence")},
+            iam_action="states:SendTaskHeartbeat",
+            # task tokens cannot be scoped by IAM: the one resource is *
+            iam_resources=["*"],
+            outputs=jsonata("$states.input"),
+        )
+        abandoned = update_item_task(
+            self, self._name("Abandoned"), self.table,
+            protocol.abandoned_arguments(holder_variable=v["holder"], item=self.kind.item),
+        )
+        retry_transient(abandoned)
+        abandoned.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        probe.add_catch(abandoned, errors=[protocol.PRESENCE_GONE], outputs=jsonata("$states.input"))
+        probe.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        probe.next(self._wait)
+        abandoned.next(self._wait)
+        return probe
+
+    def _lost_state(self) -> sfn.State:
+        """``Lock.Lost``: the lock was taken over before it was released."""
+        if self._lost is None:
+            lock = "$" + self.variables["lock"]
+            self._lost = sfn.Fail.jsonata(
+                self,
+                "Lost",
+                state_name=self._name("Lost"),
+                error=protocol.ERROR_LOST,
+                cause=jsonata(
+                    f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
+                    f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
+                    " & ') was taken over by another holder before it was released'"
+                ),
+            )
+        return self._lost
+
     def _build_release(self) -> sfn.State:
         """Release on success (the kind's writes), ``Lock.Lost`` when the lock was taken over."""
-        lock = "$" + self.variables["lock"]
-        lost = sfn.Fail.jsonata(
-            self,
-            "Lost",
-            state_name=self._name("Lost"),
-            error=protocol.ERROR_LOST,
-            cause=jsonata(
-                f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
-                f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
-                " & ') was taken over by another holder before it was released'"
-            ),
-        )
         left = sfn.Succeed(self, "LeftReentered", state_name=self._name("LeftReentered"))
-        return self.kind.build_release(self, lost, left)
+        return self.kind.build_release(self, self._lost_state(), left)
+
+    def _build_hold(self, work: sfn.IChainable) -> sfn.Parallel:
+        """The hold (``detect_cancellation``): a Parallel of the work and the presence branch.
+
+        Work branch: ``work --> Depart --> Departed --> Dismiss``. DEPART (owner-conditioned)
+        closes the acquisition's presence; ``Departed`` reads the token its presence branch
+        registered, if any, and ``Dismiss`` (``SendTaskSuccess``) ends that branch. Presence branch: ``Presence``, a
+        ``.waitForTaskToken`` UpdateItem (PRESENT) that parks until dismissed - its token, on the
+        lock item, is what a waiter's liveness check probes. Both are writes on the one lock item,
+        so whichever comes first, the other sees it: a presence registered after DEPART is
+        refused (and its branch ends), one registered before is read after it.
+
+        A cancelled hold - Step Functions cancels a branch when a sibling branch or iteration
+        of a user's Parallel or Map fails, without running its Catch - closes the presence
+        task with it: the token then answers ``TaskTimedOut`` (ABANDONED). The work runs in a
+        Parallel of its own only if it has a ``Succeed`` state, which would end the work branch
+        without DEPART.
+        """
+        v = self.variables
+        item = self.kind.item
+        if any(isinstance(s, sfn.Succeed) for s in _reachable_states(work)):
+            work = sfn.Parallel.jsonata(
+                self, "Protected", state_name=self._name("Protected"), outputs=jsonata("$states.result[0]")
+            ).branch(work)
+        lost = sfn.Fail.jsonata(
+            self, "LostInHold", state_name=self._name("LostInHold"), error=protocol.SIGNAL_LOST_IN_HOLD,
+            cause="the lock was taken over before the work was over",
+        )
+        worked = sfn.Succeed(self, "Worked", state_name=self._name("Worked"))
+        key = self.kind.presence_key(self)
+        depart = update_item_task(
+            self, self._name("Depart"), self.table,
+            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
+        )
+        retry_transient(depart)
+        depart.add_catch(lost, errors=[protocol.CONDITION_FAILED])
+        depart.add_catch(worked, errors=[protocol.QUERY_EVALUATION_ERROR])  # a re-entered hold
+        projection, projection_names = protocol.presence_projection(item)
+        read = tasks.DynamoGetItem.jsonata(
+            self, self._name("Departed"), table=self.table,
+            key={item.key_attribute: attribute_value({"S": jsonata(key)})},
+            consistent_read=True,
+            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
+            expression_attribute_names=projection_names,
+            assign={v["presence"]: jsonata(protocol.departed_token_expression(v["lock"], item))},
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient(read)
+        dismiss = tasks.CallAwsService.jsonata(
+            self, "Dismiss", state_name=self._name("Dismiss"), service="sfn", action="sendTaskSuccess",
+            parameters={"TaskToken": jsonata("$" + v["presence"]), "Output": "{}"},
+            iam_action="states:SendTaskSuccess",
+            # task tokens cannot be scoped by IAM: the one resource is *
+            iam_resources=["*"],
+            outputs=jsonata("$states.input"),
+        )
+        dismiss.add_retry(errors=[protocol.SFN_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0,
+                          max_attempts=5, jitter_strategy=sfn.JitterType.FULL)
+        # no token registered (or it is over already): nothing to end
+        dismiss.add_catch(worked, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        # (the read's errors: the branch fails, the hold's Catch releases - the lock is mine)
+        work_branch = sfn.Chain.start(work).next(depart).next(read).next(dismiss)
+
+        gone = sfn.Succeed(self, "PresenceOver", state_name=self._name("PresenceOver"))
+        lease_s = -(-self._lease_ms // 1000)
+        action, arguments = self.kind.presence_task(self)
+        presence = JsonataCustomState(self, self._name("Presence"), state_json={
+            "Type": "Task",
+            "QueryLanguage": "JSONata",
+            "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:dynamodb:{action}.waitForTaskToken",
+            "Arguments": arguments,
+            # past the lease the lock is anyone's: the presence need not outlive it. A heartbeat
+            # timeout, so that AWS accepts the probes' heartbeats under any reading
+            "TimeoutSeconds": lease_s + 1,
+            "HeartbeatSeconds": lease_s,
+            "Output": jsonata("$states.input"),
+        })
+        # short retries: they bound how long a closed token of a failed attempt can stand
+        # (protocol.PRESENCE_SETTLE_MS); a multi-key hold's transaction refused (as below) or in
+        # conflict with another one (a waiter's acquire) is tried again: it wrote nothing
+        r = protocol.PRESENCE_RETRY
+        presence.add_retry(errors=[*multikey.TRANSIENT_ERRORS, multikey.TRANSACTION_CANCELED],
+                           interval=Duration.seconds(r["interval_s"]), backoff_rate=r["backoff_rate"],
+                           max_attempts=r["max_attempts"], jitter_strategy=sfn.JitterType.FULL)
+        presence.add_catch(gone, errors=[
+            multikey.TRANSACTION_CANCELED,
+            protocol.SDK_CONDITION_FAILED,  # DEPART came first, or the lock is not mine any more
+            protocol.QUERY_EVALUATION_ERROR,  # a re-entered hold
+            "States.Timeout", "States.HeartbeatTimeout",
+        ])
+        # the registration failed (it may have written a token that is closed now): DEPART rules
+        # any token of this acquisition out; if even that fails, the hold ends (retired)
+        unsure = update_item_task(
+            self, self._name("PresenceUnsure"), self.table,
+            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
+        )
+        r = protocol.PRESENCE_UNSURE_RETRY
+        unsure.add_retry(errors=list(protocol.TRANSIENT_ERRORS), interval=Duration.seconds(r["interval_s"]),
+                         backoff_rate=r["backoff_rate"], max_attempts=r["max_attempts"],
+                         jitter_strategy=sfn.JitterType.FULL)
+        unsure.add_catch(gone, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR])
+        unsure.add_catch(sfn.Fail.jsonata(
+            self, "PresenceUnknown", state_name=self._name("PresenceUnknown"),
+            error=protocol.ERROR_PRESENCE_UNKNOWN,
+            cause="the holder's presence could neither be registered nor ruled out",
+        ), errors=["States.ALL"])
+        presence.add_catch(unsure, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        presence.next(gone)
+        unsure.next(gone)
+
+        hold = sfn.Parallel.jsonata(
+            self, "Hold", state_name=self._name("Hold"), outputs=jsonata("$states.result[0]"),
+        ).branch(work_branch).branch(presence)
+        hold.add_catch(self._lost_state(), errors=[protocol.SIGNAL_LOST_IN_HOLD])
+        return hold
 
     def build_mutex_release(
         self,
@@ -566,7 +740,8 @@ class LockedSection(sfn.StateMachineFragment):
         in_flight.when(sfn.Condition.jsonata(jsonata(protocol.may_still_run_expression())),
                        self.kind.build_retire(self, rethrow))
         in_flight.otherwise(self._release_after_error)
-        self.protected.add_catch(in_flight, errors=[protocol.QUERY_EVALUATION_ERROR, *protocol.MAY_STILL_RUN_ERRORS])
+        still_run = [*protocol.MAY_STILL_RUN_ERRORS] + ([protocol.ERROR_PRESENCE_UNKNOWN] if self.detect_cancellation else [])
+        self.protected.add_catch(in_flight, errors=[protocol.QUERY_EVALUATION_ERROR, *still_run])
         self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
         for state in self._pending_after_acquire:
             state.add_catch(self._release_after_error, errors=["States.ALL"])
@@ -856,6 +1031,8 @@ def _is_lock_state(state: dict) -> bool:
     """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is
     (a fair waiter's park included: a stopped execution's park ends with it)."""
     arguments = state.get("Arguments")
+    if isinstance(arguments, dict) and protocol.PRESENT.condition in json.dumps(arguments):
+        return True  # a hold's presence task (a multi-key hold's: inside its transaction)
     return isinstance(arguments, dict) and arguments.get("ConditionExpression") in {
         w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)
     }
@@ -995,6 +1172,36 @@ def _task_states(rendered: Any):
     elif isinstance(rendered, list):
         for value in rendered:
             yield from _task_states(value)
+
+
+@jsii.implements(IValidation)
+class _NotInExpress:
+    """A section with ``detect_cancellation`` parks a presence task on a task token, which
+    EXPRESS state machines refuse (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html):
+    found at synth, in the definitions of the stack's EXPRESS state machines."""
+
+    def __init__(self, section: "LockedSection") -> None:
+        self._section = section
+
+    def validate(self) -> List[str]:
+        stack = Stack.of(self._section)
+        marker = f"Exclusive lock ({self._section.node.path})"
+        for machine in stack.node.find_all():
+            if (isinstance(machine, sfn.CfnStateMachine)
+                    and stack.resolve(machine.state_machine_type) == "EXPRESS"
+                    and marker in json.dumps(stack.resolve(machine.definition_string))):
+                return [
+                    f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
+                    f"(it cannot park on a task token), got: True for {self._section.node.path!r} in "
+                    f"{machine.node.path!r}"
+                ]
+        return []
+
+
+def _reachable_states(work: sfn.IChainable) -> list:
+    """The states of ``work`` reachable from its start, Catch targets included (not inside
+    its Parallel branches or Map iterations)."""
+    return list(sfn.State.find_reachable_states(work.start_state, include_error_handlers=True))
 
 
 def _catching(scope: Construct, work: sfn.IChainable, state_name: str) -> sfn.State:
@@ -1179,6 +1386,8 @@ class LockedWorkflow(Construct):
             fair=fair,
             park_timeout=park_timeout,
             fair_polling=express,
+            # the section is the whole state machine: nothing can cancel its branch alone
+            detect_cancellation=False,
         )
 
         self.log_group: Optional[logs.LogGroup] = None

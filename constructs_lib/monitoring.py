@@ -8,17 +8,31 @@ time:
 ===================  ==============================================================  =========
 metric               the line                                                        how
 ===================  ==============================================================  =========
-Timeouts             ``FailStateEntered`` of ``<section>.Timeout`` (``Lock.Timeout``)  filter
-Lost                 ``FailStateEntered`` of ``<section>.Lost`` (``Lock.Lost``)        filter
-LivenessChecks       ``TaskStateEntered`` of ``<section>.DescribeHolder``              filter
-LivenessTakeovers    ``TaskStateExited`` of ``<section>.DescribeHolder`` whose wait     filter
+Timeouts             ``FailStateEntered`` of a Fail state whose ``Error`` is         filter
+                     ``Lock.Timeout`` (every section's ``<id>.Timeout``)
+Lost                 ``FailStateEntered`` of a Fail state whose ``Error`` is         filter
+                     ``Lock.Lost`` (every section's ``<id>.Lost``)
+LivenessChecks       ``TaskStateEntered`` of a ``describeExecution`` task            filter
+LivenessTakeovers    ``TaskStateExited`` of a section's liveness check whose wait    filter
                      record now names a stale holder (an ended execution, grace over)
 JanitorRetires       published by the janitor function itself (locks it retired)      EMF
-WaitTime (ms)        the acquire's ``TaskStateExited``: its ``$lock`` record has        Lambda
+WaitTime (ms)        the exit of a state that assigns a lock record with             Lambda
                      ``acquiredAt`` and ``requestedAt`` (the section's entry)
 HoldTime (ms)        a release's ``TaskSucceeded`` (``UPDATED_OLD``): the old           Lambda
                      ``acquiredAt``, subtracted from the line's ``event_timestamp``
 ===================  ==============================================================  =========
+
+Every section counts - the workflow's own and every section nested in its work, named by
+their construct ids, of every kind - because the states are found in the state machine's
+synthesized definition by what they do (a Fail state's ``Error``, a task's resource, what a
+state assigns), not by a name: a nested section that fails through ``Inner.Timeout`` is
+counted there once, not again where the enclosing section re-raises it (``Lock.Rethrow``).
+
+HoldTime needs the old ``acquiredAt`` on the release's own line: the mutex, semaphore and
+nested sections of those kinds return it (``UPDATED_OLD``). The fair lock's release returns
+the whole old item (as an acquire's result does), the multi-key release is a transaction
+and the record lock's release returns nothing, so those kinds have no HoldTime yet (their
+WaitTime, counts and alarms are complete).
 
 Counts are CloudWatch Logs metric filters (no code in the path of the ``Lost`` alarm); the
 two durations need a subtraction, which a filter cannot do, so a subscription filter sends
@@ -35,9 +49,11 @@ dimension, so the namespace is what tells two workflows' metrics apart - for all
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from aws_cdk import (
     Duration,
@@ -51,6 +67,7 @@ from aws_cdk import (
 )
 from constructs import Construct
 
+from constructs_lib.assets import lambda_code
 from state_machines import lock_protocol as protocol
 
 #: The Lambda's code: its own folder, deployed as the function's asset.
@@ -83,6 +100,93 @@ def _is(field: str, value: str) -> logs.JsonPattern:
 def state_filter(event_type: str, state_name: str, *more: logs.JsonPattern) -> logs.JsonPattern:
     """Lines of history events of ``event_type`` of the state ``state_name``."""
     return logs.FilterPattern.all(_is("$.type", event_type), _is("$.details.name", state_name), *more)
+
+
+def states_filter(event_type: str, state_names: Sequence[str], *more: logs.JsonPattern) -> logs.IFilterPattern:
+    """Lines of history events of ``event_type`` of any of ``state_names`` (none: no line)."""
+    if not state_names:
+        return _is("$.type", NO_EVENT)
+    names = [_is("$.details.name", name) for name in sorted(set(state_names))]
+    return logs.FilterPattern.all(
+        _is("$.type", event_type), names[0] if len(names) == 1 else logs.FilterPattern.any(*names), *more
+    )
+
+
+#: An event type no line has: the pattern of a metric with no state to count.
+NO_EVENT = "LockMonitoring.NoSuchState"
+#: Longest filter pattern CloudWatch Logs accepts (characters).
+MAX_PATTERN_LENGTH = 1024
+#: Exit event of a state, by its type (history event types of the Step Functions API).
+EXIT_EVENTS = {
+    "Task": "TaskStateExited", "Pass": "PassStateExited", "Choice": "ChoiceStateExited",
+    "Map": "MapStateExited", "Parallel": "ParallelStateExited", "Wait": "WaitStateExited",
+}
+
+
+@dataclass(frozen=True)
+class LockStates:
+    """The lock states of a synthesized state machine, found by what they do.
+
+    :param timeouts: Fail states whose ``Error`` is ``Lock.Timeout``.
+    :param lost: Fail states whose ``Error`` is ``Lock.Lost``.
+    :param liveness_checks: tasks calling ``sfn:describeExecution``.
+    :param takeovers: ``(state, wait variable)`` of the liveness checks that mark a stale
+        holder in their wait record (``lock_protocol.after_liveness_check_expression``).
+    :param acquisitions: ``state -> (exit event type, lock variable)`` of the states that
+        assign a lock record with its ``owner`` and ``acquiredAt`` (a re-entered section's
+        pass-through and later updates of the record do not: they copy it).
+    """
+
+    timeouts: tuple = ()
+    lost: tuple = ()
+    liveness_checks: tuple = ()
+    takeovers: tuple = ()
+    acquisitions: Mapping[str, tuple] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, definition: Mapping[str, Any]) -> "LockStates":
+        timeouts, lost, checks, takeovers, acquisitions = [], [], [], [], {}
+        for name, state in _all_states(definition.get("States", {})):
+            kind = state.get("Type")
+            if kind == "Fail" and state.get("Error") == protocol.ERROR_TIMEOUT:
+                timeouts.append(name)
+            elif kind == "Fail" and state.get("Error") == protocol.ERROR_LOST:
+                lost.append(name)
+            assign = state.get("Assign") or {}
+            if kind == "Task" and str(state.get("Resource", "")).endswith(":aws-sdk:sfn:describeExecution"):
+                checks.append(name)
+                for variable, value in assign.items():
+                    holder = variable[: -len("Wait")] + "Holder"
+                    if variable.endswith("Wait") and value == protocol.jsonata(
+                        protocol.after_liveness_check_expression(variable, holder)
+                    ):
+                        takeovers.append((name, variable))
+            for variable, value in assign.items():
+                if (isinstance(value, str) and kind in EXIT_EVENTS
+                        and f"'{protocol.OWNER}':" in value and f"'{protocol.ACQUIRED_AT}':" in value):
+                    acquisitions[name] = (EXIT_EVENTS[kind], variable)
+        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions)
+
+
+def _all_states(states: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every state, in branches and Map processors too."""
+    for name, state in states.items():
+        yield name, state
+        for branch in state.get("Branches", []):
+            yield from _all_states(branch.get("States", {}))
+        for processor in ("ItemProcessor", "Iterator"):
+            if processor in state:
+                yield from _all_states(state[processor].get("States", {}))
+
+
+def synthesized_definition(state_machine: Any) -> dict:
+    """The state machine's definition as synthesized (tokens drawn as ``TOKEN``: they are
+    ARNs and names inside strings, never state names)."""
+    resource = state_machine.node.default_child
+    definition = Stack.of(state_machine).resolve(resource.definition_string)
+    if isinstance(definition, dict):
+        definition = "".join(p if isinstance(p, str) else "TOKEN" for p in definition["Fn::Join"][1])
+    return json.loads(definition)
 
 
 def dynamodb_update_succeeded() -> logs.JsonPattern:
@@ -185,22 +289,25 @@ class LockMonitoring(Construct):
         #: Namespace of every metric of this workflow.
         self.namespace = f"{namespace}/{workflow.state_machine_name}"
         self._period = alarm_period
-        prefix = section.node.id  # the section's states are "<section id>.<role>"
-        self.state_names = {
-            role: f"{prefix}.{role}" for role in ("Acquire", "Timeout", "Lost", "DescribeHolder")
-        }
-        wait_variable = section.variables["wait"]
+        #: Every section's lock states, found in the synthesized definition.
+        self.lock_states = LockStates.of(synthesized_definition(workflow.state_machine))
+        found = self.lock_states
 
         # -- counts: metric filters on the workflow's (and its janitor's) log group ----------
         self.metric_filters: dict[str, logs.MetricFilter] = {}
-        self.filter_patterns: dict[str, logs.IFilterPattern] = {
-            TIMEOUTS: state_filter("FailStateEntered", self.state_names["Timeout"]),
-            LOST: state_filter("FailStateEntered", self.state_names["Lost"]),
-            LIVENESS_CHECKS: state_filter("TaskStateEntered", self.state_names["DescribeHolder"]),
+        takeover_patterns = [
             # the check's wait record names the stale holder: an execution ARN (else null)
-            LIVENESS_TAKEOVERS: state_filter(
-                "TaskStateExited", self.state_names["DescribeHolder"],
-                _is(f"$.details.assignedVariables.{wait_variable}", "*:execution:*"),
+            state_filter("TaskStateExited", name, _is(f"$.details.assignedVariables.{variable}", "*:execution:*"))
+            for name, variable in found.takeovers
+        ]
+        self.filter_patterns: dict[str, logs.IFilterPattern] = {
+            TIMEOUTS: states_filter("FailStateEntered", found.timeouts),
+            LOST: states_filter("FailStateEntered", found.lost),
+            LIVENESS_CHECKS: states_filter("TaskStateEntered", found.liveness_checks),
+            LIVENESS_TAKEOVERS: (
+                takeover_patterns[0] if len(takeover_patterns) == 1
+                else logs.FilterPattern.any(*takeover_patterns) if takeover_patterns
+                else _is("$.type", NO_EVENT)
             ),
         }
         for name, pattern in self.filter_patterns.items():
@@ -211,11 +318,20 @@ class LockMonitoring(Construct):
             self.janitor.publish_metrics_under(namespace)
 
         # -- durations: a subscription filter to the metrics function -------------------------
-        self.metrics_function = self._metrics_function(section, powertools_layer)
-        #: Lines the metrics function receives: the acquire's exit and DynamoDB updates' results.
+        self.metrics_function = self._metrics_function(powertools_layer)
+        #: Lines the metrics function receives: the acquisitions' exits and DynamoDB updates' results.
+        by_event: dict[str, list[str]] = {}
+        for name, (event, _) in found.acquisitions.items():
+            by_event.setdefault(event, []).append(name)
         self.subscription_pattern = logs.FilterPattern.any(
-            state_filter("TaskStateExited", self.state_names["Acquire"]), dynamodb_update_succeeded()
+            *[states_filter(event, names) for event, names in sorted(by_event.items())],
+            dynamodb_update_succeeded(),
         )
+        if len(self.subscription_pattern.log_pattern_string) > MAX_PATTERN_LENGTH:
+            # many sections: every exit of those types (the function picks the states by name)
+            self.subscription_pattern = logs.FilterPattern.any(
+                *[_is("$.type", event) for event in sorted(by_event)], dynamodb_update_succeeded()
+            )
         self.subscription = logs.SubscriptionFilter(
             self,
             "DurationsSubscription",
@@ -342,6 +458,12 @@ class LockMonitoring(Construct):
     # -- internals --------------------------------------------------------------------------
 
     def _count(self, name: str, log_group: logs.ILogGroup, pattern: logs.IFilterPattern) -> None:
+        if len(pattern.log_pattern_string) > MAX_PATTERN_LENGTH:
+            raise ValueError(
+                f"`workflow` must have lock states whose {name} filter pattern fits CloudWatch Logs' "
+                f"{MAX_PATTERN_LENGTH} characters (shorter section ids, or fewer nested sections), got: "
+                f"{len(pattern.log_pattern_string)} characters"
+            )
         self.metric_filters[name] = logs.MetricFilter(
             self,
             f"{name}Filter",
@@ -354,7 +476,7 @@ class LockMonitoring(Construct):
             unit=cloudwatch.Unit.COUNT,
         )
 
-    def _metrics_function(self, section: Any, layer: Optional[lambda_.ILayerVersion]) -> lambda_.Function:
+    def _metrics_function(self, layer: Optional[lambda_.ILayerVersion]) -> lambda_.Function:
         log_group = logs.LogGroup(
             self, "MetricsFunctionLogs", retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
@@ -372,7 +494,7 @@ class LockMonitoring(Construct):
             description=f"WaitTime and HoldTime of {self.workflow.state_machine_name}, from its execution logs",
             runtime=lambda_.Runtime.PYTHON_3_13,
             handler="index.handler",
-            code=lambda_.Code.from_asset(str(LOCK_METRICS_CODE)),
+            code=lambda_code(LOCK_METRICS_CODE),
             timeout=Duration.seconds(30),
             memory_size=256,
             role=role,
@@ -381,8 +503,11 @@ class LockMonitoring(Construct):
             environment={
                 "POWERTOOLS_METRICS_NAMESPACE": self.namespace,
                 "POWERTOOLS_TRACE_DISABLED": "true",
-                "ACQUIRE_STATE": self.state_names["Acquire"],
-                "LOCK_VARIABLE": section.variables["lock"],
+                # state -> the lock variable it assigns, of every acquisition of every section
+                "ACQUISITIONS": json.dumps(
+                    {name: variable for name, (_, variable) in sorted(self.lock_states.acquisitions.items())},
+                    separators=(",", ":"),
+                ),
             },
         )
         # Pinned to python3.13, the newest runtime the pinned Powertools layer is published for

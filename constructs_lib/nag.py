@@ -1,6 +1,12 @@
 """cdk-nag suppressions for the example app, each with the reason a reviewer would accept."""
 
-from cdk_nag import NagPackSuppression, NagSuppressions
+try:
+    from cdk_nag import NagPackSuppression, NagSuppressions
+except ImportError as error:
+    raise ImportError(
+        "constructs_lib.nag needs cdk-nag, an optional dependency: pip install 'locked-workflow[nag]'",
+        name=error.name,
+    ) from error
 
 from constructs_lib.example_stack import CustomerUpdatesStack
 

@@ -56,6 +56,19 @@ GRACE = "grace"
 #: ``acquiredAt - requestedAt``, on one line.
 REQUESTED_AT = "requestedAt"
 
+#: Presence of a holder's branch (a callback task's token, see :data:`PRESENT`): Step Functions
+#: can cancel the branch that holds a lock while its execution runs on - a sibling branch or
+#: iteration failed and the user caught the Parallel's or Map's failure - without running any
+#: Catch and without any event; the closed token is how a waiter learns it.
+PRESENCE = "presence"
+#: ``acquiredAt`` of the acquisition whose branch registered :data:`PRESENCE`.
+PRESENCE_OF = "presenceOf"
+#: Epoch ms at which :data:`PRESENCE` was written (service clock).
+PRESENCE_AT = "presenceAt"
+#: ``acquiredAt`` of the acquisition whose work is over (no token may be registered for it any
+#: more, and a token registered for it is no longer probed).
+PRESENCE_CLOSED = "presenceClosed"
+
 #: Separator between the namespace and the caller's key. Namespaces cannot contain it, so
 #: the stored key ``<namespace>#<key>`` is unambiguous (``#a#b`` is namespace "" + key
 #: ``a#b``; ``a#b`` is namespace ``a`` + key ``b``).
@@ -71,6 +84,14 @@ OWNER_SEPARATOR = "#"
 ERROR_INVALID_KEY = "Lock.InvalidKey"
 ERROR_TIMEOUT = "Lock.Timeout"
 ERROR_LOST = "Lock.Lost"
+#: The work branch's DEPART found the lock taken over (caught by the hold, which fails
+#: ``Lock.Lost``).
+SIGNAL_LOST_IN_HOLD = "Lock.LostInHold"
+#: ``SendTaskSuccess``/``SendTaskHeartbeat`` throttled (aws-sdk integration name).
+SFN_THROTTLED = "Sfn.ThrottlingException"
+#: The presence branch could neither register its token nor rule one out: the hold ends
+#: (its work is cancelled, and may still run: the acquisition is retired, not released).
+ERROR_PRESENCE_UNKNOWN = "Lock.PresenceUnknown"
 #: Prefix given to a ``States.*`` error of the protected work when the section re-raises it
 #: (a Fail state may not use the reserved ``States.`` prefix): ``States.Timeout`` of the work
 #: leaves the section as ``Lock.States.Timeout``; the cause is JSON ``{"Error", "Cause"}``
@@ -96,6 +117,8 @@ GENERATION = "redriveCount"
 #: Raised by DynamoDB when the condition of a write is false (lock held / not ours).
 #: Optimized integrations (``arn:aws:states:::dynamodb:*``) spell the service "DynamoDB".
 CONDITION_FAILED = "DynamoDB.ConditionalCheckFailedException"
+#: The same, as an ``aws-sdk:dynamodb`` integration names it.
+SDK_CONDITION_FAILED = "DynamoDb.ConditionalCheckFailedException"
 #: Errors worth retrying with backoff: the write did not happen, or may be retried safely
 #: because the writes below are idempotent for the same owner.
 TRANSIENT_ERRORS = (
@@ -243,6 +266,66 @@ RETIRE = LockWrite(
     update=f"SET #{EXPIRES_AT} = :endedAt + #{GRACE}",
     condition=f"#{OWNER} = :owner AND attribute_exists(#{GRACE}) AND #{ACQUIRED_AT} <= :endedAt",
 )
+
+
+#: Present: the holder's presence branch registers its callback task's token (a
+#: ``.waitForTaskToken`` UpdateItem that parks until the work is over). Only for this exact
+#: acquisition, and never after the work ended (:data:`DEPART`). It may overwrite a token of
+#: the same acquisition: a retried registration whose first attempt was written and then
+#: failed left a token that is closed already.
+#: Values: ``:me`` (S), ``:acquiredAt`` (N), ``:token`` (S), ``:now`` (N, epoch ms).
+PRESENT = LockWrite(
+    update=f"SET #{PRESENCE} = :token, #{PRESENCE_OF} = :acquiredAt, #{PRESENCE_AT} = :now",
+    condition=(
+        f"#{OWNER} = :me AND #{ACQUIRED_AT} = :acquiredAt "
+        f"AND (attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} <> :acquiredAt)"
+    ),
+)
+
+#: Depart: the work is over (or the presence could not be registered): no token may be
+#: registered for this acquisition any more. The one registered before, if any, is read after
+#: it (a strongly consistent GetItem: :func:`presence_projection`) and its branch ended. Not
+#: returned by this write: whether ``UPDATED_NEW`` lists an attribute a ``SET`` left unchanged
+#: is not documented (moto leaves it out), and a retry after a lost response changes nothing.
+#: Values: ``:me`` (S), ``:acquiredAt`` (N).
+DEPART = LockWrite(
+    update=f"SET #{PRESENCE_CLOSED} = :acquiredAt",
+    condition=f"#{OWNER} = :me AND #{ACQUIRED_AT} = :acquiredAt",
+)
+
+#: Abandoned: a waiter's probe found the holder's presence token closed (``SendTaskHeartbeat``
+#: answered ``TaskTimedOut``), and the token is older than :data:`PRESENCE_SETTLE_MS`: its
+#: branch ended - cancelled, stopped, timed out - without releasing. (A younger closed token
+#: may be a registration attempt that wrote it, lost its response and failed: the presence
+#: branch then writes again within the settle time - a new token, or DEPART.) RETIRE "ended now", for that token's acquisition only, and only while the lease
+#: runs, and once (it closes the presence: a later probe would push the end on and on): the
+#: lock stays held for the stop grace from now (a Lambda the branch invoked may still run),
+#: then any waiter takes it over.
+#: Values: ``:owner`` (S), ``:endedAt`` (N, epoch ms), ``:token`` (S), ``:settledBefore`` (N).
+ABANDONED = LockWrite(
+    update=f"{RETIRE.update}, #{PRESENCE_CLOSED} = #{ACQUIRED_AT}",
+    condition=(
+        f"{RETIRE.condition} AND #{PRESENCE} = :token AND #{PRESENCE_OF} = #{ACQUIRED_AT} "
+        f"AND #{PRESENCE_AT} <= :settledBefore AND #{EXPIRES_AT} > :endedAt "
+        f"AND (attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} <> #{ACQUIRED_AT})"
+    ),
+)
+
+#: How long a closed presence token must have been on the item before a waiter trusts it (ms).
+#: A registration attempt whose write was applied but whose response was lost fails, and Step
+#: Functions closes its token (whether a retry gets a new token is undocumented: assume it
+#: does). The presence branch then writes again - a retry (:data:`PRESENCE_RETRY`: at most
+#: 1 + 2 s of backoff) or DEPART (:data:`PRESENCE_UNSURE_RETRY`: at most 1 + 2 + 4 s), or
+#: fails its hold - well within this time; only then does a closed token mean a branch that
+#: ended. A cancelled holder is found this long after it registered at the earliest.
+PRESENCE_SETTLE_MS = 20_000
+#: Retry of the presence registration and of the DEPART after it failed (short: they bound
+#: :data:`PRESENCE_SETTLE_MS`).
+PRESENCE_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 2}
+PRESENCE_UNSURE_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 3}
+
+#: What stands for "no token" (:func:`departed_token_expression`): not a task token.
+NO_PRESENCE = "none"
 
 
 @dataclass(frozen=True)
@@ -718,6 +801,84 @@ def retire_arguments(
     )
 
 
+def present_values(lock_variable: str) -> dict:
+    """PRESENT's values (JSONata templates) for the acquisition in ``$<lock_variable>``."""
+    lock = "$" + lock_variable
+    return {
+        ":me": {"S": jsonata(f"{lock}.owner")},
+        ":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")},
+        ":token": {"S": jsonata("$states.context.Task.Token")},
+        ":now": {"N": jsonata(NOW_EXPRESSION)},
+    }
+
+
+def present_arguments(*, lock_variable: str, item: LockItem | None = None) -> dict:
+    """PRESENT for the acquisition in ``$<lock_variable>``: the arguments (all but the table)
+    of an ``aws-sdk:dynamodb:updateItem.waitForTaskToken`` task. A re-entered hold registers
+    nothing (its key raises ``Lock.Reentered``): its branch is the enclosing hold's, and a
+    token closed by a nested part of that branch would let a waiter retire a live holder."""
+    lock = "$" + lock_variable
+    key = reentered_or(f"{lock}.key", reentered_expression=f"{lock}.reentered = true")
+    return _update_item(jsonata(key), PRESENT, present_values(lock_variable), item)
+
+
+def depart_arguments(*, lock_variable: str, item: LockItem | None = None, key_jsonata: str | None = None) -> dict:
+    """DEPART for the acquisition in ``$<lock_variable>`` on its item (``key_jsonata``: the
+    first key a multi-key hold took; its presence transaction includes it); a re-entered hold
+    raises ``Lock.Reentered`` instead (it registered nothing)."""
+    lock = "$" + lock_variable
+    key = reentered_or(key_jsonata or f"{lock}.key", reentered_expression=f"{lock}.reentered = true")
+    return _update_item(
+        jsonata(key),
+        DEPART,
+        {":me": {"S": jsonata(f"{lock}.owner")}, ":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")}},
+        item,
+    )
+
+
+def presence_projection(item: LockItem | None = None) -> tuple[list[str], dict[str, str]]:
+    """What the holder reads after DEPART: the token and the acquisition it belongs to
+    (placeholders, ``ExpressionAttributeNames``)."""
+    i = item or LOCK_TABLE_ITEM
+    names = {f"#{n}": i.attribute(n) for n in (PRESENCE, PRESENCE_OF)}
+    return list(names), names
+
+
+def departed_token_expression(lock_variable: str, item: LockItem | None = None) -> str:
+    """JSONata over the read after DEPART: the token this acquisition registered, else the
+    :data:`NO_PRESENCE` marker (sending it fails, and the failure is caught: nothing to end)."""
+    a, i, lock = "$states.result.Item", item or LOCK_TABLE_ITEM, "$" + lock_variable
+    token, of = i.path(a, PRESENCE), i.path(a, PRESENCE_OF)
+    return (
+        f"($exists({token}.S) and $exists({of}.N) and $number({of}.N) = {lock}.acquiredAt) "
+        f"? {token}.S : {_jsonata_string(NO_PRESENCE)}"
+    )
+
+
+def abandoned_arguments(*, holder_variable: str, item: LockItem | None = None) -> dict:
+    """ABANDONED for the holder the liveness check read into ``$<holder_variable>`` (its key,
+    owner and presence token), ended now."""
+    h = "$" + holder_variable
+    return _update_item(
+        jsonata(f"{h}.key"),
+        ABANDONED,
+        {
+            ":owner": {"S": jsonata(f"{h}.owner")},
+            ":endedAt": {"N": jsonata(NOW_EXPRESSION)},
+            ":token": {"S": jsonata(f"{h}.presence")},
+            ":settledBefore": {"N": jsonata(f"$string($millis() - {PRESENCE_SETTLE_MS})")},
+        },
+        item,
+    )
+
+
+#: The errors ``SendTaskHeartbeat`` answers for a task token whose task is over (aws-sdk
+#: integration names): the branch that registered it has ended - completed, failed, cancelled
+#: with its Parallel or Map, or with its execution
+#: (https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskHeartbeat.html).
+PRESENCE_GONE = "Sfn.TaskTimedOutException"
+
+
 #: Errors of the protected work after which the work behind the failed task may still run:
 #: a task's ``TimeoutSeconds`` or heartbeat ran out (Step Functions stops waiting, not the
 #: Lambda invocation, activity or callback worker), or a Lambda invocation hit its function's
@@ -728,9 +889,10 @@ MAY_STILL_RUN_ERRORS = ("States.Timeout", "States.HeartbeatTimeout", "Sandbox.Ti
 
 
 def may_still_run_expression() -> str:
-    """JSONata (Choice after the work failed with one of :data:`MAY_STILL_RUN_ERRORS` or a
-    query error): the work behind it may still run - retire, do not release."""
-    errors = ", ".join(_jsonata_string(e) for e in MAY_STILL_RUN_ERRORS)
+    """JSONata (Choice after the work failed with one of :data:`MAY_STILL_RUN_ERRORS`, a hold's
+    ``Lock.PresenceUnknown`` - its work was cancelled - or a query error): the work behind it
+    may still run - retire, do not release."""
+    errors = ", ".join(_jsonata_string(e) for e in (*MAY_STILL_RUN_ERRORS, ERROR_PRESENCE_UNKNOWN))
     return f"($states.input.Error in [{errors}]) or ({resumed_expression()})"
 
 
@@ -821,11 +983,12 @@ def stale_owner_expression(wait_variable: str) -> str:
 
 
 def holder_projection(item: LockItem | None = None) -> tuple[list[str], dict[str, str]]:
-    """What the liveness check reads of a lock item - its key, owner and stop grace, nothing
-    else (a lock on a record must not read the record: a state's result is limited to
+    """What the liveness check reads of a lock item - its key, owner, stop grace and presence
+    token (with the acquisitions they belong to), nothing else (a lock on a record must not read the record: a state's result is limited to
     256 KiB): (placeholders, ``ExpressionAttributeNames``)."""
     i = item or LOCK_TABLE_ITEM
     names = {"#lockKey": i.key_attribute, f"#{OWNER}": i.attribute(OWNER), f"#{GRACE}": i.attribute(GRACE)}
+    names.update({f"#{n}": i.attribute(n) for n in (ACQUIRED_AT, PRESENCE, PRESENCE_OF, PRESENCE_CLOSED)})
     return list(names), names
 
 
@@ -834,11 +997,25 @@ def holder_expression(item: LockItem | None = None) -> str:
     stop grace."""
     r, i = "$states.result.Item", item or LOCK_TABLE_ITEM
     owner, grace = i.path(r, OWNER), i.path(r, GRACE)
+    acquired, token = i.path(r, ACQUIRED_AT), i.path(r, PRESENCE)
+    of, closed = i.path(r, PRESENCE_OF), i.path(r, PRESENCE_CLOSED)
+    # the presence token to probe: registered for this acquisition, whose work is not over
+    present = (
+        f"$exists({token}.S) and $exists({owner}.S) and $exists({acquired}.N) and $exists({of}.N) "
+        f"and {of}.N = {acquired}.N and $not($exists({closed}.N) and {closed}.N = {acquired}.N) "
+        f"and {token}.S != {_jsonata_string(NO_PRESENCE)}"
+    )
     return (
         f"{{'key': {r}.`{i.key_attribute}`.S, "
         f"'owner': $exists({owner}.S) ? {owner}.S : '', "
-        f"'grace': $exists({grace}.N) ? $number({grace}.N) : 0}}"
+        f"'grace': $exists({grace}.N) ? $number({grace}.N) : 0, "
+        f"'presence': ({present}) ? {token}.S : null}}"
     )
+
+
+def holder_present_expression(holder_variable: str) -> str:
+    """JSONata (Choice condition): the holder registered a presence token to probe."""
+    return f"$type(${holder_variable}.presence) = 'string'"
 
 
 def holder_is_execution_expression(holder_variable: str) -> str:

@@ -171,7 +171,8 @@ def any_lost_expression() -> str:
 def lock_variable_expression(lock_variable: str) -> str:
     """JSONata over the fences read: the ``$lock`` record of a multi-key hold. Its generation
     is the unread hold's (``$<lock_variable>``, assigned by the acquire transaction): the read
-    is not the acquisition, so a read resumed by a redrive must not make the hold current."""
+    is not the acquisition, so a read resumed by a redrive must not make the hold current.
+    ``requestedAt`` (the section's entry), as a single key's record has: its WaitTime."""
     items = "$states.result.Responses.Item"
     return (
         "{"
@@ -181,6 +182,7 @@ def lock_variable_expression(lock_variable: str) -> str:
         f"'fences': $merge($append([{p.ENTRY}.{INHERITED}], $map({items}, function($i) {{ {{$i.{p.KEY_ATTRIBUTE}.S: $number($i.{p.FENCE}.N)}} }}))), "
         f"'acquiredAt': $number(({items})[0].{p.ACQUIRED_AT}.N), "
         f"'expiresAt': $number(({items})[0].{p.EXPIRES_AT}.N), "
+        f"'{p.REQUESTED_AT}': {p.ENTRY}.{p.REQUESTED_AT}, "
         f"'{p.GENERATION}': ${lock_variable}.{p.GENERATION}"
         "}"
     )
@@ -210,6 +212,29 @@ def release_arguments(*, table_name: str, lock_variable: str, reentrant: bool = 
     if reentrant:
         items = p.reentered_or(items, reentered_expression=f"{lock}.reentered = true")
     return {"TransactItems": p.jsonata(items)}
+
+
+def present_arguments(*, table_name: str, lock_variable: str) -> dict:
+    """The presence transaction (``transactWriteItems.waitForTaskToken``): the mutex's PRESENT
+    on every key the hold took, one token for all; a re-entered hold (or one that took no key
+    of its own) signals ``Lock.Reentered`` instead."""
+    lock = "$" + lock_variable
+    values = {
+        name: "{" + ", ".join(f"{p._jsonata_string(t)}: {p.unwrap_jsonata(v)}" for t, v in value.items()) + "}"
+        for name, value in p.present_values(lock_variable).items()
+    }
+    _check_values(p.PRESENT, values)
+    update = _update(table_name, "$k", p.PRESENT, values)
+    items = f"$append([], $map({lock}.{ACQUIRE_KEYS}, function($k) {{ {update} }}))"
+    items = p.reentered_or(
+        items, reentered_expression=f"{lock}.reentered = true or $count({lock}.{ACQUIRE_KEYS}) = 0"
+    )
+    return {"TransactItems": p.jsonata(items)}
+
+
+def first_key_expression(lock_variable: str) -> str:
+    """JSONata: the first key a multi-key hold took (where it marks its departure)."""
+    return f"${lock_variable}.{ACQUIRE_KEYS}[0]"
 
 
 def release_each_items_expression(lock_variable: str) -> str:

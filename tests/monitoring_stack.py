@@ -1,4 +1,5 @@
-"""Two monitored locked workflows sharing one lock table (one synth per test session).
+"""Monitored locked workflows sharing one lock table (one synth per test session): two
+mutexes (below) and, in :class:`KindsStack`, every other kind and a nested section.
 
 * ``Instant`` gives up at once (``max_wait`` 0: ``Lock.Timeout``) and holds a 1-second lease,
   so a run whose work outlasts it can be taken over (``Lock.Lost``); monitored with defaults.
@@ -11,10 +12,10 @@ The protected work is a Wait of ``$states.input.seconds`` seconds.
 from __future__ import annotations
 
 import aws_cdk as cdk
-from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib import LockedWorkflow, LockTable, WaitPolicy
+from constructs_lib import LockedSection, LockedWorkflow, LockTable, WaitPolicy
 from constructs_lib.monitoring import LockMonitoring
 from state_machines.lock_protocol import jsonata
 
@@ -54,3 +55,70 @@ class MonitoringStack(cdk.Stack):
             timeout=cdk.Duration.minutes(5),
             **props,
         )
+
+
+#: Workflows of every other lock kind, and a section nested in a mutex: each gives up at once
+#: (``max_wait`` 0: ``Lock.Timeout``), and its work waits at a gate the test opens (a task
+#: token kept in the ``Gates`` table under ``$states.input.run``), so a run holds its lock for
+#: exactly as long as the test needs - never for a guessed number of seconds.
+KINDS = ("Fair", "Semaphore", "Keys", "Record", "Nested")
+SEMAPHORE_LIMIT = 2
+KEYS_LEASE_S = 1
+
+
+class KindsStack(MonitoringStack):
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.gates = dynamodb.Table(
+            self, "Gates", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        self.records = dynamodb.Table(
+            self, "Records", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        at_once = dict(max_wait=cdk.Duration.seconds(0), stop_grace=cdk.Duration.seconds(0),
+                       timeout=cdk.Duration.minutes(5))
+        key = jsonata("$states.input.id")
+        self.kinds = {
+            "Fair": LockedWorkflow(self, "Fair", lock_key=key, key_namespace="fair", fair=True,
+                                   table=self.locks.table, protected=self.gate("Fair"), **at_once),
+            # with max_wait 0 an acquisition tries one slot (drawn at random) and may give up with
+            # the other free: the semaphore sweeps its slots for 2 s
+            "Semaphore": LockedWorkflow(self, "Semaphore", lock_key=key, key_namespace="sem",
+                                        limit=SEMAPHORE_LIMIT, table=self.locks.table,
+                                        protected=self.gate("Semaphore"),
+                                        **{**at_once, "max_wait": cdk.Duration.seconds(2),
+                                           "wait_policy": PATIENT_POLICY}),
+            # a key refused at the release counts as lost only once the lease has ended (before,
+            # no one could have taken it): a 1-second lease, and a key held by a client for the
+            # run that must give up
+            "Keys": LockedWorkflow(self, "Keys", lock_keys=jsonata("[$states.input.id, $states.input.other]"),
+                                   key_namespace="keys", table=self.locks.table, protected=self.gate("Keys"),
+                                   **{**at_once, "lease": cdk.Duration.seconds(KEYS_LEASE_S)}),
+            "Record": LockedWorkflow(self, "Record", lock_key=key, record_table=self.records,
+                                     record_must_exist=False, protected=self.gate("Record"), **at_once),
+            # the workflow's own section ("Lock") waits; the section nested in its work gives up
+            "Nested": LockedWorkflow(
+                self, "Nested", lock_key=jsonata("$states.input.outer"), key_namespace="outer",
+                table=self.locks.table, stop_grace=cdk.Duration.seconds(0), timeout=cdk.Duration.minutes(5),
+                protected=LockedSection(
+                    self, "Inner", lock_key=key, key_namespace="inner", table=self.locks.table,
+                    lock_variable="innerLock", max_wait=cdk.Duration.seconds(0), lease=cdk.Duration.minutes(6),
+                    stop_grace=cdk.Duration.seconds(0), protected=self.gate("Nested"),
+                ),
+            ),
+        }
+        self.kind_monitoring = {name: LockMonitoring(self, f"{name}Monitoring", workflow=workflow, dashboard=False)
+                                for name, workflow in self.kinds.items()}
+        for workflow in self.kinds.values():
+            self.gates.grant_write_data(workflow.state_machine)
+
+    def gate(self, name: str) -> sfn.CustomState:
+        return sfn.CustomState(self, f"{name}Gate", state_json={
+            "Type": "Task", "QueryLanguage": "JSONata",
+            "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
+            "Arguments": {"TableName": self.gates.table_name, "Item": {
+                "pk": {"S": jsonata("$states.input.run")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
+            "TimeoutSeconds": 240, "Output": jsonata("$states.input"),
+        })

@@ -11,7 +11,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib import LockedWorkflow
+from constructs_lib import LockedSection, LockedWorkflow
 from safety_stack import FAST
 from state_machines.lock_protocol import jsonata
 
@@ -49,6 +49,22 @@ class RecordStack(cdk.Stack):
             self, "Custom", lock_key=jsonata("$states.input.customerId"),
             protected=sfn.Pass.jsonata(self, "CustomWork", outputs=jsonata("{'recordUpdate': $states.input.update}")),
             **common,
+        )
+        # the record lock in a branch that Step Functions cancels (a sibling fails, the user
+        # catches it and the execution runs on)
+        beside = sfn.Parallel.jsonata(self, "RecordAndSibling")
+        beside.branch(LockedSection(
+            self, "CancelledRecord", lock_key=jsonata("$states.input.customerId"), record_table=self.customers,
+            wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
+            protected=self.work("CancelledWork"),
+        ))
+        beside.branch(sfn.Wait.jsonata(self, "RecordSibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
+                      .next(sfn.Fail(self, "RecordBoom", error="User.Boom", cause="a sibling branch failed")))
+        beside.add_catch(sfn.Wait.jsonata(self, "RecordGoesOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2))),
+                         errors=["User.Boom"])
+        sfn.StateMachine(
+            self, "RecordCancelled", definition_body=sfn.DefinitionBody.from_chainable(beside),
+            query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
         # the negative control: read, wait, write back - no lock
         read = tasks.DynamoGetItem.jsonata(

@@ -74,6 +74,11 @@ class SafetyStack(cdk.Stack):
             max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
         )
 
+        # A section cancelled by a failing sibling branch, the failure caught by the user; and
+        # the negative control, without the presence branch.
+        self.cancelled_by_sibling("SeenCancelled")
+        self.cancelled_by_sibling("BlindCancelled", detect_cancellation=False)
+
         # The work's own States.Timeout leaves the section as Lock.States.Timeout.
         LockedWorkflow(
             self, "TaskTimeout", lock_key=jsonata("$states.input.key"), key_namespace="s",
@@ -94,12 +99,27 @@ class SafetyStack(cdk.Stack):
         )
 
     def section(self, construct_id: str, work: sfn.IChainable, *, variable: str = "lock",
-                key: str = "$states.input.key") -> LockedSection:
+                key: str = "$states.input.key", **props) -> LockedSection:
         return LockedSection(
             self, construct_id, lock_key=jsonata(key), key_namespace="s", protected=work,
             table=self.locks, lease=LEASE, wait_policy=FAST, max_wait=cdk.Duration.seconds(60),
-            lock_variable=variable,
+            lock_variable=variable, **props,
         )
+
+    def cancelled_by_sibling(self, construct_id: str, **props) -> None:
+        """A user's Parallel: a section on the key beside a branch that fails after
+        ``failAfter`` s; the user catches the failure and goes on waiting ``thenWait`` s, so
+        the execution stays RUNNING while Step Functions has cancelled the holding branch."""
+        both = sfn.Parallel.jsonata(self, f"{construct_id}Both")
+        both.branch(self.section(f"{construct_id}Lock", self.probe(f"{construct_id}Probe"), **props))
+        both.branch(
+            sfn.Wait.jsonata(self, f"{construct_id}Sibling",
+                             time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
+            .next(sfn.Fail(self, f"{construct_id}Boom", error="User.Boom", cause="a sibling branch failed"))
+        )
+        then = sfn.Wait.jsonata(self, f"{construct_id}GoesOn", time=sfn.WaitTime.seconds(jsonata("$states.input.thenWait")))
+        both.add_catch(then, errors=["User.Boom"], outputs=jsonata("$states.input"))
+        self.machine(construct_id, both)
 
     def machine(self, construct_id: str, definition: sfn.IChainable) -> sfn.StateMachine:
         return sfn.StateMachine(

@@ -1,5 +1,6 @@
 """The lock CLI on both DynamoDB backends: list, show, a forced release conditioned on the
-holder it read (racing a real release), refusals and clear errors."""
+holder it read (racing a real release), semaphore slots, an endpoint without AWS credentials,
+refusals, and every error on one line."""
 
 from __future__ import annotations
 
@@ -251,3 +252,142 @@ def test_clear_head_takes_a_dead_head_out_of_a_fair_queue_and_hands_the_free_loc
     assert item["owner"]["S"] == waiter and fp.counters(item) == (2, 2)  # the dead head skipped, the next granted
     code, out, _ = run(cloud, capsys, "locks", "clear-head", "q", "--namespace", "fair", "--table", table, "--json")
     assert code == 0 and not json.loads(out)["cleared"]  # nobody queues any more
+
+
+# ---- semaphore slots, endpoints without credentials, one-line errors -------------------------
+
+
+def test_a_semaphore_slot_can_be_shown_and_released(cloud, table, capsys):
+    from state_machines import semaphore_protocol as sp
+
+    for slot, owner in ((0, "x#1"), (2, "x#2")):
+        cloud.dynamodb.put_item(TableName=table, Item={
+            "pk": {"S": sp.slot_key("sem#api", slot)}, "owner": {"S": owner}, "fence": {"N": str(4 + slot)},
+            "expiresAt": {"N": "9999999999999"}, "acquiredAt": {"N": "0"}})
+    code, _, err = run(cloud, capsys, "locks", "show", "api", "--namespace", "sem", "--table", table)
+    assert code == cli.FAILED and "it is a semaphore, give --slot N" in err and len(err.splitlines()) == 1
+    code, out, _ = run(cloud, capsys, "locks", "show", "api", "--namespace", "sem", "--slot", "2", "--table", table, "--json")
+    shown = json.loads(out)
+    assert code == 0 and (shown["slot"], shown["owner"], shown["fence"], shown["state"]) == (2, "x#2", 6, "held")
+    code, out, _ = run(cloud, capsys, "locks", "release", "api", "--namespace", "sem", "--slot", "2", "--table", table, "--force")
+    assert code == 0 and "released the lock held by 'x#2' (fence 6)" in out
+    assert p.OWNER not in item(cloud, table, sp.slot_key("sem#api", 2))
+    assert item(cloud, table, sp.slot_key("sem#api", 0))[p.OWNER]["S"] == "x#1"  # the other slot is untouched
+    code, _, err = run(cloud, capsys, "locks", "show", "api", "--namespace", "sem", "--slot", "1", "--table", table)
+    assert code == cli.FAILED and "no lock item for key 'api' slot 1" in err
+    code, _, err = run(cloud, capsys, "locks", "release", "api", "--namespace", "sem", "--slot", "99", "--table", table)
+    assert code == cli.FAILED and "--slot must be a semaphore slot from 0 to 31, got: 99" in err
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    """No AWS credentials or region anywhere boto3 looks (environment, files, instance metadata)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                 "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    import boto3
+
+    assert boto3.Session().get_credentials() is None  # the control: really none
+
+
+def test_an_endpoint_works_without_aws_credentials(cloud, table, capsys, no_credentials, monkeypatch):
+    if cloud.dynamodb_endpoint_url is None:
+        pytest.skip("moto has no endpoint: DynamoDB Local does")
+    LockClient(table, namespace="e", dynamodb=cloud.dynamodb).acquire("k", lease=60)
+    capsys.readouterr()
+    code = cli.main(["locks", "list", "--table", table, "--endpoint-url", cloud.dynamodb_endpoint_url, "--json"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "") and [r["key"] for r in json.loads(out)] == ["k"]
+    # configured credentials but no region: an endpoint needs none either
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    code = cli.main(["locks", "list", "--table", table, "--endpoint-url", cloud.dynamodb_endpoint_url, "--json"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "") and [r["key"] for r in json.loads(out)] == ["k"]
+    # the region named is the one used: the default with an endpoint, or --region
+    for extra, region in (([], "us-east-1"), (["--region", "eu-west-3"], "eu-west-3")):
+        code = cli.main(["locks", "list", "--table", "missing", "--endpoint-url", cloud.dynamodb_endpoint_url, *extra])
+        _, err = capsys.readouterr()
+        assert code == cli.FAILED and f"no table 'missing' (region {region})" in err
+
+
+def test_a_refused_connection_is_one_line(capsys, no_credentials):
+    code = cli.main(["locks", "list", "--table", "t", "--endpoint-url", "http://127.0.0.1:9", "--region", "eu-north-1"])
+    out, err = capsys.readouterr()
+    assert code == cli.FAILED and out == ""
+    assert err.splitlines() == [
+        "error: cannot connect to http://127.0.0.1:9 (region eu-north-1): is it running, and is the URL right?"]
+    # negative control: without an endpoint there are no dummy credentials for AWS
+    code = cli.main(["locks", "list", "--table", "t", "--region", "eu-north-1"])
+    _, err = capsys.readouterr()
+    assert code == cli.FAILED and err.splitlines() == [
+        "error: no AWS credentials: configure them (aws configure, AWS_PROFILE, ...)"]
+
+
+class Failing:
+    """A DynamoDB client whose every call raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.meta = type("Meta", (), {"region_name": "ap-south-2"})()
+
+    def __getattr__(self, name):
+        def call(**_):
+            raise self.error
+        return call
+
+
+def _client_error(code: str) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "Rate exceeded\nsecond line"}}, "Scan")
+
+
+@pytest.mark.parametrize("error, expected", [
+    (_client_error("ThrottlingException"), "error: AWS is throttling the calls (region ap-south-2)"),
+    (_client_error("ProvisionedThroughputExceededException"), "error: AWS is throttling the calls (region ap-south-2)"),
+    (_client_error("AccessDeniedException"), "error: AWS refused (region ap-south-2): An error occurred (AccessDeniedException)"),
+    ("read-timeout", "error: timed out talking to http://x (region ap-south-2)"),
+    ("connect-timeout", "error: timed out talking to http://x (region ap-south-2)"),
+    (RuntimeError("a bug\nover lines"), "error: unexpected RuntimeError: a bug over lines (please report it)"),
+])
+def test_every_failure_is_one_line(capsys, error, expected):
+    from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+    if error == "read-timeout":
+        error = ReadTimeoutError(endpoint_url="http://x")
+    elif error == "connect-timeout":
+        error = ConnectTimeoutError(endpoint_url="http://x")
+    code = cli.main(["locks", "list", "--table", "t"], clients={
+        "dynamodb": Failing(error), "stepfunctions": object(), "session": FakeSession(None)})
+    out, err = capsys.readouterr()
+    assert code == cli.FAILED and out == "" and len(err.splitlines()) == 1 and err.startswith(expected), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["locks", "release", "k", "--table", "t", "--fence", "abc"],
+    ["locks", "nope"],
+    [],
+])
+def test_bad_arguments_are_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    out, err = capsys.readouterr()
+    assert exited.value.code == cli.REFUSED and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("error: ") and "--help" in err
+
+
+def test_a_reader_that_leaves_early_is_no_error(cloud, table, capsys, monkeypatch):
+    """``locked-workflow locks list | head -1``: the pipe closes while the CLI writes."""
+    LockClient(table, namespace="b", dynamodb=cloud.dynamodb).acquire("k", lease=60)
+
+    def closed_pipe(result, as_json):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_print", closed_pipe)
+    code, out, err = run(cloud, capsys, "locks", "list", "--table", table)
+    assert (code, out, err) == (0, "", "")

@@ -316,8 +316,9 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
     unscoped = [s for s in statements if s.get("Resource") == "*"
                 and not all(a.startswith(("xray:", "logs:")) for a in actions(s))]  # tracing, log delivery
     # IAM cannot scope a service integration's task token: waking or nudging a parked waiter
-    # (SendTaskSuccess, SendTaskFailure) is the one "*" resource
-    wakes = {"states:SendTaskSuccess", "states:SendTaskFailure"}
+    # (SendTaskSuccess, SendTaskFailure) and the liveness check's probe of a holder's presence
+    # token (SendTaskHeartbeat) are the only "*" resources
+    wakes = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
     assert unscoped and all(set(actions(s)) <= wakes for s in unscoped), unscoped
     assert not any("*" in actions(s) for s in statements)
     fair_machine = template.find_resources("AWS::StepFunctions::StateMachine", Match.object_like({

@@ -419,3 +419,80 @@ def test_janitor_says_so_when_the_history_hides_an_acquires_parameters():
 def test_retire_touches_only_an_acquisition_made_at_or_before_the_end():
     assert p.RETIRE.condition.endswith(f"#{p.ACQUIRED_AT} <= :endedAt")
     assert f"#{p.OWNER} = :owner" in p.RETIRE.condition
+
+
+# ---- presence (a section cancelled by a sibling branch) ----------------------------------
+
+def _presence_table():
+    """A lock table on moto's DynamoDB, and a function applying one of the lock's writes."""
+    import boto3
+    from moto import mock_aws
+
+    mock = mock_aws()
+    mock.start()
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(TableName="locks", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST")
+
+    def write(lock_write: p.LockWrite, **values) -> bool:
+        try:
+            client.update_item(
+                TableName="locks", Key={"pk": {"S": "k"}}, UpdateExpression=lock_write.update,
+                ConditionExpression=lock_write.condition, ExpressionAttributeNames=lock_write.attribute_names(),
+                ExpressionAttributeValues={f":{k}": ({"N": str(v)} if isinstance(v, int) else {"S": v})
+                                           for k, v in values.items()},
+            )
+            return True
+        except client.exceptions.ConditionalCheckFailedException:
+            return False
+
+    return mock, client, write
+
+
+def test_presence_writes_order_registration_departure_and_abandonment():
+    """Walk the presence writes of one acquisition: what each allows, and what it refuses."""
+    mock, client, write = _presence_table()
+    try:
+        now = int(time.time() * 1000)
+        me, acquired = "arn:aws:states:us-east-1:1:execution:m:e#1", now - 60_000
+        client.put_item(TableName="locks", Item={
+            "pk": {"S": "k"}, "owner": {"S": me}, "acquiredAt": {"N": str(acquired)},
+            "expiresAt": {"N": str(now + 600_000)}, "grace": {"N": "9000"}, "fence": {"N": "1"}})
+        register = dict(me=me, acquiredAt=acquired)
+        # another acquisition (same owner, another acquiredAt) registers nothing
+        assert not write(p.PRESENT, me=me, acquiredAt=acquired + 1, token="T0", now=now)
+        # a registration, then a second one of the same acquisition (a retried attempt) overwrites
+        assert write(p.PRESENT, **register, token="T1", now=now - 50_000)
+        assert write(p.PRESENT, **register, token="T2", now=now - 40_000)
+        # a young closed token is not trusted; an old one is, once
+        abandon = dict(owner=me, endedAt=now, token="T2")
+        assert not write(p.ABANDONED, **abandon, settledBefore=now - 45_000)  # written 40 s ago
+        assert not write(p.ABANDONED, **{**abandon, "token": "T1"}, settledBefore=now - 20_000)  # replaced
+        assert write(p.ABANDONED, **abandon, settledBefore=now - 20_000)
+        item = client.get_item(TableName="locks", Key={"pk": {"S": "k"}})["Item"]
+        assert item["expiresAt"] == {"N": str(now + 9000)} and item["presenceClosed"] == {"N": str(acquired)}
+        assert not write(p.ABANDONED, **{**abandon, "endedAt": now + 5000}, settledBefore=now)  # only once
+        # after DEPART (or an abandonment) no token is registered any more for this acquisition
+        assert write(p.DEPART, **register)
+        assert not write(p.PRESENT, **register, token="T3", now=now)
+        # a new acquisition starts over
+        client.update_item(TableName="locks", Key={"pk": {"S": "k"}}, UpdateExpression="SET acquiredAt = :a",
+                           ExpressionAttributeValues={":a": {"N": str(now)}})
+        assert write(p.PRESENT, me=me, acquiredAt=now, token="T4", now=now)
+    finally:
+        mock.stop()
+
+
+def test_the_liveness_check_probes_only_the_current_acquisitions_open_presence():
+    item = {"pk": {"S": "k"}, "owner": {"S": "o"}, "grace": {"N": "9000"}, "acquiredAt": {"N": "5"},
+            "presence": {"S": "T"}, "presenceOf": {"N": "5"}}
+
+    def presence(**changes):
+        return evaluate(p.holder_expression(), states={"result": {"Item": {**item, **changes}}})["presence"]
+
+    assert presence() == "T"
+    assert presence(presenceOf={"N": "4"}) is None  # an earlier acquisition's token
+    assert presence(presenceClosed={"N": "5"}) is None  # departed, or abandoned once already
+    assert presence(presenceClosed={"N": "4"}) == "T"
+    assert presence(presence={"S": p.NO_PRESENCE}) is None

@@ -165,6 +165,30 @@ def test_a_stopped_holder_is_retired_on_the_record(records):
     assert records.get(c)["balance"] == {"N": "1"} and records.get(c)[f"{LW}{p.FENCE}"] == {"N": "2"}
 
 
+def test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace(records):
+    """The presence token lives on the record (``lw:presence``): a waiter's probe finds it
+    closed once Step Functions cancelled the holding branch, and takes the record after the
+    stop grace; the cancelled hold's update is never written."""
+    if records.cloud.backend != "moto":
+        pytest.skip("the cancellation is Step Functions behaviour (the mutex's case runs on both backends)")
+    c = customer()
+    records.put(c, balance=0, name="Ada")
+    holder = records.cloud.start_execution(records.app.state_machine_arn("RecordCancelled"),
+                                           {"customerId": c, "waitS": 60, "failAfter": 10})
+    deadline = time.time() + 60  # registered before the sibling fails
+    while f"{LW}{p.PRESENCE}" not in records.get(c) and time.time() < deadline:
+        time.sleep(0.2)
+    assert f"{LW}{p.PRESENCE}" in records.get(c)
+    result = records.run("Increment", [{"customerId": c, "waitS": 0}], timeout=150)[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert records.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
+    assert "Lock.Abandoned" in [e["stateEnteredEventDetails"]["name"] for e in result.history
+                                if e["type"] == "TaskStateEntered"]
+    record = records.get(c)
+    assert (record["balance"], record["name"], record[f"{LW}{p.FENCE}"]) == ({"N": "1"}, {"S": "Ada"}, {"N": "2"})
+    records.cloud.stepfunctions.stop_execution(executionArn=holder)
+
+
 # --------------------------------------------------------------------------------------
 # Updates DynamoDB refuses: Lock.InvalidUpdate, and the record free at once
 # --------------------------------------------------------------------------------------

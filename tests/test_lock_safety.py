@@ -375,3 +375,69 @@ def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
     result = safety.cloud.wait_for(arn, timeout=120)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert safety.probe(k)["entries"] == 1 and safety.probe(k).get("violations", 0) == 0
+
+
+# ---- a section cancelled by a sibling branch (the user catches the failure) ----------------
+
+def _cancelled_holder(safety, machine: str, k: str):
+    """Start ``machine`` (a section beside a branch that fails after 1 s, the failure caught,
+    the execution RUNNING for 120 s more) and return once its probe is inside; its Lambda runs
+    3 s, past the cancellation."""
+    holder = safety.cloud.start_execution(safety.arn(machine), {"key": k, "workMs": 3000, "failAfter": 1,
+                                                                 "thenWait": 120})
+    deadline = time.time() + 60
+    while safety.probe(k).get("entries", 0) == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    assert safety.probe(k).get("entries", 0) == 1, "the holder never entered its work"
+    return holder
+
+
+def test_a_section_cancelled_by_a_sibling_frees_its_lock_after_its_grace(safety):
+    """Step Functions cancels the holding branch (no Catch, no event, the execution goes on
+    RUNNING). A waiter's probe of the holder's presence token finds it closed: the lock is
+    held for the stop grace from then (the cancelled Lambda may still run), not for the
+    10-minute lease - and nobody enters while that Lambda runs."""
+    k = key("cancelled")
+    holder = _cancelled_holder(safety, "SeenCancelled", k)
+    waiter = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
+    result = safety.cloud.wait_for(waiter, timeout=180)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert safety.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
+    probe = safety.probe(k)
+    assert (probe["entries"], probe.get("violations", 0), probe["inside"]) == (2, 0, 0)
+    history = safety.cloud.stepfunctions.get_execution_history(executionArn=holder, maxResults=1000)["events"]
+    cancelled = [e["timestamp"].timestamp() for e in history if e["type"] == "ParallelStateFailed"]
+    assert cancelled, [e["type"] for e in history]
+    item = safety.cloud.dynamodb.get_item(TableName=safety.probes(), Key={"pk": {"S": k}}, ConsistentRead=True)["Item"]
+    entered = sorted(int(n["N"]) / 1000 for n in item["enteredAt"]["L"])
+    # the waiter entered its stop grace (the probe's 4 s Lambda timeout + 5 s) after the cancel
+    assert entered[1] - cancelled[0] >= PROBE_TIMEOUT_S + 5 - 0.5, entered[1] - cancelled[0]
+    assert safety.lock(k)[p.FENCE] == {"N": "2"}  # the waiter's is a new acquisition
+    safety.cloud.stop_execution(holder)
+
+
+def test_negative_control_without_the_presence_a_cancelled_section_blocks_for_its_lease(safety):
+    """Without the presence branch, a waiter's liveness checks see only a RUNNING execution:
+    well past the cancelled Lambda's grace, the lock still has most of its 10-minute lease."""
+    if safety.cloud.backend != "moto":
+        pytest.skip("the cancellation is Step Functions behaviour: one backend suffices")
+    k = key("blind")
+    holder = _cancelled_holder(safety, "BlindCancelled", k)
+    waiter = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
+    cancelled_by = time.time() + 1  # the sibling fails 1 s after the holder's start at the latest
+
+    def checks() -> int:
+        events = safety.cloud.stepfunctions.get_execution_history(executionArn=waiter, maxResults=1000)["events"]
+        return sum(1 for e in events if e["type"] == "TaskStateEntered"
+                   and e["stateEnteredEventDetails"]["name"] == "Lock.DescribeHolder")
+
+    deadline = time.time() + 120  # two liveness checks after the grace (4 s + 5 s) has passed
+    while (checks() < 2 or time.time() < cancelled_by + PROBE_TIMEOUT_S + 5 + 3) and time.time() < deadline:
+        time.sleep(0.5)
+    assert checks() >= 2
+    lock = safety.lock(k)
+    assert holder in lock[p.OWNER]["S"], lock
+    assert int(lock[p.EXPIRES_AT]["N"]) / 1000 - time.time() > 8 * 60  # held for the lease
+    assert safety.probe(k)["entries"] == 1
+    safety.cloud.stop_execution(waiter)
+    safety.cloud.stop_execution(holder)

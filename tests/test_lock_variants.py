@@ -117,6 +117,27 @@ def test_a_stopped_semaphore_holder_frees_its_slot_after_its_grace(variants):
         variants.cloud.stepfunctions.stop_execution(executionArn=arn)
 
 
+def test_semaphore_slots_held_by_cancelled_branches_free_after_their_grace(variants):
+    """Every slot held by a Map iteration that Step Functions cancelled (a sibling branch
+    failed, the user caught it, the execution runs on): a waiter probes the slots' presence
+    tokens, finds them closed and takes a slot after its stop grace - not after the lease."""
+    if variants.cloud.backend != "moto":
+        pytest.skip("the cancellation is Step Functions behaviour (the mutex's case runs on both backends)")
+    k = key("semcancel")
+    slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(LIMIT)]
+    holder = variants.cloud.start_execution(variants.app.state_machine_arn("SemaphoreCancelled"),
+                                            {"key": k, "failAfter": 10})
+    # all slots held before the sibling fails (a cancelled iteration could not take one later)
+    wait_until(lambda: sum(p.OWNER in variants.lock(s) for s in slots) == LIMIT, timeout=60)
+    result = variants.wait([variants.start("Semaphore", {"key": k, "workMs": 100})], timeout=150)[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert variants.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
+    names = [e["stateEnteredEventDetails"]["name"] for e in result.history if e["type"] == "TaskStateEntered"]
+    assert "Lock.Abandoned" in names  # found by the probe, not by the lease
+    assert variants.probe(k)["entries"] == 1
+    variants.cloud.stepfunctions.stop_execution(executionArn=holder)
+
+
 # ---- multi-key ------------------------------------------------------------------------
 
 
@@ -204,6 +225,29 @@ def test_a_stopped_transfer_is_retired_on_every_key(variants):
     assert time.time() - stopped_at >= PROBE_GRACE_S - 1
     for x in (a, b):
         assert variants.probe(x).get("violations", 0) == 0
+
+
+def test_a_transfer_cancelled_by_a_sibling_frees_both_accounts_after_its_grace(variants):
+    """A multi-key hold writes one presence token on every key it took: a waiter inspecting
+    either key finds it closed once Step Functions cancelled the branch, and takes both keys
+    after the stop grace - not after the 8-minute lease."""
+    if variants.cloud.backend != "moto":
+        pytest.skip("the cancellation is Step Functions behaviour (the mutex's case runs on both backends)")
+    a, b = key("from"), key("to")
+    stored = [p.namespaced("acct", a), p.namespaced("acct", b)]
+    holder = variants.cloud.start_execution(variants.app.state_machine_arn("TransferCancelled"),
+                                            {"from": a, "to": b, "failAfter": 10})
+    # both keys held, each with the hold's token, before the sibling fails
+    wait_until(lambda: all(p.PRESENCE in variants.lock(s) for s in stored), timeout=60)
+    assert variants.lock(stored[0])[p.PRESENCE] == variants.lock(stored[1])[p.PRESENCE]
+    # the grace of a work that is a Wait: the margin only (the presence task is the lock's own)
+    assert variants.lock(stored[0])[p.GRACE] == {"N": "5000"}
+    result = variants.wait([variants.start("Transfer", {"from": a, "to": b, "workMs": 100})], timeout=150)[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert variants.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
+    names = [e["stateEnteredEventDetails"]["name"] for e in result.history if e["type"] == "TaskStateEntered"]
+    assert names.count("Lock.Abandoned") >= 2  # each key found by the probe, not by the lease
+    variants.cloud.stepfunctions.stop_execution(executionArn=holder)
 
 
 def test_a_transfer_that_waits_too_long_fails_with_lock_timeout_holding_nothing(variants):

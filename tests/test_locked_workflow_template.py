@@ -15,7 +15,8 @@ MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
                  "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
-                 "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.MayStillRun?", "Lock.Retire"}
+                 "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.MayStillRun?", "Lock.Retire",
+                 "Lock.ProbeHolder", "Lock.Abandoned"}
 OUTER_STATES = {"Lock", "Lock.EntryFailed?", "Lock.InvalidKey", "Lock.Failed"}
 
 
@@ -348,14 +349,23 @@ def test_liveness_check_takes_over_only_from_an_ended_execution_after_its_grace(
     inspect = states["Lock.Inspect"]
     assert inspect["Resource"].endswith(":states:::dynamodb:getItem")
     assert inspect["Arguments"]["ConsistentRead"] is True
-    # it reads the key, the owner and the grace only: a bounded result, whatever else the item holds
-    assert inspect["Arguments"]["ProjectionExpression"] == "#lockKey,#owner,#grace"
-    assert inspect["Arguments"]["ExpressionAttributeNames"] == {"#lockKey": "pk", "#owner": "owner", "#grace": "grace"}
+    # it reads the key, the owner, the grace and the presence token only: a bounded result,
+    # whatever else the item holds
+    assert inspect["Arguments"]["ProjectionExpression"] == "#lockKey,#owner,#grace,#acquiredAt,#presence,#presenceOf,#presenceClosed"
+    assert inspect["Arguments"]["ExpressionAttributeNames"] == {
+        "#lockKey": "pk", "#owner": "owner", "#grace": "grace", "#acquiredAt": "acquiredAt",
+        "#presence": "presence", "#presenceOf": "presenceOf", "#presenceClosed": "presenceClosed"}
     assert inspect["Next"] == "Lock.HolderIsExecution?"
     assert _catches(inspect)["Lock.Wait"]["ErrorEquals"] == ["States.ALL"]  # waiting never fails on it
     is_execution = states["Lock.HolderIsExecution?"]
-    assert is_execution["Choices"][0]["Next"] == "Lock.DescribeHolder"
+    # a holder's presence token is probed first; a closed one retires its acquisition
+    assert [c["Next"] for c in is_execution["Choices"]] == ["Lock.ProbeHolder", "Lock.DescribeHolder"]
     assert is_execution["Default"] == "Lock.Wait"
+    probe = states["Lock.ProbeHolder"]
+    assert probe["Resource"].endswith(":states:::aws-sdk:sfn:sendTaskHeartbeat") and probe["Next"] == "Lock.Wait"
+    assert [(c["ErrorEquals"], c["Next"]) for c in probe["Catch"]] == [
+        ([p.PRESENCE_GONE], "Lock.Abandoned"), (["States.ALL"], "Lock.DescribeHolder")]
+    assert states["Lock.Abandoned"]["Arguments"]["ConditionExpression"] == p.ABANDONED.condition
     describe = states["Lock.DescribeHolder"]
     assert describe["Resource"].endswith(":states:::aws-sdk:sfn:describeExecution")
     assert describe["Arguments"] == {"ExecutionArn": "{% $substringBefore($lockHolder.owner, '#') %}"}

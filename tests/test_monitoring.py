@@ -26,24 +26,29 @@ from constructs_lib.local.log_filters import FilterPatternError, UnsupportedFilt
 from constructs_lib.local.synth import CLI_CONTEXT, Synthesized
 from constructs_lib.lock_client import LockClient
 from constructs_lib.monitoring import LockMonitoring
-from monitoring_stack import INSTANT_LEASE_S, MonitoringStack
+from monitoring_stack import INSTANT_LEASE_S, KINDS, KindsStack
 from state_machines import lock_protocol as p
+from state_machines import record_protocol
 
 # ---- one synth per session ------------------------------------------------------------------
 
 
 @dataclass
 class Synth:
-    stack: MonitoringStack
+    stack: KindsStack
     template: Template
     synthesized: Synthesized
     messages: list
 
     def pattern(self, monitoring: str, metric: str) -> str:
-        return getattr(self.stack, monitoring).filter_patterns[metric].log_pattern_string
+        return self.monitoring(monitoring).filter_patterns[metric].log_pattern_string
 
     def subscription(self, monitoring: str) -> str:
-        return getattr(self.stack, monitoring).subscription_pattern.log_pattern_string
+        return self.monitoring(monitoring).subscription_pattern.log_pattern_string
+
+    def monitoring(self, name: str) -> LockMonitoring:
+        """``instant_monitoring``, ``patient_monitoring``, or a kind's (``Fair``, ``Nested``...)."""
+        return self.stack.kind_monitoring[name] if name in KINDS else getattr(self.stack, name)
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +57,7 @@ def synth() -> Synth:
 
     outdir = tempfile.mkdtemp(prefix="cdk.out-monitoring-")
     app = cdk.App(outdir=outdir, context=CLI_CONTEXT)
-    stack = MonitoringStack(app, "Monitoring")
+    stack = KindsStack(app, "Monitoring")
     cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
     assembly = app.synth()
     artifact = assembly.get_stack_by_name("Monitoring")
@@ -77,25 +82,28 @@ def _resources(synth: Synth, type_name: str, path_part: str) -> dict[str, dict]:
 def test_counts_are_metric_filters_on_the_workflows_log_group(synth):
     namespace = synth.stack.instant_monitoring.namespace
     assert namespace == f"LockedWorkflow/{synth.stack.instant.state_machine_name}"
-    for metric, state, event_type in [
-        ("Timeouts", "Lock.Timeout", "FailStateEntered"),
-        ("Lost", "Lock.Lost", "FailStateEntered"),
-        ("LivenessChecks", "Lock.DescribeHolder", "TaskStateEntered"),
-        ("LivenessTakeovers", "Lock.DescribeHolder", "TaskStateExited"),
+    for group, monitoring, metric, state, event_type in [
+        ("Instant", "instant_monitoring", "Timeouts", "Lock.Timeout", "FailStateEntered"),
+        ("Instant", "instant_monitoring", "Lost", "Lock.Lost", "FailStateEntered"),
+        ("Patient", "patient_monitoring", "LivenessChecks", "Lock.DescribeHolder", "TaskStateEntered"),
+        ("Patient", "patient_monitoring", "LivenessTakeovers", "Lock.DescribeHolder", "TaskStateExited"),
     ]:
         synth.template.has_resource_properties("AWS::Logs::MetricFilter", {
-            "LogGroupName": {"Ref": Match.string_like_regexp("^InstantLogs")},
+            "LogGroupName": {"Ref": Match.string_like_regexp(f"^{group}Logs")},
             "FilterPattern": Match.string_like_regexp(
                 f'\\$\\.type = "{event_type}"\\).*\\$\\.details\\.name = "{state}"'
             ),
             "MetricTransformations": [{
-                "MetricNamespace": namespace, "MetricName": metric, "MetricValue": "1",
-                "DefaultValue": 0, "Unit": "Count",
+                "MetricNamespace": synth.monitoring(monitoring).namespace, "MetricName": metric,
+                "MetricValue": "1", "DefaultValue": 0, "Unit": "Count",
             }],
         })
     # 4 per monitored workflow, the takeover filter reading the section's own wait variable
     assert len(_resources(synth, "AWS::Logs::MetricFilter", "/InstantMonitoring/")) == 4
-    assert "$.details.assignedVariables.lockWait" in synth.pattern("instant_monitoring", "LivenessTakeovers")
+    assert "$.details.assignedVariables.lockWait" in synth.pattern("patient_monitoring", "LivenessTakeovers")
+    # a workflow that never waits (max_wait 0) has no liveness check: its filters match no line
+    assert synth.monitoring("instant_monitoring").lock_states.liveness_checks == ()
+    assert synth.pattern("instant_monitoring", "LivenessChecks") == '{ $.type = "LockMonitoring.NoSuchState" }'
 
 
 def test_janitor_publishes_its_retires_in_the_workflows_namespace_and_its_failures_alarm(synth):
@@ -143,7 +151,7 @@ def test_durations_go_through_a_subscription_filter_to_the_metrics_function(synt
         "LoggingConfig": {"LogGroup": {"Ref": Match.string_like_regexp("^InstantMonitoringMetricsFunctionLogs")}},
         "Environment": {"Variables": {
             "POWERTOOLS_METRICS_NAMESPACE": synth.stack.instant_monitoring.namespace,
-            "ACQUIRE_STATE": "Lock.Acquire", "LOCK_VARIABLE": "lock", "POWERTOOLS_TRACE_DISABLED": "true",
+            "ACQUISITIONS": '{"Lock.Acquire":"lock"}', "POWERTOOLS_TRACE_DISABLED": "true",
         }},
     })
 
@@ -276,6 +284,7 @@ class Runs:
     lines: dict[str, list[str]] = field(default_factory=dict)  # group role -> messages
     status_events: dict[str, dict] = field(default_factory=dict)  # result name -> its status event's detail
     janitors: dict[str, str] = field(default_factory=dict)  # workflow -> its janitor function's name
+    kinds: dict[str, dict] = field(default_factory=dict)  # kind -> run role -> how it ended
     lambda_client: Any = None
 
     def of(self, role: str, execution: str | None = None) -> list[dict]:
@@ -305,8 +314,93 @@ def _until(predicate, timeout: float = 30.0, poll_s: float = 0.05):
     raise AssertionError(f"condition not met within {timeout} s")
 
 
+def _run_kinds(cloud, app, runs: Runs) -> None:
+    """Every other kind, and a section nested in a mutex: a run holds the lock at its gate, a
+    second run on the same key gives up at once (Lock.Timeout), the holder's lock is taken
+    from it (its owner overwritten, as a takeover does) and its gate opened: it fails Lock.Lost
+    at its release. The semaphore has a second holder that keeps its slot, the nested workflow
+    a normal run: their releases give HoldTime."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gates, locks, records = app.table_name("Gates"), app.table_name("Locks"), app.table_name("Records")
+
+    def gate_token(run: str, execution: str) -> str:
+        def token() -> str | None:
+            status = cloud.stepfunctions.describe_execution(executionArn=execution)["status"]
+            assert status == "RUNNING", f"{execution} ended {status} before its gate: {cloud.wait_for(execution)}"
+            item = cloud.dynamodb.get_item(TableName=gates, Key={"pk": {"S": run}}, ConsistentRead=True)
+            return item.get("Item", {}).get("token", {}).get("S")
+
+        return _until(token, timeout=60)
+
+    def open_gate(token: str) -> None:
+        """SendTaskSuccess. moto's looks for the token in every RUNNING execution, and crashes
+        (AttributeError) on one that is still starting (no environment yet): another kind's run
+        started meanwhile. A local-runtime race, not AWS behaviour: try again."""
+        for attempt in range(5):
+            try:
+                cloud.stepfunctions.send_task_success(taskToken=token, output="{}")
+                return
+            except AttributeError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
+
+    def start(kind: str, run: str, **document) -> str:
+        return cloud.start_execution(app.state_machine_arn(f"{kind}/StateMachine"), {"run": run, **document})
+
+    def steal(execution: str, table: str, owner_attribute: str, key_prefix: str = "") -> None:
+        """Overwrite the owner of one lock item the execution holds (a takeover)."""
+        key_attribute = "id" if table == records else p.KEY_ATTRIBUTE
+        items = cloud.dynamodb.scan(TableName=table, ConsistentRead=True)["Items"]
+        held = [i for i in items if i.get(owner_attribute, {}).get("S", "").startswith(execution + "#")
+                and key_prefix in i[key_attribute]["S"]]
+        assert held, f"{execution} holds nothing in {table}"
+        cloud.dynamodb.update_item(
+            TableName=table, Key={key_attribute: held[0][key_attribute]},
+            UpdateExpression="SET #o = :thief", ConditionExpression="#o = :was",
+            ExpressionAttributeNames={"#o": owner_attribute},
+            ExpressionAttributeValues={":thief": {"S": f"thief#{uuid.uuid4()}"}, ":was": held[0][owner_attribute]})
+
+    def scenario(kind: str) -> dict:
+        tag = uuid.uuid4().hex[:8]
+        document = {"id": f"k-{tag}", "outer": f"oh-{tag}", "other": f"a-{tag}"}
+        holders = [start(kind, f"h{n}-{tag}", **document)
+                   for n in range(2 if kind == "Semaphore" else 1)]
+        tokens = [gate_token(f"h{n}-{tag}", holder) for n, holder in enumerate(holders)]
+        if kind == "Keys":  # the holder's 1 s lease may have ended: block the other run with a client
+            LockClient(locks, namespace="keys", dynamodb=cloud.dynamodb).acquire(f"b-{tag}", lease=120)
+            timed_out = start(kind, f"x-{tag}", id=f"x-{tag}", other=f"b-{tag}")
+        else:
+            timed_out = start(kind, f"x-{tag}", **{**document, "outer": f"ox-{tag}"})
+        ended = {"timed_out": cloud.wait_for(timed_out, timeout=60)}
+        owner = f"{record_protocol.PREFIX}{p.OWNER}" if kind == "Record" else p.OWNER
+        if kind == "Keys":  # taken over only once the lease has ended
+            item = cloud.dynamodb.get_item(TableName=locks, Key=p.lock_item_key(f"keys#k-{tag}"), ConsistentRead=True)["Item"]
+            _until(lambda: time.time() * 1000 > int(item[p.EXPIRES_AT]["N"]) + 100)
+        steal(holders[0], records if kind == "Record" else locks, owner, "inner#" if kind == "Nested" else "")
+        if kind == "Nested":  # and a normal run, released by both sections
+            normal = start(kind, f"n-{tag}", id=f"n-{tag}", outer=f"on-{tag}")
+            open_gate(gate_token(f"n-{tag}", normal))
+            ended["normal"] = cloud.wait_for(normal, timeout=60)
+        for token in tokens:
+            open_gate(token)
+        ended["lost"] = cloud.wait_for(holders[0], timeout=60)
+        if len(holders) > 1:
+            ended["kept"] = cloud.wait_for(holders[1], timeout=60)
+        return ended
+
+    with ThreadPoolExecutor(len(KINDS)) as pool:
+        for kind, ended in zip(KINDS, pool.map(scenario, KINDS)):
+            runs.kinds[kind] = ended
+    logs = cloud.client("logs")
+    for kind in KINDS:
+        runs.lines[kind] = _all_lines(logs, app.ref(f"{kind}/Logs"))
+
+
 def _run_scenarios(cloud, app, backend: str) -> Runs:
     runs = Runs(backend)
+    _run_kinds(cloud, app, runs)
     sm = {name: app.state_machine_arn(f"{name}/StateMachine") for name in ("Instant", "Patient")}
     table = app.table_name("Locks")
     instant = LockClient(table, namespace="instant", dynamodb=cloud.dynamodb)
@@ -580,3 +674,116 @@ def test_filter_matcher_refuses_what_it_does_not_implement():
         matches('{ $.a = "x" ', '{"a": "x"}')
     assert matches('{ $.a = "x" }', "not json") is False
 
+
+
+def test_every_kind_and_a_nested_section_ended_as_designed(runs):
+    for kind, ended in runs.kinds.items():
+        assert (ended["timed_out"].status, ended["timed_out"].error) == ("FAILED", p.ERROR_TIMEOUT), kind
+        assert (ended["lost"].status, ended["lost"].error) == ("FAILED", p.ERROR_LOST), kind
+    assert runs.kinds["Semaphore"]["kept"].status == "SUCCEEDED"
+    assert runs.kinds["Nested"]["normal"].status == "SUCCEEDED"
+
+
+def test_lock_states_are_found_in_every_sections_definition(synth):
+    nested = synth.monitoring("Nested").lock_states
+    assert set(nested.timeouts) == {"Lock.Timeout", "Inner.Timeout"}
+    assert set(nested.lost) == {"Lock.Lost", "Inner.Lost"}
+    assert dict(nested.acquisitions) == {"Lock.Acquire": ("TaskStateExited", "lock"),
+                                         "Inner.Acquire": ("TaskStateExited", "innerLock")}
+    assert ("Lock.DescribeHolder", "lockWait") in nested.takeovers  # the waiting outer section's check
+    # the multi-key record gets its acquiredAt from the fences read; the record lock's read of
+    # the record copies the record the acquire assigned (a second WaitTime would be wrong)
+    assert dict(synth.monitoring("Keys").lock_states.acquisitions) == {"Lock.ReadFences": ("TaskStateExited", "lock")}
+    assert dict(synth.monitoring("Record").lock_states.acquisitions) == {"Lock.Acquire": ("TaskStateExited", "lock")}
+    synth.template.has_resource_properties("AWS::Lambda::Function", {"Environment": {"Variables": Match.object_like({
+        "ACQUISITIONS": '{"Inner.Acquire":"innerLock","Lock.Acquire":"lock"}',
+        "POWERTOOLS_METRICS_NAMESPACE": synth.stack.kind_monitoring["Nested"].namespace})}})
+
+
+def _fail_lines(runs: Runs, kind: str, arn: str) -> list[dict]:
+    return [l for l in runs.of(kind, arn) if l["type"] == "FailStateEntered"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_timeout_and_lost_filters_count_each_run_once_in_every_kind(runs, synth, kind):
+    ended = runs.kinds[kind]
+    timeouts = _matching(synth.pattern(kind, "Timeouts"), runs.lines[kind])
+    lost = _matching(synth.pattern(kind, "Lost"), runs.lines[kind])
+    assert [l["execution_arn"] for l in timeouts] == [ended["timed_out"].arn]
+    assert [l["execution_arn"] for l in lost] == [ended["lost"].arn]
+    # negative controls: the other runs' Fail states match neither pattern
+    assert not any(matches(synth.pattern(kind, "Lost"), json.dumps(l))
+                   for l in _fail_lines(runs, kind, ended["timed_out"].arn))
+    for role in ("kept", "normal"):
+        if role in ended:
+            assert ended[role].arn not in {l["execution_arn"] for l in timeouts + lost}
+
+
+def test_a_nested_section_is_counted_where_it_failed_not_where_it_was_rethrown(runs, synth):
+    ended = runs.kinds["Nested"]
+    found = synth.monitoring("Nested").lock_states
+    for role, metric, states in [("timed_out", "Timeouts", found.timeouts), ("lost", "Lost", found.lost)]:
+        fails = _fail_lines(runs, "Nested", ended[role].arn)
+        # the execution failed with the lock error, in the inner section and through the outer
+        # section's re-raise
+        assert fails[-1]["details"]["name"] == "Lock.Rethrow"
+        (hit,) = [l for l in fails if matches(synth.pattern("Nested", metric), json.dumps(l))]
+        assert hit["details"]["name"].startswith("Inner.") and hit["details"]["name"] in states
+        state = hit["details"]["name"]
+        # negative control: the filter of before - the workflow's own section's state only -
+        # matches no line of the run (the Lost alarm never fired)
+        from constructs_lib.monitoring import state_filter
+
+        before = state_filter("FailStateEntered", "Lock." + state.split(".")[1]).log_pattern_string
+        assert not any(matches(before, m) for m in runs.lines["Nested"] if ended[role].arn in m)
+
+
+def _kind_metrics(monkeypatch, synth, kind: str):
+    variables = synth.synthesized.template["Resources"]
+    (function,) = [v for k, v in variables.items() if v["Type"] == "AWS::Lambda::Function"
+                   and f"/{kind}Monitoring/MetricsFunction/" in v["Metadata"]["aws:cdk:path"]]
+    monkeypatch.setenv("ACQUISITIONS", function["Properties"]["Environment"]["Variables"]["ACQUISITIONS"])
+    return importlib.reload(importlib.import_module("lambdas.lock_metrics.index"))
+
+
+#: (WaitTime, HoldTime) measured per kind: every section's acquisition (the nested workflow:
+#: 3 runs' outer and 2 runs' inner sections); HoldTime where a release returns the old
+#: acquiredAt (the nested: the outer releases after the inner section's error, and both of the
+#: normal run; the semaphore: the holder that kept its slot; the multi-key: the key its lost
+#: hold released on its own, key by key, after the transaction was refused).
+MEASURED = {"Fair": (1, 0), "Semaphore": (2, 1), "Keys": (1, 1), "Record": (1, 0), "Nested": (5, 4)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_metrics_function_measures_the_wait_of_every_sections_acquisition(runs, synth, metrics_function, monkeypatch, capsys, kind):
+    _, context = metrics_function
+    module = _kind_metrics(monkeypatch, synth, kind)
+    delivered = [m for m in runs.lines[kind] if matches(synth.subscription(kind), m)]
+    found = module.measurements(delivered, acquisitions=module.ACQUISITIONS)
+    waits = [m for m in found if m.metric == "WaitTime"]
+    holds = [m for m in found if m.metric == "HoldTime"]
+    assert (len(waits), len(holds)) == MEASURED[kind]
+    # each wait lies between the section's entry and the acquisition's exit (service clock)
+    for wait in waits:
+        lines = runs.of(kind, wait.execution_arn)
+        entered = min(int(l["event_timestamp"]) for l in lines if l["type"] == "ParallelStateEntered")
+        exited = max(int(l["event_timestamp"]) for l in lines if l["type"] == "TaskStateExited"
+                     and l["details"]["name"] in module.ACQUISITIONS)
+        assert 0 <= wait.milliseconds <= exited - entered
+    # the handler publishes what it measured; negative control: nothing from the other lines
+    counts = module.handler(_subscription_event(delivered, "group"), context)
+    assert counts == {"WaitTime": len(waits), "HoldTime": len(holds)}
+    capsys.readouterr()
+    others = [m for m in runs.lines[kind] if m not in delivered]
+    assert module.measurements(others, acquisitions=module.ACQUISITIONS) == []
+    # negative control: an acquisition's line whose record another execution holds (a fair
+    # waiter reads the holder's record into its lock variable) is no WaitTime
+    lines = [json.loads(m) for m in delivered]
+    line = next(l for l in lines if l["type"] == "TaskStateExited" and l["execution_arn"] == waits[0].execution_arn
+                and module.ACQUISITIONS[l["details"]["name"]] in (l["details"].get("assignedVariables") or {}))
+    variable = module.ACQUISITIONS[line["details"]["name"]]
+    record = json.loads(line["details"]["assignedVariables"][variable])
+    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS) is not None
+    record["owner"] = record["owner"].replace(waits[0].execution_arn.rsplit(":", 1)[1], "another-execution")
+    line["details"]["assignedVariables"][variable] = json.dumps(record)
+    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS) is None

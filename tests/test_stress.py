@@ -106,6 +106,11 @@ def test_handoff_after_an_ended_holder_is_bounded():
     assert not stress._judge(unwatched)["handoff"] and unwatched.handoffs == []
     # a parked fair waiter is bounded by the park timeout instead of a liveness round
     assert stress.handoff_bound_ms(GRACE_MS, fair_waiter=True) < bound
+    # a cancelled section's key: once its presence token has settled
+    cancelled = stress.Run("Cancelled", "K0", {}, arn="c", holds=[stress.Hold("x#K0", ended, GRACE_MS, True)])
+    settled = _report([cancelled, waiter], {"K0": {"enteredAt": [ended + bound + 1000]}})
+    assert not stress._judge(settled)["handoff"]
+    assert stress.handoff_bound_ms(GRACE_MS, False, cancelled=True) == bound + stress.protocol.PRESENCE_SETTLE_MS
 
 
 def test_seeded_campaign_keeps_every_invariant(campaign_app):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from state_machines import lock_protocol
+
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_events as events, aws_stepfunctions as sfn
@@ -286,3 +290,56 @@ def test_a_jsonpath_task_in_the_protected_work_is_refused():
         sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
                          query_language=sfn.QueryLanguage.JSONATA)
         assertions.Template.from_stack(stack)
+
+
+# ---- issue 15 part 2.3: a section cancelled by a sibling branch --------------------------
+
+def _section_machine(machine_type=sfn.StateMachineType.STANDARD, **props):
+    stack = cdk.Stack(cdk.App(), "Presence")
+    table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+    section = LockedSection(stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "W"), table=table,
+                            lease=cdk.Duration.minutes(5), **props)
+    sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
+                     query_language=sfn.QueryLanguage.JSONATA, state_machine_type=machine_type)
+    return stack
+
+
+def _definition(stack) -> dict:
+    template = cdk.assertions.Template.from_stack(stack).to_json()
+    (definition,) = [r["Properties"]["DefinitionString"] for r in template["Resources"].values()
+                     if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    parts = definition["Fn::Join"][1] if isinstance(definition, dict) else [definition]
+    import json
+    return json.loads("".join(x if isinstance(x, str) else "REF" for x in parts))
+
+
+def test_a_section_holds_its_work_beside_a_presence_task_bounded_by_its_lease():
+    hold = _definition(_section_machine())["States"]["S"]["Branches"][0]["States"]["S.Hold"]
+    work, presence = hold["Branches"]
+    assert work["StartAt"] == "W" and set(work["States"]) == {"W", "S.Depart", "S.Departed", "S.Dismiss", "S.LostInHold", "S.Worked"}
+    assert (work["States"]["W"]["Next"], work["States"]["S.Depart"]["Next"], work["States"]["S.Departed"]["Next"]) == (
+        "S.Depart", "S.Departed", "S.Dismiss")
+    task = presence["States"]["S.Presence"]
+    assert task["Resource"].endswith(":states:::aws-sdk:dynamodb:updateItem.waitForTaskToken")
+    assert (task["TimeoutSeconds"], task["HeartbeatSeconds"]) == (301, 300)
+    assert task["Arguments"]["ConditionExpression"] == lock_protocol.PRESENT.condition
+    assert "$states.context.Task.Token" in task["Arguments"]["ExpressionAttributeValues"][":token"]["S"]
+    assert {c["ErrorEquals"][0]: c["Next"] for c in hold["Catch"]}["Lock.LostInHold"] == "S.Lost"
+
+
+def test_a_section_without_cancellation_detection_runs_its_work_alone():
+    states = _definition(_section_machine(detect_cancellation=False))["States"]["S"]["Branches"][0]["States"]
+    assert "S.Hold" not in states and "S.Presence" not in json.dumps(states)
+    assert states["S.Protected"]["Branches"][0]["StartAt"] == "W"
+
+
+def test_a_section_that_detects_cancellation_is_refused_in_an_express_machine():
+    with pytest.raises((ValueError, RuntimeError), match=r"`detect_cancellation` must be False for a section in an "
+                       r"EXPRESS state machine .*got: True for 'Presence/S'"):
+        cdk.assertions.Template.from_stack(_section_machine(sfn.StateMachineType.EXPRESS))
+    _definition(_section_machine(sfn.StateMachineType.EXPRESS, detect_cancellation=False))
+
+
+def test_detect_cancellation_must_be_a_bool():
+    with pytest.raises(ValueError, match=r"`detect_cancellation` must be True or False, got: 'yes'"):
+        _section_machine(detect_cancellation="yes")

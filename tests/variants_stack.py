@@ -40,6 +40,48 @@ class VariantsStack(cdk.Stack):
             protected=hold.next(self.probe("SemaphoreHoldProbe", {"key": jsonata("$states.input.key"), "limit": LIMIT})),
             **common,
         )
+        # LIMIT holders of the semaphore in one execution's Map, cancelled by a failing sibling
+        # branch whose failure the user catches: the execution goes on RUNNING.
+        held = sfn.CustomState(
+            self, "CancelledHold", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": 60},
+        )
+        slots = sfn.Map.jsonata(
+            self, "EachSlot", items=sfn.ProvideItems.jsonata(jsonata(f"[1..{LIMIT}]")), max_concurrency=0,
+            item_selector={"key": jsonata("$states.context.Execution.Input.key")},
+        ).item_processor(LockedSection(
+            self, "CancelledSemaphore", lock_key=jsonata("$states.input.key"), limit=LIMIT, key_namespace="sem",
+            table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
+            protected=held,
+        ))
+        both = sfn.Parallel.jsonata(self, "SlotsAndSibling")
+        both.branch(slots)
+        both.branch(sfn.Wait.jsonata(self, "SlotSibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
+                    .next(sfn.Fail(self, "SlotBoom", error="User.Boom", cause="a sibling branch failed")))
+        both.add_catch(sfn.Wait.jsonata(self, "SlotsGoOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2))),
+                       errors=["User.Boom"])
+        sfn.StateMachine(
+            self, "SemaphoreCancelled", state_machine_name="VariantsSemaphoreCancelled",
+            definition_body=sfn.DefinitionBody.from_chainable(both),
+            query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
+        )
+        # A transfer's section cancelled the same way, holding both accounts.
+        transfer = LockedSection(
+            self, "CancelledTransfer", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
+            key_namespace="acct", table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60),
+            lease=cdk.Duration.minutes(8),
+            protected=sfn.CustomState(self, "TransferHeld", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": 60}),
+        )
+        beside = sfn.Parallel.jsonata(self, "TransferAndSibling")
+        beside.branch(transfer)
+        beside.branch(sfn.Wait.jsonata(self, "TransferSibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
+                      .next(sfn.Fail(self, "TransferBoom", error="User.Boom", cause="a sibling branch failed")))
+        beside.add_catch(sfn.Wait.jsonata(self, "TransferGoesOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2))),
+                         errors=["User.Boom"])
+        sfn.StateMachine(
+            self, "TransferCancelled", state_machine_name="VariantsTransferCancelled",
+            definition_body=sfn.DefinitionBody.from_chainable(beside),
+            query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
+        )
         # Transfers: both accounts at once, all or nothing.
         LockedWorkflow(
             self, "Transfer", lock_keys=jsonata("[$states.input.from, $states.input.to]"), key_namespace="acct",

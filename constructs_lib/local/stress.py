@@ -49,18 +49,24 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
    holds anyone;
 6. a client's re-entered hold yields the enclosing lease (same fence) and leaving it releases
    nothing;
-7. handoff after an ended holder: when a run's execution ended (stopped, or timed out) while
+7. handoff after an ended holder: when a run's execution ended (stopped, timed out, or after
+   its section was cancelled) while
    it held a key and another participant was waiting for that key, the next entry into the
    key came within ``grace + round + HANDOFF_SLACK_S`` of the end - ``grace`` the stop grace
    stored with the acquisition (the probe's 3 s timeout + 5 s), ``round`` one liveness round of
    a polling waiter (:data:`LIVENESS_ROUND_S`) or one park timeout for a fair one
-   (:data:`FAIR_PARK_TIMEOUT_S`), and :data:`HANDOFF_SLACK_S` for a loaded machine. "Held" is
+   (:data:`FAIR_PARK_TIMEOUT_S`), and :data:`HANDOFF_SLACK_S` for a loaded machine (for a
+   cancelled section, plus the presence settle time, ``lock_protocol.PRESENCE_SETTLE_MS``). "Held" is
    read on the lock item right after the end (its owner names the execution); "waiting" is
    read from the waiter's own history (an acquire attempt on the key since its last entry,
    no entry until past the bound, still running) or, for a client, from its own clock.
 
-Not yet covered (another engineer's open work): sections cancelled by a failing sibling
-branch (no Catch runs in them), and records near the payload limit.
+The "Cancelled" shape runs a section beside a branch that fails 0-3 s after the start, the
+failure caught: Step Functions cancels the section wherever it is (waiting, working, releasing;
+no Catch runs) and the execution succeeds. Its lock, if still held when the execution ended,
+is judged by invariant 7 like a stopped holder's (the cancel came before that end).
+
+Not yet covered: records near the payload limit.
 """
 
 from __future__ import annotations
@@ -97,7 +103,7 @@ SHORT_LEASE_S = 2
 SHORT_TIMEOUT_S = 4
 SHAPES = {  # shape -> weight in the mix
     "Plain": 30, "Map": 10, "Parallel": 8, "Nested": 8, "Timeout": 8, "Lease": 6, "Fair": 12,
-    "Children": 8, "ChildrenParallel": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
+    "Children": 8, "ChildrenParallel": 6, "Cancelled": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
 }
 #: Shapes run by a Python client (no state machine: never stopped nor redriven).
 CLIENT_SHAPES = {"ClientThread", "ClientNested", "ClientAsync"}
@@ -139,6 +145,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
     from constructs_lib import LockedSection, LockedWorkflow, LockTable
+    from constructs_lib.assets import lambda_code
     from state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(scope, construct_id)
@@ -149,7 +156,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     )
     probe_fn = lambda_.Function(
         stack, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
-        code=lambda_.Code.from_asset(str(Path(__file__).resolve().parents[2] / "lambdas" / "probe")),
+        code=lambda_code(Path(__file__).resolve().parents[2] / "lambdas" / "probe"),
         timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
         environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
     )
@@ -214,6 +221,15 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     pair.branch(section("RightChildLock", probe("RightChildProbe", "$rightChild.fence", "$states.input.right"),
                         "rightChild", key="$states.input.right.key", namespace="c"))
     workflow("ChildrenParallel", probe("ChildrenParallelProbe", "$lock.fence").next(pair))
+    # A section beside a branch that fails, the failure caught by the user: Step Functions
+    # cancels the section's branch (waiting, holding or releasing) and the execution succeeds.
+    beside = sfn.Parallel.jsonata(stack, "SectionAndSibling")
+    cancelled = section("CancelledLock", probe("CancelledProbe", "$lock.fence"), "lock")
+    beside.branch(cancelled)
+    beside.branch(sfn.Wait.jsonata(stack, "Sibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
+                  .next(sfn.Fail(stack, "SiblingFails", error="Stress.Sibling", cause="a sibling branch failed")))
+    beside.add_catch(sfn.Pass(stack, "SiblingCaught"), errors=["Stress.Sibling"])
+    cancelled.recover_stale_holders(machine("Cancelled", beside))
     machine("Unlocked", probe("UnlockedProbe", "null"))
     return stack
 
@@ -225,6 +241,7 @@ class Hold:
     stored_key: str
     ended_ms: int
     grace_ms: int
+    cancelled: bool = False  # held by a section Step Functions cancelled (the execution went on)
 
 
 @dataclass
@@ -311,6 +328,8 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
         elif shape == "ChildrenParallel":
             document["fail"] = rng.random() < 0.05
             document["left"], document["right"] = (item(f"C{rng.randrange(child_keys)}") for _ in range(2))
+        elif shape == "Cancelled":  # the sibling fails while the section waits, works or releases
+            document["failAfter"] = rng.randint(0, 3)
         elif shape == "ClientAsync":  # several tasks of one event loop, on two keys (maybe one)
             pair = [key, f"K{rng.randrange(keys)}"]
             document = {"key": key, "tasks": [item(rng.choice(pair)) for _ in range(rng.randint(2, 4))]}
@@ -509,7 +528,7 @@ class _Campaign:
         if run.stop is not None:
             self.stop_when_due(run)
         result = cloud.wait_for(run.arn, timeout=300)
-        if result.status == "TIMED_OUT":
+        if result.status == "TIMED_OUT" or run.shape == "Cancelled":  # (a cancelled section's lock)
             run.holds += self.holds_at_end(run)
         if run.redrive and result.status in ("FAILED", "ABORTED", "TIMED_OUT") and run.shape != "Unlocked":
             try:
@@ -560,7 +579,7 @@ class _Campaign:
             ).get("Item", {})
             owner = item.get(protocol.OWNER, {}).get("S")
             if protocol.owner_execution(owner) == run.arn and protocol.GRACE in item:
-                holds.append(Hold(stored, ended_ms, int(item[protocol.GRACE]["N"])))
+                holds.append(Hold(stored, ended_ms, int(item[protocol.GRACE]["N"]), run.shape == "Cancelled"))
         return holds
 
     # -- clients ------------------------------------------------------------------------
@@ -787,10 +806,13 @@ def _left_held(cloud: Any, app: Any) -> list[str]:
     return held
 
 
-def handoff_bound_ms(grace_ms: int, fair_waiter: bool) -> int:
-    """How long a key may stay blocked after its holder's execution ended, with someone waiting."""
+def handoff_bound_ms(grace_ms: int, fair_waiter: bool, cancelled: bool = False) -> int:
+    """How long a key may stay blocked after its holder's execution ended, with someone waiting
+    (``cancelled``: its section was cancelled - its presence token is trusted once it has stood
+    ``PRESENCE_SETTLE_MS``, which may end after the execution)."""
     round_s = FAIR_PARK_TIMEOUT_S if fair_waiter else LIVENESS_ROUND_S
-    return grace_ms + int((round_s + HANDOFF_SLACK_S) * 1000)
+    settle_ms = protocol.PRESENCE_SETTLE_MS if cancelled else 0
+    return grace_ms + settle_ms + int((round_s + HANDOFF_SLACK_S) * 1000)
 
 
 def _judge(report: Report) -> dict[str, list[str]]:
@@ -858,7 +880,7 @@ def _judge_handoffs(report: Report) -> list[str]:
             waiting = [
                 (run, wait) for run, wait in waits
                 if wait.stored_key == hold.stored_key and wait.start_ms <= hold.ended_ms
-                and wait.end_ms >= hold.ended_ms + handoff_bound_ms(hold.grace_ms, wait.fair)
+                and wait.end_ms >= hold.ended_ms + handoff_bound_ms(hold.grace_ms, wait.fair, hold.cancelled)
             ]
             if not waiting:
                 continue
@@ -866,7 +888,7 @@ def _judge_handoffs(report: Report) -> list[str]:
             blocked_ms = (later[0] if later else _now_ms()) - hold.ended_ms
             report.handoffs.append((hold.stored_key, blocked_ms))
             for run, wait in waiting:
-                bound = handoff_bound_ms(hold.grace_ms, wait.fair)
+                bound = handoff_bound_ms(hold.grace_ms, wait.fair, hold.cancelled)
                 if blocked_ms > bound:
                     found.append(
                         f"{hold.stored_key}: {holder.shape} {holder.arn} ended at {hold.ended_ms} holding it "

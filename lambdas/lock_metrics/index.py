@@ -4,10 +4,11 @@ A CloudWatch Logs subscription filter delivers the lines (gzip + base64 in ``aws
 of the workflow's log group - level ALL, execution data included - and each metric comes from
 ONE line (lines arrive one at a time, in no guaranteed order):
 
-* **WaitTime** (ms), from the acquire's ``TaskStateExited`` (state ``$ACQUIRE_STATE``): the
-  ``$lock`` record it assigned (``assignedVariables[$LOCK_VARIABLE]``) holds ``acquiredAt``
-  and ``requestedAt`` (the section's entry): wait = ``acquiredAt - requestedAt``. A re-entered
-  section (``reentered``) waited for nothing and is skipped.
+* **WaitTime** (ms), from the exit of an acquisition (a state of ``$ACQUISITIONS``, of any
+  section of any kind): the lock record it assigned (``assignedVariables[<its variable>]``)
+  holds ``acquiredAt`` and ``requestedAt`` (the section's entry): wait = ``acquiredAt -
+  requestedAt``. A re-entered section (``reentered``) waited for nothing and is skipped, and
+  so is a record another execution holds (a fair waiter's read of the lock: not its acquisition).
 * **HoldTime** (ms), from a release's ``TaskSucceeded`` (a DynamoDB ``updateItem`` returning
   ``UPDATED_OLD``): the removed attributes as they were, ``owner`` and ``acquiredAt`` but no
   ``fence`` (which every acquire result has): hold = ``event_timestamp - acquiredAt``.
@@ -16,8 +17,9 @@ Both ends of each difference come from the Step Functions service clock. Metrics
 CloudWatch embedded metric format in ``$POWERTOOLS_METRICS_NAMESPACE`` (one namespace per
 workflow: the construct sets it), without dimensions.
 
-Environment: ``POWERTOOLS_METRICS_NAMESPACE``, ``ACQUIRE_STATE`` (default ``Lock.Acquire``),
-``LOCK_VARIABLE`` (default ``lock``); tracing turns itself off outside Lambda.
+Environment: ``POWERTOOLS_METRICS_NAMESPACE``, ``ACQUISITIONS`` (JSON: state name -> the lock
+variable it assigns; default ``{"Lock.Acquire": "lock"}``); tracing turns itself off outside
+Lambda.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -54,8 +56,12 @@ class Measurement:
     execution_arn: str
 
 
-def measurement(message: str, *, acquire_state: str, lock_variable: str) -> Measurement | None:
-    """The WaitTime or HoldTime one log line shows, or None."""
+DEFAULT_ACQUISITIONS = {"Lock.Acquire": "lock"}
+
+
+def measurement(message: str, *, acquisitions: Mapping[str, str]) -> Measurement | None:
+    """The WaitTime or HoldTime one log line shows, or None (``acquisitions``: state name ->
+    the lock variable it assigns)."""
     try:
         line = json.loads(message)
     except ValueError:
@@ -63,10 +69,13 @@ def measurement(message: str, *, acquire_state: str, lock_variable: str) -> Meas
     if not isinstance(line, dict) or not isinstance(line.get("details"), dict):
         return None
     details, arn = line["details"], str(line.get("execution_arn", ""))
-    if line.get("type") == "TaskStateExited" and details.get("name") == acquire_state:
-        lock = _json((details.get("assignedVariables") or {}).get(lock_variable))
+    name = details.get("name")
+    if str(line.get("type", "")).endswith("StateExited") and isinstance(name, str) and name in acquisitions:
+        lock = _json((details.get("assignedVariables") or {}).get(acquisitions[name]))
         if not isinstance(lock, dict) or lock.get("reentered"):
             return None
+        if not str(lock.get(OWNER, "")).startswith(arn + "#"):
+            return None  # a read of someone else's hold (a fair waiter's check), not an acquisition
         acquired, requested = lock.get(ACQUIRED_AT), lock.get(REQUESTED_AT)
         if _is_number(acquired) and _is_number(requested):
             return Measurement(WAIT_TIME, max(0, int(acquired) - int(requested)), arn)
@@ -86,9 +95,13 @@ def measurement(message: str, *, acquire_state: str, lock_variable: str) -> Meas
     return None
 
 
-def measurements(messages: Iterable[str], *, acquire_state: str, lock_variable: str) -> list[Measurement]:
-    found = (measurement(m, acquire_state=acquire_state, lock_variable=lock_variable) for m in messages)
+def measurements(messages: Iterable[str], *, acquisitions: Mapping[str, str]) -> list[Measurement]:
+    found = (measurement(m, acquisitions=acquisitions) for m in messages)
     return [m for m in found if m is not None]
+
+
+#: State name -> the lock variable it assigns (read once, at cold start).
+ACQUISITIONS: Mapping[str, str] = json.loads(os.environ.get("ACQUISITIONS") or "null") or DEFAULT_ACQUISITIONS
 
 
 @logger.inject_lambda_context
@@ -101,8 +114,7 @@ def handler(event: CloudWatchLogsEvent, context: LambdaContext) -> dict[str, int
         return {WAIT_TIME: 0, HOLD_TIME: 0}
     found = measurements(
         (e.message for e in data.log_events),
-        acquire_state=os.environ.get("ACQUIRE_STATE", "Lock.Acquire"),
-        lock_variable=os.environ.get("LOCK_VARIABLE", "lock"),
+        acquisitions=ACQUISITIONS,
     )
     for m in found:
         metrics.add_metric(name=m.metric, unit=MetricUnit.Milliseconds, value=m.milliseconds)

