@@ -10,6 +10,13 @@ def test_overtakes_count_later_arrivals_granted_first_beyond_the_resolution():
     assert overtakes([(0, 20), (50, 10)]) == 0 and overtakes([(0, 20), (50, 10)], 1) == 1  # within 100 ms
 
 
+def test_ticket_overtakes_count_later_tickets_granted_first():
+    from constructs_lib.local.bench_fair import ticket_overtakes
+
+    assert ticket_overtakes([(1, 5), (2, 6), (3, 7)]) == 0
+    assert ticket_overtakes([(1, 7), (2, 6), (3, 5)]) == 3
+
+
 def test_percentiles_of_handoff_gaps():
     assert percentile([5, 1, 3], 50) == 3 and percentile(list(range(101)), 99) == 99
     assert percentile([], 50) != percentile([], 50)  # nan
@@ -30,3 +37,4 @@ def test_a_small_slice_of_the_fair_benchmark():
         assert r["succeeded"] == r["runs"] == 4 and r["overlaps"] == 0 and r["fence_violations"] == 0
         assert r["wru_per_run"] >= 2 and r["dollars_per_run"] > 0  # an acquire and a release at least
     assert loads["Fair"]["overtakes"] == 0 and loads["Fair"]["waited"] >= 2
+    assert loads["Fair"]["ticket_overtakes"] == 0  # granted in ticket order

@@ -69,6 +69,26 @@ def arrival_ms(history: Sequence[dict], lock: str) -> int | None:
     return None
 
 
+def tickets_and_fences(history: Sequence[dict]) -> tuple[list[int], list[int]]:
+    """The fair lock's tickets a run took (``Lock.Enqueue``'s assigned ``lockTicket``) and the
+    fences it was granted (``$lock.fence``): the queue's own order, free of timestamp noise."""
+    tickets, fences = [], []
+    for event in history:
+        assigned = (event.get("stateExitedEventDetails") or {}).get("assignedVariables") or {}
+        if "lockTicket" in assigned:
+            tickets.append(json.loads(assigned["lockTicket"]))
+        if isinstance(assigned.get("lock"), str) and assigned["lock"] not in ("null",):
+            value = json.loads(assigned["lock"])
+            if isinstance(value, dict) and "fence" in value:
+                fences.append(value["fence"])
+    return tickets, fences
+
+
+def ticket_overtakes(runs: Sequence[tuple[int, int]]) -> int:
+    """Pairs (ticket, fence of the grant) where a later ticket was granted before an earlier one."""
+    return sum(1 for a in runs for b in runs if a[0] < b[0] and b[1] < a[1])
+
+
 #: Arrivals closer than this are not ordered by the measure: history timestamps are taken
 #: after each write returns, on threads of one busy process, so two writes a few ms apart can
 #: be stamped in either order.
@@ -165,6 +185,11 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
     gaps = scenario.handoff_gaps_ms(sections)
     lines = [(arrival_ms(histories[m.execution], lock), m.acquire_acked_ms) for m in metrics]
     waited = [(a, g) for a, g in lines if a is not None and g is not None]
+    by_ticket = []  # (the last ticket a run took, its grant's fence): the fair queue's own order
+    for m in metrics:
+        tickets, fences = tickets_and_fences(histories[m.execution])
+        if tickets and fences:
+            by_ticket.append((tickets[-1], fences[-1]))
     wru, rru = meter.of(key + "") if meter is not None else (float("nan"), float("nan"))
     # how the fair lock's handoffs went (the tail's explanation): states entered, park timeouts
     paths: dict = {}
@@ -187,6 +212,7 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
         "dynamodb_per_run": summary.dynamodb_per_run, "paths": paths,
         "handoff_p50_ms": percentile(gaps, 50), "handoff_p99_ms": percentile(gaps, 99),
         "overtakes": overtakes(waited), "overtakes_any_gap": overtakes(waited, 1), "waited": len(waited),
+        "ticket_overtakes": ticket_overtakes(by_ticket) if by_ticket else None,
         "max_over_mean_wait": summary.fairness,
         "overlaps": summary.overlaps, "fence_violations": summary.fence_violations,
     }
@@ -322,7 +348,7 @@ def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Seq
 
 
 HEADERS = ("work", "N", "lock", "lock transitions/run", "write units/run", "read units/run", "$/run (lock)",
-           "handoff p50 (ms)", "handoff p99 (ms)", "p50 ÷ floor", "overtakes (any gap)", "makespan ÷ ideal",
+           "handoff p50 (ms)", "handoff p99 (ms)", "p50 ÷ floor", "overtakes (any gap) [by ticket]", "makespan ÷ ideal",
            "succeeded")
 
 
@@ -330,7 +356,9 @@ def rows(results: dict) -> list[list[str]]:
     return [[f"{r['work_s']:g} s", str(r["n"]), r["lock"], f"{r['lock_transitions_per_run']:.1f}",
              f"{r['wru_per_run']:.1f}", f"{r['rru_per_run']:.1f}", f"{r['dollars_per_run'] * 1e6:.1f} µ$",
              f"{r['handoff_p50_ms']:.0f}", f"{r['handoff_p99_ms']:.0f}", f"{r['handoff_p50_over_floor']:.2f}",
-             f"{r['overtakes']} ({r['overtakes_any_gap']})", f"{r['makespan_ratio']:.2f}",
+             f"{r['overtakes']} ({r['overtakes_any_gap']})"
+             + (f" [{r['ticket_overtakes']}]" if r.get("ticket_overtakes") is not None else ""),
+             f"{r['makespan_ratio']:.2f}",
              f"{r['succeeded']}/{r['runs']}"] for r in results["loads"]]
 
 
