@@ -471,3 +471,20 @@ def test_an_express_waiter_dequeues_a_head_whose_lease_ended(fair):
     dead_head(fair, k, "express:gone#1", fence=2)
     result = fair.wait([fair.start("FairExpress", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == 3 and fair.drained(k)
+
+
+def test_max_wait_none_waits_as_long_as_the_history_budget_allows_then_times_out():
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from constructs_lib import LockedSection, LockTable
+    from state_machines.lock_protocol import jsonata
+
+    stack = cdk.Stack(cdk.App(), "Unlimited")
+    table = LockTable(stack, "Locks").table
+    common = dict(lock_key=jsonata("$states.input.key"), table=table, lease=cdk.Duration.minutes(5), max_wait=None)
+    section = LockedSection(stack, "Fair", protected=sfn.Pass.jsonata(stack, "W"), fair=True, **common)
+    # (20,000 / 45 - 1) park rounds of 30 s: 3 h 41 min, then Lock.Timeout
+    assert section._max_wait_ms == fp.unlimited_wait_s(30, 20_000) * 1000 == 13_290_000
+    with pytest.raises(ValueError, match=r"`max_wait` must be a Duration, got: None"):
+        LockedSection(stack, "Polling", protected=sfn.Pass.jsonata(stack, "W2"), **common)
