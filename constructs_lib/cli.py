@@ -1,4 +1,4 @@
-"""``locked-workflow locks list|show|release``: who holds a lock, since when, and freeing it.
+"""``locked-workflow locks list|show|release|clear-head``: who holds a lock, since when, and freeing it.
 
 Works against AWS (boto3's credentials and region; ``--table`` or ``--stack``) and any
 endpoint (``--endpoint-url``: DynamoDB Local, LocalStack - region us-east-1 unless one is
@@ -13,6 +13,7 @@ timeouts, throttling, refused calls and bad arguments alike (argparse's usage er
     locked-workflow --table Locks locks list --namespace customer --held
     locked-workflow --stack CustomerUpdates locks show 42 --namespace customer
     locked-workflow --table Locks locks release 42 --namespace customer --force
+    locked-workflow --table Locks locks clear-head 42 --namespace customer   # a fair lock's dead head
     locked-workflow --table Locks locks release api --namespace sem --slot 2 --force
 """
 
@@ -139,7 +140,7 @@ def _stored(args: argparse.Namespace) -> str:
 def cmd_list(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
     if args.namespace is not None and p.namespace_problem(args.namespace):
         raise CliError(f"the namespace {p.namespace_problem(args.namespace)}")
-    rows = [describe(item, now_ms) for item in locks.scan() if p.KEY_ATTRIBUTE in item]
+    rows = [describe(item, now_ms) for item in locks.scan() if p.KEY_ATTRIBUTE in item and not _fair_row(item)]
     if args.namespace is not None:
         rows = [r for r in rows if r["namespace"] == args.namespace]
     if args.held:
@@ -167,14 +168,8 @@ def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
     _, item = _read(locks, args)
     shown = describe(item, now_ms)
     shown["executionStatus"] = locks.execution_status(shown["execution"])
-    if fair.QUEUE in item:  # a fair lock records its waiters, in order, with how each waits
-        slots = item.get(fair.TOKENS, {}).get("M", {})
-        shown["waiters"] = [
-            {"owner": o, "execution": p.owner_execution(o),
-             "waits": ("polling" if slots.get(o, {}).get("S", "").startswith(fair.CLIENT_LEASE_PREFIX)
-                       else "parked" if o in slots else "queued")}
-            for o in fair.queue_of(item)
-        ]
+    if fair.TICKETS in item:  # a fair lock: its waiters' rows, in ticket order
+        shown["waiters"] = fair_waiters(locks, item[p.KEY_ATTRIBUTE]["S"], item)
     else:
         shown["waiters"] = "not recorded: waiters of this lock kind poll"
     return OK, shown
@@ -200,7 +195,9 @@ def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[in
         return REFUSED, {**shown, "released": False, "warning": warning,
                          "message": f"would release the lock held by {shown['owner']!r} (fence "
                                     f"{shown['fence']}); add --force to release it"}
-    client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb)
+    # (a fair lock: the release hands the lock to the next waiter and wakes it)
+    client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb,
+                        stepfunctions=locks.stepfunctions, fair=fair.TICKETS in item)
     try:
         client.release(_lease(args.key, item))
     except LockLost:
@@ -211,6 +208,63 @@ def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[in
         ) from None
     return OK, {**shown, "released": True, "warning": warning,
                 "message": f"released the lock held by {shown['owner']!r} (fence {shown['fence']})"}
+
+
+# ---- the fair lock's queue (rows of their own) --------------------------------------
+
+#: ``locks show`` lists at most this many waiters of a fair lock (and counts the rest).
+SHOWN_WAITERS = 100
+
+
+def _fair_row(item: Mapping[str, Any]) -> bool:
+    """A fair lock's queue row (not a lock item)."""
+    return item.get(p.KEY_ATTRIBUTE, {}).get("S", "").startswith(fair.ROW_MARK)
+
+
+def fair_waiters(locks: Locks, stored: str, item: Mapping[str, Any]) -> list[dict]:
+    """The waiters of the fair lock ``item``, head first: each queued ticket's row - parked,
+    polling, left, ready (freed for a waiter that has not parked yet) or a hole (no row)."""
+    waiters = []
+    tickets = fair.queued_tickets(item)
+    for ticket in list(tickets)[:SHOWN_WAITERS]:
+        row = locks.get(fair.row_key(stored, ticket))
+        owner = row.get(p.OWNER, {}).get("S")
+        token = row.get(fair.TOKEN, {}).get("S", "")
+        waits = ("left" if fair.LEFT in row else "polling" if token.startswith(fair.CLIENT_LEASE_PREFIX)
+                 else "parked" if token else "ready" if fair.READY in row else "not parked yet")
+        waiters.append({"ticket": ticket, "owner": owner, "execution": p.owner_execution(owner), "waits": waits})
+    if len(tickets) > SHOWN_WAITERS:
+        waiters.append({"ticket": None, "owner": f"... {len(tickets) - SHOWN_WAITERS} more", "execution": None,
+                        "waits": "queued"})
+    return waiters
+
+
+def cmd_clear_head(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
+    """Clear a dead head from a fair queue: mark its row left (only that waiter's, only while it
+    is the head) and, the lock being free, hand the lock to the next waiter. Refused while the
+    head's execution may still run (unless ``--force``: it then queues again at its next look)."""
+    from constructs_lib.lock_client import LockClient
+
+    stored, item = _read(locks, args)
+    if fair.TICKETS not in item:
+        raise CliError(f"{args.key!r} is not a fair lock: it has no queue")
+    waiters = fair_waiters(locks, stored, item)
+    if not waiters:
+        return OK, {"cleared": False, "message": "nobody queues: nothing to clear"}
+    head = waiters[0]
+    status = locks.execution_status(head["execution"])
+    shown = {**head, "executionStatus": status}
+    if status in p.ALIVE_STATUSES and not args.force:
+        return REFUSED, {**shown, "cleared": False,
+                         "message": f"the head's execution is {status}: add --force to clear it anyway"}
+    client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb,
+                        stepfunctions=locks.stepfunctions, fair=True)
+    if head["owner"] is not None:
+        client.leave_queue(fair.row_key(stored, head["ticket"]), head["owner"])
+    else:  # a hole (a ticket whose waiter never parked): mark it, then skip it now
+        client.handoff(stored, me="operator", served=head["ticket"] - 1, fence=None, hole_s=0)
+    return OK, {**shown, "cleared": True, "message": f"cleared ticket {head['ticket']} ({head['owner']}) "
+                                                     "from the queue; a free lock went to the next waiter"}
 
 
 # ---- plumbing -------------------------------------------------------------------------
@@ -304,6 +358,10 @@ def parser() -> argparse.ArgumentParser:
     release.add_argument("--force", action="store_true", help="really release (without it: say what would happen)")
     release.add_argument("--owner", help="release only if this is the holder")
     release.add_argument("--fence", type=int, help="release only if this is the fence")
+    clear = locks.add_parser("clear-head", parents=[common], help="a fair lock: clear a dead head from its queue")
+    clear.add_argument("key")
+    clear.add_argument("--namespace", default="")
+    clear.add_argument("--force", action="store_true", help="clear it even while its execution may still run")
     return root
 
 
@@ -326,7 +384,7 @@ def _print(result: Any, as_json: bool) -> None:
         if name == "waiters" and isinstance(value, list):
             print(f"  waiters: {len(value)}" + ("" if value else " (none)"))
             for n, w in enumerate(value, 1):
-                print(f"    {n}. {w['owner']} ({w['waits']})")
+                print(f"    {n}. {w['owner']} ({w['waits']})")  # (a fair lock's waiters, head first)
         elif name not in ("warning", "message") and value is not None:
             print(f"  {name}: {value}")
 
@@ -353,7 +411,8 @@ def main(argv: Sequence[str] | None = None, *, clients: Mapping[str, Any] | None
             dynamodb = clients.get("dynamodb") or _client(session, "dynamodb", args)
             region = dynamodb.meta.region_name or region  # the region actually used
             stepfunctions = clients.get("stepfunctions") or (None if dummy else _client(session, "stepfunctions", args))
-            command = {"list": cmd_list, "show": cmd_show, "release": cmd_release}[args.command]
+            command = {"list": cmd_list, "show": cmd_show, "release": cmd_release,
+                       "clear-head": cmd_clear_head}[args.command]
             code, result = command(Locks(dynamodb, stepfunctions, table), args, int(time.time() * 1000))
         except ClientError as error:
             code_name = error.response.get("Error", {}).get("Code")

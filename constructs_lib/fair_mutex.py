@@ -1,22 +1,20 @@
-"""The fair lock kind (``fair=True``): the mutex's lock item with a FIFO queue and event-driven
-handoff - :mod:`state_machines.fair_protocol` wired into a section's states::
+"""The fair lock kind (``fair=True``): the mutex's lock item with a ticket queue of one row per
+waiter and direct handoff - :mod:`state_machines.fair_protocol` wired into a section's states::
 
-    Acquire (fast path) --ok--> work --> Release --(a head parked)--> Wake head
-       |--held or queued--> Enqueue --> Park (.waitForTaskToken) --woken / refused--> AcquireHead --ok--> work
-                                          |--park timeout--> waited max_wait? --> Leave --> Timeout
-                                          |                   \\--> Inspect --> DescribeHolder / DescribeHead
-                                          |                          --(dead head of a free lock)--> RemoveHead --> Wake next
-                                          |                          \\--> Enqueue (again: dropped waiters re-queue)
-                                          \\--error--> Leave --> fail with the error
-       AcquireHead --refused--> Confirm (read: mine already? -> work) --> Park
+    Acquire (fast path) --ok--> work --> Take next row --parked--> Grant --> Wake (the next one's work)
+       |--held or queued--> Enqueue (ticket) --> Park (.waitForTaskToken) --woken--> work
+                                                  |--refused (ready)--> AcquireHead --> work
+                                                  |--park timeout / Lock.Look--> Inspect (the fallback)
+       Inspect: granted -> Claim -> work | skipped -> Requeue | head of a free lock -> AcquireHead
+                | behind a free lock -> the handoff for its head | else -> Park
 
-A parked waiter costs no transitions while it waits: the release that frees the lock wakes the
-head of the queue with ``SendTaskSuccess``.
+The woken waiter's next state is its protected work: between two holders the critical path is
+one write (GRANT) and one wake-up (``SendTaskSuccess``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
@@ -33,10 +31,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The aws-sdk integration's name of a refused condition (the park is an aws-sdk call).
 SDK_CONDITION_FAILED = "DynamoDb.ConditionalCheckFailedException"
+#: The error a nudge (``SendTaskFailure``) ends a park with: look by yourself.
+LOOK = "Lock.Look"
+
+
+def _item_number(item: str, name: str, default: str = "0") -> str:
+    return f"($exists({item}.`{name}`.N) ? $number({item}.`{name}`.N) : {default})"
+
+
+def _item_string(item: str, name: str) -> str:
+    return f"($exists({item}.`{name}`.S) ? {item}.`{name}`.S : '')"
 
 
 class FairMutex(Mutex):
-    """One holder per key, granted in queue order, handed off by a wake-up."""
+    """One holder per key, granted in ticket order, handed off directly to the next waiter."""
 
     name = "fair"
     builds_own_wait_path = True
@@ -47,29 +55,55 @@ class FairMutex(Mutex):
         #: EXPRESS: no task tokens - poll as the head, keeping a lease on the queue place
         self.polling = polling
 
+    def key_expression(self, namespace: str) -> str:
+        # the rows' keys add up to ROW_KEY_RESERVE_BYTES to the stored key
+        return protocol.key_expression(self.user_key, namespace, fair.ROW_KEY_RESERVE_BYTES)
+
+    # -- variables ---------------------------------------------------------------------------
+
+    def _vars(self, section: "LockedSection") -> dict:
+        v = section.variables
+        return {"ticket": v["lock"] + "Ticket", "seen": v["lock"] + "Seen", "handoff": v["lock"] + "Handoff"}
+
+    def _row(self, key: str, ticket: str) -> dict:
+        return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(fair.row_key_expression(key, ticket))})}
+
+    def _lock_record(self, of: str, *, key: str, owner: str, ticket: str) -> str:
+        """JSONata: the ``$lock`` record of a grant read from ``of`` (a lock item), plus its ticket."""
+        return (
+            f"{{'key': {key}, 'owner': {owner}, 'fence': {_item_number(of, protocol.FENCE)}, "
+            f"'acquiredAt': {_item_number(of, protocol.ACQUIRED_AT)}, 'expiresAt': {_item_number(of, protocol.EXPIRES_AT)}, "
+            f"'ticket': {ticket}, '{protocol.REQUESTED_AT}': {ENTRY}.{protocol.REQUESTED_AT}, {protocol.generation_field()}}}"
+        )
+
     # -- acquire --------------------------------------------------------------------------
 
     def build_acquire(self, section: "LockedSection", lease_ms: int):
         v = section.variables
         stale = protocol.stale_owner_expression(v["wait"])
-        # the fast path: the mutex's acquire when nobody queues (re-entrancy as the mutex's)
+        values = {
+            ":me": {"S": jsonata(f"{ENTRY}.owner")}, ":stale": {"S": jsonata(stale)},
+            ":now": {"N": jsonata(protocol.NOW_EXPRESSION)},
+            ":expiresAt": {"N": jsonata(protocol.lease_end_expression(lease_ms))},
+            ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}, ":one": {"N": "1"}, ":zero": {"N": "0"},
+        }
         fast = update_item_task(
             section, section._name("Acquire"), section.table,
-            {**fair.fast_acquire_arguments(
-                key_jsonata=protocol.reentered_or(f"{ENTRY}.key", reentered_expression=f"$exists({ENTRY}.reentered)"),
-                lease_ms=lease_ms, stale_owner_jsonata=stale)},
-            assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
+            fair.arguments(jsonata(protocol.reentered_or(f"{ENTRY}.key", reentered_expression=f"$exists({ENTRY}.reentered)")),
+                           fair.FAST_ACQUIRE, values, return_values="ALL_NEW"),
+            assign={v["lock"]: jsonata(f"$merge([{protocol.lock_variable_expression()}, "
+                                       f"{{'ticket': {_item_number('$states.result.Attributes', fair.SERVED)}}}])"),
+                    v["wait"]: jsonata("null")},
             outputs=jsonata(f"{ENTRY}.input"),
         )
         retry_transient(fast)
         self.catch_reentered(section, fast)
-        self._section, self._lease_ms = section, lease_ms
+        self._section, self._lease_ms, self._values = section, lease_ms, values
         self._build_queue(fast)
         return fast, fast, fast
 
     def _build_queue(self, fast: sfn.TaskStateBase) -> None:
-        section, v = self._section, self._section.variables
-        stale = protocol.stale_owner_expression(v["wait"])
+        section, v, f = self._section, self._section.variables, self._vars(self._section)
         timeout = sfn.Fail.jsonata(
             section, "Timeout", state_name=section._name("Timeout"), error=protocol.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({section._max_wait_ms} ms)",
@@ -83,245 +117,459 @@ class FairMutex(Mutex):
         )
         left = sfn.Choice.jsonata(section, "Left", state_name=section._name("Left?"))
         left.when(sfn.Condition.jsonata(jsonata(f"$exists(${v['wait']}.error)")), failed).otherwise(timeout)
-        self._leave = self._build_leave(left)
-        on_error = dict(
+        self._on_error = dict(
             errors=["States.ALL"],
             assign={v["wait"]: jsonata(f"$merge([${v['wait']}, {{'error': $states.errorOutput}}])")},
             outputs=jsonata("$states.input"),
         )
+        ticket = f"${f['ticket']}"
 
-        enqueue = update_item_task(section, section._name("Enqueue"), section.table, fair.enqueue_arguments())
+        # the ticket (refused: the lock is free with nobody queued - the fast path again)
+        enqueue = update_item_task(
+            section, section._name("Enqueue"), section.table,
+            fair.arguments(jsonata(f"{ENTRY}.key"), fair.ENQUEUE,
+                           {k: self._values[k] for k in fair.ENQUEUE.value_names()}, return_values="ALL_NEW"),
+            assign={f["ticket"]: jsonata(_item_number("$states.result.Attributes", fair.TICKETS)),
+                    f["seen"]: jsonata(f"{{'served': {_item_number('$states.result.Attributes', fair.SERVED)}}}")},
+        )
         retry_transient(enqueue)
+        enqueue.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        enqueue.add_catch(left, **self._on_error)
+        fast.add_catch(enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+
+        # leaving (max_wait spent, or an error while queued): mark my row left; granted
+        # meanwhile -> the work after all
+        self._leave = self._build_leave(left)
+
+        # the head takes the lock itself, then drops its row
+        drop = self._delete_row("DropRow", f"{ENTRY}.key", ticket, outputs=f"{ENTRY}.input")
+        drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
+        drop.next(section.protected)
+        head = update_item_task(
+            section, section._name("AcquireHead"), section.table,
+            self._grant_arguments(key=f"{ENTRY}.key", me=f"{ENTRY}.owner", nxt=f"{ENTRY}.owner",
+                                  stale=protocol.stale_owner_expression(v["wait"]), prev=f"{ticket} - 1",
+                                  expires=protocol.lease_end_expression(self._lease_ms), grace=f"$string({ENTRY}.grace)"),
+            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
+                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
+                    v["wait"]: jsonata("null")},
+        )
+        retry_transient(head)
+        head.next(drop)
+        claim = update_item_task(
+            section, section._name("Claim"), section.table,
+            fair.arguments(jsonata(f"{ENTRY}.key"), fair.CLAIM,
+                           {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                           return_values="ALL_NEW"),
+            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
+                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
+                    v["wait"]: jsonata("null")},
+        )
+        retry_transient(claim)
+        claim.next(drop)
+        requeue = self._delete_row("Requeue", f"{ENTRY}.key", ticket)
+        requeue.next(enqueue)
+
         if self.polling:
-            return self._build_polling(fast, enqueue, timeout, on_error)
+            wait_again = self._build_polling(head)
+        else:
+            wait_again = self._build_park(head)
+        inspect = self._build_inspect(claim=claim, requeue=requeue, head=head, wait_again=wait_again)
+        if not self.polling:  # the park ends by a timeout (look, or leave) or a nudge (look)
+            park = self._park
+            park.add_catch(inspect, errors=[LOOK], outputs=jsonata("$states.input"))
+            park.add_catch(self._waited_enough(inspect), errors=["States.Timeout"], outputs=jsonata("$states.input"),
+                           assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+            park.add_catch(self._leave, **self._on_error)
+        for state in (head, claim):
+            state.add_catch(self._inspect_state, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            state.add_catch(self._leave, **self._on_error)
+        requeue.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        enqueue.next(self._first_wait)
+
+    def _grant_arguments(self, *, key: str, me: str, nxt: str, stale: str, prev: str, expires: str, grace: str) -> dict:
+        return fair.arguments(jsonata(key), fair.GRANT, {
+            ":me": {"S": jsonata(me)}, ":next": {"S": jsonata(nxt)}, ":stale": {"S": jsonata(stale)},
+            ":now": {"N": jsonata(protocol.NOW_EXPRESSION)}, ":expiresAt": {"N": jsonata(expires)},
+            ":grace": {"N": jsonata(grace)}, ":one": {"N": "1"}, ":prev": {"N": jsonata(f"$string({prev})")},
+            ":ticket": {"N": jsonata(f"$string({prev} + 1)")},
+        }, return_values="ALL_NEW")
+
+    def _build_park(self, head: sfn.State) -> sfn.State:
+        """Park on a task token in my row; woken = granted: straight to the work."""
+        section, v, f = self._section, self._section.variables, self._vars(self._section)
+        ticket = f"${f['ticket']}"
+        values = {
+            ":me": {"S": jsonata(f"{ENTRY}.owner")}, ":token": {"S": jsonata("$states.context.Task.Token")},
+            ":lease": {"N": str(int(self._lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
+        }
+        args = fair.arguments("", fair.PARK, values)
+        args.pop("ReturnValues")
+        args["Key"] = {protocol.KEY_ATTRIBUTE: {"S": jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket))}}
+        max_wait_ms = section._max_wait_ms
         park = JsonataCustomState(section, section._name("Park"), state_json={
             "Type": "Task",
             "QueryLanguage": "JSONata",
             "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
-            "Arguments": {"TableName": section.table.table_name, **fair.park_arguments(stale_owner_jsonata=stale)},
+            "Arguments": {"TableName": section.table.table_name, **args},
             "TimeoutSeconds": jsonata(fair.park_timeout_expression(
-                park_timeout_s=self.park_timeout_s, wait_variable=v["wait"], max_wait_ms=section._max_wait_ms)),
-            "Output": jsonata("$states.input"),
+                park_timeout_s=self.park_timeout_s, distance=f"({ticket} - ${f['seen']}.served)",
+                wait_variable=v["wait"], max_wait_ms=max_wait_ms)),
+            "Assign": {
+                v["lock"]: jsonata(
+                    f"{{'key': {ENTRY}.key, 'owner': {ENTRY}.owner, 'fence': $states.result.fence, "
+                    f"'acquiredAt': $states.result.acquiredAt, 'expiresAt': $states.result.expiresAt, 'ticket': {ticket}, "
+                    f"'{protocol.REQUESTED_AT}': {ENTRY}.{protocol.REQUESTED_AT}, {protocol.generation_field()}}}"),
+                v["wait"]: jsonata("null"),
+            },
+            "Output": jsonata(f"{ENTRY}.input"),
         })
-        park.add_retry(errors=list(multikey.TRANSIENT_ERRORS), interval=Duration.seconds(protocol.TRANSIENT_RETRY["interval_s"]), backoff_rate=2.0,
-                       max_attempts=protocol.TRANSIENT_RETRY["max_attempts"], jitter_strategy=sfn.JitterType.FULL)
-        head, confirm = self._build_head(otherwise=park)
-
-        parked_out = sfn.Choice.jsonata(section, "WaitedEnough", state_name=section._name("WaitedEnough?"))
-        parked_out.when(
-            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], section._max_wait_ms))),
-            self._leave,
-        ).otherwise(self._build_recheck(enqueue))
+        park.add_retry(errors=list(multikey.TRANSIENT_ERRORS), interval=Duration.seconds(protocol.TRANSIENT_RETRY["interval_s"]),
+                       backoff_rate=2.0, max_attempts=protocol.TRANSIENT_RETRY["max_attempts"],
+                       jitter_strategy=sfn.JitterType.FULL)
         park.add_catch(head, errors=[SDK_CONDITION_FAILED], outputs=jsonata("$states.input"))
-        park.add_catch(parked_out, errors=["States.Timeout"], outputs=jsonata("$states.input"),
-                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
-        park.add_catch(self._leave, **on_error)
-        park.next(head)
-        enqueue.add_catch(park, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        enqueue.add_catch(self._leave, **on_error)
-        enqueue.next(park)
-        for state in (head, confirm):
-            state.add_catch(self._leave, **on_error)
-        fast.add_catch(
-            enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
-            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
-        )
+        park.next(section.protected)
+        self._park = park
+        self._first_wait = park
+        return park
 
-    def _build_head(self, *, otherwise: sfn.State):
-        """AcquireHead -> the work; refused: Confirm (a retry whose first try took the lock finds
-        itself the owner) -> Mine? -> the work, or ``otherwise``."""
-        section, v = self._section, self._section.variables
-        stale = protocol.stale_owner_expression(v["wait"])
-        head = update_item_task(
-            section, section._name("AcquireHead"), section.table,
-            fair.acquire_head_arguments(lease_ms=self._lease_ms, stale_owner_jsonata=stale),
-            assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
-            outputs=jsonata(f"{ENTRY}.input"),
-        )
-        retry_transient(head)
-        head.next(section.protected)
-        confirm = self._get_item("Confirm", f"{ENTRY}.key", assign={
-            v["holder"]: jsonata(protocol.holder_expression()),
-            v["lock"]: jsonata(protocol.lock_variable_expression(of="$states.result.Item")),
-        })
-        mine = sfn.Choice.jsonata(section, "Mine", state_name=section._name("Mine?"))
-        mine.when(
-            sfn.Condition.jsonata(jsonata(f"${v['holder']}.owner = {ENTRY}.owner")),
-            sfn.Pass.jsonata(section, "Taken", state_name=section._name("Taken"),
-                             assign={v["wait"]: jsonata("null")}, outputs=jsonata(f"{ENTRY}.input")).next(section.protected),
-        ).otherwise(otherwise)
-        head.add_catch(confirm.next(mine), errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
-                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
-        return head, confirm
-
-    def _build_polling(self, fast, enqueue, timeout, on_error) -> None:
-        """EXPRESS (no task tokens): keep the place alive (a lease in the token slot), try as the
-        head, wait a round of the wait policy, dequeue a head whose lease ended, again."""
-        section, v = self._section, self._section.variables
+    def _build_polling(self, head: sfn.State) -> sfn.State:
+        """EXPRESS (no task tokens): keep my row's lease alive, wait a round of the wait policy,
+        try as the head (a handoff to me: the refused try finds me the owner and claims)."""
+        section, v, f = self._section, self._section.variables, self._vars(self._section)
         policy = section.wait_policy
-        poll = update_item_task(section, section._name("Poll"), section.table,
-                                fair.client_poll_arguments(poll_s=policy.max_interval))
+        ticket = f"${f['ticket']}"
+        poll = update_item_task(section, section._name("Poll"), section.table, {
+            **fair.arguments(jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket)), fair.PARK, {
+                ":me": {"S": jsonata(f"{ENTRY}.owner")},
+                ":token": {"S": jsonata(fair.lease_token_expression(policy.max_interval))},
+                ":lease": {"N": str(int(self._lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}})})
         retry_transient(poll)
         wait = JsonataCustomState(section, section._name("Wait"), state_json={
             "Type": "Wait", "QueryLanguage": "JSONata",
             "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], section._max_wait_ms)),
         })
-        waited = sfn.Choice.jsonata(section, "WaitedEnough", state_name=section._name("WaitedEnough?"))
+        poll.add_catch(head, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        poll.add_catch(self._leave, **self._on_error)
+        poll.next(wait)
+        wait.next(head)
+        again = self._waited_enough(poll, bookkeeping=True)
+        self._first_wait = poll
+        return again
+
+    def _waited_enough(self, otherwise: sfn.State, bookkeeping: bool = False) -> sfn.State:
+        section, v = self._section, self._section.variables
+        if section._max_wait_ms is None:
+            return otherwise
+        waited = sfn.Choice.jsonata(section, f"WaitedEnough{'Poll' if bookkeeping else ''}",
+                                    state_name=section._name(f"WaitedEnough{'Poll' if bookkeeping else ''}?"))
         waited.when(
             sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], section._max_wait_ms))),
             self._leave,
-        ).otherwise(wait)
-        head, confirm = self._build_head(otherwise=waited)
-        wait.next(self._build_recheck(poll, describe=False))
-        poll.add_catch(enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        enqueue.add_catch(poll, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        for state in (poll, enqueue, head, confirm):
-            state.add_catch(self._leave, **on_error)
-        enqueue.next(poll)
-        poll.next(head)
-        fast.add_catch(
-            enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
-            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
-        )
+        ).otherwise(otherwise)
+        if bookkeeping:
+            return sfn.Pass.jsonata(section, "Round", state_name=section._name("Round"), outputs=jsonata("$states.input"),
+                                    assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))}).next(waited)
+        return waited
 
-    def _build_recheck(self, enqueue: sfn.State, *, describe: bool = True) -> sfn.State:
-        """The park's fallback: read the lock; ask whether a live-looking holder, or the head of
-        a free lock, still runs; dequeue a dead head (waking the next); then queue again."""
-        section, v = self._section, self._section.variables
-        head_var = v["holder"] + "Head"
-        lapsed = v["holder"] + "HeadLapsed"
-        inspect = self._get_item("Inspect", f"{ENTRY}.key", assign={
-            v["holder"]: jsonata(protocol.holder_expression()),
-            head_var: jsonata(f"{fair.queue_expression('$states.result.Item')}[0]"),
-            lapsed: jsonata(fair.head_lease_ended_expression("$states.result.Item")),
-        }, catch_to=enqueue)
-        remove = self._remove_at("RemoveHead", who=f"${head_var}", index="0", then=enqueue)
-        suspect = sfn.Choice.jsonata(section, "Suspect", state_name=section._name("Suspect?"))
-        lease_ended = sfn.Condition.jsonata(jsonata(f"${v['holder']}.owner = '' and ${lapsed}"))
-        if not describe:  # (EXPRESS executions cannot be described: only leases tell the dead)
-            return inspect.next(suspect.when(lease_ended, remove).otherwise(enqueue))
-        describe_holder = _describe(section, "DescribeHolder", protocol.holder_execution_expression(v["holder"]), {
-            v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"])),
-        })
-        describe_holder.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        describe_holder.next(enqueue)
-        dead_head = "$states.result.Status != 'RUNNING' and $states.result.Status != 'PENDING_REDRIVE'"
-        describe_head = _describe(section, "DescribeHead", f"$substringBefore(${head_var}, '{protocol.OWNER_SEPARATOR}')", {
-            head_var: jsonata(f"{dead_head} ? ${head_var} : null"),
-        })
-        describe_head.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        head_ended = sfn.Choice.jsonata(section, "HeadEnded", state_name=section._name("HeadEnded?"))
-        head_ended.when(sfn.Condition.jsonata(jsonata(f"$type(${head_var}) = 'string'")), remove).otherwise(enqueue)
-        describe_head.next(head_ended)
-        suspect.when(
-            sfn.Condition.jsonata(jsonata(
-                f"${v['holder']}.owner != '' and {protocol.holder_is_execution_expression(v['holder'])}")),
-            describe_holder,
-        ).when(
-            sfn.Condition.jsonata(jsonata(
-                f"${v['holder']}.owner = '' and $type(${head_var}) = 'string' and ${head_var} != {ENTRY}.owner "
-                f"and $contains(${head_var}, ':execution:')")),
-            describe_head,
-        ).when(lease_ended, remove).otherwise(enqueue)  # lease ended: a polling waiter at the head, dead
-        return inspect.next(suspect)
+    def _build_inspect(self, *, claim, requeue, head, wait_again) -> sfn.State:
+        """The fallback: read the lock item and decide."""
+        section, v, f = self._section, self._section.variables, self._vars(self._section)
+        seen, ticket = f"${f['seen']}", f"${f['ticket']}"
+        item = "$states.result.Item"
+        read = tasks.DynamoGetItem.jsonata(
+            section, section._name("Inspect"), table=section.table,
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(f"{ENTRY}.key")})}, consistent_read=True,
+            assign={
+                f["seen"]: jsonata(
+                    f"{{'owner': {_item_string(item, protocol.OWNER)}, 'expiresAt': {_item_number(item, protocol.EXPIRES_AT)}, "
+                    f"'served': {_item_number(item, fair.SERVED)}, 'tickets': {_item_number(item, fair.TICKETS)}}}"),
+                v["holder"]: jsonata(protocol.holder_expression()),
+            },
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient(read)
+        read.add_catch(wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        self._inspect_state = read
+        stale = protocol.stale_owner_expression(v["wait"])
+        free = f"({seen}.owner = '' or {seen}.owner = ({stale}) or {seen}.expiresAt < $millis())"
+        helper = self._build_handoff("Help", key=f"{ENTRY}.key", me=f"{ENTRY}.owner", start=f"{seen}.served",
+                                     holding=False, then=read, stale=stale, self_grant=head)
+        look = sfn.Choice.jsonata(section, "Decide", state_name=section._name("Decide?"))
+        look.when(sfn.Condition.jsonata(jsonata(f"{seen}.owner = {ENTRY}.owner and {seen}.served = {ticket}")), claim)
+        look.when(sfn.Condition.jsonata(jsonata(f"{seen}.served >= {ticket}")), requeue)
+        look.when(sfn.Condition.jsonata(jsonata(f"{seen}.served = {ticket} - 1 and {free}")), head)
+        look.when(sfn.Condition.jsonata(jsonata(free)), helper)
+        if not self.polling:
+            describe = JsonataCustomState(section, section._name("DescribeHolder"), state_json={
+                "Type": "Task", "QueryLanguage": "JSONata",
+                "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
+                "Arguments": {"ExecutionArn": jsonata(protocol.holder_execution_expression(v["holder"]))},
+                "Assign": {v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"]))},
+                "Output": jsonata("$states.input"),
+            })
+            describe.add_catch(wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section._name("HolderEnded?"))
+            stale_now.when(sfn.Condition.jsonata(jsonata(f"$type(${v['wait']}.stale) = 'string'")), look).otherwise(wait_again)
+            describe.next(stale_now)
+            look.when(sfn.Condition.jsonata(jsonata(
+                f"{seen}.owner != '' and {protocol.holder_is_execution_expression(v['holder'])} "
+                f"and $type(${v['wait']}.stale) != 'string'")), describe)
+        look.otherwise(wait_again)
+        return read.next(look)
 
     def _build_leave(self, then: sfn.State) -> sfn.State:
-        """Leave the queue (max_wait spent, or an error while queued): read my place, dequeue
-        me there (a place moved by another dequeue: read again), wake the new head of a free
-        lock."""
-        section, v = self._section, self._section.variables
-        place = v["holder"] + "Place"
-        read = self._get_item("Place", f"{ENTRY}.key", assign={place: jsonata(fair.my_index_expression("$states.result.Item"))},
-                              catch_to=then)
-        queued = sfn.Choice.jsonata(section, "Queued", state_name=section._name("Queued?"))
-        remove = self._remove_at("LeaveQueue", who=f"{ENTRY}.owner", index=f"${place}", then=then, on_refused=read)
-        queued.when(sfn.Condition.jsonata(jsonata(f"${place} >= 0")), remove).otherwise(then)
-        return read.next(queued)
+        """Give up my place: mark my row left, then read the lock - handed to me meanwhile: the
+        work after all (confirmed by CLAIM)."""
+        section, v, f = self._section, self._section.variables, self._vars(self._section)
+        ticket = f"${f['ticket']}"
+        leave = update_item_task(
+            section, section._name("Leave"), section.table,
+            {**fair.arguments(jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket)), fair.LEAVE,
+                              {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":one": {"N": "1"}})},
+        )
+        retry_transient(leave)
+        leave.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        claim = update_item_task(
+            section, section._name("ClaimOnLeave"), section.table,
+            fair.arguments(jsonata(f"{ENTRY}.key"), fair.CLAIM,
+                           {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                           return_values="ALL_NEW"),
+            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
+                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
+                    v["wait"]: jsonata("null")},
+            outputs=jsonata(f"{ENTRY}.input"),
+        )
+        retry_transient(claim)
+        claim.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        claim.next(section.protected)
+        has_ticket = sfn.Choice.jsonata(section, "Queued", state_name=section._name("Queued?"))
+        has_ticket.when(sfn.Condition.jsonata(jsonata(f"$type({ticket}) = 'number'")), leave).otherwise(then)
+        leave.next(claim)
+        return has_ticket
+
+    # -- the handoff -----------------------------------------------------------------------
+
+    def _build_handoff(self, suffix: str, *, key: str, me: str, start: str, holding: bool, then: Optional[sfn.State],
+                       stale: str, self_grant: Optional[sfn.State] = None, lost: Optional[sfn.State] = None,
+                       left: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
+        """Hand the lock to the next live waiter: take row ``c + 1`` (c: ``start`` at first),
+        then grant and wake it, skip it, or release and mark. ``holding``: I hold the lock
+        (a release); else the lock is free and I run the handoff for a head that does not move
+        (``self_grant``: where to go when that head is me). Ends in ``then`` (None: an end)."""
+        section, f = self._section, self._vars(self._section)
+        h = "$" + f["handoff"]
+        name = lambda s: section._name(f"{suffix}.{s}")  # noqa: E731
+        end = then or sfn.Succeed(section, f"{suffix}.Done", state_name=name("Done"))
+        row = "$states.result.Attributes"
+        hole_ms = self.park_timeout_s * 1000
+
+        def take(state: str, c: str, first: bool) -> tasks.DynamoDeleteItem:
+            k = key
+            if first and lost is not None:  # (the release: a re-entered section writes nothing)
+                k = protocol.reentered_or(key, reentered_expression="$lock.reentered = true".replace("$lock", "$" + section.variables["lock"]))
+            t = tasks.DynamoDeleteItem.jsonata(
+                section, f"{suffix}.{state}", state_name=name(state), table=section.table,
+                key=self._row(k, f"{c} + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
+                assign={f["handoff"]: jsonata(
+                    f"{{'c': {c}, 'holding': {('true' if holding else 'false') if first else f'{h}.holding'}, "
+                    f"'row': {row}, 'st': {fair.row_state_expression(row, hole_ms=hole_ms)}}}")},
+                outputs=jsonata("$states.input"),
+            )
+            retry_transient(t)
+            return t
+
+        first = take("Take", start, True)
+        again = take("TakeNext", f"{h}.c", False)
+        if left is not None:
+            first.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
+        nxt = f"{h}.row.owner.S"
+        grant_args = self._grant_arguments(
+            key=key, me=me, nxt=nxt, stale=stale, prev=f"{h}.c",
+            expires=f"$string($millis() + $number({h}.row.`{fair.LEASE}`.N))", grace=f"{h}.row.`{fair.GRACE_MS}`.N")
+        grant_record = (
+            f"{{'owner': {_item_string(row, protocol.OWNER)}, 'fence': {_item_number(row, protocol.FENCE)}, "
+            f"'acquiredAt': {_item_number(row, protocol.ACQUIRED_AT)}, 'expiresAt': {_item_number(row, protocol.EXPIRES_AT)}}}")
+        grant = update_item_task(section, name("Grant"), section.table, grant_args,
+                                 assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record}}}])")})
+        retry_transient(grant)
+        poller = update_item_task(section, name("GrantPoller"), section.table, grant_args)
+        retry_transient(poller)
+        poller.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        poller.next(end)
+        skip = update_item_task(section, name("Skip"), section.table, fair.arguments(jsonata(key), fair.SKIP, {
+            ":me": {"S": jsonata(me)}, ":stale": {"S": jsonata(stale)}, ":now": {"N": jsonata(protocol.NOW_EXPRESSION)},
+            ":prev": {"N": jsonata(f"$string({h}.c)")}, ":ticket": {"N": jsonata(f"$string({h}.c + 1)")}}),
+            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
+        retry_transient(skip)
+        skip.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        skip.next(again)
+
+        def wake(state: str, record: str) -> tasks.CallAwsService:
+            send = tasks.CallAwsService.jsonata(
+                section, f"{suffix}.{state}", state_name=name(state), service="sfn", action="sendTaskSuccess",
+                parameters={"TaskToken": jsonata(f"{h}.row.token.S"), "Output": jsonata(f"$string({record})")},
+                iam_action="states:SendTaskSuccess",
+                # task tokens of service integrations cannot be scoped by IAM: the one resource is *
+                iam_resources=["*"], outputs=jsonata("$states.input"),
+            )
+            send.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
+                           jitter_strategy=sfn.JitterType.FULL)
+            return send
+
+        woken = wake("Wake", f"$merge([{h}.grant, {{'served': {h}.c + 1}}])")
+        woken.next(end)
+        # a failed wake-up: a dead grantee is revoked at once; a live-looking one gets one claim
+        # window (its park may have just timed out: it finds itself the owner and claims)
+        revoke = update_item_task(section, name("Revoke"), section.table, fair.arguments(jsonata(key), fair.REVOKE, {
+            ":next": {"S": jsonata(nxt)}, ":me": {"S": jsonata(me)},
+            ":fence": {"N": jsonata(f"$string({h}.grant.fence)")}}),
+            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1, 'holding': false}}])")})
+        retry_transient(revoke)
+        revoke.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        revoke.next(again)
+        window = sfn.Wait(section, f"{suffix}.ClaimWindow", state_name=name("ClaimWindow"),
+                          time=sfn.WaitTime.duration(Duration.seconds(self.park_timeout_s)))
+        retake = tasks.DynamoDeleteItem.jsonata(
+            section, f"{suffix}.Retake", state_name=name("Retake"), table=section.table,
+            key=self._row(key, f"{h}.c + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
+            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'again': {row}}}])")}, outputs=jsonata("$states.input"))
+        retry_transient(retake)
+        retake.add_catch(revoke, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        rewake = tasks.CallAwsService.jsonata(
+            section, f"{suffix}.WakeAgain", state_name=name("WakeAgain"), service="sfn", action="sendTaskSuccess",
+            parameters={"TaskToken": jsonata(f"{h}.again.token.S"),
+                        "Output": jsonata(f"$string($merge([{h}.grant, {{'served': {h}.c + 1}}]))")},
+            iam_action="states:SendTaskSuccess", iam_resources=["*"], outputs=jsonata("$states.input"))
+        rewake.add_catch(revoke, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        rewake.next(end)
+        reparked = sfn.Choice.jsonata(section, f"{suffix}.Reparked", state_name=name("Reparked?"))
+        reparked.when(sfn.Condition.jsonata(jsonata(
+            f"$exists({h}.again.token.S) and {h}.again.owner.S = {nxt} "
+            f"and $substring({h}.again.token.S, 0, {len(fair.CLIENT_LEASE_PREFIX)}) != '{fair.CLIENT_LEASE_PREFIX}'")),
+            rewake).otherwise(revoke)
+        window.next(retake)
+        retake.next(reparked)
+        describe = JsonataCustomState(section, name("DescribeGrantee"), state_json={
+            "Type": "Task", "QueryLanguage": "JSONata",
+            "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
+            "Arguments": {"ExecutionArn": jsonata(f"$substringBefore({nxt}, '{protocol.OWNER_SEPARATOR}')")},
+            "Output": jsonata("$states.input"),
+            "Assign": {f["handoff"]: jsonata(f"$merge([{h}, {{'ended': " + " and ".join(
+                f"$states.result.Status != '{s}'" for s in protocol.ALIVE_STATUSES) + "}])")},
+        })
+        describe.add_catch(window, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        ended = sfn.Choice.jsonata(section, f"{suffix}.GranteeEnded", state_name=name("GranteeEnded?"))
+        ended.when(sfn.Condition.jsonata(jsonata(f"{h}.ended = true")), revoke).otherwise(window)
+        describe.next(ended)
+        failed = sfn.Choice.jsonata(section, f"{suffix}.WakeFailed", state_name=name("WakeFailed?"))
+        failed.when(sfn.Condition.jsonata(jsonata(f"$contains({nxt}, ':execution:')")), describe).otherwise(window)
+        woken.add_catch(failed, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        grant.next(woken)
+
+        # a refused grant: mine after all (a lost response)? else someone else handed it: tell
+        # the waiter whose token I took to look by itself
+        recheck = tasks.DynamoGetItem.jsonata(
+            section, f"{suffix}.Recheck", state_name=name("Recheck"), table=section.table,
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}, consistent_read=True,
+            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record.replace(row, '$states.result.Item')}, "
+                                          f"'handed': {_item_string('$states.result.Item', fair.HANDED)}, "
+                                          f"'served': {_item_number('$states.result.Item', fair.SERVED)}}}])")},
+            outputs=jsonata("$states.input"))
+        retry_transient(recheck)
+        nudge = tasks.CallAwsService.jsonata(
+            section, f"{suffix}.Nudge", state_name=name("Nudge"), service="sfn", action="sendTaskFailure",
+            parameters={"TaskToken": jsonata(f"{h}.row.token.S"), "Error": LOOK,
+                        "Cause": "the lock moved on while this waiter's row was taken: look again"},
+            iam_action="states:SendTaskFailure", iam_resources=["*"], outputs=jsonata("$states.input"))
+        nudge.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        nudge.next(end)
+        recheck.add_catch(nudge, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        mine = sfn.Choice.jsonata(section, f"{suffix}.GrantedByMe", state_name=name("GrantedByMe?"))
+        mine.when(sfn.Condition.jsonata(jsonata(
+            f"{h}.grant.owner = {nxt} and {h}.served = {h}.c + 1 and {h}.handed = {me}")), woken).otherwise(nudge)
+        recheck.next(mine)
+        grant.add_catch(recheck, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        grant.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+
+        # nobody parked yet: release (if I hold it) and mark the row ready for its waiter
+        mark = update_item_task(section, name("Mark"), section.table, fair.arguments(
+            jsonata(fair.row_key_expression(key, f"{h}.c + 1")), fair.MARK,
+            {":since": {"N": jsonata(f"$exists({h}.row.`{fair.READY}`.N) ? {h}.row.`{fair.READY}`.N : $string($millis())")}}))
+        retry_transient(mark)
+        mark.add_catch(again, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        mark.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        # the ticket may have been served meanwhile (its waiter looked by itself and took the free
+        # lock): then the mark is litter - take it away (never a row its waiter parked in)
+        served = tasks.DynamoGetItem.jsonata(
+            section, f"{suffix}.Served", state_name=name("Served"), table=section.table,
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}, consistent_read=True,
+            assign={f["handoff"]: jsonata(
+                f"$merge([{h}, {{'served': {_item_number('$states.result.Item', fair.SERVED)}}}])")},
+            outputs=jsonata("$states.input"))
+        unmark = tasks.DynamoDeleteItem.jsonata(
+            section, f"{suffix}.Unmark", state_name=name("Unmark"), table=section.table,
+            key=self._row(key, f"{h}.c + 1"), condition_expression=f"attribute_not_exists(#{fair.TOKEN})",
+            expression_attribute_names={f"#{fair.TOKEN}": fair.TOKEN}, outputs=jsonata("$states.input"))
+        litter = sfn.Choice.jsonata(section, f"{suffix}.Litter", state_name=name("Litter?"))
+        litter.when(sfn.Condition.jsonata(jsonata(f"{h}.served > {h}.c")), unmark).otherwise(end)
+        for t in (served, unmark):
+            t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        unmark.next(end)
+        mark.next(served)
+        served.next(litter)
+        decide = sfn.Choice.jsonata(section, f"{suffix}.Next", state_name=name("Next?"))
+        if self_grant is not None:
+            decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'wake' and {nxt} = {me}")), self_grant)
+        decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'wake'")), grant)
+        decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'grant'")), poller)
+        decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip'")), skip)
+        if holding:
+            v = section.variables
+            release = update_item_task(
+                section, name("Release"), section.table,
+                {**protocol.release_arguments(lock_variable=v["lock"]), "ReturnValues": "ALL_NEW"},
+                assign={f["handoff"]: jsonata(
+                    f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}}}])")})
+            retry_transient(release)
+            if lost is not None:
+                released_before = sfn.Choice.jsonata(section, f"{suffix}.ReleasedBefore", state_name=name("ReleasedBefore?"))
+                released_before.when(sfn.Condition.jsonata(jsonata(
+                    protocol.released_before_expiry_expression(v["lock"]))), end).otherwise(lost)
+                release.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            else:
+                release.add_catch(end, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            release.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            queued = sfn.Choice.jsonata(section, f"{suffix}.Queued", state_name=name("Queued?"))
+            queued.when(sfn.Condition.jsonata(jsonata(f"{h}.tickets > {h}.c")), mark).otherwise(end)
+            release.next(queued)
+            decide.when(sfn.Condition.jsonata(jsonata(f"{h}.holding = true")), release)
+        decide.otherwise(mark)
+        for t in (first, again):
+            t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            t.next(decide)
+        return first
 
     # -- release ---------------------------------------------------------------------------
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
-        return section.build_mutex_release(lost, left, release_task=self._release_task(section),
-                                           after_release=self._wake_head("Release", then=None))
+        v = section.variables
+        return self._build_handoff("Release", key=f"${v['lock']}.key", me=f"${v['lock']}.owner",
+                                   start=f"${v['lock']}.ticket", holding=True, then=None,
+                                   stale=f"${v['lock']}.owner", lost=lost, left=left)
 
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
-        release = self._release_task(section)(section._name("ReleaseAfterError"), True)
-        retry_transient(release)
-        release.add_catch(rethrow, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR],
-                          outputs=jsonata("$states.input"))
-        return release.next(self._wake_head("ReleaseAfterError", then=rethrow))
-
-    def _release_task(self, section: "LockedSection"):
-        wake = section.variables["holder"] + "Wake"
-
-        def release(state_name: str, first: bool) -> sfn.TaskStateBase:
-            arguments = {**protocol.release_arguments(lock_variable=section.variables["lock"], reentrant=first),
-                         "ReturnValues": "ALL_OLD"}
-            return update_item_task(section, state_name, section.table, arguments,
-                                    assign={wake: jsonata(fair.head_token_expression("$states.result.Attributes"))})
-        return release
-
-    def _wake_head(self, suffix: str, *, then: sfn.State | None, token_variable: str | None = None) -> sfn.State:
-        """Wake the waiter whose token ``$<token_variable>`` holds, if any: a Map over zero or
-        one token, so that nobody to wake costs one state transition (not a Choice and a
-        Succeed)."""
-        section = self._section
-        token = "$" + (token_variable or section.variables["holder"] + "Wake")
-        send = tasks.CallAwsService.jsonata(
-            section, section._name(f"{suffix}.Wake"), service="sfn", action="sendTaskSuccess",
-            parameters={"TaskToken": jsonata("$states.input"), "Output": "{\"woken\":true}"},
-            iam_action="states:SendTaskSuccess",
-            # task tokens of service integrations cannot be scoped by IAM: the one resource is *
-            iam_resources=["*"],
-        )
-        send.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
-                       jitter_strategy=sfn.JitterType.FULL)
-        # a waiter gone (stopped, or its park timed out and it looks by itself): nothing to do
-        send.add_catch(sfn.Succeed(section, f"{suffix}.Gone", state_name=section._name(f"{suffix}.Gone")),
-                       errors=["States.ALL"])
-        wake = sfn.Map.jsonata(
-            section, f"{suffix}.WakeNext", state_name=section._name(f"{suffix}.WakeNext"),
-            items=sfn.ProvideItems.jsonata(jsonata(f"$type({token}) = 'string' ? [{token}] : []")),
-            outputs=jsonata("$states.input"),
-        ).item_processor(send)
-        return wake.next(then) if then is not None else wake
+        v = section.variables
+        return self._build_handoff("ReleaseAfterError", key=f"${v['lock']}.key", me=f"${v['lock']}.owner",
+                                   start=f"${v['lock']}.ticket", holding=True, then=rethrow,
+                                   stale=f"${v['lock']}.owner", lost=None, left=rethrow)
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _get_item(self, suffix: str, key: str, *, assign: dict, catch_to: sfn.State | None = None) -> sfn.TaskStateBase:
+    def _delete_row(self, suffix: str, key: str, ticket: str, *, outputs: str = "$states.input") -> tasks.DynamoDeleteItem:
         section = self._section
-        get = tasks.DynamoGetItem.jsonata(
-            section, section._name(suffix), table=section.table,
-            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})},
-            consistent_read=True, assign=assign, outputs=jsonata("$states.input"),
-        )
-        retry_transient(get)
-        if catch_to is not None:
-            get.add_catch(catch_to, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        return get
-
-    def _remove_at(self, suffix: str, *, who: str, index: str, then: sfn.State,
-                   on_refused: sfn.State | None = None) -> sfn.State:
-        """REMOVE_AT ``who`` from place ``index``; wake the new head of a free lock; go on."""
-        section = self._section
-        token = section.variables["holder"] + suffix + "Wake"
-        remove = update_item_task(
-            section, section._name(suffix), section.table,
-            fair.remove_at_arguments(key_jsonata=f"{ENTRY}.key", who_jsonata=who, index_jsonata=index),
-            assign={token: jsonata(fair.wake_after_dequeue_expression("$states.result.Attributes"))},
-        )
-        retry_transient(remove)
-        remove.add_catch(on_refused or then, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        remove.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        return remove.next(self._wake_head(suffix, then=then, token_variable=token))
-
-
-def _describe(section: "LockedSection", suffix: str, execution: str, assign: dict) -> JsonataCustomState:
-    return JsonataCustomState(section, section._name(suffix), state_json={
-        "Type": "Task",
-        "QueryLanguage": "JSONata",
-        "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
-        "Arguments": {"ExecutionArn": jsonata(execution)},
-        "Assign": assign,
-        "Output": jsonata("$states.input"),
-    })
+        d = tasks.DynamoDeleteItem.jsonata(section, suffix, state_name=section._name(suffix), table=section.table,
+                                           key=self._row(key, ticket), outputs=jsonata(outputs))
+        retry_transient(d)
+        return d

@@ -175,10 +175,15 @@ class LockJanitor(Construct):
             resources=executions_of(stack, [machine.state_machine_name for machine in watched]),
         ))
         table_arn = stack.format_arn(service="dynamodb", resource="table", resource_name=table.table_name)
-        for action in ["dynamodb:UpdateItem"] + (["dynamodb:GetItem"] if fair else []):  # the queue read
+        # (fair: reading the lock and a queue row, taking the next row in a handoff)
+        for action in ["dynamodb:UpdateItem"] + (["dynamodb:GetItem", "dynamodb:DeleteItem"] if fair else []):
             role.add_to_principal_policy(iam.PolicyStatement(actions=[action], resources=[table_arn]))
-        if fair:  # waking a parked head: IAM cannot scope a task token
-            role.add_to_principal_policy(iam.PolicyStatement(actions=["states:SendTaskSuccess"], resources=["*"]))
+        if fair:  # handing the lock to a parked waiter: IAM cannot scope a task token
+            role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["states:SendTaskSuccess", "states:SendTaskFailure"], resources=["*"]))
+            role.add_to_principal_policy(iam.PolicyStatement(  # is a grantee whose wake-up failed dead?
+                actions=["states:DescribeExecution"],
+                resources=executions_of(stack, [machine.state_machine_name for machine in watched])))
 
         self.rule = events.Rule(
             self,

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import logging
 import os
 import random
@@ -79,7 +80,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from types import FrameType
 from typing import Any, Callable, Iterator, Mapping
@@ -90,6 +91,7 @@ from state_machines import fair_protocol as fair
 from state_machines.lock_protocol import (
     ACQUIRE,
     ACQUIRED_AT,
+    ALIVE_STATUSES,
     ERROR_INVALID_KEY,
     ERROR_LOST,
     ERROR_TIMEOUT,
@@ -105,6 +107,7 @@ from state_machines.lock_protocol import (
     lock_item_key,
     namespace_problem,
     namespaced,
+    owner_execution,
 )
 
 logger = logging.getLogger(__name__)
@@ -180,6 +183,8 @@ class Lease:
     fence: int  # fencing token: pass it to every write made under the lock
     acquired_at: int
     expires_at: int
+    #: a fair lock's ticket of this acquisition (its release hands the lock to the next one)
+    ticket: int | None = None
 
     def remaining_ms(self, now_ms: int) -> int:
         return self.expires_at - now_ms
@@ -226,8 +231,12 @@ class LockClient:
         Default: ``time.time() * 1000`` (see the module notes on clocks).
     :param sleep: how to wait between attempts while the lock is held. Default: ``time.sleep``.
     :param fair: take part in a fair lock (the workflows' ``fair=True``): acquire only when
-        nobody queues, else queue and poll as the head (a client cannot park on a task token);
-        a release wakes the parked head of the queue with ``SendTaskSuccess``. Default: ``False``.
+        nobody queues, else take a ticket and poll as the head, keeping a lease on my queue row
+        (a client cannot park on a task token); a release hands the lock to the next waiter
+        (``SendTaskSuccess`` for a parked workflow). Default: ``False``.
+    :param claim_window: with ``fair``: how long a release waits for a waiter whose wake-up
+        failed but whose execution still runs (its park may have just timed out) to confirm
+        the handoff, before taking it back. Default: 30 s (the workflows' park timeout).
     :param stepfunctions: a boto3 Step Functions client for those wake-ups. Default:
         ``boto3.client("stepfunctions")``, created on first use.
     """
@@ -243,6 +252,7 @@ class LockClient:
         sleep: Callable[[float], None] | None = None,
         fair: bool = False,
         stepfunctions: Any = None,
+        claim_window: float = fair.DEFAULT_PARK_TIMEOUT_S,
     ) -> None:
         if not isinstance(table_name, str) or not table_name:
             raise ValueError(f"`table_name` must be a non-empty string, got: {table_name!r}")
@@ -264,6 +274,7 @@ class LockClient:
         if not isinstance(fair, bool):
             raise ValueError(f"`fair` must be True or False, got: {fair!r}")
         self.fair = fair
+        self.claim_window = claim_window
         self._stepfunctions = stepfunctions
 
     @property
@@ -283,7 +294,12 @@ class LockClient:
         return self._stepfunctions
 
     def table_key(self, key: str) -> str:
-        """The stored key of ``key`` (validated, namespaced)."""
+        """The stored key of ``key`` (validated, namespaced; a fair key leaves room for its
+        queue rows' keys)."""
+        if self.fair:
+            problem = key_problem(key, self.namespace, fair.ROW_KEY_RESERVE_BYTES)
+            if problem:
+                raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
         return namespaced(self.namespace, validate_key(key, self.namespace))
 
     def now_ms(self) -> int:
@@ -332,21 +348,24 @@ class LockClient:
 
         deadline = time.monotonic() + wait_ms / 1000
         polls = 0
-        queued = False
+        queued: int | None = None  # my ticket, once queued
         while True:
             try:
-                return self._try_acquire(key, table_key, me, lease_ms, queued=queued)
+                if queued is not None:
+                    return self._try_as_head(key, table_key, me, lease_ms, queued)
+                return self._try_acquire(key, table_key, me, lease_ms)
             except LockHeld as held:
-                if self.fair and wait_ms and not queued:
-                    self._enqueue(table_key, me, lease_for_s=max_poll_interval)
-                    queued = True
-                    continue  # the head of a free lock goes at once
+                if self.fair and wait_ms and queued is None:
+                    queued = self._enqueue(table_key, me, lease_ms, lease_for_s=max_poll_interval)
+                    continue  # refused (the lock is free with nobody queued): the fast path again; or the head
                 remaining = deadline - time.monotonic()
                 if wait_ms == 0:
                     raise
                 if remaining <= 0:
-                    if queued:
-                        self.dequeue(table_key, me)
+                    if queued is not None:
+                        lease = self.leave_queue(fair.row_key(table_key, queued), me)
+                        if lease is not None:  # handed to me meanwhile: mine after all
+                            return replace(lease, key=key)
                     raise LockTimeout(
                         f"{ERROR_TIMEOUT}: lock {table_key!r} still held by {held.holder!r} "
                         f"after waiting {wait_ms / 1000:g} s",
@@ -355,14 +374,14 @@ class LockClient:
                 polls += 1
                 nominal = min(max_poll_interval, poll_interval * backoff_rate ** (polls - 1))
                 delay = min(random.uniform(nominal / 2, nominal), remaining)
-                if queued:
-                    self._poll(table_key, me, held.item, lease_for_s=delay)
+                if queued is not None:
+                    queued = self._poll(table_key, me, lease_ms, queued, held.item, lease_for_s=delay)
                 logger.debug("lock %s held by %s; retrying in %.3f s", table_key, held.holder, delay)
                 self._sleep(delay)
 
-    def _try_acquire(self, key: str, table_key: str, me: str, lease_ms: int, *, queued: bool = False) -> Lease:
+    def _try_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
         now = self.now_ms()
-        write = ACQUIRE if not self.fair else fair.ACQUIRE_HEAD if queued else fair.FAST_ACQUIRE
+        write = ACQUIRE if not self.fair else fair.FAST_ACQUIRE
         try:
             response = self._update(
                 table_key,
@@ -383,8 +402,6 @@ class LockClient:
             if not _condition_failed(error):
                 raise
             old = _old_item(error)
-            if queued and old.get(OWNER, {}).get("S") == me:  # a retry whose first try took it
-                return _lease(key, old)
             holder = old.get(OWNER, {}).get("S")
             expires_at = int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None
             held = LockHeld(
@@ -406,12 +423,10 @@ class LockClient:
         """
         table_key = _stored_key(lease)
         try:
-            released = self._update(
-                table_key, RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}},
-                return_old=self.fair,
-            )
-            if self.fair:
-                self._wake(released.get("Attributes", {}), fair.head_token)
+            if self.fair and lease.ticket is not None:
+                self.handoff(table_key, me=lease.owner, served=lease.ticket, fence=lease.fence)
+                return
+            self._update(table_key, RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}})
         except ClientError as error:
             if not _condition_failed(error):
                 raise
@@ -579,67 +594,214 @@ class LockClient:
         return owner
 
     def _client_lease(self, seconds: float) -> dict:
-        """My token slot while I queue: polling until now + ``seconds`` + a margin."""
+        """My row's token while I queue: polling until now + ``seconds`` + a margin."""
         until = self.now_ms() + int((seconds + fair.CLIENT_POLL_MARGIN_S) * 1000)
         return {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}
 
-    def _enqueue(self, table_key: str, me: str, *, lease_for_s: float) -> None:
-        self._update(table_key, fair.ENQUEUE, {
-            ":me": {"S": me}, ":mine": {"L": [{"S": me}]}, ":empty": {"L": []}, ":noTokens": {"M": {}},
-        }, refused_ok=True)
-        self._update(table_key, fair.CLIENT_POLL, {":me": {"S": me}, ":lease": self._client_lease(lease_for_s)},
-                     who=me, refused_ok=True)
-
-    def _poll(self, table_key: str, me: str, item: Mapping[str, Any], *, lease_for_s: float) -> None:
-        """Between polls: keep my place alive (re-queue if dropped); dequeue a dead client head
-        of a free lock (a dead execution's: the workflows' janitor and fallback do that)."""
-        kept = self._update(table_key, fair.CLIENT_POLL, {":me": {"S": me}, ":lease": self._client_lease(lease_for_s)},
-                            who=me, refused_ok=True, return_new=True)
-        if not kept:
-            self._enqueue(table_key, me, lease_for_s=lease_for_s)
-            return
-        queue, now = fair.queue_of(item), self.now_ms()
-        free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < now
-        if free and queue and queue[0] != me and fair.head_lease_ended(item, now=now):
-            try:
-                after = self._update(table_key, fair.REMOVE_AT, {":who": {"S": queue[0]}}, who=queue[0], index=0,
-                                     return_new=True)
-            except ClientError as error:
-                if _condition_failed(error):
-                    return
-                raise
-            self._wake(after.get("Attributes", {}), fair.head_to_wake_after_dequeue, now=now)
-
-    def dequeue(self, table_key: str, me: str) -> None:
-        """Take owner ``me`` out of the fair queue of the stored key ``table_key`` wherever it
-        stands (a waiter giving up; the janitor, for an ended execution's entries), waking the
-        new head of a free lock."""
-        for _ in range(20):  # each refusal: the place moved (someone ahead left); read again
-            item = self.dynamodb.get_item(
-                TableName=self.table_name, Key=lock_item_key(table_key), ConsistentRead=True,
-            ).get("Item", {})
-            queue = fair.queue_of(item)
-            if me not in queue:
-                return
-            index = queue.index(me)
-            try:
-                after = self._update(table_key, fair.REMOVE_AT, {":who": {"S": me}}, who=me, index=index,
-                                     return_new=True)
-            except ClientError as error:
-                if _condition_failed(error):
-                    continue
-                raise
-            self._wake(after.get("Attributes", {}), fair.head_to_wake_after_dequeue, now=self.now_ms())
-            return
-
-    def _wake(self, item: Mapping[str, Any], whom: Callable[..., str | None], **kwargs: Any) -> None:
-        token = whom(item, **kwargs)
-        if token is None:
-            return
+    def _row_update(self, row_key: str, write: LockWrite, values: Mapping[str, Any]) -> bool:
+        """A fair write on a queue row; False when its condition is refused."""
         try:
-            self.stepfunctions.send_task_success(taskToken=token, output='{"woken":true}')
-        except ClientError as error:  # the waiter is gone, or looks by itself: nothing to do
+            self._update(row_key, write, values)
+            return True
+        except ClientError as error:
+            if _condition_failed(error):
+                return False
+            raise
+
+    def _enqueue(self, table_key: str, me: str, lease_ms: int, *, lease_for_s: float) -> int | None:
+        """Take a ticket and register my row (polling); None: refused - the lock is free with
+        nobody queued (the fast path again)."""
+        now = self.now_ms()
+        try:
+            item = self._update(table_key, fair.ENQUEUE, {
+                ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)}, ":zero": {"N": "0"},
+                ":one": {"N": "1"}}, return_new=True)["Attributes"]
+        except ClientError as error:
+            if _condition_failed(error):
+                return None
+            raise
+        ticket = int(item[fair.TICKETS]["N"])
+        self._park(table_key, me, lease_ms, ticket, lease_for_s)
+        return ticket
+
+    def _park(self, table_key: str, me: str, lease_ms: int, ticket: int, lease_for_s: float) -> bool:
+        """PARK (a lease for a token) on my row; False: my row is marked ready (or left)."""
+        return self._row_update(fair.row_key(table_key, ticket), fair.PARK, {
+            ":me": {"S": me}, ":token": self._client_lease(lease_for_s), ":lease": {"N": str(lease_ms)},
+            ":grace": {"N": "0"}})
+
+    def _try_as_head(self, key: str, table_key: str, me: str, lease_ms: int, ticket: int) -> Lease:
+        """GRANT to myself as the head of the queue (then drop my row)."""
+        now = self.now_ms()
+        try:
+            item = self._update(table_key, fair.GRANT, {
+                ":me": {"S": me}, ":next": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)},
+                ":expiresAt": {"N": str(now + lease_ms)}, ":grace": {"N": "0"}, ":one": {"N": "1"},
+                ":prev": {"N": str(ticket - 1)}, ":ticket": {"N": str(ticket)}}, return_new=True)["Attributes"]
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            old = _old_item(error)
+            if old.get(OWNER, {}).get("S") == me and fair.counters(old)[0] == ticket:
+                lease = self.claim(key, table_key, me, ticket)  # handed to me: confirm it
+                if lease is not None:
+                    return lease
+            held = LockHeld(f"lock {table_key!r} is not mine yet (ticket {ticket})", key=key,
+                            holder=old.get(OWNER, {}).get("S"),
+                            expires_at=int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None)
+            held.item = old
+            raise held from None
+        self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
+        return _lease(key, item)
+
+    def _poll(self, table_key: str, me: str, lease_ms: int, ticket: int, item: Mapping[str, Any], *,
+              lease_for_s: float) -> int:
+        """Between polls, from the lock item as my refused try saw it: handed to me -> the next
+        try claims it; skipped -> a new ticket; behind a free lock whose head does not move ->
+        run the handoff for it; else keep my row's lease alive. Returns my ticket."""
+        served, _ = fair.counters(item)
+        now = self.now_ms()
+        owner = item.get(OWNER, {}).get("S")
+        if owner == me and served == ticket:
+            return ticket  # handed to me: the next try claims it
+        if served >= ticket:  # skipped (my lease lapsed): queue again
+            self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
+            return self._enqueue(table_key, me, lease_ms, lease_for_s=lease_for_s) or ticket
+        free = owner is None or int(item.get(EXPIRES_AT, {}).get("N", "0")) < now
+        if free and served < ticket - 1:
+            self.handoff(table_key, me=me, served=served, fence=None)
+        self._park(table_key, me, lease_ms, ticket, lease_for_s)
+        return ticket
+
+    def claim(self, key: str, table_key: str, me: str, ticket: int) -> Lease | None:
+        """CLAIM a lock handed to me (its handoff could not wake me: I poll); None: not mine."""
+        try:
+            item = self._update(table_key, fair.CLAIM, {":me": {"S": me}, ":ticket": {"N": str(ticket)}},
+                                return_new=True)["Attributes"]
+        except ClientError as error:
+            if _condition_failed(error):
+                return None
+            raise
+        self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
+        return _lease(key, item)
+
+    def leave_queue(self, row_key: str, me: str) -> Lease | None:
+        """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
+        ended execution's parks): mark the row left - only a row still there, never one a
+        handoff took - then, if the lock is free, hand it to the next waiter. Returns the
+        lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it)."""
+        ticket_text, _, table_key = row_key[len(fair.ROW_MARK):].partition(fair.ROW_MARK)
+        ticket = int(ticket_text)
+        row = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                     ConsistentRead=True).get("Item")
+        if row is not None and row.get(OWNER, {}).get("S") in (None, me):
+            self._row_update(row_key, fair.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
+        item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                      ConsistentRead=True).get("Item", {})
+        served, _ = fair.counters(item)
+        if item.get(OWNER, {}).get("S") == me and served == ticket:
+            return self.claim(table_key, table_key, me, ticket)
+        free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < self.now_ms()
+        if free and served < ticket:
+            self.handoff(table_key, me=me, served=served, fence=None)
+        return None
+
+    def handoff(self, table_key: str, *, me: str, served: int, fence: int | None, hole_s: float | None = None) -> None:
+        """Hand the lock of ``table_key`` to the next live waiter (fair_protocol, step 4):
+        ``me`` holds it with ticket ``served`` and fence ``fence`` (a release), or - ``fence``
+        None - the lock is free and its head does not move (a waiter's fallback, the janitor,
+        an operator). Raises LockLost (via ClientError) when a release finds the lock not mine."""
+        holding = fence is not None
+        hole_ms = int((hole_s if hole_s is not None else self.claim_window) * 1000)
+        c = served
+        for _ in range(10_000):  # one row per round; each round passes a ticket or ends
+            row_key = fair.row_key(table_key, c + 1)
+            row = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                            ReturnValues="ALL_OLD").get("Attributes")
+            state = fair.row_state(row, now=self.now_ms(), hole_ms=hole_ms)
+            if state in ("wake", "grant"):
+                nxt = row[OWNER]["S"]
+                now = self.now_ms()
+                try:
+                    granted = self._update(table_key, fair.GRANT, {
+                        ":me": {"S": me}, ":next": {"S": nxt}, ":stale": {"S": me}, ":now": {"N": str(now)},
+                        ":expiresAt": {"N": str(now + int(row[fair.LEASE]["N"]))},
+                        ":grace": {"N": row.get(fair.GRACE_MS, {}).get("N", "0")}, ":one": {"N": "1"},
+                        ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}, return_new=True)["Attributes"]
+                except ClientError as error:
+                    if not _condition_failed(error):
+                        raise
+                    if holding:
+                        raise
+                    if state == "wake":
+                        self._nudge(row[fair.TOKEN]["S"])
+                    return
+                if state == "grant" or self._wake(row[fair.TOKEN]["S"], granted):
+                    return
+                if not self._grantee_ended(nxt):  # alive-looking: one claim window to confirm it
+                    self._sleep(self.claim_window)
+                    again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                                      ReturnValues="ALL_OLD").get("Attributes")
+                    if fair.row_state(again, now=self.now_ms(), hole_ms=hole_ms) == "wake" \
+                            and again[OWNER]["S"] == nxt and self._wake(again[fair.TOKEN]["S"], granted):
+                        return
+                if not self._row_update(table_key, fair.REVOKE, {
+                        ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
+                    return  # confirmed (claimed) meanwhile
+                holding, c = False, c + 1
+            elif state == "skip":
+                if not self._row_update(table_key, fair.SKIP, {
+                        ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.now_ms())},
+                        ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}):
+                    return
+                c += 1
+            else:  # nobody parked on the next ticket yet
+                if holding:
+                    item = self._update(table_key, RELEASE, {":me": {"S": me}, ":fence": {"N": str(fence)}},
+                                        return_new=True)["Attributes"]
+                    holding = False
+                    if fair.counters(item)[1] <= c:
+                        return
+                since = (row or {}).get(fair.READY, {}).get("N") or str(self.now_ms())
+                if self._row_update(row_key, fair.MARK, {":since": {"N": since}}):
+                    item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                                  ConsistentRead=True).get("Item", {})
+                    if fair.counters(item)[0] > c:  # served meanwhile: the mark is litter
+                        with contextlib.suppress(ClientError):
+                            self.dynamodb.delete_item(
+                                TableName=self.table_name, Key=lock_item_key(row_key),
+                                ConditionExpression=f"attribute_not_exists(#{fair.TOKEN})",
+                                ExpressionAttributeNames={f"#{fair.TOKEN}": fair.TOKEN})
+                    return
+                # its waiter parked meanwhile: take the row again
+
+    def _grantee_ended(self, owner: str) -> bool:
+        execution = owner_execution(owner)
+        if execution is None:
+            return False
+        try:
+            status = self.stepfunctions.describe_execution(executionArn=execution)["status"]
+        except ClientError:
+            return False
+        return status not in ALIVE_STATUSES
+
+    def _wake(self, token: str, granted: Mapping[str, Any]) -> bool:
+        """Wake a parked waiter with its grant (its next state is its work); False: its park
+        has ended (stopped, cancelled, timed out)."""
+        record = {"owner": granted[OWNER]["S"], "fence": int(granted[FENCE]["N"]),
+                  "acquiredAt": int(granted[ACQUIRED_AT]["N"]), "expiresAt": int(granted[EXPIRES_AT]["N"]),
+                  "served": int(granted[fair.SERVED]["N"])}
+        try:
+            self.stepfunctions.send_task_success(taskToken=token, output=json.dumps(record))
+            return True
+        except ClientError as error:
             logger.info("wake-up not delivered: %s", error.response.get("Error", {}).get("Code"))
+            return False
+
+    def _nudge(self, token: str) -> None:
+        with contextlib.suppress(ClientError):
+            self.stepfunctions.send_task_failure(taskToken=token, error="Lock.Look",
+                                                 cause="the lock moved on while this waiter's row was taken")
 
     def _update(
         self, table_key: str, write: LockWrite, values: Mapping[str, Any], *, return_new: bool = False,
@@ -652,15 +814,12 @@ class LockClient:
         if set(values) != set(write.value_names()):  # a programming error in this module
             raise AssertionError(f"values {sorted(values)} do not fit {write}")
         names = fair.attribute_names(write)
-        if fair.WHO in names:
-            names[fair.WHO] = who
-        spell = (lambda text: text.replace(fair.INDEX, f"[{index}]")) if index is not None else (lambda text: text)
         try:
             return self.dynamodb.update_item(
                 TableName=self.table_name,
                 Key=lock_item_key(table_key),
-                UpdateExpression=spell(write.update),
-                ConditionExpression=spell(write.condition),
+                UpdateExpression=write.update,
+                ConditionExpression=write.condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=dict(values),
                 ReturnValues="ALL_NEW" if return_new else "ALL_OLD" if return_old else "NONE",
@@ -752,4 +911,5 @@ def _lease(key: str, item: Mapping[str, Any]) -> Lease:
         fence=int(item[FENCE]["N"]),
         acquired_at=int(item[ACQUIRED_AT]["N"]),
         expires_at=int(item[EXPIRES_AT]["N"]),
+        ticket=int(item[fair.SERVED]["N"]) if fair.SERVED in item else None,
     )

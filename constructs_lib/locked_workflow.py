@@ -339,6 +339,8 @@ class LockedSection(sfn.StateMachineFragment):
         if lease_ms < 1000:
             raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
         _validate_wait_policy(wait_policy)
+        if max_wait is None and fair and not fair_polling:  # wait as long as the history allows
+            max_wait = Duration.seconds(fair_protocol.unlimited_wait_s(park_timeout_ms // 1000, history_event_budget))
         max_wait_ms = _concrete_ms("max_wait", max_wait)
         if max_wait_ms < 0:
             raise ValueError(f"`max_wait` must not be negative, got: {max_wait_ms / 1000} s")

@@ -1,63 +1,81 @@
-"""The fair lock: a FIFO queue on the lock item and event-driven handoff, top to bottom.
+"""The fair lock: a ticket queue of one item per waiter and direct handoff, top to bottom.
 
 A fair lock on the stored key ``K`` is the mutex lock item of :mod:`lock_protocol` - the same
-owner, lease, stop grace and fence, taken and given back by the same ACQUIRE and RELEASE
-conditions - with two more attributes on the same item:
+owner, lease, stop grace and fence, taken and given back under the same ACQUIRE and RELEASE
+conditions - with three small attributes more:
 
-* ``queue`` (list of owners): the waiters, oldest first;
-* ``tokens`` (map owner -> task token): how to wake a parked waiter.
+* ``tickets`` (N): the last ticket handed out (an atomic counter, seed 001);
+* ``served`` (N): the ticket of the last grant; the head of the queue is ``served + 1``;
+* ``handed`` (S): who handed the lock to a waiter that has not confirmed it (a failed
+  wake-up is revoked by that granter only).
 
-Exclusion is still the mutex's: every acquisition is a conditional write of the one lock
-item, so nothing about the queue can let two holders in. The queue only decides *who* may
-take a free lock, and the tokens only decide *when* a waiter looks again.
+and one **queue row per waiter**: the item ``!<ticket>!K`` (:func:`row_key`; no lock key can
+be spelled so: a lock key starts with a namespace, which never holds ``!``, and a semaphore's
+slots are ``~<slot>~K``). A row holds its
+waiter's ``owner``, how to wake it (``token``: a task token, or ``lease:<epoch ms>`` for a
+polling waiter), the ``lease`` and ``grace`` (ms) it takes the lock with, and two marks:
+``ready`` (the lock was freed for this ticket before its waiter parked, since that epoch ms)
+and ``left`` (the waiter gave up). Nothing grows with the queue: every item is bounded, and
+every state reads or returns one item.
 
-1. **Fast path.** ``FAST_ACQUIRE`` is ACQUIRE plus "nobody queues": an uncontended run writes
-   once, as with the polling lock. A run refused by it queues.
-2. **Queue.** ``ENQUEUE`` appends the owner (once: a retried enqueue whose response was lost
-   does not append twice).
-3. **Park.** ``PARK`` registers the waiter's task token (``.waitForTaskToken``) under the
-   condition that the lock is *not* grantable to it - its condition is the negation of
-   ACQUIRE_HEAD's. The one item serializes PARK against every release:
+Exclusion is still the mutex's: every grant is a conditional write of the one lock item, so
+nothing about the queue can let two holders in. The queue decides *who* may be granted the
+lock, and the rows *how to wake* it.
 
-   * a release before the park leaves the lock grantable to the head: its PARK is refused
-     and it acquires at once (no wake needed);
-   * a release after the park reads the head's token in the same write (``ALL_OLD``) and
-     wakes it with ``SendTaskSuccess``.
+1. **Fast path.** ``FAST_ACQUIRE`` is ACQUIRE plus "nobody queues" (``served = tickets``):
+   an uncontended run writes once, as with the polling lock.
+2. **Ticket.** ``ENQUEUE`` takes the next ticket - unless the lock is free with nobody queued
+   (then the fast path is tried again: without this, a ticket taken just after the release
+   that emptied the queue would wait for a wake-up nobody sends).
+3. **Park.** ``PARK`` writes the waiter's row with its task token (``.waitForTaskToken``),
+   unless the row is marked ``ready`` or ``left``. Refused: the lock was freed for it
+   (``ACQUIRE_HEAD``) or it was skipped (queue again).
+4. **Release = handoff.** The holder of ticket ``c`` takes row ``c + 1`` (``TAKE``: one
+   DeleteItem returning the row) and:
 
-   So a wake-up cannot be lost between "looked" and "slept": there is no such gap.
-4. **Acquire.** ``ACQUIRE_HEAD`` is ACQUIRE plus "I am the head"; it dequeues the head and
-   its token in the same write. Grants therefore follow queue order: no run overtakes one
-   queued before it. A refused ACQUIRE_HEAD reads the item: a retry whose first try took the
-   lock (its response lost) finds itself the owner and goes on; anyone else parks again.
-   (ACQUIRE_HEAD cannot accept "already mine" itself: its dequeue would then remove the
-   *next* head.)
-5. **Release** is the mutex's RELEASE returning the item as it was: the head's token, if any,
-   is woken. Becoming head by a dequeue (``REMOVE_AT``: a waiter leaving on ``Lock.Timeout``,
-   or a dead head removed) wakes the new head the same way when the lock is free.
-6. **Fallback.** A park times out after the park timeout and looks again (re-queues if it was
-   dropped, checks the holder's and the head's liveness): a crashed releaser, a wake-up sent
-   to a dead head, or a lost ``SendTaskSuccess`` costs at most one park timeout.
+   * a parked waiter: ``GRANT`` - the lock item names it the owner, ``served = c + 1``, in
+     the same write that frees the lock from me - then ``SendTaskSuccess`` with the lock
+     record: the woken waiter's next state is its protected work;
+   * a polling waiter whose lease runs: ``GRANT`` (its next poll finds it holds the lock);
+   * a waiter gone (``left``, or a polling lease ended): ``SKIP`` it (``served = c + 1``,
+     the lock still mine) and take the next row;
+   * no row yet (the waiter has a ticket but has not parked): ``RELEASE``; if a ticket is
+     out (``tickets > c``), ``MARK`` row ``c + 1`` ready - unless its waiter parked
+     meanwhile (the mark is refused: take the row again and grant it).
 
-7. **Polling participants.** An EXPRESS execution or a ``LockClient`` cannot park: it queues
-   the same way, keeps ``lease:<epoch ms>`` in its token slot (``CLIENT_POLL``, on every poll)
-   and polls ACQUIRE_HEAD. Nobody wakes a lease; a head whose lease ended is dead and is
-   dequeued by whoever waits behind it. The janitor dequeues an ended execution's entries.
+   So a wake-up cannot be lost: the row is the rendezvous. A park before the take is found
+   by the take; a park after it is refused by the mark (or finds the lock free for it).
+5. **A failed wake-up** (the waiter's park ended: it was stopped, its branch was cancelled,
+   or its park timed out just then): the grant stands for one *claim window* (the park
+   timeout) - a live waiter whose park timed out finds itself the owner and confirms with
+   ``CLAIM`` - and is then revoked (``REVOKE``: only a grant never confirmed, only that
+   grant), and the handoff goes on with the next row.
+6. **Fallback.** A parked waiter looks by itself after its park timeout (longer the further
+   back it queued: :func:`park_timeout_expression`): granted -> ``CLAIM``; skipped -> queue
+   again; the head of a free lock -> ``ACQUIRE_HEAD``; behind a free lock whose head does
+   not move -> run the handoff for the head (a ticket whose row never came - a hole - is
+   skipped once its ``ready`` mark is a park timeout old). A crashed releaser, a lost
+   ``SendTaskSuccess`` or a dead head therefore cost a bounded delay.
+7. **Polling participants** (EXPRESS, ``LockClient``) queue the same way with
+   ``lease:<epoch ms>`` in their row's token (refreshed by each poll's ``PARK``) and poll
+   ``ACQUIRE_HEAD`` / the lock item.
 
 Every write here is spelled once; :mod:`tests.test_fair_model` model-checks the steps
-(crashes and lost responses included) and checks the model's reading of each write against
-DynamoDB itself.
+(crashes, lost responses, failed wake-ups and park timeouts included) and checks the model's
+reading of each write against DynamoDB itself.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from typing import Any, Iterable, Mapping
 
 from state_machines.lock_protocol import (
     ACQUIRE,
     ENTRY,
     EXPIRES_AT,
+    FENCE,
     KEY_ATTRIBUTE,
     NOW_EXPRESSION,
     OWNER,
@@ -65,267 +83,234 @@ from state_machines.lock_protocol import (
     LockWrite,
     ScheduledTask,
     jsonata,
-    lease_end_expression,
     lock_item_key,
 )
 
-#: The queue of waiting owners, oldest first (L of S).
-QUEUE = "queue"
-#: Owner -> task token of its current park (M of S).
-TOKENS = "tokens"
-#: Placeholder of one owner as a key of ``tokens`` (its value: the owner).
-WHO = "#who"
+#: The last ticket handed out (lock item).
+TICKETS = "tickets"
+#: The ticket of the last grant (lock item); the head of the queue is ``served + 1``.
+SERVED = "served"
+#: Who handed the lock to its holder (the granter's owner), until the holder confirms it
+#: (absent when the holder took it itself or confirmed).
+HANDED = "handed"
+#: Row attributes: how to wake the waiter, the lease and grace it takes the lock with, marks.
+TOKEN, LEASE, GRACE_MS, READY, LEFT = "token", "lease", "grace", "ready", "left"
 
-#: FAST_ACQUIRE: the mutex's acquire when nobody queues (or a retry of one that took the lock:
-#: its response was lost). Values as ACQUIRE, plus ``:zero``.
-FAST_ACQUIRE = LockWrite(
-    update=ACQUIRE.update,
-    condition=(
-        f"#{OWNER} = :me "
-        f"OR (({ACQUIRE.condition}) AND (attribute_not_exists(#{QUEUE}) OR size(#{QUEUE}) = :zero))"
-    ),
-)
-#: ENQUEUE: append ``:me`` once; create the token map. Values ``:me``, ``:mine`` (L [:me]),
-#: ``:empty`` (L []), ``:noTokens`` (M {}).
-ENQUEUE = LockWrite(
-    update=(
-        f"SET #{QUEUE} = list_append(if_not_exists(#{QUEUE}, :empty), :mine), "
-        f"#{TOKENS} = if_not_exists(#{TOKENS}, :noTokens)"
-    ),
-    condition=f"NOT contains(#{QUEUE}, :me)",
-)
-#: The condition under which the head ``:me`` may take the lock (ACQUIRE's, at the head).
-_GRANTABLE = f"({ACQUIRE.condition}) AND #{QUEUE}[0] = :me"
-#: ACQUIRE_HEAD: take the lock as the head of the queue and leave the queue. Values as
-#: ACQUIRE; ``#who`` = ``:me``.
-ACQUIRE_HEAD = LockWrite(
-    update=f"{ACQUIRE.update} REMOVE #{QUEUE}[0], #{TOKENS}.{WHO}",
-    condition=_GRANTABLE,
-)
-#: PARK: register my task token unless the lock is grantable to me now - exactly ACQUIRE_HEAD's
-#: condition, negated. Values ``:me``, ``:stale``, ``:now``, ``:token``; ``#who`` = ``:me``.
-PARK = LockWrite(
-    update=f"SET #{TOKENS}.{WHO} = :token",
-    condition=f"NOT ({_GRANTABLE})",
-)
-#: REMOVE_AT: take owner ``:who`` out of the queue at the index it was read at (the index is
-#: spelled into the expression: ``[INDEX]``). Values ``:who``; ``#who`` = ``:who``.
-INDEX = "[INDEX]"
-REMOVE_AT = LockWrite(
-    update=f"REMOVE #{QUEUE}{INDEX}, #{TOKENS}.{WHO}",
-    condition=f"#{QUEUE}{INDEX} = :who",
-)
-
-#: A Python client or an EXPRESS execution cannot park: while it queues, its token slot holds
-#: ``lease:<epoch ms>``, the
-#: time until which it keeps polling (refreshed on every poll). Nobody wakes a lease; a head
-#: whose lease ended is dead and may be dequeued, as a head whose execution ended.
+#: A polling waiter's token: ``lease:<epoch ms>``, the time until which it keeps polling.
 CLIENT_LEASE_PREFIX = "lease:"
-#: A polling waiter's place outlives its next poll by this much (then it counts as dead).
+#: A polling waiter's place outlives its next poll by this much (then it counts as gone).
 CLIENT_POLL_MARGIN_S = 5
-#: CLIENT_POLL: refresh my lease while I am queued. Values ``:me``, ``:lease``; ``#who`` = ``:me``.
-CLIENT_POLL = LockWrite(
-    update=f"SET #{TOKENS}.{WHO} = :lease",
-    condition=f"contains(#{QUEUE}, :me)",
+#: Row keys: ``!<ticket>!<stored key>`` (a semaphore's slots: ``~<slot>~<stored key>``).
+ROW_MARK = "!"
+#: Bytes a row key adds to the stored key (``!`` + up to 16 digits + ``!``): fair keys are
+#: validated with this much less room (DynamoDB's 2,048-byte limit holds for the rows).
+ROW_KEY_RESERVE_BYTES = 18
+
+
+def row_key(stored_key: str, ticket: int) -> str:
+    """The key of the queue row of ``ticket`` of the lock ``stored_key``."""
+    return f"{ROW_MARK}{int(ticket)}{ROW_MARK}{stored_key}"
+
+
+def row_key_expression(key: str, ticket: str) -> str:
+    """JSONata: :func:`row_key` of the stored key and ticket the expressions evaluate to."""
+    return f"'{ROW_MARK}' & $string({ticket}) & '{ROW_MARK}' & ({key})"
+
+
+def _update(write: str, *, set_: Iterable[str] = (), remove: Iterable[str] = ()) -> str:
+    """``write`` (an update expression) with more SET actions and REMOVE actions."""
+    clauses = dict(re.findall(r"(SET|ADD|REMOVE|DELETE) (.*?)(?= (?:SET|ADD|REMOVE|DELETE) |$)", write))
+    for keyword, more in (("SET", list(set_)), ("REMOVE", list(remove))):
+        if more:
+            clauses[keyword] = ", ".join(([clauses[keyword]] if keyword in clauses else []) + more)
+    return " ".join(f"{k} {clauses[k]}" for k in ("SET", "REMOVE", "ADD", "DELETE") if k in clauses)
+
+
+#: Nobody queues: no ticket out beyond the last grant.
+_NOBODY_QUEUES = f"(attribute_not_exists(#{TICKETS}) OR #{SERVED} = #{TICKETS})"
+_START_COUNTERS = [f"#{SERVED} = if_not_exists(#{SERVED}, :zero)", f"#{TICKETS} = if_not_exists(#{TICKETS}, :zero)"]
+
+#: FAST_ACQUIRE: the mutex's acquire when nobody queues (or a retry of mine whose response was
+#: lost). Values as ACQUIRE, plus ``:zero``.
+FAST_ACQUIRE = LockWrite(
+    update=_update(ACQUIRE.update, set_=_START_COUNTERS, remove=[f"#{HANDED}"]),
+    condition=f"#{OWNER} = :me OR (({ACQUIRE.condition}) AND {_NOBODY_QUEUES})",
 )
+#: ENQUEUE: take the next ticket (``ALL_NEW``: ``tickets`` is mine) - refused when the fast
+#: path would take the lock now. Values ``:me``, ``:stale``, ``:now``, ``:zero``, ``:one``.
+ENQUEUE = LockWrite(
+    update=f"SET #{TICKETS} = if_not_exists(#{TICKETS}, :zero) + :one, {_START_COUNTERS[0]}",
+    condition=f"NOT (({ACQUIRE.condition}) AND {_NOBODY_QUEUES})",
+)
+#: Who may grant (or skip) ticket ``:ticket``: whoever may take the lock (ACQUIRE's
+#: condition: its holder ``:me``, anyone when it is free or its lease is over, or a proven
+#: stale holder's successor) while ``:prev`` (= ``:ticket`` - 1) is the last grant.
+_MAY_PASS = f"({ACQUIRE.condition}) AND #{SERVED} = :prev"
+#: GRANT: the lock to ``:next`` as ticket ``:ticket``, handed by ``:me`` (the head taking it
+#: itself: ``:next`` = ``:me``). ``ALL_NEW``: the fence. Values as ACQUIRE's, plus ``:next``,
+#: ``:prev``, ``:ticket``.
+GRANT = LockWrite(
+    update=(
+        f"SET #{OWNER} = :next, #acquiredAt = :now, #{EXPIRES_AT} = :expiresAt, #grace = :grace, "
+        f"#{SERVED} = :ticket, #{HANDED} = :me ADD #{FENCE} :one"
+    ),
+    condition=_MAY_PASS,
+)
+#: SKIP: pass over ticket ``:ticket`` (its waiter is gone); the holder, if any, keeps the lock.
+SKIP = LockWrite(update=f"SET #{SERVED} = :ticket", condition=_MAY_PASS)
+#: CLAIM: the waiter ``:me`` the lock was handed to confirms it (its wake-up was not seen).
+CLAIM = LockWrite(update=f"REMOVE #{HANDED}", condition=f"#{OWNER} = :me AND #{SERVED} = :ticket")
+#: REVOKE: take back a handoff whose wake-up failed and that was not confirmed within the
+#: claim window - by its granter ``:me`` only, that grant only (owner and fence). Values
+#: ``:next``, ``:me``, ``:fence``.
+REVOKE = LockWrite(
+    update=f"REMOVE #{OWNER}, #acquiredAt, #{EXPIRES_AT}, #grace, #{HANDED}",
+    condition=f"#{OWNER} = :next AND #{HANDED} = :me AND #{FENCE} = :fence",
+)
+#: PARK (a row): register how to wake me, unless the lock was freed for my ticket (``ready``)
+#: or I was skipped (``left``). Values ``:me``, ``:token``, ``:lease``, ``:grace``.
+PARK = LockWrite(
+    update=f"SET #{OWNER} = :me, #{TOKEN} = :token, #{LEASE} = :lease, #{GRACE_MS} = :grace",
+    condition=f"attribute_not_exists(#{READY}) AND attribute_not_exists(#{LEFT})",
+)
+#: MARK (a row): the lock is free for this ticket, since ``:since`` - unless its waiter
+#: parked. Values ``:since``.
+MARK = LockWrite(update=f"SET #{READY} = :since", condition=f"attribute_not_exists(#{TOKEN})")
+#: LEAVE (a row): I give up my place (max_wait spent, or an error while queued).
+LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
+                  condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me")
 
-#: The writes a fair lock adds (the release is the mutex's RELEASE, returning ALL_OLD).
-WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "PARK": PARK, "ACQUIRE_HEAD": ACQUIRE_HEAD,
-          "RELEASE": RELEASE, "REMOVE_AT": REMOVE_AT}  # (CLIENT_POLL: only a client's own slot)
+#: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
+#: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).
+LOCK_WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "GRANT": GRANT, "SKIP": SKIP, "CLAIM": CLAIM,
+               "REVOKE": REVOKE, "RELEASE": RELEASE}
+ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
 
-#: A throttled wake-up (``SendTaskSuccess`` through the aws-sdk integration) is retried; any
-#: other error means the waiter is gone or looks by itself.
+#: Errors of ``SendTaskSuccess`` that mean the park it targets has ended (the waiter is gone,
+#: or looks by itself): the grant waits for a claim, then is revoked. Throttling is retried.
 WAKE_THROTTLED = "Sfn.ThrottlingException"
 
-#: A parked waiter's fallback: it looks again after at most this long. Default of the
-#: ``park_timeout`` prop.
+#: A parked waiter's fallback: it looks again after at most this long (times its distance to
+#: the head, up to :data:`MAX_PARK_S`). Default of the ``park_timeout`` prop.
 DEFAULT_PARK_TIMEOUT_S = 30
+#: The longest single park (s).
+MAX_PARK_S = 3600
 
 
-def attribute_names(write: LockWrite, who_jsonata: str | None = None) -> dict[str, str]:
-    """``#name`` -> attribute for ``write`` (``#who``: the owner ``who_jsonata`` evaluates to)."""
-    names = {k: v for k, v in write.attribute_names().items() if k != WHO}
-    if WHO in f"{write.update} {write.condition}":
-        names[WHO] = jsonata(who_jsonata or f"{ENTRY}.owner")
-    return names
+def attribute_names(write: LockWrite) -> dict[str, str]:
+    """``#name`` -> attribute for ``write`` (row and lock attributes have their own names)."""
+    found = re.findall(r"#(\w+)", f"{write.update} {write.condition}")
+    return {f"#{n}": n for n in dict.fromkeys(found)}
 
 
-def _arguments(key: str, write: LockWrite, values: Mapping[str, Any], *, who: str | None = None,
-               update: str | None = None, condition: str | None = None, return_values: str = "NONE") -> dict:
+def arguments(key: str, write: LockWrite, values: Mapping[str, Any], *, return_values: str = "NONE") -> dict:
+    """UpdateItem arguments (all but the table) for ``write`` on the item ``key`` (JSONata
+    templates allowed)."""
     missing = set(write.value_names()) - set(values)
     extra = set(values) - set(write.value_names())
     if missing or extra:  # a programming error in this module, caught by the unit tests
         raise AssertionError(f"values for {write}: missing {missing}, extra {extra}")
     return {
         "Key": lock_item_key(key),
-        "UpdateExpression": update or write.update,
-        "ConditionExpression": condition or write.condition,
-        "ExpressionAttributeNames": attribute_names(write, who),
+        "UpdateExpression": write.update,
+        **({"ConditionExpression": write.condition} if write.condition else {}),
+        "ExpressionAttributeNames": attribute_names(write),
         "ExpressionAttributeValues": dict(values),
         "ReturnValues": return_values,
     }
 
 
-def _acquire_values(lease_ms: int, stale_owner_jsonata: str) -> dict:
-    return {
-        ":me": {"S": jsonata(f"{ENTRY}.owner")},
-        ":stale": {"S": jsonata(stale_owner_jsonata)},
-        ":now": {"N": jsonata(NOW_EXPRESSION)},
-        ":expiresAt": {"N": jsonata(lease_end_expression(lease_ms))},
-        ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
-        ":one": {"N": "1"},
-    }
+# -- JSONata pieces (the service evaluates these) ---------------------------------------------
 
 
-def fast_acquire_arguments(*, key_jsonata: str, lease_ms: int, stale_owner_jsonata: str) -> dict:
-    return _arguments(jsonata(key_jsonata), FAST_ACQUIRE,
-                      {**_acquire_values(lease_ms, stale_owner_jsonata), ":zero": {"N": "0"}},
-                      return_values="ALL_NEW")
+def park_timeout_expression(*, park_timeout_s: int, distance: str, wait_variable: str, max_wait_ms: int | None) -> str:
+    """JSONata (the park's TimeoutSeconds): the park timeout times the waiter's distance to the
+    head (a waiter far back is woken by handoffs long before it could look usefully; the head
+    and the one behind it look after one park timeout), at most :data:`MAX_PARK_S`, cut to
+    what is left of max_wait (at least 1 s)."""
+    base = f"$min([{MAX_PARK_S}, {int(park_timeout_s)} * $max([1, {distance} - 1])])"
+    if max_wait_ms is None:
+        return f"$max([1, {base}])"
+    left = f"{int(max_wait_ms)} - ($millis() - ${wait_variable}.since)"
+    return f"$max([1, $min([{base}, $ceil(({left}) / 1000)])])"
 
 
-def enqueue_arguments() -> dict:
-    me = {"S": jsonata(f"{ENTRY}.owner")}
-    return _arguments(jsonata(f"{ENTRY}.key"), ENQUEUE,
-                      {":me": me, ":mine": {"L": [me]}, ":empty": {"L": []}, ":noTokens": {"M": {}}})
+def lease_token_expression(poll_s: float) -> str:
+    """JSONata: a polling waiter's token, its place living until its next poll + margin."""
+    return f"'{CLIENT_LEASE_PREFIX}' & $string($millis() + {int((poll_s + CLIENT_POLL_MARGIN_S) * 1000)})"
 
 
-def park_arguments(*, stale_owner_jsonata: str) -> dict:
-    """PARK's UpdateItem for an ``aws-sdk:dynamodb:updateItem.waitForTaskToken`` task."""
-    values = {k: v for k, v in _acquire_values(0, stale_owner_jsonata).items() if k in (":me", ":stale", ":now")}
-    return _arguments(jsonata(f"{ENTRY}.key"), PARK, {**values, ":token": {"S": jsonata("$states.context.Task.Token")}})
-
-
-def acquire_head_arguments(*, lease_ms: int, stale_owner_jsonata: str) -> dict:
-    return _arguments(jsonata(f"{ENTRY}.key"), ACQUIRE_HEAD, _acquire_values(lease_ms, stale_owner_jsonata),
-                      return_values="ALL_NEW")
-
-
-def remove_at_arguments(*, key_jsonata: str, who_jsonata: str, index_jsonata: str) -> dict:
-    """REMOVE_AT for owner ``who`` at index ``index`` (both JSONata); returns the item after."""
-    at = f" & '[' & $string({index_jsonata}) & ']' & "
-
-    def spell(text: str) -> str:  # the index spelled into the expression
-        return jsonata(at.join(json.dumps(part) for part in text.split(INDEX)))
-
-    return _arguments(jsonata(key_jsonata), REMOVE_AT, {":who": {"S": jsonata(who_jsonata)}}, who=who_jsonata,
-                      update=spell(REMOVE_AT.update), condition=spell(REMOVE_AT.condition), return_values="ALL_NEW")
-
-
-# -- JSONata over the lock item (the service evaluates these) ---------------------------------
-
-
-def queue_expression(item: str) -> str:
-    """JSONata: the owners queued on the DynamoDB item ``item`` as an array (maybe empty)."""
-    return f"($q := {item}.`{QUEUE}`.L; $exists($q) ? [$q.S] : [])"
-
-
-def head_token_expression(item: str) -> str:
-    """JSONata over an item (a release's ALL_OLD, a dequeue's ALL_NEW): the head's task token,
-    or null when nobody queues or the head has not parked (or is a polling client)."""
+def row_state_expression(row: str, *, hole_ms: int) -> str:
+    """JSONata over a taken row (TAKE's ``Attributes``, maybe absent): what to do with it -
+    ``'wake'`` (a parked waiter), ``'grant'`` (a polling waiter whose lease runs), ``'skip'``
+    (gone: left, a lease ended, or a ``ready`` mark older than ``hole_ms``: a ticket whose
+    waiter never parked), ``'mark'`` (nobody parked yet; the mark, if any, is kept)."""
+    t = f"{row}.`{TOKEN}`.S"
+    lease = f"$substring({t}, 0, {len(CLIENT_LEASE_PREFIX)}) = '{CLIENT_LEASE_PREFIX}'"
+    lease_ended = f"$number($substringAfter({t}, '{CLIENT_LEASE_PREFIX}')) < $millis()"
+    old_mark = f"($exists({row}.`{READY}`.N) and $number({row}.`{READY}`.N) + {int(hole_ms)} < $millis())"
     return (
-        f"( $head := {queue_expression(item)}[0]; "
-        f"$t := $exists($head) ? $lookup({item}.`{TOKENS}`.M, $head) : null; "
-        f"$exists($t.S) and $substring($t.S, 0, {len(CLIENT_LEASE_PREFIX)}) != '{CLIENT_LEASE_PREFIX}' ? $t.S : null )"
+        f"$exists({row}.`{LEFT}`) ? 'skip' : $exists({t}) ? ({lease} ? ({lease_ended} ? 'skip' : 'grant') : 'wake') "
+        f": {old_mark} ? 'skip' : 'mark'"
     )
 
 
-def head_lease_ended_expression(item: str) -> str:
-    """JSONata over a GetItem: the head is a client whose polling lease has ended (dead)."""
-    return (
-        f"( $head := {queue_expression(item)}[0]; "
-        f"$t := $exists($head) ? $lookup({item}.`{TOKENS}`.M, $head).S : null; "
-        f"$type($t) = 'string' and $substring($t, 0, {len(CLIENT_LEASE_PREFIX)}) = '{CLIENT_LEASE_PREFIX}' "
-        f"and $number($substringAfter($t, '{CLIENT_LEASE_PREFIX}')) < $millis() )"
-    )
+# -- the same readings in Python (clients, janitor, CLI) --------------------------------------
 
 
-def wake_after_dequeue_expression(item: str) -> str:
-    """JSONata over a dequeue's ALL_NEW: the new head's token when the lock is free (nobody
-    else will wake it), else null."""
-    return f"$exists({item}.`{OWNER}`) and $number({item}.`{EXPIRES_AT}`.N) >= $millis() ? null : {head_token_expression(item)}"
+def row_state(row: Mapping[str, Any] | None, *, now: int, hole_ms: int) -> str:
+    """As :func:`row_state_expression`, over a row as boto3 returns it (or None)."""
+    row = row or {}
+    token = row.get(TOKEN, {}).get("S")
+    if LEFT in row:
+        return "skip"
+    if token is not None:
+        if token.startswith(CLIENT_LEASE_PREFIX):
+            return "skip" if int(token[len(CLIENT_LEASE_PREFIX):]) < now else "grant"
+        return "wake"
+    if READY in row and int(row[READY]["N"]) + hole_ms < now:
+        return "skip"
+    return "mark"
 
 
-def my_index_expression(item: str, owner: str = f"{ENTRY}.owner") -> str:
-    """JSONata over a GetItem: the index of ``owner`` in the queue, -1 when not queued."""
-    return (
-        f"( $q := {queue_expression(item)}; $me := {owner}; "
-        "$at := $filter($map($q, function($o, $i) { $o = $me ? $i : -1 }), function($i) { $i >= 0 }); "
-        "$exists($at) ? $at[0] : -1 )"
-    )
+def counters(item: Mapping[str, Any]) -> tuple[int, int]:
+    """(served, tickets) of a lock item (0, 0 when no ticket was ever taken)."""
+    return int(item.get(SERVED, {}).get("N", "0")), int(item.get(TICKETS, {}).get("N", "0"))
 
 
-def park_timeout_expression(*, park_timeout_s: int, wait_variable: str, max_wait_ms: int) -> str:
-    """JSONata (the park's TimeoutSeconds): the park timeout, cut to what is left of max_wait
-    (at least 1 s)."""
-    w = "$" + wait_variable
-    left = f"{int(max_wait_ms)} - ($millis() - {w}.since)"
-    return f"$max([1, $min([{int(park_timeout_s)}, $ceil(({left}) / 1000)])])"
-
-
-#: History events of one park round that times out (park, fallback reads and checks, a dead
-#: head removed and the next woken, enqueue again), rounded up.
-EVENTS_PER_PARK_ROUND = 45
-
-
-def worst_case_park_events(park_timeout_s: float, max_wait_s: float) -> int:
-    """History events a fair waiter's queue can record while it waits up to ``max_wait_s``."""
-    return (math.ceil(max_wait_s / park_timeout_s) + 1) * EVENTS_PER_PARK_ROUND
+def queued_tickets(item: Mapping[str, Any]) -> range:
+    """The tickets still queued on a lock item, head first (each may be a row, or a hole)."""
+    served, tickets = counters(item)
+    return range(served + 1, tickets + 1)
 
 
 def enqueues_in_history(tasks: Iterable[ScheduledTask], *, table_name: str) -> list[tuple[str, str]]:
-    """``(stored key, owner)`` of every ENQUEUE the execution attempted on ``table_name``
-    among ``tasks`` (see :func:`lock_protocol.dynamodb_tasks_scheduled`: those scheduled at or
-    before its end), once each: the janitor dequeues them, since a stopped waiter never leaves
-    the queue by itself.
-
-    A queue entry records no time, so unlike RETIRE the dequeue cannot tell an entry made
-    before the end from the same owner's entry after a redrive (a redriven waiter resumes with
-    its owner). A late copy of the end's event can therefore take a redriven waiter out of
-    the queue: it costs that waiter its place - it queues again at its next park timeout or
-    poll - never exclusion, which the lock item's ACQUIRE conditions alone decide.
-    """
+    """``(stored key, owner)`` of every PARK the execution attempted on ``table_name`` (its
+    row key names the ticket): the janitor marks those rows ``left``, since a stopped waiter
+    never leaves by itself. Parks are aws-sdk tasks: their parameters are the API's."""
     found: dict[tuple[str, str], None] = {}
     for task in tasks:
         p = task.parameters
-        if task.resource == "updateItem" and p.get("ConditionExpression") == ENQUEUE.condition \
-                and p.get("TableName") == table_name:
+        if p.get("ConditionExpression") == PARK.condition and p.get("TableName") == table_name:
             found[(p["Key"][KEY_ATTRIBUTE]["S"], p["ExpressionAttributeValues"][":me"]["S"])] = None
     return list(found)
 
 
-# -- the same readings in Python (clients) ----------------------------------------------------
+def worst_case_park_events(park_timeout_s: float, max_wait_s: float | None) -> int:
+    """History events a fair waiter's queue can record while it waits up to ``max_wait_s``
+    (None: as long as the state machine runs - the caller bounds it by the machine's timeout)."""
+    return (math.ceil((max_wait_s or 0) / park_timeout_s) + 1) * EVENTS_PER_PARK_ROUND
 
 
-def queue_of(item: Mapping[str, Any]) -> list:
-    """The owners queued on a DynamoDB item (as :func:`queue_expression`)."""
-    return [o["S"] for o in item.get(QUEUE, {}).get("L", [])]
+def unlimited_wait_s(park_timeout_s: int, history_event_budget: int | None) -> int:
+    """``max_wait=None`` (a fair lock on a STANDARD machine): the longest wait whose park rounds
+    fit the history budget (default 20,000 events: a round is at most
+    :data:`EVENTS_PER_PARK_ROUND` events, and a round lasts at least one park timeout) - then
+    ``Lock.Timeout``. With the defaults (30 s): (20,000 / 45 - 1) x 30 s = 3 h 41 min."""
+    budget = history_event_budget if history_event_budget is not None else 20_000
+    return max(1, (budget // EVENTS_PER_PARK_ROUND - 1) * int(park_timeout_s))
 
 
-def _slot_of_head(item: Mapping[str, Any]) -> str | None:
-    queue = queue_of(item)
-    return item.get(TOKENS, {}).get("M", {}).get(queue[0], {}).get("S") if queue else None
-
-
-def head_token(item: Mapping[str, Any]) -> str | None:
-    """The head's task token, if it parked (as :func:`head_token_expression`)."""
-    slot = _slot_of_head(item)
-    return None if slot is None or slot.startswith(CLIENT_LEASE_PREFIX) else slot
-
-
-def head_lease_ended(item: Mapping[str, Any], *, now: int) -> bool:
-    """The head is a client whose polling lease ended (as :func:`head_lease_ended_expression`)."""
-    slot = _slot_of_head(item) or ""
-    return slot.startswith(CLIENT_LEASE_PREFIX) and int(slot[len(CLIENT_LEASE_PREFIX):]) < now
-
-
-def head_to_wake_after_dequeue(item: Mapping[str, Any], *, now: int) -> str | None:
-    """The new head's token when the lock is free (as :func:`wake_after_dequeue_expression`)."""
-    held = OWNER in item and int(item.get(EXPIRES_AT, {}).get("N", "0")) >= now
-    return None if held else head_token(item)
-
-
-def client_poll_arguments(*, poll_s: float) -> dict:
-    """CLIENT_POLL for a polling execution (EXPRESS): my place lives until my next poll + margin."""
-    lease = f"'{CLIENT_LEASE_PREFIX}' & $string($millis() + {int((poll_s + CLIENT_POLL_MARGIN_S) * 1000)})"
-    return _arguments(jsonata(f"{ENTRY}.key"), CLIENT_POLL,
-                      {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":lease": {"S": jsonata(lease)}})
+#: History events of one park round that times out (the park, the fallback's read and checks,
+#: a handoff run for a dead head, the park again), rounded up.
+EVENTS_PER_PARK_ROUND = 45

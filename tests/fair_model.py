@@ -1,13 +1,25 @@
 """An executable model of the fair lock (state_machines/fair_protocol.py) for exhaustive
-exploration: the lock item, the participants' steps, crashes at every step, lost responses
-on every write, lost wake-ups, and the park's fallback timeout.
+exploration: the lock item and one row per ticket, the participants' steps (fast acquire,
+ticket, park, handoff, wake-up, claim, revoke, the park's fallback and the handoff it runs
+for a dead head), crashes at every step, lost responses on every write, failed wake-ups,
+park timeouts, and time passing (a hole's mark ageing, a claim window ending, a dead
+holder's lease ending).
 
-The writes below read the item as the real expressions do; ``test_fair_model`` checks each
+The writes below read the items as the real expressions do; ``test_fair_model`` checks each
 against DynamoDB itself on many item states, so the model cannot drift from the protocol.
 
-Variants (negative controls) break one rule each: ``unconditional_park`` (the park does not
-check that the lock is still not grantable), ``no_head_check`` (a waiter acquires without
-being the head), ``fast_ignores_owner`` (the fast path ignores the holder).
+Timing assumption (the one place time matters for FIFO): a live participant's few steps
+(between reading the lock and parking, or between taking a row and waking its waiter) take
+less than a claim window, and a waiter holding a ticket parks before its mark is a park
+timeout old. So a claim window ends only while the grantee is dead or parked and nobody is
+mid-handoff with the grantee's current token, and a mark ages only while its ticket's waiter
+is not between its ticket and its park.
+
+Variants (negative controls) break one rule each: ``park_ignores_ready`` (PARK does not
+check the ready mark), ``no_mark`` (a release leaves no mark for an unparked ticket),
+``enqueue_unconditional`` (a ticket is taken even when the lock is free with nobody queued),
+``revoke_ignores_claim`` (REVOKE does not check that the grant is unconfirmed),
+``fast_ignores_queue`` (the fast path ignores the queue).
 """
 
 from __future__ import annotations
@@ -17,117 +29,154 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
 
-CURRENT, OLD = "current", "old"
 #: Step labels of faults (never a way out of a stuck state).
 FAULT = re.compile(r"crashes|lost")
+NAMES = ("a", "b", "c")
 
 
 @dataclass(frozen=True)
-class Item:
+class Lock:
     owner: Optional[str] = None
     expired: bool = False          # the holder's lease (or its retired stop grace) is over
     fence: int = 0
-    queue: tuple = ()
-    tokens: tuple = ()             # sorted (owner, CURRENT | OLD) pairs
+    served: Optional[int] = None   # None: the attribute is absent
+    tickets: Optional[int] = None
+    handed: Optional[str] = None   # who handed the lock over (unconfirmed), else None
 
-    def token(self, who: str) -> Optional[str]:
-        return dict(self.tokens).get(who)
 
-    def with_token(self, who: str, token: Optional[str]) -> "Item":
-        tokens = {k: v for k, v in self.tokens if k != who}
-        if token is not None:
-            tokens[who] = token
-        return replace(self, tokens=tuple(sorted(tokens.items())))
+@dataclass(frozen=True)
+class Row:
+    owner: Optional[str] = None
+    token: Optional[tuple] = None  # (owner, park number) of a parked waiter
+    ready: Optional[str] = None    # "fresh" | "old" (a hole's mark, ageing)
+    left: bool = False
+
+
+def _n(v: Optional[int]) -> int:
+    return 0 if v is None else v
 
 
 # -- the writes: (condition holds, item after) ------------------------------------------------
 
 
-def acquire_ok(item: Item, me: str, stale: str) -> bool:
-    """ACQUIRE's condition: free, mine, the stale holder's, or the lease is over."""
-    return item.owner is None or item.owner in (me, stale) or item.expired
+def acquire_ok(lock: Lock, me: str, stale: str) -> bool:
+    return lock.owner is None or lock.owner in (me, stale) or lock.expired
 
 
-def _take(item: Item, me: str) -> Item:
-    return replace(item, owner=me, expired=False, fence=item.fence + 1)
+def nobody_queues(lock: Lock) -> bool:
+    return lock.tickets is None or lock.served == lock.tickets
 
 
-def fast_acquire(item: Item, me: str, stale: str, variant: str = "") -> tuple[bool, Item]:
-    free = True if variant == "fast_ignores_owner" else acquire_ok(item, me, stale)
-    ok = item.owner == me or (free and not item.queue)
-    return ok, (_take(item, me) if ok else item)
-
-
-def enqueue(item: Item, me: str) -> tuple[bool, Item]:
-    ok = me not in item.queue
-    return ok, (replace(item, queue=item.queue + (me,)) if ok else item)
-
-
-def grantable(item: Item, me: str, stale: str, variant: str = "") -> bool:
-    head = item.queue[:1] == (me,) or (variant == "no_head_check" and me in item.queue)
-    return acquire_ok(item, me, stale) and head
-
-
-def park(item: Item, me: str, stale: str, variant: str = "") -> tuple[bool, Item]:
-    ok = variant == "unconditional_park" or not grantable(item, me, stale, variant)
-    return ok, (item.with_token(me, CURRENT) if ok else item)
-
-
-def acquire_head(item: Item, me: str, stale: str, variant: str = "") -> tuple[bool, Item]:
-    ok = grantable(item, me, stale, variant)
+def fast_acquire(lock: Lock, me: str, stale: str, variant: str = "") -> tuple[bool, Lock]:
+    queue_ok = True if variant == "fast_ignores_queue" else nobody_queues(lock)
+    ok = lock.owner == me or (acquire_ok(lock, me, stale) and queue_ok)
     if not ok:
-        return False, item
-    taken = _take(item, me)
-    return True, replace(taken, queue=tuple(o for o in taken.queue if o != me)).with_token(me, None)
+        return False, lock
+    return True, replace(lock, owner=me, expired=False, fence=lock.fence + 1, served=_n(lock.served),
+                         tickets=_n(lock.tickets), handed=None)
 
 
-def release(item: Item, me: str, fence: int) -> tuple[bool, Item]:
-    ok = item.owner == me or (item.owner is None and item.fence == fence)
-    return ok, (replace(item, owner=None, expired=False) if ok else item)
+def enqueue(lock: Lock, me: str, stale: str, variant: str = "") -> tuple[bool, Lock]:
+    ok = variant == "enqueue_unconditional" or not (acquire_ok(lock, me, stale) and nobody_queues(lock))
+    return ok, (replace(lock, tickets=_n(lock.tickets) + 1, served=_n(lock.served)) if ok else lock)
 
 
-def remove_at(item: Item, who: str, index: int) -> tuple[bool, Item]:
-    ok = index < len(item.queue) and item.queue[index] == who
-    if not ok:
-        return False, item
-    return True, replace(item, queue=item.queue[:index] + item.queue[index + 1:]).with_token(who, None)
+def may_pass(lock: Lock, me: str, stale: str, prev: int) -> bool:
+    return acquire_ok(lock, me, stale) and lock.served is not None and lock.served == prev
 
 
-def head_token(item: Item) -> Optional[str]:
-    """Who a release wakes (from the item as it was): the head, if it parked."""
-    return item.queue[0] if item.queue and item.token(item.queue[0]) == CURRENT else None
+def grant(lock: Lock, me: str, stale: str, nxt: str, prev: int) -> tuple[bool, Lock]:
+    ok = may_pass(lock, me, stale, prev)
+    return ok, (replace(lock, owner=nxt, expired=False, served=prev + 1, handed=me, fence=lock.fence + 1) if ok else lock)
 
 
-def wake_after_dequeue(item: Item) -> Optional[str]:
-    """Who a dequeue wakes (from the item after it): the new head, when the lock is free."""
-    return head_token(item) if (item.owner is None or item.expired) else None
+def skip(lock: Lock, me: str, stale: str, prev: int) -> tuple[bool, Lock]:
+    ok = may_pass(lock, me, stale, prev)
+    return ok, (replace(lock, served=prev + 1) if ok else lock)
+
+
+def claim(lock: Lock, me: str, ticket: int) -> tuple[bool, Lock]:
+    ok = lock.owner == me and lock.served is not None and lock.served == ticket
+    return ok, (replace(lock, handed=None) if ok else lock)
+
+
+def revoke(lock: Lock, nxt: str, fence: int, me: str, variant: str = "") -> tuple[bool, Lock]:
+    ok = lock.owner == nxt and lock.fence == fence and (variant == "revoke_ignores_claim" or lock.handed == me)
+    return ok, (replace(lock, owner=None, expired=False, handed=None) if ok else lock)
+
+
+def release(lock: Lock, me: str, fence: int) -> tuple[bool, Lock]:
+    ok = lock.owner == me or (lock.owner is None and lock.fence == fence)
+    return ok, (replace(lock, owner=None, expired=False) if ok else lock)
+
+
+def park(row: Optional[Row], me: str, token: tuple, variant: str = "") -> tuple[bool, Row]:
+    row = row or Row()
+    ok = not row.left and (variant == "park_ignores_ready" or row.ready is None)
+    return ok, (replace(row, owner=me, token=token) if ok else row)
+
+
+def mark(row: Optional[Row], since: str) -> tuple[bool, Optional[Row]]:
+    ok = row is None or row.token is None
+    return ok, (replace(row or Row(), ready=since) if ok else row)
+
+
+def leave(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
+    ok = row is None or row.owner in (None, me)
+    return ok, (replace(row or Row(), owner=me, left=True, token=None) if ok else row)
+
+
+def row_state(row: Optional[Row]) -> str:
+    """As fair_protocol.row_state (no polling waiters here)."""
+    if row is None:
+        return "mark"
+    if row.left:
+        return "skip"
+    if row.token is not None:
+        return "wake"
+    return "skip" if row.ready == "old" else "mark"
 
 
 # -- the participants -------------------------------------------------------------------------
 
-# pcs: fast, enqueue, park, parked, acquire_head, cs, release, check, done, dead
+WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim")
+HANDOFF = ("taken", "recheck", "wake", "mark", "nudge")
 
 
 @dataclass(frozen=True)
 class Proc:
     pc: str = "fast"
+    ticket: Optional[int] = None
     fence: int = 0
-    lost: int = 0        # lost responses used (each write's response may be lost once)
-    target: Optional[str] = None   # whom to wake next (pc "wake"), then go on to ``after``
-    after: str = "done"
+    lost: int = 0        # lost responses used (one per participant)
+    granted: bool = False
+    # the handoff loop (release, or a helper's run for a dead head): current served, whether I
+    # hold the lock while looping, the taken row, the grant being woken
+    c: int = 0
+    holding: bool = False
+    row: Optional[Row] = None
+    nxt: Optional[str] = None
+    nfence: int = 0
 
 
 @dataclass(frozen=True)
 class State:
-    item: Item
-    procs: tuple           # Proc per participant
-    wakes: tuple = ()      # in-flight wake-ups: sorted participant names
-    entered: tuple = ()    # the order participants entered the queue (for FIFO)
-    granted: tuple = ()    # the order of grants
-    faults: int = 0        # lost wake-ups injected so far
+    lock: Lock
+    rows: tuple            # sorted (ticket, Row)
+    procs: tuple
+    grants: tuple = ()     # (name, ticket or None for a fast grant) in grant order
+    overtake: str = ""     # a grant passed a live queued waiter
 
+    def row(self, t: int) -> Optional[Row]:
+        return dict(self.rows).get(t)
 
-NAMES = ("a", "b", "c")
+    def with_row(self, t: int, row: Optional[Row]) -> "State":
+        rows = dict(self.rows)
+        if row is None:
+            rows.pop(t, None)
+        else:
+            rows[t] = row
+        return replace(self, rows=tuple(sorted(rows.items())))
 
 
 @dataclass
@@ -137,103 +186,172 @@ class Model:
     fallback: bool = True
     crashes: bool = True
     lost_responses: bool = True
-    lost_wakes: int = 1          # how many wake-ups may be lost
+    max_crashes: int = 1
+    #: check ticket order (with crashes: a handoff runner that crashes after taking a row and
+    #: before granting it loses that waiter's token - the waiter queues again at its next look)
+    fifo: bool = True
     violations: list = field(default_factory=list)
 
     def names(self) -> tuple:
         return NAMES[: self.participants]
 
     def initial(self) -> State:
-        return State(Item(), tuple(Proc() for _ in self.names()))
+        return State(Lock(), (), tuple(Proc() for _ in self.names()))
 
-    # every next state (a label for tracing)
     def steps(self, s: State) -> Iterator[tuple[str, State]]:
         names = self.names()
         dead = {n for n, p in zip(names, s.procs) if p.pc == "dead"}
         for i, (me, p) in enumerate(zip(names, s.procs)):
             if p.pc in ("done", "dead"):
                 continue
-            if self.crashes and p.pc != "cs":  # (a crash in the work: see below)
+            if self.crashes and len(dead) < self.max_crashes:
                 yield f"{me} crashes at {p.pc}", self._set(s, i, replace(p, pc="dead"))
-            if self.crashes and p.pc == "cs":
-                yield f"{me} crashes holding", self._set(s, i, replace(p, pc="dead"))
-            # the stale holder a waiter may take over: a dead owner (its grace over)
-            stale = s.item.owner if s.item.owner in dead else me
+            stale = s.lock.owner if s.lock.owner in dead else me
             yield from self._step(s, i, me, p, stale)
-        for who in s.wakes:
-            rest = tuple(w for w in s.wakes if w != who)
-            j = names.index(who)
-            q = s.procs[j]
-            if q.pc == "parked":
-                yield f"wake {who}", replace(self._set(s, j, replace(q, pc="acquire_head")), wakes=rest)
-            else:
-                yield f"wake {who} refused", replace(s, wakes=rest)
-            if s.faults < self.lost_wakes:
-                yield f"wake {who} lost", replace(s, wakes=rest, faults=s.faults + 1)
-        # a dead holder's lease ends (janitor RETIRE past the grace, or the lease itself)
-        if s.item.owner in dead and not s.item.expired:
-            yield "lease of dead holder ends", replace(s, item=replace(s.item, expired=True))
+        # time passes
+        if s.lock.owner in dead and not s.lock.expired:
+            yield "lease of dead holder ends", replace(s, lock=replace(s.lock, expired=True))
+        for t, row in s.rows:
+            holder = next((p for p in s.procs if p.ticket == t and p.pc in WAITING), None)
+            if row.ready == "fresh" and holder is None:
+                yield f"mark of {t} ages", s.with_row(t, replace(row, ready="old"))
+
+    @staticmethod
+    def _void_tokens(s: State, me: str) -> State:
+        """Tokens of ``me``'s earlier parks (in rows and in taken rows) become ``old``."""
+        void = lambda r: replace(r, token=(me, "old")) if r is not None and r.token == (me, "current") else r  # noqa: E731
+        rows = tuple((t, void(r)) for t, r in s.rows)
+        return replace(s, rows=rows, procs=tuple(replace(p, row=void(p.row)) for p in s.procs))
 
     def _set(self, s: State, i: int, p: Proc) -> State:
         return replace(s, procs=s.procs[:i] + (p,) + s.procs[i + 1:])
 
-    def _write(self, s, i, me, p, label, ok_item, on_ok, on_refused):
-        """A write: applied (its outcome seen), or applied with its response lost (the same
-        state is retried; the write took effect)."""
-        ok, item = ok_item
-        nxt = on_ok if ok else on_refused
-        yield f"{me} {label} {'ok' if ok else 'refused'}", nxt(replace(s, item=item))
+    def _write(self, s, i, me, p, label, ok, after: State, on_ok, on_refused):
+        yield f"{me} {label} {'ok' if ok else 'refused'}", (on_ok if ok else on_refused)(after)
         if self.lost_responses and p.lost == 0 and ok:
-            yield f"{me} {label} response lost", self._set(replace(s, item=item), i, replace(p, lost=1))
+            yield f"{me} {label} response lost", self._set(after, i, replace(after.procs[i], lost=1))
+
+    def _grant_to(self, s: State, j: int, name: str, fast: bool = False) -> State:
+        q = s.procs[j]
+        ticket = None if fast else s.lock.served
+        # a fast grant passes every ticket out; a grant of a ticket passes the smaller ones
+        passed = [n for n, p in zip(self.names(), s.procs) if p.pc in WAITING and p.ticket is not None
+                  and n != name and (ticket is None or p.ticket < ticket)]
+        s = self._set(s, j, replace(q, pc="cs", fence=s.lock.fence, granted=True, ticket=s.lock.served))
+        return replace(s, grants=s.grants + ((name, ticket),),
+                       overtake=s.overtake or (f"{name} overtook {passed}" if passed else ""))
 
     def _step(self, s: State, i: int, me: str, p: Proc, stale: str):
         v, names = self.variant, self.names()
         go = lambda pc, **kw: (lambda t: self._set(t, i, replace(t.procs[i], pc=pc, **kw)))  # noqa: E731
+        lock = s.lock
         if p.pc == "fast":
-            yield from self._write(s, i, me, p, "fast acquire", fast_acquire(s.item, me, stale, v),
-                                   lambda t: self._grant(t, i, me), go("enqueue"))
+            ok, after = fast_acquire(lock, me, stale, v)
+            yield from self._write(s, i, me, p, "fast acquire", ok, replace(s, lock=after),
+                                   lambda t: self._grant_to(t, i, me, fast=lock.owner != me), go("enqueue"))
         elif p.pc == "enqueue":
-            yield from self._write(s, i, me, p, "enqueue", enqueue(s.item, me), go("park"), go("park"))
+            ok, after = enqueue(lock, me, stale, v)
+            # a lost response: the ticket was taken (a hole), and the retry takes another
+            yield f"{me} enqueue {'ok' if ok else 'refused'}", (
+                go("park", ticket=after.tickets)(replace(s, lock=after)) if ok else go("fast")(s))
+            if self.lost_responses and p.lost == 0 and ok:
+                yield f"{me} enqueue response lost", go("enqueue", lost=1)(replace(s, lock=after))
         elif p.pc == "park":
-            yield from self._write(s, i, me, p, "park", park(s.item, me, stale, v), go("parked"), go("acquire_head"))
+            t = self._void_tokens(s, me)  # my earlier parks' tokens are void now
+            ok, row = park(t.row(p.ticket), me, (me, "current"), v)
+            yield from self._write(s, i, me, p, "park", ok, t.with_row(p.ticket, row), go("parked"), go("acq_head"))
         elif p.pc == "parked":
-            if self.fallback:  # the park times out: its token is void; look again
-                t = replace(s, item=s.item.with_token(me, OLD) if s.item.token(me) else s.item,
-                            wakes=tuple(w for w in s.wakes if w != me))
-                yield f"{me} park times out", go("check")(t)
-        elif p.pc == "check":  # fallback: a dead head of a free lock is dequeued (and the next woken)
-            head = s.item.queue[0] if s.item.queue else None
-            dead = head is not None and s.procs[names.index(head)].pc == "dead"
-            if dead and acquire_ok(s.item, me, stale):
-                ok, item = remove_at(s.item, head, 0)
-                woken = wake_after_dequeue(item) if ok else None
-                t = replace(s, item=item)
-                yield f"{me} removes dead head {head}", (
-                    go("wake", target=woken, after="enqueue")(t) if woken else go("enqueue")(t))
+            if self.fallback:
+                yield f"{me} park times out", go("inspect")(s)
+        elif p.pc == "acq_head":
+            ok, after = grant(lock, me, stale, me, p.ticket - 1)
+            yield from self._write(s, i, me, p, "acquire as head", ok, replace(s, lock=after),
+                                   lambda t: self._grant_to(t, i, me), go("inspect"))
+        elif p.pc == "inspect":  # the fallback (and a refused acquire's confirm): read the lock
+            served = _n(lock.served)
+            if lock.owner == me and lock.served == p.ticket:
+                yield f"{me} finds itself granted", go("claim")(s)
+            elif served >= p.ticket:
+                yield f"{me} was skipped: queues again", go("enqueue", ticket=None)(s.with_row(p.ticket, None))
+            elif served == p.ticket - 1 and acquire_ok(lock, me, stale):
+                yield f"{me} is the head of a free lock", go("acq_head")(s)
+            elif acquire_ok(lock, me, stale):  # a free lock whose head does not move: hand it off
+                yield f"{me} runs the handoff for the head", go("take", c=served, holding=False)(s)
             else:
-                yield f"{me} re-queues", go("enqueue")(s)
-        elif p.pc == "acquire_head":
-            yield from self._write(s, i, me, p, "acquire as head", acquire_head(s.item, me, stale, v),
-                                   lambda t: self._grant(t, i, me), go("confirm"))
-        elif p.pc == "confirm":  # refused: a retried acquire whose first try took the lock, or park again
-            yield f"{me} reads the lock", self._grant(s, i, me) if s.item.owner == me else go("park")(s)
-        elif p.pc == "wake":  # SendTaskSuccess (a separate step: a crash before it loses it)
-            t = replace(s, wakes=tuple(sorted(set(s.wakes) | {p.target})))
-            yield f"{me} wakes {p.target}", go(p.after, target=None)(t)
+                yield f"{me} parks again", go("park")(s)
+        elif p.pc == "claim":
+            ok, after = claim(lock, me, p.ticket)
+            yield from self._write(s, i, me, p, "claim", ok, replace(s, lock=after),
+                                   lambda t: self._grant_to(t, i, me), go("inspect"))
         elif p.pc == "cs":
-            yield f"{me} leaves the work", go("release")(s)
-        elif p.pc == "release":
-            before = s.item
-
-            def released(t):
-                woken = head_token(before)
-                return go("wake", target=woken, after="done")(t) if woken else go("done")(t)
-            yield from self._write(s, i, me, p, "release", release(s.item, me, p.fence), released, go("done"))
-
-    def _grant(self, t: State, i: int, me: str) -> State:
-        p = t.procs[i]
-        t = self._set(t, i, replace(p, pc="cs", fence=t.item.fence))
-        return replace(t, granted=t.granted + (me,))
+            yield f"{me} leaves the work", go("take", c=p.ticket, holding=True)(s)
+        # -- the handoff loop ------------------------------------------------------------------
+        elif p.pc == "take":
+            row = s.row(p.c + 1)
+            yield f"{me} takes row {p.c + 1}", go("taken", row=row)(s.with_row(p.c + 1, None))
+        elif p.pc == "taken":
+            state = row_state(p.row)
+            if state == "wake" and p.row.owner == me:  # my own row (a helper reached itself)
+                ok, after = grant(lock, me, stale, me, p.c)
+                yield from self._write(s, i, me, p, "acquire as head", ok, replace(s, lock=after),
+                                       lambda t: self._grant_to(t, i, me), go("after_loop"))
+            elif state == "wake":
+                ok, after = grant(lock, me, stale, p.row.owner, p.c)
+                yield from self._write(
+                    s, i, me, p, f"grant {p.row.owner}", ok, replace(s, lock=after),
+                    go("wake", nxt=p.row.owner, nfence=after.fence), go("recheck", nxt=p.row.owner))
+            elif state == "skip":
+                ok, after = skip(lock, me, stale, p.c)
+                yield from self._write(s, i, me, p, f"skip {p.c + 1}", ok, replace(s, lock=after),
+                                       go("take", c=p.c + 1), go("after_loop"))
+            elif p.holding:
+                ok, after = release(lock, me, p.fence)
+                yield from self._write(
+                    s, i, me, p, "release", ok, replace(s, lock=after),
+                    (lambda t: go("mark", holding=False)(t)) if _n(after.tickets) > p.c and v != "no_mark"
+                    else go("after_loop"), go("after_loop"))
+            else:  # (a helper: the lock is not mine) mark the row again, keeping the mark's age
+                yield from self._step(s, i, me, replace(p, pc="mark"), stale)
+        elif p.pc == "mark":
+            since = p.row.ready if p.row is not None and p.row.ready else "fresh"
+            ok, row = mark(s.row(p.c + 1), since)
+            yield from self._write(s, i, me, p, f"mark {p.c + 1}", ok, s.with_row(p.c + 1, row),
+                                   go("after_loop"), go("take"))
+        elif p.pc == "recheck":  # a refused grant: granted by my lost response?
+            if lock.owner == p.nxt and lock.served == p.c + 1 and lock.handed == me:
+                yield f"{me} rechecks: granted", go("wake", nfence=lock.fence)(s)
+            else:
+                # someone else handed it: the token I took is the waiter's only way to be told -
+                # wake it to look by itself
+                yield f"{me} rechecks: not mine to hand", go("nudge")(s)
+        elif p.pc == "nudge":
+            j = names.index(p.nxt)
+            q = s.procs[j]
+            woken = q.pc == "parked" and p.row.token == (p.nxt, "current")
+            yield f"{me} nudges {p.nxt}", go("after_loop")(self._set(s, j, replace(q, pc="inspect")) if woken else s)
+        elif p.pc == "wake":
+            j = names.index(p.nxt)
+            q = s.procs[j]
+            if q.pc == "parked" and p.row.token == (p.nxt, "current"):
+                yield f"{me} wakes {p.nxt}", go("after_loop")(self._grant_to(s, j, p.nxt))
+            else:
+                yield f"{me} wake of {p.nxt} fails", go("window")(s)
+        elif p.pc == "window":  # the claim window ends (or the grantee is dead); a re-park found?
+            j = names.index(p.nxt)
+            q = s.procs[j]
+            busy = any(o.pc in HANDOFF and o.row is not None and o.row.token == (p.nxt, "current")
+                       for k, o in enumerate(s.procs) if k != i)
+            if q.pc in ("dead", "parked", "done", "cs", "window") and not busy:
+                row = s.row(p.c + 1)
+                if row is not None and row.token is not None and q.pc == "parked" and row.token == (p.nxt, "current") \
+                        and lock.owner == p.nxt and lock.fence == p.nfence:
+                    yield f"{me} wakes {p.nxt}'s new park", go("after_loop")(self._grant_to(s.with_row(p.c + 1, None), j, p.nxt))
+                else:
+                    ok, after = revoke(lock, p.nxt, p.nfence, me, v)
+                    yield from self._write(s, i, me, p, f"revoke {p.nxt}", ok, replace(s, lock=after),
+                                           go("take", c=p.c + 1, holding=False), go("after_loop"))
+        elif p.pc == "after_loop":
+            yield f"{me} ends its handoff", (go("done")(s) if p.granted else go("inspect")(s))
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -243,33 +361,26 @@ class Model:
         inside = [n for n, p in zip(names, s.procs) if p.pc == "cs"]
         if len(inside) > 1:
             problems.append(f"two holders: {inside}")
-        # FIFO: a grant to a queued participant never passes one queued before it and still alive
-        if s.granted:
-            last = s.granted[-1]
-            if last in s.entered:
-                before = s.entered[: s.entered.index(last)]
-                passed = [n for n in before if n not in s.granted and s.procs[names.index(n)].pc != "dead"]
-                if passed:
-                    problems.append(f"{last} overtook {passed}")
+        if s.overtake and self.fifo:
+            problems.append(s.overtake)
         return problems
 
-    def explore(self, limit: int = 2_000_000) -> dict:
+    def explore(self, limit: int = 3_000_000) -> dict:
         """Every reachable state: safety and FIFO on each; then liveness - from every state,
-        some path ends with every live participant done."""
+        some path without faults ends with every live participant done."""
         start = self.initial()
         seen = {start: None}
         edges: dict = {}
         todo = deque([start])
+        transitions = 0
         while todo:
             s = todo.popleft()
             for problem in self.check(s):
                 self.violations.append((problem, self.trace(seen, s)))
-                return {"states": len(seen), "violation": problem}
-            nxt = []  # (label, state)
+                return {"states": len(seen), "transitions": transitions, "violation": problem}
+            nxt = []
             for label, t in self.steps(s):
-                new = tuple(n for n in t.item.queue if n not in t.entered)
-                if new:
-                    t = replace(t, entered=t.entered + new)
+                transitions += 1
                 nxt.append((label, t))
                 if t not in seen:
                     seen[t] = (s, label)
@@ -277,8 +388,6 @@ class Model:
                     if len(seen) > limit:
                         raise RuntimeError("state space too large")
             edges[s] = nxt
-        # liveness: states from which "all live participants done" is reachable by the
-        # protocol's own steps (no crash, no fault: a crash cannot be the way out)
         finished = {s for s in seen if all(p.pc in ("done", "dead") for p in s.procs)}
         reverse: dict = {}
         for s, ts in edges.items():
@@ -297,8 +406,8 @@ class Model:
             s = min(stuck, key=lambda x: len(self.trace(seen, x)))
             problem = "stuck: a live participant can never finish (a lost wake-up)"
             self.violations.append((problem, self.trace(seen, s)))
-            return {"states": len(seen), "violation": problem}
-        return {"states": len(seen), "violation": None}
+            return {"states": len(seen), "transitions": transitions, "violation": problem}
+        return {"states": len(seen), "transitions": transitions, "violation": None}
 
     @staticmethod
     def trace(seen: dict, s: State) -> list[str]:

@@ -53,15 +53,39 @@ class FairStack(cdk.Stack):
         LockedWorkflow(self, "FairExpress", protected=self.probe("ExpressProbe"), wait_policy=FAST,
                        state_machine_type=sfn.StateMachineType.EXPRESS,
                        **{**fair, "timeout": cdk.Duration.minutes(4)})
+        # a fair section in one branch of a Parallel whose other branch fails (when the test
+        # fails its gate); the user catches the Parallel's failure and the execution goes on
+        # RUNNING (a while): a waiter parked in the section is cancelled, with no status event
+        from constructs_lib import LockedSection
+
+        section = LockedSection(
+            self, "CancelledSection", lock_key=jsonata("$states.input.key"), key_namespace="f", table=self.locks,
+            protected=self.probe("CancelledProbe"), lease=cdk.Duration.minutes(3), max_wait=cdk.Duration.seconds(90),
+            fair=True, park_timeout=cdk.Duration.seconds(PARK_TIMEOUT_S))
+        # the sibling fails when the test says (it fails the task token this gate stores)
+        sibling = sfn.CustomState(self, "SiblingGate", state_json={
+            "Type": "Task", "QueryLanguage": "JSONata",
+            "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
+            "Arguments": {"TableName": probes.table_name, "Item": {
+                "pk": {"S": jsonata("'sibling#' & $states.input.key")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
+            "TimeoutSeconds": 240})
+        parallel = sfn.Parallel.jsonata(self, "SectionAndSibling")
+        parallel.branch(section).branch(sibling)
+        parallel.add_catch(sfn.Wait.jsonata(self, "StillRunning", time=sfn.WaitTime.duration(cdk.Duration.seconds(60))),
+                           errors=["States.ALL"])
+        cancelled = sfn.StateMachine(self, "FairCancelledStateMachine", definition_body=sfn.DefinitionBody.from_chainable(parallel),
+                                     query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(3))
+        probes.grant_write_data(cancelled)
         # the polling lock on the same keys' items of another namespace (order: the negative control)
         machines.append(LockedWorkflow(self, "Polling", protected=self.probe("PollingProbe"), wait_policy=FAST,
                                        **{**common, "key_namespace": "p"}))
         # the negative control of exclusion: the same work with no lock
         sfn.StateMachine(self, "Unlocked", definition_body=sfn.DefinitionBody.from_chainable(self.probe("UnlockedProbe", fence=False)),
                          query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(3))
-        names = [m.state_machine_name for m in machines]
+        names = [m.state_machine_name for m in machines] + [cancelled.state_machine_name]
         for m in machines:
             m.section.grant_liveness_check(m.state_machine, *names)
+        section.grant_liveness_check(cancelled, *names)
 
     def probe(self, construct_id: str, fence: bool = True) -> tasks.LambdaInvoke:
         return tasks.LambdaInvoke.jsonata(

@@ -5,6 +5,7 @@ refusals, and every error on one line."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -190,26 +191,67 @@ def test_the_table_is_found_from_a_stack(cloud, table, capsys):
     assert code == cli.FAILED and "cannot read stack 'Missing'" in err
 
 
+def _fair_queue(cloud, table, owners_and_tokens) -> None:
+    """Queue rows (tickets 1, 2, ...) on the fair lock ``fair#q`` with these (owner, token)."""
+    from state_machines import fair_protocol as fp
+
+    cloud.dynamodb.update_item(
+        TableName=table, Key={"pk": {"S": "fair#q"}}, UpdateExpression="SET #s = :zero, #t = :n",
+        ExpressionAttributeNames={"#s": fp.SERVED, "#t": fp.TICKETS},
+        ExpressionAttributeValues={":zero": {"N": "0"}, ":n": {"N": str(len(owners_and_tokens))}})
+    for ticket, (owner, token) in enumerate(owners_and_tokens, 1):
+        cloud.dynamodb.put_item(TableName=table, Item={
+            "pk": {"S": fp.row_key("fair#q", ticket)}, "owner": {"S": owner}, fp.TOKEN: {"S": token},
+            fp.LEASE: {"N": "60000"}, fp.GRACE_MS: {"N": "0"}})
+
+
 def test_show_lists_a_fair_locks_waiters_in_order_and_how_each_waits(cloud, table, capsys):
     from state_machines import fair_protocol as fp
 
     holder = LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
     parked, polling = "arn:aws:states:us-east-1:123456789012:execution:m:e#1", "client:h:1:x#2"
-    cloud.dynamodb.update_item(
-        TableName=table, Key={"pk": {"S": "fair#q"}},
-        UpdateExpression="SET #q = :q, #t = :t", ExpressionAttributeNames={"#q": fp.QUEUE, "#t": fp.TOKENS},
-        ExpressionAttributeValues={":q": {"L": [{"S": parked}, {"S": polling}]},
-                                   ":t": {"M": {parked: {"S": "token"}, polling: {"S": f"{fp.CLIENT_LEASE_PREFIX}9"}}}},
-    )
+    _fair_queue(cloud, table, [(parked, "token"), (polling, f"{fp.CLIENT_LEASE_PREFIX}9")])
     code, out, _ = run(cloud, capsys, "locks", "show", "q", "--namespace", "fair", "--table", table, "--json")
     shown = json.loads(out)
     assert code == 0 and shown["owner"] == holder.owner
     assert shown["waiters"] == [
-        {"owner": parked, "execution": "arn:aws:states:us-east-1:123456789012:execution:m:e", "waits": "parked"},
-        {"owner": polling, "execution": None, "waits": "polling"},
+        {"ticket": 1, "owner": parked, "execution": "arn:aws:states:us-east-1:123456789012:execution:m:e", "waits": "parked"},
+        {"ticket": 2, "owner": polling, "execution": None, "waits": "polling"},
     ]
     code, out, _ = run(cloud, capsys, "locks", "show", "q", "--namespace", "fair", "--table", table)
     assert f"waiters: 2\n    1. {parked} (parked)\n    2. {polling} (polling)" in out
+    code, out, _ = run(cloud, capsys, "locks", "list", "--table", table, "--json")
+    assert [r["key"] for r in json.loads(out) if r["namespace"] == "fair"] == ["q"]  # rows are no locks
+
+
+def test_a_forced_release_of_a_fair_lock_hands_it_to_the_next_waiter(cloud, table, capsys):
+    from state_machines import fair_protocol as fp
+
+    holder = LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
+    waiter = "client:h:1:w#1"
+    _fair_queue(cloud, table, [(waiter, f"{fp.CLIENT_LEASE_PREFIX}{int(time.time() * 1000) + 60_000}")])
+    code, out, _ = run(cloud, capsys, "locks", "release", "q", "--namespace", "fair", "--table", table, "--force",
+                       "--json")
+    item = cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": "fair#q"}}, ConsistentRead=True)["Item"]
+    assert code == 0 and json.loads(out)["released"] and item["owner"]["S"] == waiter != holder.owner
+    assert fp.counters(item) == (1, 1) and int(item["fence"]["N"]) == holder.fence + 1
+
+
+def test_clear_head_takes_a_dead_head_out_of_a_fair_queue_and_hands_the_free_lock_on(cloud, table, capsys):
+    from state_machines import fair_protocol as fp
+
+    LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
+    cloud.dynamodb.update_item(TableName=table, Key={"pk": {"S": "fair#q"}}, UpdateExpression="REMOVE #o",
+                               ExpressionAttributeNames={"#o": "owner"})  # free: its head should have taken it
+    dead, waiter = "arn:aws:states:us-east-1:123456789012:execution:m:gone#1", "client:h:1:w#2"
+    _fair_queue(cloud, table, [(dead, "token-of-a-stopped-execution"),
+                               (waiter, f"{fp.CLIENT_LEASE_PREFIX}{int(time.time() * 1000) + 60_000}")])
+    code, out, _ = run(cloud, capsys, "locks", "clear-head", "q", "--namespace", "fair", "--table", table, "--json")
+    item = cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": "fair#q"}}, ConsistentRead=True)["Item"]
+    assert code == 0 and json.loads(out)["cleared"]
+    assert item["owner"]["S"] == waiter and fp.counters(item) == (2, 2)  # the dead head skipped, the next granted
+    code, out, _ = run(cloud, capsys, "locks", "clear-head", "q", "--namespace", "fair", "--table", table, "--json")
+    assert code == 0 and not json.loads(out)["cleared"]  # nobody queues any more
 
 
 # ---- semaphore slots, endpoints without credentials, one-line errors -------------------------

@@ -428,9 +428,12 @@ def test_a_fair_janitor_may_also_read_the_queue_and_wake_any_task_token():
     (janitor,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
     assert janitor["Environment"]["Variables"]["FAIR_LOCK"] == "true"
     by_action = {a: s["Resource"] for s in _role_statements(template, janitor["Role"]) for a in _actions(s)}
-    assert {"dynamodb:UpdateItem", "dynamodb:GetItem", "states:SendTaskSuccess"} <= set(by_action)
+    assert {"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:DeleteItem", "states:SendTaskSuccess",
+            "states:DescribeExecution"} <= set(by_action)
     unscoped = {a for a, resource in by_action.items() if resource == "*"}
-    assert unscoped == {"states:SendTaskSuccess", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    # (task tokens cannot be scoped: waking a parked waiter, or telling it to look by itself)
+    assert unscoped == {"states:SendTaskSuccess", "states:SendTaskFailure", "xray:PutTraceSegments",
+                        "xray:PutTelemetryRecords"}
 
 
 # ---- Python participants --------------------------------------------------------------------
@@ -509,14 +512,14 @@ def test_negative_control_unfenced_counter_loses_updates_under_the_same_pauses(d
     assert any(r.error == p.ERROR_LOST for r in results)
 
 
-def test_janitor_finds_each_fair_queue_entry_of_the_table_once():
+def test_janitor_finds_each_fair_queue_row_of_the_table_once():
     from state_machines import fair_protocol as fair
 
-    def enqueue(table: str, key: str, owner: str, condition: str = fair.ENQUEUE.condition) -> p.ScheduledTask:
+    def park(table: str, key: str, owner: str, condition: str = fair.PARK.condition) -> p.ScheduledTask:
         return p.ScheduledTask("updateItem", {"TableName": table, "Key": {p.KEY_ATTRIBUTE: {"S": key}},
                                               "ConditionExpression": condition,
                                               "ExpressionAttributeValues": {":me": {"S": owner}}})
 
-    tasks = [enqueue("locks", "k#1", "e#a"), enqueue("locks", "k#1", "e#a"),  # a retried enqueue
-             enqueue("other", "k#2", "e#a"), enqueue("locks", "k#3", "e#a", condition=fair.PARK.condition)]
-    assert fair.enqueues_in_history(tasks, table_name="locks") == [("k#1", "e#a")]
+    tasks = [park("locks", "!1!k#1", "e#a"), park("locks", "!1!k#1", "e#a"),  # a park again
+             park("other", "!2!k#2", "e#a"), park("locks", "k#3", "e#a", condition=fair.ENQUEUE.condition)]
+    assert fair.enqueues_in_history(tasks, table_name="locks") == [("!1!k#1", "e#a")]

@@ -162,20 +162,15 @@ def build_bench_stack(
         LockedWorkflow(
             stack,
             name,
-            lock_key=jsonata("$states.input.key"),
-            protected=body,
-            wait_policy=policy,
-            max_wait=Duration.minutes(10),
-            timeout=Duration.minutes(30),
-            logging=False,
-            tracing=False,
-            table_removal_policy=RemovalPolicy.DESTROY,
-            **extra,
+            **{"lock_key": jsonata("$states.input.key"), "protected": body, "wait_policy": policy,
+               "max_wait": Duration.minutes(10), "timeout": Duration.minutes(30), "logging": False,
+               "tracing": False, "table_removal_policy": RemovalPolicy.DESTROY, **extra},
         )
 
     unlocked("Unlocked", work("Unlocked"))
     if fair:
-        locked("Fair", work("Fair"), ours, fair=True)
+        # the fair lock: N up to 1,000 waiters (a park round is cheap: a long wait fits the history)
+        locked("Fair", work("Fair"), ours, fair=True, max_wait=Duration.hours(2), timeout=Duration.hours(3))
     unlocked("UnlockedChain", chain("UnlockedChain"))
     locked("Ours", work("Ours"), ours)
     locked("OursChain", chain("OursChain"), ours)
@@ -245,7 +240,9 @@ def deploy_bench(cloud: Any, synthesized: Any, variants: Sequence[str]) -> Bench
         # By CDK path: LockedWorkflow's machine is <variant>/StateMachine, a plain one <variant>.
         inner = "/StateMachine" if variant.startswith(("Ours", "Sweep", "Fair")) else ""
         machines[variant] = deployment.state_machine_arn(f"{stack}/{variant}{inner}/Resource")
-    return BenchApp(machines)
+    app = BenchApp(machines)
+    app.deployment = deployment  # (more of the stack: bench_fair's floor machines)
+    return app
 
 
 # ----------------------------------------------------------------------------------------

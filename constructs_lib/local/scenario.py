@@ -43,8 +43,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 #: Dollars per state transition of a Standard workflow ($0.025 per 1,000).
 DOLLARS_PER_TRANSITION = 0.025 / 1000
-#: Suffixes of the lock's release states (``<section id>.Release`` / ``.ReleaseAfterError``).
-RELEASE_SUFFIXES = (".Release", ".ReleaseAfterError")
+#: Suffixes of the lock's release states (``<section id>.Release`` / ``.ReleaseAfterError``;
+#: a fair lock's handoff: the write that passes the lock on - ``.Release.Grant`` to the next
+#: waiter, ``.Release.Release`` when nobody waits).
+RELEASE_SUFFIXES = (".Release", ".ReleaseAfterError", ".Release.Grant", ".Release.GrantPoller",
+                    ".ReleaseAfterError.Grant", ".ReleaseAfterError.Release")
 #: Task history events that start one attempt of a task (a second one within a state is a retry).
 _SCHEDULED = ("TaskScheduled", "LambdaFunctionScheduled", "ActivityScheduled")
 

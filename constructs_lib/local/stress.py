@@ -381,7 +381,7 @@ def _faults(rng: random.Random, log: Counter) -> list:
         Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
               when=draw(protocol.RELEASE, 0.03, "lost release response")),
         Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
-              when=draw(fair.ACQUIRE_HEAD, 0.05, "lost acquire-as-head response")),
+              when=draw(fair.GRANT, 0.05, "lost grant response")),
         Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
               when=draw(fair.ENQUEUE, 0.05, "lost enqueue response")),
         Fault("SendTaskSuccess", "ServiceUnavailable", times=many, service="stepfunctions",
@@ -402,7 +402,7 @@ def _lost(rng: random.Random, guard: threading.Lock, log: Counter, probability: 
 # --------------------------------------------------------------------------------------
 
 #: Writes that try to take a lock, or to queue for it (a release, a retire or a dequeue does not).
-_ATTEMPTS = (protocol.ACQUIRE.update, fair.ENQUEUE.update, fair.PARK.update)
+_ATTEMPTS = (protocol.ACQUIRE.update, fair.FAST_ACQUIRE.update, fair.ENQUEUE.update, fair.PARK.update)
 _ENDS = {"ExecutionSucceeded", "ExecutionFailed", "ExecutionAborted", "ExecutionTimedOut"}
 
 
@@ -794,10 +794,15 @@ def _left_held(cloud: Any, app: Any) -> list[str]:
     held = []
     for page in cloud.dynamodb.get_paginator("scan").paginate(TableName=_table(app, "LocksTable"), ConsistentRead=True):
         for item in page["Items"]:
+            if item["pk"]["S"].startswith(fair.ROW_MARK):  # a fair queue row: every waiter's was taken
+                if fair.TOKEN in item:
+                    held.append(f"{item['pk']['S']} queued: {item[protocol.OWNER]['S']}")
+                continue
             if protocol.OWNER in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
                 held.append(f"{item['pk']['S']} by {item[protocol.OWNER]['S']}")
-            if item.get("queue", {}).get("L"):  # a fair lock's queue: every waiter left it
-                held.append(f"{item['pk']['S']} queued: {[o['S'] for o in item['queue']['L']]}")
+            served, tickets = fair.counters(item)
+            if served != tickets:  # a fair lock's queue: every ticket was served or skipped
+                held.append(f"{item['pk']['S']} queued: tickets {served + 1}..{tickets}")
     return held
 
 

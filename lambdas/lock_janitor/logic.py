@@ -15,7 +15,7 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    duplicate or late event (EventBridge delivers at least once, and retries for up to 24 h)
    never retires a redriven execution's new acquisition;
 3. for a fair lock, takes every queue entry the execution made out of its queue, waking the
-   new head of a free lock (``LockClient.dequeue``: the clients' own fair writes).
+   next waiter of a free lock (``LockClient.leave_queue``: the clients' own fair writes).
 
 Every expression comes from ``state_machines`` (deployed with this function): nothing is
 spelled twice. A failure it cannot get past raises :class:`RecoveryFailed`, naming the
@@ -180,9 +180,9 @@ def recover(
             (recovery.retired if done else recovery.unchanged).append((key, owner))
         if settings.fair:
             client = LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions, fair=True)
-            for key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
-                client.dequeue(key, owner)
-                recovery.dequeued.append((key, owner))
+            for row_key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
+                client.leave_queue(row_key, owner)
+                recovery.dequeued.append((row_key, owner))
     except (ClientError, BotoCoreError, protocol.HistoryUnreadable) as error:
         raise RecoveryFailed(ended.execution_arn, key, error) from error
     return recovery
