@@ -435,7 +435,16 @@ def matching_ids(ids: Iterable[str], resources: Mapping[str, Any], key: str) -> 
     ids = list(ids)
     if key in ids:
         return [key]
+    # the construct id the user gave: a top-level construct's logical id is it plus CDK's
+    # 8-character hash; a prefix that also begins a sibling's id ("Cancelled", "CancelledBlind")
+    # is ambiguous only if no id is exactly that
+    exact = [i for i in ids if re.fullmatch(re.escape(key) + r"[0-9A-F]{8}", i)]
+    if exact:
+        return exact
     found = [i for i in ids if i.startswith(key)]
+    if len(found) > 1:  # prefer those whose CDK path names ``key`` as a construct of its own
+        named = [i for i in found if ("/" + key + "/") in (cdk_path(resources[i]) or "") + "/"]
+        found = named or found
     if found:
         return found
     paths = {i: cdk_path(resources[i]) or "" for i in ids}

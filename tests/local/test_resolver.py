@@ -126,3 +126,16 @@ def test_matching_ids_by_id_prefix_and_cdk_path():
     assert matching_ids(ids, resources, "Other/StateMachine") == ["OtherMachineC3D4"]
     assert matching_ids(ids, resources, "Locked") == ["LockedWorkflowStateMachine1A2B"]
     assert matching_ids(ids, resources, "Missing") == []
+
+
+def test_the_construct_id_given_is_not_ambiguous_with_a_longer_sibling():
+    resources = {
+        "Cancelled748A6061": {"Metadata": {"aws:cdk:path": "S/Cancelled/Resource"}},
+        "CancelledBlindBF316030": {"Metadata": {"aws:cdk:path": "S/CancelledBlind/Resource"}},
+        "ApplyStateMachine1A2B3C4D": {"Metadata": {"aws:cdk:path": "S/Apply/StateMachine/Resource"}},
+        "ApplyerMachine5E6F7A8B": {"Metadata": {"aws:cdk:path": "S/Applyer/Resource"}},
+    }
+    assert matching_ids(resources, resources, "Cancelled") == ["Cancelled748A6061"]
+    assert matching_ids(resources, resources, "CancelledBlind") == ["CancelledBlindBF316030"]
+    # a prefix of two ids: the one whose path has the construct id as a segment
+    assert matching_ids(resources, resources, "Apply") == ["ApplyStateMachine1A2B3C4D"]
