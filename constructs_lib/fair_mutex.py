@@ -527,23 +527,34 @@ class FairMutex(Mutex):
         decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip'")), skip)
         if holding:
             v = section.variables
-            release = update_item_task(
-                section, name("Release"), section.table,
-                {**protocol.release_arguments(lock_variable=v["lock"]), "ReturnValues": "ALL_NEW"},
-                assign={f["handoff"]: jsonata(
-                    f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}}}])")})
-            retry_transient(release)
+
+            def release_task(state_suffix: str) -> sfn.TaskStateBase:
+                return update_item_task(
+                    section, name(state_suffix), section.table,
+                    {**protocol.release_arguments(lock_variable=v["lock"]), "ReturnValues": "ALL_NEW"},
+                    assign={f["handoff"]: jsonata(
+                        f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}}}])")})
+
+            # as the mutex's: a refused first release means the lock was taken over (Lock.Lost);
+            # only a retry after a transient error may find its own earlier release done
+            release, release_again = release_task("Release"), release_task("ReleaseAgain")
+            retry_transient(release_again)
+            release.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
             if lost is not None:
                 released_before = sfn.Choice.jsonata(section, f"{suffix}.ReleasedBefore", state_name=name("ReleasedBefore?"))
                 released_before.when(sfn.Condition.jsonata(jsonata(
                     protocol.released_before_expiry_expression(v["lock"]))), end).otherwise(lost)
-                release.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+                release.add_catch(lost, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+                release_again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
             else:
-                release.add_catch(end, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-            release.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+                for t in (release, release_again):
+                    t.add_catch(end, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            for t in (release, release_again):
+                t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
             queued = sfn.Choice.jsonata(section, f"{suffix}.Queued", state_name=name("Queued?"))
             queued.when(sfn.Condition.jsonata(jsonata(f"{h}.tickets > {h}.c")), mark).otherwise(end)
             release.next(queued)
+            release_again.next(queued)
             decide.when(sfn.Condition.jsonata(jsonata(f"{h}.holding = true")), release)
         decide.otherwise(mark)
         for t in (first, again):

@@ -354,7 +354,8 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
         key_attribute = "id" if table == records else p.KEY_ATTRIBUTE
         items = cloud.dynamodb.scan(TableName=table, ConsistentRead=True)["Items"]
         held = [i for i in items if i.get(owner_attribute, {}).get("S", "").startswith(execution + "#")
-                and key_prefix in i[key_attribute]["S"]]
+                and key_prefix in i[key_attribute]["S"]
+                and not i[key_attribute]["S"].startswith("!")]  # a fair queue row is not the lock
         assert held, f"{execution} holds nothing in {table}"
         cloud.dynamodb.update_item(
             TableName=table, Key={key_attribute: held[0][key_attribute]},

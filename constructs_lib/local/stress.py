@@ -880,6 +880,9 @@ def _judge_handoffs(report: Report) -> list[str]:
             waiting = [
                 (run, wait) for run, wait in waits
                 if wait.stored_key == hold.stored_key and wait.start_ms <= hold.ended_ms
+                # a cancelled section's lock is found by a state machine's liveness check: a
+                # LockClient waiter does not probe (it waits for one, or for the lease)
+                and not (hold.cancelled and run.shape in CLIENT_SHAPES)
                 and wait.end_ms >= hold.ended_ms + handoff_bound_ms(hold.grace_ms, wait.fair, hold.cancelled)
             ]
             if not waiting:
