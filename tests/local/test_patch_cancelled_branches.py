@@ -296,3 +296,25 @@ def test_a_waiting_callback_task_without_heartbeat_seconds_accepts_heartbeats(cl
     assert run.finish()["status"] == "SUCCEEDED"
     with pytest.raises(run.sfn.exceptions.InvalidToken):  # its execution has ended
         run.sfn.send_task_heartbeat(taskToken=gate)
+
+
+def test_a_token_call_is_not_answered_with_a_crash_while_another_execution_starts():
+    """moto walks every execution's environment, None while one is starting: the call is tried
+    again (it crashed as States.Runtime in a waiter probing a holder's token); other errors stay."""
+    from constructs_lib.local.patches import cancelled_branches as cb
+
+    calls = []
+
+    def starting_then_answered(self, token):
+        calls.append(token)
+        if len(calls) < 3:
+            raise AttributeError("'NoneType' object has no attribute 'callback_pool_manager'")
+        return "answered"
+
+    assert cb._past_starting_executions(starting_then_answered, None, "t") == "answered" and len(calls) == 3
+
+    def broken(self, token):
+        raise AttributeError("something else")
+
+    with pytest.raises(AttributeError, match="something else"):
+        cb._past_starting_executions(broken, None, "t")

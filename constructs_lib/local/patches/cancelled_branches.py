@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 from unittest import mock
@@ -358,10 +359,25 @@ def _token_of(args: tuple, kwargs: dict) -> str:
     return kwargs["task_token"] if "task_token" in kwargs else args[0]
 
 
+def _past_starting_executions(original, self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """moto's task token calls walk every execution's ``exec_worker.env``, which is None while
+    an execution is still starting: an AttributeError instead of an answer (seen as
+    ``States.Runtime`` in a waiter that probed a token). Step Functions answers such a call
+    whatever else starts meanwhile: tried again until the starting execution has its
+    environment (a few ms)."""
+    for attempt in range(200):
+        try:
+            return original(self, *args, **kwargs)
+        except AttributeError as starting:
+            if "callback_pool_manager" not in str(starting) and "'env'" not in str(starting) or attempt == 199:
+                raise
+            time.sleep(0.01)
+
+
 def _checking_closed(original):  # type: ignore[no-untyped-def]
     def send(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         _endpoint(self, _token_of(args, kwargs))
-        return original(self, *args, **kwargs)
+        return _past_starting_executions(original, self, *args, **kwargs)
 
     return send
 
@@ -376,7 +392,7 @@ def _heartbeat(original):  # type: ignore[no-untyped-def]
             and endpoint.get_outcome() is None
         ):
             return None  # a waiting task without HeartbeatSeconds: accepted, nothing to reset
-        return original(self, *args, **kwargs)
+        return _past_starting_executions(original, self, *args, **kwargs)
 
     return send_task_heartbeat
 
