@@ -12,7 +12,7 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_step
 from constructs import Construct
 
 from constructs_lib import LockedSection, LockedWorkflow
-from safety_stack import FAST
+from safety_stack import FAST, beside_failing_sibling
 from state_machines.lock_protocol import jsonata
 
 #: The work's new balance, from the record the acquire returned.
@@ -52,18 +52,14 @@ class RecordStack(cdk.Stack):
         )
         # the record lock in a branch that Step Functions cancels (a sibling fails, the user
         # catches it and the execution runs on)
-        beside = sfn.Parallel.jsonata(self, "RecordAndSibling")
-        beside.branch(LockedSection(
+        section = LockedSection(
             self, "CancelledRecord", lock_key=jsonata("$states.input.customerId"), record_table=self.customers,
             wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
             protected=self.work("CancelledWork"),
-        ))
-        beside.branch(sfn.Wait.jsonata(self, "RecordSibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
-                      .next(sfn.Fail(self, "RecordBoom", error="User.Boom", cause="a sibling branch failed")))
-        beside.add_catch(sfn.Wait.jsonata(self, "RecordGoesOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2))),
-                         errors=["User.Boom"])
+        )
         sfn.StateMachine(
-            self, "RecordCancelled", definition_body=sfn.DefinitionBody.from_chainable(beside),
+            self, "RecordCancelled",
+            definition_body=sfn.DefinitionBody.from_chainable(beside_failing_sibling(self, "Record", section)),
             query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
         # the negative control: read, wait, write back - no lock

@@ -24,6 +24,21 @@ PROBE_TIMEOUT_S = 4
 LEASE = cdk.Duration.minutes(10)
 
 
+def beside_failing_sibling(scope: Construct, prefix: str, branch: sfn.IChainable) -> sfn.Parallel:
+    """A user's Parallel: ``branch`` beside one that fails with ``User.Boom`` after
+    ``$states.input.failAfter`` s. The user catches the failure and waits 2 minutes more, so the
+    execution stays RUNNING while Step Functions has cancelled ``branch`` (no Catch ran in it)."""
+    both = sfn.Parallel.jsonata(scope, f"{prefix}Both")
+    both.branch(branch)
+    both.branch(
+        sfn.Wait.jsonata(scope, f"{prefix}Sibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
+        .next(sfn.Fail(scope, f"{prefix}Boom", error="User.Boom", cause="a sibling branch failed"))
+    )
+    then = sfn.Wait.jsonata(scope, f"{prefix}GoesOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2)))
+    both.add_catch(then, errors=["User.Boom"], outputs=jsonata("$states.input"))
+    return both
+
+
 def probe_resources(stack: cdk.Stack) -> tuple:
     """The lock table, the probe's table and the probe Lambda of a test stack."""
     locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
@@ -107,19 +122,9 @@ class SafetyStack(cdk.Stack):
         )
 
     def cancelled_by_sibling(self, construct_id: str, **props) -> None:
-        """A user's Parallel: a section on the key beside a branch that fails after
-        ``failAfter`` s; the user catches the failure and goes on waiting ``thenWait`` s, so
-        the execution stays RUNNING while Step Functions has cancelled the holding branch."""
-        both = sfn.Parallel.jsonata(self, f"{construct_id}Both")
-        both.branch(self.section(f"{construct_id}Lock", self.probe(f"{construct_id}Probe"), **props))
-        both.branch(
-            sfn.Wait.jsonata(self, f"{construct_id}Sibling",
-                             time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
-            .next(sfn.Fail(self, f"{construct_id}Boom", error="User.Boom", cause="a sibling branch failed"))
-        )
-        then = sfn.Wait.jsonata(self, f"{construct_id}GoesOn", time=sfn.WaitTime.seconds(jsonata("$states.input.thenWait")))
-        both.add_catch(then, errors=["User.Boom"], outputs=jsonata("$states.input"))
-        self.machine(construct_id, both)
+        """A section on the key in a branch that Step Functions cancels (beside_failing_sibling)."""
+        section = self.section(f"{construct_id}Lock", self.probe(f"{construct_id}Probe"), **props)
+        self.machine(construct_id, beside_failing_sibling(self, construct_id, section))
 
     def machine(self, construct_id: str, definition: sfn.IChainable) -> sfn.StateMachine:
         return sfn.StateMachine(

@@ -383,8 +383,7 @@ def _cancelled_holder(safety, machine: str, k: str):
     """Start ``machine`` (a section beside a branch that fails after 1 s, the failure caught,
     the execution RUNNING for 120 s more) and return once its probe is inside; its Lambda runs
     3 s, past the cancellation."""
-    holder = safety.cloud.start_execution(safety.arn(machine), {"key": k, "workMs": 3000, "failAfter": 1,
-                                                                 "thenWait": 120})
+    holder = safety.cloud.start_execution(safety.arn(machine), {"key": k, "workMs": 3000, "failAfter": 1})
     deadline = time.time() + 60
     while safety.probe(k).get("entries", 0) == 0 and time.time() < deadline:
         time.sleep(0.05)

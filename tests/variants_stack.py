@@ -8,7 +8,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from constructs_lib import LockedSection, LockedWorkflow
-from safety_stack import FAST, probe_resources
+from safety_stack import FAST, beside_failing_sibling, probe_resources
 from state_machines.lock_protocol import jsonata
 
 #: Holders the semaphore admits.
@@ -53,15 +53,9 @@ class VariantsStack(cdk.Stack):
             table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
             protected=held,
         ))
-        both = sfn.Parallel.jsonata(self, "SlotsAndSibling")
-        both.branch(slots)
-        both.branch(sfn.Wait.jsonata(self, "SlotSibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
-                    .next(sfn.Fail(self, "SlotBoom", error="User.Boom", cause="a sibling branch failed")))
-        both.add_catch(sfn.Wait.jsonata(self, "SlotsGoOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2))),
-                       errors=["User.Boom"])
         sfn.StateMachine(
             self, "SemaphoreCancelled", state_machine_name="VariantsSemaphoreCancelled",
-            definition_body=sfn.DefinitionBody.from_chainable(both),
+            definition_body=sfn.DefinitionBody.from_chainable(beside_failing_sibling(self, "Slots", slots)),
             query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
         # A transfer's section cancelled the same way, holding both accounts.
@@ -71,15 +65,9 @@ class VariantsStack(cdk.Stack):
             lease=cdk.Duration.minutes(8),
             protected=sfn.CustomState(self, "TransferHeld", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": 60}),
         )
-        beside = sfn.Parallel.jsonata(self, "TransferAndSibling")
-        beside.branch(transfer)
-        beside.branch(sfn.Wait.jsonata(self, "TransferSibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
-                      .next(sfn.Fail(self, "TransferBoom", error="User.Boom", cause="a sibling branch failed")))
-        beside.add_catch(sfn.Wait.jsonata(self, "TransferGoesOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2))),
-                         errors=["User.Boom"])
         sfn.StateMachine(
             self, "TransferCancelled", state_machine_name="VariantsTransferCancelled",
-            definition_body=sfn.DefinitionBody.from_chainable(beside),
+            definition_body=sfn.DefinitionBody.from_chainable(beside_failing_sibling(self, "Transfer", transfer)),
             query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
         # Transfers: both accounts at once, all or nothing.
