@@ -128,7 +128,11 @@ def test_seeded_campaign_keeps_every_invariant(campaign_app):
 
 def test_negative_control_unlocked_runs_break_the_campaign(campaign_app):
     cloud, app = campaign_app
-    planned = stress.plan(20, 1, seed=7, negative_control=True)
-    report = stress.run_campaign(cloud, app, planned, seed=7, settle_s=0)
+    planned = stress.plan(20, 1, seed=2, negative_control=True)  # (4 unlocked runs of 20)
+    unlocked = [r for r in planned if r.shape == "Unlocked"]
+    assert len(unlocked) >= 3
+    for run in unlocked:  # long enough to overlap whatever else is inside the one key, at any load
+        run.document.update(workMs=2500, fail=False)
+    report = stress.run_campaign(cloud, app, planned, seed=2, settle_s=0)
     assert not report.ok
     assert report.violations["alone"] or report.violations["lost update"], report.violations
