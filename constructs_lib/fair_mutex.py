@@ -157,16 +157,7 @@ class FairMutex(Mutex):
         )
         retry_transient(head)
         head.next(drop)
-        claim = update_item_task(
-            section, section._name("Claim"), section.table,
-            fair.arguments(jsonata(f"{ENTRY}.key"), fair.CLAIM,
-                           {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                           return_values="ALL_NEW"),
-            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
-                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
-                    v["wait"]: jsonata("null")},
-        )
-        retry_transient(claim)
+        claim = self._claim("Claim", ticket)
         claim.next(drop)
         requeue = self._delete_row("Requeue", f"{ENTRY}.key", ticket)
         requeue.next(enqueue)
@@ -331,17 +322,7 @@ class FairMutex(Mutex):
         )
         retry_transient(leave)
         leave.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        claim = update_item_task(
-            section, section._name("ClaimOnLeave"), section.table,
-            fair.arguments(jsonata(f"{ENTRY}.key"), fair.CLAIM,
-                           {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                           return_values="ALL_NEW"),
-            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
-                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
-                    v["wait"]: jsonata("null")},
-            outputs=jsonata(f"{ENTRY}.input"),
-        )
-        retry_transient(claim)
+        claim = self._claim("ClaimOnLeave", ticket, outputs=jsonata(f"{ENTRY}.input"))
         claim.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
         claim.next(section.protected)
         has_ticket = sfn.Choice.jsonata(section, "Queued", state_name=section._name("Queued?"))
@@ -577,6 +558,23 @@ class FairMutex(Mutex):
                                    stale=f"${v['lock']}.owner", lost=None, left=rethrow)
 
     # -- pieces ----------------------------------------------------------------------------
+
+    def _claim(self, suffix: str, ticket: str, *, outputs: Optional[str] = None) -> sfn.TaskStateBase:
+        """CLAIM of a grant handed to my ticket (``ticket``: JSONata): the lock is mine, read
+        as my ``$lock`` record."""
+        section, v = self._section, self._section.variables
+        claim = update_item_task(
+            section, section._name(suffix), section.table,
+            fair.arguments(jsonata(f"{ENTRY}.key"), fair.CLAIM,
+                           {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                           return_values="ALL_NEW"),
+            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
+                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
+                    v["wait"]: jsonata("null")},
+            outputs=outputs,
+        )
+        retry_transient(claim)
+        return claim
 
     def _delete_row(self, suffix: str, key: str, ticket: str, *, outputs: str = "$states.input") -> tasks.DynamoDeleteItem:
         section = self._section
