@@ -136,3 +136,33 @@ def test_negative_control_unlocked_runs_break_the_campaign(campaign_app):
     report = stress.run_campaign(cloud, app, planned, seed=2, settle_s=0)
     assert not report.ok
     assert report.violations["alone"] or report.violations["lost update"], report.violations
+
+
+def test_a_queue_of_holes_is_passed_by_the_next_arrival_and_a_parked_row_is_held(campaign_app):
+    """The end-of-campaign check of fair queues: a free lock whose queue shows only a hole (a
+    ticket whose waiter never parked) must admit the next fair execution, which empties the
+    queue; a row still parked is left held."""
+    from state_machines import fair_protocol as fair, lock_protocol as protocol
+
+    cloud, app = campaign_app
+    table = stress._table(app, "LocksTable")
+    hole, parked = "x#Hole", "x#Parked"
+    for key in (hole, parked):  # a ticket taken, never served; the lock free
+        cloud.dynamodb.put_item(TableName=table, Item={**protocol.lock_item_key(key),
+                                                       fair.TICKETS: {"N": "1"}, fair.SERVED: {"N": "0"}})
+    cloud.dynamodb.put_item(TableName=table, Item={
+        **protocol.lock_item_key(fair.row_key(parked, 1)), protocol.OWNER: {"S": "someone"},
+        fair.TOKEN: {"S": "a-token"}, fair.LEASE: {"N": "60000"}})
+    try:
+        held, holes = stress._left_held(cloud, app)
+        assert holes == [hole]
+        assert f"{parked} queued: tickets 1..1" in held and f"{fair.row_key(parked, 1)} queued: someone" in held
+        late, passed = stress._next_arrivals(cloud, app, holes)
+        assert late == [] and [key for key, _ in passed] == [hole]
+        item = cloud.dynamodb.get_item(TableName=table, Key=protocol.lock_item_key(hole), ConsistentRead=True)["Item"]
+        served, tickets = fair.counters(item)
+        assert served == tickets == 2  # the hole skipped, the arrival served
+        assert protocol.OWNER not in item or int(item[protocol.EXPIRES_AT]["N"]) <= stress._now_ms()  # and gone
+    finally:
+        for key in (hole, parked, fair.row_key(parked, 1), fair.row_key(hole, 1), fair.row_key(hole, 2)):
+            cloud.dynamodb.delete_item(TableName=table, Key=protocol.lock_item_key(key))

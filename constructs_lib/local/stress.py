@@ -46,7 +46,9 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
    timeout, ``Lock.Timeout``, ABORTED when stopped, TIMED_OUT for the timing-out shape,
    ``Lock.Lost`` only for the short lease);
 5. once the janitor has settled and the graces passed, no lock is left held and no queue
-   holds anyone;
+   holds anyone; a free fair lock whose queue shows only holes (tickets whose waiter was
+   stopped before it parked, or took another after a lost response) admits one more fair
+   execution within :data:`NEXT_ARRIVAL_S`, which leaves the queue empty;
 6. a client's re-entered hold yields the enclosing lease (same fence) and leaving it releases
    nothing;
 7. handoff after an ended holder: when a run's execution ended (stopped, timed out, or after
@@ -118,6 +120,10 @@ FAIR_PARK_TIMEOUT_S = 3
 FAST = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
 #: Longest wait for a lock (s), every shape but "Timeout".
 MAX_WAIT_S = 90
+#: The state machine timeout of the shapes with child sections (s): two waits, two works and
+#: room for a loaded machine (the others: 4 minutes); the campaign waits a little longer.
+CHILDREN_TIMEOUT_S = 2 * MAX_WAIT_S + 180
+RUN_TIMEOUT_S = CHILDREN_TIMEOUT_S + 60
 #: One liveness round of a polling waiter (s): the time between two of its liveness checks
 #: (every 2nd round: ``liveness_check_every``'s default), each round its polls and its wait.
 LIVENESS_ROUND_S = 2 * (FAST.round_polling_s(MAX_WAIT_S) + FAST.max_interval)
@@ -213,14 +219,17 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     # Concurrent children of one hold, on other keys (namespace "c"): a Map of sections ...
     children = sfn.Map.jsonata(stack, "EachChild", items=sfn.ProvideItems.jsonata(jsonata("$states.input.children")))
     child = section("ChildLock", probe("ChildProbe", "$child.fence"), "child", namespace="c")
-    workflow("Children", probe("ChildrenProbe", "$lock.fence").next(children.item_processor(child)))
+    # (a child waits up to MAX_WAIT_S after its hold's own wait: room for both, on a loaded machine)
+    workflow("Children", probe("ChildrenProbe", "$lock.fence").next(children.item_processor(child)),
+             timeout=cdk.Duration.seconds(CHILDREN_TIMEOUT_S))
     # ... and a Parallel of two sections.
     pair = sfn.Parallel.jsonata(stack, "BothChildren")
     pair.branch(section("LeftChildLock", probe("LeftChildProbe", "$leftChild.fence", "$states.input.left"),
                         "leftChild", key="$states.input.left.key", namespace="c"))
     pair.branch(section("RightChildLock", probe("RightChildProbe", "$rightChild.fence", "$states.input.right"),
                         "rightChild", key="$states.input.right.key", namespace="c"))
-    workflow("ChildrenParallel", probe("ChildrenParallelProbe", "$lock.fence").next(pair))
+    workflow("ChildrenParallel", probe("ChildrenParallelProbe", "$lock.fence").next(pair),
+             timeout=cdk.Duration.seconds(CHILDREN_TIMEOUT_S))
     # A section beside a branch that fails, the failure caught by the user: Step Functions
     # cancels the section's branch (waiting, holding or releasing) and the execution succeeds.
     beside = sfn.Parallel.jsonata(stack, "SectionAndSibling")
@@ -277,6 +286,7 @@ class Run:
     events: list[tuple[int, str, str]] = field(default_factory=list)  # its timeline (diagnostics)
     task_errors: list[str | None] = field(default_factory=list)  # ClientAsync: each task's
     problems: list[str] = field(default_factory=list)  # a client's re-entrancy found broken
+    trail: list[str] = field(default_factory=list)  # its last states entered (diagnostics)
 
     @property
     def padded(self) -> bool:
@@ -291,6 +301,7 @@ class Report:
     left_held: list[str]
     violations: dict[str, list[str]] = field(default_factory=dict)
     handoffs: list[tuple[str, int]] = field(default_factory=list)  # (stored key, ms to next entry)
+    arrivals: list[tuple[str, float]] = field(default_factory=list)  # (a key of holes, s to pass it)
 
     @property
     def ok(self) -> bool:
@@ -457,6 +468,21 @@ def timeline(history: list[dict]) -> list[tuple[int, str, str]]:
     return out
 
 
+def trail(history: list[dict], last: int = 12) -> list[str]:
+    """The ``last`` states an execution entered, each with its second since the start, and
+    how it ended (what an unexpected outcome's diagnostics print)."""
+    if not history:
+        return []
+    start = _ms(history[0]["timestamp"])
+    out = []
+    for event in history:
+        if event["type"].endswith("StateEntered"):
+            out.append(f"{(_ms(event['timestamp']) - start) / 1000:.1f}s {event['stateEnteredEventDetails']['name']}")
+        elif event["type"] in _ENDS or event["type"] == "ExecutionRedriven":
+            out.append(f"{(_ms(event['timestamp']) - start) / 1000:.1f}s {event['type']}")
+    return out[-last:]
+
+
 def waits_of(events: list[tuple[int, str, str]]) -> list[Wait]:
     """The waits an execution's timeline shows, per key: from its first attempt since its last
     entry (or end) to its next entry (or end). Concurrent branches on one key blur this only
@@ -527,19 +553,20 @@ class _Campaign:
         run.arn = cloud.start_execution(self.arns[run.shape], run.document, name=f"{run.shape}-{uuid.uuid4()}")
         if run.stop is not None:
             self.stop_when_due(run)
-        result = cloud.wait_for(run.arn, timeout=300)
+        result = cloud.wait_for(run.arn, timeout=RUN_TIMEOUT_S)
         if result.status == "TIMED_OUT" or run.shape == "Cancelled":  # (a cancelled section's lock)
             run.holds += self.holds_at_end(run)
         if run.redrive and result.status in ("FAILED", "ABORTED", "TIMED_OUT") and run.shape != "Unlocked":
             try:
                 cloud.stepfunctions.redrive_execution(executionArn=run.arn)
                 run.redriven = True
-                result = cloud.wait_for(run.arn, timeout=300)
+                result = cloud.wait_for(run.arn, timeout=RUN_TIMEOUT_S)
             except ClientError as refused:  # e.g. ExecutionNotRedrivable: the history limit reached
                 self.count(f"redrive refused: {refused.response['Error']['Code']}")
         run.status, run.error, run.cause = result.status, result.error, result.cause
         run.events = timeline(result.history)
         run.waits = waits_of(run.events)
+        run.trail = trail(result.history)
 
     def stop_when_due(self, run: Run) -> None:
         """Stop ``run`` after its delay, once it is inside its work, as soon as it waits for its
@@ -770,7 +797,10 @@ def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_
     for delivery in events.deliveries[delivered_before:]:
         if delivery.kind != "first":
             fault_log[f"{delivery.kind} janitor event"] += 1
-    report = Report(planned, _probe_items(cloud, app), fault_log, _left_held(cloud, app))
+    probe = _probe_items(cloud, app)
+    held, holes = _left_held(cloud, app)
+    late, arrivals = _next_arrivals(cloud, app, holes)
+    report = Report(planned, probe, fault_log, held + late, arrivals=arrivals)
     report.violations = _judge(report)
     return report
 
@@ -789,21 +819,61 @@ def _probe_items(cloud: Any, app: Any) -> dict[str, dict]:
     return items
 
 
-def _left_held(cloud: Any, app: Any) -> list[str]:
+def _left_held(cloud: Any, app: Any) -> tuple[list[str], list[str]]:
+    """What the settled table still holds: ``(held, holes)`` - locks held and queue rows still
+    waiting (violations), and the free fair locks whose queue shows only holes: tickets whose
+    waiter never parked (it was stopped between its ticket and its park, or its ticket's
+    response was lost and it took another). A hole costs the next arrival a bounded delay
+    (fair_protocol, step 6): :func:`_next_arrivals` checks it."""
     now = _now_ms()
-    held = []
+    held, queued, parked = [], {}, set()
     for page in cloud.dynamodb.get_paginator("scan").paginate(TableName=_table(app, "LocksTable"), ConsistentRead=True):
         for item in page["Items"]:
             if item["pk"]["S"].startswith(fair.ROW_MARK):  # a fair queue row: every waiter's was taken
                 if fair.TOKEN in item:
                     held.append(f"{item['pk']['S']} queued: {item[protocol.OWNER]['S']}")
+                    parked.add(item["pk"]["S"].partition(fair.ROW_MARK)[2].partition(fair.ROW_MARK)[2])
                 continue
             if protocol.OWNER in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
                 held.append(f"{item['pk']['S']} by {item[protocol.OWNER]['S']}")
+                continue
             served, tickets = fair.counters(item)
             if served != tickets:  # a fair lock's queue: every ticket was served or skipped
-                held.append(f"{item['pk']['S']} queued: tickets {served + 1}..{tickets}")
-    return held
+                queued[item["pk"]["S"]] = f"{item['pk']['S']} queued: tickets {served + 1}..{tickets}"
+    holes = [key for key in queued if key not in parked]
+    held += [line for key, line in queued.items() if key in parked]
+    return held, holes
+
+
+#: How long the next arrival at a queue of holes may take to enter (s): a few park timeouts
+#: (its own, then one to mark the hole and one to skip it), on a loaded machine.
+NEXT_ARRIVAL_S = 120
+
+
+def _next_arrivals(cloud: Any, app: Any, holes: list[str]) -> tuple[list[str], list[tuple[str, float]]]:
+    """Send one fair execution at each free lock whose queue shows only holes: it must enter
+    and leave the queue empty. Returns ``(violations, [(stored key, seconds to succeed)])``."""
+    arn = f"arn:aws:states:{cloud.region}:{cloud.account_id}:stateMachine:Fair"
+    violations, passed = [], []
+    for stored_key in holes:
+        started = time.monotonic()
+        key = stored_key.partition("#")[2]
+        execution = cloud.start_execution(arn, {"key": key, "workMs": 50, "fail": False},
+                                          name=f"NextArrival-{uuid.uuid4()}")
+        try:
+            result = cloud.wait_for(execution, timeout=NEXT_ARRIVAL_S)
+        except TimeoutError:
+            violations.append(f"{stored_key}: the next arrival behind its holes did not enter in {NEXT_ARRIVAL_S} s")
+            continue
+        item = cloud.dynamodb.get_item(TableName=_table(app, "LocksTable"), Key=protocol.lock_item_key(stored_key),
+                                       ConsistentRead=True).get("Item", {})
+        served, tickets = fair.counters(item)
+        if result.status != "SUCCEEDED" or served != tickets:
+            violations.append(f"{stored_key}: the next arrival behind its holes {result.status} {result.error}, "
+                              f"then tickets {served + 1}..{tickets} still queued")
+        else:
+            passed.append((stored_key, time.monotonic() - started))
+    return violations, passed
 
 
 def handoff_bound_ms(grace_ms: int, fair_waiter: bool, cancelled: bool = False) -> int:
@@ -842,7 +912,11 @@ def _judge(report: Report) -> dict[str, list[str]]:
             allowed |= run.error == protocol.ERROR_LOST and run.shape == "Lease"
         if not allowed:
             cause = f" ({run.cause[:300]})" if run.cause else ""
-            violations["outcome"].append(f"{run.shape} {run.arn or run.key}: {run.status} {errors}{cause}")
+            waited = ", ".join(f"{w.stored_key} {(w.end_ms - w.start_ms) / 1000:.0f} s" for w in run.waits)
+            violations["outcome"].append(
+                f"{run.shape} {run.arn or run.key}: {run.status} {errors}{cause}; waits: {waited or 'none'}; "
+                f"stop: {run.stop}, redriven: {run.redriven}; last states: {' | '.join(run.trail)}"
+            )
         violations["re-entrant hold"] += [f"{run.shape} {run.key}: {problem}" for problem in run.problems]
     violations["left held"] = list(report.left_held)
     report.handoffs = []
@@ -948,6 +1022,8 @@ def summary(report: Report) -> str:
         f"| handoffs after an ended holder checked; longest | {len(report.handoffs)}; {longest / 1000:.1f} s "
         f"(bound {handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, False) / 1000:.0f} s polling, "
         f"{handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, True) / 1000:.0f} s fair) |",
+        f"| fair queues left with holes only, passed by the next arrival; longest | {len(report.arrivals)}; "
+        f"{max((s for _, s in report.arrivals), default=0):.1f} s (bound {NEXT_ARRIVAL_S} s) |",
     ] + [f"| {name} | {'ok' if not found else f'VIOLATED ({len(found)})'} |" for name, found in report.violations.items()]
     for name, found in report.violations.items():
         for line in found[:5]:
