@@ -60,6 +60,14 @@ def key(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"
 
 
+def step_functions_only(safety, what: str) -> None:
+    """Skip on DynamoDB Local a case whose subject is Step Functions behaviour (``what``): its
+    writes are the lock's usual ones, which the concurrency, fault and recovery suites run on
+    both backends."""
+    if safety.cloud.backend != "moto":
+        pytest.skip(f"{what} is Step Functions behaviour: one backend suffices")
+
+
 def test_map_iterations_of_one_execution_on_one_key_serialize(safety):
     k = key("map")
     result = safety.run("MapSameKey", {"items": [{"key": k, "workMs": 600}] * 3})
@@ -114,6 +122,7 @@ def test_a_nested_section_on_the_same_key_passes_through_and_keeps_the_outer_hol
 
 
 def test_a_stopped_holders_lambda_finishes_before_anyone_else_enters(safety):
+    step_functions_only(safety, "a stopped execution's Lambda running on")
     k = key("stopped")
     holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})
     deadline = time.time() + 10
@@ -136,6 +145,7 @@ def test_a_task_that_timed_out_keeps_the_lock_while_its_invocation_may_run(safet
     waiting at the task's TimeoutSeconds (1 s) but not the Lambda invocation (its function's
     timeout: 4 s), so the lock is retired - held for the grace (4 s + 5 s) from the failure -
     not released: the next holder never enters beside the invocation still running."""
+    step_functions_only(safety, "a task's timeout")
     k = key("timeout")
     result = safety.run("TaskTimeoutStateMachine", {"key": k, "workMs": 3500})
     assert result.status == "FAILED"
@@ -189,6 +199,7 @@ def test_janitor_retires_a_lock_whose_acquire_response_never_came_back(safety):
 def test_a_redriven_holder_acquires_again_before_its_work_runs_again(safety):
     """Issue 8.3: a holder stopped mid-work, its lock freed after the grace and taken by another
     run, then redriven: it must not resume protected work beside that run."""
+    step_functions_only(safety, "the redrive")
     k = key("redrive")
     holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 1000})
     deadline = time.time() + 10
@@ -279,8 +290,7 @@ def test_a_task_resumed_by_a_redrive_never_runs_without_the_lock(safety, reevalu
     """Issue 15.2.1: RedriveExecution resumes a branch at its unsuccessful step (the holder's
     protected task), past the acquire, while another holder has the lock. The resumed task must
     not run: the redriven run waits, acquires anew (a new fence) and only then does its work."""
-    if safety.cloud.backend != "moto" and (reevaluates_arguments, restores_variables) != (False, True):
-        pytest.skip("redrive readings are Step Functions behaviour: one backend suffices")
+    step_functions_only(safety, "the redrive")
     options = safety.cloud.redrive_options
     saved = (options.reevaluates_arguments, options.restores_variables)
     options.reevaluates_arguments, options.restores_variables = reevaluates_arguments, restores_variables
@@ -310,8 +320,7 @@ def test_a_holder_redriven_at_once_waits_out_its_own_stopped_work(safety, reeval
     runs: the refused task's section must not release the old acquisition (that let the
     redriven run in beside its own zombie), but retire it - held for the stop grace - and
     acquire anew after it."""
-    if safety.cloud.backend != "moto" and reevaluates_arguments:
-        pytest.skip("redrive readings are Step Functions behaviour: one backend suffices")
+    step_functions_only(safety, "the redrive")
     options = safety.cloud.redrive_options
     saved = options.reevaluates_arguments
     options.reevaluates_arguments = reevaluates_arguments
@@ -338,8 +347,7 @@ def test_a_holder_redriven_at_once_waits_out_its_own_stopped_work(safety, reeval
 
 
 def test_negative_control_without_the_guard_a_redrive_resumes_the_work_beside_another_holder(safety):
-    if safety.cloud.backend != "moto":
-        pytest.skip("the redrive is Step Functions behaviour: one backend suffices")
+    step_functions_only(safety, "the redrive")
     k = key("unguarded")
     holder, client, lease = _stopped_mid_work_and_taken_over(safety, _unguarded_copy(safety, "GracefulStateMachine"), k)
     safety.cloud.stepfunctions.redrive_execution(executionArn=holder)
@@ -357,6 +365,7 @@ def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
     """The holder's owner names an execution Step Functions cannot describe: the liveness
     check's DescribeExecution fails, and its Catch must resume the wait with the entry record
     (not the error) - else the next acquire had no key and the work ran without the lock."""
+    step_functions_only(safety, "a failed DescribeExecution")
     from constructs_lib.lock_client import LockClient
 
     k = key("undescribable")
@@ -418,8 +427,7 @@ def test_a_section_cancelled_by_a_sibling_frees_its_lock_after_its_grace(safety)
 def test_negative_control_without_the_presence_a_cancelled_section_blocks_for_its_lease(safety):
     """Without the presence branch, a waiter's liveness checks see only a RUNNING execution:
     well past the cancelled Lambda's grace, the lock still has most of its 10-minute lease."""
-    if safety.cloud.backend != "moto":
-        pytest.skip("the cancellation is Step Functions behaviour: one backend suffices")
+    step_functions_only(safety, "the cancellation")
     k = key("blind")
     holder = _cancelled_holder(safety, "BlindCancelled", k)
     waiter = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
