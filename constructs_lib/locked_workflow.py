@@ -627,9 +627,13 @@ class LockedSection(sfn.StateMachineFragment):
             iam_resources=["*"],
             outputs=jsonata("$states.input"),
         )
-        dismiss.add_retry(errors=[protocol.SFN_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0,
-                          max_attempts=5, jitter_strategy=sfn.JitterType.FULL)
-        # no token registered (or it is over already): nothing to end
+        # no token registered, or its task is over already: nothing to end, no retry. Any other
+        # error is tried again: until the presence branch ends, the hold (and the lock) stays on
+        dismiss.add_retry(errors=list(protocol.DISMISS_OVER), max_attempts=0)
+        r = protocol.DISMISS_RETRY
+        dismiss.add_retry(errors=["States.ALL"], interval=Duration.seconds(r["interval_s"]),
+                          backoff_rate=r["backoff_rate"], max_attempts=r["max_attempts"],
+                          jitter_strategy=sfn.JitterType.FULL)
         dismiss.add_catch(worked, errors=["States.ALL"], outputs=jsonata("$states.input"))
         # (the read's errors: the branch fails, the hold's Catch releases - the lock is mine)
         work_branch = sfn.Chain.start(work).next(depart).next(read).next(dismiss)

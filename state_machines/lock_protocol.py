@@ -87,8 +87,6 @@ ERROR_LOST = "Lock.Lost"
 #: The work branch's DEPART found the lock taken over (caught by the hold, which fails
 #: ``Lock.Lost``).
 SIGNAL_LOST_IN_HOLD = "Lock.LostInHold"
-#: ``SendTaskSuccess``/``SendTaskHeartbeat`` throttled (aws-sdk integration name).
-SFN_THROTTLED = "Sfn.ThrottlingException"
 #: The presence branch could neither register its token nor rule one out: the hold ends
 #: (its work is cancelled, and may still run: the acquisition is retired, not released).
 ERROR_PRESENCE_UNKNOWN = "Lock.PresenceUnknown"
@@ -323,6 +321,14 @@ PRESENCE_SETTLE_MS = 20_000
 #: :data:`PRESENCE_SETTLE_MS`).
 PRESENCE_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 2}
 PRESENCE_UNSURE_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 3}
+#: ``SendTaskSuccess`` errors that mean the presence task it ends is over already (or was
+#: never registered under that token): nothing to end
+#: (https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskSuccess.html).
+DISMISS_OVER = ("Sfn.TaskDoesNotExistException", "Sfn.TaskTimedOutException", "Sfn.InvalidTokenException")
+#: Every other error of the dismissal (throttling, a 5xx, a KMS error) is tried again: the
+#: presence branch ends with it, and until it does the hold - and so the lock - stays on, up
+#: to the presence task's timeout (the lease). At most 1 + 2 + 4 + 8 + 16 + 32 s of backoff.
+DISMISS_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 6}
 
 #: What stands for "no token" (:func:`departed_token_expression`): not a task token.
 NO_PRESENCE = "none"

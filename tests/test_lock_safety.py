@@ -100,6 +100,22 @@ def test_parallel_branches_of_one_execution_on_one_key_serialize(safety):
     assert probe["counter"] == probe["accepted"] == 2
 
 
+def test_a_dismissal_that_fails_for_a_while_still_ends_the_hold(safety):
+    """The work branch ends its presence branch with SendTaskSuccess: a failure of that call
+    (here: ServiceUnavailable, twice) is tried again - before the fix, the branch ran on until
+    the presence task's timeout (the 10-minute lease), the lock held all along."""
+    from constructs_lib.local.faults import Fault, dynamodb_faults
+
+    step_functions_only(safety, "a failed SendTaskSuccess")
+    k = key("dismiss")
+    with dynamodb_faults(Fault("SendTaskSuccess", "ServiceUnavailable", times=2, service="stepfunctions")) as log:
+        result = safety.run("ParallelSameKey", {"key": k, "workMs": 100}, timeout=120)
+    assert log.injected == 2
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    failed = [e["taskFailedEventDetails"].get("error") for e in result.history if e["type"] == "TaskFailed"]
+    assert failed.count("Sfn.SfnException") == 2 and p.OWNER not in safety.lock(k), failed
+
+
 def test_a_nested_section_on_the_same_key_passes_through_and_keeps_the_outer_hold(safety):
     k = key("nested")
     nested = safety.cloud.start_execution(safety.arn("Nested"), {"key": k, "workMs": 800})

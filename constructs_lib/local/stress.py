@@ -13,7 +13,12 @@ section on the same key; a workflow whose state machine times out while holding;
 with a lease shorter than its work (its own keys: overlap is allowed there, by design); the fair
 lock (``fair=True``); a workflow holding its key whose work is a Map of sections, or a Parallel
 of two sections, each on a child key of namespace ``c`` (``C0``, ``C1`` ...: concurrent children
-of one hold, on other keys - they contend with each other and with other holds' children).
+of one hold, on other keys - they contend with each other and with other holds' children);
+a section beside a sibling branch that fails (the user catches it: Step Functions cancels the
+section, which runs no Catch); the lock on the record itself (``record_table``) on records
+seeded just under and over the size it reads into the workflow (:data:`RECORD_SIZES_KB`: the
+run over the limit must fail ``Lock.RecordTooLarge`` and free the record at once), whose work
+increments the record's balance through the release.
 Python holders take part through :class:`LockClient`: a thread holding a key (sometimes
 re-entering its own hold), and an asyncio event loop whose tasks each hold a key (tasks beside
 a block are other holders: a task refused with ``LockHeldInThisThread`` retries after an
@@ -40,7 +45,9 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
 
 1. the probe never finds another holder inside (``insideAtEntry`` is always 1), per key,
    child keys included;
-2. no lost update: the probe's read-modify-write counter equals its accepted writes;
+2. no lost update: the probe's read-modify-write counter equals its accepted writes; a record's
+   balance counts every run on it that succeeded (and at most those stopped besides), and a
+   record over the limit is never updated;
 3. fences at entry never go down, per key;
 4. every run ends SUCCEEDED or with its documented outcome (the work's error or its function
    timeout, ``Lock.Timeout``, ABORTED when stopped, TIMED_OUT for the timing-out shape,
@@ -96,6 +103,7 @@ from botocore.exceptions import ClientError
 from constructs_lib.lock_client import LockClient, LockError, LockHeld, LockHeldInThisThread, LockLost
 from state_machines import fair_protocol as fair
 from state_machines import lock_protocol as protocol
+from state_machines import record_protocol
 from state_machines.lock_protocol import WaitPolicy
 
 #: The probe's Lambda timeout (s); the stop grace derived from it is this + 5 s.
@@ -106,7 +114,16 @@ SHORT_TIMEOUT_S = 4
 SHAPES = {  # shape -> weight in the mix
     "Plain": 30, "Map": 10, "Parallel": 8, "Nested": 8, "Timeout": 8, "Lease": 6, "Fair": 12,
     "Children": 8, "ChildrenParallel": 6, "Cancelled": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
+    "Record": 6,
 }
+#: The "Record" shape's records (the lock on the record itself): each seeded at the campaign's
+#: start with a padding of this many KB - just under the record lock's limit, over it (the
+#: run fails ``Lock.RecordTooLarge`` and frees the lock at once), and small.
+RECORD_SIZES_KB = {"R0": 124, "R1": 200, "R2": 1}
+#: Record keys whose record is over ``record_protocol.RECORD_SIZE_LIMIT_KB``.
+OVER_LIMIT_RECORDS = {key for key, kb in RECORD_SIZES_KB.items() if kb > record_protocol.RECORD_SIZE_LIMIT_KB}
+#: The records table's partition key.
+RECORD_KEY = "recordId"
 #: Shapes run by a Python client (no state machine: never stopped nor redriven).
 CLIENT_SHAPES = {"ClientThread", "ClientNested", "ClientAsync"}
 #: Shapes whose output stays under 256 KiB with a padded input (a Parallel's output holds
@@ -240,6 +257,22 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     beside.add_catch(sfn.Pass(stack, "SiblingCaught"), errors=["Stress.Sibling"])
     cancelled.recover_stale_holders(machine("Cancelled", beside))
     machine("Unlocked", probe("UnlockedProbe", "null"))
+    # The lock on the record itself, on records near and over the limit it reads into the
+    # workflow: the work increments ``balance`` (read at the acquire, written by the release)
+    records = dynamodb.Table(
+        stack, "Records", partition_key=dynamodb.Attribute(name=RECORD_KEY, type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    increment = sfn.Pass.jsonata(stack, "RecordWork", outputs=jsonata(
+        "{'recordUpdate': {'set': {'balance': {'N': $string(($exists($lock.item.balance.N) "
+        "? $number($lock.item.balance.N) : 0) + 1)}}}}"))
+    LockedWorkflow(
+        stack, "Record", lock_key=jsonata("$states.input.key"), record_table=records, wait_policy=FAST,
+        protected=sfn.Wait.jsonata(stack, "RecordWait", time=sfn.WaitTime.seconds(jsonata("$states.input.waitS")))
+        .next(increment),
+        max_wait=cdk.Duration.seconds(MAX_WAIT_S), timeout=cdk.Duration.minutes(4),
+        logging=False, tracing=False, state_machine_name="Record",
+    )
     return stack
 
 
@@ -302,6 +335,7 @@ class Report:
     violations: dict[str, list[str]] = field(default_factory=dict)
     handoffs: list[tuple[str, int]] = field(default_factory=list)  # (stored key, ms to next entry)
     arrivals: list[tuple[str, float]] = field(default_factory=list)  # (a key of holes, s to pass it)
+    records: dict[str, int] = field(default_factory=dict)  # the "Record" shape's: key -> balance
 
     @property
     def ok(self) -> bool:
@@ -326,6 +360,8 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
     for _ in range(runs):
         shape = rng.choices(list(shapes), weights=list(shapes.values()))[0]
         key = f"L{rng.randrange(keys)}" if shape == "Lease" else f"K{rng.randrange(keys)}"
+        if shape == "Record":
+            key = rng.choice(sorted(RECORD_SIZES_KB))
 
         def item(key: str) -> dict:
             return {"key": key, "workMs": _work(rng, shape), "fail": rng.random() < 0.1}
@@ -341,6 +377,8 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
             document["left"], document["right"] = (item(f"C{rng.randrange(child_keys)}") for _ in range(2))
         elif shape == "Cancelled":  # the sibling fails while the section waits, works or releases
             document["failAfter"] = rng.randint(0, 3)
+        elif shape == "Record":
+            document = {"key": key, "waitS": rng.choice([0, 0, 1])}
         elif shape == "ClientAsync":  # several tasks of one event loop, on two keys (maybe one)
             pair = [key, f"K{rng.randrange(keys)}"]
             document = {"key": key, "tasks": [item(rng.choice(pair)) for _ in range(rng.randint(2, 4))]}
@@ -349,6 +387,8 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
             run.document["padding"] = "p" * rng.randint(*PADDING_BYTES)
         if shape not in CLIENT_SHAPES and shape != "Unlocked":
             draw = rng.random()
+            if shape == "Record" and draw >= 0.08:  # (no probe to stop it in: only after a delay)
+                draw = 1.0
             if run.padded and draw < 0.4:  # a holder with a large input: the janitor reads its history
                 run.stop = "holding"
             elif draw < (0.3 if run.padded else 0.08):
@@ -616,9 +656,25 @@ class _Campaign:
         payload = {"key": item["key"], "workMs": item["workMs"], "fail": item["fail"], "fence": fence}
         response = self.lambda_client.invoke(FunctionName=self.probe_name, Payload=json.dumps(payload).encode())
         body = response["Payload"].read()
-        if response.get("FunctionError"):
-            return json.loads(body).get("errorType", "Unknown")
-        return None
+        if not response.get("FunctionError"):
+            return None
+        error = json.loads(body).get("errorType", "Unknown")
+        if error == "Sandbox.Timedout":
+            # AWS stops the handler at its timeout; the in-process runtime cannot and lets it
+            # run on: a client that releases now would let the next holder in beside it. The
+            # probe's own count of holders inside tells when it is over.
+            self.wait_probe_left(item["key"])
+        return error
+
+    def wait_probe_left(self, key: str, deadline_s: float = 60.0) -> None:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            inside = self.cloud.dynamodb.get_item(
+                TableName=_table(self.app, "Probes"), Key={"pk": {"S": key}}, ConsistentRead=True,
+            ).get("Item", {}).get("inside", {}).get("N", "0")
+            if int(inside) <= 0:
+                return
+            time.sleep(0.1)
 
     def _release_again(self, lease: Any, error: ClientError) -> None:
         """Release ``lease`` after its release failed with a transient error (an injected
@@ -769,6 +825,8 @@ def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_
     deliverer = threading.Thread(target=late_copies, name="stress-late-copies", daemon=True)
     deliverer.start()
     share = math.ceil(len(planned) / len(readings))
+    if any(run.shape == "Record" for run in planned):
+        _seed_records(cloud, app)
     try:
         with dynamodb_faults(*_faults(rng, fault_log)):
             for index, reading in enumerate(readings):
@@ -800,7 +858,8 @@ def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_
     probe = _probe_items(cloud, app)
     held, holes = _left_held(cloud, app)
     late, arrivals = _next_arrivals(cloud, app, holes)
-    report = Report(planned, probe, fault_log, held + late, arrivals=arrivals)
+    records, records_held = _records(cloud, app)
+    report = Report(planned, probe, fault_log, held + records_held + late, arrivals=arrivals, records=records)
     report.violations = _judge(report)
     return report
 
@@ -817,6 +876,29 @@ def _probe_items(cloud: Any, app: Any) -> dict[str, dict]:
                 k: (int(v["N"]) if "N" in v else [int(x["N"]) for x in v.get("L", [])]) for k, v in item.items() if k != "pk"
             }
     return items
+
+
+def _seed_records(cloud: Any, app: Any) -> None:
+    """The "Record" shape's records, each with its padding (:data:`RECORD_SIZES_KB`)."""
+    for key, kb in RECORD_SIZES_KB.items():
+        cloud.dynamodb.put_item(TableName=_table(app, "Records"), Item={
+            RECORD_KEY: {"S": key}, "balance": {"N": "0"}, "padding": {"S": "p" * (kb * 1024 - 100)}})
+
+
+def _records(cloud: Any, app: Any) -> tuple[dict[str, int], list[str]]:
+    """The records' balances, and the records still locked (their lease running)."""
+    item = record_protocol.record_item(RECORD_KEY)
+    owner, expires = item.attribute(protocol.OWNER), item.attribute(protocol.EXPIRES_AT)
+    balances, held = {}, []
+    for key in RECORD_SIZES_KB:
+        record = cloud.dynamodb.get_item(TableName=_table(app, "Records"), Key={RECORD_KEY: {"S": key}},
+                                         ConsistentRead=True).get("Item")
+        if record is None:
+            continue
+        balances[key] = int(record["balance"]["N"])
+        if owner in record and int(record[expires]["N"]) > _now_ms():
+            held.append(f"record {key} by {record[owner]['S']}")
+    return balances, held
 
 
 def _left_held(cloud: Any, app: Any) -> tuple[list[str], list[str]]:
@@ -907,6 +989,10 @@ def _judge(report: Report) -> dict[str, list[str]]:
             allowed = all(error is None or error in ALLOWED_ERRORS for error in errors)
         else:
             allowed = run.status == "SUCCEEDED" or (run.status == "FAILED" and run.error in ALLOWED_ERRORS)
+            if run.shape == "Record":  # over the limit: refused, typed, whatever else happens
+                over = run.key in OVER_LIMIT_RECORDS
+                allowed = (run.status == "SUCCEEDED" and not over) or (run.status == "FAILED" and run.error in (
+                    {record_protocol.ERROR_RECORD_TOO_LARGE} if over else {protocol.ERROR_TIMEOUT}))
             allowed |= run.status == "ABORTED" and run.stopped
             allowed |= run.status == "TIMED_OUT" and run.shape == "Timeout"
             allowed |= run.error == protocol.ERROR_LOST and run.shape == "Lease"
@@ -918,6 +1004,14 @@ def _judge(report: Report) -> dict[str, list[str]]:
                 f"stop: {run.stop}, redriven: {run.redriven}; last states: {' | '.join(run.trail)}"
             )
         violations["re-entrant hold"] += [f"{run.shape} {run.key}: {problem}" for problem in run.problems]
+    for key, balance in report.records.items():  # each increment applied by a release of its own
+        on_key = [run for run in report.runs if run.shape == "Record" and run.key == key]
+        done = sum(run.status == "SUCCEEDED" for run in on_key)
+        maybe = sum(run.status != "SUCCEEDED" for run in on_key)  # stopped after its release, maybe
+        if key in OVER_LIMIT_RECORDS and balance != 0:
+            violations["lost update"].append(f"record {key} over the limit was updated: balance {balance}")
+        elif not done <= balance <= done + maybe:
+            violations["lost update"].append(f"record {key}: balance {balance}, {done} runs succeeded, {maybe} others")
     violations["left held"] = list(report.left_held)
     report.handoffs = []
     violations["handoff"] = _judge_handoffs(report)
@@ -1022,6 +1116,11 @@ def summary(report: Report) -> str:
         f"| handoffs after an ended holder checked; longest | {len(report.handoffs)}; {longest / 1000:.1f} s "
         f"(bound {handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, False) / 1000:.0f} s polling, "
         f"{handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, True) / 1000:.0f} s fair) |",
+        "| records (KB): balance / runs succeeded / refused as too large | " + "; ".join(
+            f"{key} ({RECORD_SIZES_KB[key]}): {balance} / "
+            f"{sum(r.shape == 'Record' and r.key == key and r.status == 'SUCCEEDED' for r in report.runs)} / "
+            f"{sum(r.shape == 'Record' and r.key == key and r.error == record_protocol.ERROR_RECORD_TOO_LARGE for r in report.runs)}"
+            for key, balance in sorted(report.records.items())) + " |",
         f"| fair queues left with holes only, passed by the next arrival; longest | {len(report.arrivals)}; "
         f"{max((s for _, s in report.arrivals), default=0):.1f} s (bound {NEXT_ARRIVAL_S} s) |",
     ] + [f"| {name} | {'ok' if not found else f'VIOLATED ({len(found)})'} |" for name, found in report.violations.items()]
