@@ -79,3 +79,13 @@ synth: deps
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) node_modules cdk.out .pytest_cache
+
+# The API reference, generated from the docstrings by pdoc (the dev extra): build/api/index.html.
+# docs/build_api.py fails on any pdoc warning (a module that does not import, a name that does
+# not resolve, a docstring it cannot read).
+API_DIR := build/api
+.PHONY: docs
+
+docs: deps
+	rm -rf $(API_DIR)
+	$(PY) docs/build_api.py --output $(API_DIR)
