@@ -79,3 +79,19 @@ synth: deps
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) node_modules cdk.out .pytest_cache
+
+# The API reference, generated from the docstrings by pdoc (the dev extra): build/api/index.html.
+# docs/build_api.py fails on any pdoc warning (a module that does not import, a name that does
+# not resolve, a docstring it cannot read).
+API_DIR := build/api
+.PHONY: docs consumer-test
+
+docs: deps
+	rm -rf $(API_DIR)
+	$(PY) docs/build_api.py --output $(API_DIR)
+
+# The package as a user gets it: the wheel in a fresh venv outside the repository, the README's
+# quick start synthesized by the CDK CLI (aws-cdk@2) and its own offline test run there
+# (.ci/consumer-test says what it checks; it needs neither .venv nor node_modules).
+consumer-test:
+	bash .ci/consumer-test
