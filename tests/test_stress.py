@@ -35,6 +35,7 @@ def test_plan_is_seeded_and_mixes_every_shape_and_fault():
     assert sum(stress._past_timeout(r) for r in first) > 0
     assert all(c["key"].startswith("C") for r in first for c in r.document.get("children", []))
     assert all(r.key.startswith("L") == (r.shape == "Lease") for r in first)
+    assert {r.key for r in first if r.shape == "Record"} == set(stress.RECORD_SIZES_KB) and stress.OVER_LIMIT_RECORDS
     assert "Unlocked" in {r.shape for r in stress.plan(200, 5, seed=11, negative_control=True)}
 
 

@@ -360,8 +360,8 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
     for _ in range(runs):
         shape = rng.choices(list(shapes), weights=list(shapes.values()))[0]
         key = f"L{rng.randrange(keys)}" if shape == "Lease" else f"K{rng.randrange(keys)}"
-        if shape == "Record":
-            key = rng.choice(sorted(RECORD_SIZES_KB))
+        if shape == "Record":  # each record in turn: near, over and under the limit
+            key = sorted(RECORD_SIZES_KB)[sum(r.shape == "Record" for r in planned) % len(RECORD_SIZES_KB)]
 
         def item(key: str) -> dict:
             return {"key": key, "workMs": _work(rng, shape), "fail": rng.random() < 0.1}
