@@ -38,6 +38,7 @@ from constructs_lib.janitor import LockJanitor, executions_of
 from constructs_lib.monitoring import LockMonitoring
 from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from constructs_lib.lock_table import LockTable
+from constructs_lib import prop_types
 from state_machines import fair_protocol
 from state_machines import lock_protocol as protocol
 from state_machines import multikey_protocol as multikey
@@ -256,7 +257,7 @@ class LockedSection(sfn.StateMachineFragment):
         *,
         lock_key: Optional[str] = None,
         protected: sfn.IChainable,
-        table: Optional[dynamodb.ITable] = None,
+        table: Optional[Union[dynamodb.ITable, "LockTable"]] = None,
         lease: Duration,
         lock_keys: Optional[str] = None,
         limit: int = 1,
@@ -276,6 +277,13 @@ class LockedSection(sfn.StateMachineFragment):
         detect_cancellation: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
+        protected = prop_types.chainable("protected", protected)
+        table = prop_types.table("table", table)
+        record_table = prop_types.table("record_table", record_table)
+        lock_key = prop_types.optional_str("lock_key", lock_key)
+        lock_keys = prop_types.optional_str("lock_keys", lock_keys)
+        limit = prop_types.whole_number("limit", limit)
+        prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         wait_policy = wait_policy or WaitPolicy()
         if not isinstance(detect_cancellation, bool):
             raise ValueError(f"`detect_cancellation` must be True or False, got: {detect_cancellation!r}")
@@ -1290,7 +1298,7 @@ class LockedWorkflow(Construct):
         protected: sfn.IChainable,
         lock_keys: Optional[str] = None,
         limit: int = 1,
-        table: Optional[dynamodb.ITable] = None,
+        table: Optional[Union[dynamodb.ITable, "LockTable"]] = None,
         record_table: Optional[dynamodb.ITable] = None,
         record_key_attribute: Optional[str] = None,
         record_must_exist: bool = True,
@@ -1314,6 +1322,11 @@ class LockedWorkflow(Construct):
         park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
     ) -> None:
         super().__init__(scope, construct_id)
+        protected = prop_types.chainable("protected", protected)
+        table = prop_types.table("table", table)
+        record_table = prop_types.table("record_table", record_table)
+        shares_lock_with = prop_types.state_machines("shares_lock_with", shares_lock_with)
+        prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         express = state_machine_type == sfn.StateMachineType.EXPRESS
 
         if table is not None and table_removal_policy is not None:

@@ -343,3 +343,40 @@ def test_a_section_that_detects_cancellation_is_refused_in_an_express_machine():
 def test_detect_cancellation_must_be_a_bool():
     with pytest.raises(ValueError, match=r"`detect_cancellation` must be True or False, got: 'yes'"):
         _section_machine(detect_cancellation="yes")
+
+
+@pytest.mark.parametrize("construct", ["workflow", "section"])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(protected="a Lambda"), r"`protected` must be a Step Functions state or chain \(sfn.IChainable\), got: str 'a Lambda'"),
+        (dict(table="locks"), r"`table` must be a DynamoDB table \(dynamodb.ITable, or a LockTable\), got: str 'locks'"),
+        (dict(record_table=42), r"`record_table` must be a DynamoDB table .*got: int 42"),
+        (dict(wait_policy={"first_interval": 1}), r"`wait_policy` must be a WaitPolicy, got: dict"),
+        (dict(lease=30), r"`lease` must be a Duration, got: 30"),
+    ],
+)
+def test_a_wrong_type_gets_the_projects_error_at_synth(construct, overrides, message):
+    stack = cdk.Stack(cdk.App(), "T")
+    props = dict(lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), lease=cdk.Duration.minutes(1))
+    if construct == "section":
+        props["table"] = dynamodb.Table(stack, "Locks", partition_key=dynamodb.Attribute(
+            name="pk", type=dynamodb.AttributeType.STRING))
+    props.update(overrides)
+    with pytest.raises((TypeError, ValueError), match=message):
+        (LockedWorkflow if construct == "workflow" else LockedSection)(stack, "L", **props)
+
+
+def test_a_lock_table_construct_is_accepted_where_a_table_is_expected():
+    from constructs_lib import LockTable
+
+    stack = cdk.Stack(cdk.App(), "T")
+    locks = LockTable(stack, "Locks")
+    LockedWorkflow(stack, "W", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), table=locks)
+    section = LockedSection(stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Other"), table=locks,
+                            lease=cdk.Duration.minutes(1))
+    assert section.table is locks.table
+    sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
+                     query_language=sfn.QueryLanguage.JSONATA)
+    template = assertions.Template.from_stack(stack)
+    template.resource_count_is("AWS::DynamoDB::Table", 1)  # the one given, nothing created

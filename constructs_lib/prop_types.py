@@ -1,0 +1,71 @@
+"""Type checks of construct props, at synth, before anything is built.
+
+jsii interfaces (``dynamodb.ITable``, ``sfn.IChainable`` ...) cannot be checked with
+``isinstance``: a value is checked for the members the construct uses. A wrong type raises
+``TypeError`` with the project's message form: "`x` must …, got: …".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from constructs_lib.lock_table import LockTable
+
+_TABLE_MEMBERS = ("table_name", "table_arn", "grant")
+_CHAINABLE_MEMBERS = ("start_state", "end_states", "id")
+_STATE_MACHINE_MEMBERS = ("state_machine_arn", "grant_start_execution")
+
+
+def _shown(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if isinstance(value, (str, int, float)) else type(value).__name__
+
+
+def _has(value: Any, members: Sequence[str]) -> bool:
+    return all(hasattr(value, member) for member in members)
+
+
+def table(name: str, value: Any) -> Optional[Any]:
+    """An optional DynamoDB table prop; a :class:`LockTable` stands for its ``table``."""
+    if value is None:
+        return None
+    if isinstance(value, LockTable):
+        return value.table
+    if not _has(value, _TABLE_MEMBERS):
+        raise TypeError(f"`{name}` must be a DynamoDB table (dynamodb.ITable, or a LockTable), got: {_shown(value)}")
+    return value
+
+
+def chainable(name: str, value: Any) -> Any:
+    """A Step Functions chainable prop (a state, a chain, a construct of states)."""
+    if not _has(value, _CHAINABLE_MEMBERS):
+        raise TypeError(f"`{name}` must be a Step Functions state or chain (sfn.IChainable), got: {_shown(value)}")
+    return value
+
+
+def optional_str(name: str, value: Any) -> Optional[str]:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"`{name}` must be a string (a JSONata template), got: {_shown(value)}")
+    return value
+
+
+def whole_number(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`{name}` must be a whole number, got: {_shown(value)}")
+    return value
+
+
+def instance(name: str, value: Any, cls: type, what: str) -> Any:
+    """An optional prop of class ``cls`` (``what``: how the message names it)."""
+    if value is not None and not isinstance(value, cls):
+        raise TypeError(f"`{name}` must be {what}, got: {_shown(value)}")
+    return value
+
+
+def state_machines(name: str, value: Any) -> tuple:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"`{name}` must be a sequence of state machines (sfn.IStateMachine), got: {_shown(value)}")
+    machines = tuple(value)
+    for machine in machines:
+        if not _has(machine, _STATE_MACHINE_MEMBERS):
+            raise TypeError(f"`{name}` must hold state machines (sfn.IStateMachine), got: {_shown(machine)}")
+    return machines
