@@ -240,3 +240,17 @@ def test_demo_without_the_lock_shows_overlaps_and_lost_updates(tmp_path):
     assert report.overlaps, "without the lock, 4 simultaneous read-modify-writes must overlap"
     assert report.lost_total > 0
     assert report.sections and all(s.fence is None for s in report.sections)
+
+
+def test_progress_writes_plain_lines_when_the_output_is_not_a_terminal():
+    import io
+
+    from constructs_lib.local.scenario import stderr_progress
+
+    out = io.StringIO()  # not a terminal
+    draw = stderr_progress("runs", file=out)
+    for done in range(0, 101):
+        draw(done, 100, {"RUNNING": 100 - done, "SUCCEEDED": done})
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue()
+    assert 4 <= len(lines) <= 6 and lines[-1].startswith("runs 100/100 done, 0 running"), lines

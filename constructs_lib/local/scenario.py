@@ -540,49 +540,30 @@ def customer_balances(cloud: Any, table: str) -> dict[str, int]:
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
 
-def progress_bar(done: int, total: int, *, width: int = 30, label: str = "") -> str:
-    filled = int(width * done / total) if total else width
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}".rstrip()
+def stderr_progress(prefix: str, *, file: Any = None) -> Callable[[int, int, dict[str, int]], None]:
+    """A progress callback on stderr (or ``file``) through tqdm: a live bar on a terminal; plain
+    lines otherwise (a CI log) - one at each quarter of the runs and one at the end."""
+    from tqdm import tqdm
 
-
-def wait_all(
-    cloud: Any,
-    arns: Sequence[str],
-    *,
-    timeout_s: float,
-    progress: Callable[[int, int, dict[str, int]], None] | None = None,
-    poll_s: float = 0.25,
-) -> dict[str, str]:
-    """Poll until every execution ended (or ``timeout_s``); returns ARN -> status."""
-    deadline = time.monotonic() + timeout_s
-    statuses: dict[str, str] = {}
-    while True:
-        for arn in arns:
-            if statuses.get(arn) not in TERMINAL:
-                statuses[arn] = cloud.status(arn)
-        counts: dict[str, int] = defaultdict(int)
-        for status in statuses.values():
-            counts[status] += 1
-        done = sum(counts[s] for s in TERMINAL)
-        if progress:
-            progress(done, len(arns), dict(counts))
-        if done == len(arns) or time.monotonic() >= deadline:
-            return statuses
-        time.sleep(poll_s)
-
-
-def stderr_progress(prefix: str) -> Callable[[int, int, dict[str, int]], None]:
-    """A progress callback drawing a one-line bar on stderr (newline when complete)."""
+    out = file if file is not None else sys.stderr
     started = time.monotonic()
+    state: dict[str, Any] = {"bar": None, "logged": -1}
 
     def draw(done: int, total: int, counts: dict[str, int]) -> None:
         failed = sum(counts.get(s, 0) for s in ("FAILED", "TIMED_OUT", "ABORTED"))
-        label = f"done, {counts.get('RUNNING', 0)} running"
-        if failed:
-            label += f", {failed} failed"
-        label += f"  {time.monotonic() - started:5.1f}s"
-        end = "\n" if done == total else ""
-        sys.stderr.write(f"\r{prefix} {progress_bar(done, total, label=label)}{end}")
-        sys.stderr.flush()
+        label = f"{counts.get('RUNNING', 0)} running" + (f", {failed} failed" if failed else "")
+        bar = state["bar"]
+        if bar is None:  # disable=None: no bar when the output is not a terminal
+            bar = state["bar"] = tqdm(total=total, desc=prefix, file=out, disable=None, unit="run", leave=True)
+        if not bar.disable:
+            bar.update(done - bar.n)
+            bar.set_postfix_str(label)
+        else:
+            quarter = 4 * done // max(total, 1)
+            if quarter > state["logged"] or done == total:
+                state["logged"] = quarter
+                print(f"{prefix} {done}/{total} done, {label}  {time.monotonic() - started:.1f}s", file=out, flush=True)
+        if done == total:
+            bar.close()
 
     return draw
