@@ -25,15 +25,17 @@ and never by its own wall clock (``time.time()``, injectable as ``clock``):
   and a round trip): taken over once AWS's clock is surely past ``expiresAt``, or - without
   a ``Date`` header - after watching it unchanged for ``expiresAt - acquiredAt``;
 * **the holder's own view** (:meth:`Lease.check`) counts its lease on its monotonic clock from
-  *before* the write that took or renewed it, less the second by which AWS's clock may be
-  ahead of the stamp: it ends before any waiter - client or workflow - may take over.
+  *before* the write that took or renewed it, and ``expiresAt`` is stamped from the latest time
+  AWS's clock can show then: the lease ends for its holder before any waiter - client or
+  workflow - may take over.
 
-What remains: the workflows judge a client's ``expiresAt`` by the service clock, and the
-client stamps ``acquiredAt``/``expiresAt`` with its wall clock held within the bounds that
-DynamoDB's ``Date`` headers put on AWS's clock (a first acquisition, stamped before any
-response, is stamped again at once if the clock was off). So a client whose clock is off
-gives workflows a lease at most about a second (plus a round trip) shorter or longer than it
-asked for. Without ``Date`` headers (a stand-in client, an endpoint that sends none) the stamps
+What remains: the workflows judge a client's ``expiresAt`` by the service clock. The client
+stamps ``acquiredAt`` with its wall clock held within the bounds that DynamoDB's ``Date``
+headers put on AWS's clock, and ``expiresAt`` from their upper end, so whatever its own clock
+says, workflows see the lease it asked for, or up to about a second (plus a round trip) more.
+Its very first acquisition is stamped before any response told it AWS's time: if its clock
+turned out off, the lease is stamped again at once; if not, the holder counts up to that
+second less. Without ``Date`` headers (a stand-in client, an endpoint that sends none) the stamps
 are the client's clock: s seconds behind, it gives workflows a lease s seconds shorter - with
 s >= its lease they may take the lock at once - and the holder learns it at its next step
 (``Lease.check()`` after a heartbeat's renewal found it, ``refresh()``, the release). A fair
@@ -251,7 +253,8 @@ class Lease:
 
         The lease is counted on this client's monotonic clock from *before* the write that took
         or last renewed it, so it runs out no later than any client waiter may take the lock
-        over (they watch it unchanged for the lease from *after* that write landed).
+        over (they watch it unchanged for the lease from *after* that write landed), or any
+        workflow (``expiresAt`` is stamped from the latest time AWS's clock can show).
 
         :raises LockLost: a renewal (the heartbeat's, or :meth:`LockClient.refresh`) found the
             lock taken over; or it was released; or the lease ran out without a renewal -
@@ -272,21 +275,20 @@ class _Holding:
     monotonic clock, the latest lease length and ``expiresAt`` written, whether the lock is
     known lost or was released, and its heartbeat (if any)."""
 
-    def __init__(self, monotonic: Callable[[], float], started: float, lease_ms: int, expires_at: int,
-                 behind_ms: float = 0) -> None:
+    def __init__(self, monotonic: Callable[[], float], started: float, lease_ms: int, expires_at: int) -> None:
         self.mutex = threading.Lock()
         self.monotonic = monotonic
         self.started = started
-        self.deadline = started + (lease_ms - behind_ms) / 1000
+        self.deadline = started + lease_ms / 1000
         self.lease_ms = lease_ms
         self.expires_at = expires_at
         self.lost: str | None = None  # why the lock is known lost
         self.released = False
         self.heartbeat: _Heartbeat | None = None
 
-    def renewed(self, started: float, lease_ms: int, expires_at: int, behind_ms: float = 0) -> None:
+    def renewed(self, started: float, lease_ms: int, expires_at: int) -> None:
         with self.mutex:
-            self.started, self.deadline = started, started + (lease_ms - behind_ms) / 1000
+            self.started, self.deadline = started, started + lease_ms / 1000
             self.lease_ms, self.expires_at = lease_ms, expires_at
             self.lost = None  # the renewal found the lock still mine: nobody took it meanwhile
 
@@ -345,7 +347,7 @@ class _Heartbeat:
     def _run(self) -> None:
         holding, current = self._lease._holding, self._lease
         assert holding is not None
-        delay = holding.lease_ms / 2000
+        delay = self._half_of_what_is_left(holding)
         while not self._stopping.wait(delay):
             lease_ms = holding.lease_ms
             try:
@@ -357,7 +359,12 @@ class _Heartbeat:
                 logger.warning("heartbeat of %s: renewal failed, trying again: %r", current.table_key, error)
                 delay = lease_ms / 8000
                 continue
-            delay = max(0.0, holding.deadline - lease_ms / 2000 - holding.monotonic())
+            delay = self._half_of_what_is_left(holding)
+
+    @staticmethod
+    def _half_of_what_is_left(holding: _Holding) -> float:
+        """Half of what is left of the lease (just renewed: half a lease), an eighth at least."""
+        return max(holding.lease_ms / 8000, (holding.deadline - holding.monotonic()) / 2)
 
 
 def validate_key(key: Any, namespace: str = "") -> str:
@@ -684,18 +691,16 @@ class LockClient:
         headers put on AWS's clock (about a second wide) once it has seen one."""
         return self._stamp(self._monotonic())[0]
 
-    def _stamp(self, at: float) -> tuple[int, float]:
-        """(the epoch ms to stamp at monotonic ``at``, how far AWS's clock may be ahead of it)."""
+    def _stamp(self, at: float) -> tuple[int, int]:
+        """At monotonic ``at``: (the epoch ms to stamp as now - this client's clock, held within
+        the bounds on AWS's clock; the latest time AWS's clock can show - a lease stamped from it
+        ends no sooner for the workflows than for its holder). Unknown bounds: the clock, twice."""
         now = int(self._clock())
         bounds = self._aws_clock.bounds(at)
         if bounds is None:
-            return now, 0.0
-        lo, hi = math.ceil(bounds[0]), math.floor(bounds[1])
-        stamped = min(max(now, lo), hi) if lo <= hi else round(bounds[0])
-        return stamped, max(0.0, bounds[1] - stamped)
-
-    def _holding(self, started: float, lease_ms: int, stamped: int, behind_ms: float) -> _Holding:
-        return _Holding(self._monotonic, started, lease_ms, stamped + lease_ms, behind_ms)
+            return now, now
+        lo, hi = math.ceil(bounds[0]), math.ceil(bounds[1])
+        return min(max(now, lo), hi), hi
 
     # ----------------------------------------------------------------------------------
 
@@ -788,12 +793,12 @@ class LockClient:
             return self._try_fast_acquire(key, table_key, me, lease_ms)
         watch = self._watched(table_key)
         started = self._monotonic()
-        now, behind_ms = self._stamp(started)
+        now, latest = self._stamp(started)
         due = watch is not None and self._takeover_in(watch, started) <= 0
         values = {
             ":me": {"S": me},
             ":now": {"N": str(now)},
-            ":expiresAt": {"N": str(now + lease_ms)},
+            ":expiresAt": {"N": str(latest + lease_ms)},
             ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
             ":one": {"N": "1"},
             ":clientLease": {"M": {"owner": {"S": me}, "ms": {"N": str(lease_ms)}}},
@@ -815,7 +820,7 @@ class LockClient:
             raise self._held(key, table_key, _old_item(error)) from None
         with self._watches_mutex:
             self._watches.pop(table_key, None)
-        return _lease(key, response["Attributes"], holding=self._holding(started, lease_ms, now, behind_ms))
+        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def _stamped_right(self, lease: Lease) -> Lease:
         """``lease``, stamped again at once (a refresh) if it was stamped before this client knew
@@ -827,7 +832,7 @@ class LockClient:
         if bounds is None:
             return lease
         if bounds[0] - 1 <= lease.acquired_at <= bounds[1] + 1:
-            with holding.mutex:  # AWS's clock may be ahead of the stamp by this much: count it
+            with holding.mutex:  # AWS's clock may have been ahead of the stamp by this much
                 ahead_ms = max(0.0, bounds[1] - lease.acquired_at)
                 holding.deadline = min(holding.deadline, holding.started + (holding.lease_ms - ahead_ms) / 1000)
             return lease
@@ -886,7 +891,7 @@ class LockClient:
         """A fair lock's fast path (nobody queues). Its condition judges ``expiresAt`` against
         this client's clock (see the module notes on clocks)."""
         started = self._monotonic()
-        now, behind_ms = self._stamp(started)
+        now, latest = self._stamp(started)
         try:
             response = self._update(
                 table_key,
@@ -895,7 +900,7 @@ class LockClient:
                     ":me": {"S": me},
                     ":stale": {"S": me},  # no liveness check here: nobody is known dead
                     ":now": {"N": str(now)},
-                    ":expiresAt": {"N": str(now + lease_ms)},
+                    ":expiresAt": {"N": str(latest + lease_ms)},
                     ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
                     ":one": {"N": "1"},
                     ":zero": {"N": "0"},
@@ -915,7 +920,7 @@ class LockClient:
             )
             held.item = old
             raise held from None
-        return _lease(key, response["Attributes"], holding=self._holding(started, lease_ms, now, behind_ms))
+        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def release(self, lease: Lease) -> None:
         """Free the lock of ``lease``; the item and its fence stay. Stops the lease's heartbeat
@@ -961,8 +966,10 @@ class LockClient:
     def refresh(self, held: Lease, /, *, lease: timedelta | float = DEFAULT_LEASE) -> Lease:
         """Renew the lease of a lock still held by ``held.owner``: it now ends ``lease``
         (timedelta or seconds, from 1 ms to 365 days; default: 60 s, as :meth:`acquire`) from
-        now - which may also shorten it. A renewal always changes ``expiresAt`` (that is how a
-        client waiter watching the lock sees that its holder lives).
+        now - which may also shorten it, for its holder and for client waiters. ``expiresAt``
+        only ever moves on, by 1 ms at least (that is how a client waiter watching the lock
+        sees that its holder lives, and it never shows a value it showed before): a shorter
+        lease ends no sooner for the workflows than the last one.
 
         Allowed also after the lease ended, as long as nobody took the lock over (the owner
         is still ``held.owner``): that proves nobody held it meanwhile. Returns the new
@@ -977,10 +984,8 @@ class LockClient:
         table_key = _stored_key(held)
         holding = held._holding
         started = self._monotonic()
-        now, behind_ms = self._stamp(started)
-        expires_at = now + for_ms
-        if expires_at == (holding.expires_at if holding is not None else held.expires_at):
-            expires_at += 1
+        written = holding.expires_at if holding is not None else held.expires_at
+        expires_at = max(self._stamp(started)[1] + for_ms, written + 1)  # never an end written before
         values = {":me": {"S": held.owner}, ":expiresAt": {"N": str(expires_at)}}
         if not self.fair:
             values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
@@ -994,9 +999,9 @@ class LockClient:
                 holding.lose(message)
             raise LockLost(message) from None
         if holding is None:
-            holding = _Holding(self._monotonic, started, for_ms, expires_at, behind_ms)
+            holding = _Holding(self._monotonic, started, for_ms, expires_at)
         else:
-            holding.renewed(started, for_ms, expires_at, behind_ms)
+            holding.renewed(started, for_ms, expires_at)
         return _lease(held.key, response["Attributes"], holding=holding)
 
     @contextmanager
@@ -1187,11 +1192,11 @@ class LockClient:
     def _try_as_head(self, key: str, table_key: str, me: str, lease_ms: int, ticket: int) -> Lease:
         """GRANT to myself as the head of the queue (then drop my row)."""
         started = self._monotonic()
-        now, behind_ms = self._stamp(started)
+        now, latest = self._stamp(started)
         try:
             item = self._update(table_key, fair.GRANT, {
                 ":me": {"S": me}, ":next": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)},
-                ":expiresAt": {"N": str(now + lease_ms)}, ":grace": {"N": "0"}, ":one": {"N": "1"},
+                ":expiresAt": {"N": str(latest + lease_ms)}, ":grace": {"N": "0"}, ":one": {"N": "1"},
                 ":prev": {"N": str(ticket - 1)}, ":ticket": {"N": str(ticket)}}, return_new=True)["Attributes"]
         except ClientError as error:
             if not _condition_failed(error):
@@ -1207,7 +1212,7 @@ class LockClient:
             held.item = old
             raise held from None
         self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-        return _lease(key, item, holding=self._holding(started, lease_ms, now, behind_ms))
+        return _lease(key, item, holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def _poll(self, table_key: str, me: str, lease_ms: int, ticket: int, item: Mapping[str, Any], *,
               lease_for_s: float) -> int:
@@ -1236,7 +1241,7 @@ class LockClient:
             _text(value, name)
         _count(ticket, "ticket", least=1)
         started = self._monotonic()
-        now, behind_ms = self._stamp(started)
+        latest = self._stamp(started)[1]
         try:
             item = self._update(table_key, fair.CLAIM, {":me": {"S": me}, ":ticket": {"N": str(ticket)}},
                                 return_new=True)["Attributes"]
@@ -1245,9 +1250,8 @@ class LockClient:
                 return None
             raise
         self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-        left_ms = min(max(0, int(item[EXPIRES_AT]["N"]) - now), _MAX_LEASE_MS)
-        return _lease(key, item, holding=_Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"]),
-                                                  behind_ms))
+        left_ms = min(max(0, int(item[EXPIRES_AT]["N"]) - latest), _MAX_LEASE_MS)
+        return _lease(key, item, holding=_Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"])))
 
     def leave_queue(self, row_key: str, me: str) -> Lease | None:
         """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an

@@ -38,6 +38,9 @@ from state_machines.lock_protocol import (
 )
 
 TABLE = "locks"
+#: How much later than true time a lease may be stamped from: DynamoDB's Date has whole seconds
+#: (plus the bounds' drift allowance, rounded up).
+AWS_CLOCK_WIDTH_MS = 1_010
 T0 = 1_700_000_000_000  # epoch ms
 KEY = "#k"  # the stored key of "k" in the default namespace ""
 
@@ -624,15 +627,19 @@ def test_refresh_extends_expires_at(alice, bob, clock, ddb):
 
     refreshed = alice.refresh(lease, lease=timedelta(seconds=30))
 
-    assert refreshed.expires_at == T0 + 8_000 + 30_000
+    # from the latest time AWS's clock can show (DynamoDB's Date has whole seconds): the
+    # workflows never see a lease shorter than its holder does
+    assert 0 <= refreshed.expires_at - (T0 + 8_000 + 30_000) <= AWS_CLOCK_WIDTH_MS
     assert (refreshed.owner, refreshed.fence, refreshed.acquired_at) == (
         lease.owner, lease.fence, lease.acquired_at
     )
-    assert item(ddb)["expiresAt"] == {"N": str(T0 + 38_000)}
+    assert item(ddb)["expiresAt"] == {"N": str(refreshed.expires_at)}
+    assert refreshed.check() == pytest.approx(30)  # the holder's own view: the lease it asked for
     clock.advance(10)  # past the original lease, within the refreshed one
     with pytest.raises(LockHeld):
         bob.acquire("k")
-    assert alice.refresh(refreshed).expires_at == T0 + 18_000 + 60_000  # default: 60 s
+    again = alice.refresh(refreshed)  # default: 60 s
+    assert 0 <= again.expires_at - (T0 + 18_000 + 60_000) <= AWS_CLOCK_WIDTH_MS
 
 
 def test_refresh_after_takeover_raises_lock_lost(alice, bob, clock, ddb):
@@ -897,17 +904,21 @@ def test_a_client_11_minutes_ahead_never_takes_a_lock_its_holder_renews(make_cli
     assert item(ddb)["owner"] == {"S": renewed[0].owner} and renewed[-1].check() > 0
 
 
-def test_a_renewal_always_moves_expires_at(make_client, clock, ddb):
-    """What a waiter watches: a renewal that would write the same ``expiresAt`` (the clock
-    stood still, or a shorter lease ends at the same moment) moves it by 1 ms."""
-    alice = make_client("alice")
+def test_a_renewal_always_moves_expires_at_on(make_client, clock, ddb):
+    """What a waiter watches: every renewal writes an ``expiresAt`` the acquisition never had -
+    also when the clock stood still or a shorter lease would end sooner (an old value back on
+    the item would look unchanged to a waiter that saw it then)."""
+    alice = make_client("alice", dynamodb=Undated(ddb))  # its own clock only: exact stamps
     lease = alice.acquire("k", lease=30)
     clock.advance(10)
 
-    again = alice.refresh(lease, lease=20)  # ends when the first lease ended
+    first = alice.refresh(lease, lease=20)  # would end when the first lease ended
+    again = alice.refresh(first, lease=20)  # the clock stood still
+    shorter = alice.refresh(again, lease=5)
 
-    assert again.expires_at == lease.expires_at + 1
-    assert item(ddb)["clientLease"] == client_lease(lease.owner, 20)
+    assert [first.expires_at, again.expires_at, shorter.expires_at] == [T0 + 30_001, T0 + 30_002, T0 + 30_003]
+    assert item(ddb)["clientLease"] == client_lease(lease.owner, 5)  # a waiter watches 5 s
+    assert shorter.check() == pytest.approx(5)  # and so does the holder
 
 
 def test_a_holder_whose_clock_steps_back_sees_its_lease_end_on_time(make_client, clock, ddb):
@@ -960,15 +971,17 @@ def test_a_client_30_s_behind_keeps_its_lease_against_workflows(make_client, clo
     slow = make_client("slow", clock=clock.skewed(-30))
 
     with slow.hold("k", lease=30) as lease:
-        assert lease.expires_at == T0 + 30_000  # not T0: the stamp is AWS's time, to the second
-        for seconds in (0.25, 28.5):
+        assert lease.expires_at == T0 + 31_000  # not T0: from the latest time AWS's clock can show
+        for seconds in (0.25, 29.5):
             clock.advance(seconds)
             with pytest.raises(ClientError, match="ConditionalCheckFailed"):
                 workflow_acquires(ddb, now_ms=clock.now, lease_s=600)
             assert lease.check() > 0
-        clock.advance(0.251)  # T0 + 29.001 s: AWS's clock may be up to 1 s ahead of the stamp
+        clock.advance(0.25)
         with pytest.raises(LockLost, match="ran out"):
-            lease.check()  # the holder stops before the workflows could take over (at T0 + 30 s)
+            lease.check()  # T0 + 30 s: the holder stops before the workflows may take over
+        with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+            workflow_acquires(ddb, now_ms=clock.now + 1_000, lease_s=600)  # (T0 + 31 s)
         slow.refresh(lease, lease=30)
 
     assert "owner" not in item(ddb)
