@@ -286,6 +286,9 @@ class _Holding:
         self.released = False
         self.heartbeat: _Heartbeat | None = None
 
+    def __deepcopy__(self, memo: dict) -> "_Holding":
+        return self  # one acquisition, one view (``dataclasses.asdict(lease)`` shares it)
+
     def renewed(self, started: float, lease_ms: int, expires_at: int) -> None:
         with self.mutex:
             self.started, self.deadline = started, started + lease_ms / 1000

@@ -1296,6 +1296,14 @@ def test_bad_arguments_of_the_fair_helpers_raise_typed_errors_without_any_dynamo
     assert stub.calls == []
 
 
+def test_a_lease_is_still_a_plain_value(alice):
+    lease = alice.acquire("k")
+
+    assert dataclasses.asdict(lease)["fence"] == 1  # (its holder's view is not copied)
+    assert dataclasses.replace(lease, key="other").check() > 0  # nor lost by a copy
+    assert "holding" not in repr(lease)
+
+
 def test_a_check_of_a_lease_built_by_hand_is_refused():
     hand_made = Lease(key="k", table_key=KEY, owner="alice#1", fence=1, acquired_at=T0, expires_at=T0 + 1)
 
