@@ -9,17 +9,46 @@ the other way round::
     with client.hold("123", lease=timedelta(minutes=5), wait=30) as lease:
         write_customer(..., fence=lease.fence)
 
-Time. The state machines stamp ``acquiredAt``/``expiresAt`` with the Step Functions
-service clock (``$millis()``); a client has no access to it and uses its own clock
-(``time.time()``, injectable). Lease expiry across participants therefore assumes loosely
-synchronised clocks: a client whose clock runs ahead could take over a lock whose lease
-has not ended by the service clock (and one running behind holds expired locks longer).
-Keep leases long compared with any plausible skew. Mutual exclusion of *writes* does not
-rest on clocks: a holder that lost its lock (lease ended, lock taken over) still carries
-its fence, and a store that conditions writes on ``lastFence < :fence`` refuses its late
-writes (see ``lambdas/apply_customer_update``).
+Time. The state machines judge leases by the Step Functions service clock (``$millis()``),
+which a client cannot read. A client therefore judges each lease by the clock that wrote it,
+and never by its own wall clock (``time.time()``, injectable as ``clock``):
 
-Retries. Throttling and 5xx errors are retried by botocore itself; both writes are
+* **a client's lease** (its acquisition carries ``clientLease``, the lease length) is judged
+  clock-free, as AWS's DynamoDB lock client does: a waiter takes it over only after it has
+  watched the lock item stay unchanged - same owner, fence and ``expiresAt`` - for that lease,
+  measured on its own monotonic clock (``monotonic``), and only with a write conditioned on
+  exactly what it watched (``CLIENT_TAKEOVER``). A holder that renews changes ``expiresAt``,
+  so a waiter whose clock runs ahead by any amount cannot take a live lock. The price: a lock
+  left by a dead client is taken over one lease after a waiter first looks at it;
+* **a workflow's lease** (stamped by the service clock) is judged by AWS's clock as the
+  ``Date`` header of DynamoDB's responses bounds it (whole seconds, so within about a second
+  and a round trip): taken over once AWS's clock is surely past ``expiresAt``, or - without
+  a ``Date`` header - after watching it unchanged for ``expiresAt - acquiredAt``;
+* **the holder's own view** (:meth:`Lease.check`) counts its lease on its monotonic clock from
+  *before* the write that took or renewed it, and ``expiresAt`` is stamped from the latest time
+  AWS's clock can show then: the lease ends for its holder before any waiter - client or
+  workflow - may take over.
+
+What remains: the workflows judge a client's ``expiresAt`` by the service clock. The client
+stamps ``acquiredAt`` with its wall clock held within the bounds that DynamoDB's ``Date``
+headers put on AWS's clock, and ``expiresAt`` from their upper end, so whatever its own clock
+says, workflows see the lease it asked for, or up to about a second (plus a round trip) more.
+Its very first acquisition is stamped before any response told it AWS's time: if its clock
+turned out off, the lease is stamped again at once; if not, the holder counts up to that
+second less. Without ``Date`` headers (a stand-in client, an endpoint that sends none) the stamps
+are the client's clock: s seconds behind, it gives workflows a lease s seconds shorter - with
+s >= its lease they may take the lock at once - and the holder learns it at its next step
+(``Lease.check()`` after a heartbeat's renewal found it, ``refresh()``, the release). A fair
+lock (``fair=True``) judges leases with the fair writes' ``expiresAt < :now``, ``:now`` being
+that same held-to-AWS stamp. Mutual exclusion of *writes* rests on no clock: a holder that lost
+its lock still carries its fence, and a store that conditions writes on ``lastFence < :fence``
+refuses its late writes (see ``lambdas/apply_customer_update``).
+
+Heartbeat. ``hold(key, heartbeat=True)`` renews the lease in a background thread half a lease
+after each renewal, until the release; a renewal that finds the lock taken over is reported by
+the holder's next ``lease.check()`` (and by the release).
+
+Retries. Throttling and 5xx errors are retried by botocore itself; the writes are
 idempotent for the same owner (a retried acquire whose first try succeeded finds the lock
 already "mine"; a retried release whose first try succeeded finds the lock free with the
 same fence), so botocore's retries are safe.
@@ -27,8 +56,10 @@ same fence), so botocore's retries are safe.
 Owners. Ownership is per acquisition, as in the state machines: every :meth:`acquire` gets
 its own owner ``<client owner>#<uuid4>`` (the client owner defaults to
 ``client:<host>:<pid>:<uuid4>``), so two threads of one client, or two acquisitions in one
-thread, serialize like separate processes. An explicit ``owner=`` makes an acquire repeatable:
-acquiring again with the same owner is the same acquisition (that is what makes retries safe).
+thread, serialize like separate processes. An explicit ``owner=`` (without ``#``, like the
+client owner: it can never be one of the client's own acquisitions) makes an acquire
+repeatable: acquiring again with the same owner is the same acquisition (that is what makes
+retries safe).
 
 Nesting. ``hold()`` is re-entrant within one flow of control, for sequential nesting only:
 a ``hold()`` of a key whose ``with hold()`` block, through the same client, is running *below*
@@ -62,8 +93,8 @@ caller's, so a context variable alone would let all of these pass.)
 
 Releases. A release whose first attempt succeeded but whose response was lost is retried by
 botocore; if a waiter took the lock in between, the retry finds it not ours. When botocore
-did retry and the lease had not ended yet, nobody could have taken the lock over by expiry
-before our first attempt - so that attempt released it, and ``release`` returns normally.
+did retry and the lease had not ended yet (the holder's view, :meth:`Lease.check`), nobody
+could have taken the lock over by expiry before our first attempt - so that attempt released it, and ``release`` returns normally.
 """
 
 from __future__ import annotations
@@ -72,6 +103,8 @@ import contextlib
 import inspect
 import json
 import logging
+import math
+import numbers
 import os
 import random
 import socket
@@ -79,19 +112,25 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import timedelta, timezone
+from email.utils import parsedate_to_datetime
 from types import FrameType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from botocore.exceptions import ClientError
 
 from state_machines import fair_protocol as fair
 from state_machines.lock_protocol import (
-    ACQUIRE,
     ACQUIRED_AT,
     ALIVE_STATUSES,
+    CLIENT_ACQUIRE,
+    CLIENT_LEASE,
+    CLIENT_REFRESH,
+    CLIENT_RELEASE,
+    CLIENT_TAKEOVER,
     ERROR_INVALID_KEY,
     ERROR_LOST,
     ERROR_TIMEOUT,
@@ -114,6 +153,14 @@ logger = logging.getLogger(__name__)
 
 #: Default lease: how long a holder that dies without releasing blocks the key.
 DEFAULT_LEASE = timedelta(seconds=60)
+#: The longest lease a client takes: a longer one is a mistake (milliseconds given as seconds),
+#: and a dead holder's lock would stay taken for years.
+MAX_LEASE = timedelta(days=365)
+_MAX_LEASE_MS = int(MAX_LEASE.total_seconds() * 1000)
+#: The longest wait between two polls (s): a poll interval longer than this is a mistake too.
+MAX_POLL_INTERVAL_S = 3600.0
+#: How many held locks a client remembers watching (for takeovers); the oldest goes first.
+_WATCHED_LOCKS = 1024
 
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
@@ -137,14 +184,19 @@ class InvalidLockKey(LockError, ValueError):
 
 
 class LockHeld(LockError):
-    """Another owner holds the lock (and its lease has not ended)."""
+    """Another owner holds the lock, and this client may not take it over yet.
+
+    ``takeover_in``: seconds until this client may take the lock over if it stays unchanged
+    meanwhile (None: not known, e.g. for a fair lock). ``expires_at``: the lease end stamped on
+    the item (epoch ms of its writer's clock - informative only: a client never judges it)."""
 
     def __init__(self, message: str, *, key: str, holder: str | None = None,
-                 expires_at: int | None = None) -> None:
+                 expires_at: int | None = None, takeover_in: float | None = None) -> None:
         super().__init__(message)
         self.key = key
         self.holder = holder
         self.expires_at = expires_at
+        self.takeover_in = takeover_in
         self.item: Mapping[str, Any] = {}  # the lock item as the refused write found it
 
 
@@ -163,7 +215,8 @@ class LockHeldInThisThread(LockHeld):
 
 
 class LockLost(LockError):
-    """The lock is not (or no longer) held by this lease: taken over, released, or never taken."""
+    """The lock is not (or no longer) held by this lease: taken over, released, never taken,
+    or its lease ran out on this client's clock without a renewal (:meth:`Lease.check`)."""
 
     error = ERROR_LOST
 
@@ -175,7 +228,13 @@ class LockLost(LockError):
 
 @dataclass(frozen=True)
 class Lease:
-    """One acquisition of a lock. Times are epoch milliseconds of the acquirer's clock."""
+    """One acquisition of a lock.
+
+    ``acquired_at`` and ``expires_at`` are the epoch milliseconds stamped on the lock item by
+    its writer - this client's clock for its own acquisitions and renewals - and are what the
+    *workflows* judge the lease by (``expiresAt < $millis()``). The holder's own view of its
+    lease is :meth:`check`, on this client's monotonic clock.
+    """
 
     key: str  # the caller's key
     table_key: str  # the stored (namespaced) key
@@ -185,9 +244,130 @@ class Lease:
     expires_at: int
     #: a fair lock's ticket of this acquisition (its release hands the lock to the next one)
     ticket: int | None = None
+    #: what the holder knows of this acquisition (shared by the leases refresh() returns)
+    _holding: "_Holding | None" = field(default=None, compare=False, repr=False)
 
-    def remaining_ms(self, now_ms: int) -> int:
-        return self.expires_at - now_ms
+    def check(self) -> float:
+        """Seconds left of this lease, else :class:`LockLost`. No DynamoDB call: cheap enough
+        to call before every step of long work.
+
+        The lease is counted on this client's monotonic clock from *before* the write that took
+        or last renewed it, so it runs out no later than any client waiter may take the lock
+        over (they watch it unchanged for the lease from *after* that write landed), or any
+        workflow (``expiresAt`` is stamped from the latest time AWS's clock can show).
+
+        :raises LockLost: a renewal (the heartbeat's, or :meth:`LockClient.refresh`) found the
+            lock taken over; or it was released; or the lease ran out without a renewal -
+            nobody may have taken the lock yet, but anyone may from now on (a successful
+            :meth:`LockClient.refresh` then proves nobody did, and counts afresh).
+        :raises ValueError: the lease was not made by a ``LockClient`` (built by hand).
+        """
+        if self._holding is None:
+            raise ValueError(
+                f"`lease` must come from LockClient.acquire(), hold() or refresh() to be checked, "
+                f"got one built by hand: {self!r}"
+            )
+        return self._holding.check(self)
+
+
+class _Holding:
+    """The holder's view of one acquisition: until when its lease runs on the client's
+    monotonic clock, the latest lease length and ``expiresAt`` written, whether the lock is
+    known lost or was released, and its heartbeat (if any)."""
+
+    def __init__(self, monotonic: Callable[[], float], started: float, lease_ms: int, expires_at: int) -> None:
+        self.mutex = threading.Lock()
+        self.monotonic = monotonic
+        self.started = started
+        self.deadline = started + lease_ms / 1000
+        self.lease_ms = lease_ms
+        self.expires_at = expires_at
+        self.lost: str | None = None  # why the lock is known lost
+        self.released = False
+        self.heartbeat: _Heartbeat | None = None
+
+    def __deepcopy__(self, memo: dict) -> "_Holding":
+        return self  # one acquisition, one view (``dataclasses.asdict(lease)`` shares it)
+
+    def renewed(self, started: float, lease_ms: int, expires_at: int) -> None:
+        with self.mutex:
+            self.started, self.deadline = started, started + lease_ms / 1000
+            self.lease_ms, self.expires_at = lease_ms, expires_at
+            self.lost = None  # the renewal found the lock still mine: nobody took it meanwhile
+
+    def lose(self, why: str) -> None:
+        with self.mutex:
+            self.lost = why
+
+    def check(self, lease: Lease) -> float:
+        with self.mutex:
+            lost, released, deadline = self.lost, self.released, self.deadline
+        if lost is not None:
+            raise LockLost(lost)
+        if released:
+            raise LockLost(f"{ERROR_LOST}: lock {lease.table_key!r} (fence {lease.fence}) was released")
+        left = deadline - self.monotonic()
+        if left <= 0:
+            raise LockLost(
+                f"{ERROR_LOST}: the lease of lock {lease.table_key!r} (fence {lease.fence}) ran out "
+                f"{-left:.3f} s ago on this client's clock without a renewal: others may take the lock over"
+            )
+        return left
+
+    def stop_heartbeat(self) -> None:
+        with self.mutex:
+            heartbeat, self.heartbeat = self.heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
+
+
+class _Heartbeat:
+    """Renews a held lease in a background thread, half a lease after the start of the last
+    renewal (seed 001's rule), with the lease it was taken or last renewed with, until stopped
+    (by the release). A renewal that finds the lock taken records it (the holder's next
+    :meth:`Lease.check`, refresh or release raises :class:`LockLost`) and ends the thread; any
+    other error is logged and the renewal tried again an eighth of a lease later."""
+
+    def __init__(self, client: "LockClient", lease: Lease) -> None:
+        self._client = client
+        self._lease = lease
+        self._stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"LockClient heartbeat {lease.table_key}",
+                                       daemon=True)
+
+    def start(self) -> None:
+        holding = self._lease._holding
+        assert holding is not None
+        with holding.mutex:
+            holding.heartbeat = self
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+
+    def _run(self) -> None:
+        holding, current = self._lease._holding, self._lease
+        assert holding is not None
+        delay = self._half_of_what_is_left(holding)
+        while not self._stopping.wait(delay):
+            lease_ms = holding.lease_ms
+            try:
+                current = self._client.refresh(current, lease=timedelta(milliseconds=lease_ms))
+            except LockLost as lost:
+                logger.warning("heartbeat of %s: %s", current.table_key, lost)
+                return
+            except Exception as error:  # noqa: BLE001 - a transient failure: try again soon
+                logger.warning("heartbeat of %s: renewal failed, trying again: %r", current.table_key, error)
+                delay = lease_ms / 8000
+                continue
+            delay = self._half_of_what_is_left(holding)
+
+    @staticmethod
+    def _half_of_what_is_left(holding: _Holding) -> float:
+        """Half of what is left of the lease (just renewed: half a lease), an eighth at least."""
+        return max(holding.lease_ms / 8000, (holding.deadline - holding.monotonic()) / 2)
 
 
 def validate_key(key: Any, namespace: str = "") -> str:
@@ -201,15 +381,206 @@ def validate_key(key: Any, namespace: str = "") -> str:
     return key
 
 
-def _millis(duration: timedelta | float | int, name: str) -> int:
-    seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise ValueError(f"`{name}` must be a timedelta or seconds, got: {duration!r}")
-    return round(seconds * 1000)
+# --------------------------------------------------------------------------------------
+# Arguments: checked before any DynamoDB call
+# --------------------------------------------------------------------------------------
+
+
+def _number(value: Any, name: str, what: str) -> float:
+    """``value`` as a float if it is a real number (not a bool), else TypeError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`{name}` must be {what}, got: {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the float range: finite, and huge
+        return sys.float_info.max if value > 0 else -sys.float_info.max
+
+
+def _seconds(value: Any, name: str, *, forever: bool = False) -> float:
+    """``value`` - a ``timedelta`` or a number of seconds - in seconds: TypeError for anything
+    else (``None``, a bool, a string); ValueError for NaN, and for an infinity unless
+    ``forever`` (then ``math.inf``)."""
+    what = "a timedelta or a number of seconds" + (" (math.inf: no limit)" if forever else "")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else _number(value, name, what)
+    if math.isnan(seconds) or (math.isinf(seconds) and not (forever and seconds > 0)):
+        raise ValueError(f"`{name}` must be {'a finite number' if not forever else 'a number'} of seconds, got: {value!r}")
+    return seconds
+
+
+def _lease_ms(value: Any, name: str = "lease") -> int:
+    seconds = _seconds(value, name)
+    millis = round(seconds * 1000) if abs(seconds) < 1e15 else math.copysign(1e18, seconds)
+    if not 1 <= millis <= _MAX_LEASE_MS:
+        raise ValueError(
+            f"`{name}` must be from 1 ms to {MAX_LEASE.days} days (a timedelta or seconds), got: {value!r}"
+        )
+    return int(millis)
+
+
+def _owner_checked(owner: Any) -> str:
+    """An owner given by the caller: a non-empty string without the separator (the client's own
+    acquisitions are ``<client owner>#<uuid4>``: no owner given by hand can be one of them)."""
+    message = f"`owner` must be a non-empty string without '{OWNER_SEPARATOR}', got: {owner!r}"
+    if not isinstance(owner, str):
+        raise TypeError(message)
+    if not owner or OWNER_SEPARATOR in owner:
+        raise ValueError(message)
+    return owner
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"`{name}` must be a non-empty string, got: {value!r}")
+    if not value:
+        raise ValueError(f"`{name}` must be a non-empty string, got: {value!r}")
+    return value
+
+
+def _count(value: Any, name: str, *, least: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer of at least {least}, got: {value!r}")
+    if value < least:
+        raise ValueError(f"`{name}` must be an integer of at least {least}, got: {value!r}")
+    return int(value)
+
+
+def _callable(value: Any, name: str, what: str) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"`{name}` must be {what} or None, got: {value!r}")
+    return value
+
+
+def _boto3_client(value: Any, name: str, service: str) -> Any:
+    """A boto3 client given by the caller (not probed: a stand-in may record every use)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, numbers.Number, Mapping)) or type(value).__name__.startswith(f"{service}."):
+        raise TypeError(
+            f"`{name}` must be a boto3 {service} client (boto3.client({service!r})), not a resource "
+            f"or a name, or None, got: {value!r}"
+        )
+    return value
+
+
+class _Options(NamedTuple):
+    """An acquire's options, checked."""
+
+    lease_ms: int
+    wait_s: float  # math.inf: no limit
+    poll_interval: float
+    max_poll_interval: float
+    backoff_rate: float
+
+    @classmethod
+    def of(cls, lease: Any, wait: Any, poll_interval: Any, max_poll_interval: Any, backoff_rate: Any) -> "_Options":
+        lease_ms = _lease_ms(lease)
+        wait_s = _seconds(wait, "wait", forever=True)
+        if wait_s < 0:
+            raise ValueError(f"`wait` must be 0 or more seconds (math.inf: no limit), got: {wait!r}")
+        first = _seconds(poll_interval, "poll_interval")
+        if not 0 < first <= MAX_POLL_INTERVAL_S:
+            raise ValueError(
+                f"`poll_interval` must be more than 0 and at most {MAX_POLL_INTERVAL_S:g} seconds, got: {poll_interval!r}"
+            )
+        cap = _seconds(max_poll_interval, "max_poll_interval")
+        if not first <= cap <= MAX_POLL_INTERVAL_S:
+            raise ValueError(
+                f"`max_poll_interval` must be from `poll_interval` ({first:g}) to {MAX_POLL_INTERVAL_S:g} "
+                f"seconds, got: {max_poll_interval!r}"
+            )
+        rate = _number(backoff_rate, "backoff_rate", "a number of at least 1")
+        if not 1 <= rate < math.inf:
+            raise ValueError(f"`backoff_rate` must be a finite number of at least 1, got: {backoff_rate!r}")
+        return cls(lease_ms, wait_s, first, cap, rate)
+
+
+def _monotonic_clock() -> float:
+    """Seconds of a clock that never jumps and, where the system has one (Linux' boot time
+    clock), also counts the time a suspended machine slept: a lease runs while its holder's
+    machine sleeps."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+if not hasattr(time, "CLOCK_BOOTTIME"):  # pragma: no cover - not Linux
+    _monotonic_clock = time.monotonic  # noqa: F811
 
 
 def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+class _Watch(NamedTuple):
+    """A held lock as a client first saw it: its version (owner, fence, ``expiresAt``), how long
+    it must stay so before the client takes it over (s), since when (monotonic s), and whether
+    its lease was stamped by the service clock (a workflow's: no client lease for its owner)."""
+
+    version: tuple[str, str, str]
+    window_s: float
+    since: float
+    service_stamped: bool
+
+
+class _AwsClock:
+    """AWS's clock (epoch ms) as the ``Date`` header of DynamoDB's responses bounds it.
+
+    ``Date`` is the second in which DynamoDB made a response: one received between monotonic
+    times ``before`` and ``after`` puts AWS's time, at monotonic time ``t``, within
+    ``[date - after + t, date + 1 s - before + t]``. The bounds of the last samples are
+    intersected, each widened by :data:`DRIFT` of its age (a monotonic clock's rate error); a
+    sample that contradicts them (a clock stepped) replaces them. Without a sample (a stand-in
+    client, an endpoint that sends no ``Date``) nothing is known.
+    """
+
+    SAMPLES = 16
+    DRIFT = 1e-4
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, float, float]] = deque(maxlen=self.SAMPLES)  # (at, lo, hi), s / ms
+        self._mutex = threading.Lock()
+
+    def sample(self, before: float, after: float, response: Any) -> None:
+        try:
+            made = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return
+        if made.tzinfo is None:
+            made = made.replace(tzinfo=timezone.utc)
+        date_ms = made.timestamp() * 1000
+        sample = (after, date_ms - after * 1000, date_ms + 1000 - before * 1000)
+        with self._mutex:
+            self._samples.append(sample)
+            bounds = self._bounds(after)
+            if bounds is None or bounds[0] > bounds[1]:
+                logger.info("DynamoDB's Date header contradicts the earlier ones (a clock stepped?): "
+                            "starting AWS's clock over")
+                self._samples.clear()
+                self._samples.append(sample)
+
+    def bounds(self, now: float) -> tuple[float, float] | None:
+        """(lowest, highest) epoch ms AWS's clock can show at monotonic ``now`` (s); None: unknown."""
+        with self._mutex:
+            return self._bounds(now)
+
+    def _bounds(self, now: float) -> tuple[float, float] | None:
+        if not self._samples:
+            return None
+        lo = max(low - self.DRIFT * abs(now - at) * 1000 for at, low, _ in self._samples)
+        hi = min(high + self.DRIFT * abs(now - at) * 1000 for at, _, high in self._samples)
+        return lo + now * 1000, hi + now * 1000
+
+
+def _takeover_window_ms(item: Mapping[str, Any]) -> tuple[int, bool]:
+    """How long a client watches the held lock ``item`` unchanged before it takes it over, and
+    whether the acquisition is a client's: its client lease (a client's acquisition), else
+    ``expiresAt - acquiredAt`` (one writer's stamps: its clock's offset cancels out; at least
+    what was left of the lease when it was written)."""
+    owner = item[OWNER]["S"]
+    lease = item.get(CLIENT_LEASE, {}).get("M", {})
+    if lease.get("owner", {}).get("S") == owner and "N" in lease.get("ms", {}):
+        return max(0, int(lease["ms"]["N"])), True
+    if "N" not in item.get(ACQUIRED_AT, {}):
+        return _MAX_LEASE_MS, False
+    return max(0, int(item[EXPIRES_AT]["N"]) - int(item[ACQUIRED_AT]["N"])), False
 
 
 # --------------------------------------------------------------------------------------
@@ -227,18 +598,24 @@ class LockClient:
         (honours ``AWS_ENDPOINT_URL_DYNAMODB``), created on first use.
     :param owner: this client's holder id; each acquisition owns ``<owner>#<uuid4>``.
         Must not contain ``#``. Default: ``client:<hostname>:<pid>:<uuid4>``.
-    :param clock: epoch *milliseconds* for ``acquiredAt``/``expiresAt`` and lease expiry.
-        Default: ``time.time() * 1000`` (see the module notes on clocks).
+    :param clock: epoch *milliseconds* stamped as ``acquiredAt``/``expiresAt`` (what the
+        workflows judge a client's lease by). Default: ``time.time() * 1000`` (see the module
+        notes on clocks).
+    :param monotonic: seconds of a clock that never jumps, for the client's own judgement of
+        leases (a holder's lease, a waiter's takeover). Default: the boot time clock where the
+        system has one (it counts a suspended machine's sleep), else ``time.monotonic``.
     :param sleep: how to wait between attempts while the lock is held. Default: ``time.sleep``.
     :param fair: take part in a fair lock (the workflows' ``fair=True``): acquire only when
         nobody queues, else take a ticket and poll as the head, keeping a lease on my queue row
         (a client cannot park on a task token); a release hands the lock to the next waiter
         (``SendTaskSuccess`` for a parked workflow). Default: ``False``.
-    :param claim_window: with ``fair``: how long a release waits for a waiter whose wake-up
-        failed but whose execution still runs (its park may have just timed out) to confirm
-        the handoff, before taking it back. Default: 30 s (the workflows' park timeout).
+    :param claim_window: with ``fair``: how long (a timedelta or seconds) a release waits for a
+        waiter whose wake-up failed but whose execution still runs (its park may have just timed
+        out) to confirm the handoff, before taking it back. Default: 30 s (the workflows' park
+        timeout).
     :param stepfunctions: a boto3 Step Functions client for those wake-ups. Default:
         ``boto3.client("stepfunctions")``, created on first use.
+    :raises TypeError, ValueError: a bad argument (``"`x` must ..., got: ..."``).
     """
 
     def __init__(
@@ -249,33 +626,43 @@ class LockClient:
         dynamodb: Any = None,
         owner: str | None = None,
         clock: Callable[[], float] | None = None,
+        monotonic: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None,
         fair: bool = False,
         stepfunctions: Any = None,
-        claim_window: float = fair.DEFAULT_PARK_TIMEOUT_S,
+        claim_window: timedelta | float = fair.DEFAULT_PARK_TIMEOUT_S,
     ) -> None:
-        if not isinstance(table_name, str) or not table_name:
+        if not isinstance(table_name, str):
+            raise TypeError(f"`table_name` must be a non-empty string, got: {table_name!r}")
+        if not table_name:
             raise ValueError(f"`table_name` must be a non-empty string, got: {table_name!r}")
         problem = namespace_problem(namespace)
         if problem:
             raise ValueError(f"`namespace` {problem}")
-        if owner is not None and (not isinstance(owner, str) or not owner or OWNER_SEPARATOR in owner):
+        if owner is not None:
+            _owner_checked(owner)
+        if not isinstance(fair, bool):
+            raise TypeError(f"`fair` must be True or False, got: {fair!r}")
+        window = _seconds(claim_window, "claim_window")
+        if not 0 <= window <= MAX_POLL_INTERVAL_S:
             raise ValueError(
-                f"`owner` must be a non-empty string without '{OWNER_SEPARATOR}', got: {owner!r}"
+                f"`claim_window` must be from 0 to {MAX_POLL_INTERVAL_S:g} seconds, got: {claim_window!r}"
             )
         self.table_name = table_name
         self.namespace = namespace
         self.owner = owner or f"client:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4()}"
-        self._dynamodb = dynamodb
-        self._clock = clock or _wall_clock_ms
-        self._sleep = sleep or time.sleep
+        self._dynamodb = _boto3_client(dynamodb, "dynamodb", "dynamodb")
+        self._stepfunctions = _boto3_client(stepfunctions, "stepfunctions", "stepfunctions")
+        self._clock = _callable(clock, "clock", "a function returning epoch milliseconds") or _wall_clock_ms
+        self._monotonic = _callable(monotonic, "monotonic", "a function returning seconds") or _monotonic_clock
+        self._sleep = _callable(sleep, "sleep", "a function taking seconds") or time.sleep
         self._blocks: dict[str, list[_Block]] = {}  # open hold() blocks per stored key: re-entrancy
         self._blocks_mutex = threading.Lock()
-        if not isinstance(fair, bool):
-            raise ValueError(f"`fair` must be True or False, got: {fair!r}")
+        self._watches: dict[str, _Watch] = {}  # held locks watched for a takeover, per stored key
+        self._watches_mutex = threading.Lock()
+        self._aws_clock = _AwsClock()
         self.fair = fair
-        self.claim_window = claim_window
-        self._stepfunctions = stepfunctions
+        self.claim_window = window
 
     @property
     def dynamodb(self) -> Any:
@@ -303,7 +690,20 @@ class LockClient:
         return namespaced(self.namespace, validate_key(key, self.namespace))
 
     def now_ms(self) -> int:
-        return int(self._clock())
+        """The epoch ms this client stamps: its clock, held within the bounds DynamoDB's ``Date``
+        headers put on AWS's clock (about a second wide) once it has seen one."""
+        return self._stamp(self._monotonic())[0]
+
+    def _stamp(self, at: float) -> tuple[int, int]:
+        """At monotonic ``at``: (the epoch ms to stamp as now - this client's clock, held within
+        the bounds on AWS's clock; the latest time AWS's clock can show - a lease stamped from it
+        ends no sooner for the workflows than for its holder). Unknown bounds: the clock, twice."""
+        now = int(self._clock())
+        bounds = self._aws_clock.bounds(at)
+        if bounds is None:
+            return now, now
+        lo, hi = math.ceil(bounds[0]), math.ceil(bounds[1])
+        return min(max(now, lo), hi), hi
 
     # ----------------------------------------------------------------------------------
 
@@ -314,52 +714,61 @@ class LockClient:
         owner: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
         wait: timedelta | float = 0,
-        poll_interval: float = 0.2,
-        max_poll_interval: float = 2.0,
+        poll_interval: timedelta | float = 0.2,
+        max_poll_interval: timedelta | float = 2.0,
         backoff_rate: float = 1.5,
     ) -> Lease:
         """Take the lock on ``key``; return the :class:`Lease` (with its fence).
 
-        Succeeds when the lock is free, already held by ``owner``, or its lease has ended.
-        While another owner holds it, retries for up to ``wait`` (timedelta or seconds;
-        default 0: try once): the n-th wait is ``min(max_poll_interval, poll_interval *
-        backoff_rate**(n-1))`` seconds with equal jitter, never past the deadline.
+        Succeeds when the lock is free or already held by ``owner``, or - a takeover - when
+        this client has watched it held, unchanged, for that holder's lease on its own monotonic
+        clock (see the module notes on clocks). While another owner holds it, retries for up to
+        ``wait``: the n-th wait is ``min(max_poll_interval, poll_interval * backoff_rate**(n-1))``
+        seconds with equal jitter, shortened to the moment a takeover becomes possible, never
+        past the deadline.
 
         :param owner: holder id of this acquisition; acquiring again with the same owner is
-            the same acquisition. Default: a new one, ``<client owner>#<uuid4>``.
-        :param lease: how long the lock is ours without a refresh. Default: 60 s.
+            the same acquisition. A non-empty string without ``#``. Default: a new one,
+            ``<client owner>#<uuid4>``.
+        :param lease: how long the lock is ours without a renewal (a timedelta or seconds, from
+            1 ms to :data:`MAX_LEASE`, 365 days). Default: 60 s.
+        :param wait: how long to wait while the lock is held (a timedelta or seconds; ``math.inf``:
+            as long as it takes). Default: 0 (try once).
+        :param poll_interval: the first wait between attempts (s, more than 0, at most
+            :data:`MAX_POLL_INTERVAL_S`). Default: 0.2.
+        :param max_poll_interval: the longest wait between attempts (s, from ``poll_interval`` to
+            :data:`MAX_POLL_INTERVAL_S`). Default: 2.
+        :param backoff_rate: growth of the wait between attempts (at least 1). Default: 1.5.
         :raises InvalidLockKey: before any DynamoDB call.
+        :raises TypeError, ValueError: a bad argument, before any DynamoDB call.
         :raises LockHeld: held by another owner and ``wait`` is 0.
         :raises LockTimeout: still held when ``wait`` ran out.
         """
         table_key = self.table_key(key)
         me = self._owner(owner)
-        lease_ms = _millis(lease, "lease")
-        wait_ms = _millis(wait, "wait")
-        if lease_ms <= 0:
-            raise ValueError(f"`lease` must be positive, got: {lease!r}")
-        if wait_ms < 0:
-            raise ValueError(f"`wait` must not be negative, got: {wait!r}")
-        if poll_interval <= 0 or max_poll_interval < poll_interval or backoff_rate < 1:
-            raise ValueError(
-                "need 0 < poll_interval <= max_poll_interval and backoff_rate >= 1, got: "
-                f"{poll_interval}, {max_poll_interval}, {backoff_rate}"
-            )
+        options = _Options.of(lease, wait, poll_interval, max_poll_interval, backoff_rate)
+        return self._acquire(key, table_key, me, options)
 
-        deadline = time.monotonic() + wait_ms / 1000
-        polls = 0
+    def _acquire(self, key: str, table_key: str, me: str, options: _Options) -> Lease:
+        lease_ms, wait_s = options.lease_ms, options.wait_s
+        deadline = self._monotonic() + wait_s  # math.inf: no deadline
+        nominal = options.poll_interval
         queued: int | None = None  # my ticket, once queued
+        due_again = 2  # attempts at once when a refusal showed a takeover is due (wait or not)
         while True:
             try:
                 if queued is not None:
-                    return self._try_as_head(key, table_key, me, lease_ms, queued)
-                return self._try_acquire(key, table_key, me, lease_ms)
+                    return self._stamped_right(self._try_as_head(key, table_key, me, lease_ms, queued))
+                return self._stamped_right(self._try_acquire(key, table_key, me, lease_ms))
             except LockHeld as held:
-                if self.fair and wait_ms and queued is None:
-                    queued = self._enqueue(table_key, me, lease_ms, lease_for_s=max_poll_interval)
+                if self.fair and wait_s and queued is None:
+                    queued = self._enqueue(table_key, me, lease_ms, lease_for_s=options.max_poll_interval)
                     continue  # refused (the lock is free with nobody queued): the fast path again; or the head
-                remaining = deadline - time.monotonic()
-                if wait_ms == 0:
+                if held.takeover_in == 0 and due_again:  # e.g. a dead workflow's lease is over by AWS's
+                    due_again -= 1  # clock, which this very refusal's response told
+                    continue
+                remaining = deadline - self._monotonic()
+                if wait_s == 0:
                     raise
                 if remaining <= 0:
                     if queued is not None:
@@ -368,32 +777,136 @@ class LockClient:
                             return replace(lease, key=key)
                     raise LockTimeout(
                         f"{ERROR_TIMEOUT}: lock {table_key!r} still held by {held.holder!r} "
-                        f"after waiting {wait_ms / 1000:g} s",
-                        key=key, holder=held.holder, expires_at=held.expires_at,
+                        f"after waiting {wait_s:g} s{_takeover_note(held.takeover_in)}",
+                        key=key, holder=held.holder, expires_at=held.expires_at, takeover_in=held.takeover_in,
                     ) from None
-                polls += 1
-                nominal = min(max_poll_interval, poll_interval * backoff_rate ** (polls - 1))
                 delay = min(random.uniform(nominal / 2, nominal), remaining)
+                if held.takeover_in is not None and held.takeover_in < delay:
+                    delay = held.takeover_in + 0.001  # a takeover is due: be there
+                nominal = min(options.max_poll_interval, nominal * options.backoff_rate)
                 if queued is not None:
                     queued = self._poll(table_key, me, lease_ms, queued, held.item, lease_for_s=delay)
                 logger.debug("lock %s held by %s; retrying in %.3f s", table_key, held.holder, delay)
                 self._sleep(delay)
 
     def _try_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
-        now = self.now_ms()
-        write = ACQUIRE if not self.fair else fair.FAST_ACQUIRE
+        """One attempt: CLIENT_ACQUIRE, or CLIENT_TAKEOVER of a lock watched unchanged for its
+        lease (a fair lock: FAST_ACQUIRE)."""
+        if self.fair:
+            return self._try_fast_acquire(key, table_key, me, lease_ms)
+        watch = self._watched(table_key)
+        started = self._monotonic()
+        now, latest = self._stamp(started)
+        due = watch is not None and self._takeover_in(watch, started) <= 0
+        values = {
+            ":me": {"S": me},
+            ":now": {"N": str(now)},
+            ":expiresAt": {"N": str(latest + lease_ms)},
+            ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
+            ":one": {"N": "1"},
+            ":clientLease": {"M": {"owner": {"S": me}, "ms": {"N": str(lease_ms)}}},
+        }
+        if due:
+            assert watch is not None
+            seen_owner, seen_fence, seen_expires_at = watch.version
+            values.update({":seenOwner": {"S": seen_owner}, ":seenFence": {"N": seen_fence},
+                           ":seenExpiresAt": {"N": seen_expires_at}})
+            logger.info("lock %s held by %s, unchanged for %.3f s (its lease: %g s; service-stamped: %s): "
+                        "taking it over", table_key, seen_owner, started - watch.since, watch.window_s,
+                        watch.service_stamped)
+        try:
+            response = self._update(table_key, CLIENT_TAKEOVER if due else CLIENT_ACQUIRE, values,
+                                    return_new=True)
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            raise self._held(key, table_key, _old_item(error)) from None
+        with self._watches_mutex:
+            self._watches.pop(table_key, None)
+        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
+
+    def _stamped_right(self, lease: Lease) -> Lease:
+        """``lease``, stamped again at once (a refresh) if it was stamped before this client knew
+        AWS's clock and its own clock turned out off: else the workflows would judge its lease
+        by that clock. Taken over meanwhile (by a workflow that did): a refusal."""
+        holding = lease._holding
+        assert holding is not None
+        bounds = self._aws_clock.bounds(holding.started)
+        if bounds is None:
+            return lease
+        if bounds[0] - 1 <= lease.acquired_at <= bounds[1] + 1:
+            with holding.mutex:  # AWS's clock may have been ahead of the stamp by this much
+                ahead_ms = max(0.0, bounds[1] - lease.acquired_at)
+                holding.deadline = min(holding.deadline, holding.started + (holding.lease_ms - ahead_ms) / 1000)
+            return lease
+        logger.warning("this client's clock is %+.3f s off AWS's (DynamoDB's Date header): lock %s is "
+                       "stamped again on AWS's clock", (lease.acquired_at - (bounds[0] + bounds[1]) / 2) / 1000,
+                       lease.table_key)
+        try:
+            return replace(self.refresh(lease, lease=timedelta(milliseconds=holding.lease_ms)), key=lease.key)
+        except LockLost as lost:
+            held = LockHeld(f"lock {lease.table_key!r} was taken over before it could be stamped on AWS's "
+                            f"clock: {lost}", key=lease.key)
+            raise held from None
+
+    def _watched(self, table_key: str) -> _Watch | None:
+        with self._watches_mutex:
+            return self._watches.get(table_key)
+
+    def _takeover_in(self, watch: _Watch, now: float) -> float:
+        """Seconds until this client may take the watched lock over (<= 0: now), if it stays
+        unchanged: once watched for its lease on this client's monotonic clock - or, for a lease
+        the service clock stamped (a workflow's), once AWS's clock is surely past its end, as
+        the workflows judge it (``expiresAt < $millis()``)."""
+        left = watch.since + watch.window_s - now
+        bounds = self._aws_clock.bounds(now) if watch.service_stamped else None
+        if bounds is not None:
+            left = min(left, (int(watch.version[2]) + 1 - bounds[0]) / 1000)
+        return left
+
+    def _held(self, key: str, table_key: str, old: Mapping[str, Any]) -> LockHeld:
+        """The refusal of an acquire by the lock item ``old``: watch it (a held lock whose
+        version is new starts its takeover window now, after the response that showed it)."""
+        holder = old.get(OWNER, {}).get("S")
+        expires_at = int(old[EXPIRES_AT]["N"]) if "N" in old.get(EXPIRES_AT, {}) else None
+        takeover_in = None
+        if holder is not None and expires_at is not None and "N" in old.get(FENCE, {}):
+            version = (holder, old[FENCE]["N"], old[EXPIRES_AT]["N"])
+            now = self._monotonic()
+            with self._watches_mutex:
+                watch = self._watches.get(table_key)
+                if watch is None or watch.version != version:
+                    self._watches.pop(table_key, None)
+                    window_ms, client_stamped = _takeover_window_ms(old)
+                    watch = _Watch(version, window_ms / 1000, now, service_stamped=not client_stamped)
+                    self._watches[table_key] = watch
+                    while len(self._watches) > _WATCHED_LOCKS:
+                        del self._watches[next(iter(self._watches))]
+            takeover_in = max(0.0, self._takeover_in(watch, now))
+        held = LockHeld(
+            f"lock {table_key!r} is held by {holder!r}{_takeover_note(takeover_in)}",
+            key=key, holder=holder, expires_at=expires_at, takeover_in=takeover_in,
+        )
+        held.item = old
+        return held
+
+    def _try_fast_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
+        """A fair lock's fast path (nobody queues). Its condition judges ``expiresAt`` against
+        this client's clock (see the module notes on clocks)."""
+        started = self._monotonic()
+        now, latest = self._stamp(started)
         try:
             response = self._update(
                 table_key,
-                write,
+                fair.FAST_ACQUIRE,
                 {
                     ":me": {"S": me},
                     ":stale": {"S": me},  # no liveness check here: nobody is known dead
                     ":now": {"N": str(now)},
-                    ":expiresAt": {"N": str(now + lease_ms)},
+                    ":expiresAt": {"N": str(latest + lease_ms)},
                     ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
                     ":one": {"N": "1"},
-                    **({":zero": {"N": "0"}} if write is fair.FAST_ACQUIRE else {}),
+                    ":zero": {"N": "0"},
                 },
                 return_new=True,
                 who=me,
@@ -410,62 +923,89 @@ class LockClient:
             )
             held.item = old
             raise held from None
-        return _lease(key, response["Attributes"])
+        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def release(self, lease: Lease) -> None:
-        """Free the lock of ``lease``; the item and its fence stay.
+        """Free the lock of ``lease``; the item and its fence stay. Stops the lease's heartbeat
+        first (if any).
 
         Succeeds when ``lease.owner`` holds the lock, and also when the lock is free and its
         fence is still ``lease.fence`` (a repeated release).
 
         :raises LockLost: the lock was taken over (or is held by someone else, or never
             existed). Another holder's lock is never removed.
+        :raises TypeError: ``lease`` is not a :class:`Lease`, before any DynamoDB call.
         """
         table_key = _stored_key(lease)
+        holding = lease._holding
+        if holding is not None:
+            holding.stop_heartbeat()
         try:
             if self.fair and lease.ticket is not None:
                 self.handoff(table_key, me=lease.owner, served=lease.ticket, fence=lease.fence)
-                return
-            self._update(table_key, RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}})
+            else:
+                self._update(table_key, CLIENT_RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}})
         except ClientError as error:
             if not _condition_failed(error):
                 raise
             retried = error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
-            if retried and self.now_ms() < lease.expires_at:
-                logger.info(
-                    "release of %s: a retried attempt found it released already (an earlier "
-                    "attempt's response was lost)", table_key,
-                )
-                return
-            raise LockLost(self._lost_message(lease, table_key, _old_item(error))) from None
+            if holding is not None:
+                running = holding.deadline > self._monotonic()
+            else:  # a lease built by hand (an operator's release): only its stamp is known
+                running = self.now_ms() < lease.expires_at
+            if not (retried and running):
+                message = self._lost_message(lease, table_key, _old_item(error))
+                if holding is not None:
+                    holding.lose(message)
+                raise LockLost(message) from None
+            logger.info(
+                "release of %s: a retried attempt found it released already (an earlier "
+                "attempt's response was lost)", table_key,
+            )
+        if holding is not None:
+            with holding.mutex:
+                holding.released = True
 
     def refresh(self, held: Lease, /, *, lease: timedelta | float = DEFAULT_LEASE) -> Lease:
-        """Extend the lease of a lock still held by ``held.owner``: it now ends ``lease``
-        (timedelta or seconds; default: 60 s, as :meth:`acquire`) from now - which may also
-        shorten it.
+        """Renew the lease of a lock still held by ``held.owner``: it now ends ``lease``
+        (timedelta or seconds, from 1 ms to 365 days; default: 60 s, as :meth:`acquire`) from
+        now - which may also shorten it, for its holder and for client waiters. ``expiresAt``
+        only ever moves on, by 1 ms at least (that is how a client waiter watching the lock
+        sees that its holder lives, and it never shows a value it showed before): a shorter
+        lease ends no sooner for the workflows than the last one.
 
         Allowed also after the lease ended, as long as nobody took the lock over (the owner
-        is still ``held.owner``). Returns the new :class:`Lease` (its fence is the lock's
-        current one).
+        is still ``held.owner``): that proves nobody held it meanwhile. Returns the new
+        :class:`Lease` (its fence is the lock's current one); ``held.check()`` counts from this
+        renewal too.
 
-        :raises LockLost: the lock is no longer held by ``held.owner``.
+        :raises LockLost: the lock is no longer held by ``held.owner`` (``held.check()`` raises
+            it from now on).
+        :raises TypeError, ValueError: a bad argument, before any DynamoDB call.
         """
-        for_ms = _millis(lease, "lease")
-        if for_ms <= 0:
-            raise ValueError(f"`lease` must be positive, got: {lease!r}")
+        for_ms = _lease_ms(lease)
         table_key = _stored_key(held)
+        holding = held._holding
+        started = self._monotonic()
+        written = holding.expires_at if holding is not None else held.expires_at
+        expires_at = max(self._stamp(started)[1] + for_ms, written + 1)  # never an end written before
+        values = {":me": {"S": held.owner}, ":expiresAt": {"N": str(expires_at)}}
+        if not self.fair:
+            values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
         try:
-            response = self._update(
-                table_key,
-                REFRESH,
-                {":me": {"S": held.owner}, ":expiresAt": {"N": str(self.now_ms() + for_ms)}},
-                return_new=True,
-            )
+            response = self._update(table_key, REFRESH if self.fair else CLIENT_REFRESH, values, return_new=True)
         except ClientError as error:
             if not _condition_failed(error):
                 raise
-            raise LockLost(self._lost_message(held, table_key, _old_item(error))) from None
-        return _lease(held.key, response["Attributes"])
+            message = self._lost_message(held, table_key, _old_item(error))
+            if holding is not None:
+                holding.lose(message)
+            raise LockLost(message) from None
+        if holding is None:
+            holding = _Holding(self._monotonic, started, for_ms, expires_at)
+        else:
+            holding.renewed(started, for_ms, expires_at)
+        return _lease(held.key, response["Attributes"], holding=holding)
 
     @contextmanager
     def hold(
@@ -475,14 +1015,25 @@ class LockClient:
         lease: timedelta | float = DEFAULT_LEASE,
         wait: timedelta | float = 0,
         owner: str | None = None,
-        **acquire_options: Any,
+        heartbeat: bool = False,
+        poll_interval: timedelta | float = 0.2,
+        max_poll_interval: timedelta | float = 2.0,
+        backoff_rate: float = 1.5,
     ) -> Iterator[Lease]:
-        """``with client.hold(key) as lease:`` acquire, run the block, release.
+        """``with client.hold(key) as lease:`` acquire, run the block, release. Options as
+        :meth:`acquire`, plus:
+
+        :param heartbeat: renew the lease in a background thread while the block runs, half a
+            lease after each renewal (seed 001's rule), until the release. A renewal that finds
+            the lock taken over is reported at the block's next ``lease.check()`` (and by the
+            release), not only at the end. Default: ``False`` - the lease must cover the block,
+            or the block renews it with :meth:`refresh`.
 
         Re-entrant for sequential nesting only (see the module notes): inside a block of this
         client on ``key`` that runs below on the call stack, ``hold()`` yields the enclosing
-        lease and releases nothing; beside it - another thread, asyncio task or suspended
-        generator - it acquires like any other holder.
+        lease (renewed by the enclosing block's heartbeat, if any) and releases nothing; beside
+        it - another thread, asyncio task or suspended generator - it acquires like any other
+        holder.
 
         The lock is released also when the block raises; the block's exception is then the
         one that propagates (a failed release is added to it as a note). After a block that
@@ -491,8 +1042,14 @@ class LockClient:
 
         :raises LockHeldInThisThread: another flow of this thread holds the key through this
             client (a wait would block the thread that flow needs).
+        :raises TypeError, ValueError: a bad argument, before any DynamoDB call.
         """
         table_key = self.table_key(key)
+        if owner is not None:
+            _owner_checked(owner)
+        options = _Options.of(lease, wait, poll_interval, max_poll_interval, backoff_rate)
+        if not isinstance(heartbeat, bool):
+            raise TypeError(f"`heartbeat` must be True or False, got: {heartbeat!r}")
         here = _block_frame(sys._getframe())
         with self._blocks_mutex:
             enclosing, beside_in_this_thread = self._enclosing(table_key, owner)
@@ -501,7 +1058,7 @@ class LockClient:
             return
         if beside_in_this_thread:
             try:
-                held = self.acquire(key, owner=owner, lease=lease, wait=0, **acquire_options)
+                held = self._acquire(key, table_key, self._owner(owner), options._replace(wait_s=0))
             except LockHeld as refused:
                 error = LockHeldInThisThread(
                     f"lock {table_key!r} is held through this client by another flow of this thread "
@@ -509,11 +1066,18 @@ class LockClient:
                     f"release once this thread is free, so hold() does not wait for it. Await and "
                     f"retry, or hold in a thread of its own (asyncio.to_thread)",
                     key=key, holder=refused.holder, expires_at=refused.expires_at,
+                    takeover_in=refused.takeover_in,
                 )
                 error.item = refused.item
                 raise error from None
         else:
-            held = self.acquire(key, owner=owner, lease=lease, wait=wait, **acquire_options)
+            held = self._acquire(key, table_key, self._owner(owner), options)
+        if heartbeat:
+            try:
+                _Heartbeat(self, held).start()
+            except BaseException:
+                self.release(held)
+                raise
         yield from self._run_block(table_key, _Block(held, here, None))
 
     def _run_block(self, table_key: str, block: "_Block") -> Iterator[Lease]:
@@ -589,9 +1153,7 @@ class LockClient:
     def _owner(self, owner: str | None) -> str:
         if owner is None:
             return f"{self.owner}{OWNER_SEPARATOR}{uuid.uuid4()}"
-        if not isinstance(owner, str) or not owner:
-            raise ValueError(f"`owner` must be a non-empty string, got: {owner!r}")
-        return owner
+        return _owner_checked(owner)
 
     def _client_lease(self, seconds: float) -> dict:
         """My row's token while I queue: polling until now + ``seconds`` + a margin."""
@@ -632,11 +1194,12 @@ class LockClient:
 
     def _try_as_head(self, key: str, table_key: str, me: str, lease_ms: int, ticket: int) -> Lease:
         """GRANT to myself as the head of the queue (then drop my row)."""
-        now = self.now_ms()
+        started = self._monotonic()
+        now, latest = self._stamp(started)
         try:
             item = self._update(table_key, fair.GRANT, {
                 ":me": {"S": me}, ":next": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)},
-                ":expiresAt": {"N": str(now + lease_ms)}, ":grace": {"N": "0"}, ":one": {"N": "1"},
+                ":expiresAt": {"N": str(latest + lease_ms)}, ":grace": {"N": "0"}, ":one": {"N": "1"},
                 ":prev": {"N": str(ticket - 1)}, ":ticket": {"N": str(ticket)}}, return_new=True)["Attributes"]
         except ClientError as error:
             if not _condition_failed(error):
@@ -652,7 +1215,7 @@ class LockClient:
             held.item = old
             raise held from None
         self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-        return _lease(key, item)
+        return _lease(key, item, holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def _poll(self, table_key: str, me: str, lease_ms: int, ticket: int, item: Mapping[str, Any], *,
               lease_for_s: float) -> int:
@@ -674,7 +1237,14 @@ class LockClient:
         return ticket
 
     def claim(self, key: str, table_key: str, me: str, ticket: int) -> Lease | None:
-        """CLAIM a lock handed to me (its handoff could not wake me: I poll); None: not mine."""
+        """CLAIM a lock handed to me (its handoff could not wake me: I poll); None: not mine.
+        The lease was stamped by whoever handed it over: its holder counts what is left of it by
+        this client's clock (a fair lock judges leases by the clients' clocks)."""
+        for name, value in (("key", key), ("table_key", table_key), ("me", me)):
+            _text(value, name)
+        _count(ticket, "ticket", least=1)
+        started = self._monotonic()
+        latest = self._stamp(started)[1]
         try:
             item = self._update(table_key, fair.CLAIM, {":me": {"S": me}, ":ticket": {"N": str(ticket)}},
                                 return_new=True)["Attributes"]
@@ -683,14 +1253,19 @@ class LockClient:
                 return None
             raise
         self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-        return _lease(key, item)
+        left_ms = min(max(0, int(item[EXPIRES_AT]["N"]) - latest), _MAX_LEASE_MS)
+        return _lease(key, item, holding=_Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"])))
 
     def leave_queue(self, row_key: str, me: str) -> Lease | None:
         """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
         ended execution's parks): mark the row left - only a row still there, never one a
         handoff took - then, if the lock is free, hand it to the next waiter. Returns the
         lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it)."""
+        _text(row_key, "row_key")
+        _text(me, "me")
         ticket_text, _, table_key = row_key[len(fair.ROW_MARK):].partition(fair.ROW_MARK)
+        if not row_key.startswith(fair.ROW_MARK) or not ticket_text.isdigit() or not table_key:
+            raise ValueError(f"`row_key` must be a fair queue row's key ('!<ticket>!<stored key>'), got: {row_key!r}")
         ticket = int(ticket_text)
         row = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(row_key),
                                      ConsistentRead=True).get("Item")
@@ -711,8 +1286,15 @@ class LockClient:
         ``me`` holds it with ticket ``served`` and fence ``fence`` (a release), or - ``fence``
         None - the lock is free and its head does not move (a waiter's fallback, the janitor,
         an operator). Raises LockLost (via ClientError) when a release finds the lock not mine."""
+        _text(table_key, "table_key")
+        _text(me, "me")
+        _count(served, "served")
+        if fence is not None:
+            _count(fence, "fence", least=1)
+        if hole_s is not None and not 0 <= _seconds(hole_s, "hole_s") <= MAX_POLL_INTERVAL_S:
+            raise ValueError(f"`hole_s` must be from 0 to {MAX_POLL_INTERVAL_S:g} seconds, got: {hole_s!r}")
         holding = fence is not None
-        hole_ms = int((hole_s if hole_s is not None else self.claim_window) * 1000)
+        hole_ms = int((_seconds(hole_s, "hole_s") if hole_s is not None else self.claim_window) * 1000)
         c = served
         for _ in range(10_000):  # one row per round; each round passes a ticket or ends
             row_key = fair.row_key(table_key, c + 1)
@@ -814,8 +1396,9 @@ class LockClient:
         if set(values) != set(write.value_names()):  # a programming error in this module
             raise AssertionError(f"values {sorted(values)} do not fit {write}")
         names = fair.attribute_names(write)
+        before = self._monotonic()
         try:
-            return self.dynamodb.update_item(
+            response = self.dynamodb.update_item(
                 TableName=self.table_name,
                 Key=lock_item_key(table_key),
                 UpdateExpression=write.update,
@@ -826,9 +1409,12 @@ class LockClient:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as error:
+            self._aws_clock.sample(before, self._monotonic(), error.response)
             if refused_ok and _condition_failed(error):
                 return {}
             raise
+        self._aws_clock.sample(before, self._monotonic(), response)
+        return response
 
     @staticmethod
     def _lost_message(lease: Lease, table_key: str, old: Mapping[str, Any]) -> str:
@@ -847,7 +1433,7 @@ class LockClient:
 def _stored_key(lease: Lease) -> str:
     """The stored key a lease was acquired on (checked before any DynamoDB call)."""
     if not isinstance(lease, Lease):
-        raise TypeError(f"expected a Lease, got: {type(lease).__name__}")
+        raise TypeError(f"`lease` must be a Lease (from acquire(), hold() or refresh()), got: {lease!r}")
     if not isinstance(lease.table_key, str) or not lease.table_key:
         raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lease has no stored key: {lease!r}")
     return lease.table_key
@@ -903,7 +1489,9 @@ def _old_item(error: ClientError) -> Mapping[str, Any]:
     return error.response.get("Item") or {}
 
 
-def _lease(key: str, item: Mapping[str, Any]) -> Lease:
+def _lease(key: str, item: Mapping[str, Any], holding: _Holding | None = None) -> Lease:
+    """The lease of the acquisition ``item`` shows (``holding``: what its holder knows of it;
+    None: a lease built for an operator's release)."""
     return Lease(
         key=key,
         table_key=item[KEY_ATTRIBUTE]["S"],
@@ -912,4 +1500,12 @@ def _lease(key: str, item: Mapping[str, Any]) -> Lease:
         acquired_at=int(item[ACQUIRED_AT]["N"]),
         expires_at=int(item[EXPIRES_AT]["N"]),
         ticket=int(item[fair.SERVED]["N"]) if fair.SERVED in item else None,
+        _holding=holding,
     )
+
+
+def _takeover_note(takeover_in: float | None) -> str:
+    if takeover_in is None:
+        return ""
+    return (f"; this client takes it over if it stays unchanged for {takeover_in:.3f} s more "
+            "(its holder's lease, watched on this client's clock)")

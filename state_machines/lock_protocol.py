@@ -251,6 +251,60 @@ REFRESH = LockWrite(
     condition=f"#{OWNER} = :me",
 )
 
+
+def _set_also(update: str, *actions: str) -> str:
+    """``update`` (an update expression that starts with its SET clause) with more SET actions."""
+    assert update.startswith("SET "), update
+    head, separator, rest = update.partition(" ADD ")
+    return f"{head}, {', '.join(actions)}{separator}{rest}"
+
+
+#: The clients' writes. A ``LockClient`` has no access to the service clock, so it never
+#: judges ``expiresAt`` against a clock of its own (a client whose clock ran ahead would take
+#: live locks over): it takes a held lock over only after it watched the lock item stay
+#: unchanged - same owner, fence and ``expiresAt`` - for that acquisition's lease, measured on
+#: its own monotonic clock (as AWS's DynamoDB lock client does), and conditions the takeover on
+#: exactly what it watched. The lease to watch is :data:`CLIENT_LEASE` when the acquisition is a
+#: client's, else ``expiresAt - acquiredAt`` (both stamped by one writer, so its clock's offset
+#: cancels out; never shorter than what is left of the lease).
+
+#: A client's lease of the current acquisition (a map ``{owner: S, ms: N}``), written by the
+#: client's acquire and refresh: how long a client waiter watches the lock unchanged before it
+#: takes it over. A renewal restarts the lease, so ``expiresAt - acquiredAt`` would grow with
+#: every one. It belongs to the acquisition whose owner it names: stale (ignored) once another
+#: acquisition - a workflow's - took the lock.
+CLIENT_LEASE = "clientLease"
+
+#: Client acquire: the lock is free, or already mine (a retried acquire whose first try
+#: succeeded). ACQUIRE's update, plus :data:`CLIENT_LEASE`.
+#: Values: ACQUIRE's but ``:stale``, plus ``:clientLease`` (M ``{owner: :me, ms}``).
+CLIENT_ACQUIRE = LockWrite(
+    update=_set_also(ACQUIRE.update, f"#{CLIENT_LEASE} = :clientLease"),
+    condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me",
+)
+
+#: Client takeover: as CLIENT_ACQUIRE, or over exactly the acquisition the client watched
+#: unchanged for its lease (a renewal moves ``expiresAt``; a new acquisition, the fence).
+#: Values: CLIENT_ACQUIRE's, plus ``:seenOwner`` (S), ``:seenFence`` (N), ``:seenExpiresAt`` (N).
+CLIENT_TAKEOVER = LockWrite(
+    update=CLIENT_ACQUIRE.update,
+    condition=(
+        f"{CLIENT_ACQUIRE.condition} OR (#{OWNER} = :seenOwner AND #{FENCE} = :seenFence "
+        f"AND #{EXPIRES_AT} = :seenExpiresAt)"
+    ),
+)
+
+#: Client refresh: REFRESH, recording the renewed lease in :data:`CLIENT_LEASE`.
+#: Values: ``:me`` (S), ``:expiresAt`` (N), ``:clientLease`` (M).
+CLIENT_REFRESH = LockWrite(
+    update=_set_also(REFRESH.update, f"#{CLIENT_LEASE} = :clientLease"),
+    condition=REFRESH.condition,
+)
+
+#: Client release: RELEASE, dropping :data:`CLIENT_LEASE` too (a free lock keeps its key and
+#: fence only). Values as RELEASE.
+CLIENT_RELEASE = LockWrite(update=f"{RELEASE.update}, #{CLIENT_LEASE}", condition=RELEASE.condition)
+
 #: Retire: the holder's execution ended at ``:endedAt`` without releasing (stopped, timed
 #: out, failed past every Catch). Its lease now ends when its stop grace after that moment
 #: is over - not at once, because work it started may still run - and then any waiter takes

@@ -205,9 +205,11 @@ def test_state_machine_timeout_while_holding_is_retired_and_recovered_after_the_
     assert refused.value.expires_at == ended_ms + GRACE_MS
 
     time.sleep(max(0.0, ended_ms / 1000 + GRACE_S + 0.1 - time.time()))  # the grace is over
-    # then anyone takes it over at once (a client here: a run of this machine, whose own timeout
-    # is short by design, could time out on a loaded machine)
-    lease = deployed.client("shorttimeout").acquire(key, lease=10)
+    # then anyone takes it over (a client here: a run of this machine, whose own timeout is short
+    # by design, could time out on a loaded machine) - a client as soon as AWS's clock, which it
+    # knows to the second from DynamoDB's Date header, is surely past the lease
+    lease = deployed.client("shorttimeout").acquire(key, lease=10, wait=5)
+    assert lease.acquired_at > ended_ms + GRACE_MS
     assert lease.fence == 2 and deployed.lock_item("shorttimeout", key)[p.FENCE] == {"N": "2"}
     deployed.client("shorttimeout").release(lease)
 

@@ -703,7 +703,7 @@ class _Campaign:
         (one whose response was lost is ours), the release until it is done."""
 
         item, started = run.document, _now_ms()
-        owner = f"{self.client.owner}{protocol.OWNER_SEPARATOR}{uuid.uuid4()}"
+        owner = f"{self.client.owner}:{uuid.uuid4()}"  # repeatable (no "#": not one of its own)
         deadline = time.monotonic() + CLIENT_WAIT_S
         while run.status == "":
             held: dict[str, Any] = {}
@@ -747,7 +747,7 @@ class _Campaign:
 
         async def task(item: dict) -> str | None:
             started = _now_ms()
-            owner = f"{self.client.owner}{protocol.OWNER_SEPARATOR}{uuid.uuid4()}"
+            owner = f"{self.client.owner}:{uuid.uuid4()}"  # repeatable (no "#": not one of its own)
             deadline = time.monotonic() + CLIENT_WAIT_S
             while True:
                 held: dict[str, Any] = {}
