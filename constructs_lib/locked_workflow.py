@@ -282,7 +282,6 @@ class LockedSection(sfn.StateMachineFragment):
         record_table = prop_types.table("record_table", record_table)
         lock_key = prop_types.optional_str("lock_key", lock_key)
         lock_keys = prop_types.optional_str("lock_keys", lock_keys)
-        limit = prop_types.whole_number("limit", limit)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         wait_policy = wait_policy or WaitPolicy()
         if not isinstance(detect_cancellation, bool):

@@ -48,12 +48,6 @@ def optional_str(name: str, value: Any) -> Optional[str]:
     return value
 
 
-def whole_number(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be a whole number, got: {_shown(value)}")
-    return value
-
-
 def instance(name: str, value: Any, cls: type, what: str) -> Any:
     """An optional prop of class ``cls`` (``what``: how the message names it)."""
     if value is not None and not isinstance(value, cls):

@@ -422,7 +422,7 @@ def _run_scenarios(cloud, app, backend: str) -> Runs:
     lost = cloud.start_execution(sm["Instant"], {"id": "lost", "seconds": 3})
     held_by("instant", "lost", lost)
     time.sleep(INSTANT_LEASE_S + 0.3)
-    thief = instant.acquire("lost", lease=60)  # the lease ended: taken over
+    thief = instant.acquire("lost", lease=60, wait=30)  # the lease ended: watched unchanged, taken over
     # A run that finds its key held, and gives up at once
     busy = instant.acquire("busy", lease=60)
     timed_out = cloud.start_execution(sm["Instant"], {"id": "busy", "seconds": 0})

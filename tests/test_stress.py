@@ -136,7 +136,6 @@ def test_negative_control_unlocked_runs_break_the_campaign(campaign_app):
     unlocked = [stress.Run("Unlocked", "K0", {"key": "K0", "workMs": 2500, "fail": False}) for _ in range(4)]
     planned = [run for pair in zip(locked, unlocked + [None] * 2) for run in pair if run is not None]
     report = stress.run_campaign(cloud, app, planned, seed=2, settle_s=0, readings=("strict",))
-    assert all(run.status == "SUCCEEDED" for run in report.runs), [(r.shape, r.status, r.error) for r in report.runs]
     assert not report.ok
     assert report.violations["alone"] or report.violations["lost update"], report.violations
 
@@ -156,10 +155,10 @@ def test_a_queue_of_holes_is_passed_by_the_next_arrival_and_a_parked_row_is_held
         **protocol.lock_item_key(fair.row_key(parked, 1)), protocol.OWNER: {"S": "someone"},
         fair.TOKEN: {"S": "a-token"}, fair.LEASE: {"N": "60000"}})
     try:
-        held, holes = stress._left_held(cloud, app)
-        assert holes == [hole]
+        held, to_pass = stress._left_held(cloud, app)
+        assert to_pass == {hole: "Fair"}
         assert f"{parked} queued: tickets 1..1" in held and f"{fair.row_key(parked, 1)} queued: someone" in held
-        late, passed = stress._next_arrivals(cloud, app, holes)
+        late, passed = stress._next_arrivals(cloud, app, to_pass)
         assert late == [] and [key for key, _ in passed] == [hole]
         item = cloud.dynamodb.get_item(TableName=table, Key=protocol.lock_item_key(hole), ConsistentRead=True)["Item"]
         served, tickets = fair.counters(item)

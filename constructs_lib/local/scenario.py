@@ -540,6 +540,32 @@ def customer_balances(cloud: Any, table: str) -> dict[str, int]:
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
 
+def wait_all(
+    cloud: Any,
+    arns: Sequence[str],
+    *,
+    timeout_s: float,
+    progress: Callable[[int, int, dict[str, int]], None] | None = None,
+    poll_s: float = 0.25,
+) -> dict[str, str]:
+    """Poll until every execution ended (or ``timeout_s``); returns ARN -> status."""
+    deadline = time.monotonic() + timeout_s
+    statuses: dict[str, str] = {}
+    while True:
+        for arn in arns:
+            if statuses.get(arn) not in TERMINAL:
+                statuses[arn] = cloud.status(arn)
+        counts: dict[str, int] = defaultdict(int)
+        for status in statuses.values():
+            counts[status] += 1
+        done = sum(counts[s] for s in TERMINAL)
+        if progress:
+            progress(done, len(arns), dict(counts))
+        if done == len(arns) or time.monotonic() >= deadline:
+            return statuses
+        time.sleep(poll_s)
+
+
 def stderr_progress(prefix: str, *, file: Any = None) -> Callable[[int, int, dict[str, int]], None]:
     """A progress callback on stderr (or ``file``) through tqdm: a live bar on a terminal; plain
     lines otherwise (a CI log) - one at each quarter of the runs and one at the end."""

@@ -856,8 +856,8 @@ def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_
         if delivery.kind != "first":
             fault_log[f"{delivery.kind} janitor event"] += 1
     probe = _probe_items(cloud, app)
-    held, holes = _left_held(cloud, app)
-    late, arrivals = _next_arrivals(cloud, app, holes)
+    held, to_pass = _left_held(cloud, app)
+    late, arrivals = _next_arrivals(cloud, app, to_pass)
     records, records_held = _records(cloud, app)
     report = Report(planned, probe, fault_log, held + records_held + late, arrivals=arrivals, records=records)
     report.violations = _judge(report)
@@ -901,43 +901,54 @@ def _records(cloud: Any, app: Any) -> tuple[dict[str, int], list[str]]:
     return balances, held
 
 
-def _left_held(cloud: Any, app: Any) -> tuple[list[str], list[str]]:
-    """What the settled table still holds: ``(held, holes)`` - locks held and queue rows still
-    waiting (violations), and the free fair locks whose queue shows only holes: tickets whose
-    waiter never parked (it was stopped between its ticket and its park, or its ticket's
-    response was lost and it took another). A hole costs the next arrival a bounded delay
-    (fair_protocol, step 6): :func:`_next_arrivals` checks it."""
+def _left_held(cloud: Any, app: Any) -> tuple[list[str], dict[str, str]]:
+    """What the settled table still holds: ``(held, to_pass)`` - locks held and queue rows still
+    waiting (violations), and the locks the next arrival must get past (stored key -> the
+    shape sent at it). Those are the free fair locks whose queue shows only holes (tickets
+    whose waiter never parked: it was stopped between its ticket and its park, or its
+    ticket's response was lost and it took another; fair_protocol, step 6), and the locks
+    whose holder's execution ended without a status-change event the janitor watches (a
+    section Step Functions cancelled in an execution that then SUCCEEDED): a waiter's
+    liveness check frees those, so nobody does until a waiter comes. :func:`_next_arrivals`
+    checks both."""
     now = _now_ms()
-    held, queued, parked = [], {}, set()
+    held, queued, parked, to_pass = [], {}, set(), {}
     for page in cloud.dynamodb.get_paginator("scan").paginate(TableName=_table(app, "LocksTable"), ConsistentRead=True):
         for item in page["Items"]:
-            if item["pk"]["S"].startswith(fair.ROW_MARK):  # a fair queue row: every waiter's was taken
+            key = item["pk"]["S"]
+            if key.startswith(fair.ROW_MARK):  # a fair queue row: every waiter's was taken
                 if fair.TOKEN in item:
-                    held.append(f"{item['pk']['S']} queued: {item[protocol.OWNER]['S']}")
-                    parked.add(item["pk"]["S"].partition(fair.ROW_MARK)[2].partition(fair.ROW_MARK)[2])
+                    held.append(f"{key} queued: {item[protocol.OWNER]['S']}")
+                    parked.add(key.partition(fair.ROW_MARK)[2].partition(fair.ROW_MARK)[2])
                 continue
             if protocol.OWNER in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
-                held.append(f"{item['pk']['S']} by {item[protocol.OWNER]['S']}")
+                execution = protocol.owner_execution(item[protocol.OWNER]["S"])
+                if key.startswith("x#") and execution and cloud.status(execution) == "SUCCEEDED":
+                    to_pass[key] = "Plain"
+                else:
+                    held.append(f"{key} by {item[protocol.OWNER]['S']}")
                 continue
             served, tickets = fair.counters(item)
             if served != tickets:  # a fair lock's queue: every ticket was served or skipped
-                queued[item["pk"]["S"]] = f"{item['pk']['S']} queued: tickets {served + 1}..{tickets}"
-    holes = [key for key in queued if key not in parked]
+                queued[key] = f"{key} queued: tickets {served + 1}..{tickets}"
     held += [line for key, line in queued.items() if key in parked]
-    return held, holes
+    to_pass.update({key: "Fair" for key in queued if key not in parked})
+    return held, to_pass
 
 
-#: How long the next arrival at a queue of holes may take to enter (s): a few park timeouts
-#: (its own, then one to mark the hole and one to skip it), on a loaded machine.
+#: How long the next arrival at a queue of holes, or at a lock of an ended execution, may
+#: take to enter (s): a few park timeouts (its own, then one to mark the hole and one to skip
+#: it), or a liveness round, the stop grace and the presence settle time, on a loaded machine.
 NEXT_ARRIVAL_S = 120
 
 
-def _next_arrivals(cloud: Any, app: Any, holes: list[str]) -> tuple[list[str], list[tuple[str, float]]]:
-    """Send one fair execution at each free lock whose queue shows only holes: it must enter
-    and leave the queue empty. Returns ``(violations, [(stored key, seconds to succeed)])``."""
-    arn = f"arn:aws:states:{cloud.region}:{cloud.account_id}:stateMachine:Fair"
+def _next_arrivals(cloud: Any, app: Any, to_pass: dict[str, str]) -> tuple[list[str], list[tuple[str, float]]]:
+    """Send one execution of the given shape at each lock of ``to_pass``: it must enter and
+    leave the lock free and its queue empty. Returns ``(violations, [(stored key, seconds to
+    succeed)])``."""
     violations, passed = [], []
-    for stored_key in holes:
+    for stored_key, shape in to_pass.items():
+        arn = f"arn:aws:states:{cloud.region}:{cloud.account_id}:stateMachine:{shape}"
         started = time.monotonic()
         key = stored_key.partition("#")[2]
         execution = cloud.start_execution(arn, {"key": key, "workMs": 50, "fail": False},
@@ -945,14 +956,15 @@ def _next_arrivals(cloud: Any, app: Any, holes: list[str]) -> tuple[list[str], l
         try:
             result = cloud.wait_for(execution, timeout=NEXT_ARRIVAL_S)
         except TimeoutError:
-            violations.append(f"{stored_key}: the next arrival behind its holes did not enter in {NEXT_ARRIVAL_S} s")
+            violations.append(f"{stored_key}: the next arrival did not get past it in {NEXT_ARRIVAL_S} s")
             continue
         item = cloud.dynamodb.get_item(TableName=_table(app, "LocksTable"), Key=protocol.lock_item_key(stored_key),
                                        ConsistentRead=True).get("Item", {})
         served, tickets = fair.counters(item)
-        if result.status != "SUCCEEDED" or served != tickets:
-            violations.append(f"{stored_key}: the next arrival behind its holes {result.status} {result.error}, "
-                              f"then tickets {served + 1}..{tickets} still queued")
+        held = protocol.OWNER in item and int(item[protocol.EXPIRES_AT]["N"]) > _now_ms()
+        if result.status != "SUCCEEDED" or served != tickets or held:
+            violations.append(f"{stored_key}: the next arrival {result.status} {result.error}, then "
+                              f"tickets {served + 1}..{tickets} queued, held: {held}")
         else:
             passed.append((stored_key, time.monotonic() - started))
     return violations, passed
@@ -1121,7 +1133,7 @@ def summary(report: Report) -> str:
             f"{sum(r.shape == 'Record' and r.key == key and r.status == 'SUCCEEDED' for r in report.runs)} / "
             f"{sum(r.shape == 'Record' and r.key == key and r.error == record_protocol.ERROR_RECORD_TOO_LARGE for r in report.runs)}"
             for key, balance in sorted(report.records.items())) + " |",
-        f"| fair queues left with holes only, passed by the next arrival; longest | {len(report.arrivals)}; "
+        f"| fair queues of holes, locks of a cancelled section: passed by the next arrival; longest | {len(report.arrivals)}; "
         f"{max((s for _, s in report.arrivals), default=0):.1f} s (bound {NEXT_ARRIVAL_S} s) |",
     ] + [f"| {name} | {'ok' if not found else f'VIOLATED ({len(found)})'} |" for name, found in report.violations.items()]
     for name, found in report.violations.items():
