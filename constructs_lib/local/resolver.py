@@ -447,9 +447,11 @@ def matching_ids(ids: Iterable[str], resources: Mapping[str, Any], key: str) -> 
         found = named or found
     if found:
         return found
-    paths = {i: cdk_path(resources[i]) or "" for i in ids}
+    # paths with a leading "/": a full path (the stack's name first) matches as a suffix does
+    paths = {i: "/" + cdk_path(resources[i]) if cdk_path(resources[i]) else "" for i in ids}
+    key = key.strip("/")
     for test in (
-        lambda p: p == key,
+        lambda p: p in ("/" + key, "/" + key + "/Resource"),
         lambda p: p.endswith("/" + key) or p.endswith("/" + key + "/Resource"),
         lambda p: ("/" + key + "/") in p + "/",
     ):

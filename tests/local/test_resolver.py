@@ -124,6 +124,8 @@ def test_matching_ids_by_id_prefix_and_cdk_path():
     assert matching_ids(ids, resources, "LockedWorkflow") == ["LockedWorkflowStateMachine1A2B"]
     assert matching_ids(ids, resources, "App/Other/StateMachine/Resource") == ["OtherMachineC3D4"]
     assert matching_ids(ids, resources, "Other/StateMachine") == ["OtherMachineC3D4"]
+    assert matching_ids(ids, resources, "App/Other/StateMachine") == ["OtherMachineC3D4"]  # the full path
+    assert matching_ids(ids, resources, "App/Other") == ["OtherMachineC3D4"]
     assert matching_ids(ids, resources, "Locked") == ["LockedWorkflowStateMachine1A2B"]
     assert matching_ids(ids, resources, "Missing") == []
 
