@@ -90,13 +90,15 @@ with shared holders should give its writers this module's exclusive kind.
    ``expiresAt`` is past (then, at 0 readers, the handoff, as 5.); the janitor's and the
    liveness check's ``RETIRE_READER`` shortens it to the end of its execution plus its stop
    grace, for that acquisition only (``acquiredAt <= :endedAt``: a redriven reader that
-   re-entered is not touched). Reaping is the job of whoever an expired entry blocks: the
-   writer at the head of the queue, at its fallback.
+   re-entered is not touched). Any waiter may reap an expired entry at its fallback (REAP_READ
+   checks the expiry): the writer at the head it holds back, or a waiter behind a head that
+   does not move (the head may be dead too).
 7. **Fallback** (the fair lock's): a parked waiter looks by itself after its park timeout:
-   granted -> claim; passed -> queue again; the head -> admit itself if it may, reap an
-   expired reader entry if one blocks it, else park again; behind a head that does not move
-   on a key free of writers -> run the handoff for the head (a row that never came - a hole -
-   is marked, ``MARK``, and skipped once the mark is a park timeout old).
+   granted -> claim; passed -> queue again; the head -> admit itself if it may; an expired
+   reader entry holding back the head -> reap it; the head (not admissible) -> park again;
+   behind a head that does not move on a key free of writers -> run the handoff for the head
+   (a row that never came - a hole - is marked, ``MARK``, and skipped once the mark is a park
+   timeout old).
 8. **Lost responses** (the write was applied, its answer lost; a retry must not count twice):
    FAST_READ and a self-admitting GRANT_READ -> ``CLAIM_READ`` (is my entry there?), else the
    fast path again; a runner's GRANT -> read the lock item (granted: wake it); LEAVE_READ and

@@ -62,6 +62,19 @@ def hashed_once(cls):
     return cls
 
 
+def renew(obj, **changes):
+    """``dataclasses.replace`` for these frozen dataclasses, without its ``__init__`` round trip
+    (the exploration's hottest call)."""
+    if not changes.keys() <= obj.__dataclass_fields__.keys():
+        raise TypeError(f"{type(obj).__name__} has no {set(changes) - set(obj.__dataclass_fields__)}")
+    new = object.__new__(type(obj))
+    values = new.__dict__
+    values.update(obj.__dict__)
+    values.pop("_hash", None)
+    values.update(changes)
+    return new
+
+
 @hashed_once
 @dataclass(frozen=True)
 class Lock:
@@ -226,7 +239,7 @@ _FINISHED = {pc: Proc(pc=pc) for pc in ("done", "dead")}
 @hashed_once
 @dataclass(frozen=True)
 class State(FairState):
-    problem: str = ""      # a participant would report something false (a retried release: Lock.Lost)
+    problem: str = ""      # a live participant's first release (or leave) is refused: it reports Lock.Lost
     last_fence: int = 0    # the fence of the last writer granted
 
 
@@ -238,6 +251,8 @@ class Model(FairModel):
     #: participants of one kind (every step and property treats them alike); traces may then
     #: swap the two names midway
     symmetry: bool = False
+    #: the janitor marks a stopped waiter's row ``left`` (off: its events were lost)
+    janitor: bool = True
     graph: dict = field(default_factory=dict)
 
     def names(self) -> tuple:
@@ -260,12 +275,12 @@ class Model(FairModel):
             if reader in dead and not over:
                 out.append((f"lease of dead reader {reader} ends", replace(s, lock=s.lock.with_entry(reader, True))))
         for t, row in s.rows:
-            if row.owner in dead and not row.left:  # the janitor: a stopped waiter's row
+            if self.janitor and row.owner in dead and not row.left:  # the janitor: a stopped waiter's row
                 out.append((f"janitor marks {row.owner}'s row {t} left", s.with_row(t, leave_row(row, row.owner)[1])))
             waiter = any(p.ticket == t and p.pc in WAITING for p in s.procs)
             if row.ready == "fresh" and not waiter:
                 out.append((f"hole mark of {t} ages", s.with_row(t, replace(row, ready="old"))))
-        out = [(label, self._canonical(t)) for label, t in out]
+        out = [(label, self._canonical(t, s)) for label, t in out]
         if self.symmetry and not self.batch:
             out = [(label, self._one_of_pair(t)) for label, t in out]
         if self.batch:
@@ -273,16 +288,17 @@ class Model(FairModel):
         return iter(out)
 
     @staticmethod
-    def _canonical(s: State) -> State:
+    def _canonical(s: State, before: State) -> State:
         """Forget what no later step reads: a finished or dead participant's fields, the
         handoff's fields outside a handoff, a waiter's fence (states that differ only there
-        behave alike, and the exploration would count them twice)."""
-        procs = tuple(_FINISHED[p.pc] if p.pc in _FINISHED else
+        behave alike, and the exploration would count them twice). ``before``'s participants
+        are so already."""
+        procs = tuple(p if p is q else _FINISHED[p.pc] if p.pc in _FINISHED else
                       p if p.pc in LOOP + ("reap",) else
-                      replace(p, c=0, holding=False, then="", free_at_end=False, row=None, nxt=None,
-                              fence=p.fence if p.pc == "cs" else 0)
-                      for p in s.procs)
-        return s if procs == s.procs else replace(s, procs=procs)
+                      renew(p, c=0, holding=False, then="", free_at_end=False, row=None, nxt=None,
+                            fence=p.fence if p.pc == "cs" else 0)
+                      for p, q in zip(s.procs, before.procs))
+        return s if procs == s.procs else renew(s, procs=procs)
 
     def _one_of_pair(self, s: State) -> State:
         names = self.names()
@@ -336,18 +352,27 @@ class Model(FairModel):
         for step, t in super()._write(s, i, me, p, label, ok, after, on_ok, on_refused):
             yield step, (on_lost(t) if on_lost is not None and step.endswith("response lost") else t)
 
+    def _set(self, s: State, i: int, p: Proc) -> State:
+        return renew(s, procs=s.procs[:i] + (p,) + s.procs[i + 1:])
+
+    @staticmethod
+    def _lock_lost(s: State, me: str) -> State:
+        """A live holder's first release (or leave) refused: it would fail with Lock.Lost."""
+        return replace(s, problem=s.problem or f"{me}'s release is refused: Lock.Lost")
+
     def _enter(self, i: int, pc: str = "cs", **kw):
         """Admitted: to ``pc`` (the work, or a reader's handoff before it) with the key's fence."""
-        return lambda t: self._set(t, i, replace(t.procs[i], pc=pc, fence=t.lock.fence, **kw))
+        return lambda t: self._set(t, i, renew(t.procs[i], pc=pc, fence=t.lock.fence, **kw))
 
     # -- the steps --------------------------------------------------------------------------
 
     def _step(self, s: State, i: int, me: str, p: Proc, stale: str):
         v, kind, lock = self.variant, self.kind(me), s.lock
-        go = lambda pc, **kw: (lambda t: self._set(t, i, replace(t.procs[i], pc=pc, **kw)))  # noqa: E731
+        go = lambda pc, **kw: (lambda t: self._set(t, i, renew(t.procs[i], pc=pc, **kw)))  # noqa: E731
         w = lambda label, ok, after, on_ok, on_refused, **kw: self._write(  # noqa: E731
-            s, i, me, p, label, ok, after if isinstance(after, State) else replace(s, lock=after), on_ok, on_refused, **kw)
-        if p.pc in ("acquire", "m_release", "m_release_retry"):
+            s, i, me, p, label, ok, after if isinstance(after, State) else replace(s, lock=after), on_ok, on_refused,
+            **kw)
+        if p.pc in ("acquire", "m_release"):
             yield from self._mutex_step(s, i, me, p, stale, go, w)
         elif p.pc == "fast":
             if kind == READ:
@@ -400,7 +425,8 @@ class Model(FairModel):
             ok, after = leave_read(lock, me)
             last = v != "leave_no_handoff" and _n(after.readers) == 0
             on_ok = go("look", c=_n(after.served), then="done", free_at_end=True) if last else go("done")
-            yield from w("leaves", ok, after, on_ok, go("done"), on_lost=go("after_leave"))
+            yield from w("leaves", ok, after if ok else self._lock_lost(s, me), on_ok, go("done"),
+                         on_lost=go("after_leave"))
         elif p.pc == "after_leave":  # my leave's response was lost: read the count
             if _n(lock.readers) == 0 and v != "leave_no_handoff":
                 yield f"{me} finds no reader left", go("look", c=_n(lock.served), then="done", free_at_end=True)(s)
@@ -417,9 +443,10 @@ class Model(FairModel):
             yield f"{me} was skipped: queues again", go("enqueue", ticket=None)(s)
         elif served == p.ticket - 1 and free_for(kind, lock, me, stale, self.variant):
             yield f"{me} is the head of a free key", go("acq_head")(s)
-        elif served == p.ticket - 1 and kind == WRITE and any(over for _, over in lock.entries):
+        elif any(over for _, over in lock.entries) and (kind == WRITE or served < p.ticket - 1):
+            # an expired reader holds back the head (me, or a head that does not move)
             reader = next(r for r, over in lock.entries if over)
-            yield f"{me} is the head behind an expired reader", go("reap", nxt=reader)(s)
+            yield f"{me} finds an expired reader", go("reap", nxt=reader)(s)
         elif served < p.ticket - 1 and writer_free(lock, me, stale):
             yield f"{me} runs the handoff for the head", go("look", c=served, then="inspect", holding=False)(s)
         else:
@@ -435,7 +462,8 @@ class Model(FairModel):
         lock, names = s.lock, self.names()
         end = self._end(p, go)
         if p.pc == "look":
-            yield f"{me} reads row {p.c + 1}", go("taken", row=as_kind_row(s.row(p.c + 1)) if s.row(p.c + 1) else None)(s)
+            row = s.row(p.c + 1)
+            yield f"{me} reads row {p.c + 1}", go("taken", row=as_kind_row(row) if row else None)(s)
         elif p.pc == "taken":
             state, row = row_state(p.row), p.row
             if state == "wake" and row.owner == me:  # my own row: I am the head
@@ -478,8 +506,7 @@ class Model(FairModel):
         elif p.pc == "release":  # then read the row again: a park may have come since I read it
             ok, after = release(lock, me, p.fence)
             again = go("look", holding=False) if self.variant != "release_then_stop" else go("done", holding=False)
-            lost = replace(s, problem=s.problem or f"{me}'s release is refused: Lock.Lost")
-            yield from w("releases", ok, after if ok else lost, again, go("done", holding=False),
+            yield from w("releases", ok, after if ok else self._lock_lost(s, me), again, go("done", holding=False),
                          on_lost=go("release_retry", holding=False))
         elif p.pc == "release_retry":  # refused or not, no Lock.Lost: my first attempt may have released
             ok, after = release(lock, me, p.fence)
@@ -498,7 +525,8 @@ class Model(FairModel):
             yield from w("acquires (mutex)", ok, after, self._enter(i), go("acquire"))
         elif p.pc == "m_release":
             ok, after = release(lock, me, p.fence)
-            yield from w("releases (mutex)", ok, after, go("done"), go("done"), on_lost=go("done"))
+            yield from w("releases (mutex)", ok, after if ok else self._lock_lost(s, me), go("done"), go("done"),
+                         on_lost=go("done"))
 
     # -- properties ---------------------------------------------------------------------------
 

@@ -63,6 +63,15 @@ def test_without_faults_no_wake_up_is_ever_lost_even_with_no_fallback(kinds):
     assert result["violation"] is None, model.violations
 
 
+@pytest.mark.parametrize("kinds", ["rww", "rrw"])
+def test_with_no_janitor_a_dead_reader_and_a_dead_head_cost_the_waiter_behind_them_only_time(kinds):
+    """Two crashes, the janitor's events lost: a reader dies holding and the head of the queue
+    dies parked; the waiter behind them reaps the reader and hands off past the head."""
+    result, model = explore(kinds=kinds, max_crashes=2, janitor=False, lost_responses=False)
+    assert result["violation"] is None, model.violations
+    assert result["states"] > 40_000
+
+
 @pytest.mark.skipif(not FULL, reason="minutes: SHARED_MODEL_FULL=1 (or python tests/shared_model.py)")
 @pytest.mark.parametrize("kinds", ["rrw", "wwr"])
 def test_three_participants_under_every_fault(kinds):
