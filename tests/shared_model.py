@@ -5,8 +5,10 @@ running lock_protocol's ACQUIRE/RELEASE) taking the fast path, a ticket, a trans
 park, the handoff (read the next row; grant, wake, go on for readers; skip; stop), claims,
 the last reader's handoff, reaping an expired reader entry, the park's fallback and the
 handoff it runs for a head that does not move; crashes at every step, lost responses on
-every write, failed wake-ups, park timeouts, and time passing (a dead holder's lease or
-reader entry ending, a hole's mark ageing).
+every write, failed wake-ups, park timeouts, the janitor marking a stopped waiter's row
+``left`` (``janitor=False``: its events lost), and time passing (a dead holder's lease or
+reader entry ending - the lease, or the janitor's or liveness check's retire - a hole's mark
+ageing).
 
 The writes read the items as the real expressions do; ``test_shared_model`` checks each
 against DynamoDB itself. The exploration, the fault vocabulary, the lost-response rule (one
@@ -23,7 +25,12 @@ Variants (negative controls) break one rule each: ``read_ignores_queue`` (a fast
 not wait for a queued writer), ``write_ignores_readers`` (a writer counts a shared hold as
 free), ``park_unchecked`` (the park does not check the lock item), ``no_cascade`` (a handoff
 stops after the first reader it grants), ``leave_no_handoff`` (the last reader to leave runs
-no handoff).
+no handoff), ``release_then_stop`` (a writer that read an empty row releases and stops: the
+first version of the protocol, whose lost wake-up the model found).
+
+``symmetry`` explores one of each pair of states that differ only by swapping two
+participants of one kind; :func:`explore_held_as_bytes` holds states as bytes, for the runs
+with every fault (``python tests/shared_model.py``).
 """
 
 from __future__ import annotations
@@ -639,7 +646,7 @@ def _decode(x):
     return values if x[0] == -1 else _CLASSES[x[0]](*values)
 
 
-def explore_held_as_bytes(model: Model, limit: int = 60_000_000) -> dict:
+def explore_held_as_bytes(model: Model, limit: int = 60_000_000, progress=None) -> dict:
     """What ``Model.explore`` proves (every state safe and in order; from every state a path
     with no fault finishes every live participant), for state spaces too big to hold as
     objects: each state is kept as its marshalled encoding, the graph as integer arrays."""
@@ -679,6 +686,8 @@ def explore_held_as_bytes(model: Model, limit: int = 60_000_000) -> dict:
                     labels.append(label)
                 if len(keys) > limit:
                     raise RuntimeError("state space too large")
+                if progress and len(keys) % 1_000_000 == 0:
+                    progress(f"{len(keys):,} states, {i:,} explored")
             if not FAULT.search(label):
                 src.append(i)
                 dst.append(j)
@@ -720,7 +729,7 @@ def main(argv: list[str]) -> int:
     for kinds in argv or ["rrw", "wwr"]:
         started = time.monotonic()
         model = Model(kinds=kinds, symmetry=True)
-        result = explore_held_as_bytes(model)
+        result = explore_held_as_bytes(model, progress=lambda line: print(f"  {kinds}: {line}", flush=True))
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
         print(f"{kinds}: {result['states']:,} states, {result['transitions']:,} transitions, "
               f"{time.monotonic() - started:.0f} s, {rss:,} MB: {result['violation'] or 'no violation'}", flush=True)
