@@ -1,0 +1,336 @@
+"""The shared (read) and exclusive (write) lock on one key, top to bottom.
+
+Semantics (Curator's ``InterProcessReadWriteLock``, fair): any number of *readers* hold the key
+together while no *writer* holds it; a writer holds it alone; arrivals are served in ticket
+order, so a writer that queued before a reader goes first (writers never starve behind a
+stream of readers), and releasing a writer admits every reader queued behind it, up to the
+next writer, at once (no reader waits for another reader to leave).
+
+The items are the fair lock's (:mod:`fair_protocol`): the mutex lock item of
+:mod:`lock_protocol` with the ticket counters ``tickets``/``served``, and one queue row per
+waiter, ``!<ticket>!K``. A shared hold adds to the lock item:
+
+* ``owner`` = :data:`SHARED` (the *shared hold*: readers hold; no acquisition's owner is ever
+  spelled so - they all contain ``#``), with no ``expiresAt``, ``acquiredAt`` or ``grace``;
+* ``readers`` (N): how many reader entries there are;
+* one **reader entry** per reader, the attribute ``r:<owner>`` (:func:`reader_attribute`):
+  a map ``{expiresAt, acquiredAt, grace}`` - the reader's own lease and stop grace.
+
+A queue row says what its waiter wants: ``kind`` = ``read`` or ``write`` (absent: write).
+
+Why the reader leases are entries on the lock item and not items of their own: a reader must
+enter with **one** conditional write, and that write must both be refused by a writer (which
+only the lock item can do atomically: the table has no sort key, so nothing else can count a
+key's readers) and record a lease that expires on its own, reader by reader. A reader item
+beside a count cannot be written in the same UpdateItem, and a count alone cannot tell which
+reader died. So the entry is the reader's hold; it is small - the owner (an execution ARN and a
+uuid, about 190 bytes) and three numbers, about 250 bytes - and only *holders* have one:
+waiters live in their rows, as in the fair lock, so nothing grows with the queue. The lock
+item is 1 KB with 2 concurrent readers and grows about 1 KB per 4 more (write units per write
+grow with it: the price of one-write entry); 400 KB (the item limit) is ~1,600 concurrent
+readers, and a Step Functions state that returns the whole item (``ALL_NEW``) is limited to
+256 KiB, ~1,000. The count makes every entry write idempotent-checkable: an entry is added
+only where none exists (``attribute_not_exists``) and removed only where one does, in the
+same write that moves ``readers``, so ``readers`` = the number of entries, always.
+
+The existing **mutex** on the same key is a writer: its ACQUIRE is refused by a shared hold
+(``owner`` is :data:`SHARED`: not absent, never ``:me`` or ``:stale``, and with no
+``expiresAt`` the lease clause ``expiresAt < :now`` is false), and the liveness check, the
+janitor's RETIRE and ABANDONED never match it (it is not an execution, and they are
+conditioned on an exact owner). A mutex that finds the key free of readers and writers takes
+it at once, as a polling run does on a fair lock (it may barge ahead of the queue, and its
+release hands nothing off: the queue's fallback covers that). A mutex never reaps a dead
+reader itself (it cannot see reader leases): the participants of this module do, so a key
+with shared holders should give its writers this module's exclusive kind.
+
+1. **Fast paths** (nobody queues: ``served = tickets``).
+   ``FAST_READ``: the key is free of writers -> add my entry, ``readers + 1``, ``owner`` =
+   :data:`SHARED`. One write. ``FAST_WRITE``: the key is free of readers and writers (the
+   mutex's ACQUIRE condition, or a shared hold with no reader left) -> the mutex's acquire.
+2. **Ticket.** ``ENQUEUE_READ`` / ``ENQUEUE_WRITE``: the fair lock's ticket, refused when my
+   fast path would take the key now (try it again).
+3. **Park** (a transaction, :func:`park_transaction`: ``PARK`` on my row with a
+   ``ConditionCheck`` of the lock item, ``PARK_UNLESS[kind]``): register my task token and kind *unless my
+   ticket may be admitted now* (``served = ticket - 1`` and the key is free for my kind) or was
+   passed (``served >= ticket``). Refused: admit myself (``GRANT_*`` with ``:next`` = me) or
+   look (``served >= ticket``: queue again). This is the rendezvous that makes a lost wake-up
+   impossible: every write that can make my ticket admissible is followed by its writer
+   reading my row (the handoff, 4.), so a park committed before that write is found, and one
+   after it sees the write and is refused.
+4. **Handoff** - run by whoever made the head admissible: a writer leaving (the holder of
+   ``c = served``), the last reader leaving or reaped (``readers`` reached 0), and a reader
+   admitted from the queue (readers behind it may follow). Read row ``c + 1``
+   (a strongly consistent GetItem) and:
+
+   * a parked **reader**: ``GRANT_READ`` (its entry with a *claim-window lease*,
+     ``served = c + 1``; a writer runner is freed in the same write), wake it, and go on with
+     ``c + 1`` - so a writer's release admits the readers behind it, one write each, until a
+     writer or the end: none waits for another reader to leave;
+   * a parked **writer**: ``GRANT_WRITE`` (owner, claim-window lease, fence + 1,
+     ``served = c + 1``) if the key is free of readers, wake it, stop; refused (readers hold):
+     stop - the last reader to leave runs the handoff again;
+   * a waiter gone (``left``, or a hole mark a park timeout old): ``SKIP`` it, go on;
+   * nobody parked (a ticket whose waiter has not parked yet): stop - its park (3.) will be
+     refused and it admits itself. A writer that still holds the key first RELEASEs it (the
+     mutex's write) and **reads the row again**: that waiter may have parked between the
+     read and the release, while the key was still held - the release is the write that
+     makes it admissible, so the read must follow it (the model found this lost wake-up).
+     The last reader ends with ``FREE_SHARED`` (``owner`` removed: a mutex may enter).
+
+   A woken waiter confirms before its work (``CLAIM_READ`` / ``CLAIM_WRITE``: its own full
+   lease, in place of the claim-window lease). So a grant whose wake-up failed (a stopped
+   waiter, a cancelled branch, a park that timed out just then) is never worked under, and
+   expires by itself after the claim window unless its waiter finds it at its fallback and
+   claims it: no revoke is needed, and no woken waiter can be revoked by mistake.
+5. **Leaving.** A writer runs the handoff from its ticket (its first grant or RELEASE frees the
+   key). A reader: ``LEAVE_READ`` (entry removed, ``readers - 1``, ``ALL_NEW``); at 0 readers
+   it runs the handoff if anyone queues, else ``FREE_SHARED``.
+6. **Recovery, per holder.** A writer: the mutex's lease, RETIRE (janitor), liveness check and
+   presence, unchanged. A reader: its entry's lease - ``REAP_READ`` removes an entry whose
+   ``expiresAt`` is past (then, at 0 readers, the handoff, as 5.); the janitor's and the
+   liveness check's ``RETIRE_READER`` shortens it to the end of its execution plus its stop
+   grace, for that acquisition only (``acquiredAt <= :endedAt``: a redriven reader that
+   re-entered is not touched). Any waiter may reap an expired entry at its fallback (REAP_READ
+   checks the expiry): the writer at the head it holds back, or a waiter behind a head that
+   does not move (the head may be dead too).
+7. **Fallback** (the fair lock's): a parked waiter looks by itself after its park timeout:
+   granted -> claim; passed -> queue again; the head -> admit itself if it may; an expired
+   reader entry holding back the head -> reap it; the head (not admissible) -> park again;
+   behind a head that does not move on a key free of writers -> run the handoff for the head
+   (a row that never came - a hole - is marked, ``MARK``, and skipped once the mark is a park
+   timeout old).
+8. **Lost responses** (the write was applied, its answer lost; a retry must not count twice):
+   FAST_READ and a self-admitting GRANT_READ -> ``CLAIM_READ`` (is my entry there?), else the
+   fast path again; a runner's GRANT -> read the lock item (granted: wake it); LEAVE_READ and
+   REAP_READ -> read ``readers`` (0: the handoff); ENQUEUE -> the ticket is a hole, take
+   another; FAST_WRITE, CLAIM_*, SKIP, MARK, the park: the same write again (idempotent, or
+   refused harmlessly); a writer's RELEASE -> retry, never ``Lock.Lost`` on a retry.
+
+**Fences.** A writer's fence strictly increases (``ADD fence 1`` on every writer grant, as the
+mutex's). Readers never change it: a reader's lock record carries the fence of the last
+writer - the version it reads. A reader never holds a *write* fence: a fenced write on a key
+with shared holders is conditioned on the writer's exact hold - ``owner = :me AND fence =
+:fence`` on the lock item (:data:`FENCED_WRITE_CHECK`, a ``ConditionCheck`` beside the
+record's own ``lastFence < :fence``) - and a reader is never the ``owner``.
+
+Every write is spelled once, here. ``tests/test_shared_model.py`` model-checks the steps
+(every interleaving of 3 participants, crashes, lost responses, failed wake-ups, park
+timeouts, expiring leases) and checks the model's reading of each write against DynamoDB.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from state_machines import fair_protocol as fair
+from state_machines.fair_protocol import (
+    _NOBODY_QUEUES,
+    LEFT,
+    READY,
+    SERVED,
+    _update,
+    row_key,
+)
+from state_machines.lock_protocol import (
+    ACQUIRE,
+    ACQUIRED_AT,
+    EXPIRES_AT,
+    FENCE,
+    GRACE,
+    OWNER,
+    RELEASE,
+    LockWrite,
+)
+
+# --------------------------------------------------------------------------------------
+# 1. Attributes
+# --------------------------------------------------------------------------------------
+
+#: ``owner`` of a shared hold: readers hold the key. Never an acquisition's owner (those are
+#: ``<execution ARN or client id>#<uuid>``), never an execution (no liveness check, no janitor).
+SHARED = "shared"
+#: The number of reader entries on the lock item.
+READERS = "readers"
+#: A reader entry's attribute: this prefix + the reader's owner. Protocol attribute names are
+#: plain words, so no entry can collide with them.
+READER_PREFIX = "r:"
+#: Row attribute: what the waiter wants (absent: a writer).
+KIND = "kind"
+READ, WRITE = "read", "write"
+#: The placeholder of the reader entry a write touches (its name is the reader's attribute).
+READER_PLACEHOLDER = "#reader"
+
+
+def reader_attribute(owner: str) -> str:
+    """The lock item attribute holding the entry of the reader ``owner``."""
+    return f"{READER_PREFIX}{owner}"
+
+
+def reader_attribute_expression(owner: str) -> str:
+    """JSONata: :func:`reader_attribute` of the owner the expression evaluates to."""
+    return f"'{READER_PREFIX}' & ({owner})"
+
+
+def entry_value(*, expires_at: Any, acquired_at: Any, grace: Any) -> dict:
+    """The DynamoDB value of a reader entry (``:entry``; JSONata templates allowed)."""
+    return {"M": {EXPIRES_AT: {"N": expires_at}, ACQUIRED_AT: {"N": acquired_at}, GRACE: {"N": grace}}}
+
+
+# --------------------------------------------------------------------------------------
+# 2. Conditions
+# --------------------------------------------------------------------------------------
+
+#: No writer holds: the mutex may acquire (free, mine, a proven-stale holder's, a lease over),
+#: or readers hold. Values ``:me``, ``:stale``, ``:now``, ``:shared``.
+_WRITER_FREE = f"({ACQUIRE.condition}) OR #{OWNER} = :shared"
+#: Nobody holds: the mutex may acquire, or a shared hold has no reader left. Values as above
+#: plus ``:zero``.
+_ALL_FREE = f"({ACQUIRE.condition}) OR (#{OWNER} = :shared AND #{READERS} = :zero)"
+_FREE = {READ: _WRITER_FREE, WRITE: _ALL_FREE}
+
+#: The shared hold, as a write sets it (a writer whose lease was over is replaced whole).
+_SHARE = [f"#{OWNER} = :shared", f"{READER_PLACEHOLDER} = :entry"]
+_UNWRITER = [f"#{ACQUIRED_AT}", f"#{EXPIRES_AT}", f"#{GRACE}"]
+
+# --------------------------------------------------------------------------------------
+# 3. The writes on the lock item
+# --------------------------------------------------------------------------------------
+
+#: FAST_READ: enter as a reader - free of writers and nobody queues. Values ``:me``,
+#: ``:stale``, ``:now``, ``:shared``, ``:entry``, ``:one``.
+FAST_READ = LockWrite(
+    update=f"SET {', '.join(_SHARE)} REMOVE {', '.join(_UNWRITER)} ADD #{READERS} :one",
+    condition=f"attribute_not_exists({READER_PLACEHOLDER}) AND ({_WRITER_FREE}) AND {_NOBODY_QUEUES}",
+)
+#: FAST_WRITE: the mutex's acquire - free of readers and writers and nobody queues (or mine:
+#: a retry whose response was lost). Values as ACQUIRE's plus ``:shared``, ``:zero``.
+FAST_WRITE = LockWrite(
+    update=ACQUIRE.update,
+    condition=f"#{OWNER} = :me OR (({_ALL_FREE}) AND {_NOBODY_QUEUES})",
+)
+#: ENQUEUE_*: the fair lock's ticket (``ALL_NEW``: ``tickets`` is mine), refused when my fast
+#: path would enter now. Values: those of the fast path's condition plus ``:zero``, ``:one``.
+ENQUEUE_READ = LockWrite(update=fair.ENQUEUE.update, condition=f"NOT (({_WRITER_FREE}) AND {_NOBODY_QUEUES})")
+ENQUEUE_WRITE = LockWrite(update=fair.ENQUEUE.update, condition=f"NOT (({_ALL_FREE}) AND {_NOBODY_QUEUES})")
+
+#: GRANT_READ: admit the reader ``#reader`` as ticket ``:ticket`` (``:prev`` = ``:ticket`` - 1),
+#: by whoever may pass the head - its holder ``:me`` (a writer, freed by this write), anyone
+#: while no writer holds - or the reader itself (``:me``, the head). ``:entry``: a claim-window
+#: lease for a reader woken by a handoff, its own lease when it admits itself.
+GRANT_READ = LockWrite(
+    update=f"SET {', '.join(_SHARE)}, #{SERVED} = :ticket REMOVE {', '.join(_UNWRITER)} ADD #{READERS} :one",
+    condition=f"attribute_not_exists({READER_PLACEHOLDER}) AND #{SERVED} = :prev AND ({_WRITER_FREE})",
+)
+#: GRANT_WRITE: the key to the writer ``:next`` as ticket ``:ticket`` (the head itself:
+#: ``:next`` = ``:me``), free of readers and writers (or mine: a writer handing over). ``:expiresAt``:
+#: a claim-window lease for a woken writer, its own lease for the head itself. ``ALL_NEW``: the
+#: fence.
+GRANT_WRITE = LockWrite(
+    update=(
+        f"SET #{OWNER} = :next, #{ACQUIRED_AT} = :now, #{EXPIRES_AT} = :expiresAt, #{GRACE} = :grace, "
+        f"#{SERVED} = :ticket ADD #{FENCE} :one"
+    ),
+    condition=f"#{SERVED} = :prev AND ({_ALL_FREE})",
+)
+#: SKIP: pass over ticket ``:ticket`` (its waiter is gone) - its holder (a writer) or anyone
+#: while no writer holds.
+SKIP = LockWrite(update=f"SET #{SERVED} = :ticket", condition=f"#{SERVED} = :prev AND ({_WRITER_FREE})")
+#: CLAIM_READ: my entry exists (granted, or mine from an earlier attempt whose response was
+#: lost, or a redriven reader's) -> my own lease on it. Also a reader's REFRESH.
+CLAIM_READ = LockWrite(update=f"SET {READER_PLACEHOLDER} = :entry", condition=f"attribute_exists({READER_PLACEHOLDER})")
+#: CLAIM_WRITE: the writer ``:me`` granted ticket ``:ticket`` takes its own lease.
+CLAIM_WRITE = LockWrite(update=f"SET #{EXPIRES_AT} = :expiresAt",
+                        condition=f"#{OWNER} = :me AND #{SERVED} = :ticket")
+
+_DROP_ENTRY = f"REMOVE {READER_PLACEHOLDER} ADD #{READERS} :minusOne"
+#: LEAVE_READ: my entry goes (``ALL_NEW``: at ``readers = 0`` I run the handoff or FREE_SHARED).
+#: Refused: it is gone - reaped (``Lock.Lost``), or by my own earlier attempt if this is a retry.
+LEAVE_READ = LockWrite(update=_DROP_ENTRY, condition=f"attribute_exists({READER_PLACEHOLDER})")
+#: REAP_READ: a reader entry whose lease is over goes (``ALL_NEW``, as LEAVE_READ).
+REAP_READ = LockWrite(update=_DROP_ENTRY, condition=f"{READER_PLACEHOLDER}.#{EXPIRES_AT} < :now")
+#: FREE_SHARED: a shared hold with no reader left ends (a mutex may acquire again).
+FREE_SHARED = LockWrite(update=f"REMOVE #{OWNER}", condition=f"#{OWNER} = :shared AND #{READERS} = :zero")
+#: RETIRE_READER: the reader's execution ended at ``:endedAt``: its entry now lasts its stop
+#: grace from then (janitor, liveness check) - that acquisition only.
+RETIRE_READER = LockWrite(
+    update=f"SET {READER_PLACEHOLDER}.#{EXPIRES_AT} = :endedAt + {READER_PLACEHOLDER}.#{GRACE}",
+    condition=f"{READER_PLACEHOLDER}.#{ACQUIRED_AT} <= :endedAt",
+)
+#: A writer's release is the mutex's RELEASE. A retry whose first attempt was applied may be
+#: refused (readers or a writer entered since): as for the mutex and the fair lock, only a
+#: refused *first* attempt is ``Lock.Lost``.
+RELEASE_WRITE = RELEASE
+
+#: A fenced write by a writer (a ``ConditionCheck`` on the lock item beside the record's own
+#: ``lastFence < :fence``): I hold it, with that fence. No reader is ever the owner.
+FENCED_WRITE_CHECK = LockWrite(update="", condition=f"#{OWNER} = :me AND #{FENCE} = :fence")
+
+# --------------------------------------------------------------------------------------
+# 4. The writes on rows
+# --------------------------------------------------------------------------------------
+
+#: PARK (a row, in a transaction with :data:`PARK_UNLESS`): my token and kind, unless I left.
+#: A hole mark of a helper is cleared (I am no hole). Values ``:me``, ``:token``, ``:lease``,
+#: ``:grace``, ``:kind``.
+PARK = LockWrite(update=_update(fair.PARK.update, set_=[f"#{KIND} = :kind"], remove=[f"#{READY}"]),
+                 condition=f"attribute_not_exists(#{LEFT})")
+#: The park's ConditionCheck on the lock item, by kind: ticket ``:ticket`` was not passed, and
+#: may not be admitted now. Values: the kind's free condition's, ``:ticket``, ``:prev``.
+PARK_UNLESS = {kind: LockWrite(update="", condition=f"#{SERVED} < :ticket AND NOT (#{SERVED} = :prev AND ({free}))")
+               for kind, free in _FREE.items()}
+#: MARK (a helper, at a ticket whose row never came) and LEAVE (a waiter giving up; the
+#: janitor for a stopped one) are the fair lock's.
+MARK, LEAVE = fair.MARK, fair.LEAVE
+
+LOCK_WRITES = {
+    "FAST_READ": FAST_READ, "FAST_WRITE": FAST_WRITE, "ENQUEUE_READ": ENQUEUE_READ, "ENQUEUE_WRITE": ENQUEUE_WRITE,
+    "GRANT_READ": GRANT_READ, "GRANT_WRITE": GRANT_WRITE, "SKIP": SKIP, "CLAIM_READ": CLAIM_READ,
+    "CLAIM_WRITE": CLAIM_WRITE, "LEAVE_READ": LEAVE_READ, "REAP_READ": REAP_READ, "FREE_SHARED": FREE_SHARED,
+    "RETIRE_READER": RETIRE_READER, "RELEASE_WRITE": RELEASE_WRITE,
+}
+ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
+
+
+# --------------------------------------------------------------------------------------
+# 5. Requests (all but the table name) and readings in Python
+# --------------------------------------------------------------------------------------
+
+
+def arguments(key: str, write: LockWrite, values: Mapping[str, Any], *, reader: str | None = None,
+              return_values: str = "NONE") -> dict:
+    """UpdateItem arguments for ``write`` on the item ``key``; ``reader``: the owner whose entry
+    ``#reader`` names (JSONata templates allowed in all)."""
+    args = fair.arguments(key, write, values, return_values=return_values)
+    names = args["ExpressionAttributeNames"]
+    if READER_PLACEHOLDER in names:
+        if reader is None:
+            raise AssertionError(f"{write} touches a reader entry: say whose")
+        names[READER_PLACEHOLDER] = reader_attribute(reader)
+    if not write.update:  # a ConditionCheck
+        del args["UpdateExpression"], args["ReturnValues"]
+    return args
+
+
+def park_transaction(table: str, key: str, ticket: int, kind: str, row_values: Mapping[str, Any],
+                     lock_values: Mapping[str, Any]) -> list[dict]:
+    """TransactItems of a park: the row ``!<ticket>!key`` and the lock item's check."""
+    check = arguments(key, PARK_UNLESS[kind], lock_values)
+    update = arguments(row_key(key, ticket), PARK, {**row_values, ":kind": {"S": kind}})
+    del update["ReturnValues"]
+    return [{"ConditionCheck": {"TableName": table, **check}}, {"Update": {"TableName": table, **update}}]
+
+
+def readers_of(item: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The reader entries of a lock item as boto3 returns it: owner -> ``{expiresAt, ...}``."""
+    return {name[len(READER_PREFIX):]: value["M"] for name, value in item.items() if name.startswith(READER_PREFIX)}
+
+
+def expired_readers(item: Mapping[str, Any], *, now: int) -> list[str]:
+    """The readers whose entry's lease is over (REAP_READ may remove them)."""
+    return [owner for owner, entry in readers_of(item).items() if int(entry[EXPIRES_AT]["N"]) < now]
+
+
+def row_kind(row: Mapping[str, Any] | None) -> str:
+    """What a row's waiter wants (a row without a kind is a writer's)."""
+    return ((row or {}).get(KIND) or {}).get("S", WRITE)
+
