@@ -280,8 +280,6 @@ class LockedSection(sfn.StateMachineFragment):
         protected = prop_types.chainable("protected", protected)
         table = prop_types.table("table", table)
         record_table = prop_types.table("record_table", record_table)
-        lock_key = prop_types.optional_str("lock_key", lock_key)
-        lock_keys = prop_types.optional_str("lock_keys", lock_keys)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         wait_policy = wait_policy or WaitPolicy()
         if not isinstance(detect_cancellation, bool):
@@ -1321,7 +1319,7 @@ class LockedWorkflow(Construct):
         park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
     ) -> None:
         super().__init__(scope, construct_id)
-        protected = prop_types.chainable("protected", protected)
+        # (``protected`` is checked by the section; the tables and the policy are used here first)
         table = prop_types.table("table", table)
         record_table = prop_types.table("record_table", record_table)
         shares_lock_with = prop_types.state_machines("shares_lock_with", shares_lock_with)

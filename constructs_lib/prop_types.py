@@ -42,12 +42,6 @@ def chainable(name: str, value: Any) -> Any:
     return value
 
 
-def optional_str(name: str, value: Any) -> Optional[str]:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"`{name}` must be a string (a JSONata template), got: {_shown(value)}")
-    return value
-
-
 def instance(name: str, value: Any, cls: type, what: str) -> Any:
     """An optional prop of class ``cls`` (``what``: how the message names it)."""
     if value is not None and not isinstance(value, cls):
