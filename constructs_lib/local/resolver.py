@@ -448,7 +448,7 @@ def matching_ids(ids: Iterable[str], resources: Mapping[str, Any], key: str) -> 
     if found:
         return found
     # paths with a leading "/": a full path (the stack's name first) matches as a suffix does
-    paths = {i: "/" + cdk_path(resources[i]) if cdk_path(resources[i]) else "" for i in ids}
+    paths = {i: f"/{path}" if (path := cdk_path(resources[i])) else "" for i in ids}
     key = key.strip("/")
     for test in (
         lambda p: p in ("/" + key, "/" + key + "/Resource"),
