@@ -41,7 +41,7 @@ $(STAMP_NPM): package.json package-lock.json
 deps: $(STAMP_PY) $(STAMP_NPM)
 
 demo: deps
-	$(PY) -m constructs_lib.local.demo $(ARGS)
+	$(PY) -m tools.demo $(ARGS)
 
 # Two workers, one test file each at a time (module fixtures stay whole): the suite waits on
 # leases, graces and polls far more than it computes (~21 min serial, ~12 min so on 2 cores).
@@ -64,19 +64,19 @@ test-compat: $(STAMP_NPM) $(STAMP_COMPAT)
 	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider -q $(COMPAT_TESTS) $(ARGS)
 
 bench: deps
-	$(PY) -m constructs_lib.local.bench $(ARGS)
+	$(PY) -m tools.bench $(ARGS)
 
 bench-variants: deps
-	$(PY) -m constructs_lib.local.bench_variants $(ARGS)
+	$(PY) -m tools.bench_variants $(ARGS)
 
 bench-fair: deps
-	$(PY) -m constructs_lib.local.bench_fair $(ARGS)
+	$(PY) -m tools.bench_fair $(ARGS)
 
 stress: deps
-	$(PY) -m constructs_lib.local.stress $(ARGS)
+	$(PY) -m tools.stress $(ARGS)
 
 diagram: deps
-	$(PY) -m constructs_lib.diagram --readme README.md
+	$(PY) -m locked_workflow.constructs_lib.diagram --readme README.md
 
 synth: deps
 	npx cdk synth --quiet

@@ -4,8 +4,8 @@
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from constructs_lib.example_stack import CustomerUpdatesStack
-from constructs_lib.nag import suppress_example_findings
+from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack
+from locked_workflow.constructs_lib.nag import suppress_example_findings
 
 app = cdk.App()
 stack = CustomerUpdatesStack(app, "CustomerUpdates")

@@ -28,9 +28,9 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Mapping, NoReturn, Sequence
 
-from state_machines import fair_protocol as fair
-from state_machines import lock_protocol as p
-from state_machines import semaphore_protocol as sp
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import semaphore_protocol as sp
 
 #: Exit codes.
 OK, FAILED, REFUSED = 0, 1, 2
@@ -43,7 +43,7 @@ class CliError(Exception):
 #: Credentials used with ``--endpoint-url`` when none are configured (DynamoDB Local and
 #: LocalStack accept them - DynamoDB Local wants letters and digits only, and keeps one database
 #: per access key unless started with -sharedDb; real AWS refuses them, so they are never used
-#: without an endpoint). The same as the offline runtime's (constructs_lib.local).
+#: without an endpoint). The same as the offline runtime's (locked_workflow.testing).
 DUMMY_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 #: Region with ``--endpoint-url`` when none is configured or given.
 ENDPOINT_DEFAULT_REGION = "us-east-1"
@@ -176,7 +176,7 @@ def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
 
 
 def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
-    from constructs_lib.lock_client import LockClient, LockLost, _lease
+    from locked_workflow.constructs_lib.lock_client import LockClient, LockLost, _lease
 
     stored, item = _read(locks, args)
     shown = describe(item, now_ms)
@@ -243,7 +243,7 @@ def cmd_clear_head(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple
     """Clear a dead head from a fair queue: mark its row left (only that waiter's, only while it
     is the head) and, the lock being free, hand the lock to the next waiter. Refused while the
     head's execution may still run (unless ``--force``: it then queues again at its next look)."""
-    from constructs_lib.lock_client import LockClient
+    from locked_workflow.constructs_lib.lock_client import LockClient
 
     stored, item = _read(locks, args)
     if fair.TICKETS not in item:

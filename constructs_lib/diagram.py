@@ -99,8 +99,8 @@ def mermaid(definition: dict) -> str:
 
 def example_definition() -> dict:
     """The example app's locked workflow, as synthesized (tokens drawn as ``TOKEN``)."""
-    from constructs_lib.local.synth import synth_app
-    from constructs_lib.example_stack import CustomerUpdatesStack
+    from locked_workflow.testing.synth import synth_app
+    from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack
 
     synthesized = synth_app(lambda app: CustomerUpdatesStack(app, "CustomerUpdates"))
     return definition_of(synthesized.template, "ApplyCustomerUpdatesStateMachine")

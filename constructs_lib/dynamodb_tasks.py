@@ -7,7 +7,7 @@ from typing import Optional
 from aws_cdk import Duration, aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from state_machines.lock_protocol import TRANSIENT_RETRY, jsonata
+from locked_workflow.state_machines.lock_protocol import TRANSIENT_RETRY, jsonata
 
 
 def attribute_value(value: dict) -> tasks.DynamoAttributeValue:

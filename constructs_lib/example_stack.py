@@ -17,9 +17,9 @@ from aws_cdk import (
 )
 from constructs import Construct
 
-from constructs_lib.assets import lambda_code
-from constructs_lib.locked_workflow import LockedWorkflow
-from state_machines.lock_protocol import jsonata
+from locked_workflow.constructs_lib.assets import lambda_code
+from locked_workflow.constructs_lib.locked_workflow import LockedWorkflow
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: The Lambda's code: its own folder, deployed as the function's asset.
 APPLY_UPDATE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "apply_customer_update"

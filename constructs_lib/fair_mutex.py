@@ -1,5 +1,5 @@
 """The fair lock kind (``fair=True``): the mutex's lock item with a ticket queue of one row per
-waiter and direct handoff - :mod:`state_machines.fair_protocol` wired into a section's states::
+waiter and direct handoff - :mod:`locked_workflow.state_machines.fair_protocol` wired into a section's states::
 
     Acquire (fast path) --ok--> work --> Take next row --parked--> Grant --> Wake (the next one's work)
        |--held or queued--> Enqueue (ticket) --> Park (.waitForTaskToken) --woken--> work
@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Optional
 
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-from constructs_lib.custom_state import JsonataCustomState
-from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from constructs_lib.lock_kinds import Mutex
-from state_machines import fair_protocol as fair
-from state_machines import lock_protocol as protocol
-from state_machines import multikey_protocol as multikey
-from state_machines.lock_protocol import ENTRY, jsonata
+from locked_workflow.constructs_lib.custom_state import JsonataCustomState
+from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.lock_kinds import Mutex
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import multikey_protocol as multikey
+from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
 
 if TYPE_CHECKING:  # pragma: no cover
-    from constructs_lib.locked_workflow import LockedSection
+    from locked_workflow.constructs_lib.locked_workflow import LockedSection
 
 #: The aws-sdk integration's name of a refused condition (the park is an aws-sdk call).
 SDK_CONDITION_FAILED = "DynamoDb.ConditionalCheckFailedException"

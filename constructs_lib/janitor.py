@@ -40,16 +40,29 @@ from aws_cdk import aws_lambda as lambda_, aws_logs as logs
 from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib.assets import ASSET_EXCLUDES, lambda_code
-from lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
-from state_machines import lock_protocol as protocol
+import locked_workflow
+from locked_workflow.constructs_lib import lock_client
+from locked_workflow.constructs_lib.assets import ASSET_EXCLUDES, lambda_code
+from locked_workflow.lambdas.lock_janitor import settings as janitor_settings
+from locked_workflow.lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
+from locked_workflow.state_machines import lock_protocol as protocol
 
-_ROOT = Path(__file__).resolve().parents[1]
-#: The function's own code (handler and logic), deployed with :data:`BUNDLED_MODULES`.
-JANITOR_CODE = _ROOT / "lambdas" / "lock_janitor"
-#: What the function imports from this project, copied beside its code at synth: the protocol
-#: modules (one spelling of every expression) and the lock client (the fair queue's writes).
-BUNDLED_MODULES = ("state_machines", "constructs_lib/__init__.py", "constructs_lib/lock_client.py")
+#: The function's own code (handler and logic), deployed with :func:`bundled_modules`.
+JANITOR_CODE = Path(janitor_settings.__file__).resolve().parent
+
+
+def bundled_modules() -> dict[str, Path]:
+    """What the function imports from this package, copied beside its code at synth (path in
+    the bundle -> source): the protocol modules (one spelling of every expression) and the
+    lock client (the fair queue's writes), under the package's one import name."""
+    return {
+        "locked_workflow/__init__.py": Path(locked_workflow.__file__),
+        "locked_workflow/state_machines": Path(protocol.__file__).parent,
+        "locked_workflow/constructs_lib/__init__.py": Path(lock_client.__file__).with_name("__init__.py"),
+        "locked_workflow/constructs_lib/lock_client.py": Path(lock_client.__file__),
+    }
+
+
 #: EventBridge's delivery retries of a janitor event (its maximum) and their time limit.
 DELIVERY_RETRY_ATTEMPTS = 185
 DELIVERY_MAX_EVENT_AGE = Duration.hours(24)
@@ -60,14 +73,14 @@ INVOKE_MAX_EVENT_AGE = Duration.hours(6)
 
 @jsii.implements(ILocalBundling)
 class _JanitorBundle:
-    """Local bundling (no Docker): the handler and logic, with :data:`BUNDLED_MODULES`."""
+    """Local bundling (no Docker): the handler and logic, with :func:`bundled_modules`."""
 
     def try_bundle(self, output_dir: str, *_: Any, **__: Any) -> bool:
         out = Path(output_dir)
         for source in JANITOR_CODE.glob("*.py"):
             shutil.copy2(source, out / source.name)
-        for module in BUNDLED_MODULES:
-            source, target = _ROOT / module, out / module
+        for name, source in bundled_modules().items():
+            target = out / name
             if source.is_dir():
                 shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ASSET_EXCLUDES))
             else:
@@ -128,7 +141,7 @@ class LockJanitor(Construct):
         super().__init__(scope, construct_id)
         if not watched:
             raise ValueError("`watched` must name at least one state machine, got: []")
-        from constructs_lib.monitoring import powertools_layer  # (monitoring reads the janitor)
+        from locked_workflow.constructs_lib.monitoring import powertools_layer  # (monitoring reads the janitor)
 
         stack = Stack.of(self)
         self.dead_letter_queue = sqs.Queue(

@@ -1,7 +1,7 @@
 """``LockClient``: take part in the workflows' lock from plain Python (a Lambda, a script).
 
 The client reads and writes the very lock items the state machines use, with the very
-expressions of :mod:`state_machines.lock_protocol` (nothing is spelled again here), so a
+expressions of :mod:`locked_workflow.state_machines.lock_protocol` (nothing is spelled again here), so a
 script holding ``customer#123`` keeps every ``LockedWorkflow`` on that key waiting, and
 the other way round::
 
@@ -122,8 +122,8 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from state_machines import fair_protocol as fair
-from state_machines.lock_protocol import (
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines.lock_protocol import (
     ACQUIRED_AT,
     ALIVE_STATUSES,
     CLIENT_ACQUIRE,

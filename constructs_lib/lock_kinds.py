@@ -1,15 +1,15 @@
-"""The lock kinds a :class:`~constructs_lib.locked_workflow.LockedSection` can take, each wiring
+"""The lock kinds a :class:`~locked_workflow.constructs_lib.locked_workflow.LockedSection` can take, each wiring
 its own protocol module into the section's states:
 
-- :class:`Mutex` (``lock_key``): one holder per key - :mod:`state_machines.lock_protocol`;
+- :class:`Mutex` (``lock_key``): one holder per key - :mod:`locked_workflow.state_machines.lock_protocol`;
 - :class:`Semaphore` (``lock_key`` + ``limit=N``): N holders per key -
-  :mod:`state_machines.semaphore_protocol`;
+  :mod:`locked_workflow.state_machines.semaphore_protocol`;
 - :class:`MultiKey` (``lock_keys``): every key of a list, all or nothing -
-  :mod:`state_machines.multikey_protocol`;
+  :mod:`locked_workflow.state_machines.multikey_protocol`;
 - :class:`RecordLock` (``record_table``): the lock on the protected record itself -
-  :mod:`state_machines.record_protocol`;
-- :class:`~constructs_lib.fair_mutex.FairMutex` (``fair=True``): a mutex with a FIFO queue
-  and wake-up handoff - :mod:`state_machines.fair_protocol`.
+  :mod:`locked_workflow.state_machines.record_protocol`;
+- :class:`~locked_workflow.constructs_lib.fair_mutex.FairMutex` (``fair=True``): a mutex with a FIFO queue
+  and wake-up handoff - :mod:`locked_workflow.state_machines.fair_protocol`.
 
 The section builds what all kinds share (entry, wait loop, liveness check, error path); a kind
 supplies the key, the acquire, the release and what a nested section compares.
@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-from constructs_lib.custom_state import JsonataCustomState
-from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from state_machines import lock_protocol as protocol
-from state_machines import multikey_protocol as multikey
-from state_machines import record_protocol as record
-from state_machines import semaphore_protocol as semaphore
-from state_machines.lock_protocol import ENTRY, jsonata
+from locked_workflow.constructs_lib.custom_state import JsonataCustomState
+from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import multikey_protocol as multikey
+from locked_workflow.state_machines import record_protocol as record
+from locked_workflow.state_machines import semaphore_protocol as semaphore
+from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
 
 if TYPE_CHECKING:  # pragma: no cover
-    from constructs_lib.locked_workflow import LockedSection
+    from locked_workflow.constructs_lib.locked_workflow import LockedSection
 
 
 class Mutex:

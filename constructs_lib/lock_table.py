@@ -7,7 +7,7 @@ from typing import Optional
 from aws_cdk import RemovalPolicy, aws_dynamodb as dynamodb, aws_iam as iam
 from constructs import Construct
 
-from state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import lock_protocol as protocol
 
 
 class LockTable(Construct):

@@ -1,6 +1,6 @@
 """LockedSection (a fragment) and LockedWorkflow (a whole state machine) around any chainable.
 
-The states come from :mod:`state_machines.lock_protocol`; this module only validates props,
+The states come from :mod:`locked_workflow.state_machines.lock_protocol`; this module only validates props,
 wires those states together with the caller's work, and creates the AWS resources.
 """
 
@@ -31,19 +31,19 @@ from aws_cdk import (
 )
 from constructs import Construct, IValidation
 
-from constructs_lib.custom_state import JsonataCustomState
-from constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from constructs_lib.fair_mutex import FairMutex
-from constructs_lib.janitor import LockJanitor, executions_of
-from constructs_lib.monitoring import LockMonitoring
-from constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
-from constructs_lib.lock_table import LockTable
-from constructs_lib import prop_types
-from state_machines import fair_protocol
-from state_machines import lock_protocol as protocol
-from state_machines import multikey_protocol as multikey
-from state_machines import semaphore_protocol
-from state_machines.lock_protocol import WaitPolicy, jsonata
+from locked_workflow.constructs_lib.custom_state import JsonataCustomState
+from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.fair_mutex import FairMutex
+from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
+from locked_workflow.constructs_lib.monitoring import LockMonitoring
+from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
+from locked_workflow.constructs_lib.lock_table import LockTable
+from locked_workflow.constructs_lib import prop_types
+from locked_workflow.state_machines import fair_protocol
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import multikey_protocol as multikey
+from locked_workflow.state_machines import semaphore_protocol
+from locked_workflow.state_machines.lock_protocol import WaitPolicy, jsonata
 
 #: Margin added to the state machine timeout to form the default lease.
 LEASE_MARGIN = Duration.minutes(5)
@@ -227,7 +227,7 @@ class LockedSection(sfn.StateMachineFragment):
         the queue (``SendTaskSuccess``) - no polling (see ``fair_polling`` for EXPRESS). The
         uncontended path is the mutex's single write. Every participant of a key should be
         fair (a polling one may take a free lock ahead of the queue, and does not wake it).
-        See :mod:`state_machines.fair_protocol`. ``wait_policy`` is not used (but with
+        See :mod:`locked_workflow.state_machines.fair_protocol`. ``wait_policy`` is not used (but with
         ``fair_polling``). Default: ``False``.
     :param fair_polling: with ``fair``: the waiters poll as the head instead of parking, and
         keep their place in the queue alive with a lease (a dead one is dequeued by the others
@@ -1275,7 +1275,7 @@ class LockedWorkflow(Construct):
     :param record_must_exist: with ``record_table``: a missing record fails with
         ``Lock.RecordMissing``; ``False`` creates it. Default: ``True``.
     :param monitoring: metrics, alarms and a dashboard from the execution logs
-        (:class:`~constructs_lib.monitoring.LockMonitoring`; needs ``logging``): ``True``, a dict
+        (:class:`~locked_workflow.constructs_lib.monitoring.LockMonitoring`; needs ``logging``): ``True``, a dict
         of its props, or ``False``. Default: ``False``.
     :param shares_lock_with: other Standard state machines using the same lock table, whose
         executions waiters may check. Default: ``()``.

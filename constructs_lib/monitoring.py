@@ -67,8 +67,8 @@ from aws_cdk import (
 )
 from constructs import Construct
 
-from constructs_lib.assets import lambda_code
-from state_machines import lock_protocol as protocol
+from locked_workflow.constructs_lib.assets import lambda_code
+from locked_workflow.state_machines import lock_protocol as protocol
 
 #: The Lambda's code: its own folder, deployed as the function's asset.
 LOCK_METRICS_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "lock_metrics"
@@ -199,7 +199,7 @@ def dynamodb_update_succeeded() -> logs.JsonPattern:
 
 
 class LockMonitoring(Construct):
-    """Metrics, alarms and a dashboard of a :class:`~constructs_lib.LockedWorkflow`.
+    """Metrics, alarms and a dashboard of a :class:`~locked_workflow.constructs_lib.LockedWorkflow`.
 
     ::
 

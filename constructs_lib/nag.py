@@ -4,11 +4,11 @@ try:
     from cdk_nag import NagPackSuppression, NagSuppressions
 except ImportError as error:
     raise ImportError(
-        "constructs_lib.nag needs cdk-nag, an optional dependency: pip install 'locked-workflow[nag]'",
+        "locked_workflow.constructs_lib.nag needs cdk-nag, an optional dependency: pip install 'locked-workflow[nag]'",
         name=error.name,
     ) from error
 
-from constructs_lib.example_stack import CustomerUpdatesStack
+from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack
 
 
 def suppress_example_findings(stack: CustomerUpdatesStack) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from constructs_lib.lock_table import LockTable
+from locked_workflow.constructs_lib.lock_table import LockTable
 
 _TABLE_MEMBERS = ("table_name", "table_arn", "grant")
 _CHAINABLE_MEMBERS = ("start_state", "end_states", "id")

@@ -6,9 +6,9 @@ pdoc has no switch that turns its warnings (a module that does not import, a nam
 ``__all__`` that does not resolve, a docstring or annotation it cannot read) into a failure,
 so this script records them and exits 1 when there is one.
 
-``constructs_lib`` imports its constructs lazily (a module ``__getattr__``, so that a Lambda
-using ``LockClient`` needs no aws-cdk-lib); pdoc reads a module's namespace, so they are
-resolved here first and the package page documents what ``from constructs_lib import ...``
+``locked_workflow`` imports its public API lazily (a module ``__getattr__``, so that a Lambda
+using ``LockClient`` needs no aws-cdk-lib); pdoc reads a module's namespace, so the names are
+resolved here first and the package page documents what ``from locked_workflow import ...``
 gives.
 """
 
@@ -25,24 +25,24 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What the reference covers: the public constructs and their package, the client and the
 #: lock kinds, the offline runtime a user's tests use, and the protocol modules.
 MODULES = [
-    "constructs_lib",
-    "constructs_lib.locked_workflow",
-    "constructs_lib.lock_table",
-    "constructs_lib.lock_client",
-    "constructs_lib.lock_kinds",
-    "constructs_lib.fair_mutex",
-    "constructs_lib.janitor",
-    "constructs_lib.monitoring",
-    "constructs_lib.cli",
-    "constructs_lib.local",
-    "constructs_lib.local.cloud",
-    "constructs_lib.local.deployer",
-    "constructs_lib.local.events",
-    "constructs_lib.local.synth",
-    "constructs_lib.local.pytest_plugin",
-    "constructs_lib.local.faults",
-    "constructs_lib.local.log_filters",
-    "state_machines",  # and its protocol modules (pdoc walks a package without __all__)
+    "locked_workflow",
+    "locked_workflow.constructs_lib.locked_workflow",
+    "locked_workflow.constructs_lib.lock_table",
+    "locked_workflow.constructs_lib.lock_client",
+    "locked_workflow.constructs_lib.lock_kinds",
+    "locked_workflow.constructs_lib.fair_mutex",
+    "locked_workflow.constructs_lib.janitor",
+    "locked_workflow.constructs_lib.monitoring",
+    "locked_workflow.constructs_lib.cli",
+    "locked_workflow.testing",
+    "locked_workflow.testing.cloud",
+    "locked_workflow.testing.deployer",
+    "locked_workflow.testing.events",
+    "locked_workflow.testing.synth",
+    "locked_workflow.testing.pytest_plugin",
+    "locked_workflow.testing.faults",
+    "locked_workflow.testing.log_filters",
+    "locked_workflow.state_machines",  # and its protocol modules (pdoc walks a package without __all__)
 ]
 
 
@@ -55,7 +55,7 @@ def _resolve_lazy_exports(package_name: str) -> None:
 def build(output: Path) -> list[str]:
     """Render :data:`MODULES` into ``output``; return pdoc's warnings."""
     sys.path.insert(0, str(ROOT))
-    from constructs_lib.local.node import use_project_node
+    from locked_workflow.testing.node import use_project_node
 
     use_project_node()  # before aws_cdk starts jsii
     import pdoc
@@ -63,7 +63,7 @@ def build(output: Path) -> list[str]:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _resolve_lazy_exports("constructs_lib")
+        _resolve_lazy_exports("locked_workflow")
         pdoc.render.configure(docformat="restructuredtext", show_source=True, search=True)
         pdoc.pdoc(*MODULES, output_directory=output)
     pdoc_dir = str(Path(pdoc.__file__).resolve().parent)

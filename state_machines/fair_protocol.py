@@ -71,7 +71,7 @@ import math
 import re
 from typing import Any, Iterable, Mapping
 
-from state_machines.lock_protocol import (
+from locked_workflow.state_machines.lock_protocol import (
     ACQUIRE,
     ENTRY,
     EXPIRES_AT,

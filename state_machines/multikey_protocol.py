@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import lock_protocol as p
 
 #: DynamoDB's limit on the actions of one transaction.
 MAX_KEYS = 100

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import json
 
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import lock_protocol as p
 
 #: Prefix of the lock attributes on a record.
 PREFIX = "lw:"

@@ -20,7 +20,7 @@ dead holder slot by slot with no code of their own.
 
 from __future__ import annotations
 
-from state_machines.lock_protocol import ENTRY, MAX_KEY_BYTES, liveness_check_number_expression
+from locked_workflow.state_machines.lock_protocol import ENTRY, MAX_KEY_BYTES, liveness_check_number_expression
 
 #: Marks a slot key: ``~<slot>~<stored key>``. Never in a namespace, so never a mutex key.
 SLOT_MARK = "~"

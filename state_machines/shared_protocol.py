@@ -122,8 +122,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from state_machines import fair_protocol as fair
-from state_machines.fair_protocol import (
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines.fair_protocol import (
     _NOBODY_QUEUES,
     LEFT,
     READY,
@@ -131,7 +131,7 @@ from state_machines.fair_protocol import (
     _update,
     row_key,
 )
-from state_machines.lock_protocol import (
+from locked_workflow.state_machines.lock_protocol import (
     ACQUIRE,
     ACQUIRED_AT,
     EXPIRES_AT,

@@ -11,9 +11,9 @@ from aws_cdk import aws_lambda as lambda_, aws_stepfunctions as sfn, aws_stepfun
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from constructs_lib import LockedWorkflow, LockTable, WaitPolicy
-from constructs_lib.example_stack import APPLY_UPDATE_CODE
-from state_machines.lock_protocol import jsonata
+from locked_workflow import LockedWorkflow, LockTable, WaitPolicy
+from locked_workflow.constructs_lib.example_stack import APPLY_UPDATE_CODE
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: Fast polling for tests (the Wait state's unit is a whole second).
 TEST_WAIT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)

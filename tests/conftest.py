@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from constructs_lib.local.node import use_project_node  # noqa: E402
+from locked_workflow.testing.node import use_project_node  # noqa: E402
 
 use_project_node()  # before aws_cdk starts jsii
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -19,10 +19,10 @@ from aws_cdk import assertions  # noqa: E402
 from aws_cdk import aws_stepfunctions as sfn  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from constructs_lib import LockedSection, LockedWorkflow, LockTable  # noqa: E402
-from constructs_lib.example_stack import CustomerUpdatesStack  # noqa: E402
-from constructs_lib.nag import suppress_example_findings  # noqa: E402
-from state_machines.lock_protocol import jsonata  # noqa: E402
+from locked_workflow import LockedSection, LockedWorkflow, LockTable  # noqa: E402
+from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack  # noqa: E402
+from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa: E402
+from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def shapes() -> Synthesized:
 def behaviour_synth():
     """The behaviour stack, synthesized once with its Lambda asset staged."""
     from behaviour_stack import BehaviourStack
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing.synth import synth_app
 
     return synth_app(
         lambda app: BehaviourStack(app, "Behaviour"),

@@ -6,9 +6,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.lock_client import LockClient
-from state_machines import lock_protocol as p
+from locked_workflow.testing import LocalCloud
+from locked_workflow.constructs_lib.lock_client import LockClient
+from locked_workflow.state_machines import lock_protocol as p
 
 @dataclass
 class Deployed:
@@ -76,8 +76,8 @@ def wait_until(predicate, *, timeout: float = 30.0, poll_s: float = 0.05) -> flo
 
 def local_deployment(backend: str, synthesized):
     """``(cloud, app)``: ``synthesized`` deployed in a fresh LocalCloud on ``backend``."""
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.pytest_plugin import require_backend
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.pytest_plugin import require_backend
 
     require_backend(backend)
     with LocalCloud(backend) as cloud:

@@ -7,9 +7,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib import LockedWorkflow
+from locked_workflow import LockedWorkflow
 from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources
-from state_machines.lock_protocol import jsonata
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (short: the dead-participant cases wait it out).
 PARK_TIMEOUT_S = 3
@@ -56,7 +56,7 @@ class FairStack(cdk.Stack):
         # a fair section in one branch of a Parallel whose other branch fails (when the test
         # fails its gate); the user catches the Parallel's failure and the execution goes on
         # RUNNING (a while): a waiter parked in the section is cancelled, with no status event
-        from constructs_lib import LockedSection
+        from locked_workflow import LockedSection
 
         section = LockedSection(
             self, "CancelledSection", lock_key=jsonata("$states.input.key"), key_namespace="f", table=self.locks,

@@ -1,14 +1,14 @@
 """Test-side helpers over execution histories; the invariants themselves live in
-``constructs_lib.local.scenario`` (shared with the demo and the bench)."""
+``tools.scenario`` (shared with the demo and the bench)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Iterable, Optional
 
-from constructs_lib.local import scenario
-from constructs_lib.local.scenario import CriticalSection, fence_order_violations, find_overlaps
-from state_machines.lock_protocol import CONDITION_FAILED
+from tools import scenario
+from tools.scenario import CriticalSection, fence_order_violations, find_overlaps
+from locked_workflow.state_machines.lock_protocol import CONDITION_FAILED
 
 __all__ = ["critical_sections", "fence_order_violations", "find_overlaps", "held_interval",
            "overlaps_across_keys", "refused_acquires", "state_entered"]

@@ -15,9 +15,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Construct
 
-from constructs_lib import LockedSection, LockedWorkflow, LockTable, WaitPolicy
-from constructs_lib.monitoring import LockMonitoring
-from state_machines.lock_protocol import jsonata
+from locked_workflow import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+from locked_workflow.constructs_lib.monitoring import LockMonitoring
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: One whole-second round per poll, a liveness check every round.
 PATIENT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False, retries_per_round=0)

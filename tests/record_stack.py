@@ -11,9 +11,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib import LockedSection, LockedWorkflow
+from locked_workflow import LockedSection, LockedWorkflow
 from safety_stack import FAST, beside_failing_sibling
-from state_machines.lock_protocol import jsonata
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: The work's new balance, from the record the acquire returned.
 INCREMENT = (

@@ -14,8 +14,8 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib import LockedSection, LockedWorkflow, LockTable, WaitPolicy
-from state_machines.lock_protocol import jsonata
+from locked_workflow import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 PROBE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "probe"
 FAST = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)

@@ -45,7 +45,7 @@ from fair_model import State as FairState
 from fair_model import Row, _n, acquire_ok, nobody_queues, release, row_state
 from fair_model import leave as leave_row
 from fair_model import mark as mark_row
-from state_machines.shared_protocol import READ, SHARED, WRITE
+from locked_workflow.state_machines.shared_protocol import READ, SHARED, WRITE
 
 #: Kinds of participants: a reader, a writer (both of this protocol), a plain mutex.
 KINDS = {"r": READ, "w": WRITE, "m": "mutex"}

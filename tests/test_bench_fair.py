@@ -1,6 +1,6 @@
 """The fair benchmark's own figures (no runtime): overtakes and percentiles."""
 
-from constructs_lib.local.bench_fair import overtakes, percentile
+from tools.bench_fair import overtakes, percentile
 
 
 def test_overtakes_count_later_arrivals_granted_first_beyond_the_resolution():
@@ -11,7 +11,7 @@ def test_overtakes_count_later_arrivals_granted_first_beyond_the_resolution():
 
 
 def test_ticket_overtakes_count_later_tickets_granted_first():
-    from constructs_lib.local.bench_fair import ticket_overtakes
+    from tools.bench_fair import ticket_overtakes
 
     assert ticket_overtakes([(1, 5), (2, 6), (3, 7)]) == 0
     assert ticket_overtakes([(1, 7), (2, 6), (3, 5)]) == 3
@@ -23,7 +23,7 @@ def test_percentiles_of_handoff_gaps():
 
 
 def test_a_small_slice_of_the_fair_benchmark():
-    from constructs_lib.local.bench_fair import run
+    from tools.bench_fair import run
 
     results = run(works=[0.3], runs=[4], backend="moto", floor_samples=3)
     # uncontended, the fair release takes the next row (none), releases and finds nobody queued:

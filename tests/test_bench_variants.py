@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_bench_variants_runs_every_workload():
     import argparse
 
-    from constructs_lib.local.bench_variants import run
+    from tools.bench_variants import run
 
     rows = run(argparse.Namespace(accounts=3, transfers=3, work_seconds=1, record_runs=2,
                                   semaphore_runs=3, seed=1, backend="moto"))

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from constructs_lib import cli
-from constructs_lib.lock_client import LockClient
-from state_machines import lock_protocol as p
+from locked_workflow.constructs_lib import cli
+from locked_workflow.constructs_lib.lock_client import LockClient
+from locked_workflow.state_machines import lock_protocol as p
 
 WAIT_30S = {"QueryLanguage": "JSONata", "StartAt": "Hold",
             "States": {"Hold": {"Type": "Wait", "Seconds": 30, "End": True}}}
@@ -20,8 +20,8 @@ WAIT_30S = {"QueryLanguage": "JSONata", "StartAt": "Hold",
 
 @pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
 def cloud(request):
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.pytest_plugin import require_backend
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.pytest_plugin import require_backend
 
     require_backend(request.param)
     with LocalCloud(request.param) as local:
@@ -125,7 +125,7 @@ def test_owner_and_fence_must_match_what_is_held(cloud, table, capsys):
 
 
 def test_semaphore_slots_are_listed_with_their_slot(cloud, table, capsys):
-    from state_machines import semaphore_protocol as sp
+    from locked_workflow.state_machines import semaphore_protocol as sp
 
     cloud.dynamodb.put_item(TableName=table, Item={
         "pk": {"S": sp.slot_key("sem#api", 2)}, "owner": {"S": "x#1"}, "fence": {"N": "4"},
@@ -193,7 +193,7 @@ def test_the_table_is_found_from_a_stack(cloud, table, capsys):
 
 def _fair_queue(cloud, table, owners_and_tokens) -> None:
     """Queue rows (tickets 1, 2, ...) on the fair lock ``fair#q`` with these (owner, token)."""
-    from state_machines import fair_protocol as fp
+    from locked_workflow.state_machines import fair_protocol as fp
 
     cloud.dynamodb.update_item(
         TableName=table, Key={"pk": {"S": "fair#q"}}, UpdateExpression="SET #s = :zero, #t = :n",
@@ -206,7 +206,7 @@ def _fair_queue(cloud, table, owners_and_tokens) -> None:
 
 
 def test_show_lists_a_fair_locks_waiters_in_order_and_how_each_waits(cloud, table, capsys):
-    from state_machines import fair_protocol as fp
+    from locked_workflow.state_machines import fair_protocol as fp
 
     holder = LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
     parked, polling = "arn:aws:states:us-east-1:123456789012:execution:m:e#1", "client:h:1:x#2"
@@ -225,7 +225,7 @@ def test_show_lists_a_fair_locks_waiters_in_order_and_how_each_waits(cloud, tabl
 
 
 def test_a_forced_release_of_a_fair_lock_hands_it_to_the_next_waiter(cloud, table, capsys):
-    from state_machines import fair_protocol as fp
+    from locked_workflow.state_machines import fair_protocol as fp
 
     holder = LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
     waiter = "client:h:1:w#1"
@@ -238,7 +238,7 @@ def test_a_forced_release_of_a_fair_lock_hands_it_to_the_next_waiter(cloud, tabl
 
 
 def test_clear_head_takes_a_dead_head_out_of_a_fair_queue_and_hands_the_free_lock_on(cloud, table, capsys):
-    from state_machines import fair_protocol as fp
+    from locked_workflow.state_machines import fair_protocol as fp
 
     LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
     cloud.dynamodb.update_item(TableName=table, Key={"pk": {"S": "fair#q"}}, UpdateExpression="REMOVE #o",
@@ -258,7 +258,7 @@ def test_clear_head_takes_a_dead_head_out_of_a_fair_queue_and_hands_the_free_loc
 
 
 def test_a_semaphore_slot_can_be_shown_and_released(cloud, table, capsys):
-    from state_machines import semaphore_protocol as sp
+    from locked_workflow.state_machines import semaphore_protocol as sp
 
     for slot, owner in ((0, "x#1"), (2, "x#2")):
         cloud.dynamodb.put_item(TableName=table, Item={

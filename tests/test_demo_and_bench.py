@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from constructs_lib.local import scenario
-from constructs_lib.local.bench import SweepEntry, choose_policy, parse_policy
-from constructs_lib.local.scenario import CriticalSection
-from state_machines.lock_protocol import WaitPolicy
+from tools import scenario
+from tools.bench import SweepEntry, choose_policy, parse_policy
+from tools.scenario import CriticalSection
+from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 ARN = "arn:aws:states:us-east-1:123456789012:execution:sm:run-1"
 
@@ -218,7 +218,7 @@ def test_wait_policy_argument():
 
 
 def test_demo_with_the_lock_reports_no_overlap_and_no_lost_update(tmp_path, capsys):
-    from constructs_lib.local import demo
+    from tools import demo
 
     png = tmp_path / "timeline.png"
     code = demo.main(["--runs", "3", "--customers", "1", "--work-ms", "100", "--out", str(png)])
@@ -233,7 +233,7 @@ def test_demo_with_the_lock_reports_no_overlap_and_no_lost_update(tmp_path, caps
 
 
 def test_demo_without_the_lock_shows_overlaps_and_lost_updates(tmp_path):
-    from constructs_lib.local import demo
+    from tools import demo
 
     report = demo.run_demo(lock_enabled=False, runs=4, customers=0, work_ms=300, out=None, progress=False)
     assert report.succeeded == 4
@@ -245,7 +245,7 @@ def test_demo_without_the_lock_shows_overlaps_and_lost_updates(tmp_path):
 def test_progress_writes_plain_lines_when_the_output_is_not_a_terminal():
     import io
 
-    from constructs_lib.local.scenario import stderr_progress
+    from tools.scenario import stderr_progress
 
     out = io.StringIO()  # not a terminal
     draw = stderr_progress("runs", file=out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from constructs_lib import diagram
+from locked_workflow.constructs_lib import diagram
 
 ROOT = Path(__file__).resolve().parents[1]
 

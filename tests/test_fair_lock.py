@@ -10,13 +10,13 @@ import uuid
 import pytest
 
 from safety_stack import PROBE_TIMEOUT_S
-from state_machines import fair_protocol as fp
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import fair_protocol as fp
+from locked_workflow.state_machines import lock_protocol as p
 
 
 @pytest.fixture(scope="session")
 def fair_synth():
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing.synth import synth_app
     from fair_stack import FairStack
 
     return synth_app(lambda app: FairStack(app, "Fair"), context={"aws:cdk:enable-asset-metadata": True})
@@ -258,7 +258,7 @@ def test_a_stopped_holder_is_taken_over_after_its_stop_grace_in_queue_order(fair
 
 
 def test_a_lost_wake_up_costs_one_park_timeout(fair):
-    from constructs_lib.local.faults import Fault, dynamodb_faults
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
 
     k = key()
     holder, (w1,) = queued(fair, k, waiters=1)
@@ -273,7 +273,7 @@ def test_a_lost_wake_up_costs_one_park_timeout(fair):
 
 
 def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(fair):
-    from constructs_lib.local.faults import Fault, dynamodb_faults
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
 
     k = key()
     holder, (w1, w2) = queued(fair, k, waiters=2)
@@ -370,7 +370,7 @@ def test_a_parked_waiter_whose_branch_was_cancelled_blocks_the_next_one_for_at_m
 
 
 def client(fair, **kwargs):
-    from constructs_lib.lock_client import LockClient
+    from locked_workflow.constructs_lib.lock_client import LockClient
 
     return LockClient(fair.table("LocksTable"), namespace="f", dynamodb=fair.cloud.dynamodb,
                       stepfunctions=fair.cloud.stepfunctions, fair=True, **kwargs)
@@ -433,7 +433,7 @@ def test_a_dead_client_at_the_head_is_dequeued_by_a_waiter(fair):
 
 
 def test_a_client_that_gives_up_leaves_the_queue(fair):
-    from constructs_lib.lock_client import LockTimeout
+    from locked_workflow.constructs_lib.lock_client import LockTimeout
 
     k = key()
     holder = client(fair).acquire(k, lease=60)
@@ -477,8 +477,8 @@ def test_max_wait_none_waits_as_long_as_the_history_budget_allows_then_times_out
     import aws_cdk as cdk
     from aws_cdk import aws_stepfunctions as sfn
 
-    from constructs_lib import LockedSection, LockTable
-    from state_machines.lock_protocol import jsonata
+    from locked_workflow import LockedSection, LockTable
+    from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(cdk.App(), "Unlimited")
     table = LockTable(stack, "Locks").table

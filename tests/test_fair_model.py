@@ -18,8 +18,8 @@ import pytest
 
 from fair_model import (Lock, Model, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release, revoke,
                         skip)
-from state_machines import fair_protocol as f
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import fair_protocol as f
+from locked_workflow.state_machines import lock_protocol as p
 
 
 def test_two_participants_never_overlap_keep_ticket_order_and_never_get_stuck_under_every_fault():
@@ -198,8 +198,8 @@ def _compare(ddb, writes: dict, cases: int = 80) -> dict:
 
 @pytest.mark.parametrize("backend", ["moto", "dynamodb-local"])
 def test_the_models_writes_read_the_items_as_dynamodb_reads_the_real_expressions(backend):
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.pytest_plugin import require_backend
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.pytest_plugin import require_backend
 
     require_backend(backend)
     writes = {**f.LOCK_WRITES, **f.ROW_WRITES}
@@ -211,7 +211,7 @@ def test_the_models_writes_read_the_items_as_dynamodb_reads_the_real_expressions
 
 
 def test_negative_control_the_conformance_check_catches_a_park_that_ignores_the_ready_mark():
-    from constructs_lib.local import LocalCloud
+    from locked_workflow.testing import LocalCloud
 
     careless = p.LockWrite(update=f.PARK.update, condition=f"attribute_not_exists(#{f.LEFT})")
     with LocalCloud("moto") as cloud:

@@ -33,12 +33,12 @@ def ddb():
 
 @pytest.fixture
 def logic():
-    return importlib.import_module("lambdas.apply_customer_update.logic")
+    return importlib.import_module("locked_workflow.lambdas.apply_customer_update.logic")
 
 
 @pytest.fixture
 def index(ddb, monkeypatch):
-    module = importlib.import_module("lambdas.apply_customer_update.index")
+    module = importlib.import_module("locked_workflow.lambdas.apply_customer_update.index")
     monkeypatch.setattr(module, "_dynamodb", ddb)  # the mocked client, not a cached one
     return module
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from behaviour_stack import SHORT_LEASE_S, SHORT_WAIT_S, TEST_WAIT_POLICY
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import lock_protocol as p
 from deployed import new_key, start, update, wait_until
 from lock_invariants import (
     critical_sections,

@@ -19,7 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from constructs_lib.lock_client import (
+from locked_workflow.constructs_lib.lock_client import (
     InvalidLockKey,
     Lease,
     LockClient,
@@ -29,8 +29,8 @@ from constructs_lib.lock_client import (
     LockLost,
     LockTimeout,
 )
-from state_machines import lock_protocol as protocol
-from state_machines.lock_protocol import (
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines.lock_protocol import (
     ERROR_INVALID_KEY,
     ERROR_LOST,
     ERROR_TIMEOUT,
@@ -1343,8 +1343,8 @@ def test_wait_forever_waits_until_the_lock_is_free(alice, make_client, clock):
 @pytest.fixture(scope="module")
 def dynamodb_local():
     """One DynamoDB Local server for the module, with the lock table (tests use keys of their own)."""
-    from constructs_lib.local.dynamodb_local import DynamoDBLocal
-    from constructs_lib.local.pytest_plugin import require_backend
+    from locked_workflow.testing.dynamodb_local import DynamoDBLocal
+    from locked_workflow.testing.pytest_plugin import require_backend
 
     require_backend("dynamodb-local")
     with DynamoDBLocal() as server:

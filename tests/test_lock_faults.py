@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from behaviour_stack import SHORT_LEASE_S
-from constructs_lib.local.faults import Fault, dynamodb_faults
+from locked_workflow.testing.faults import Fault, dynamodb_faults
 from deployed import new_key, update
 from lock_invariants import state_entered
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import lock_protocol as p
 
 
 def _lock_write(write: p.LockWrite, key: str):

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import lock_protocol as p
 
 
 def evaluate(expression: str, **variables):
     """Evaluate as the local runtime does (jsonata-python plus Step Functions' own functions)."""
-    from constructs_lib.local.patches.jsonata_evaluator import evaluate as runtime_evaluate
+    from locked_workflow.testing.patches.jsonata_evaluator import evaluate as runtime_evaluate
 
     return runtime_evaluate(expression, variables)
 

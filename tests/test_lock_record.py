@@ -13,15 +13,15 @@ import jsonata
 import pytest
 from botocore.exceptions import ClientError
 
-from state_machines import lock_protocol as p
-from state_machines import record_protocol as r
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import record_protocol as r
 
 LW = r.PREFIX
 
 
 @pytest.fixture(scope="session")
 def record_synth():
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing.synth import synth_app
     from record_stack import RecordStack
 
     return synth_app(lambda app: RecordStack(app, "Record"))
@@ -287,7 +287,7 @@ def test_a_write_dynamodb_refuses_anyway_is_released_without_the_update(no_janit
     which others may grow - DynamoDB refuses at the release: released at once without the
     update, Lock.InvalidUpdate. (The refusal is injected: a record the lock reads is at most
     RECORD_SIZE_LIMIT_KB, and an update is at most 256 KiB of state data.)"""
-    from constructs_lib.local.faults import Fault, dynamodb_faults
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
 
     records = no_janitor
     refused = Fault("UpdateItem", "ValidationException",

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 import pytest
 
 from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, STOP_GRACE_S, TEST_WAIT_POLICY
-from constructs_lib.lock_client import LockHeld
+from locked_workflow.constructs_lib.lock_client import LockHeld
 from deployed import new_key, start, update, wait_until
 from lock_invariants import state_entered
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import lock_protocol as p
 
 INTERVAL_S = TEST_WAIT_POLICY.max_interval
 #: Stop grace of every behaviour-stack section (given explicitly: see behaviour_stack).
@@ -284,8 +284,8 @@ def test_janitor_reads_every_page_of_a_long_wait_before_the_stop(deployed):
     _step_functions_only(deployed)
     from botocore.exceptions import ClientError
 
-    from lambdas.lock_janitor.logic import EndedExecution, RecoveryFailed, recover
-    from lambdas.lock_janitor.settings import JanitorSettings
+    from locked_workflow.lambdas.lock_janitor.logic import EndedExecution, RecoveryFailed, recover
+    from locked_workflow.lambdas.lock_janitor.settings import JanitorSettings
 
     key = new_key("long-wait")
     client = deployed.client("main")
@@ -421,7 +421,7 @@ def test_a_fair_janitor_may_also_read_the_queue_and_wake_any_task_token():
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk.assertions import Template
 
-    from constructs_lib import LockJanitor, LockTable
+    from locked_workflow import LockJanitor, LockTable
 
     stack = cdk.Stack(cdk.App(), "FairJanitor")
     machine = sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(sfn.Pass(stack, "P")))
@@ -515,7 +515,7 @@ def test_negative_control_unfenced_counter_loses_updates_under_the_same_pauses(d
 
 
 def test_janitor_finds_each_fair_queue_row_of_the_table_once():
-    from state_machines import fair_protocol as fair
+    from locked_workflow.state_machines import fair_protocol as fair
 
     def park(table: str, key: str, owner: str, condition: str = fair.PARK.condition) -> p.ScheduledTask:
         return p.ScheduledTask("updateItem", {"TableName": table, "Key": {p.KEY_ATTRIBUTE: {"S": key}},

@@ -13,13 +13,13 @@ import uuid
 import pytest
 
 from safety_stack import PROBE_TIMEOUT_S
-from state_machines import lock_protocol as p
+from locked_workflow.state_machines import lock_protocol as p
 
 
 @pytest.fixture(scope="session")
 def safety_synth():
     from safety_stack import SafetyStack
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing.synth import synth_app
 
     return synth_app(lambda app: SafetyStack(app, "Safety"), context={"aws:cdk:enable-asset-metadata": True})
 
@@ -104,7 +104,7 @@ def test_a_dismissal_that_fails_for_a_while_still_ends_the_hold(safety):
     """The work branch ends its presence branch with SendTaskSuccess: a failure of that call
     (here: ServiceUnavailable, twice) is tried again - before the fix, the branch ran on until
     the presence task's timeout (the 10-minute lease), the lock held all along."""
-    from constructs_lib.local.faults import Fault, dynamodb_faults
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
 
     step_functions_only(safety, "a failed SendTaskSuccess")
     k = key("dismiss")
@@ -181,7 +181,7 @@ def test_janitor_retires_a_lock_whose_acquire_response_never_came_back(safety):
     """Issue 8.12: the execution is stopped between its acquire write and the response, so its
     history has the acquire's TaskScheduled but no result. An eventually consistent index might
     miss such a lock; the janitor reads the history and retires it all the same."""
-    from constructs_lib.local.faults import Fault, dynamodb_faults
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
 
     k = key("cut")
     stored = p.namespaced("s", k)
@@ -276,7 +276,7 @@ def _stopped_in_its_work(safety, machine_arn: str, k: str, work_ms: int) -> tupl
 def _stopped_mid_work_and_taken_over(safety, machine_arn: str, k: str):
     """A holder stopped inside its protected work; its lock, retired as the janitor would after
     the grace, taken by a client that keeps it. Returns (holder ARN, client, client lease)."""
-    from constructs_lib.lock_client import LockClient
+    from locked_workflow.constructs_lib.lock_client import LockClient
 
     holder, deadline = _stopped_in_its_work(safety, machine_arn, k, 1500)
     while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends (what the grace waits for)
@@ -382,7 +382,7 @@ def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
     check's DescribeExecution fails, and its Catch must resume the wait with the entry record
     (not the error) - else the next acquire had no key and the work ran without the lock."""
     step_functions_only(safety, "a failed DescribeExecution")
-    from constructs_lib.lock_client import LockClient
+    from locked_workflow.constructs_lib.lock_client import LockClient
 
     k = key("undescribable")
     locks = next(v for name, v in safety.app.resources.items() if name.startswith("LocksTable"))

@@ -10,15 +10,15 @@ import uuid
 
 import pytest
 
-from state_machines import lock_protocol as p
-from state_machines import semaphore_protocol as sp
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import semaphore_protocol as sp
 from deployed import wait_until
 from variants_stack import LIMIT
 
 
 @pytest.fixture(scope="session")
 def variants_synth():
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing.synth import synth_app
     from variants_stack import VariantsStack
 
     return synth_app(lambda app: VariantsStack(app, "Variants"), context={"aws:cdk:enable-asset-metadata": True})

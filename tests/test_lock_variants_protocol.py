@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from state_machines import lock_protocol as p
-from state_machines import multikey_protocol as m
-from state_machines import semaphore_protocol as s
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import multikey_protocol as m
+from locked_workflow.state_machines import semaphore_protocol as s
 
 
 def evaluate(expression: str, **variables):
-    from constructs_lib.local.patches.jsonata_evaluator import evaluate as runtime_evaluate
+    from locked_workflow.testing.patches.jsonata_evaluator import evaluate as runtime_evaluate
 
     return runtime_evaluate(expression, variables)
 
@@ -234,7 +234,7 @@ def _workflow(**props):
     import aws_cdk as cdk
     from aws_cdk import aws_stepfunctions as sfn
 
-    from constructs_lib import LockedWorkflow
+    from locked_workflow import LockedWorkflow
 
     stack = cdk.Stack(cdk.App(), "V")
     return LockedWorkflow(stack, "W", protected=sfn.Pass(stack, "Work"), **props)
@@ -265,7 +265,7 @@ def _record_workflow(**props):
     import aws_cdk as cdk
     from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 
-    from constructs_lib import LockedWorkflow
+    from locked_workflow import LockedWorkflow
 
     stack = cdk.Stack(cdk.App(), "R")
     key = props.pop("key", dynamodb.Attribute(name="customerId", type=dynamodb.AttributeType.STRING))
@@ -330,7 +330,7 @@ def variant_templates():
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk.assertions import Template
 
-    from constructs_lib import LockedWorkflow
+    from locked_workflow import LockedWorkflow
 
     stack = cdk.Stack(cdk.App(), "T")
     semaphore = LockedWorkflow(stack, "Sem", lock_key=p.jsonata("$states.input.k"), limit=3,
@@ -391,7 +391,7 @@ def test_a_multi_key_template_uses_transactions_with_least_privilege(variant_tem
     ({}, -1),                                                                        # none: unknown
 ])
 def test_a_record_is_read_only_when_its_write_units_say_it_is_small_enough(result, units):
-    from state_machines import record_protocol as r
+    from locked_workflow.state_machines import record_protocol as r
 
     assert evaluate(r.write_units_expression(), states={"result": result}) == units
     read_key = r.read_key_expression("lock")

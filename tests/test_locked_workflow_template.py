@@ -8,8 +8,8 @@ import pytest
 
 from aws_cdk.assertions import Capture, Match
 
-from state_machines import lock_protocol as p
-from state_machines.lock_protocol import jsonata
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
@@ -112,7 +112,7 @@ def test_work_that_may_still_run_retires_the_acquisition_instead_of_releasing_it
     ("States.TaskFailed", "", False), ("MyError", "Lock.Resumed: in a user's message", False),
 ])
 def test_which_errors_mean_the_work_may_still_run(error, cause, retire):
-    from constructs_lib.local.patches.jsonata_evaluator import evaluate
+    from locked_workflow.testing.patches.jsonata_evaluator import evaluate
 
     assert evaluate(p.may_still_run_expression(), {"states": {"input": {"Error": error, "Cause": cause}}}) is retire
 

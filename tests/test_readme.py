@@ -57,7 +57,7 @@ def test_the_quick_start_is_complete():
     assert {"cdk.json", "app.py", "updates_stack.py", "functions/apply_update/index.py", "conftest.py",
             "tests/test_updates.py"} <= set(files)
     assert json.loads(files["cdk.json"])["app"] == "python app.py"
-    assert files["conftest.py"].strip() == 'pytest_plugins = ["constructs_lib.local.pytest_plugin"]'
+    assert files["conftest.py"].strip() == 'pytest_plugins = ["locked_workflow.testing.pytest_plugin"]'
     assert "from updates_stack import UpdatesStack" in files["app.py"]
 
 
@@ -192,11 +192,11 @@ def _keyword_params(callable_) -> dict[str, inspect.Parameter]:
 
 
 @pytest.mark.parametrize("heading, dotted", [
-    ("### `LockedWorkflow`", "constructs_lib.locked_workflow.LockedWorkflow"),
-    ("### `LockedSection`", "constructs_lib.locked_workflow.LockedSection"),
-    ("### `LockTable`", "constructs_lib.lock_table.LockTable"),
-    ("### `LockClient`", "constructs_lib.lock_client.LockClient"),
-    ("### Monitoring", "constructs_lib.monitoring.LockMonitoring"),
+    ("### `LockedWorkflow`", "locked_workflow.constructs_lib.locked_workflow.LockedWorkflow"),
+    ("### `LockedSection`", "locked_workflow.constructs_lib.locked_workflow.LockedSection"),
+    ("### `LockTable`", "locked_workflow.constructs_lib.lock_table.LockTable"),
+    ("### `LockClient`", "locked_workflow.constructs_lib.lock_client.LockClient"),
+    ("### Monitoring", "locked_workflow.constructs_lib.monitoring.LockMonitoring"),
 ])
 def test_every_prop_is_in_its_table_with_a_type_and_its_default(heading, dotted):
     module_name, class_name = dotted.rsplit(".", 1)
@@ -211,7 +211,7 @@ def _monitoring_props() -> dict[str, list[str]]:
 
 
 def test_the_wait_policy_table_matches_the_dataclass():
-    from state_machines.lock_protocol import WaitPolicy
+    from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
     rows = _first_table(_section(_readme(), "### `WaitPolicy`"))
     fields = {f.name: f.default for f in dataclasses.fields(WaitPolicy)}
@@ -221,7 +221,7 @@ def test_the_wait_policy_table_matches_the_dataclass():
 
 
 def test_the_lock_client_methods_are_as_documented():
-    from constructs_lib.lock_client import DEFAULT_LEASE, LockClient
+    from locked_workflow.constructs_lib.lock_client import DEFAULT_LEASE, LockClient
 
     section = _section(_readme(), "### `LockClient`")
     acquire = inspect.signature(LockClient.acquire).parameters

@@ -27,9 +27,9 @@ import pytest
 
 import shared_model as m
 from shared_model import KindRow, Lock, Model
-from state_machines import fair_protocol as f
-from state_machines import lock_protocol as p
-from state_machines import shared_protocol as sp
+from locked_workflow.state_machines import fair_protocol as f
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import shared_protocol as sp
 from test_fair_model import MARKS, NOW, _row_from_dynamodb, _row_to_dynamodb, _rows
 
 FULL = os.environ.get("SHARED_MODEL_FULL", "") not in ("", "0")
@@ -338,8 +338,8 @@ ALL_WRITES = {**sp.LOCK_WRITES, "FENCED_WRITE_CHECK": sp.FENCED_WRITE_CHECK, "MA
 
 @pytest.mark.parametrize("backend", ["moto", "dynamodb-local"])
 def test_the_models_writes_read_the_items_as_dynamodb_reads_the_real_expressions(backend):
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.pytest_plugin import require_backend
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.pytest_plugin import require_backend
 
     require_backend(backend)
     with LocalCloud(backend) as cloud:
@@ -350,7 +350,7 @@ def test_the_models_writes_read_the_items_as_dynamodb_reads_the_real_expressions
 
 
 def test_negative_control_the_conformance_check_catches_a_fast_read_that_ignores_the_queue():
-    from constructs_lib.local import LocalCloud
+    from locked_workflow.testing import LocalCloud
 
     careless = p.LockWrite(update=sp.FAST_READ.update, condition=sp.FAST_READ.condition.replace(
         f" AND {f._NOBODY_QUEUES}", ""))

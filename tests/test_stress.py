@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from constructs_lib.local import stress
+from tools import stress
 
 #: The probe's stop grace (its 3 s timeout + 5 s).
 GRACE_MS = (stress.PROBE_TIMEOUT_S + 5) * 1000
@@ -15,8 +15,8 @@ GRACE_MS = (stress.PROBE_TIMEOUT_S + 5) * 1000
 
 @pytest.fixture(scope="module")
 def campaign_app():
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.synth import synth_app
 
     synthesized = synth_app(lambda app: stress.build_stack(app, "Stress"))
     with LocalCloud("moto") as cloud:
@@ -56,7 +56,7 @@ def _probe(ms: int, key: str) -> dict:
 
 
 def test_waits_are_read_from_a_history():
-    from state_machines import fair_protocol as fair, lock_protocol as protocol
+    from locked_workflow.state_machines import fair_protocol as fair, lock_protocol as protocol
 
     history = [
         _write(1000, "x#K0", protocol.ACQUIRE.update), _write(2000, "x#K0", protocol.ACQUIRE.update),
@@ -143,7 +143,7 @@ def test_a_queue_of_holes_is_passed_by_the_next_arrival_and_a_parked_row_is_held
     """The end-of-campaign check of fair queues: a free lock whose queue shows only a hole (a
     ticket whose waiter never parked) must admit the next fair execution, which empties the
     queue; a row still parked is left held."""
-    from state_machines import fair_protocol as fair, lock_protocol as protocol
+    from locked_workflow.state_machines import fair_protocol as fair, lock_protocol as protocol
 
     cloud, app = campaign_app
     table = stress._table(app, "LocksTable")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from state_machines import lock_protocol
+from locked_workflow.state_machines import lock_protocol
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_events as events, aws_stepfunctions as sfn
 from aws_cdk import assertions, aws_stepfunctions_tasks as sfn_tasks
 
-from constructs_lib import LockedSection, LockedWorkflow, WaitPolicy
-from state_machines.lock_protocol import jsonata
+from locked_workflow import LockedSection, LockedWorkflow, WaitPolicy
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 KEY = jsonata("$states.input.id")
 
@@ -368,7 +368,7 @@ def test_a_wrong_type_gets_the_projects_error_at_synth(construct, overrides, mes
 
 
 def test_a_lock_table_construct_is_accepted_where_a_table_is_expected():
-    from constructs_lib import LockTable
+    from locked_workflow import LockTable
 
     stack = cdk.Stack(cdk.App(), "T")
     locks = LockTable(stack, "Locks")

@@ -7,9 +7,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from constructs_lib import LockedSection, LockedWorkflow
+from locked_workflow import LockedSection, LockedWorkflow
 from safety_stack import FAST, beside_failing_sibling, probe_resources
-from state_machines.lock_protocol import jsonata
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: Holders the semaphore admits.
 LIMIT = 3

@@ -31,9 +31,9 @@ from typing import Any, Iterator, Mapping
 from aws_lambda_powertools import Tracer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from constructs_lib.lock_client import LockClient
-from state_machines import fair_protocol
-from state_machines import lock_protocol as protocol
+from locked_workflow.constructs_lib.lock_client import LockClient
+from locked_workflow.state_machines import fair_protocol
+from locked_workflow.state_machines import lock_protocol as protocol
 
 try:  # imported as a package module (tests, the construct)
     from .settings import ENDED_WITHOUT_RELEASE, JanitorSettings

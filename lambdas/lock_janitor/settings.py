@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import lock_protocol as protocol
 
 #: Execution statuses after which an execution may still own a lock: the events it handles.
 ENDED_WITHOUT_RELEASE = ("ABORTED", "TIMED_OUT", "FAILED")

@@ -35,7 +35,7 @@ from aws_lambda_powertools.utilities.data_classes import CloudWatchLogsEvent, ev
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 SERVICE = "lock-metrics"
-#: Lock record / lock item fields (the same names as ``state_machines.lock_protocol``; a test
+#: Lock record / lock item fields (the same names as ``locked_workflow.state_machines.lock_protocol``; a test
 #: keeps them equal - the protocol module is not deployed with this function).
 ACQUIRED_AT = "acquiredAt"
 REQUESTED_AT = "requestedAt"

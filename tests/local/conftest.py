@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 
-from constructs_lib.local.node import use_project_node  # noqa: E402
+from locked_workflow.testing.node import use_project_node  # noqa: E402
 
 use_project_node()  # before aws_cdk starts jsii
 
-from constructs_lib.local.pytest_plugin import (  # noqa: E402,F401 - fixtures
+from locked_workflow.testing.pytest_plugin import (  # noqa: E402,F401 - fixtures
     local_backend,
     local_cloud,
     local_cloud_factory,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from constructs_lib.local.synth import read_cdk_out, synth_app
+from locked_workflow.testing.synth import read_cdk_out, synth_app
 
 HANDLER = '''
 from aws_lambda_powertools import Logger

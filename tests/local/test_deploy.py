@@ -12,7 +12,7 @@ import json
 import pytest
 from moto.dynamodb.models import dynamodb_backends
 
-from constructs_lib.local import UnsupportedResourceError
+from locked_workflow.testing import UnsupportedResourceError
 
 COUNTER = '''
 import os

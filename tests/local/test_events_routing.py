@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import math
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.events import apply_input_transformer
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.events import apply_input_transformer
 from local_helpers import ROLE_ARN, create_state_machine, wait_until
 
 ECHO = {"StartAt": "Echo", "States": {"Echo": {"Type": "Pass", "End": True}}}

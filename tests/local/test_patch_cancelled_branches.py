@@ -15,8 +15,8 @@ from typing import Any
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import execution_snapshot
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import execution_snapshot
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end, wait_until
 
 TABLE = "cancel"
@@ -301,7 +301,7 @@ def test_a_waiting_callback_task_without_heartbeat_seconds_accepts_heartbeats(cl
 def test_a_token_call_is_not_answered_with_a_crash_while_another_execution_starts():
     """moto walks every execution's environment, None while one is starting: the call is tried
     again (it crashed as States.Runtime in a waiter probing a holder's token); other errors stay."""
-    from constructs_lib.local.patches import cancelled_branches as cb
+    from locked_workflow.testing.patches import cancelled_branches as cb
 
     calls = []
 

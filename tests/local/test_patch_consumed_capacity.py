@@ -19,8 +19,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from constructs_lib.local.patches import consumed_capacity, execution_snapshot, jsonata_evaluator
-from constructs_lib.local.patches.dynamodb_validation import item_size
+from locked_workflow.testing.patches import consumed_capacity, execution_snapshot, jsonata_evaluator
+from locked_workflow.testing.patches.dynamodb_validation import item_size
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 TABLE = "things"

@@ -7,9 +7,9 @@ import json
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import execution_snapshot, jsonata_evaluator
-from constructs_lib.local.patches.data_limit import MAX_BYTES, size
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import execution_snapshot, jsonata_evaluator
+from locked_workflow.testing.patches.data_limit import MAX_BYTES, size
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 TABLE = "items"

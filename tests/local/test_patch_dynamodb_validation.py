@@ -14,7 +14,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from constructs_lib.local.patches.dynamodb_validation import MAX_ITEM_BYTES, item_size, number_size
+from locked_workflow.testing.patches.dynamodb_validation import MAX_ITEM_BYTES, item_size, number_size
 from local_helpers import REGION, bare_moto
 
 TABLE = "things"

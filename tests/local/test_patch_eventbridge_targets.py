@@ -7,7 +7,7 @@ import json
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, ROLE_ARN, bare_moto, create_state_machine, wait_until
 
 ECHO = {"StartAt": "Echo", "States": {"Echo": {"Type": "Pass", "End": True}}}
@@ -138,7 +138,7 @@ def test_bare_moto_cannot_deliver_to_a_lambda_function():
 
 
 def test_runtime_invokes_a_lambda_target_asynchronously_with_the_event(tmp_path):
-    from constructs_lib.local.lambda_runtime import InProcessFunction
+    from locked_workflow.testing.lambda_runtime import InProcessFunction
     from local_helpers import lambda_folder
 
     folder = lambda_folder(tmp_path, "recorder", RECORDER)

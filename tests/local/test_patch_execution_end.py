@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import boto3
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import execution_snapshot
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import execution_snapshot
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end, wait_until
 
 SLEEP = {"StartAt": "Sleep", "TimeoutSeconds": 1, "States": {"Sleep": {"Type": "Wait", "Seconds": 30, "End": True}}}

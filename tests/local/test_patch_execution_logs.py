@@ -7,7 +7,7 @@ import re
 
 import boto3
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, ROLE_ARN, bare_moto, wait_for_end
 
 ACCOUNT = "123456789012"

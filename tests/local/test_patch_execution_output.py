@@ -6,7 +6,7 @@ import json
 
 import boto3
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 #: Ends with a bare JSON string.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, bare_moto, create_state_machine
 
 WAIT = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 1, "End": True}}}

@@ -6,7 +6,7 @@ import json
 
 import boto3
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, ROLE_ARN, bare_moto, create_state_machine, wait_for_end, wait_until
 
 FAIL = {"StartAt": "Fail", "States": {"Fail": {"Type": "Fail", "Error": "Work.Failed", "Cause": "on purpose"}}}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import boto3
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import jsonata_evaluator, task_argument_errors
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import jsonata_evaluator, task_argument_errors
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 #: A bad key fails inside the task's Arguments; a bad value inside a Pass state's Assign.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import jsonata_evaluator
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import jsonata_evaluator
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 

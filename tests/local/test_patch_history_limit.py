@@ -8,7 +8,7 @@ from unittest import mock
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventIdGenerator
 from local_helpers import REGION, ROLE_ARN, bare_moto, create_state_machine, wait_for_end
 

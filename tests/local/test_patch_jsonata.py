@@ -11,8 +11,8 @@ import jsonata
 import pytest
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import jsonata_evaluator
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import jsonata_evaluator
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 ADD_ONE = {

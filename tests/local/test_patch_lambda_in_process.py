@@ -11,7 +11,7 @@ import zipfile
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, bare_moto, create_state_machine, lambda_folder, wait_until
 
 HANDLER = '''

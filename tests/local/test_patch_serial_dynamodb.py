@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.dynamodb.models import table as moto_table
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, bare_moto
 
 THREADS = 8

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import boto3
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import service_shapes
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import service_shapes
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 #: Describes its own execution through the AWS SDK integration (PascalCase in and out).

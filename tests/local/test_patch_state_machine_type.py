@@ -6,7 +6,7 @@ import json
 
 import boto3
 
-from constructs_lib.local import LocalCloud
+from locked_workflow.testing import LocalCloud
 from local_helpers import REGION, ROLE_ARN, bare_moto
 
 PASS = json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}})

@@ -7,8 +7,8 @@ import json
 import boto3
 import pytest
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches.task_tokens import TaskTokenSpaceExhausted, TokenFactory
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches.task_tokens import TaskTokenSpaceExhausted, TokenFactory
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end, wait_until
 
 #: Two callback tasks at once (a Parallel): each writes its token to the table, then waits.

@@ -6,8 +6,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from constructs_lib.local import LocalCloud
-from constructs_lib.local.patches import execution_snapshot
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import execution_snapshot
 from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
 
 PASS = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}

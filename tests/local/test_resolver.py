@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from constructs_lib.local.resolver import (
+from locked_workflow.testing.resolver import (
     NO_VALUE,
     PhysicalResource,
     ResolveError,

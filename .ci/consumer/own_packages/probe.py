@@ -1,5 +1,5 @@
-"""The README's app with its own top-level `state_machines` and `lambdas` packages (issue 17,
-item 1): do they import beside the library, and does the app still synthesize?"""
+"""The README's app with its own top-level `state_machines` and `lambdas` packages:
+do they import beside the library, and does the app still synthesize?"""
 
 from pathlib import Path
 

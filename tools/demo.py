@@ -2,11 +2,11 @@
 
 ::
 
-    python -m constructs_lib.local.demo [--no-lock | --fair] [--runs N] [--customers K]
+    python -m tools.demo [--no-lock | --fair] [--runs N] [--customers K]
         [--per-customer M] [--work-ms MS] [--backend moto|dynamodb-local] [--out PATH]
 
 Synthesizes the example app (``CustomerUpdatesStack``; ``--no-lock`` builds it without the
-lock - the negative control; ``--fair`` with the fair lock: arrival order, wake-up handoffs), deploys it into a :class:`~constructs_lib.local.LocalCloud`,
+lock - the negative control; ``--fair`` with the fair lock: arrival order, wake-up handoffs), deploys it into a :class:`~locked_workflow.testing.LocalCloud`,
 puts ``N`` ``CustomerUpdateRequested`` events for customer ``c-1`` plus ``M`` for each of
 ``K`` other customers on the app's bus in one burst (each adds 1 to the balance), shows a
 progress bar while the executions run, then prints the invariants:
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from constructs_lib.local import scenario
-from constructs_lib.local.scenario import CriticalSection, RunMetrics
-from constructs_lib.local.lambda_runtime import restored_environ
+from tools import scenario
+from tools.scenario import CriticalSection, RunMetrics
+from locked_workflow.testing.lambda_runtime import restored_environ
 
 DEFAULT_OUT = Path("out") / "demo-timeline.png"
 #: The example Lambda logs every update (Powertools, JSON on stdout) and prints its metrics;
@@ -105,7 +105,7 @@ def run_demo(
     progress: bool = True,
     lambda_logs: bool = False,
 ) -> DemoReport:
-    from constructs_lib.local import LocalCloud
+    from locked_workflow.testing import LocalCloud
 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
@@ -371,7 +371,7 @@ def write_timeline(report: DemoReport, path: Path) -> Path:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m constructs_lib.local.demo",
+        prog="python -m tools.demo",
         description="Run a burst of concurrent customer updates through the example app, offline.",
     )
     parser.add_argument("--no-lock", action="store_true", help="the same load on the unlocked stack")

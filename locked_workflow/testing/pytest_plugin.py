@@ -2,7 +2,7 @@
 
 Enable it in your top-level ``conftest.py``::
 
-    pytest_plugins = ["constructs_lib.local.pytest_plugin"]
+    pytest_plugins = ["locked_workflow.testing.pytest_plugin"]
 
     def test_my_workflow(local_cloud, tmp_path):
         app = local_cloud.deploy(my_template, assets_dir=cdk_out)
@@ -11,7 +11,7 @@ Enable it in your top-level ``conftest.py``::
 
 Fixtures:
 
-* ``local_cloud`` - a fresh :class:`~constructs_lib.local.LocalCloud` per test, on the
+* ``local_cloud`` - a fresh :class:`~locked_workflow.testing.LocalCloud` per test, on the
   backend from ``local_backend``.
 * ``local_backend`` - ``"moto"`` unless ``$LOCAL_CLOUD_BACKEND`` says otherwise; override
   it (or parametrize ``local_cloud`` indirectly with backend names) to run a test on both.
@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from constructs_lib.local.cloud import LocalCloud
-from constructs_lib.local.dynamodb_local import unavailable_reason
+from locked_workflow.testing.cloud import LocalCloud
+from locked_workflow.testing.dynamodb_local import unavailable_reason
 
 ENV_BACKEND = "LOCAL_CLOUD_BACKEND"
 

@@ -7,7 +7,7 @@ Functions or Lambda target, so ``put_events`` matching such a rule fails; it ign
 objects, ignores ``DeadLetterConfig``, and delivers for disabled rules.
 
 Fix: for ENABLED rules whose ``EventPattern`` matches (moto's own matcher), hand
-state-machine, Lambda and SQS targets to :class:`constructs_lib.local.events.EventRouter`; other
+state-machine, Lambda and SQS targets to :class:`locked_workflow.testing.events.EventRouter`; other
 targets (logs, archives, buses, API destinations) keep moto's delivery.
 
 Proof: ``tests/local/test_patch_eventbridge_targets.py``.
@@ -21,7 +21,7 @@ from unittest import mock
 
 from moto.events.models import Rule
 
-from constructs_lib.local.events import EventRouter, delivered_event
+from locked_workflow.testing.events import EventRouter, delivered_event
 
 ROUTED_SERVICES = frozenset({"states", "sqs", "lambda"})
 

@@ -205,7 +205,7 @@ def _deploy_with_logging(original):  # type: ignore[no-untyped-def]
 
 
 def apply(stack: ExitStack) -> None:
-    from constructs_lib.local.deployer import Deployer
+    from locked_workflow.testing.deployer import Deployer
 
     stack.enter_context(mock.patch.object(Execution, "__init__", _with_logging_session(Execution.__init__)))
     kind = "AWS::StepFunctions::StateMachine"

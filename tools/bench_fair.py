@@ -2,11 +2,11 @@
 
 ::
 
-    python -m constructs_lib.local.bench_fair [--work 0.25,1,2] [--runs 10,30]
+    python -m tools.bench_fair [--work 0.25,1,2] [--runs 10,30]
         [--locks Polling,Fair,Baseline] [--backend moto|dynamodb-local] [--floor 30]
         [--out out/bench-fair]
 
-The bench stack of :mod:`constructs_lib.local.bench` (a Lambda "Work" that sleeps), with three
+The bench stack of :mod:`tools.bench` (a Lambda "Work" that sleeps), with three
 locks around the same work: ``Polling`` (``LockedWorkflow`` defaults), ``Fair``
 (``fair=True``) and ``Baseline`` (the samples' retry-and-wait loop). Task tokens are
 AWS-sized (the runtime's default). For each work size and N, N runs start together on one
@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from constructs_lib.local import scenario
-from constructs_lib.local.bench import WORK_STATE, build_bench_stack, deploy_bench, table_markdown, table_text
-from state_machines.lock_protocol import WaitPolicy
+from tools import scenario
+from tools.bench import WORK_STATE, build_bench_stack, deploy_bench, table_markdown, table_text
+from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 LOCKS = {"Polling": "Ours", "Fair": "Fair", "Baseline": "Baseline"}
 #: Where a run's place in line is fixed (the state whose acknowledged write marks arrival).
@@ -223,9 +223,9 @@ def build_floor(stack: Any) -> None:
     into the item; ``FloorWaker`` reads it, writes once, and wakes the waiter."""
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from constructs_lib.dynamodb_tasks import attribute_value
-    from constructs_lib.lock_table import LockTable
-    from state_machines.lock_protocol import jsonata
+    from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value
+    from locked_workflow.constructs_lib.lock_table import LockTable
+    from locked_workflow.state_machines.lock_protocol import jsonata
 
     table = LockTable(stack, "FloorTable").table
     park = sfn.CustomState(stack, "FloorPark", state_json={
@@ -283,7 +283,7 @@ def measure_floor(cloud: Any, deployment: Any, stack: str, samples: int) -> list
 
 def left_behind(cloud: Any, key_part: str) -> int:
     """Items of the load's key still holding someone: a held lock, queued tickets, queue rows."""
-    from state_machines import fair_protocol as fp
+    from locked_workflow.state_machines import fair_protocol as fp
 
     count = 0
     for table in cloud.dynamodb.list_tables()["TableNames"]:
@@ -310,8 +310,8 @@ def _in_state(history: Sequence[dict], state: str):
 
 def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Sequence[str] = tuple(LOCKS),
         floor_samples: int = 30) -> dict:
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.synth import synth_app
 
     def stack(app: Any) -> Any:
         built = build_bench_stack(app, "FairBench", ours=WaitPolicy(), fair=True)
@@ -363,7 +363,7 @@ def rows(results: dict) -> list[list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m constructs_lib.local.bench_fair", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_fair", description=__doc__.split("\n")[0])
     parser.add_argument("--work", default="0.25,1,2", help="protected work sizes in seconds (default 0.25,1,2)")
     parser.add_argument("--runs", default="10,30", help="runs started together on one key (default 10,30)")
     parser.add_argument("--locks", default=",".join(LOCKS), help="which locks (default Polling,Fair,Baseline)")

@@ -26,12 +26,12 @@ from typing import Any, Iterator, Mapping
 import boto3
 from botocore.config import Config
 
-from constructs_lib.local import patches
-from constructs_lib.local.deployer import Deployer, Deployment
-from constructs_lib.local.dynamodb_local import CREDENTIALS, DynamoDBLocal
-from constructs_lib.local.events import EventRouter
-from constructs_lib.local.lambda_runtime import FunctionRegistry
-from constructs_lib.local.patches import history_limit, task_tokens
+from locked_workflow.testing import patches
+from locked_workflow.testing.deployer import Deployer, Deployment
+from locked_workflow.testing.dynamodb_local import CREDENTIALS, DynamoDBLocal
+from locked_workflow.testing.events import EventRouter
+from locked_workflow.testing.lambda_runtime import FunctionRegistry
+from locked_workflow.testing.patches import history_limit, task_tokens
 
 BACKENDS = ("moto", "dynamodb-local")
 DEFAULT_ACCOUNT_ID = "123456789012"

@@ -2,18 +2,18 @@
 
 ::
 
-    python -m constructs_lib.local.bench [--runs N=10] [--work-seconds 2] [--keys K=50]
+    python -m tools.bench [--runs N=10] [--work-seconds 2] [--keys K=50]
         [--wait-policy first,rate,max,jitter] [--sweep] [--backend moto|dynamodb-local]
         [--out out/bench]
 
-Deploys one purpose-built stack into a :class:`~constructs_lib.local.LocalCloud`. Its
+Deploys one purpose-built stack into a :class:`~locked_workflow.testing.LocalCloud`. Its
 protected work is a Lambda task ("Work") that sleeps ``--work-seconds``:
 
 * ``Unlocked`` - the work alone; ``Ours`` - ``LockedWorkflow`` around it (the construct's
   defaults, or ``--wait-policy``); ``UnlockedChain`` / ``OursChain`` - a two-state chain
   (Pass, Work), which the construct wraps in a one-branch Parallel;
 * ``Baseline`` - the lock as common samples write it, on the *same* acquire/release
-  UpdateItem expressions (imported from ``state_machines.lock_protocol``): acquire retries
+  UpdateItem expressions (imported from ``locked_workflow.state_machines.lock_protocol``): acquire retries
   ``DynamoDB.ConditionalCheckFailedException`` 6 times doubling from 1 s (no jitter), then a
   Catch goes to a fixed 3 s Wait and back to acquire.
 
@@ -48,10 +48,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from constructs_lib.local import scenario
-from constructs_lib.local.scenario import DOLLARS_PER_TRANSITION, LoadSummary, RunMetrics
-from state_machines import lock_protocol as protocol
-from state_machines.lock_protocol import WaitPolicy
+from tools import scenario
+from tools.scenario import DOLLARS_PER_TRANSITION, LoadSummary, RunMetrics
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 #: Name of the protected work state in every bench state machine.
 WORK_STATE = "Work"
@@ -122,10 +122,10 @@ def build_bench_stack(
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk import aws_stepfunctions_tasks as tasks
 
-    from constructs_lib.dynamodb_tasks import update_item_props
-    from constructs_lib.lock_table import LockTable
-    from constructs_lib.locked_workflow import LockedWorkflow
-    from state_machines.lock_protocol import jsonata
+    from locked_workflow.constructs_lib.dynamodb_tasks import update_item_props
+    from locked_workflow.constructs_lib.lock_table import LockTable
+    from locked_workflow.constructs_lib.locked_workflow import LockedWorkflow
+    from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = Stack(app, stack_id)
     function = lambda_.Function(
@@ -477,8 +477,8 @@ def run_bench(
     progress: bool = True,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> BenchResults:
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.synth import synth_app
 
     ours = ours or WaitPolicy()
     started = time.monotonic()
@@ -623,8 +623,8 @@ def run_sweep(
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> list[SweepEntry]:
     """The contention case for each policy, one policy at a time (``repeats`` loads each)."""
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.synth import synth_app
 
     started = time.monotonic()
     synthesized = synth_app(
@@ -667,7 +667,7 @@ def _mean(values: Any) -> float:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m constructs_lib.local.bench",
+        prog="python -m tools.bench",
         description="Benchmark the lock on the local runtime (ours vs a common-samples baseline).",
     )
     parser.add_argument("--runs", type=int, default=10, help="runs on one key in the contention case (default 10)")
@@ -691,7 +691,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     given = list(sys.argv[1:] if argv is None else argv)
-    command = " ".join(["python -m constructs_lib.local.bench", *given])
+    command = " ".join(["python -m tools.bench", *given])
     args.out.mkdir(parents=True, exist_ok=True)
     if args.sweep:
         policies = (

@@ -2,9 +2,9 @@
 
 ::
 
-    python -m constructs_lib.local.stress --runs 500 --keys 5 --seed 1 --backend moto
-    python -m constructs_lib.local.stress --redrive-readings strict   # one reading only
-    python -m constructs_lib.local.stress --negative-control      # must FAIL: unlocked runs mixed in
+    python -m tools.stress --runs 500 --keys 5 --seed 1 --backend moto
+    python -m tools.stress --redrive-readings strict   # one reading only
+    python -m tools.stress --negative-control      # must FAIL: unlocked runs mixed in
 
 One stack (:func:`build_stack`) holds every shape a user may build on one key, all on one lock
 table and one key namespace (``x``), so they contend with each other: a plain ``LockedWorkflow``;
@@ -100,11 +100,11 @@ from botocore.exceptions import ClientError
 # imported once, before any in-process Lambda runs: the janitor function bundles its own copy of
 # constructs_lib, and a lazy import racing with its invocation could bind that copy's exception
 # classes, which the client here does not raise (two ClientAsync runs failed on LockHeld so)
-from constructs_lib.lock_client import LockClient, LockError, LockHeld, LockHeldInThisThread, LockLost
-from state_machines import fair_protocol as fair
-from state_machines import lock_protocol as protocol
-from state_machines import record_protocol
-from state_machines.lock_protocol import WaitPolicy
+from locked_workflow.constructs_lib.lock_client import LockClient, LockError, LockHeld, LockHeldInThisThread, LockLost
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import record_protocol
+from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 #: The probe's Lambda timeout (s); the stop grace derived from it is this + 5 s.
 PROBE_TIMEOUT_S = 3
@@ -167,9 +167,9 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from constructs_lib import LockedSection, LockedWorkflow, LockTable
-    from constructs_lib.assets import lambda_code
-    from state_machines.lock_protocol import jsonata
+    from locked_workflow import LockedSection, LockedWorkflow, LockTable
+    from locked_workflow.constructs_lib.assets import lambda_code
+    from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(scope, construct_id)
     locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
@@ -179,7 +179,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     )
     probe_fn = lambda_.Function(
         stack, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
-        code=lambda_code(Path(__file__).resolve().parents[2] / "lambdas" / "probe"),
+        code=lambda_code(Path(__file__).resolve().parents[1] / "lambdas" / "probe"),
         timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
         environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
     )
@@ -408,7 +408,7 @@ def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
 
 
 def _faults(rng: random.Random, log: Counter) -> list:
-    from constructs_lib.local.faults import Fault
+    from locked_workflow.testing.faults import Fault
 
     guard = threading.Lock()
 
@@ -807,7 +807,7 @@ def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_
     """Run ``planned`` (split in one contiguous share per redrive reading, in order), with the
     faults on, the janitor's events duplicated and late; settle; judge. A run is redriven as
     soon as it ended: within its stop grace, its Lambda maybe still running."""
-    from constructs_lib.local.faults import dynamodb_faults
+    from locked_workflow.testing.faults import dynamodb_faults
 
     rng = random.Random(seed + 1)
     fault_log: Counter = Counter()
@@ -1159,8 +1159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--negative-control", action="store_true", help="mix unlocked runs in: must fail")
     args = parser.parse_args(argv)
 
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.synth import synth_app
 
     synthesized = synth_app(lambda app: build_stack(app, "Stress"))
     backends = ["moto", "dynamodb-local"] if args.backend == "both" else [args.backend]

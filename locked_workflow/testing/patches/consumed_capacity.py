@@ -8,7 +8,7 @@ UpdateItem of a 300 KB item "consumes" 0.5 units, so any decision or bill based 
 is meaningless offline.
 
 Fix: every item request measures the items it touches, with DynamoDB's item sizing
-(:func:`~constructs_lib.local.patches.dynamodb_validation.item_size`: attribute names and
+(:func:`~locked_workflow.testing.patches.dynamodb_validation.item_size`: attribute names and
 values, https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html),
 and computes the units as the developer guide states them
 (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html):
@@ -90,7 +90,7 @@ from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ig
 from moto.dynamodb.parsing.validators import UpdateExpressionValidator
 from moto.dynamodb.responses import DynamoHandler
 
-from constructs_lib.local.patches.dynamodb_validation import item_size
+from locked_workflow.testing.patches.dynamodb_validation import item_size
 
 #: One write unit covers an item of up to 1 KB; one read unit (strongly consistent) 4 KB.
 WRITE_UNIT_BYTES = 1024

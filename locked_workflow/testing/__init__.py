@@ -2,7 +2,7 @@
 
 Public API::
 
-    from constructs_lib.local import LocalCloud
+    from locked_workflow.testing import LocalCloud
 
     with LocalCloud(backend="moto") as cloud:            # or backend="dynamodb-local"
         app = cloud.deploy(template, assets_dir=Path("cdk.out"))
@@ -21,16 +21,16 @@ handlers), ``dynamodb_local`` (the Java server), ``patches`` (one module per mot
 ``pytest_plugin`` (the ``local_cloud`` fixture), ``synth`` (CDK stack -> template).
 """
 
-from constructs_lib.local.node import use_project_node
+from locked_workflow.testing.node import use_project_node
 
 use_project_node()  # before anything imports aws_cdk, which starts jsii on that Node
 
 
-from constructs_lib.local.cloud import BACKENDS, ExecutionResult, LocalCloud, active_cloud
-from constructs_lib.local.deployer import Deployment, UnsupportedResourceError
-from constructs_lib.local.dynamodb_local import DynamoDBLocalUnavailable
-from constructs_lib.local.events import EventRouter
-from constructs_lib.local.resolver import ResolveError
+from locked_workflow.testing.cloud import BACKENDS, ExecutionResult, LocalCloud, active_cloud
+from locked_workflow.testing.deployer import Deployment, UnsupportedResourceError
+from locked_workflow.testing.dynamodb_local import DynamoDBLocalUnavailable
+from locked_workflow.testing.events import EventRouter
+from locked_workflow.testing.resolver import ResolveError
 
 __all__ = [
     "BACKENDS",

@@ -1,6 +1,6 @@
 """Run jsii on the project's Node LTS (``node_modules/.bin/node``, from the npm package
 ``node``) when it is installed and nothing else was chosen: ``make`` exports ``JSII_NODE``;
-this covers ``pytest`` or ``python -m constructs_lib.local.demo`` run directly. Call it before
+this covers ``pytest`` or ``python -m tools.demo`` run directly. Call it before
 the first import of ``aws_cdk``, which starts jsii's Node process."""
 
 from __future__ import annotations

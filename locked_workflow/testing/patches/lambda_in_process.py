@@ -5,7 +5,7 @@ Gap (moto 5.2.1): ``LambdaFunction.invoke`` runs the function in a Docker contai
 from Step Functions all end there); offline, without Docker, every Lambda task fails.
 
 Fix: when the function is registered in the runtime's
-:class:`constructs_lib.local.lambda_runtime.FunctionRegistry`, run its handler in-process
+:class:`locked_workflow.testing.lambda_runtime.FunctionRegistry`, run its handler in-process
 instead. A raised exception sets the ``X-Amz-Function-Error`` header with an
 ``errorType`` payload, so Step Functions sees the exception's class name as the error.
 ``InvocationType=Event`` runs the handler on a background thread. Unregistered functions
@@ -30,7 +30,7 @@ from unittest import mock
 
 from moto.awslambda.models import LambdaFunction
 
-from constructs_lib.local.lambda_runtime import FunctionRegistry, ThreadLocalEnviron
+from locked_workflow.testing.lambda_runtime import FunctionRegistry, ThreadLocalEnviron
 
 
 def _header(headers, name):  # type: ignore[no-untyped-def]

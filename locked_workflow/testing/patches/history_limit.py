@@ -48,8 +48,8 @@ from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from constructs_lib.local.patches import redrive
-from constructs_lib.local.patches.execution_end import CLOSING_EVENTS
+from locked_workflow.testing.patches import redrive
+from locked_workflow.testing.patches.execution_end import CLOSING_EVENTS
 
 #: The service's hard quota on a Standard execution's history.
 DEFAULT_LIMIT = 25_000

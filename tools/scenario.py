@@ -15,7 +15,7 @@ Pure functions first (tested on synthetic histories in ``tests/test_demo_and_ben
 * :func:`run_metrics`, :func:`summarize_load`, :func:`handoff_gaps_ms` - per-run and per-load
   numbers of the bench.
 
-Then the load helpers that need a :class:`~constructs_lib.local.LocalCloud`: synthesize and
+Then the load helpers that need a :class:`~locked_workflow.testing.LocalCloud`: synthesize and
 deploy the example app, fire customer-update events through EventBridge, watch them with a
 stderr progress bar.
 
@@ -456,8 +456,8 @@ class ExampleApp:
 
 def synth_example(lock_enabled: bool = True, fair: bool = False) -> Any:
     """Synthesize the example stack in-process (asset metadata on: the Lambda's code folder)."""
-    from constructs_lib.example_stack import CustomerUpdatesStack
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack
+    from locked_workflow.testing.synth import synth_app
 
     return synth_app(
         lambda app: CustomerUpdatesStack(app, EXAMPLE_STACK_NAME, lock_enabled=lock_enabled, fair=fair),
@@ -499,7 +499,7 @@ def fire_customer_updates(
     Returns ``(customer id, execution ARN)`` of every execution the rule started, from the
     runtime's delivery log (delivery is synchronous in ``put_events``).
     """
-    from constructs_lib.example_stack import EVENT_DETAIL_TYPE, EVENT_SOURCE
+    from locked_workflow.constructs_lib.example_stack import EVENT_DETAIL_TYPE, EVENT_SOURCE
 
     before = len(cloud.events.deliveries)
     entries = [

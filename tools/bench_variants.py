@@ -27,8 +27,8 @@ def build_stack(app: Any, stack_id: str) -> Any:
     import aws_cdk as cdk
     from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from constructs_lib import LockedSection, LockedWorkflow, LockTable, WaitPolicy
-    from state_machines.lock_protocol import jsonata
+    from locked_workflow import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+    from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(app, stack_id)
     locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
@@ -103,8 +103,8 @@ def _load(cloud: Any, arn: str, documents: Sequence[dict]) -> dict:
 
 
 def run(args: argparse.Namespace) -> list[list[str]]:
-    from constructs_lib.local import LocalCloud
-    from constructs_lib.local.synth import synth_app
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.synth import synth_app
 
     synthesized = synth_app(lambda app: build_stack(app, "Variants"))
     rng = random.Random(args.seed)

@@ -6,7 +6,7 @@ which releases locks held by ABORTED / TIMED_OUT / FAILED executions) never fire
 
 Fix: after moto records an execution's final status
 (``BaseExecutionWorkerCommunication.terminated``), call
-:meth:`constructs_lib.local.events.EventRouter.execution_ended`, at most once per
+:meth:`locked_workflow.testing.events.EventRouter.execution_ended`, at most once per
 execution, which puts the event on the default bus (or drops it, when a test asks).
 
 Proof: ``tests/local/test_patch_execution_status_events.py``.
@@ -20,7 +20,7 @@ from unittest import mock
 
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
-from constructs_lib.local.events import TERMINAL_STATUSES, EventRouter
+from locked_workflow.testing.events import TERMINAL_STATUSES, EventRouter
 
 _ONCE = threading.Lock()
 

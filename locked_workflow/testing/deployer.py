@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from constructs_lib.local.lambda_runtime import FunctionRegistry, InProcessFunction
-from constructs_lib.local.resolver import (
+from locked_workflow.testing.lambda_runtime import FunctionRegistry, InProcessFunction
+from locked_workflow.testing.resolver import (
     NAME_PROPERTIES,
     PhysicalResource,
     Resolver,

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from constructs_lib.local.events import EventRouter
-from constructs_lib.local.lambda_runtime import FunctionRegistry
-from constructs_lib.local.patches import (
+from locked_workflow.testing.events import EventRouter
+from locked_workflow.testing.lambda_runtime import FunctionRegistry
+from locked_workflow.testing.patches import (
     cancelled_branches,
     consumed_capacity,
     data_limit,

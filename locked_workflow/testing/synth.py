@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from constructs_lib.local.node import use_project_node  # noqa: E402
+from locked_workflow.testing.node import use_project_node  # noqa: E402
 
 use_project_node()  # before aws_cdk starts jsii
 

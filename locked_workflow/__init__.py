@@ -1,0 +1,50 @@
+"""locked-workflow: AWS CDK constructs that serialize Step Functions workflows with a
+pessimistic DynamoDB lock.
+
+The package's layout::
+
+    locked_workflow                  the public API (below), imported lazily
+    locked_workflow.constructs_lib   the constructs, the lock client and the CLI
+    locked_workflow.state_machines   the lock protocols: every DynamoDB expression, spelled once
+    locked_workflow.lambdas          the code of the Lambda functions the constructs deploy
+    locked_workflow.testing          the offline runtime (LocalCloud) and its pytest plugin
+
+The constructs are imported lazily, so runtime code (``LockClient`` in a Lambda function,
+say) does not need aws-cdk-lib installed.
+
+In a checkout of the repository the subpackages are the top-level folders ``constructs_lib/``,
+``state_machines/`` and ``lambdas/`` (the wheel maps them under this package when it is
+built), so here the package's path also names the checkout's root.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+if not (_HERE / "constructs_lib").is_dir() and (_HERE.parent / "constructs_lib" / "__init__.py").is_file():
+    __path__.append(str(_HERE.parent))  # noqa: F821 - a checkout: the folders beside this one
+
+_EXPORTS = {
+    "LockTable": "locked_workflow.constructs_lib.lock_table",
+    "LockedSection": "locked_workflow.constructs_lib.locked_workflow",
+    "LockedWorkflow": "locked_workflow.constructs_lib.locked_workflow",
+    "WaitPolicy": "locked_workflow.state_machines.lock_protocol",
+    "LockClient": "locked_workflow.constructs_lib.lock_client",
+    "LockJanitor": "locked_workflow.constructs_lib.janitor",
+    "LockMonitoring": "locked_workflow.constructs_lib.monitoring",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'locked_workflow' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

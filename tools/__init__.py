@@ -1,0 +1,3 @@
+"""The repository's tools (not part of the installed library): ``make demo`` (``demo``),
+``make bench`` / ``bench-variants`` / ``bench-fair`` (``bench*``), ``make stress`` (``stress``),
+and the example scenario they share (``scenario``)."""
