@@ -18,6 +18,7 @@ from aws_cdk import (
 from constructs import Construct
 
 from locked_workflow.constructs_lib.assets import lambda_code
+from locked_workflow.constructs_lib.lock import Lock
 from locked_workflow.constructs_lib.locked_workflow import LockedWorkflow
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -112,13 +113,12 @@ class CustomerUpdatesStack(Stack):
             self.workflow = LockedWorkflow(
                 self,
                 "ApplyCustomerUpdates",
-                lock_key=jsonata("$states.input.detail.customerId"),
+                lock=(Lock.fair if fair else Lock.mutex)(jsonata("$states.input.detail.customerId")),
                 key_namespace="customer",
                 protected=work,
                 max_wait=max_wait,
                 timeout=Duration.minutes(30),
                 table_removal_policy=RemovalPolicy.DESTROY,
-                fair=fair,
             )
             self.workflow.trigger_from(rule)
             self.state_machine = self.workflow.state_machine

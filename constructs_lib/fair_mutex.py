@@ -1,4 +1,4 @@
-"""The fair lock kind (``fair=True``): the mutex's lock item with a ticket queue of one row per
+"""The fair lock kind (``Lock.fair``): the mutex's lock item with a ticket queue of one row per
 waiter and direct handoff - :mod:`locked_workflow.state_machines.fair_protocol` wired into a section's states::
 
     Acquire (fast path) --ok--> work --> Take next row --parked--> Grant --> Wake (the next one's work)
@@ -14,20 +14,18 @@ one write (GRANT) and one wake-up (``SendTaskSuccess``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from locked_workflow.constructs_lib.lock_kinds import Mutex
+from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
 
-if TYPE_CHECKING:  # pragma: no cover
-    from locked_workflow.constructs_lib.locked_workflow import LockedSection
 
 #: The aws-sdk integration's name of a refused condition (the park is an aws-sdk call).
 SDK_CONDITION_FAILED = "DynamoDb.ConditionalCheckFailedException"

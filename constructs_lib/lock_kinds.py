@@ -1,14 +1,15 @@
-"""The lock kinds a :class:`~locked_workflow.constructs_lib.locked_workflow.LockedSection` can take, each wiring
-its own protocol module into the section's states:
+"""The state builders of the lock kinds a :class:`~locked_workflow.constructs_lib.lock.Lock`
+value names, each wiring its own protocol module into a section's states (a section makes
+one builder per section from its ``lock``):
 
-- :class:`Mutex` (``lock_key``): one holder per key - :mod:`locked_workflow.state_machines.lock_protocol`;
-- :class:`Semaphore` (``lock_key`` + ``limit=N``): N holders per key -
+- :class:`Mutex` (``Lock.mutex``): one holder per key - :mod:`locked_workflow.state_machines.lock_protocol`;
+- :class:`Semaphore` (``Lock.semaphore``): N holders per key -
   :mod:`locked_workflow.state_machines.semaphore_protocol`;
-- :class:`MultiKey` (``lock_keys``): every key of a list, all or nothing -
+- :class:`MultiKey` (``Lock.keys``): every key of a list, all or nothing -
   :mod:`locked_workflow.state_machines.multikey_protocol`;
-- :class:`RecordLock` (``record_table``): the lock on the protected record itself -
+- :class:`RecordLock` (``Lock.on_record``): the lock on the protected record itself -
   :mod:`locked_workflow.state_machines.record_protocol`;
-- :class:`~locked_workflow.constructs_lib.fair_mutex.FairMutex` (``fair=True``): a mutex with a FIFO queue
+- :class:`~locked_workflow.constructs_lib.fair_mutex.FairMutex` (``Lock.fair``): a mutex with a FIFO queue
   and wake-up handoff - :mod:`locked_workflow.state_machines.fair_protocol`.
 
 The section builds what all kinds share (entry, wait loop, liveness check, error path); a kind
@@ -17,9 +18,10 @@ supplies the key, the acquire, the release and what a nested section compares.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from aws_cdk import Duration, Stack, aws_dynamodb as dynamodb, aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
@@ -29,8 +31,31 @@ from locked_workflow.state_machines import record_protocol as record
 from locked_workflow.state_machines import semaphore_protocol as semaphore
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
 
-if TYPE_CHECKING:  # pragma: no cover
-    from locked_workflow.constructs_lib.locked_workflow import LockedSection
+
+
+class LockedSection(Protocol):
+    """What a kind's builder uses of the section it builds states for (a
+    :class:`~locked_workflow.constructs_lib.locked_section.LockedSection`): the kinds depend on
+    this contract, not on the section's module."""
+
+    table: dynamodb.ITable
+    variables: Mapping[str, str]
+    protected: sfn.State
+    rethrow: sfn.State
+    wait_policy: protocol.WaitPolicy
+    liveness_check_every: int
+    _max_wait_ms: int
+    _release_after_error: sfn.State
+
+    def _name(self, suffix: str) -> str: ...
+
+    def after_acquire_failure(self, state: sfn.TaskStateBase) -> None: ...
+
+    def build_mutex_release(self, lost: sfn.State, left: sfn.State, *, release_task: Any = ...,
+                            query_error_outputs: str = ...,
+                            after_release: Optional[sfn.IChainable] = ...) -> sfn.State: ...
+
+    def build_mutex_release_after_error(self, rethrow: sfn.State) -> sfn.State: ...
 
 
 class Mutex:

@@ -1,1232 +1,32 @@
-"""LockedSection (a fragment) and LockedWorkflow (a whole state machine) around any chainable.
-
-The states come from :mod:`locked_workflow.state_machines.lock_protocol`; this module only validates props,
-wires those states together with the caller's work, and creates the AWS resources.
+"""LockedWorkflow: a whole state machine around any chainable, under a lock - the section,
+its lock table, janitor, logs, monitoring and EventBridge triggers, with least-privilege IAM.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import threading
+from typing import Any, Mapping, Optional, Sequence, Union
 
-import jsii
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from aws_cdk import Duration, Names, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cloudwatch, aws_dynamodb as dynamodb, aws_events as events
+from aws_cdk import aws_events_targets as targets, aws_iam as iam, aws_logs as logs, aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
 
-from aws_cdk import (
-    Duration,
-    Names,
-    Stack,
-    RemovalPolicy,
-    aws_cloudwatch as cloudwatch,
-    aws_dynamodb as dynamodb,
-    aws_events as events,
-    aws_events_targets as targets,
-    aws_iam as iam,
-    aws_lambda as lambda_,
-    aws_logs as logs,
-    aws_sqs as sqs,
-    aws_stepfunctions as sfn,
-    aws_stepfunctions_tasks as tasks,
-)
-from constructs import Construct, IValidation
-
-from locked_workflow.constructs_lib.custom_state import JsonataCustomState
-from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from locked_workflow.constructs_lib.fair_mutex import FairMutex
-from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
-from locked_workflow.constructs_lib.monitoring import LockMonitoring
-from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
-from locked_workflow.constructs_lib.lock_table import LockTable
 from locked_workflow.constructs_lib import prop_types
-from locked_workflow.state_machines import fair_protocol
+from locked_workflow.constructs_lib.janitor import LockJanitor
+from locked_workflow.constructs_lib.lock import A_LOCK, Lock
+from locked_workflow.constructs_lib.lock_table import LockTable
+from locked_workflow.constructs_lib.locked_section import DEFAULT_LIVENESS_CHECK_EVERY, DEFAULT_MAX_WAIT, LockedSection
+from locked_workflow.constructs_lib.monitoring import LockMonitoring
 from locked_workflow.state_machines import lock_protocol as protocol
-from locked_workflow.state_machines import multikey_protocol as multikey
-from locked_workflow.state_machines import semaphore_protocol
-from locked_workflow.state_machines.lock_protocol import WaitPolicy, jsonata
+from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 #: Margin added to the state machine timeout to form the default lease.
 LEASE_MARGIN = Duration.minutes(5)
 #: Default state machine timeout of LockedWorkflow.
 DEFAULT_TIMEOUT = Duration.hours(1)
-#: Default longest time a run waits for a held lock (or half the timeout, if shorter).
-DEFAULT_MAX_WAIT = Duration.minutes(15)
-#: Default: a waiter asks whether the holder still runs on every this-many-th round of polls.
-DEFAULT_LIVENESS_CHECK_EVERY = 2
 #: Express workflows cannot run longer than this.
 EXPRESS_MAX_DURATION = Duration.minutes(5)
-#: Stop grace when the protected work has a task whose longest run the construct cannot see
-#: (no ``TimeoutSeconds``, not a Lambda of this app): the longest a Lambda invocation can run.
-DEFAULT_STOP_GRACE = Duration.minutes(15)
-#: Added to the longest task timeout found: delivery and clock slack.
-STOP_GRACE_MARGIN_S = 5
-#: A Lambda function without a timeout of its own runs for at most 3 s.
-LAMBDA_DEFAULT_TIMEOUT_S = 3
-
-_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
-
-
-def _seconds(duration: Duration) -> Optional[float]:
-    """The duration in seconds, or None while it is an unresolved token."""
-    return None if duration.is_unresolved() else duration.to_milliseconds() / 1000
-
-
-def _concrete_ms(name: str, duration: Duration) -> int:
-    """Milliseconds of a duration that ends up inside a JSONata expression (no tokens)."""
-    if not isinstance(duration, Duration):
-        raise ValueError(f"`{name}` must be a Duration, got: {duration!r}")
-    if duration.is_unresolved():
-        raise ValueError(f"`{name}` must be a concrete duration, got: a token ({duration.to_string()})")
-    return int(duration.to_milliseconds())
-
-
-def _validate_wait_policy(policy: WaitPolicy) -> None:
-    if not isinstance(policy.first_interval, int) or policy.first_interval < 1:
-        raise ValueError(
-            "`wait_policy.first_interval` must be a whole number of seconds >= 1, "
-            f"got: {policy.first_interval!r}"
-        )
-    if not isinstance(policy.max_interval, int) or policy.max_interval < policy.first_interval:
-        raise ValueError(
-            "`wait_policy.max_interval` must be a whole number of seconds >= first_interval "
-            f"({policy.first_interval}), got: {policy.max_interval!r}"
-        )
-    if not isinstance(policy.retries_per_round, int) or not 0 <= policy.retries_per_round <= 20:
-        raise ValueError(
-            "`wait_policy.retries_per_round` must be a whole number from 0 to 20, "
-            f"got: {policy.retries_per_round!r}"
-        )
-    if not 1.0 <= float(policy.backoff_rate) <= 10.0:
-        raise ValueError(
-            f"`wait_policy.backoff_rate` must be between 1.0 and 10.0, got: {policy.backoff_rate!r}"
-        )
-
-
-# Sections being rendered, outermost first: a section rendered inside another one's branch
-# learns here which sections enclose it (re-entrancy, variable clashes).
-_rendering = threading.local()
-
-
-def _enclosing_sections() -> list:
-    return list(getattr(_rendering, "stack", []))
-
-
-class _SectionState(sfn.Parallel):
-    """The section's Parallel: its Arguments are known only when it is rendered, because
-    only then is it known which sections enclose it."""
-
-    def __init__(self, scope: Construct, construct_id: str, *, section: "LockedSection", **props: Any):
-        super().__init__(scope, construct_id, **props)
-        self._section = section
-
-    def to_state_json(self, *args: Any) -> Any:
-        enclosing = _enclosing_sections()
-        problem = self._section._nesting_problem(enclosing)
-        if problem:  # at synth: the state machine's definition is rendered
-            raise ValueError(problem)
-        stack = getattr(_rendering, "stack", [])
-        stack.append(self._section)
-        _rendering.stack = stack
-        try:
-            rendered = dict(super().to_state_json(*args))
-        finally:
-            stack.pop()
-        grace = self._section.stop_grace_ms(rendered)
-        rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing, grace))
-        problem = self._section._concurrent_reentry_problem(rendered)
-        if problem:
-            raise ValueError(problem)
-        self._section._guard_work(rendered)
-        return rendered
-
-
-class LockedSection(sfn.StateMachineFragment):
-    """A fragment that runs ``protected`` while holding an exclusive lock on a DynamoDB item.
-
-    One Parallel state (named after the construct id) whose single branch is::
-
-        Acquire --held--> Held? --waited max_wait--> Timeout (fails Lock.Timeout)
-           ^                 |--every n-th round--> Inspect -> HolderIsExecution? -> DescribeHolder --.
-           |                 \\--> Wait <---------------------------------------------------------'
-           |--ok--> protected work --> Release --condition failed--> Lost (fails Lock.Lost)
-                        \\--any error--> ReleaseAfterError --> Rethrow (the error, States.* renamed)
-
-    The Parallel's entry draws the acquisition's owner (``<execution ARN>#<uuid>``) and
-    validates the key (``Lock.InvalidKey`` before any DynamoDB call). Ownership is per
-    acquisition: Map iterations, Parallel branches and repeated runs of one execution are
-    separate holders and serialize like separate executions.
-
-    The protected work reads the lock as ``$lock`` (or ``$<lock_variable>``): ``key``,
-    ``owner``, ``fence``, ``acquiredAt``, ``expiresAt`` (epoch ms). The variable lives inside
-    the section: states after it cannot read it. The work's input is the section's input; the
-    section's output is the work's output.
-
-    Nesting: a section inside another section's protected work, on the same table and the same
-    key at run time, passes through (re-entrant): it writes nothing, its work runs under the
-    enclosing hold and reads the same ``fence``, and leaving it does not free the enclosing
-    lock. A different key is an ordinary nested lock. Nested sections need different
-    ``lock_variable`` names (refused at synth otherwise).
-
-    Redrive: a redriven execution that re-enters the section (stopped or failed inside it)
-    acquires again, with a new owner, before any of its protected work runs again; the work
-    runs from its start.
-
-    :param lock_key: JSONata template whose value is the resource to serialize on, e.g.
-        ``"{% $states.input.detail.customerId %}"``. At run time it must be a non-empty
-        string whose stored form ``<namespace>#<key>`` is at most 2048 bytes of UTF-8, else
-        the section fails with ``Lock.InvalidKey`` before any DynamoDB call.
-    :param protected: the work to run under the lock (any ``IChainable``). A single task
-        state with no Catch of its own gets the lock's Catch directly; anything else is
-        wrapped in a one-branch Parallel (one more state transition).
-    :param table: the lock table (partition key ``pk``, string); or give ``record_table``.
-    :param lock_keys: instead of ``lock_key``: a JSONata template whose value is an array of
-        keys (1 to 100 after de-duplication), all locked at once with one transaction; the work
-        reads ``$lock.keys`` and ``$lock.fences`` (stored key -> fence). Default: none.
-    :param limit: holders admitted per key at once (a semaphore of ``limit`` slots, 1 to 32;
-        every participant of a key must use the same limit). Default: 1 (a mutex).
-    :param record_table: instead of ``table``: keep the lock on the records of this table,
-        whose string partition key (no sort key) is the lock key; the work reads the record as
-        ``$lock.item`` and may return ``recordUpdate`` (``{"set": {name: AttributeValue},
-        "remove": [name]}``), written by the release. Not re-entrant. Default: none.
-    :param record_key_attribute: the record table's partition key, needed when its schema
-        cannot be read (an imported table). Default: read from the table.
-    :param record_must_exist: with ``record_table``, a missing record fails with
-        ``Lock.RecordMissing``; ``False`` lets the acquire create it. Default: ``True``.
-    :param lease: how long an acquisition stays valid if never released. Set it longer than
-        the longest time the section can run; a shorter lease trades safety (another run
-        may take over a live holder, whose late writes only its fence can reject) for
-        faster recovery from crashed holders.
-    :param key_namespace: prefix of the stored key, ``<namespace>#<key>`` (also for ``""``:
-        ``#<key>``); share it with any ``LockClient`` taking part in the same lock.
-        Default: ``""``.
-    :param max_wait: longest time to wait for a held lock before failing with
-        ``Lock.Timeout``; ``Duration.seconds(0)`` fails at once. The timeout comes after
-        ``max_wait`` and before ``max_wait`` + one round of polls (at most half of
-        ``max_wait`` more), request latencies aside. Default: 15 minutes.
-    :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 2 s,
-        backoff 1.5, at most 5 s between attempts, jitter on, 8 retries per round.
-    :param stop_grace: how long the lock of a holder whose execution ended without releasing
-        it (stopped, timed out, failed past every Catch) stays held after that end: Step
-        Functions does not stop a running Lambda invocation, activity or callback worker.
-        Default: the longest run a task of the protected work may have (a Lambda task: its
-        function's timeout, whatever its ``TimeoutSeconds``; other tasks: their
-        ``TimeoutSeconds``) plus 5 s; 15 minutes if some task's longest run cannot be seen.
-    :param lock_variable: name of the variable holding the lock (the section also uses
-        ``<name>Wait``, ``<name>Holder`` and ``<name>Redrives``). Default: ``"lock"``.
-    :param liveness_check_every: on every this-many-th round of polls a waiter asks Step
-        Functions whether the holder's execution still runs, and takes the lock over from one
-        that ended longer than its stop grace ago; ``0`` leaves the states out. The check
-        needs ``states:DescribeExecution`` on the holders' executions: see
-        :meth:`recover_stale_holders`. Default: ``2``.
-    :param history_event_budget: refuse a ``max_wait``/``wait_policy`` whose wait loop could
-        record more history events than this (a Standard execution stops at 25,000); ``None``
-        skips the check (Express). Default: 20,000.
-    :param fair: a fair lock (single ``lock_key`` on a lock ``table``): waiters queue on the
-        lock item and are granted the lock in arrival order; a waiter parks on a task token
-        (``.waitForTaskToken``, STANDARD state machines) and the release wakes the head of
-        the queue (``SendTaskSuccess``) - no polling (see ``fair_polling`` for EXPRESS). The
-        uncontended path is the mutex's single write. Every participant of a key should be
-        fair (a polling one may take a free lock ahead of the queue, and does not wake it).
-        See :mod:`locked_workflow.state_machines.fair_protocol`. ``wait_policy`` is not used (but with
-        ``fair_polling``). Default: ``False``.
-    :param fair_polling: with ``fair``: the waiters poll as the head instead of parking, and
-        keep their place in the queue alive with a lease (a dead one is dequeued by the others
-        once its lease ends); for EXPRESS state machines, which cannot park on a task token
-        (``LockedWorkflow`` sets it for them). Uses ``wait_policy``. Default: ``False``.
-    :param detect_cancellation: the holder keeps a presence branch beside its work - a
-        callback task whose token it registers on the lock item (per hold: two more writes,
-        one read and up to five more state transitions) - so that a waiter's liveness check learns at once
-        when Step Functions cancelled the holding branch while the execution runs on (a sibling
-        branch or iteration failed and the user caught the Parallel's or Map's failure: no
-        Catch runs and no event is sent). The waiter's ``SendTaskHeartbeat`` on the token then
-        fails with ``TaskTimedOut`` and the lock is held for the stop grace from that moment,
-        not for the rest of the lease. Needs a STANDARD state machine (EXPRESS cannot park on a
-        task token: set ``False`` there; refused at synth otherwise). A multi-key hold writes
-        its token on every key it took, in one transaction. Default: ``True``.
-    :param park_timeout: with ``fair``: a parked waiter's fallback - after this long it looks
-        by itself (re-queues if dropped, asks whether the holder and a dead-looking head of
-        the queue still run, dequeues a dead head and wakes the next). It bounds what a lost
-        wake-up or a stopped participant costs. Whole seconds, 1 s to 1 hour.
-        Default: 30 seconds.
-    """
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        lock_key: Optional[str] = None,
-        protected: sfn.IChainable,
-        table: Optional[Union[dynamodb.ITable, "LockTable"]] = None,
-        lease: Duration,
-        lock_keys: Optional[str] = None,
-        limit: int = 1,
-        record_table: Optional[dynamodb.ITable] = None,
-        record_key_attribute: Optional[str] = None,
-        record_must_exist: bool = True,
-        key_namespace: str = "",
-        max_wait: Duration = DEFAULT_MAX_WAIT,
-        wait_policy: Optional[WaitPolicy] = None,
-        stop_grace: Optional[Duration] = None,
-        lock_variable: str = "lock",
-        liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
-        history_event_budget: Optional[int] = protocol.WAIT_LOOP_EVENT_BUDGET,
-        fair: bool = False,
-        park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
-        fair_polling: bool = False,
-        detect_cancellation: bool = True,
-    ) -> None:
-        super().__init__(scope, construct_id)
-        protected = prop_types.chainable("protected", protected)
-        table = prop_types.table("table", table)
-        record_table = prop_types.table("record_table", record_table)
-        prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
-        wait_policy = wait_policy or WaitPolicy()
-        if not isinstance(detect_cancellation, bool):
-            raise ValueError(f"`detect_cancellation` must be True or False, got: {detect_cancellation!r}")
-        if not isinstance(liveness_check_every, int) or liveness_check_every < 0:
-            raise ValueError(
-                "`liveness_check_every` must be a whole number of rounds >= 0 (0 turns the check "
-                f"off), got: {liveness_check_every!r}"
-            )
-        self.kind = _lock_kind(lock_key, lock_keys, limit)
-        if not isinstance(fair, bool):
-            raise ValueError(f"`fair` must be True or False, got: {fair!r}")
-        park_timeout_ms = _concrete_ms("park_timeout", park_timeout)
-        if not 1000 <= park_timeout_ms <= 3_600_000 or park_timeout_ms % 1000:
-            raise ValueError(
-                f"`park_timeout` must be whole seconds from 1 s to 1 hour, got: {park_timeout_ms / 1000} s"
-            )
-        if fair:
-            if type(self.kind) is not Mutex or record_table is not None:
-                raise ValueError(
-                    "`fair` must be used with a single `lock_key` on a lock `table` (limit 1), got: a "
-                    f"{'record' if record_table is not None else self.kind.name} lock"
-                )
-            if liveness_check_every == 0 and not fair_polling:
-                raise ValueError(
-                    "`liveness_check_every` must be at least 1 with `fair=True` (a parked waiter's "
-                    "fallback asks whether the holder and the head of the queue still run), got: 0"
-                )
-            self.kind = FairMutex(self.kind.user_key, park_timeout_s=park_timeout_ms // 1000, polling=fair_polling)
-        if (table is None) == (record_table is None):
-            raise ValueError(
-                "`table` (a lock table) or `record_table` (a lock on the records) must be given, "
-                f"exactly one of them, got: table={table!r}, record_table={record_table!r}"
-            )
-        if record_table is not None:
-            if type(self.kind) is not Mutex:
-                raise ValueError(
-                    f"`record_table` must be used with a single `lock_key` and limit 1, got: a {self.kind.name} lock"
-                )
-            if key_namespace:
-                raise ValueError(
-                    "`key_namespace` must be empty with `record_table` (the key is the record's own), "
-                    f"got: {key_namespace!r}"
-                )
-            self.kind = RecordLock(
-                self.kind.user_key,
-                key_attribute=_record_key_attribute(record_table, record_key_attribute),
-                must_exist=record_must_exist,
-            )
-            table = record_table
-        elif record_key_attribute is not None:
-            raise ValueError(f"`record_key_attribute` must be left unset without `record_table`, got: {record_key_attribute!r}")
-        problem = protocol.namespace_problem(key_namespace)
-        if problem:
-            raise ValueError(f"`key_namespace` {problem}")
-        if not _VARIABLE_NAME.fullmatch(lock_variable or "") or lock_variable == "states":
-            raise ValueError(
-                "`lock_variable` must be a JSONata variable name of at most 51 characters (a "
-                f"letter or _, then letters, digits or _, not 'states'), got: {lock_variable!r}"
-            )
-        lease_ms = _concrete_ms("lease", lease)
-        if lease_ms < 1000:
-            raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
-        _validate_wait_policy(wait_policy)
-        if max_wait is None and fair and not fair_polling:  # wait as long as the history allows
-            max_wait = Duration.seconds(fair_protocol.unlimited_wait_s(park_timeout_ms // 1000, history_event_budget))
-        max_wait_ms = _concrete_ms("max_wait", max_wait)
-        if max_wait_ms < 0:
-            raise ValueError(f"`max_wait` must not be negative, got: {max_wait_ms / 1000} s")
-        if history_event_budget is not None:
-            needed = (
-                fair_protocol.worst_case_park_events(park_timeout_ms / 1000, max_wait_ms / 1000)
-                if fair and not fair_polling else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
-            )
-            if needed > history_event_budget and fair:
-                raise ValueError(
-                    f"`max_wait` must keep the queue's wait under {history_event_budget} history events "
-                    f"(of the {protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: "
-                    f"{max_wait_ms / 1000} s, which can take {needed} events with park_timeout="
-                    f"{park_timeout_ms / 1000} s; raise park_timeout or lower max_wait"
-                )
-            if needed > history_event_budget:
-                raise ValueError(
-                    f"`max_wait` must keep the wait loop under {history_event_budget} history events "
-                    f"(of the {protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: "
-                    f"{max_wait_ms / 1000} s, which can take {needed} events with "
-                    f"wait_policy.max_interval={wait_policy.max_interval} s and "
-                    f"liveness_check_every={liveness_check_every}; raise wait_policy.max_interval "
-                    "(or first_interval) or lower max_wait"
-                )
-
-        self.table = table
-        self.lock_variable = lock_variable
-        self.key_namespace = key_namespace
-        self.max_wait = max_wait
-        self.wait_policy = wait_policy
-        self.lease = lease
-        self.liveness_check_every = liveness_check_every
-        self.variables = {
-            "lock": lock_variable,
-            "wait": f"{lock_variable}Wait",
-            "holder": f"{lock_variable}Holder",
-            "redrives": f"{lock_variable}Redrives",
-            "lost": f"{lock_variable}Lost",
-            "presence": f"{lock_variable}Presence",
-        }
-        self._key_expression = self.kind.key_expression(key_namespace)
-        self._max_wait_ms = max_wait_ms
-        self._construct_id = construct_id
-        self._state_names: set[str] = set()  # every lock state's name (see _name)
-        self._liveness_grants: list = []
-
-        # (a fair lock's EXPRESS waiters poll: no task tokens there)
-        self.detect_cancellation = detect_cancellation and self.kind.presence and not getattr(self.kind, "polling", False)
-        self._lease_ms = lease_ms
-        self._lost: Optional[sfn.State] = None
-        self.protected = (
-            self._build_hold(protected) if self.detect_cancellation
-            else _catching(self, protected, self._name("Protected"))
-        )
-        self._stop_grace = stop_grace
-        if stop_grace is not None and _concrete_ms("stop_grace", stop_grace) < 0:
-            raise ValueError(f"`stop_grace` must not be negative, got: {stop_grace.to_seconds()} s")
-
-        self._pending_after_acquire: list = []
-        self.rethrow = sfn.Fail.jsonata(
-            self,
-            "Rethrow",
-            state_name=self._name("Rethrow"),
-            error=jsonata(protocol.rethrow_error_expression()),
-            cause=jsonata(protocol.rethrow_cause_expression()),
-        )
-        self._start, self.acquire, acquired = self.kind.build_acquire(self, lease_ms)
-        if not getattr(self.kind, "builds_own_wait_path", False):
-            self._build_wait_path()
-        self._build_error_path()
-        self.release = self._build_release()
-        acquired.next(self.protected).next(self.release)
-        self.section_state = self._build_entry()
-        if self.detect_cancellation:
-            self.node.add_validation(_NotInExpress(self))
-
-    # -- wiring -------------------------------------------------------------------------
-
-    def _name(self, suffix: str) -> str:
-        """The name of one of this section's lock states (recorded: the work's tasks are
-        guarded, the lock's own states are not)."""
-        name = f"{self._construct_id}.{suffix}"
-        self._state_names.add(name)
-        return name
-
-    def _build_wait_path(self) -> None:
-        """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
-        v, policy, max_wait_ms = self.variables, self.wait_policy, self._max_wait_ms
-        timeout = sfn.Fail.jsonata(
-            self,
-            "Timeout",
-            state_name=self._name("Timeout"),
-            error=protocol.ERROR_TIMEOUT,
-            cause=f"the lock was held by another run for longer than max_wait ({max_wait_ms} ms)",
-        )
-        refused = self.kind.refused
-        if max_wait_ms == 0:
-            self.acquire.add_catch(timeout, errors=[refused])
-            return
-        retries = policy.retries_for(max_wait_ms / 1000)
-        if retries:  # fast polls: the acquire retries the refused write itself
-            self.acquire.add_retry(
-                errors=[refused],
-                interval=Duration.seconds(policy.first_interval),
-                backoff_rate=policy.backoff_rate,
-                max_delay=Duration.seconds(policy.max_interval),
-                max_attempts=retries,
-                jitter_strategy=sfn.JitterType.FULL if policy.jitter else sfn.JitterType.NONE,
-            )
-        self._wait = JsonataCustomState(
-            self,
-            self._name("Wait"),
-            state_json={
-                "Type": "Wait",
-                "QueryLanguage": "JSONata",
-                "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], max_wait_ms)),
-            },
-        )
-        held = sfn.Choice.jsonata(self, "Held", state_name=self._name("Held?"))
-        held.when(
-            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], max_wait_ms))),
-            timeout,
-        )
-        if self.liveness_check_every:
-            held.when(
-                sfn.Condition.jsonata(
-                    jsonata(protocol.liveness_due_expression(v["wait"], self.liveness_check_every))
-                ),
-                self._liveness_check(),
-            )
-        held.otherwise(self._wait.next(self.acquire))
-        self.acquire.add_catch(
-            held,
-            errors=[refused],
-            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
-            outputs=jsonata("$states.input"),
-        )
-
-    def _liveness_check(self) -> sfn.IChainable:
-        """Inspect the lock; if its holder's execution ended longer than its grace ago, mark
-        it stale. Every path goes through the Wait, so each round lets time pass."""
-        v = self.variables
-        projection, projection_names = protocol.holder_projection(self.kind.item)
-        inspect = tasks.DynamoGetItem.jsonata(
-            self,
-            self._name("Inspect"),
-            table=self.table,
-            key={self.kind.item.key_attribute: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
-            consistent_read=True,
-            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
-            expression_attribute_names=projection_names,
-            assign={v["holder"]: jsonata(protocol.holder_expression(self.kind.item))},
-            outputs=jsonata("$states.input"),
-        )
-        retry_transient(inspect)
-        inspect.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        describe = JsonataCustomState(
-            self,
-            self._name("DescribeHolder"),
-            state_json={
-                "Type": "Task",
-                "QueryLanguage": "JSONata",
-                "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:sfn:describeExecution",
-                "Arguments": {
-                    "ExecutionArn": jsonata(protocol.holder_execution_expression(v["holder"]))
-                },
-                "Assign": {
-                    v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"]))
-                },
-                "Output": jsonata("$states.input"),
-            },
-        )
-        describe.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        describe.next(self._wait)
-        is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self._name("HolderIsExecution?"))
-        is_execution.when(
-            sfn.Condition.jsonata(jsonata(protocol.holder_present_expression(v["holder"]))),
-            self._probe_presence(describe),
-        ).when(
-            sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(v["holder"]))),
-            describe,
-        ).otherwise(self._wait)
-        return inspect.next(is_execution)
-
-    def _probe_presence(self, describe: sfn.State) -> sfn.State:
-        """``SendTaskHeartbeat`` on the holder's presence token: accepted, the holding branch
-        still runs (wait on); ``TaskTimedOut``, it ended without releasing - ABANDONED, the lock
-        is held for its stop grace from now; any other answer: ask about the execution."""
-        v = self.variables
-        probe = tasks.CallAwsService.jsonata(
-            self, "Probe", state_name=self._name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
-            parameters={"TaskToken": jsonata(f"${v['holder']}.presence")},
-            iam_action="states:SendTaskHeartbeat",
-            # task tokens cannot be scoped by IAM: the one resource is *
-            iam_resources=["*"],
-            outputs=jsonata("$states.input"),
-        )
-        abandoned = update_item_task(
-            self, self._name("Abandoned"), self.table,
-            protocol.abandoned_arguments(holder_variable=v["holder"], item=self.kind.item),
-        )
-        retry_transient(abandoned)
-        abandoned.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        probe.add_catch(abandoned, errors=[protocol.PRESENCE_GONE], outputs=jsonata("$states.input"))
-        probe.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        probe.next(self._wait)
-        abandoned.next(self._wait)
-        return probe
-
-    def _lost_state(self) -> sfn.State:
-        """``Lock.Lost``: the lock was taken over before it was released."""
-        if self._lost is None:
-            lock = "$" + self.variables["lock"]
-            self._lost = sfn.Fail.jsonata(
-                self,
-                "Lost",
-                state_name=self._name("Lost"),
-                error=protocol.ERROR_LOST,
-                cause=jsonata(
-                    f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
-                    f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
-                    " & ') was taken over by another holder before it was released'"
-                ),
-            )
-        return self._lost
-
-    def _build_release(self) -> sfn.State:
-        """Release on success (the kind's writes), ``Lock.Lost`` when the lock was taken over."""
-        left = sfn.Succeed(self, "LeftReentered", state_name=self._name("LeftReentered"))
-        return self.kind.build_release(self, self._lost_state(), left)
-
-    def _build_hold(self, work: sfn.IChainable) -> sfn.Parallel:
-        """The hold (``detect_cancellation``): a Parallel of the work and the presence branch.
-
-        Work branch: ``work --> Depart --> Departed --> Dismiss``. DEPART (owner-conditioned)
-        closes the acquisition's presence; ``Departed`` reads the token its presence branch
-        registered, if any, and ``Dismiss`` (``SendTaskSuccess``) ends that branch. Presence branch: ``Presence``, a
-        ``.waitForTaskToken`` UpdateItem (PRESENT) that parks until dismissed - its token, on the
-        lock item, is what a waiter's liveness check probes. Both are writes on the one lock item,
-        so whichever comes first, the other sees it: a presence registered after DEPART is
-        refused (and its branch ends), one registered before is read after it.
-
-        A cancelled hold - Step Functions cancels a branch when a sibling branch or iteration
-        of a user's Parallel or Map fails, without running its Catch - closes the presence
-        task with it: the token then answers ``TaskTimedOut`` (ABANDONED). The work runs in a
-        Parallel of its own only if it has a ``Succeed`` state, which would end the work branch
-        without DEPART.
-        """
-        v = self.variables
-        item = self.kind.item
-        if any(isinstance(s, sfn.Succeed) for s in _reachable_states(work)):
-            work = sfn.Parallel.jsonata(
-                self, "Protected", state_name=self._name("Protected"), outputs=jsonata("$states.result[0]")
-            ).branch(work)
-        lost = sfn.Fail.jsonata(
-            self, "LostInHold", state_name=self._name("LostInHold"), error=protocol.SIGNAL_LOST_IN_HOLD,
-            cause="the lock was taken over before the work was over",
-        )
-        worked = sfn.Succeed(self, "Worked", state_name=self._name("Worked"))
-        key = self.kind.presence_key(self)
-        depart = update_item_task(
-            self, self._name("Depart"), self.table,
-            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
-        )
-        retry_transient(depart)
-        depart.add_catch(lost, errors=[protocol.CONDITION_FAILED])
-        depart.add_catch(worked, errors=[protocol.QUERY_EVALUATION_ERROR])  # a re-entered hold
-        projection, projection_names = protocol.presence_projection(item)
-        read = tasks.DynamoGetItem.jsonata(
-            self, self._name("Departed"), table=self.table,
-            key={item.key_attribute: attribute_value({"S": jsonata(key)})},
-            consistent_read=True,
-            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
-            expression_attribute_names=projection_names,
-            assign={v["presence"]: jsonata(protocol.departed_token_expression(v["lock"], item))},
-            outputs=jsonata("$states.input"),
-        )
-        retry_transient(read)
-        dismiss = tasks.CallAwsService.jsonata(
-            self, "Dismiss", state_name=self._name("Dismiss"), service="sfn", action="sendTaskSuccess",
-            parameters={"TaskToken": jsonata("$" + v["presence"]), "Output": "{}"},
-            iam_action="states:SendTaskSuccess",
-            # task tokens cannot be scoped by IAM: the one resource is *
-            iam_resources=["*"],
-            outputs=jsonata("$states.input"),
-        )
-        # no token registered, or its task is over already: nothing to end, no retry. Any other
-        # error is tried again: until the presence branch ends, the hold (and the lock) stays on
-        dismiss.add_retry(errors=list(protocol.DISMISS_OVER), max_attempts=0)
-        r = protocol.DISMISS_RETRY
-        dismiss.add_retry(errors=["States.ALL"], interval=Duration.seconds(r["interval_s"]),
-                          backoff_rate=r["backoff_rate"], max_attempts=r["max_attempts"],
-                          jitter_strategy=sfn.JitterType.FULL)
-        dismiss.add_catch(worked, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        # (the read's errors: the branch fails, the hold's Catch releases - the lock is mine)
-        work_branch = sfn.Chain.start(work).next(depart).next(read).next(dismiss)
-
-        gone = sfn.Succeed(self, "PresenceOver", state_name=self._name("PresenceOver"))
-        lease_s = -(-self._lease_ms // 1000)
-        action, arguments = self.kind.presence_task(self)
-        presence = JsonataCustomState(self, self._name("Presence"), state_json={
-            "Type": "Task",
-            "QueryLanguage": "JSONata",
-            "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:dynamodb:{action}.waitForTaskToken",
-            "Arguments": arguments,
-            # past the lease the lock is anyone's: the presence need not outlive it. A heartbeat
-            # timeout, so that AWS accepts the probes' heartbeats under any reading
-            "TimeoutSeconds": lease_s + 1,
-            "HeartbeatSeconds": lease_s,
-            "Output": jsonata("$states.input"),
-        })
-        # short retries: they bound how long a closed token of a failed attempt can stand
-        # (protocol.PRESENCE_SETTLE_MS); a multi-key hold's transaction refused (as below) or in
-        # conflict with another one (a waiter's acquire) is tried again: it wrote nothing
-        r = protocol.PRESENCE_RETRY
-        presence.add_retry(errors=[*multikey.TRANSIENT_ERRORS, multikey.TRANSACTION_CANCELED],
-                           interval=Duration.seconds(r["interval_s"]), backoff_rate=r["backoff_rate"],
-                           max_attempts=r["max_attempts"], jitter_strategy=sfn.JitterType.FULL)
-        presence.add_catch(gone, errors=[
-            multikey.TRANSACTION_CANCELED,
-            protocol.SDK_CONDITION_FAILED,  # DEPART came first, or the lock is not mine any more
-            protocol.QUERY_EVALUATION_ERROR,  # a re-entered hold
-            "States.Timeout", "States.HeartbeatTimeout",
-        ])
-        # the registration failed (it may have written a token that is closed now): DEPART rules
-        # any token of this acquisition out; if even that fails, the hold ends (retired)
-        unsure = update_item_task(
-            self, self._name("PresenceUnsure"), self.table,
-            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
-        )
-        r = protocol.PRESENCE_UNSURE_RETRY
-        unsure.add_retry(errors=list(protocol.TRANSIENT_ERRORS), interval=Duration.seconds(r["interval_s"]),
-                         backoff_rate=r["backoff_rate"], max_attempts=r["max_attempts"],
-                         jitter_strategy=sfn.JitterType.FULL)
-        unsure.add_catch(gone, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR])
-        unsure.add_catch(sfn.Fail.jsonata(
-            self, "PresenceUnknown", state_name=self._name("PresenceUnknown"),
-            error=protocol.ERROR_PRESENCE_UNKNOWN,
-            cause="the holder's presence could neither be registered nor ruled out",
-        ), errors=["States.ALL"])
-        presence.add_catch(unsure, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        presence.next(gone)
-        unsure.next(gone)
-
-        hold = sfn.Parallel.jsonata(
-            self, "Hold", state_name=self._name("Hold"), outputs=jsonata("$states.result[0]"),
-        ).branch(work_branch).branch(presence)
-        hold.add_catch(self._lost_state(), errors=[protocol.SIGNAL_LOST_IN_HOLD])
-        return hold
-
-    def build_mutex_release(
-        self,
-        lost: sfn.State,
-        left: sfn.State,
-        *,
-        release_task=None,
-        query_error_outputs: str = "$states.input",
-        after_release: Optional[sfn.IChainable] = None,
-    ) -> sfn.State:
-        """The mutex's release. A failed condition means the lock is not mine - unless a retried
-        release follows one whose response was lost (then it was released before the lease
-        could end: see released_before_expiry_expression).
-
-        ``release_task(state_name, first)``: the release write (default: the mutex's RELEASE);
-        a query error of the first one goes to ``left`` with ``query_error_outputs``."""
-        v = self.variables
-
-        def mutex_release(state_name: str, first: bool) -> sfn.TaskStateBase:
-            return update_item_task(
-                self, state_name, self.table,
-                protocol.release_arguments(lock_variable=v["lock"], reentrant=first, item=self.kind.item),
-            )
-
-        release_task = release_task or mutex_release
-        release = release_task(self._name("Release"), True)
-        release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
-        release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata(query_error_outputs))
-        again = release_task(self._name("ReleaseAgain"), False)
-        retry_transient(again)
-        release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
-        released_before = sfn.Choice.jsonata(self, "ReleasedBefore", state_name=self._name("ReleasedBefore?"))
-        released_before.when(
-            sfn.Condition.jsonata(jsonata(protocol.released_before_expiry_expression(v["lock"]))),
-            sfn.Succeed(self, "Released", state_name=self._name("Released")),
-        ).otherwise(lost)
-        again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        if after_release is not None:  # (a fair lock: wake the next waiter)
-            release.next(after_release)
-            again.next(after_release)
-        return release
-
-    def _build_error_path(self) -> None:
-        """Every error of the work: release, then fail with it (States.* renamed)."""
-        rethrow = self.rethrow
-        self._release_after_error = self.kind.build_release_after_error(self, rethrow)
-        # work that may still be in flight - a task timed out (Step Functions does not stop
-        # the invocation or worker behind it), or a task refused to resume after a redrive
-        # (the run before the stop may still be going): the acquisition is retired, held for
-        # its stop grace from now, not released
-        in_flight = sfn.Choice.jsonata(self, "InFlight", state_name=self._name("MayStillRun?"))
-        in_flight.when(sfn.Condition.jsonata(jsonata(protocol.may_still_run_expression())),
-                       self.kind.build_retire(self, rethrow))
-        in_flight.otherwise(self._release_after_error)
-        still_run = [*protocol.MAY_STILL_RUN_ERRORS] + ([protocol.ERROR_PRESENCE_UNKNOWN] if self.detect_cancellation else [])
-        self.protected.add_catch(in_flight, errors=[protocol.QUERY_EVALUATION_ERROR, *still_run])
-        self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
-        for state in self._pending_after_acquire:
-            state.add_catch(self._release_after_error, errors=["States.ALL"])
-
-    def after_acquire_failure(self, state: sfn.TaskStateBase) -> None:
-        """``state`` runs while the lock is held (before the work): its errors release it too."""
-        self._pending_after_acquire.append(state)
-
-    def build_mutex_release_after_error(self, rethrow: sfn.State) -> sfn.State:
-        release_after_error = update_item_task(
-            self,
-            self._name("ReleaseAfterError"),
-            self.table,
-            protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True, item=self.kind.item),
-        )
-        retry_transient(release_after_error)
-        release_after_error.add_catch(
-            rethrow,
-            errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR],
-            outputs=jsonata("$states.input"),
-        )
-        return release_after_error.next(rethrow)
-
-    def _build_entry(self) -> sfn.Parallel:
-        """The section's Parallel: entry record, redrive gate, bad keys."""
-        v = self.variables
-        section = _SectionState(
-            self,
-            "Section",
-            section=self,
-            state_name=self._construct_id,
-            query_language=sfn.QueryLanguage.JSONATA,
-            comment=f"Exclusive lock ({self.node.path})",
-            outputs=jsonata("$states.result[0]"),
-        ).branch(self._start)
-        entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self._name("EntryFailed?"))
-        entry_failed.when(
-            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REDRIVEN))),
-            section,
-            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
-            outputs=jsonata("$states.input.sectionInput"),
-        )
-        entry_failed.when(
-            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.ERROR_INVALID_KEY))),
-            sfn.Fail.jsonata(
-                self, "InvalidKey", state_name=self._name("InvalidKey"),
-                error=protocol.ERROR_INVALID_KEY,
-                cause=jsonata(protocol.message_of_expression(protocol.ERROR_INVALID_KEY)),
-            ),
-        )
-        entry_failed.otherwise(
-            sfn.Fail.jsonata(
-                self, "Failed", state_name=self._name("Failed"),
-                error=jsonata(protocol.rethrow_error_expression()),
-                cause=jsonata(protocol.rethrow_cause_expression()),
-            )
-        )
-        entry_failed.when(  # a task of the work refused to resume after a redrive
-            sfn.Condition.jsonata(jsonata(protocol.resumed_again_expression(v["redrives"]))),
-            section,
-            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
-            outputs=jsonata("$states.input.sectionInput"),
-        )
-        section.add_catch(
-            entry_failed,
-            errors=[protocol.QUERY_EVALUATION_ERROR, protocol.SIGNAL_RESUMED],
-            outputs=jsonata("$merge([$states.errorOutput, {'sectionInput': $states.input}])"),
-        )
-        return section
-
-    def _concurrent_reentry_problem(self, rendered_section: dict) -> str:
-        """Re-entrancy is for sequential nesting only. A section nested in this one's work that
-        could pass through on this section's lock (same table and namespace, neither a lock on
-        records) must not run as concurrent children of one hold - iterations of a Map, or
-        sections in two branches of a Parallel: each would pass through, and all would be
-        inside at once with the same fence, which no fenced writer can tell apart. Such a shape
-        is refused ("" if there is none)."""
-        sections = {
-            f"Exclusive lock ({c.node.path})": c
-            for c in Stack.of(self).node.find_all() if isinstance(c, LockedSection) and c is not self
-        }
-
-        def could_pass_through(state: Mapping[str, Any]) -> "LockedSection | None":
-            inner = sections.get(state.get("Comment")) if state.get("Type") == "Parallel" else None
-            if (inner is not None and _same_table(inner.table, self.table)
-                    and inner.key_namespace == self.key_namespace
-                    and not isinstance(inner.kind, RecordLock) and not isinstance(self.kind, RecordLock)):
-                return inner
-            return None
-
-        def found(states: Mapping[str, Any]) -> "LockedSection | None":
-            """The first section in ``states`` (at any depth) that could pass through."""
-            for state in states.values():
-                inner = could_pass_through(state)
-                if inner is not None:
-                    return inner
-                for branch in _branches(state):
-                    inner = found(branch.get("States", {}))
-                    if inner is not None:
-                        return inner
-            return None
-
-        def problem(states: Mapping[str, Any]) -> str:
-            for name, state in states.items():
-                branches = _branches(state)
-                if state.get("Type") == "Map" and state.get("MaxConcurrency") != 1:
-                    inner = found(branches[0].get("States", {})) if branches else None
-                    if inner is not None:
-                        return _concurrent_message(self, inner, f"the iterations of Map {name!r}")
-                elif state.get("Type") == "Parallel" and len(branches) > 1:
-                    hits = [found(b.get("States", {})) for b in branches]
-                    hits = [h for h in hits if h is not None]
-                    if len(hits) > 1:
-                        return _concurrent_message(self, hits[0], f"the branches of Parallel {name!r}")
-                for branch in branches:
-                    nested = problem(branch.get("States", {}))
-                    if nested:
-                        return nested
-            return ""
-
-        for branch in rendered_section.get("Branches", []):
-            message = problem(branch.get("States", {}))
-            if message:
-                return message
-        return ""
-
-    def _guard_work(self, rendered_section: dict) -> None:
-        """Make every task of the protected work check, before it runs, that this section's
-        acquisition belongs to the execution's current redrive generation
-        (``lock_protocol.resumed_guard_expression``): a redrive resumes a branch at its
-        unsuccessful step, past the acquire. The lock's own states (this section's and nested
-        sections') are owner-conditioned writes and reads, safe at any time, and stay as they are;
-        a nested section's work gets this guard on top of its own."""
-        lock_states = set()
-        for construct in Stack.of(self).node.find_all():
-            if isinstance(construct, LockedSection):
-                lock_states |= construct._state_names
-        guard = protocol.resumed_guard_expression(self.lock_variable)
-        for name, state in _work_tasks(rendered_section, lock_states):
-            _guard_task(name, state, guard)
-
-    # -- render time --------------------------------------------------------------------
-
-    def _nesting_problem(self, enclosing: Sequence["LockedSection"]) -> str:
-        for outer in enclosing:
-            clash = set(self.variables.values()) & set(outer.variables.values())
-            if clash:
-                return (
-                    f"`lock_variable` must differ from that of the enclosing section "
-                    f"{outer.node.path!r} (an inner scope may not assign an outer scope's "
-                    f"variable), got: {self.lock_variable!r} (clashing: {sorted(clash)})"
-                )
-        return ""
-
-    def _entry_expression(self, enclosing: Sequence["LockedSection"], grace_ms: int) -> str:
-        same_table = [s for s in enclosing if _same_table(s.table, self.table)]
-        return protocol.section_entry_expression(
-            key_expression_=self._key_expression,
-            redrives_variable=self.variables["redrives"],
-            enclosing_lock_variables=[s.lock_variable for s in reversed(same_table)],
-            grace_ms=grace_ms,
-            key_field=self.kind.key_field,
-            holds_same_lock=self.kind.holds_same_lock,
-            extra_fields=self.kind.entry_fields([s.lock_variable for s in reversed(same_table)]),
-        )
-
-    def stop_grace_ms(self, rendered_section: Any = None) -> int:
-        """The stop grace in ms: ``stop_grace`` if given, else derived from the protected
-        work as rendered (branches of Parallel and Map states are only complete then)."""
-        if self._stop_grace is not None:
-            return _concrete_ms("stop_grace", self._stop_grace)
-        if rendered_section is None:
-            raise ValueError("`stop_grace` is derived when the state machine is rendered")
-        work = [s for s in _task_states(rendered_section) if not _is_lock_state(s)]
-        return int(derive_stop_grace(self, work).to_milliseconds())
-
-    # -- recovery -----------------------------------------------------------------------
-
-    def grant_liveness_check(self, state_machine: sfn.IStateMachine, *holders: str) -> None:
-        """Let ``state_machine`` (which runs this section) describe the executions of the
-        state machines named ``holders`` - the only IAM the liveness check needs. A separate
-        policy, so a state machine may name itself without a dependency cycle."""
-        if not self.liveness_check_every or not holders or state_machine.role is None:
-            return
-        stack = Stack.of(self)
-        iam.Policy(
-            self,
-            f"LivenessCheck{len(self._liveness_grants)}",
-            roles=[state_machine.role],
-            statements=[
-                iam.PolicyStatement(actions=["states:DescribeExecution"], resources=executions_of(stack, holders))
-            ],
-        )
-        self._liveness_grants.append(holders)
-
-    def recover_stale_holders(
-        self,
-        state_machine: sfn.StateMachine,
-        *,
-        shares_lock_with: Sequence[sfn.IStateMachine] = (),
-        logging: bool = True,
-    ) -> LockJanitor:
-        """Recover the locks of executions of ``state_machine`` that end without releasing:
-        create a :class:`LockJanitor` for it and grant the liveness check. One line::
-
-            section.recover_stale_holders(state_machine)
-
-        :param shares_lock_with: other state machines whose executions may hold this lock
-            (the liveness check may describe them). Default: none.
-        """
-        names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
-        self.grant_liveness_check(state_machine, *names)
-        return LockJanitor(
-            self, "Janitor", table=self.table, watched=[state_machine], logging=logging, item=self.kind.item,
-            fair=isinstance(self.kind, FairMutex),
-        )
-
-    @property
-    def start_state(self) -> sfn.State:
-        return self.section_state
-
-    @property
-    def end_states(self) -> List[sfn.INextable]:
-        return [self.section_state]
-
-
-def _lock_kind(lock_key: Optional[str], lock_keys: Optional[str], limit: int) -> Mutex:
-    """The lock kind the props ask for (validated)."""
-    if (lock_key is None) == (lock_keys is None):
-        raise ValueError(
-            "`lock_key` or `lock_keys` must be given (exactly one of them), got: "
-            f"lock_key={lock_key!r}, lock_keys={lock_keys!r}"
-        )
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= semaphore_protocol.MAX_LIMIT:
-        raise ValueError(
-            f"`limit` must be a whole number from 1 to {semaphore_protocol.MAX_LIMIT}, got: {limit!r}"
-        )
-    if lock_keys is not None:
-        if limit != 1:
-            raise ValueError(f"`limit` must be 1 with `lock_keys` (a multi-key lock is exclusive), got: {limit}")
-        return MultiKey(protocol.unwrap_jsonata(lock_keys, "lock_keys"))
-    user_key = protocol.unwrap_jsonata(lock_key)
-    return Semaphore(user_key, limit) if limit > 1 else Mutex(user_key)
-
-
-def _record_key_attribute(table: dynamodb.ITable, given: Optional[str]) -> str:
-    """The record table's partition key: read from its schema when the construct made it,
-    else ``given``. It must be a string and the only key (no sort key)."""
-    schema = None
-    if hasattr(table, "schema_v2"):
-        try:
-            schema = table.schema_v2()
-        except Exception:  # an imported table: no schema to read
-            schema = None
-    if schema is None or not schema.partition_keys:
-        if not given:
-            raise ValueError(
-                "`record_key_attribute` must name the record table's partition key when its schema "
-                "cannot be read (an imported table), got: None"
-            )
-        return given
-    partition = schema.partition_keys[0]
-    if len(schema.partition_keys) > 1 or partition.type != dynamodb.AttributeType.STRING:
-        raise ValueError(
-            f"`record_table` must have a string partition key (the lock key), got: {partition.name} "
-            f"of type {partition.type.name if hasattr(partition.type, 'name') else partition.type}"
-        )
-    if schema.sort_keys:
-        raise ValueError(
-            "`record_table` must have no sort key (one record per lock key), got: sort key "
-            f"{schema.sort_keys[0].name}"
-        )
-    if given is not None and given != partition.name:
-        raise ValueError(
-            f"`record_key_attribute` must be the table's partition key {partition.name!r}, got: {given!r}"
-        )
-    return partition.name
-
-
-def _same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
-    if a is b:
-        return True
-    return Stack.of(a).resolve(a.table_name) == Stack.of(b).resolve(b.table_name)
-
-
-def _is_lock_state(state: dict) -> bool:
-    """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is
-    (a fair waiter's park included: a stopped execution's park ends with it)."""
-    arguments = state.get("Arguments")
-    if isinstance(arguments, dict) and protocol.PRESENT.condition in json.dumps(arguments):
-        return True  # a hold's presence task (a multi-key hold's: inside its transaction)
-    return isinstance(arguments, dict) and arguments.get("ConditionExpression") in {
-        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)
-    }
-
-
-def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:
-    """How long a stopped holder's work may still run, plus a margin: for a Lambda task, its
-    function's timeout (when the function is part of this app) - Step Functions does not stop
-    an invocation when the task's own ``TimeoutSeconds`` ends, nor when the execution stops,
-    but Lambda ends it at the function's timeout; for an activity, a callback or a ``.sync``
-    job, its ``TimeoutSeconds`` (what the caller promises its worker stops by);
-    :data:`DEFAULT_STOP_GRACE` when a task's longest run cannot be seen."""
-    if not tasks_found:
-        return Duration.seconds(STOP_GRACE_MARGIN_S)
-    functions = [fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)]
-    longest = 0
-    for state in tasks_found:
-        resource = str(state.get("Resource", ""))
-        seconds = state.get("TimeoutSeconds")
-        if ":::lambda:invoke" in resource and _request_response(resource):
-            text = json.dumps(Stack.of(scope).resolve(state))
-            found = [fn for fn in functions
-                     if json.dumps(Stack.of(scope).resolve(fn.function_arn)) in text
-                     or json.dumps(Stack.of(scope).resolve(fn.function_name)) in text]
-            if len(found) != 1:
-                return DEFAULT_STOP_GRACE
-            timeout = found[0].timeout
-            longest = max(longest, timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S)
-        elif isinstance(seconds, (int, float)):
-            longest = max(longest, seconds)
-        elif _request_response(resource):
-            continue  # a DynamoDB or SDK call: over when the stop is (the margin covers it)
-        else:  # an activity, a callback or a .sync job: nothing bounds it but TimeoutSeconds
-            return DEFAULT_STOP_GRACE
-    return Duration.seconds(longest + STOP_GRACE_MARGIN_S)
-
-
-def _request_response(resource: str) -> bool:
-    return ":::" in resource and not resource.endswith((".sync", ".sync:2", ".waitForTaskToken"))
-
-
-def _branches(state: Mapping[str, Any]) -> list:
-    """The branches of a rendered Parallel, or the item processor of a Map, else none."""
-    if state.get("Type") == "Parallel":
-        return list(state.get("Branches", []))
-    if state.get("Type") == "Map":
-        processor = state.get("ItemProcessor") or state.get("Iterator")
-        return [processor] if processor else []
-    return []
-
-
-def _concurrent_message(outer: "LockedSection", inner: "LockedSection", where: str) -> str:
-    return (
-        f"a section nested in {outer.node.path!r} on the same table and `key_namespace` must not "
-        f"run in {where}: concurrent children of one hold would all re-enter it at once "
-        f"(re-entrancy is for sequential nesting), got: {inner.node.path!r} in {where}. Give the "
-        f"inner section another `key_namespace`, or set the Map's max_concurrency to 1"
-    )
-
-
-def _work_tasks(rendered_section: dict, lock_states: set):
-    """(name, task state) of every task of a rendered section's branch that is not a lock
-    state, in Parallel branches and inline Map item processors at any depth. A distributed
-    Map's items run as child executions, which cannot read the lock's variables: not entered
-    (their tasks are guarded by fencing only, as the README says)."""
-    def walk(states: Mapping[str, Any]):
-        for name, state in states.items():
-            if state.get("Type") == "Task" and name not in lock_states:
-                yield name, state
-            for branch in _branches(state):
-                if (branch.get("ProcessorConfig") or {}).get("Mode") != "DISTRIBUTED":
-                    yield from walk(branch.get("States", {}))
-
-    for branch in rendered_section.get("Branches", []):
-        yield from walk(branch.get("States", {}))
-
-
-#: Fields of a JSONPath state: the guard is a JSONata expression.
-_JSONPATH_FIELDS = ("Parameters", "InputPath", "OutputPath", "ResultPath", "ResultSelector")
-#: A task's default ``TimeoutSeconds`` (Amazon States Language: 99999999).
-_DEFAULT_TASK_TIMEOUT_S = 99999999
-
-
-def _guard_task(name: str, state: dict, guard: str) -> None:
-    """Evaluate ``guard`` (JSONata that raises or yields nothing) before the task ``state``
-    runs: in the first JSONata template of its ``Arguments`` (or, for a literal value, one
-    turned into a template), which Step Functions evaluates before it calls the resource.
-    A task without Arguments gets the guard in a JSONata ``TimeoutSeconds`` (its value kept,
-    or the default 99999999). A JSONPath task cannot be guarded: refused."""
-    if state.get("QueryLanguage") == "JSONPath" or any(f in state for f in _JSONPATH_FIELDS):
-        raise ValueError(
-            f"the protected work's task states must use JSONata (the lock guards each task "
-            f"against resuming without the lock after a redrive), got: JSONPath task {name!r}"
-        )
-    if "Arguments" in state and _guard_first_value(state, "Arguments", guard):
-        return
-    if "Arguments" not in state and state.get("QueryLanguage") != "JSONata":
-        raise ValueError(
-            f"the protected work's task states must use JSONata (set `query_language` or use "
-            f"the `.jsonata(...)` constructors), got: task {name!r} with no QueryLanguage"
-        )
-    timeout = state.get("TimeoutSeconds", _DEFAULT_TASK_TIMEOUT_S)
-    state["TimeoutSeconds"] = _guarded(timeout, guard)
-
-
-def _guard_first_value(container: Any, key: Any, guard: str) -> bool:
-    """Guard the first value (a template or a literal) found depth first under
-    ``container[key]``; False if there is none (empty objects and arrays only)."""
-    value = container[key]
-    if isinstance(value, (dict, list)):
-        keys = list(value) if isinstance(value, dict) else range(len(value))
-        return any(_guard_first_value(value, k, guard) for k in keys)  # stops at the first
-    container[key] = _guarded(value, guard)
-    return True
-
-
-def _guarded(value: Any, guard: str) -> str:
-    """A JSONata template that evaluates ``guard``, then yields ``value`` (a template's
-    expression, or a JSON literal)."""
-    if isinstance(value, str):
-        found = _TEMPLATE.fullmatch(value)
-        if found:
-            return jsonata(f"( {guard}; {found.group(1)} )")
-    return jsonata(f"( {guard}; {json.dumps(value)} )")
-
-
-_TEMPLATE = re.compile(r"\{%(.*)%\}", re.DOTALL)
-
-
-def _task_states(rendered: Any):
-    """Task states anywhere in a rendered state (Parallel branches, Map item processors)."""
-    if isinstance(rendered, dict):
-        if rendered.get("Type") == "Task" and "Resource" in rendered:
-            yield rendered
-        for value in rendered.values():
-            yield from _task_states(value)
-    elif isinstance(rendered, list):
-        for value in rendered:
-            yield from _task_states(value)
-
-
-@jsii.implements(IValidation)
-class _NotInExpress:
-    """A section with ``detect_cancellation`` parks a presence task on a task token, which
-    EXPRESS state machines refuse (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html):
-    found at synth, in the definitions of the stack's EXPRESS state machines."""
-
-    def __init__(self, section: "LockedSection") -> None:
-        self._section = section
-
-    def validate(self) -> List[str]:
-        stack = Stack.of(self._section)
-        marker = f"Exclusive lock ({self._section.node.path})"
-        for machine in stack.node.find_all():
-            if (isinstance(machine, sfn.CfnStateMachine)
-                    and stack.resolve(machine.state_machine_type) == "EXPRESS"
-                    and marker in json.dumps(stack.resolve(machine.definition_string))):
-                return [
-                    f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
-                    f"(it cannot park on a task token), got: True for {self._section.node.path!r} in "
-                    f"{machine.node.path!r}"
-                ]
-        return []
-
-
-def _reachable_states(work: sfn.IChainable) -> list:
-    """The states of ``work`` reachable from its start, Catch targets included (not inside
-    its Parallel branches or Map iterations)."""
-    return list(sfn.State.find_reachable_states(work.start_state, include_error_handlers=True))
-
-
-def _catching(scope: Construct, work: sfn.IChainable, state_name: str) -> sfn.State:
-    """A state that runs ``work`` and can carry the lock's Catch.
-
-    A lone task state without a Catch or a successor of its own carries it directly (the
-    cheapest form: no extra state); anything else runs in a one-branch Parallel, the only
-    way to Catch every error of an arbitrary chain.
-    """
-    if isinstance(work, sfn.TaskStateBase):
-        rendered = work.to_state_json()
-        if not rendered.get("Catch") and "Next" not in rendered:
-            return work
-    return sfn.Parallel.jsonata(
-        scope, "Protected", state_name=state_name, outputs=jsonata("$states.result[0]")
-    ).branch(work)
 
 
 class LockedWorkflow(Construct):
@@ -1236,11 +36,14 @@ class LockedWorkflow(Construct):
     re-raised, EventBridge triggers, a lock table (created, or the one given) and
     least-privilege IAM. See :class:`LockedSection` for the states and the ``$lock`` record.
 
-    :param lock_key: JSONata template for the resource to serialize on, e.g.
-        ``"{% $states.input.detail.customerId %}"``.
+    :param lock: what to lock, and how: ``Lock.mutex(key)``, ``Lock.fair(key, ...)``,
+        ``Lock.semaphore(key, limit=...)``, ``Lock.keys(keys)`` or ``Lock.on_record(table,
+        key, ...)`` (see :class:`~locked_workflow.constructs_lib.lock.Lock`). On EXPRESS a
+        fair lock's waiters poll as the head of the queue (no task tokens there).
     :param protected: the work to run while holding the lock (any ``IChainable``).
-    :param table: an existing lock table (string partition key ``pk``). Default: a new
-        :class:`LockTable` is created (exposed as ``lock_table``).
+    :param table: an existing lock table (string partition key ``pk``; a ``LockTable`` or its
+        ``table``). Default: a new :class:`LockTable` is created (exposed as ``lock_table``);
+        none with ``Lock.on_record``, whose lock lives on the record table.
     :param table_removal_policy: removal policy of the created table; only with no ``table``.
         Default: ``RemovalPolicy.RETAIN``.
     :param key_namespace: stored key prefix, ``<namespace>#<key>``. Default: ``""``.
@@ -1265,25 +68,11 @@ class LockedWorkflow(Construct):
     :param stop_grace: how long a holder's lock stays held after its execution ended without
         releasing it (see :class:`LockedSection`). Default: derived from the protected work's
         task timeouts.
-    :param lock_keys: instead of ``lock_key``: a JSONata template whose value is an array of
-        keys, all locked at once (see :class:`LockedSection`).
-    :param limit: holders admitted per key at once (a semaphore); 1 is a mutex. Default: 1.
-    :param record_table: instead of a lock table: keep the lock on the records of this table
-        (string partition key = the lock key); see :class:`LockedSection`.
-    :param record_key_attribute: the record table's partition key, when its schema cannot be
-        read (an imported table). Default: read from the table.
-    :param record_must_exist: with ``record_table``: a missing record fails with
-        ``Lock.RecordMissing``; ``False`` creates it. Default: ``True``.
     :param monitoring: metrics, alarms and a dashboard from the execution logs
         (:class:`~locked_workflow.constructs_lib.monitoring.LockMonitoring`; needs ``logging``): ``True``, a dict
         of its props, or ``False``. Default: ``False``.
     :param shares_lock_with: other Standard state machines using the same lock table, whose
         executions waiters may check. Default: ``()``.
-    :param fair: grant the lock in arrival order and hand it off with a wake-up instead of
-        polling (EXPRESS: in arrival order, polling as the head); see :class:`LockedSection`.
-        Default: ``False``.
-    :param park_timeout: with ``fair``: the longest a queued waiter sleeps before it looks by
-        itself (its fallback). Default: 30 seconds.
     """
 
     def __init__(
@@ -1291,14 +80,9 @@ class LockedWorkflow(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        lock_key: Optional[str] = None,
+        lock: Lock,
         protected: sfn.IChainable,
-        lock_keys: Optional[str] = None,
-        limit: int = 1,
         table: Optional[Union[dynamodb.ITable, "LockTable"]] = None,
-        record_table: Optional[dynamodb.ITable] = None,
-        record_key_attribute: Optional[str] = None,
-        record_must_exist: bool = True,
         table_removal_policy: Optional[RemovalPolicy] = None,
         key_namespace: str = "",
         max_wait: Optional[Duration] = None,
@@ -1315,13 +99,12 @@ class LockedWorkflow(Construct):
         liveness_check_every: int = DEFAULT_LIVENESS_CHECK_EVERY,
         shares_lock_with: Sequence[sfn.IStateMachine] = (),
         monitoring: Union[bool, Mapping[str, Any]] = False,
-        fair: bool = False,
-        park_timeout: Duration = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S),
     ) -> None:
         super().__init__(scope, construct_id)
         # (``protected`` is checked by the section; the tables and the policy are used here first)
+        prop_types.instance("lock", lock, Lock, A_LOCK, required=True)
         table = prop_types.table("table", table)
-        record_table = prop_types.table("record_table", record_table)
+        record_table = lock.record_table
         shares_lock_with = prop_types.state_machines("shares_lock_with", shares_lock_with)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         express = state_machine_type == sfn.StateMachineType.EXPRESS
@@ -1332,7 +115,7 @@ class LockedWorkflow(Construct):
                 f"(the construct does not own it), got: {table_removal_policy}"
             )
         timeout = timeout or (EXPRESS_MAX_DURATION if express else DEFAULT_TIMEOUT)
-        timeout_s = _seconds(timeout)
+        timeout_s = prop_types.seconds(timeout)
         if timeout_s is not None:
             if timeout_s < 1:
                 raise ValueError(f"`timeout` must be at least 1 second, got: {timeout_s} s")
@@ -1344,7 +127,7 @@ class LockedWorkflow(Construct):
             max_wait = DEFAULT_MAX_WAIT
             if timeout_s is not None and timeout_s / 2 < max_wait.to_seconds():
                 max_wait = Duration.millis(int(timeout_s * 500))
-        max_wait_s = _concrete_ms("max_wait", max_wait) / 1000
+        max_wait_s = prop_types.concrete_ms("max_wait", max_wait) / 1000
         if timeout_s is not None and max_wait_s >= timeout_s:
             raise ValueError(
                 f"`max_wait` must be shorter than `timeout` ({timeout_s} s), got: {max_wait_s} s"
@@ -1362,7 +145,7 @@ class LockedWorkflow(Construct):
         if record_table is not None:
             if table is not None or table_removal_policy is not None:
                 raise ValueError(
-                    "`table` and `table_removal_policy` must be left unset with `record_table` (the "
+                    "`table` and `table_removal_policy` must be left unset with Lock.on_record (the "
                     f"lock lives on the records), got: table={table!r}, table_removal_policy={table_removal_policy}"
                 )
         elif table is None:
@@ -1381,14 +164,9 @@ class LockedWorkflow(Construct):
         self.section = LockedSection(
             self,
             "Lock",
-            lock_key=lock_key,
-            lock_keys=lock_keys,
-            limit=limit,
+            lock=lock.for_express() if express else lock,
             protected=protected,
             table=table,
-            record_table=record_table,
-            record_key_attribute=record_key_attribute,
-            record_must_exist=record_must_exist,
             lease=lease,
             key_namespace=key_namespace,
             max_wait=max_wait,
@@ -1397,9 +175,6 @@ class LockedWorkflow(Construct):
             lock_variable=lock_variable,
             liveness_check_every=0 if express else liveness_check_every,
             history_event_budget=None if express else protocol.WAIT_LOOP_EVENT_BUDGET,
-            fair=fair,
-            park_timeout=park_timeout,
-            fair_polling=express,
             # the section is the whole state machine: nothing can cancel its branch alone
             detect_cancellation=False,
         )
@@ -1433,7 +208,7 @@ class LockedWorkflow(Construct):
             if janitor:
                 self.janitor = LockJanitor(
                     self, "Janitor", table=self.table, watched=[self.state_machine], logging=logging,
-                    item=self.section.kind.item, fair=isinstance(self.section.kind, FairMutex),
+                    item=self.section.kind.item, fair=self.section.lock.is_fair,
                 )
 
         self.monitoring: Optional[LockMonitoring] = None
@@ -1507,7 +282,7 @@ class LockedWorkflow(Construct):
         """
         if not 0 <= retry_attempts <= 185:
             raise ValueError(f"`retry_attempts` must be between 0 and 185, got: {retry_attempts}")
-        age_s = _seconds(max_event_age)
+        age_s = prop_types.seconds(max_event_age)
         if age_s is not None and not 60 <= age_s <= 86400:
             raise ValueError(
                 f"`max_event_age` must be between 60 seconds and 24 hours, got: {age_s} s"

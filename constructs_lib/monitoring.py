@@ -203,7 +203,7 @@ class LockMonitoring(Construct):
 
     ::
 
-        workflow = LockedWorkflow(self, "Orders", lock_key=..., protected=...)
+        workflow = LockedWorkflow(self, "Orders", lock=Lock.mutex(...), protected=...)
         monitoring = LockMonitoring(self, "OrdersLock", workflow=workflow)
         monitoring.metric_wait_time(statistic="p99")      # cloudwatch.Metric
 

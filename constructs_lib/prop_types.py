@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from aws_cdk import Duration
+
 from locked_workflow.constructs_lib.lock_table import LockTable
 
 _TABLE_MEMBERS = ("table_name", "table_arn", "grant")
@@ -24,9 +26,10 @@ def _has(value: Any, members: Sequence[str]) -> bool:
     return all(hasattr(value, member) for member in members)
 
 
-def table(name: str, value: Any) -> Optional[Any]:
-    """An optional DynamoDB table prop; a :class:`LockTable` stands for its ``table``."""
-    if value is None:
+def table(name: str, value: Any, *, required: bool = False) -> Optional[Any]:
+    """A DynamoDB table prop (optional unless ``required``); a :class:`LockTable` stands for
+    its ``table``."""
+    if value is None and not required:
         return None
     if isinstance(value, LockTable):
         return value.table
@@ -42,9 +45,9 @@ def chainable(name: str, value: Any) -> Any:
     return value
 
 
-def instance(name: str, value: Any, cls: type, what: str) -> Any:
-    """An optional prop of class ``cls`` (``what``: how the message names it)."""
-    if value is not None and not isinstance(value, cls):
+def instance(name: str, value: Any, cls: type, what: str, *, required: bool = False) -> Any:
+    """A prop of class ``cls``, optional unless ``required`` (``what``: how the message names it)."""
+    if (value is not None or required) and not isinstance(value, cls):
         raise TypeError(f"`{name}` must be {what}, got: {_shown(value)}")
     return value
 
@@ -57,3 +60,17 @@ def state_machines(name: str, value: Any) -> tuple:
         if not _has(machine, _STATE_MACHINE_MEMBERS):
             raise TypeError(f"`{name}` must hold state machines (sfn.IStateMachine), got: {_shown(machine)}")
     return machines
+
+
+def seconds(duration: Duration) -> Optional[float]:
+    """The duration in seconds, or None while it is an unresolved token."""
+    return None if duration.is_unresolved() else duration.to_milliseconds() / 1000
+
+
+def concrete_ms(name: str, duration: Any) -> int:
+    """Milliseconds of a duration that ends up inside a JSONata expression (no tokens)."""
+    if not isinstance(duration, Duration):
+        raise TypeError(f"`{name}` must be a Duration, got: {_shown(duration)}")
+    if duration.is_unresolved():
+        raise ValueError(f"`{name}` must be a concrete duration, got: a token ({duration.to_string()})")
+    return int(duration.to_milliseconds())

@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = [
     "locked_workflow",
     "locked_workflow.constructs_lib.locked_workflow",
+    "locked_workflow.constructs_lib.locked_section",
+    "locked_workflow.constructs_lib.lock",
     "locked_workflow.constructs_lib.lock_table",
     "locked_workflow.constructs_lib.lock_client",
     "locked_workflow.constructs_lib.lock_kinds",

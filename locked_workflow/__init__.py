@@ -28,8 +28,9 @@ if not (_HERE / "constructs_lib").is_dir() and (_HERE.parent / "constructs_lib" 
     __path__.append(str(_HERE.parent))  # noqa: F821 - a checkout: the folders beside this one
 
 _EXPORTS = {
+    "Lock": "locked_workflow.constructs_lib.lock",
     "LockTable": "locked_workflow.constructs_lib.lock_table",
-    "LockedSection": "locked_workflow.constructs_lib.locked_workflow",
+    "LockedSection": "locked_workflow.constructs_lib.locked_section",
     "LockedWorkflow": "locked_workflow.constructs_lib.locked_workflow",
     "WaitPolicy": "locked_workflow.state_machines.lock_protocol",
     "LockClient": "locked_workflow.constructs_lib.lock_client",

@@ -427,11 +427,11 @@ def jsonata(expression: str) -> str:
     return "{% " + expression + " %}"
 
 
-def unwrap_jsonata(template: str, prop: str = "lock_key") -> str:
+def unwrap_jsonata(template: str, prop: str = "key") -> str:
     """The expression inside ``{% ... %}``; raises ValueError for anything else."""
     match = re.fullmatch(r"\s*\{%(.*)%\}\s*", template if isinstance(template, str) else "", flags=re.DOTALL)
     if not match or not match.group(1).strip():
-        example = "[$states.input.from, $states.input.to]" if prop == "lock_keys" else "$states.input.detail.customerId"
+        example = "[$states.input.from, $states.input.to]" if prop == "keys" else "$states.input.detail.customerId"
         raise ValueError(
             f"`{prop}` must be a JSONata template such as "
             f"'{{% {example} %}}', got: {template!r}"

@@ -11,7 +11,7 @@ from aws_cdk import aws_lambda as lambda_, aws_stepfunctions as sfn, aws_stepfun
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from locked_workflow import LockedWorkflow, LockTable, WaitPolicy
+from locked_workflow import Lock, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.example_stack import APPLY_UPDATE_CODE
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -95,8 +95,7 @@ class BehaviourStack(cdk.Stack):
             work.add_catch(rejected, errors=["StaleFenceError"])  # now wrapped in a Parallel
         return LockedWorkflow(
             self, name,
-            lock_key=jsonata("$states.input.customerId"),
-            key_namespace=name.lower(),
+            lock=Lock.mutex(jsonata("$states.input.customerId")), key_namespace=name.lower(),
             protected=work,
             table=self.locks.table,
             wait_policy=TEST_WAIT_POLICY,

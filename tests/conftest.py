@@ -19,7 +19,7 @@ from aws_cdk import assertions  # noqa: E402
 from aws_cdk import aws_stepfunctions as sfn  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from locked_workflow import LockedSection, LockedWorkflow, LockTable  # noqa: E402
+from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable  # noqa: E402
 from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack  # noqa: E402
 from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa: E402
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
@@ -88,8 +88,7 @@ def _chain_stack(app: cdk.App) -> cdk.Stack:
     LockedWorkflow(
         stack,
         "Chain",
-        lock_key=jsonata("$states.input.id"),
-        protected=first.next(second),
+        lock=Lock.mutex(jsonata("$states.input.id")), protected=first.next(second),
         max_wait=cdk.Duration.seconds(0),
         state_machine_type=sfn.StateMachineType.EXPRESS,
     )
@@ -97,11 +96,11 @@ def _chain_stack(app: cdk.App) -> cdk.Stack:
     outer_work = sfn.Pass.jsonata(stack, "OuterWork")
     inner_work = sfn.Pass.jsonata(stack, "InnerWork")
     outer = LockedSection(
-        stack, "Account", lock_key=jsonata("$states.input.account"), protected=outer_work,
+        stack, "Account", lock=Lock.mutex(jsonata("$states.input.account")), protected=outer_work,
         table=shared.table, lease=cdk.Duration.minutes(10), key_namespace="account",
     )
     inner = LockedSection(
-        stack, "Order", lock_key=jsonata("$states.input.order"), protected=inner_work,
+        stack, "Order", lock=Lock.mutex(jsonata("$states.input.order")), protected=inner_work,
         table=shared.table, lease=cdk.Duration.minutes(10), key_namespace="order",
         lock_variable="orderLock",
     )

@@ -7,7 +7,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from locked_workflow import LockedWorkflow
+from locked_workflow import Lock, LockedWorkflow
 from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -21,10 +21,11 @@ class FairStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
         self.locks, self.probe_fn = probe_resources(self)
-        common = dict(table=self.locks, lock_key=jsonata("$states.input.key"), key_namespace="f",
+        key = jsonata("$states.input.key")
+        common = dict(table=self.locks, lock=Lock.mutex(key), key_namespace="f",
                       max_wait=cdk.Duration.seconds(90), timeout=cdk.Duration.minutes(3), logging=False,
                       tracing=False)
-        fair = dict(common, fair=True, park_timeout=cdk.Duration.seconds(PARK_TIMEOUT_S))
+        fair = dict(common, lock=Lock.fair(key, park_timeout=cdk.Duration.seconds(PARK_TIMEOUT_S)))
         machines = []
         # the fair lock around the probe
         machines.append(LockedWorkflow(self, "Fair", protected=self.probe("FairProbe"), **fair))
@@ -43,7 +44,7 @@ class FairStack(cdk.Stack):
         machines.append(holder)
         # the same with a park timeout no test outlasts: every handoff it sees is a wake-up
         machines.append(LockedWorkflow(self, "FairPatient", protected=self.probe("PatientProbe"),
-                                       **{**fair, "park_timeout": cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S)}))
+                                       **{**fair, "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S))}))
         # the same without a janitor: a stopped waiter is dequeued by the others' park fallback
         machines.append(LockedWorkflow(self, "FairNoJanitor", protected=self.probe("NoJanitorProbe"), janitor=False, **fair))
         # a waiter that gives up after 3 s
@@ -59,9 +60,9 @@ class FairStack(cdk.Stack):
         from locked_workflow import LockedSection
 
         section = LockedSection(
-            self, "CancelledSection", lock_key=jsonata("$states.input.key"), key_namespace="f", table=self.locks,
+            self, "CancelledSection", lock=fair["lock"], key_namespace="f", table=self.locks,
             protected=self.probe("CancelledProbe"), lease=cdk.Duration.minutes(3), max_wait=cdk.Duration.seconds(90),
-            fair=True, park_timeout=cdk.Duration.seconds(PARK_TIMEOUT_S))
+        )
         # the sibling fails when the test says (it fails the task token this gate stores)
         sibling = sfn.CustomState(self, "SiblingGate", state_json={
             "Type": "Task", "QueryLanguage": "JSONata",

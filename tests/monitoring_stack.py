@@ -15,7 +15,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Construct
 
-from locked_workflow import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.monitoring import LockMonitoring
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -47,8 +47,7 @@ class MonitoringStack(cdk.Stack):
         )
         return LockedWorkflow(
             self, name,
-            lock_key=jsonata("$states.input.id"),
-            key_namespace=name.lower(),
+            lock=Lock.mutex(jsonata("$states.input.id")), key_namespace=name.lower(),
             protected=work,
             table=self.locks.table,
             stop_grace=cdk.Duration.seconds(0),
@@ -81,29 +80,26 @@ class KindsStack(MonitoringStack):
                        timeout=cdk.Duration.minutes(5))
         key = jsonata("$states.input.id")
         self.kinds = {
-            "Fair": LockedWorkflow(self, "Fair", lock_key=key, key_namespace="fair", fair=True,
-                                   table=self.locks.table, protected=self.gate("Fair"), **at_once),
+            "Fair": LockedWorkflow(self, "Fair", lock=Lock.fair(key), key_namespace="fair", table=self.locks.table, protected=self.gate("Fair"), **at_once),
             # with max_wait 0 an acquisition tries one slot (drawn at random) and may give up with
             # the other free: the semaphore sweeps its slots for 2 s
-            "Semaphore": LockedWorkflow(self, "Semaphore", lock_key=key, key_namespace="sem",
-                                        limit=SEMAPHORE_LIMIT, table=self.locks.table,
+            "Semaphore": LockedWorkflow(self, "Semaphore", lock=Lock.semaphore(key, limit=SEMAPHORE_LIMIT), key_namespace="sem",
+                                        table=self.locks.table,
                                         protected=self.gate("Semaphore"),
                                         **{**at_once, "max_wait": cdk.Duration.seconds(2),
                                            "wait_policy": PATIENT_POLICY}),
             # a key refused at the release counts as lost only once the lease has ended (before,
             # no one could have taken it): a 1-second lease, and a key held by a client for the
             # run that must give up
-            "Keys": LockedWorkflow(self, "Keys", lock_keys=jsonata("[$states.input.id, $states.input.other]"),
-                                   key_namespace="keys", table=self.locks.table, protected=self.gate("Keys"),
+            "Keys": LockedWorkflow(self, "Keys", lock=Lock.keys(jsonata("[$states.input.id, $states.input.other]")), key_namespace="keys", table=self.locks.table, protected=self.gate("Keys"),
                                    **{**at_once, "lease": cdk.Duration.seconds(KEYS_LEASE_S)}),
-            "Record": LockedWorkflow(self, "Record", lock_key=key, record_table=self.records,
-                                     record_must_exist=False, protected=self.gate("Record"), **at_once),
+            "Record": LockedWorkflow(self, "Record", lock=Lock.on_record(self.records, key, must_exist=False), protected=self.gate("Record"), **at_once),
             # the workflow's own section ("Lock") waits; the section nested in its work gives up
             "Nested": LockedWorkflow(
-                self, "Nested", lock_key=jsonata("$states.input.outer"), key_namespace="outer",
+                self, "Nested", lock=Lock.mutex(jsonata("$states.input.outer")), key_namespace="outer",
                 table=self.locks.table, stop_grace=cdk.Duration.seconds(0), timeout=cdk.Duration.minutes(5),
                 protected=LockedSection(
-                    self, "Inner", lock_key=key, key_namespace="inner", table=self.locks.table,
+                    self, "Inner", lock=Lock.mutex(key), key_namespace="inner", table=self.locks.table,
                     lock_variable="innerLock", max_wait=cdk.Duration.seconds(0), lease=cdk.Duration.minutes(6),
                     stop_grace=cdk.Duration.seconds(0), protected=self.gate("Nested"),
                 ),

@@ -11,7 +11,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from locked_workflow import LockedSection, LockedWorkflow
+from locked_workflow import Lock, LockedSection, LockedWorkflow
 from safety_stack import FAST, beside_failing_sibling
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -30,31 +30,28 @@ class RecordStack(cdk.Stack):
             partition_key=dynamodb.Attribute(name="customerId", type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
         )
-        common = dict(record_table=self.customers, wait_policy=FAST, max_wait=cdk.Duration.seconds(90),
+        common = dict(wait_policy=FAST, max_wait=cdk.Duration.seconds(90),
                       timeout=cdk.Duration.minutes(3), logging=False)
         self.workflow = LockedWorkflow(
-            self, "Increment", lock_key=jsonata("$states.input.customerId"), protected=self.work("Work"), **common,
+            self, "Increment", lock=Lock.on_record(self.customers, jsonata("$states.input.customerId")), protected=self.work("Work"), **common,
         )
         LockedWorkflow(
-            self, "Create", lock_key=jsonata("$states.input.customerId"), record_must_exist=False,
-            protected=self.work("CreateWork"), **common,
+            self, "Create", lock=Lock.on_record(self.customers, jsonata("$states.input.customerId"), must_exist=False), protected=self.work("CreateWork"), **common,
         )
         # the same lock with a short lease: the holder that waits past it loses the record
         LockedWorkflow(
-            self, "ShortLease", lock_key=jsonata("$states.input.customerId"), lease=cdk.Duration.seconds(2),
+            self, "ShortLease", lock=Lock.on_record(self.customers, jsonata("$states.input.customerId")), lease=cdk.Duration.seconds(2),
             protected=self.work("ShortWork"), **common,
         )
         # the same work with a custom update (a bad one, for the invalid-update test)
         LockedWorkflow(
-            self, "Custom", lock_key=jsonata("$states.input.customerId"),
-            protected=sfn.Pass.jsonata(self, "CustomWork", outputs=jsonata("{'recordUpdate': $states.input.update}")),
+            self, "Custom", lock=Lock.on_record(self.customers, jsonata("$states.input.customerId")), protected=sfn.Pass.jsonata(self, "CustomWork", outputs=jsonata("{'recordUpdate': $states.input.update}")),
             **common,
         )
         # the record lock in a branch that Step Functions cancels (a sibling fails, the user
         # catches it and the execution runs on)
         section = LockedSection(
-            self, "CancelledRecord", lock_key=jsonata("$states.input.customerId"), record_table=self.customers,
-            wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
+            self, "CancelledRecord", lock=Lock.on_record(self.customers, jsonata("$states.input.customerId")), wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
             protected=self.work("CancelledWork"),
         )
         sfn.StateMachine(

@@ -14,7 +14,7 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from locked_workflow import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 PROBE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "probe"
@@ -63,7 +63,7 @@ class SafetyStack(cdk.Stack):
 
         # A plain locked workflow on namespace "s": the intruder of the other machines' keys.
         LockedWorkflow(
-            self, "Plain", lock_key=jsonata("$states.input.key"), key_namespace="s",
+            self, "Plain", lock=Lock.mutex(jsonata("$states.input.key")), key_namespace="s",
             protected=self.probe("PlainProbe"), table=self.locks, wait_policy=FAST,
             max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
         )
@@ -84,7 +84,7 @@ class SafetyStack(cdk.Stack):
         self.machine("Nested", self.section("OuterLock", outer_work, variable="outer"))
         # Stop grace: derived from the probe's Lambda timeout (4 s + 5 s).
         self.grace_workflow = LockedWorkflow(
-            self, "Graceful", lock_key=jsonata("$states.input.key"), key_namespace="s",
+            self, "Graceful", lock=Lock.mutex(jsonata("$states.input.key")), key_namespace="s",
             protected=self.probe("GracefulProbe"), table=self.locks, wait_policy=FAST,
             max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
         )
@@ -96,7 +96,7 @@ class SafetyStack(cdk.Stack):
 
         # The work's own States.Timeout leaves the section as Lock.States.Timeout.
         LockedWorkflow(
-            self, "TaskTimeout", lock_key=jsonata("$states.input.key"), key_namespace="s",
+            self, "TaskTimeout", lock=Lock.mutex(jsonata("$states.input.key")), key_namespace="s",
             protected=self.probe("SlowProbe", task_timeout=cdk.Duration.seconds(1)), table=self.locks,
             wait_policy=FAST, max_wait=cdk.Duration.seconds(60), timeout=cdk.Duration.minutes(3), logging=False,
         )
@@ -116,7 +116,7 @@ class SafetyStack(cdk.Stack):
     def section(self, construct_id: str, work: sfn.IChainable, *, variable: str = "lock",
                 key: str = "$states.input.key", **props) -> LockedSection:
         return LockedSection(
-            self, construct_id, lock_key=jsonata(key), key_namespace="s", protected=work,
+            self, construct_id, lock=Lock.mutex(jsonata(key)), key_namespace="s", protected=work,
             table=self.locks, lease=LEASE, wait_policy=FAST, max_wait=cdk.Duration.seconds(60),
             lock_variable=variable, **props,
         )

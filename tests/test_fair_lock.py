@@ -477,14 +477,15 @@ def test_max_wait_none_waits_as_long_as_the_history_budget_allows_then_times_out
     import aws_cdk as cdk
     from aws_cdk import aws_stepfunctions as sfn
 
-    from locked_workflow import LockedSection, LockTable
+    from locked_workflow import Lock, LockedSection, LockTable
     from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(cdk.App(), "Unlimited")
     table = LockTable(stack, "Locks").table
-    common = dict(lock_key=jsonata("$states.input.key"), table=table, lease=cdk.Duration.minutes(5), max_wait=None)
-    section = LockedSection(stack, "Fair", protected=sfn.Pass.jsonata(stack, "W"), fair=True, **common)
+    key = jsonata("$states.input.key")
+    common = dict(table=table, lease=cdk.Duration.minutes(5), max_wait=None)
+    section = LockedSection(stack, "Fair", protected=sfn.Pass.jsonata(stack, "W"), lock=Lock.fair(key), **common)
     # (20,000 / 45 - 1) park rounds of 30 s: 3 h 41 min, then Lock.Timeout
     assert section._max_wait_ms == fp.unlimited_wait_s(30, 20_000) * 1000 == 13_290_000
-    with pytest.raises(ValueError, match=r"`max_wait` must be a Duration, got: None"):
-        LockedSection(stack, "Polling", protected=sfn.Pass.jsonata(stack, "W2"), **common)
+    with pytest.raises(TypeError, match=r"`max_wait` must be a Duration, got: NoneType"):
+        LockedSection(stack, "Polling", protected=sfn.Pass.jsonata(stack, "W2"), lock=Lock.mutex(key), **common)

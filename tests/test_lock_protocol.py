@@ -93,9 +93,9 @@ def test_owner_execution_is_the_arn_before_the_separator():
 
 
 def test_lock_key_template_must_be_jsonata():
-    with pytest.raises(ValueError, match=r"`lock_key` must be a JSONata template"):
+    with pytest.raises(ValueError, match=r"`key` must be a JSONata template"):
         p.unwrap_jsonata("$.detail.customerId")
-    with pytest.raises(ValueError, match=r"`lock_key` must be a JSONata template"):
+    with pytest.raises(ValueError, match=r"`key` must be a JSONata template"):
         p.unwrap_jsonata("{%  %}")
     assert p.unwrap_jsonata("{% $states.input.id %}") == "$states.input.id"
 

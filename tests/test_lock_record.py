@@ -1,4 +1,4 @@
-"""The lock on the record itself (``record_table``), on both DynamoDB backends: the acquire
+"""The lock on the record itself (``Lock.on_record``), on both DynamoDB backends: the acquire
 returns the record, the release writes the work's update in the same fenced write, a run that
 lost its lock cannot write, a missing record fails clearly, and bad input is refused."""
 

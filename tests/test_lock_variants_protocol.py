@@ -230,32 +230,44 @@ def test_the_janitor_finds_every_key_of_a_multi_key_acquire():
 # ---- construct validation -------------------------------------------------------------
 
 
-def _workflow(**props):
-    import aws_cdk as cdk
-    from aws_cdk import aws_stepfunctions as sfn
+def _lock(factory, *args, **kwargs):
+    from locked_workflow import Lock
 
-    from locked_workflow import LockedWorkflow
-
-    stack = cdk.Stack(cdk.App(), "V")
-    return LockedWorkflow(stack, "W", protected=sfn.Pass(stack, "Work"), **props)
+    return getattr(Lock, factory)(*args, **kwargs)
 
 
 @pytest.mark.parametrize(
-    "props, message",
+    "factory, args, kwargs, error, message",
     [
-        ({"lock_key": p.jsonata("$states.input.k"), "limit": 0}, "`limit` must be a whole number from 1 to 32, got: 0"),
-        ({"lock_key": p.jsonata("$states.input.k"), "limit": 33}, "got: 33"),
-        ({"lock_key": p.jsonata("$states.input.k"), "limit": True}, "got: True"),
-        ({"lock_keys": p.jsonata("$states.input.ks"), "limit": 2}, "`limit` must be 1 with `lock_keys`"),
-        ({"lock_key": p.jsonata("$k"), "lock_keys": p.jsonata("$ks")}, "exactly one of them"),
-        ({}, "`lock_key` or `lock_keys` must be given"),
-        ({"lock_keys": "not a template"}, "`lock_keys` must be a JSONata template"),
+        ("semaphore", (p.jsonata("$states.input.k"),), {"limit": 1}, ValueError,
+         "`limit` must be a whole number from 2 to 32 (one holder: Lock.mutex), got: 1"),
+        ("semaphore", (p.jsonata("$states.input.k"),), {"limit": 33}, ValueError, "got: 33"),
+        ("semaphore", (p.jsonata("$states.input.k"),), {"limit": True}, ValueError, "got: True"),
+        ("semaphore", (p.jsonata("$states.input.k"),), {}, TypeError, "missing 1 required keyword-only argument: 'limit'"),
+        ("keys", ("not a template",), {}, ValueError, "`keys` must be a JSONata template"),
+        ("mutex", ("$.id",), {}, ValueError, "`key` must be a JSONata template"),
+        ("fair", (p.jsonata("$k"),), {"polling": "yes"}, TypeError, "`polling` must be True or False, got: 'yes'"),
+        ("on_record", (42, p.jsonata("$k")), {}, TypeError, "`table` must be a DynamoDB table"),
+        ("on_record", (None, p.jsonata("$k")), {}, TypeError, "`table` must be a DynamoDB table"),
     ],
 )
-def test_bad_variant_props_are_refused_at_synth(props, message):
-    with pytest.raises(ValueError) as raised:
-        _workflow(**props)
+def test_bad_lock_kind_settings_are_refused_by_the_kind(factory, args, kwargs, error, message):
+    with pytest.raises(error) as raised:
+        _lock(factory, *args, **kwargs)
     assert message in str(raised.value)
+
+
+def test_a_lock_is_a_value_made_by_its_factories():
+    from locked_workflow import Lock
+
+    with pytest.raises(TypeError, match=r"`Lock` values come from its factories"):
+        Lock()
+    key = p.jsonata("$states.input.k")
+    assert Lock.mutex(key) == Lock.mutex(key) and Lock.mutex(key) != Lock.fair(key)
+    assert Lock.semaphore(key, limit=3).kind == "semaphore" and Lock.keys(key).kind == "multi-key"
+    fair = Lock.fair(key)
+    assert fair.for_express() != fair and fair.for_express().builder().polling and not fair.builder().polling
+    assert fair.builder() is not fair.builder()  # each section builds its own states
 
 
 # ---- lock on the record ---------------------------------------------------------------
@@ -265,7 +277,7 @@ def _record_workflow(**props):
     import aws_cdk as cdk
     from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 
-    from locked_workflow import LockedWorkflow
+    from locked_workflow import Lock, LockedWorkflow
 
     stack = cdk.Stack(cdk.App(), "R")
     key = props.pop("key", dynamodb.Attribute(name="customerId", type=dynamodb.AttributeType.STRING))
@@ -275,20 +287,20 @@ def _record_workflow(**props):
         table = dynamodb.Table.from_table_name(stack, "Customers", "customers")
     else:
         table = dynamodb.Table(stack, "Customers", partition_key=key, sort_key=sort)
-    props.setdefault("lock_key", p.jsonata("$states.input.id"))
-    return stack, LockedWorkflow(stack, "W", protected=sfn.Pass(stack, "Work"), record_table=table, **props)
+    key_attribute = props.pop("key_attribute", None)
+    if "lock" not in props:
+        props["lock"] = Lock.on_record(table, p.jsonata("$states.input.id"), key_attribute=key_attribute)
+    return stack, LockedWorkflow(stack, "W", protected=sfn.Pass(stack, "Work"), **props)
 
 
 @pytest.mark.parametrize(
     "props, message",
     [
-        ({"key": "number"}, "`record_table` must have a string partition key (the lock key), got: customerId"),
-        ({"sort": "sk"}, "`record_table` must have no sort key (one record per lock key), got: sort key sk"),
-        ({"imported": True}, "`record_key_attribute` must name the record table's partition key"),
-        ({"record_key_attribute": "id"}, "`record_key_attribute` must be the table's partition key 'customerId'"),
-        ({"key_namespace": "c"}, "`key_namespace` must be empty with `record_table`"),
-        ({"limit": 2}, "`record_table` must be used with a single `lock_key` and limit 1"),
-        ({"lock_key": None, "lock_keys": p.jsonata("$states.input.ids")}, "single `lock_key`"),
+        ({"key": "number"}, "`table` must have a string partition key (the lock key), got: customerId"),
+        ({"sort": "sk"}, "`table` must have no sort key (one record per lock key), got: sort key sk"),
+        ({"imported": True}, "`key_attribute` must name the record table's partition key"),
+        ({"key_attribute": "id"}, "`key_attribute` must be the table's partition key 'customerId'"),
+        ({"key_namespace": "c"}, "`key_namespace` must be empty with Lock.on_record"),
     ],
 )
 def test_bad_record_props_are_refused_at_synth(props, message):
@@ -306,7 +318,7 @@ def test_bad_record_props_are_refused_at_synth(props, message):
 def test_a_record_lock_uses_prefixed_attributes_on_the_record_table():
     from aws_cdk.assertions import Template
 
-    stack, workflow = _record_workflow(record_key_attribute="customerId")
+    stack, workflow = _record_workflow(key_attribute="customerId")
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::DynamoDB::Table", 1)  # no lock table: the records carry the lock
     assert workflow.lock_table is None and workflow.section.kind.item.key_attribute == "customerId"
@@ -330,13 +342,11 @@ def variant_templates():
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk.assertions import Template
 
-    from locked_workflow import LockedWorkflow
+    from locked_workflow import Lock, LockedWorkflow
 
     stack = cdk.Stack(cdk.App(), "T")
-    semaphore = LockedWorkflow(stack, "Sem", lock_key=p.jsonata("$states.input.k"), limit=3,
-                               protected=sfn.Pass(stack, "SemWork"))
-    multi = LockedWorkflow(stack, "Multi", lock_keys=p.jsonata("[$states.input.a, $states.input.b]"),
-                           protected=sfn.Pass(stack, "MultiWork"))
+    semaphore = LockedWorkflow(stack, "Sem", lock=Lock.semaphore(p.jsonata("$states.input.k"), limit=3), protected=sfn.Pass(stack, "SemWork"))
+    multi = LockedWorkflow(stack, "Multi", lock=Lock.keys(p.jsonata("[$states.input.a, $states.input.b]")), protected=sfn.Pass(stack, "MultiWork"))
     return Template.from_stack(stack), semaphore, multi
 
 

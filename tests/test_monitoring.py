@@ -241,11 +241,10 @@ def test_cfn_lint_reports_no_errors(synth):
 
 
 def _workflow(stack: cdk.Stack, **props):
-    from locked_workflow import LockedWorkflow
+    from locked_workflow import Lock, LockedWorkflow
     from locked_workflow.state_machines.lock_protocol import jsonata
 
-    return LockedWorkflow(stack, f"W{uuid.uuid4().hex[:6]}", lock_key=jsonata("$states.input.id"),
-                          protected=sfn.Pass(stack, f"P{uuid.uuid4().hex[:6]}"), **props)
+    return LockedWorkflow(stack, f"W{uuid.uuid4().hex[:6]}", lock=Lock.mutex(jsonata("$states.input.id")), protected=sfn.Pass(stack, f"P{uuid.uuid4().hex[:6]}"), **props)
 
 
 @pytest.mark.parametrize("props, message", [

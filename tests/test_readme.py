@@ -193,7 +193,7 @@ def _keyword_params(callable_) -> dict[str, inspect.Parameter]:
 
 @pytest.mark.parametrize("heading, dotted", [
     ("### `LockedWorkflow`", "locked_workflow.constructs_lib.locked_workflow.LockedWorkflow"),
-    ("### `LockedSection`", "locked_workflow.constructs_lib.locked_workflow.LockedSection"),
+    ("### `LockedSection`", "locked_workflow.constructs_lib.locked_section.LockedSection"),
     ("### `LockTable`", "locked_workflow.constructs_lib.lock_table.LockTable"),
     ("### `LockClient`", "locked_workflow.constructs_lib.lock_client.LockClient"),
     ("### Monitoring", "locked_workflow.constructs_lib.monitoring.LockMonitoring"),
@@ -312,3 +312,22 @@ def test_the_readme_is_for_users_first():
     order = ["Install", "Compatibility", "Quick start", "Props", "Testing your app", "Operating it"]
     assert [h for h in headings if h in order] == order
     assert headings.index("Developing this repository") > headings.index("Operating it")
+
+
+def test_the_lock_table_lists_every_factory_with_its_settings():
+    from locked_workflow import Lock
+
+    rows = _first_table(_section(_readme(), "### `Lock`"))
+    factories = {name for name, member in vars(Lock).items() if isinstance(member, staticmethod)}
+    assert factories == {"mutex", "fair", "semaphore", "keys", "on_record"}  # the control: they are found
+    documented = {re.match(r"Lock\.(\w+)\(", name)[1]: cells for name, cells in rows.items()}
+    assert set(documented) == factories
+    for name, (settings, _meaning) in documented.items():
+        for param in inspect.signature(getattr(Lock, name)).parameters.values():
+            if param.name == "key" and name != "mutex":
+                continue  # (the paragraph above the table says what a key is)
+            assert f"`{param.name}`: " in settings, f"Lock.{name}: `{param.name}` is not described"
+            if param.default is not inspect.Parameter.empty and param.default is not None:
+                shown = _documented_default(param.default) or (
+                    f"`Duration.seconds({int(param.default.to_seconds())})`" if isinstance(param.default, Duration) else None)
+                assert shown and shown in settings, f"Lock.{name}: `{param.name}` defaults to {param.default}"

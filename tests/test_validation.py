@@ -11,7 +11,7 @@ import pytest
 from aws_cdk import aws_dynamodb as dynamodb, aws_events as events, aws_stepfunctions as sfn
 from aws_cdk import assertions, aws_stepfunctions_tasks as sfn_tasks
 
-from locked_workflow import LockedSection, LockedWorkflow, WaitPolicy
+from locked_workflow import Lock, LockedSection, LockedWorkflow, WaitPolicy
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 KEY = jsonata("$states.input.id")
@@ -19,7 +19,7 @@ KEY = jsonata("$states.input.id")
 
 def build(**overrides):
     stack = cdk.Stack(cdk.App(), "V")
-    props = dict(lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"))
+    props = dict(lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"))
     props.update(overrides)
     return LockedWorkflow(stack, "L", **props)
 
@@ -27,8 +27,6 @@ def build(**overrides):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(lock_key="$.id"), r"`lock_key` must be a JSONata template .*got: '\$\.id'"),
-        (dict(lock_key="{% %}"), r"`lock_key` must be a JSONata template"),
         (dict(key_namespace="a b"), r"`key_namespace` must be at most 64 .*got: 'a b'"),
         (dict(key_namespace="x" * 65), r"`key_namespace` must be at most 64"),
         (dict(lock_variable="1lock"), r"`lock_variable` must be a JSONata variable name.*got: '1lock'"),
@@ -51,14 +49,9 @@ def build(**overrides):
                  wait_policy=WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False)),
             r"`max_wait` must keep the wait loop under 20000 history events .*got: 36000.0 s.*raise wait_policy.max_interval",
         ),
-        (dict(fair="yes"), r"`fair` must be True or False, got: 'yes'"),
-        (dict(fair=True, limit=2), r"`fair` must be used with a single `lock_key` on a lock `table` \(limit 1\), got: a semaphore lock"),
-        (dict(fair=True, lock_key=None, lock_keys=jsonata("$states.input.ids")), r"`fair` must be used .*got: a multi-key lock"),
-        (dict(fair=True, liveness_check_every=0), r"`liveness_check_every` must be at least 1 with `fair=True`.*got: 0"),
-        (dict(fair=True, park_timeout=cdk.Duration.millis(500)), r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 0.5 s"),
-        (dict(fair=True, park_timeout=cdk.Duration.hours(2)), r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 7200.0 s"),
+        (dict(lock=Lock.fair(KEY), liveness_check_every=0), r"`liveness_check_every` must be at least 1 with Lock.fair.*got: 0"),
         (
-            dict(fair=True, max_wait=cdk.Duration.hours(10), timeout=cdk.Duration.hours(12), park_timeout=cdk.Duration.seconds(1)),
+            dict(lock=Lock.fair(KEY, park_timeout=cdk.Duration.seconds(1)), max_wait=cdk.Duration.hours(10), timeout=cdk.Duration.hours(12)),
             r"`max_wait` must keep the queue's wait under 20000 history events .*got: 36000.0 s.*raise park_timeout",
         ),
     ],
@@ -66,6 +59,51 @@ def build(**overrides):
 def test_bad_props_raise_value_error(overrides, message):
     with pytest.raises(ValueError, match=message):
         build(**overrides)
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: Lock.mutex("$.id"), ValueError, r"`key` must be a JSONata template .*got: '\$\.id'"),
+        (lambda: Lock.fair("{% %}"), ValueError, r"`key` must be a JSONata template"),
+        (lambda: Lock.fair(KEY, park_timeout=cdk.Duration.millis(500)), ValueError,
+         r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 0.5 s"),
+        (lambda: Lock.fair(KEY, park_timeout=cdk.Duration.hours(2)), ValueError,
+         r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 7200.0 s"),
+        (lambda: Lock.fair(KEY, park_timeout=30), TypeError, r"`park_timeout` must be a Duration, got: int 30"),
+        (lambda: Lock.on_record(dynamodb.Table(cdk.Stack(), "T", partition_key=dynamodb.Attribute(
+            name="id", type=dynamodb.AttributeType.STRING)), KEY, must_exist="no"), TypeError,
+         r"`must_exist` must be True or False, got: 'no'"),
+    ],
+)
+def test_a_lock_kind_refuses_its_own_bad_settings(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(lock=None), r"`lock` must be a Lock \(Lock.mutex\(key\), Lock.fair\(key\), ...\), got: NoneType"),
+        (dict(lock=KEY), r"`lock` must be a Lock .*got: str '\{% \$states.input.id %\}'"),
+    ],
+)
+def test_a_lock_that_is_not_a_lock_value_is_a_type_error(overrides, message):
+    with pytest.raises(TypeError, match=message):
+        build(**overrides)
+
+
+def test_a_lock_on_the_record_takes_no_lock_table():
+    stack = cdk.Stack(cdk.App(), "T")
+    records = dynamodb.Table(stack, "Records", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING))
+    locks = dynamodb.Table.from_table_name(stack, "Existing", "locks")
+    with pytest.raises(ValueError, match=r"`table` and `table_removal_policy` must be left unset with Lock.on_record"):
+        LockedWorkflow(stack, "L", lock=Lock.on_record(records, KEY), protected=sfn.Pass.jsonata(stack, "Work"), table=locks)
+    with pytest.raises(ValueError, match=r"`table` must be left unset with Lock.on_record"):
+        LockedSection(stack, "S", lock=Lock.on_record(records, KEY), protected=sfn.Pass.jsonata(stack, "W2"), table=locks,
+                      lease=cdk.Duration.minutes(1))
+    with pytest.raises(ValueError, match=r"`table` must be given \(the lock table\) with Lock.mutex\(key\), got: None"):
+        LockedSection(stack, "S2", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "W3"), lease=cdk.Duration.minutes(1))
 
 
 def test_long_wait_fits_the_history_budget_with_a_longer_interval():
@@ -89,7 +127,7 @@ def test_existing_table_and_removal_policy_are_exclusive():
     table = dynamodb.Table.from_table_name(stack, "Existing", "locks")
     with pytest.raises(ValueError, match=r"`table_removal_policy` must be left unset when an existing `table` is given"):
         LockedWorkflow(
-            stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"),
+            stack, "L", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"),
             table=table, table_removal_policy=cdk.RemovalPolicy.DESTROY,
         )
 
@@ -97,7 +135,7 @@ def test_existing_table_and_removal_policy_are_exclusive():
 def test_existing_table_is_used_and_no_table_is_created():
     stack = cdk.Stack(cdk.App(), "T")
     table = dynamodb.Table.from_table_name(stack, "Existing", "locks")
-    workflow = LockedWorkflow(stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), table=table)
+    workflow = LockedWorkflow(stack, "L", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"), table=table)
     assert workflow.table is table and workflow.lock_table is None
     assert not any(
         c.node.default_child is not None and c.node.default_child.cfn_resource_type == "AWS::DynamoDB::Table"
@@ -123,7 +161,7 @@ def test_unresolved_tokens_are_not_validated():
     stack = cdk.Stack(cdk.App(), "Tok")
     seconds = cdk.CfnParameter(stack, "Seconds", type="Number").value_as_number
     LockedWorkflow(
-        stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"),
+        stack, "L", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"),
         timeout=cdk.Duration.seconds(seconds), lease=cdk.Duration.minutes(10),
     )
 
@@ -133,7 +171,7 @@ def test_token_timeout_needs_an_explicit_lease():
     seconds = cdk.CfnParameter(stack, "Seconds", type="Number").value_as_number
     with pytest.raises(ValueError, match=r"`lease` must be given when `timeout` is a token"):
         LockedWorkflow(
-            stack, "L", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"),
+            stack, "L", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"),
             timeout=cdk.Duration.seconds(seconds),
         )
 
@@ -144,7 +182,7 @@ def test_lease_must_not_be_a_token():
     table = dynamodb.Table.from_table_name(stack, "Existing", "locks")
     with pytest.raises(ValueError, match=r"`lease` must be a concrete duration, got: a token"):
         LockedSection(
-            stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), table=table,
+            stack, "S", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"), table=table,
             lease=cdk.Duration.minutes(minutes),
         )
 
@@ -171,10 +209,10 @@ def _nested(inner_variable: str, *, same_table: bool = True):
     stack = cdk.Stack(cdk.App(), "N")
     table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
     other = dynamodb.Table(stack, "O", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
-    inner = LockedSection(stack, "Inner", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "W"),
+    inner = LockedSection(stack, "Inner", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "W"),
                           table=table if same_table else other, lease=cdk.Duration.minutes(5),
                           lock_variable=inner_variable)
-    outer = LockedSection(stack, "Outer", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "P").next(inner),
+    outer = LockedSection(stack, "Outer", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "P").next(inner),
                           table=table, lease=cdk.Duration.minutes(5))
     machine = sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(outer),
                                query_language=sfn.QueryLanguage.JSONATA)
@@ -217,7 +255,7 @@ def test_a_section_in_a_hand_built_state_machine_recovers_stale_holders_with_one
 
     stack = cdk.Stack(cdk.App(), "R")
     table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
-    section = LockedSection(stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "W"), table=table,
+    section = LockedSection(stack, "S", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "W"), table=table,
                             lease=cdk.Duration.minutes(5))
     machine = sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
                                query_language=sfn.QueryLanguage.JSONATA)
@@ -242,7 +280,7 @@ def _children_of_one_hold(shape: str, *, inner_namespace: str = "", max_concurre
     table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
 
     def inner(name: str) -> LockedSection:
-        return LockedSection(stack, name, lock_key=KEY, protected=sfn.Pass.jsonata(stack, f"{name}Work"),
+        return LockedSection(stack, name, lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, f"{name}Work"),
                              table=table, lease=cdk.Duration.minutes(5), lock_variable=f"{name.lower()}Lock",
                              key_namespace=inner_namespace)
 
@@ -253,7 +291,7 @@ def _children_of_one_hold(shape: str, *, inner_namespace: str = "", max_concurre
         work = sfn.Parallel.jsonata(stack, "Both").branch(inner("Left")).branch(inner("Right"))
     else:
         work = inner("First").next(inner("Second"))
-    outer = LockedSection(stack, "Outer", lock_key=KEY, protected=work, table=table, lease=cdk.Duration.minutes(5))
+    outer = LockedSection(stack, "Outer", lock=Lock.mutex(KEY), protected=work, table=table, lease=cdk.Duration.minutes(5))
     sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(outer),
                      query_language=sfn.QueryLanguage.JSONATA)
     return assertions.Template.from_stack(stack)
@@ -285,7 +323,7 @@ def test_a_jsonpath_task_in_the_protected_work_is_refused():
     table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
     work = sfn_tasks.DynamoGetItem(stack, "Read", table=table,
                                    key={"pk": sfn_tasks.DynamoAttributeValue.from_string("x")})
-    section = LockedSection(stack, "S", lock_key=KEY, protected=work, table=table, lease=cdk.Duration.minutes(5))
+    section = LockedSection(stack, "S", lock=Lock.mutex(KEY), protected=work, table=table, lease=cdk.Duration.minutes(5))
     with pytest.raises((ValueError, RuntimeError), match=r"must use JSONata .*got: JSONPath task 'Read'"):
         sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
                          query_language=sfn.QueryLanguage.JSONATA)
@@ -297,7 +335,7 @@ def test_a_jsonpath_task_in_the_protected_work_is_refused():
 def _section_machine(machine_type=sfn.StateMachineType.STANDARD, **props):
     stack = cdk.Stack(cdk.App(), "Presence")
     table = dynamodb.Table(stack, "T", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
-    section = LockedSection(stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "W"), table=table,
+    section = LockedSection(stack, "S", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "W"), table=table,
                             lease=cdk.Duration.minutes(5), **props)
     sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),
                      query_language=sfn.QueryLanguage.JSONATA, state_machine_type=machine_type)
@@ -351,19 +389,19 @@ def test_detect_cancellation_must_be_a_bool():
     [
         (dict(protected="a Lambda"), r"`protected` must be a Step Functions state or chain \(sfn.IChainable\), got: str 'a Lambda'"),
         (dict(table="locks"), r"`table` must be a DynamoDB table \(dynamodb.ITable, or a LockTable\), got: str 'locks'"),
-        (dict(record_table=42), r"`record_table` must be a DynamoDB table .*got: int 42"),
+        (dict(lock="{% $states.input.id %}"), r"`lock` must be a Lock .*got: str '\{% \$states.input.id %\}'"),
         (dict(wait_policy={"first_interval": 1}), r"`wait_policy` must be a WaitPolicy, got: dict"),
-        (dict(lease=30), r"`lease` must be a Duration, got: 30"),
+        (dict(lease=30), r"`lease` must be a Duration, got: int 30"),
     ],
 )
 def test_a_wrong_type_gets_the_projects_error_at_synth(construct, overrides, message):
     stack = cdk.Stack(cdk.App(), "T")
-    props = dict(lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), lease=cdk.Duration.minutes(1))
+    props = dict(lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"), lease=cdk.Duration.minutes(1))
     if construct == "section":
         props["table"] = dynamodb.Table(stack, "Locks", partition_key=dynamodb.Attribute(
             name="pk", type=dynamodb.AttributeType.STRING))
     props.update(overrides)
-    with pytest.raises((TypeError, ValueError), match=message):
+    with pytest.raises(TypeError, match=message):
         (LockedWorkflow if construct == "workflow" else LockedSection)(stack, "L", **props)
 
 
@@ -372,8 +410,8 @@ def test_a_lock_table_construct_is_accepted_where_a_table_is_expected():
 
     stack = cdk.Stack(cdk.App(), "T")
     locks = LockTable(stack, "Locks")
-    LockedWorkflow(stack, "W", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Work"), table=locks)
-    section = LockedSection(stack, "S", lock_key=KEY, protected=sfn.Pass.jsonata(stack, "Other"), table=locks,
+    LockedWorkflow(stack, "W", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Work"), table=locks)
+    section = LockedSection(stack, "S", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Other"), table=locks,
                             lease=cdk.Duration.minutes(1))
     assert section.table is locks.table
     sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(section),

@@ -7,7 +7,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from locked_workflow import LockedSection, LockedWorkflow
+from locked_workflow import Lock, LockedSection, LockedWorkflow
 from safety_stack import FAST, beside_failing_sibling, probe_resources
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -26,7 +26,7 @@ class VariantsStack(cdk.Stack):
 
         # A semaphore of LIMIT holders (its probe allows LIMIT inside).
         LockedWorkflow(
-            self, "Semaphore", lock_key=jsonata("$states.input.key"), limit=LIMIT, key_namespace="sem",
+            self, "Semaphore", lock=Lock.semaphore(jsonata("$states.input.key"), limit=LIMIT), key_namespace="sem",
             protected=self.probe("SemaphoreProbe", {"key": jsonata("$states.input.key"), "limit": LIMIT}),
             **common,
         )
@@ -36,7 +36,7 @@ class VariantsStack(cdk.Stack):
             self, "Hold", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")},
         )
         LockedWorkflow(
-            self, "SemaphoreHold", lock_key=jsonata("$states.input.key"), limit=LIMIT, key_namespace="sem",
+            self, "SemaphoreHold", lock=Lock.semaphore(jsonata("$states.input.key"), limit=LIMIT), key_namespace="sem",
             protected=hold.next(self.probe("SemaphoreHoldProbe", {"key": jsonata("$states.input.key"), "limit": LIMIT})),
             **common,
         )
@@ -49,7 +49,7 @@ class VariantsStack(cdk.Stack):
             self, "EachSlot", items=sfn.ProvideItems.jsonata(jsonata(f"[1..{LIMIT}]")), max_concurrency=0,
             item_selector={"key": jsonata("$states.context.Execution.Input.key")},
         ).item_processor(LockedSection(
-            self, "CancelledSemaphore", lock_key=jsonata("$states.input.key"), limit=LIMIT, key_namespace="sem",
+            self, "CancelledSemaphore", lock=Lock.semaphore(jsonata("$states.input.key"), limit=LIMIT), key_namespace="sem",
             table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
             protected=held,
         ))
@@ -60,8 +60,7 @@ class VariantsStack(cdk.Stack):
         )
         # A transfer's section cancelled the same way, holding both accounts.
         transfer = LockedSection(
-            self, "CancelledTransfer", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
-            key_namespace="acct", table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60),
+            self, "CancelledTransfer", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct", table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60),
             lease=cdk.Duration.minutes(8),
             protected=sfn.CustomState(self, "TransferHeld", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": 60}),
         )
@@ -72,7 +71,7 @@ class VariantsStack(cdk.Stack):
         )
         # Transfers: both accounts at once, all or nothing.
         LockedWorkflow(
-            self, "Transfer", lock_keys=jsonata("[$states.input.from, $states.input.to]"), key_namespace="acct",
+            self, "Transfer", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct",
             protected=self.probe("TransferProbe", {
                 "keys": jsonata("[$states.input.from, $states.input.to]"), "fences": jsonata(FENCES_BY_KEY),
             }),
@@ -81,22 +80,20 @@ class VariantsStack(cdk.Stack):
         # Transfers that give up after 3 s of waiting (Lock.Timeout), and that time out
         # (TIMED_OUT: the state machine's own limit) while holding both accounts.
         LockedWorkflow(
-            self, "TransferImpatient", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
-            key_namespace="acct", protected=self.probe("ImpatientProbe", {
+            self, "TransferImpatient", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct", protected=self.probe("ImpatientProbe", {
                 "keys": jsonata("[$states.input.from, $states.input.to]"), "fences": jsonata(FENCES_BY_KEY),
             }),
             **{**common, "max_wait": cdk.Duration.seconds(3)},
         )
         LockedWorkflow(
-            self, "TransferTimingOut", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
-            key_namespace="acct",
+            self, "TransferTimingOut", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct",
             protected=sfn.CustomState(self, "Stall", state_json={
                 "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": 30}),
             **{**common, "timeout": cdk.Duration.seconds(8), "max_wait": cdk.Duration.seconds(3)},
         )
         # A single-key holder of the same accounts (interoperates with the transfers).
         LockedWorkflow(
-            self, "Single", lock_key=jsonata("$states.input.key"), key_namespace="acct",
+            self, "Single", lock=Lock.mutex(jsonata("$states.input.key")), key_namespace="acct",
             protected=self.probe("SingleProbe", {"key": jsonata("$states.input.key"), "fence": jsonata("$lock.fence")}),
             **common,
         )
@@ -105,15 +102,14 @@ class VariantsStack(cdk.Stack):
             self, "SingleHoldWait", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.holdS")},
         )
         LockedWorkflow(
-            self, "SingleHold", lock_key=jsonata("$states.input.key"), key_namespace="acct",
+            self, "SingleHold", lock=Lock.mutex(jsonata("$states.input.key")), key_namespace="acct",
             protected=single_hold.next(self.probe("SingleHoldProbe", {"key": jsonata("$states.input.key"), "fence": jsonata("$lock.fence")})),
             **common,
         )
         # A transfer nested in a single-key hold of its source account: it passes through the
         # source (the enclosing hold's fence) and takes only the destination.
         inner = LockedSection(
-            self, "InnerTransfer", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
-            key_namespace="acct", table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(90),
+            self, "InnerTransfer", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct", table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(90),
             lease=cdk.Duration.minutes(8), lock_variable="transferLock",
             protected=self.probe("NestedTransferProbe", {
                 "keys": jsonata("[$states.input.from, $states.input.to]"),
@@ -121,7 +117,7 @@ class VariantsStack(cdk.Stack):
             }),
         )
         LockedWorkflow(
-            self, "NestedTransfer", lock_key=jsonata("$states.input.from"), key_namespace="acct",
+            self, "NestedTransfer", lock=Lock.mutex(jsonata("$states.input.from")), key_namespace="acct",
             protected=inner, **common,
         )
         # The negative control: the same transfer work with no lock at all.

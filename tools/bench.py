@@ -116,7 +116,7 @@ def build_bench_stack(
     app: Any, stack_id: str, *, ours: WaitPolicy, extra_policies: Sequence[WaitPolicy] = (), fair: bool = False
 ) -> Any:
     """One stack with every variant; state machine logical ids start with the variant name.
-    ``fair``: also ``Fair``, the fair lock (``fair=True``) around the same work."""
+    ``fair``: also ``Fair``, the fair lock (``Lock.fair``) around the same work."""
     from aws_cdk import Duration, RemovalPolicy, Stack
     from aws_cdk import aws_lambda as lambda_
     from aws_cdk import aws_stepfunctions as sfn
@@ -124,7 +124,7 @@ def build_bench_stack(
 
     from locked_workflow.constructs_lib.dynamodb_tasks import update_item_props
     from locked_workflow.constructs_lib.lock_table import LockTable
-    from locked_workflow.constructs_lib.locked_workflow import LockedWorkflow
+    from locked_workflow import Lock, LockedWorkflow
     from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = Stack(app, stack_id)
@@ -162,7 +162,7 @@ def build_bench_stack(
         LockedWorkflow(
             stack,
             name,
-            **{"lock_key": jsonata("$states.input.key"), "protected": body, "wait_policy": policy,
+            **{"lock": Lock.mutex(jsonata("$states.input.key")), "protected": body, "wait_policy": policy,
                "max_wait": Duration.minutes(10), "timeout": Duration.minutes(30), "logging": False,
                "tracing": False, "table_removal_policy": RemovalPolicy.DESTROY, **extra},
         )
@@ -170,7 +170,8 @@ def build_bench_stack(
     unlocked("Unlocked", work("Unlocked"))
     if fair:
         # the fair lock: N up to 1,000 waiters (a park round is cheap: a long wait fits the history)
-        locked("Fair", work("Fair"), ours, fair=True, max_wait=Duration.hours(2), timeout=Duration.hours(3))
+        locked("Fair", work("Fair"), ours, lock=Lock.fair(jsonata("$states.input.key")), max_wait=Duration.hours(2),
+               timeout=Duration.hours(3))
     unlocked("UnlockedChain", chain("UnlockedChain"))
     locked("Ours", work("Ours"), ours)
     locked("OursChain", chain("OursChain"), ours)

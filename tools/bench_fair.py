@@ -8,7 +8,7 @@
 
 The bench stack of :mod:`tools.bench` (a Lambda "Work" that sleeps), with three
 locks around the same work: ``Polling`` (``LockedWorkflow`` defaults), ``Fair``
-(``fair=True``) and ``Baseline`` (the samples' retry-and-wait loop). Task tokens are
+(``Lock.fair``) and ``Baseline`` (the samples' retry-and-wait loop). Task tokens are
 AWS-sized (the runtime's default). For each work size and N, N runs start together on one
 key. Reported per lock, from execution histories and every DynamoDB call the runs made:
 

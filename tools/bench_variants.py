@@ -27,7 +27,7 @@ def build_stack(app: Any, stack_id: str) -> Any:
     import aws_cdk as cdk
     from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from locked_workflow import LockedSection, LockedWorkflow, LockTable, WaitPolicy
+    from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
     from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(app, stack_id)
@@ -45,13 +45,12 @@ def build_stack(app: Any, stack_id: str) -> Any:
         return sfn.CustomState(stack, name, state_json={
             "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.workS")})
 
-    LockedWorkflow(stack, "MultiKey", lock_keys=jsonata("[$states.input.from, $states.input.to]"),
-                   key_namespace="acct", protected=hold("MultiWork"), table=locks, **common)
+    LockedWorkflow(stack, "MultiKey", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct", protected=hold("MultiWork"), table=locks, **common)
     lease = cdk.Duration.minutes(35)
-    inner = LockedSection(stack, "Second", lock_key=jsonata("$states.input.second"), key_namespace="acct",
+    inner = LockedSection(stack, "Second", lock=Lock.mutex(jsonata("$states.input.second")), key_namespace="acct",
                           protected=hold("NestedWork"), table=locks, lease=lease, lock_variable="second",
                           wait_policy=fast, max_wait=cdk.Duration.minutes(10), liveness_check_every=0)
-    outer = LockedSection(stack, "First", lock_key=jsonata("$states.input.first"), key_namespace="acct",
+    outer = LockedSection(stack, "First", lock=Lock.mutex(jsonata("$states.input.first")), key_namespace="acct",
                           protected=inner, table=locks, lease=lease, lock_variable="first",
                           wait_policy=fast, max_wait=cdk.Duration.minutes(10), liveness_check_every=0)
     order = sfn.Pass.jsonata(stack, "Order", outputs=jsonata(
@@ -63,8 +62,7 @@ def build_stack(app: Any, stack_id: str) -> Any:
 
     increment = ("{'recordUpdate': {'set': {'n': {'N': $string(($exists($lock.item.n.N) ? "
                  "$number($lock.item.n.N) : 0) + 1)}}}}")
-    LockedWorkflow(stack, "OnRecord", lock_key=jsonata("$states.input.id"), record_table=records,
-                   protected=sfn.Pass.jsonata(stack, "RecordWork", outputs=jsonata(increment)), **common)
+    LockedWorkflow(stack, "OnRecord", lock=Lock.on_record(records, jsonata("$states.input.id")), protected=sfn.Pass.jsonata(stack, "RecordWork", outputs=jsonata(increment)), **common)
     key = {"id": tasks.DynamoAttributeValue.from_string(jsonata("$states.input.id"))}
     read = tasks.DynamoGetItem.jsonata(stack, "Read", table=records, key=key, consistent_read=True,
                                        outputs=jsonata("$merge([$states.input, {'n': $exists($states.result.Item.n.N) "
@@ -72,9 +70,9 @@ def build_stack(app: Any, stack_id: str) -> Any:
     write = tasks.DynamoUpdateItem.jsonata(
         stack, "Write", table=records, key=key, update_expression="SET n = :n",
         expression_attribute_values={":n": tasks.DynamoAttributeValue.number_from_string(jsonata("$string($states.input.n + 1)"))})
-    LockedWorkflow(stack, "OnLockTable", lock_key=jsonata("$states.input.id"), table=locks,
+    LockedWorkflow(stack, "OnLockTable", lock=Lock.mutex(jsonata("$states.input.id")), table=locks,
                    protected=read.next(write), **common)
-    LockedWorkflow(stack, "Semaphore", lock_key=jsonata("$states.input.key"), limit=3, key_namespace="sem",
+    LockedWorkflow(stack, "Semaphore", lock=Lock.semaphore(jsonata("$states.input.key"), limit=3), key_namespace="sem",
                    protected=hold("SemaphoreWork"), table=locks, **common)
     return stack
 

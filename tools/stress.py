@@ -11,11 +11,11 @@ table and one key namespace (``x``), so they contend with each other: a plain ``
 a Map whose iterations lock the same key; a Parallel whose branches do; a section nested in a
 section on the same key; a workflow whose state machine times out while holding; a workflow
 with a lease shorter than its work (its own keys: overlap is allowed there, by design); the fair
-lock (``fair=True``); a workflow holding its key whose work is a Map of sections, or a Parallel
+lock (``Lock.fair``); a workflow holding its key whose work is a Map of sections, or a Parallel
 of two sections, each on a child key of namespace ``c`` (``C0``, ``C1`` ...: concurrent children
 of one hold, on other keys - they contend with each other and with other holds' children);
 a section beside a sibling branch that fails (the user catches it: Step Functions cancels the
-section, which runs no Catch); the lock on the record itself (``record_table``) on records
+section, which runs no Catch); the lock on the record itself (``Lock.on_record``) on records
 seeded just under and over the size it reads into the workflow (:data:`RECORD_SIZES_KB`: the
 run over the limit must fail ``Lock.RecordTooLarge`` and free the record at once), whose work
 increments the record's balance through the release.
@@ -167,7 +167,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from locked_workflow import LockedSection, LockedWorkflow, LockTable
+    from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
     from locked_workflow.constructs_lib.assets import lambda_code
     from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -199,15 +199,16 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     def section(construct_id: str, work: Any, variable: str, *, key: str = "$states.input.key",
                 namespace: str = "x") -> Any:
         return LockedSection(
-            stack, construct_id, lock_key=jsonata(key), key_namespace=namespace,
+            stack, construct_id, lock=Lock.mutex(jsonata(key)), key_namespace=namespace,
             protected=work, table=locks, lease=cdk.Duration.minutes(10), wait_policy=FAST,
             max_wait=cdk.Duration.seconds(MAX_WAIT_S), lock_variable=variable,
         )
 
     def workflow(construct_id: str, protected: Any = None, **props: Any) -> Any:
-        props = {"timeout": cdk.Duration.minutes(4), "max_wait": cdk.Duration.seconds(MAX_WAIT_S), **props}
+        props = {"timeout": cdk.Duration.minutes(4), "max_wait": cdk.Duration.seconds(MAX_WAIT_S),
+                 "lock": Lock.mutex(jsonata("$states.input.key")), **props}
         return LockedWorkflow(
-            stack, construct_id, lock_key=jsonata("$states.input.key"), key_namespace="x",
+            stack, construct_id, key_namespace="x",
             protected=protected or probe(f"{construct_id}Probe", "$lock.fence"), table=locks, wait_policy=FAST,
             logging=False, tracing=False, state_machine_name=construct_id, **props,
         )
@@ -220,7 +221,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         )
 
     workflow("Plain")
-    workflow("Fair", fair=True, park_timeout=cdk.Duration.seconds(FAIR_PARK_TIMEOUT_S))
+    workflow("Fair", lock=Lock.fair(jsonata("$states.input.key"), park_timeout=cdk.Duration.seconds(FAIR_PARK_TIMEOUT_S)))
     workflow("Timeout", timeout=cdk.Duration.seconds(SHORT_TIMEOUT_S), max_wait=cdk.Duration.seconds(2))
     workflow("Lease", lease=cdk.Duration.seconds(SHORT_LEASE_S))
     mapped = sfn.Map.jsonata(stack, "Each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.items")))
@@ -267,7 +268,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         "{'recordUpdate': {'set': {'balance': {'N': $string(($exists($lock.item.balance.N) "
         "? $number($lock.item.balance.N) : 0) + 1)}}}}"))
     LockedWorkflow(
-        stack, "Record", lock_key=jsonata("$states.input.key"), record_table=records, wait_policy=FAST,
+        stack, "Record", lock=Lock.on_record(records, jsonata("$states.input.key")), wait_policy=FAST,
         protected=sfn.Wait.jsonata(stack, "RecordWait", time=sfn.WaitTime.seconds(jsonata("$states.input.waitS")))
         .next(increment),
         max_wait=cdk.Duration.seconds(MAX_WAIT_S), timeout=cdk.Duration.minutes(4),

@@ -1,0 +1,275 @@
+"""Lock kinds as values: what a locked section locks, and how.
+
+A section takes one ``lock=`` value, made by a factory of :class:`Lock` - the way the CDK
+spells choices (``Schedule.rate(...)``, ``Code.from_asset(...)``)::
+
+    Lock.mutex("{% $states.input.detail.customerId %}")
+    Lock.fair("{% $states.input.detail.customerId %}", park_timeout=Duration.seconds(30))
+    Lock.semaphore("{% $states.input.region %}", limit=5)
+    Lock.keys("{% [$states.input.from, $states.input.to] %}")
+    Lock.on_record(customers, "{% $states.input.customerId %}", must_exist=True)
+
+Each factory validates its own settings at synth ("`x` must ..., got: ..."), and a setting
+exists only on the kinds it means something for: a semaphore has a ``limit``, a fair lock a
+``park_timeout``, the lock on the record its record table. A value is immutable and may be
+given to several sections; each section builds its own states from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from aws_cdk import Duration, aws_dynamodb as dynamodb
+
+from locked_workflow.constructs_lib import prop_types
+from locked_workflow.constructs_lib.fair_mutex import FairMutex
+from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
+from locked_workflow.constructs_lib.lock_table import LockTable
+from locked_workflow.state_machines import fair_protocol
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import semaphore_protocol
+
+#: What a ``lock`` prop must be (messages).
+A_LOCK = "a Lock (Lock.mutex(key), Lock.fair(key), ...)"
+#: A fair lock's default ``park_timeout``.
+DEFAULT_PARK_TIMEOUT = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S)
+
+
+class Lock:
+    """What a locked section locks, and how: one value per lock kind, made by the factories
+    :meth:`mutex`, :meth:`fair`, :meth:`semaphore`, :meth:`keys` and :meth:`on_record`.
+
+    Every kind is exclusive per key (but the semaphore, ``limit`` holders per key), fenced
+    (``$lock.fence`` strictly increases per key), recovered (lease, janitor, liveness check,
+    stop grace) and released on success and on every Catch path. Every participant of one
+    key must use the same kind (and the same ``limit``).
+    """
+
+    #: The kind's name, as errors and the docs spell it.
+    kind: str
+
+    def __init__(self) -> None:
+        raise TypeError(
+            "`Lock` values come from its factories: Lock.mutex(key), Lock.fair(key), "
+            "Lock.semaphore(key, limit=...), Lock.keys(keys) or Lock.on_record(table, key)"
+        )
+
+    # -- the factories ------------------------------------------------------------------------
+
+    @staticmethod
+    def mutex(key: str) -> "Lock":
+        """One holder per key; waiters poll the lock item (Wait states, ``wait_policy``).
+
+        :param key: JSONata template whose value is the resource to serialize on, e.g.
+            ``"{% $states.input.detail.customerId %}"``. At run time it must be a non-empty
+            string whose stored form ``<namespace>#<key>`` is at most 2048 bytes of UTF-8,
+            else the section fails with ``Lock.InvalidKey`` before any DynamoDB call.
+        """
+        return _MutexLock(_key(key))
+
+    @staticmethod
+    def fair(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT, polling: bool = False) -> "Lock":
+        """One holder per key, granted in arrival order: waiters take a ticket and park on a
+        task token (``.waitForTaskToken``) in a queue row of their own; the release hands the
+        lock to the head of the queue in the same write and wakes it (``SendTaskSuccess``).
+        The uncontended path is the mutex's single write. See
+        :mod:`locked_workflow.state_machines.fair_protocol`.
+
+        :param key: as :meth:`mutex`'s.
+        :param park_timeout: a parked waiter's fallback: after this long it looks by itself
+            (re-queues if dropped, asks whether the holder and a dead-looking head still run,
+            dequeues a dead head and wakes the next). It bounds what a lost wake-up or a
+            stopped participant costs. Whole seconds, 1 s to 1 hour. Default: 30 seconds.
+        :param polling: waiters poll as the head of the queue instead of parking, keeping
+            their place alive with a lease (``wait_policy`` applies): what an EXPRESS state
+            machine needs, which cannot park on a task token. ``LockedWorkflow`` sets it for
+            EXPRESS. Default: ``False``.
+        """
+        park_timeout_ms = prop_types.concrete_ms("park_timeout", park_timeout)
+        if not 1000 <= park_timeout_ms <= 3_600_000 or park_timeout_ms % 1000:
+            raise ValueError(
+                f"`park_timeout` must be whole seconds from 1 s to 1 hour, got: {park_timeout_ms / 1000} s"
+            )
+        if not isinstance(polling, bool):
+            raise TypeError(f"`polling` must be True or False, got: {polling!r}")
+        return _FairLock(_key(key), park_timeout_ms // 1000, polling)
+
+    @staticmethod
+    def semaphore(key: str, *, limit: int) -> "Lock":
+        """Up to ``limit`` holders per key at once: a mutex on one of ``limit`` slot items,
+        tried from a slot drawn per attempt (see
+        :mod:`locked_workflow.state_machines.semaphore_protocol`).
+
+        :param key: as :meth:`mutex`'s.
+        :param limit: holders admitted per key at once, 2 to 32 (1 is :meth:`mutex`). Every
+            participant of a key must use the same limit.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= semaphore_protocol.MAX_LIMIT:
+            raise ValueError(
+                f"`limit` must be a whole number from 2 to {semaphore_protocol.MAX_LIMIT} (one holder: "
+                f"Lock.mutex), got: {limit!r}"
+            )
+        return _SemaphoreLock(_key(key), limit)
+
+    @staticmethod
+    def keys(keys: str) -> "Lock":
+        """Every key of a list, all or nothing, in one transaction (an account transfer locks
+        both accounts); the work reads ``$lock.keys`` and ``$lock.fences`` (stored key ->
+        fence). See :mod:`locked_workflow.state_machines.multikey_protocol`.
+
+        :param keys: JSONata template whose value is an array of keys (1 to 100 after
+            de-duplication), e.g. ``"{% [$states.input.from, $states.input.to] %}"``.
+        """
+        return _KeysLock(protocol.unwrap_jsonata(keys, "keys"))
+
+    @staticmethod
+    def on_record(
+        table: Union[dynamodb.ITable, LockTable],
+        key: str,
+        *,
+        key_attribute: Optional[str] = None,
+        must_exist: bool = True,
+    ) -> "Lock":
+        """The lock kept on the record it protects, in ``table`` - no lock table: the acquire
+        reads the record (``$lock.item``) and the release writes the work's ``recordUpdate``
+        (``{"set": {name: AttributeValue}, "remove": [name]}``) in the same conditional
+        write. Not re-entrant. See :mod:`locked_workflow.state_machines.record_protocol`.
+
+        :param table: the record table: a string partition key (the lock key), no sort key.
+        :param key: as :meth:`mutex`'s: the record's partition key value (not namespaced).
+        :param key_attribute: the table's partition key, needed when its schema cannot be
+            read (an imported table). Default: read from the table.
+        :param must_exist: a missing record fails with ``Lock.RecordMissing``; ``False`` lets
+            the acquire create it. Default: ``True``.
+        """
+        table = prop_types.table("table", table, required=True)
+        if not isinstance(must_exist, bool):
+            raise TypeError(f"`must_exist` must be True or False, got: {must_exist!r}")
+        return _RecordLock(_key(key), table, _record_key_attribute(table, key_attribute), must_exist)
+
+    # -- what a section does with the value -----------------------------------------------------
+
+    @property
+    def record_table(self) -> Optional[dynamodb.ITable]:
+        """The table the lock lives on when it is the record's own (:meth:`on_record`)."""
+        return None
+
+    @property
+    def is_fair(self) -> bool:
+        return False
+
+    def builder(self) -> Mutex:
+        """A fresh builder of this kind's states (one per section)."""
+        raise NotImplementedError
+
+    def for_express(self) -> "Lock":
+        """This lock as an EXPRESS state machine can run it (no task tokens)."""
+        return self
+
+
+def _key(key: str) -> str:
+    return protocol.unwrap_jsonata(key, "key")
+
+
+@dataclass(frozen=True, init=False)
+class _Value(Lock):
+    def __init__(self, *args) -> None:  # the dataclass fields, in order (Lock refuses direct use)
+        for name, value in zip(self.__dataclass_fields__, args):
+            object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True, init=False)
+class _MutexLock(_Value):
+    key: str
+    kind = "mutex"
+
+    def builder(self) -> Mutex:
+        return Mutex(self.key)
+
+
+@dataclass(frozen=True, init=False)
+class _FairLock(_Value):
+    key: str
+    park_timeout_s: int
+    polling: bool
+    kind = "fair"
+
+    @property
+    def is_fair(self) -> bool:
+        return True
+
+    def builder(self) -> Mutex:
+        return FairMutex(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling)
+
+    def for_express(self) -> "Lock":
+        return _FairLock(self.key, self.park_timeout_s, True)
+
+
+@dataclass(frozen=True, init=False)
+class _SemaphoreLock(_Value):
+    key: str
+    limit: int
+    kind = "semaphore"
+
+    def builder(self) -> Mutex:
+        return Semaphore(self.key, self.limit)
+
+
+@dataclass(frozen=True, init=False)
+class _KeysLock(_Value):
+    keys: str
+    kind = "multi-key"
+
+    def builder(self) -> Mutex:
+        return MultiKey(self.keys)
+
+
+@dataclass(frozen=True, init=False)
+class _RecordLock(_Value):
+    key: str
+    table: dynamodb.ITable
+    key_attribute: str
+    must_exist: bool
+    kind = "record"
+
+    @property
+    def record_table(self) -> Optional[dynamodb.ITable]:
+        return self.table
+
+    def builder(self) -> Mutex:
+        return RecordLock(self.key, key_attribute=self.key_attribute, must_exist=self.must_exist)
+
+
+def _record_key_attribute(table: dynamodb.ITable, given: Optional[str]) -> str:
+    """The record table's partition key: read from its schema when the construct made it,
+    else ``given``. It must be a string and the only key (no sort key)."""
+    schema = None
+    if hasattr(table, "schema_v2"):
+        try:
+            schema = table.schema_v2()
+        except Exception:  # an imported table: no schema to read
+            schema = None
+    if schema is None or not schema.partition_keys:
+        if not given:
+            raise ValueError(
+                "`key_attribute` must name the record table's partition key when its schema "
+                "cannot be read (an imported table), got: None"
+            )
+        return given
+    partition = schema.partition_keys[0]
+    if len(schema.partition_keys) > 1 or partition.type != dynamodb.AttributeType.STRING:
+        raise ValueError(
+            f"`table` must have a string partition key (the lock key), got: {partition.name} "
+            f"of type {partition.type.name if hasattr(partition.type, 'name') else partition.type}"
+        )
+    if schema.sort_keys:
+        raise ValueError(
+            "`table` must have no sort key (one record per lock key), got: sort key "
+            f"{schema.sort_keys[0].name}"
+        )
+    if given is not None and given != partition.name:
+        raise ValueError(
+            f"`key_attribute` must be the table's partition key {partition.name!r}, got: {given!r}"
+        )
+    return partition.name

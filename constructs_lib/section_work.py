@@ -1,0 +1,188 @@
+"""What a locked section reads from, and writes into, its rendered protected work.
+
+* the stop grace: how long a stopped holder's work may still run (:func:`derive_stop_grace`);
+* the guard: every task of the work evaluates the section's guard before it calls its
+  resource, so a redriven task cannot resume without the lock (:func:`guard_task`);
+* walks of rendered states: tasks, branches, reachable states (:func:`work_tasks`,
+  :func:`task_states`, :func:`reachable_states`), and the state that carries the lock's Catch
+  (:func:`catching`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Sequence
+
+from aws_cdk import Duration, Stack, aws_lambda as lambda_, aws_stepfunctions as sfn
+from constructs import Construct
+
+from locked_workflow.state_machines import fair_protocol
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines.lock_protocol import jsonata
+
+#: Stop grace when the protected work has a task whose longest run the construct cannot see
+#: (no ``TimeoutSeconds``, not a Lambda of this app): the longest a Lambda invocation can run.
+DEFAULT_STOP_GRACE = Duration.minutes(15)
+#: Added to the longest task timeout found: delivery and clock slack.
+STOP_GRACE_MARGIN_S = 5
+#: A Lambda function without a timeout of its own runs for at most 3 s.
+LAMBDA_DEFAULT_TIMEOUT_S = 3
+
+
+def is_lock_state(state: dict) -> bool:
+    """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is
+    (a fair waiter's park included: a stopped execution's park ends with it)."""
+    arguments = state.get("Arguments")
+    if isinstance(arguments, dict) and protocol.PRESENT.condition in json.dumps(arguments):
+        return True  # a hold's presence task (a multi-key hold's: inside its transaction)
+    return isinstance(arguments, dict) and arguments.get("ConditionExpression") in {
+        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)
+    }
+
+
+def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:
+    """How long a stopped holder's work may still run, plus a margin: for a Lambda task, its
+    function's timeout (when the function is part of this app) - Step Functions does not stop
+    an invocation when the task's own ``TimeoutSeconds`` ends, nor when the execution stops,
+    but Lambda ends it at the function's timeout; for an activity, a callback or a ``.sync``
+    job, its ``TimeoutSeconds`` (what the caller promises its worker stops by);
+    :data:`DEFAULT_STOP_GRACE` when a task's longest run cannot be seen."""
+    if not tasks_found:
+        return Duration.seconds(STOP_GRACE_MARGIN_S)
+    functions = [fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)]
+    longest = 0
+    for state in tasks_found:
+        resource = str(state.get("Resource", ""))
+        seconds = state.get("TimeoutSeconds")
+        if ":::lambda:invoke" in resource and _request_response(resource):
+            text = json.dumps(Stack.of(scope).resolve(state))
+            found = [fn for fn in functions
+                     if json.dumps(Stack.of(scope).resolve(fn.function_arn)) in text
+                     or json.dumps(Stack.of(scope).resolve(fn.function_name)) in text]
+            if len(found) != 1:
+                return DEFAULT_STOP_GRACE
+            timeout = found[0].timeout
+            longest = max(longest, timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S)
+        elif isinstance(seconds, (int, float)):
+            longest = max(longest, seconds)
+        elif _request_response(resource):
+            continue  # a DynamoDB or SDK call: over when the stop is (the margin covers it)
+        else:  # an activity, a callback or a .sync job: nothing bounds it but TimeoutSeconds
+            return DEFAULT_STOP_GRACE
+    return Duration.seconds(longest + STOP_GRACE_MARGIN_S)
+
+
+def _request_response(resource: str) -> bool:
+    return ":::" in resource and not resource.endswith((".sync", ".sync:2", ".waitForTaskToken"))
+
+
+def branches(state: Mapping[str, Any]) -> list:
+    """The branches of a rendered Parallel, or the item processor of a Map, else none."""
+    if state.get("Type") == "Parallel":
+        return list(state.get("Branches", []))
+    if state.get("Type") == "Map":
+        processor = state.get("ItemProcessor") or state.get("Iterator")
+        return [processor] if processor else []
+    return []
+
+def work_tasks(rendered_section: dict, lock_states: set):
+    """(name, task state) of every task of a rendered section's branch that is not a lock
+    state, in Parallel branches and inline Map item processors at any depth. A distributed
+    Map's items run as child executions, which cannot read the lock's variables: not entered
+    (their tasks are guarded by fencing only, as the README says)."""
+    def walk(states: Mapping[str, Any]):
+        for name, state in states.items():
+            if state.get("Type") == "Task" and name not in lock_states:
+                yield name, state
+            for branch in branches(state):
+                if (branch.get("ProcessorConfig") or {}).get("Mode") != "DISTRIBUTED":
+                    yield from walk(branch.get("States", {}))
+
+    for branch in rendered_section.get("Branches", []):
+        yield from walk(branch.get("States", {}))
+
+
+#: Fields of a JSONPath state: the guard is a JSONata expression.
+_JSONPATH_FIELDS = ("Parameters", "InputPath", "OutputPath", "ResultPath", "ResultSelector")
+#: A task's default ``TimeoutSeconds`` (Amazon States Language: 99999999).
+_DEFAULT_TASK_TIMEOUT_S = 99999999
+
+
+def guard_task(name: str, state: dict, guard: str) -> None:
+    """Evaluate ``guard`` (JSONata that raises or yields nothing) before the task ``state``
+    runs: in the first JSONata template of its ``Arguments`` (or, for a literal value, one
+    turned into a template), which Step Functions evaluates before it calls the resource.
+    A task without Arguments gets the guard in a JSONata ``TimeoutSeconds`` (its value kept,
+    or the default 99999999). A JSONPath task cannot be guarded: refused."""
+    if state.get("QueryLanguage") == "JSONPath" or any(f in state for f in _JSONPATH_FIELDS):
+        raise ValueError(
+            f"the protected work's task states must use JSONata (the lock guards each task "
+            f"against resuming without the lock after a redrive), got: JSONPath task {name!r}"
+        )
+    if "Arguments" in state and _guard_first_value(state, "Arguments", guard):
+        return
+    if "Arguments" not in state and state.get("QueryLanguage") != "JSONata":
+        raise ValueError(
+            f"the protected work's task states must use JSONata (set `query_language` or use "
+            f"the `.jsonata(...)` constructors), got: task {name!r} with no QueryLanguage"
+        )
+    timeout = state.get("TimeoutSeconds", _DEFAULT_TASK_TIMEOUT_S)
+    state["TimeoutSeconds"] = _guarded(timeout, guard)
+
+
+def _guard_first_value(container: Any, key: Any, guard: str) -> bool:
+    """Guard the first value (a template or a literal) found depth first under
+    ``container[key]``; False if there is none (empty objects and arrays only)."""
+    value = container[key]
+    if isinstance(value, (dict, list)):
+        keys = list(value) if isinstance(value, dict) else range(len(value))
+        return any(_guard_first_value(value, k, guard) for k in keys)  # stops at the first
+    container[key] = _guarded(value, guard)
+    return True
+
+
+def _guarded(value: Any, guard: str) -> str:
+    """A JSONata template that evaluates ``guard``, then yields ``value`` (a template's
+    expression, or a JSON literal)."""
+    if isinstance(value, str):
+        found = _TEMPLATE.fullmatch(value)
+        if found:
+            return jsonata(f"( {guard}; {found.group(1)} )")
+    return jsonata(f"( {guard}; {json.dumps(value)} )")
+
+
+_TEMPLATE = re.compile(r"\{%(.*)%\}", re.DOTALL)
+
+
+def task_states(rendered: Any):
+    """Task states anywhere in a rendered state (Parallel branches, Map item processors)."""
+    if isinstance(rendered, dict):
+        if rendered.get("Type") == "Task" and "Resource" in rendered:
+            yield rendered
+        for value in rendered.values():
+            yield from task_states(value)
+    elif isinstance(rendered, list):
+        for value in rendered:
+            yield from task_states(value)
+
+def reachable_states(work: sfn.IChainable) -> list:
+    """The states of ``work`` reachable from its start, Catch targets included (not inside
+    its Parallel branches or Map iterations)."""
+    return list(sfn.State.find_reachable_states(work.start_state, include_error_handlers=True))
+
+
+def catching(scope: Construct, work: sfn.IChainable, state_name: str) -> sfn.State:
+    """A state that runs ``work`` and can carry the lock's Catch.
+
+    A lone task state without a Catch or a successor of its own carries it directly (the
+    cheapest form: no extra state); anything else runs in a one-branch Parallel, the only
+    way to Catch every error of an arbitrary chain.
+    """
+    if isinstance(work, sfn.TaskStateBase):
+        rendered = work.to_state_json()
+        if not rendered.get("Catch") and "Next" not in rendered:
+            return work
+    return sfn.Parallel.jsonata(
+        scope, "Protected", state_name=state_name, outputs=jsonata("$states.result[0]")
+    ).branch(work)
