@@ -49,6 +49,8 @@ class LockedSection(Protocol):
 
     def _name(self, suffix: str) -> str: ...
 
+    def held_assign(self) -> dict: ...
+
     def after_acquire_failure(self, state: sfn.TaskStateBase) -> None: ...
 
     def build_mutex_release(self, lost: sfn.State, left: sfn.State, *, release_task: Any = ...,
@@ -280,7 +282,7 @@ class MultiKey(Mutex):
         release = sdk_task(
             section, section._name("Release"), "dynamodb:transactWriteItems",
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
-            output=jsonata("$states.input"),
+            assign=section.held_assign(), output=jsonata("$states.input"),
         )
         release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEach", count_lost=True)
@@ -327,7 +329,7 @@ class MultiKey(Mutex):
         release = sdk_task(
             section, section._name("ReleaseAfterError"), "dynamodb:transactWriteItems",
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
-            output=jsonata("$states.input"),
+            assign=section.held_assign(), output=jsonata("$states.input"),
         )
         release.add_catch(rethrow, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEachAfterError", count_lost=False)
@@ -415,7 +417,7 @@ class RecordLock(Mutex):
         """The release writes the work's ``recordUpdate``; a bad one is released without it."""
         v = section.variables
 
-        def release_with_update(state_name: str, first: bool) -> sfn.CustomState:
+        def release_with_update(state_name: str, first: bool, assign: dict) -> sfn.CustomState:
             state = JsonataCustomState(section, state_name, state_json={
                 "Type": "Task",
                 "QueryLanguage": "JSONata",
@@ -426,6 +428,7 @@ class RecordLock(Mutex):
                     ),
                     "ReturnValues": "NONE",  # bounded: the updated values could be the record's
                 },
+                "Assign": assign,
                 "Output": jsonata("$states.input"),
             })
             # DynamoDB refused the write (nothing written): release without it, then fail

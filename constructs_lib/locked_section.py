@@ -168,7 +168,8 @@ class LockedSection(sfn.StateMachineFragment):
         function's timeout, whatever its ``TimeoutSeconds``; other tasks: their
         ``TimeoutSeconds``) plus 5 s; 15 minutes if some task's longest run cannot be seen.
     :param lock_variable: name of the variable holding the lock (the section also uses
-        ``<name>Wait``, ``<name>Holder`` and ``<name>Redrives``). Default: ``"lock"``.
+        ``<name>Wait``, ``<name>Holder``, ``<name>Redrives``, ``<name>Lost``, ``<name>Presence``
+        and ``<name>Held``). Default: ``"lock"``.
     :param liveness_check_every: on every this-many-th round of polls a waiter asks Step
         Functions whether the holder's execution still runs, and takes the lock over from one
         that ended longer than its stop grace ago; ``0`` leaves the states out. The check
@@ -295,6 +296,7 @@ class LockedSection(sfn.StateMachineFragment):
             "redrives": f"{lock_variable}Redrives",
             "lost": f"{lock_variable}Lost",
             "presence": f"{lock_variable}Presence",
+            "held": f"{lock_variable}Held",
         }
         self._key_expression = self.kind.key_expression(key_namespace)
         self._max_wait_ms = max_wait_ms
@@ -619,21 +621,23 @@ class LockedSection(sfn.StateMachineFragment):
         release follows one whose response was lost (then it was released before the lease
         could end: see released_before_expiry_expression).
 
-        ``release_task(state_name, first)``: the release write (default: the mutex's RELEASE);
-        a query error of the first one goes to ``left`` with ``query_error_outputs``."""
+        ``release_task(state_name, first, assign)``: the release write (default: the mutex's
+        RELEASE), with ``assign`` (:meth:`held_assign`); a query error of the first one goes to
+        ``left`` with ``query_error_outputs``."""
         v = self.variables
 
-        def mutex_release(state_name: str, first: bool) -> sfn.TaskStateBase:
+        def mutex_release(state_name: str, first: bool, assign: dict) -> sfn.TaskStateBase:
             return update_item_task(
                 self, state_name, self.table,
                 protocol.release_arguments(lock_variable=v["lock"], reentrant=first, item=self.kind.item),
+                assign=assign,
             )
 
         release_task = release_task or mutex_release
-        release = release_task(self._name("Release"), True)
+        release = release_task(self._name("Release"), True, self.held_assign())
         release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
         release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata(query_error_outputs))
-        again = release_task(self._name("ReleaseAgain"), False)
+        again = release_task(self._name("ReleaseAgain"), False, self.held_assign())
         retry_transient(again)
         release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         released_before = sfn.Choice.jsonata(self, "ReleasedBefore", state_name=self._name("ReleasedBefore?"))
@@ -669,12 +673,18 @@ class LockedSection(sfn.StateMachineFragment):
         """``state`` runs while the lock is held (before the work): its errors release it too."""
         self._pending_after_acquire.append(state)
 
+    def held_assign(self) -> dict:
+        """The Assign of a release: how long the lock was held (``<lock_variable>Held``, ms),
+        which monitoring reads from the release's exit line."""
+        return {self.variables["held"]: jsonata(protocol.held_ms_expression(self.variables["lock"]))}
+
     def build_mutex_release_after_error(self, rethrow: sfn.State) -> sfn.State:
         release_after_error = update_item_task(
             self,
             self._name("ReleaseAfterError"),
             self.table,
             protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True, item=self.kind.item),
+            assign=self.held_assign(),
         )
         retry_transient(release_after_error)
         release_after_error.add_catch(

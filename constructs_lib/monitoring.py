@@ -18,8 +18,8 @@ LivenessTakeovers    ``TaskStateExited`` of a section's liveness check whose wai
 JanitorRetires       published by the janitor function itself (locks it retired)      EMF
 WaitTime (ms)        the exit of a state that assigns a lock record with             Lambda
                      ``acquiredAt`` and ``requestedAt`` (the section's entry)
-HoldTime (ms)        a release's ``TaskSucceeded`` (``UPDATED_OLD``): the old           Lambda
-                     ``acquiredAt``, subtracted from the line's ``event_timestamp``
+HoldTime (ms)        the exit of a release, which assigns ``<lock variable>Held``    Lambda
+                     (``$millis()`` - ``acquiredAt``: ``lock_protocol.held_ms_expression``)
 ===================  ==============================================================  =========
 
 Every section counts - the workflow's own and every section nested in its work, named by
@@ -28,11 +28,10 @@ synthesized definition by what they do (a Fail state's ``Error``, a task's resou
 state assigns), not by a name: a nested section that fails through ``Inner.Timeout`` is
 counted there once, not again where the enclosing section re-raises it (``Lock.Rethrow``).
 
-HoldTime needs the old ``acquiredAt`` on the release's own line: the mutex, semaphore and
-nested sections of those kinds return it (``UPDATED_OLD``). The fair lock's release returns
-the whole old item (as an acquire's result does), the multi-key release is a transaction
-and the record lock's release returns nothing, so those kinds have no HoldTime yet (their
-WaitTime, counts and alarms are complete).
+Every kind's release - the mutex's, the semaphore's, the fair lock's handoff, the multi-key
+transaction, the record's update - assigns the hold's length when it succeeds (a lost lock's
+release does not: it fails ``Lock.Lost``), after an error of the work too; a re-entered
+section held nothing and assigns nothing.
 
 Counts are CloudWatch Logs metric filters (no code in the path of the ``Lost`` alarm); the
 two durations need a subtraction, which a filter cannot do, so a subscription filter sends
@@ -86,6 +85,8 @@ _DASHBOARD_NAME = re.compile(r"[A-Za-z0-9_\-]{1,255}")
 #: Metric names (in the workflow's namespace).
 WAIT_TIME = "WaitTime"
 HOLD_TIME = "HoldTime"
+#: A release assigns the hold's length to ``<lock variable>Held``.
+HELD_SUFFIX = "Held"
 TIMEOUTS = "Timeouts"
 LOST = "Lost"
 LIVENESS_CHECKS = "LivenessChecks"
@@ -135,6 +136,8 @@ class LockStates:
     :param acquisitions: ``state -> (exit event type, lock variable)`` of the states that
         assign a lock record with its ``owner`` and ``acquiredAt`` (a re-entered section's
         pass-through and later updates of the record do not: they copy it).
+    :param releases: ``state -> (exit event type, held variable)`` of the releases, which
+        assign ``<lock variable>Held`` (``lock_protocol.held_ms_expression``).
     """
 
     timeouts: tuple = ()
@@ -142,10 +145,11 @@ class LockStates:
     liveness_checks: tuple = ()
     takeovers: tuple = ()
     acquisitions: Mapping[str, tuple] = field(default_factory=dict)
+    releases: Mapping[str, tuple] = field(default_factory=dict)
 
     @classmethod
     def of(cls, definition: Mapping[str, Any]) -> "LockStates":
-        timeouts, lost, checks, takeovers, acquisitions = [], [], [], [], {}
+        timeouts, lost, checks, takeovers, acquisitions, releases = [], [], [], [], {}, {}
         for name, state in _all_states(definition.get("States", {})):
             kind = state.get("Type")
             if kind == "Fail" and state.get("Error") == protocol.ERROR_TIMEOUT:
@@ -165,7 +169,10 @@ class LockStates:
                 if (isinstance(value, str) and kind in EXIT_EVENTS
                         and f"'{protocol.OWNER}':" in value and f"'{protocol.ACQUIRED_AT}':" in value):
                     acquisitions[name] = (EXIT_EVENTS[kind], variable)
-        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions)
+                if (kind in EXIT_EVENTS and variable.endswith(HELD_SUFFIX) and value == protocol.jsonata(
+                        protocol.held_ms_expression(variable[: -len(HELD_SUFFIX)]))):
+                    releases[name] = (EXIT_EVENTS[kind], variable)
+        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions, releases)
 
 
 def _all_states(states: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -187,15 +194,6 @@ def synthesized_definition(state_machine: Any) -> dict:
     if isinstance(definition, dict):
         definition = "".join(p if isinstance(p, str) else "TOKEN" for p in definition["Fn::Join"][1])
     return json.loads(definition)
-
-
-def dynamodb_update_succeeded() -> logs.JsonPattern:
-    """Lines of a DynamoDB ``updateItem`` task's result (optimized integration)."""
-    return logs.FilterPattern.all(
-        _is("$.type", "TaskSucceeded"),
-        _is("$.details.resourceType", "dynamodb"),
-        _is("$.details.resource", "updateItem"),
-    )
 
 
 class LockMonitoring(Construct):
@@ -319,19 +317,16 @@ class LockMonitoring(Construct):
 
         # -- durations: a subscription filter to the metrics function -------------------------
         self.metrics_function = self._metrics_function(powertools_layer)
-        #: Lines the metrics function receives: the acquisitions' exits and DynamoDB updates' results.
+        #: Lines the metrics function receives: the exits of the acquisitions and the releases.
         by_event: dict[str, list[str]] = {}
-        for name, (event, _) in found.acquisitions.items():
+        for name, (event, _) in [*found.acquisitions.items(), *found.releases.items()]:
             by_event.setdefault(event, []).append(name)
         self.subscription_pattern = logs.FilterPattern.any(
-            *[states_filter(event, names) for event, names in sorted(by_event.items())],
-            dynamodb_update_succeeded(),
+            *[states_filter(event, sorted(names)) for event, names in sorted(by_event.items())],
         )
         if len(self.subscription_pattern.log_pattern_string) > MAX_PATTERN_LENGTH:
             # many sections: every exit of those types (the function picks the states by name)
-            self.subscription_pattern = logs.FilterPattern.any(
-                *[_is("$.type", event) for event in sorted(by_event)], dynamodb_update_succeeded()
-            )
+            self.subscription_pattern = logs.FilterPattern.any(*[_is("$.type", event) for event in sorted(by_event)])
         self.subscription = logs.SubscriptionFilter(
             self,
             "DurationsSubscription",
@@ -506,6 +501,11 @@ class LockMonitoring(Construct):
                 # state -> the lock variable it assigns, of every acquisition of every section
                 "ACQUISITIONS": json.dumps(
                     {name: variable for name, (_, variable) in sorted(self.lock_states.acquisitions.items())},
+                    separators=(",", ":"),
+                ),
+                # state -> the variable it assigns the hold's length to, of every release
+                "RELEASES": json.dumps(
+                    {name: variable for name, (_, variable) in sorted(self.lock_states.releases.items())},
                     separators=(",", ":"),
                 ),
             },

@@ -776,6 +776,15 @@ def lock_variable_expression(item: LockItem | None = None, of: str = "$states.re
     )
 
 
+def held_ms_expression(lock_variable: str) -> str:
+    """JSONata, in the Assign of a release that succeeded: how long the lock was held (ms),
+    from ``$<lock_variable>.acquiredAt`` to now, both on the Step Functions service clock (the
+    acquire stamped ``acquiredAt`` with ``$millis()`` too). Monitoring reads it from the
+    release's exit line (``<lock_variable>Held``): every kind's release assigns it."""
+    held = f"${lock_variable}.{ACQUIRED_AT}"
+    return f"$exists({held}) ? $millis() - {held} : null"
+
+
 def generation_field() -> str:
     """JSONata (an object's field, in the Assign of a state whose success *is* the
     acquisition): the redrive count the acquisition was made in."""

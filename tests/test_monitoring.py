@@ -317,8 +317,8 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
     """Every other kind, and a section nested in a mutex: a run holds the lock at its gate, a
     second run on the same key gives up at once (Lock.Timeout), the holder's lock is taken
     from it (its owner overwritten, as a takeover does) and its gate opened: it fails Lock.Lost
-    at its release. The semaphore has a second holder that keeps its slot, the nested workflow
-    a normal run: their releases give HoldTime."""
+    at its release. The semaphore has a second holder that keeps its slot, and every kind a
+    normal run on keys of its own: their releases give HoldTime."""
     from concurrent.futures import ThreadPoolExecutor
 
     gates, locks, records = app.table_name("Gates"), app.table_name("Locks"), app.table_name("Records")
@@ -379,10 +379,10 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
             item = cloud.dynamodb.get_item(TableName=locks, Key=p.lock_item_key(f"keys#k-{tag}"), ConsistentRead=True)["Item"]
             _until(lambda: time.time() * 1000 > int(item[p.EXPIRES_AT]["N"]) + 100)
         steal(holders[0], records if kind == "Record" else locks, owner, "inner#" if kind == "Nested" else "")
-        if kind == "Nested":  # and a normal run, released by both sections
-            normal = start(kind, f"n-{tag}", id=f"n-{tag}", outer=f"on-{tag}")
-            open_gate(gate_token(f"n-{tag}", normal))
-            ended["normal"] = cloud.wait_for(normal, timeout=60)
+        # and a normal run on keys of its own (the nested workflow: released by both sections)
+        normal = start(kind, f"n-{tag}", id=f"n-{tag}", outer=f"on-{tag}", other=f"no-{tag}")
+        open_gate(gate_token(f"n-{tag}", normal))
+        ended["normal"] = cloud.wait_for(normal, timeout=60)
         for token in tokens:
             open_gate(token)
         ended["lost"] = cloud.wait_for(holders[0], timeout=60)
@@ -576,22 +576,27 @@ def _emitted(capsys) -> list[dict]:
     return [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{") and '"_aws"' in l]
 
 
-def _expected_durations(runs: Runs, role: str) -> dict[str, list[int]]:
+def _expected_durations(runs: Runs, role: str) -> dict[str, list]:
     """WaitTime and HoldTime worked out independently of the function: the acquire's input
-    (the entry record: requestedAt), its DynamoDB result (acquiredAt) and the release's time."""
-    expected: dict[str, list[int]] = {"WaitTime": [], "HoldTime": []}
+    (the entry record: requestedAt), its DynamoDB result (acquiredAt), and the release's own
+    DynamoDB result (``UPDATED_OLD``: the acquiredAt it removed) between its success and its
+    exit - HoldTime is a range: ``(success - acquiredAt, exit - acquiredAt)`` ms, in which
+    the release's ``$millis()`` falls."""
+    expected: dict[str, list] = {"WaitTime": [], "HoldTime": []}
     for arn in dict.fromkeys(l["execution_arn"] for l in runs.of(role)):
         lines = runs.of(role, arn)
         entered = [l for l in lines if l["type"] == "TaskStateEntered" and l["details"]["name"] == "Lock.Acquire"]
-        updates = [(int(l["event_timestamp"]), json.loads(l["details"]["output"]).get("Attributes"))
-                   for l in lines if l["type"] == "TaskSucceeded" and l["details"]["resource"] == "updateItem"]
-        acquired = [a for _, a in updates if a and p.FENCE in a]
-        released = [(at, a) for at, a in updates if a and p.FENCE not in a]
+        updates = [(n, int(l["event_timestamp"]), json.loads(l["details"]["output"]).get("Attributes"))
+                   for n, l in enumerate(lines) if l["type"] == "TaskSucceeded" and l["details"]["resource"] == "updateItem"]
+        acquired = [a for _, _, a in updates if a and p.FENCE in a]
+        released = [(n, at, a) for n, at, a in updates if a and p.FENCE not in a]
         if acquired:
             requested = json.loads(entered[0]["details"]["input"])[p.REQUESTED_AT]
             expected["WaitTime"].append(int(acquired[0][p.ACQUIRED_AT]["N"]) - requested)
-        for at, old in released:
-            expected["HoldTime"].append(at - int(old[p.ACQUIRED_AT]["N"]))
+        for n, at, old in released:
+            exited = next(int(l["event_timestamp"]) for l in lines[n:] if l["type"] == "TaskStateExited")
+            since = int(old[p.ACQUIRED_AT]["N"])
+            expected["HoldTime"].append((at - since, exited - since))
     return expected
 
 
@@ -605,13 +610,15 @@ def test_metrics_function_measures_wait_and_hold_from_the_delivered_lines(runs, 
     (emf,) = _emitted(capsys)
     expected = _expected_durations(runs, role)
     got = {name: sorted(emf[name] if isinstance(emf[name], list) else [emf[name]]) for name in ("WaitTime", "HoldTime") if name in emf}
-    assert got == {k: sorted(v) for k, v in expected.items() if v}
+    assert got.get("WaitTime", []) == sorted(expected["WaitTime"])
+    holds, ranges = got.get("HoldTime", []), sorted(expected["HoldTime"])
+    assert len(holds) == len(ranges) and all(low <= held <= high for held, (low, high) in zip(holds, ranges)), (holds, ranges)
     assert counts == {k: len(v) for k, v in expected.items()}
     (directive,) = emf["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == synth.stack.patient_monitoring.namespace
     assert {m["Name"]: m["Unit"] for m in directive["Metrics"]} == {k: "Milliseconds" for k, v in expected.items() if v}
     if role == "Instant":  # the normal run worked 1 s under the lock
-        assert any(h >= 1000 for h in expected["HoldTime"])
+        assert any(low >= 1000 for low, _ in expected["HoldTime"])
         assert len(expected["WaitTime"]) == 2 and len(expected["HoldTime"]) == 1  # normal + lost acquired; normal released
     else:  # the waiter waited for the stopped holder for at least one round
         waiter = runs.results["waiter"].arn
@@ -624,11 +631,19 @@ def test_metrics_function_ignores_lines_without_a_duration(runs, synth, metrics_
     module, context = metrics_function
     pattern = synth.subscription("instant_monitoring")
     ignored = [m for m in runs.lines["Instant"] if not matches(pattern, m)]
-    # negative controls among the delivered lines: an acquire's DynamoDB result (it has the fence)
-    acquire_results = [m for m in runs.lines["Instant"] if matches(pattern, m)
-                       and json.loads(m)["type"] == "TaskSucceeded" and f'\\"{p.FENCE}\\"' in m]
-    assert acquire_results
-    assert module.handler(_subscription_event(ignored + acquire_results, "group"), context) == {"WaitTime": 0, "HoldTime": 0}
+    # negative controls among the delivered lines: a release's exit whose hold length is null
+    # (no acquiredAt) and an acquisition's exit whose lock record is not there
+    delivered = [json.loads(m) for m in runs.lines["Instant"] if matches(pattern, m)]
+    releases = [l for l in delivered if l["details"]["name"] in module.RELEASES]
+    acquisitions = [l for l in delivered if l["details"]["name"] in module.ACQUISITIONS]
+    assert releases and acquisitions
+    assert [l for l in releases if "assignedVariables" in l["details"]]  # (a lost release's exit assigns nothing)
+    for line in releases:
+        line["details"].setdefault("assignedVariables", {})[module.RELEASES[line["details"]["name"]]] = "null"
+    for line in acquisitions:
+        line["details"]["assignedVariables"] = {}
+    controls = [json.dumps(l) for l in releases + acquisitions]
+    assert module.handler(_subscription_event(ignored + controls, "group"), context) == {"WaitTime": 0, "HoldTime": 0}
     assert _emitted(capsys) == []
     control = _subscription_event([], "group", message_type="CONTROL_MESSAGE")
     assert module.handler(control, context) == {"WaitTime": 0, "HoldTime": 0}
@@ -743,15 +758,17 @@ def _kind_metrics(monkeypatch, synth, kind: str):
     (function,) = [v for k, v in variables.items() if v["Type"] == "AWS::Lambda::Function"
                    and f"/{kind}Monitoring/MetricsFunction/" in v["Metadata"]["aws:cdk:path"]]
     monkeypatch.setenv("ACQUISITIONS", function["Properties"]["Environment"]["Variables"]["ACQUISITIONS"])
+    monkeypatch.setenv("RELEASES", function["Properties"]["Environment"]["Variables"]["RELEASES"])
     return importlib.reload(importlib.import_module("locked_workflow.lambdas.lock_metrics.index"))
 
 
-#: (WaitTime, HoldTime) measured per kind: every section's acquisition (the nested workflow:
-#: 3 runs' outer and 2 runs' inner sections); HoldTime where a release returns the old
-#: acquiredAt (the nested: the outer releases after the inner section's error, and both of the
-#: normal run; the semaphore: the holder that kept its slot; the multi-key: the key its lost
-#: hold released on its own, key by key, after the transaction was refused).
-MEASURED = {"Fair": (1, 0), "Semaphore": (2, 1), "Keys": (1, 1), "Record": (1, 0), "Nested": (5, 4)}
+#: (WaitTime, HoldTime) measured per kind: every section's acquisition (the holder whose lock
+#: is taken and the normal run; the semaphore's second holder; the nested workflow: 3 runs'
+#: outer and 2 runs' inner sections); HoldTime from every release that succeeded (the normal
+#: run's; the semaphore's second holder's; the nested: the outer section's release after the
+#: inner section's error (twice: the holder whose inner lock was taken, the inner Timeout) and
+#: both of the normal run). A lost lock's release fails: no HoldTime.
+MEASURED = {"Fair": (2, 0), "Semaphore": (3, 2), "Keys": (2, 1), "Record": (2, 1), "Nested": (5, 4)}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -759,7 +776,7 @@ def test_metrics_function_measures_the_wait_of_every_sections_acquisition(runs, 
     _, context = metrics_function
     module = _kind_metrics(monkeypatch, synth, kind)
     delivered = [m for m in runs.lines[kind] if matches(synth.subscription(kind), m)]
-    found = module.measurements(delivered, acquisitions=module.ACQUISITIONS)
+    found = module.measurements(delivered, acquisitions=module.ACQUISITIONS, releases=module.RELEASES)
     waits = [m for m in found if m.metric == "WaitTime"]
     holds = [m for m in found if m.metric == "HoldTime"]
     assert (len(waits), len(holds)) == MEASURED[kind]
@@ -770,12 +787,19 @@ def test_metrics_function_measures_the_wait_of_every_sections_acquisition(runs, 
         exited = max(int(l["event_timestamp"]) for l in lines if l["type"] == "TaskStateExited"
                      and l["details"]["name"] in module.ACQUISITIONS)
         assert 0 <= wait.milliseconds <= exited - entered
+    # each hold lies within its run: from the section's entry to the release's exit
+    for hold in holds:
+        lines = runs.of(kind, hold.execution_arn)
+        entered = min(int(l["event_timestamp"]) for l in lines if l["type"] == "ParallelStateEntered")
+        exited = max(int(l["event_timestamp"]) for l in lines if l["type"].endswith("StateExited")
+                     and l["details"]["name"] in module.RELEASES)
+        assert 0 <= hold.milliseconds <= exited - entered
     # the handler publishes what it measured; negative control: nothing from the other lines
     counts = module.handler(_subscription_event(delivered, "group"), context)
     assert counts == {"WaitTime": len(waits), "HoldTime": len(holds)}
     capsys.readouterr()
     others = [m for m in runs.lines[kind] if m not in delivered]
-    assert module.measurements(others, acquisitions=module.ACQUISITIONS) == []
+    assert module.measurements(others, acquisitions=module.ACQUISITIONS, releases=module.RELEASES) == []
     # negative control: an acquisition's line whose record another execution holds (a fair
     # waiter reads the holder's record into its lock variable) is no WaitTime
     lines = [json.loads(m) for m in delivered]
@@ -783,7 +807,7 @@ def test_metrics_function_measures_the_wait_of_every_sections_acquisition(runs, 
                 and module.ACQUISITIONS[l["details"]["name"]] in (l["details"].get("assignedVariables") or {}))
     variable = module.ACQUISITIONS[line["details"]["name"]]
     record = json.loads(line["details"]["assignedVariables"][variable])
-    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS) is not None
+    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS, releases=module.RELEASES) is not None
     record["owner"] = record["owner"].replace(waits[0].execution_arn.rsplit(":", 1)[1], "another-execution")
     line["details"]["assignedVariables"][variable] = json.dumps(record)
-    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS) is None
+    assert module.measurement(json.dumps(line), acquisitions=module.ACQUISITIONS, releases=module.RELEASES) is None

@@ -9,17 +9,19 @@ ONE line (lines arrive one at a time, in no guaranteed order):
   holds ``acquiredAt`` and ``requestedAt`` (the section's entry): wait = ``acquiredAt -
   requestedAt``. A re-entered section (``reentered``) waited for nothing and is skipped, and
   so is a record another execution holds (a fair waiter's read of the lock: not its acquisition).
-* **HoldTime** (ms), from a release's ``TaskSucceeded`` (a DynamoDB ``updateItem`` returning
-  ``UPDATED_OLD``): the removed attributes as they were, ``owner`` and ``acquiredAt`` but no
-  ``fence`` (which every acquire result has): hold = ``event_timestamp - acquiredAt``.
+* **HoldTime** (ms), from the exit of a release (a state of ``$RELEASES``, of any section of
+  any kind): the hold's length it assigned (``assignedVariables[<lock variable>Held]``:
+  ``$millis()`` at the release minus ``acquiredAt``). A release that found the lock taken
+  fails and assigns nothing; a null (no ``acquiredAt``) is skipped.
 
 Both ends of each difference come from the Step Functions service clock. Metrics go out as
 CloudWatch embedded metric format in ``$POWERTOOLS_METRICS_NAMESPACE`` (one namespace per
 workflow: the construct sets it), without dimensions.
 
 Environment: ``POWERTOOLS_METRICS_NAMESPACE``, ``ACQUISITIONS`` (JSON: state name -> the lock
-variable it assigns; default ``{"Lock.Acquire": "lock"}``); tracing turns itself off outside
-Lambda.
+variable it assigns; default ``{"Lock.Acquire": "lock"}``), ``RELEASES`` (JSON: state name ->
+the variable it assigns the hold's length to; default ``{"Lock.Release": "lockHeld"}``);
+tracing turns itself off outside Lambda.
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ class Measurement:
 
 
 DEFAULT_ACQUISITIONS = {"Lock.Acquire": "lock"}
+DEFAULT_RELEASES = {"Lock.Release": "lockHeld"}
 
 
-def measurement(message: str, *, acquisitions: Mapping[str, str]) -> Measurement | None:
+def measurement(message: str, *, acquisitions: Mapping[str, str], releases: Mapping[str, str]) -> Measurement | None:
     """The WaitTime or HoldTime one log line shows, or None (``acquisitions``: state name ->
-    the lock variable it assigns)."""
+    the lock variable it assigns; ``releases``: state name -> the hold's length variable)."""
     try:
         line = json.loads(message)
     except ValueError:
@@ -80,28 +83,23 @@ def measurement(message: str, *, acquisitions: Mapping[str, str]) -> Measurement
         if _is_number(acquired) and _is_number(requested):
             return Measurement(WAIT_TIME, max(0, int(acquired) - int(requested)), arn)
         return None
-    if (
-        line.get("type") == "TaskSucceeded"
-        and details.get("resourceType") == "dynamodb"
-        and details.get("resource") == "updateItem"
-    ):
-        attributes = (_json(details.get("output")) or {}).get("Attributes")
-        if not isinstance(attributes, dict) or FENCE in attributes or OWNER not in attributes:
-            return None  # an acquire's result (it has the fence), or not the lock's item
-        acquired = _number(attributes.get(ACQUIRED_AT))
-        at = _number({"N": line.get("event_timestamp")})
-        if acquired is not None and at is not None:
-            return Measurement(HOLD_TIME, max(0, at - acquired), arn)
+    if str(line.get("type", "")).endswith("StateExited") and isinstance(name, str) and name in releases:
+        held = _json((details.get("assignedVariables") or {}).get(releases[name]))
+        if _is_number(held):
+            return Measurement(HOLD_TIME, max(0, int(held)), arn)
     return None
 
 
-def measurements(messages: Iterable[str], *, acquisitions: Mapping[str, str]) -> list[Measurement]:
-    found = (measurement(m, acquisitions=acquisitions) for m in messages)
+def measurements(messages: Iterable[str], *, acquisitions: Mapping[str, str],
+                 releases: Mapping[str, str]) -> list[Measurement]:
+    found = (measurement(m, acquisitions=acquisitions, releases=releases) for m in messages)
     return [m for m in found if m is not None]
 
 
 #: State name -> the lock variable it assigns (read once, at cold start).
 ACQUISITIONS: Mapping[str, str] = json.loads(os.environ.get("ACQUISITIONS") or "null") or DEFAULT_ACQUISITIONS
+#: State name -> the variable it assigns the hold's length to (read once, at cold start).
+RELEASES: Mapping[str, str] = json.loads(os.environ.get("RELEASES") or "null") or DEFAULT_RELEASES
 
 
 @logger.inject_lambda_context
@@ -115,6 +113,7 @@ def handler(event: CloudWatchLogsEvent, context: LambdaContext) -> dict[str, int
     found = measurements(
         (e.message for e in data.log_events),
         acquisitions=ACQUISITIONS,
+        releases=RELEASES,
     )
     for m in found:
         metrics.add_metric(name=m.metric, unit=MetricUnit.Milliseconds, value=m.milliseconds)
@@ -129,14 +128,6 @@ def _json(value: Any) -> Any:
     try:
         return json.loads(value)
     except ValueError:
-        return None
-
-
-def _number(attribute: Any) -> int | None:
-    """An ``{"N": "..."}`` DynamoDB number as int."""
-    try:
-        return int(str((attribute or {}).get("N")))
-    except (TypeError, ValueError, AttributeError):
         return None
 
 
