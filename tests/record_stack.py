@@ -12,7 +12,7 @@ from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_step
 from constructs import Construct
 
 from locked_workflow import Lock, LockedSection, LockedWorkflow
-from safety_stack import FAST, beside_failing_sibling
+from safety_stack import FAST, beside_failing_sibling, sibling_gates
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: The work's new balance, from the record the acquire returned.
@@ -54,11 +54,12 @@ class RecordStack(cdk.Stack):
             self, "CancelledRecord", lock=Lock.on_record(self.customers, jsonata("$states.input.customerId")), wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
             protected=self.work("CancelledWork"),
         )
-        sfn.StateMachine(
+        cancelled = sfn.StateMachine(
             self, "RecordCancelled",
             definition_body=sfn.DefinitionBody.from_chainable(beside_failing_sibling(self, "Record", section)),
             query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
+        sibling_gates(self).grant_write_data(cancelled)
         # the negative control: read, wait, write back - no lock
         read = tasks.DynamoGetItem.jsonata(
             self, "Read", table=self.customers,

@@ -20,23 +20,58 @@ from locked_workflow.state_machines.lock_protocol import jsonata
 PROBE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "probe"
 FAST = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
 #: The probe's Lambda timeout: a stopped holder's lock stays held this long + 5 s.
-PROBE_TIMEOUT_S = 4
+PROBE_TIMEOUT_S = 8  # headroom for a 3.5 s work on a loaded machine (the grace: 8 + 5 s)
 LEASE = cdk.Duration.minutes(10)
 
 
+#: The table of the sibling branches' gates (one per stack), and the error a failed gate raises.
+SIBLING_GATES, SIBLING_ERROR = "SiblingGates", "User.Boom"
+
+
+def sibling_gates(scope: Construct) -> dynamodb.Table:
+    """The stack's table of sibling gates (created on first use); grant the machines that run
+    :func:`beside_failing_sibling` write access to it."""
+    stack = cdk.Stack.of(scope)
+    found = stack.node.try_find_child(SIBLING_GATES)
+    return found or dynamodb.Table(
+        stack, SIBLING_GATES, partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+
+
 def beside_failing_sibling(scope: Construct, prefix: str, branch: sfn.IChainable) -> sfn.Parallel:
-    """A user's Parallel: ``branch`` beside one that fails with ``User.Boom`` after
-    ``$states.input.failAfter`` s. The user catches the failure and waits 2 minutes more, so the
-    execution stays RUNNING while Step Functions has cancelled ``branch`` (no Catch ran in it)."""
+    """A user's Parallel: ``branch`` beside one that fails with ``User.Boom`` when the test
+    says (:func:`fail_sibling` fails the task token the sibling stored in :func:`sibling_gates`
+    under ``$states.input.siblingGate``) - never after a fixed time, which a loaded machine
+    could reach before ``branch`` got where the test needs it. The user catches the failure and
+    waits 2 minutes more, so the execution stays RUNNING while Step Functions has cancelled
+    ``branch`` (no Catch ran in it)."""
     both = sfn.Parallel.jsonata(scope, f"{prefix}Both")
     both.branch(branch)
-    both.branch(
-        sfn.Wait.jsonata(scope, f"{prefix}Sibling", time=sfn.WaitTime.seconds(jsonata("$states.input.failAfter")))
-        .next(sfn.Fail(scope, f"{prefix}Boom", error="User.Boom", cause="a sibling branch failed"))
-    )
+    both.branch(sfn.CustomState(scope, f"{prefix}Sibling", state_json={
+        "Type": "Task", "QueryLanguage": "JSONata",
+        "Resource": f"arn:{cdk.Stack.of(scope).partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
+        "Arguments": {"TableName": sibling_gates(scope).table_name, "Item": {
+            "pk": {"S": jsonata("$states.input.siblingGate")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
+        "TimeoutSeconds": 300}))
     then = sfn.Wait.jsonata(scope, f"{prefix}GoesOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2)))
-    both.add_catch(then, errors=["User.Boom"], outputs=jsonata("$states.input"))
+    both.add_catch(then, errors=[SIBLING_ERROR], outputs=jsonata("$states.input"))
     return both
+
+
+def fail_sibling(cloud, app, gate: str, *, timeout: float = 60) -> None:
+    """Fail the sibling branch of the execution started with ``siblingGate = gate`` (once its
+    token is stored): Step Functions cancels the other branch of its Parallel."""
+    from deployed import wait_until
+
+    table = app.table_name(SIBLING_GATES)
+
+    def token():
+        item = cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": gate}}, ConsistentRead=True).get("Item")
+        return item and item["token"]["S"]
+
+    wait_until(lambda: token() is not None, timeout=timeout)
+    cloud.stepfunctions.send_task_failure(taskToken=token(), error=SIBLING_ERROR, cause="a sibling branch failed")
 
 
 def probe_resources(stack: cdk.Stack) -> tuple:
@@ -82,7 +117,7 @@ class SafetyStack(cdk.Stack):
         inner = self.section("InnerLock", self.probe("InnerProbe"), variable="inner")
         outer_work = self.probe("OuterProbe").next(inner)
         self.machine("Nested", self.section("OuterLock", outer_work, variable="outer"))
-        # Stop grace: derived from the probe's Lambda timeout (4 s + 5 s).
+        # Stop grace: derived from the probe's Lambda timeout (PROBE_TIMEOUT_S + 5 s).
         self.grace_workflow = LockedWorkflow(
             self, "Graceful", lock=Lock.mutex(jsonata("$states.input.key")), key_namespace="s",
             protected=self.probe("GracefulProbe"), table=self.locks, wait_policy=FAST,
@@ -124,7 +159,8 @@ class SafetyStack(cdk.Stack):
     def cancelled_by_sibling(self, construct_id: str, **props) -> None:
         """A section on the key in a branch that Step Functions cancels (beside_failing_sibling)."""
         section = self.section(f"{construct_id}Lock", self.probe(f"{construct_id}Probe"), **props)
-        self.machine(construct_id, beside_failing_sibling(self, construct_id, section))
+        machine = self.machine(construct_id, beside_failing_sibling(self, construct_id, section))
+        sibling_gates(self).grant_write_data(machine)
 
     def machine(self, construct_id: str, definition: sfn.IChainable) -> sfn.StateMachine:
         return sfn.StateMachine(

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import record_protocol as r
+from safety_stack import fail_sibling
 
 LW = r.PREFIX
 
@@ -174,11 +175,12 @@ def test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace(records):
     c = customer()
     records.put(c, balance=0, name="Ada")
     holder = records.cloud.start_execution(records.app.state_machine_arn("RecordCancelled"),
-                                           {"customerId": c, "waitS": 60, "failAfter": 10})
+                                           {"customerId": c, "waitS": 60, "siblingGate": c})
     deadline = time.time() + 60  # registered before the sibling fails
     while f"{LW}{p.PRESENCE}" not in records.get(c) and time.time() < deadline:
         time.sleep(0.2)
     assert f"{LW}{p.PRESENCE}" in records.get(c)
+    fail_sibling(records.cloud, records.app, c)
     result = records.run("Increment", [{"customerId": c, "waitS": 0}], timeout=150)[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert records.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from safety_stack import PROBE_TIMEOUT_S
+from safety_stack import PROBE_TIMEOUT_S, fail_sibling
 from locked_workflow.state_machines import lock_protocol as p
 
 
@@ -152,14 +152,14 @@ def test_a_stopped_holders_lambda_finishes_before_anyone_else_enters(safety):
     assert safety.probe(k).get("violations", 0) == 0 and safety.probe(k)["entries"] == 2
     entered = [e["timestamp"].timestamp() for e in result.history
                if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "GracefulProbe"]
-    # not at once: after the grace, the probe Lambda's 4 s timeout + 5 s, from the stop
+    # not at once: after the grace, the probe Lambda's timeout (PROBE_TIMEOUT_S) + 5 s, from the stop
     assert entered[0] - stopped_at >= PROBE_TIMEOUT_S + 5 - 0.5, entered[0] - stopped_at
 
 
 def test_a_task_that_timed_out_keeps_the_lock_while_its_invocation_may_run(safety):
     """The work's States.Timeout is re-raised under a catchable name; Step Functions stops
     waiting at the task's TimeoutSeconds (1 s) but not the Lambda invocation (its function's
-    timeout: 4 s), so the lock is retired - held for the grace (4 s + 5 s) from the failure -
+    timeout: PROBE_TIMEOUT_S), so the lock is retired - held for the grace (that + 5 s) from the failure -
     not released: the next holder never enters beside the invocation still running."""
     step_functions_only(safety, "a task's timeout")
     k = key("timeout")
@@ -349,7 +349,7 @@ def test_a_holder_redriven_at_once_waits_out_its_own_stopped_work(safety, reeval
     finally:
         options.reevaluates_arguments = saved
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends by its 4 s timeout
+    while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends by its timeout (PROBE_TIMEOUT_S)
         assert time.time() < deadline + 60
         time.sleep(0.05)
     probe = safety.probe(k)
@@ -405,14 +405,15 @@ def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
 # ---- a section cancelled by a sibling branch (the user catches the failure) ----------------
 
 def _cancelled_holder(safety, machine: str, k: str):
-    """Start ``machine`` (a section beside a branch that fails after 1 s, the failure caught,
-    the execution RUNNING for 120 s more) and return once its probe is inside; its Lambda runs
-    3 s, past the cancellation."""
-    holder = safety.cloud.start_execution(safety.arn(machine), {"key": k, "workMs": 3000, "failAfter": 1})
+    """Start ``machine`` (a section beside a branch that fails when told, the failure caught,
+    the execution RUNNING for 120 s more), and once its probe is inside, fail the sibling: its
+    Lambda runs 3 s, past the cancellation."""
+    holder = safety.cloud.start_execution(safety.arn(machine), {"key": k, "workMs": 3000, "siblingGate": k})
     deadline = time.time() + 60
     while safety.probe(k).get("entries", 0) == 0 and time.time() < deadline:
         time.sleep(0.05)
     assert safety.probe(k).get("entries", 0) == 1, "the holder never entered its work"
+    fail_sibling(safety.cloud, safety.app, k)
     return holder
 
 
@@ -434,7 +435,7 @@ def test_a_section_cancelled_by_a_sibling_frees_its_lock_after_its_grace(safety)
     assert cancelled, [e["type"] for e in history]
     item = safety.cloud.dynamodb.get_item(TableName=safety.probes(), Key={"pk": {"S": k}}, ConsistentRead=True)["Item"]
     entered = sorted(int(n["N"]) / 1000 for n in item["enteredAt"]["L"])
-    # the waiter entered its stop grace (the probe's 4 s Lambda timeout + 5 s) after the cancel
+    # the waiter entered its stop grace (the probe's Lambda timeout + 5 s) after the cancel
     assert entered[1] - cancelled[0] >= PROBE_TIMEOUT_S + 5 - 0.5, entered[1] - cancelled[0]
     assert safety.lock(k)[p.FENCE] == {"N": "2"}  # the waiter's is a new acquisition
     safety.cloud.stop_execution(holder)
@@ -454,7 +455,7 @@ def test_negative_control_without_the_presence_a_cancelled_section_blocks_for_it
         return sum(1 for e in events if e["type"] == "TaskStateEntered"
                    and e["stateEnteredEventDetails"]["name"] == "Lock.DescribeHolder")
 
-    deadline = time.time() + 120  # two liveness checks after the grace (4 s + 5 s) has passed
+    deadline = time.time() + 120  # two liveness checks after the grace (PROBE_TIMEOUT_S + 5 s) has passed
     while (checks() < 2 or time.time() < cancelled_by + PROBE_TIMEOUT_S + 5 + 3) and time.time() < deadline:
         time.sleep(0.5)
     assert checks() >= 2

@@ -13,6 +13,7 @@ import pytest
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import semaphore_protocol as sp
 from deployed import wait_until
+from safety_stack import PROBE_TIMEOUT_S, fail_sibling
 from variants_stack import LIMIT
 
 
@@ -126,9 +127,10 @@ def test_semaphore_slots_held_by_cancelled_branches_free_after_their_grace(varia
     k = key("semcancel")
     slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(LIMIT)]
     holder = variants.cloud.start_execution(variants.app.state_machine_arn("SemaphoreCancelled"),
-                                            {"key": k, "failAfter": 10})
+                                            {"key": k, "siblingGate": k})
     # all slots held before the sibling fails (a cancelled iteration could not take one later)
     wait_until(lambda: sum(p.OWNER in variants.lock(s) for s in slots) == LIMIT, timeout=60)
+    fail_sibling(variants.cloud, variants.app, k)
     result = variants.wait([variants.start("Semaphore", {"key": k, "workMs": 100})], timeout=150)[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert variants.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
@@ -212,7 +214,7 @@ def test_a_transfer_waits_for_a_single_key_holder_and_takes_both_at_once(variant
 
 def test_a_stopped_transfer_is_retired_on_every_key(variants):
     a, b = key("acct"), key("acct")
-    # its Lambda (timeout 4 s) runs on after the stop: the stop grace is 4 + 5 s
+    # its Lambda (timeout PROBE_TIMEOUT_S) runs on after the stop: the stop grace is that + 5 s
     holder = variants.start("Transfer", {"from": a, "to": b, "workMs": 3_500})
     deadline = time.time() + 30
     while variants.probe(a).get("entries", 0) < 1 and time.time() < deadline:
@@ -236,9 +238,10 @@ def test_a_transfer_cancelled_by_a_sibling_frees_both_accounts_after_its_grace(v
     a, b = key("from"), key("to")
     stored = [p.namespaced("acct", a), p.namespaced("acct", b)]
     holder = variants.cloud.start_execution(variants.app.state_machine_arn("TransferCancelled"),
-                                            {"from": a, "to": b, "failAfter": 10})
+                                            {"from": a, "to": b, "siblingGate": a})
     # both keys held, each with the hold's token, before the sibling fails
     wait_until(lambda: all(p.PRESENCE in variants.lock(s) for s in stored), timeout=60)
+    fail_sibling(variants.cloud, variants.app, a)
     assert variants.lock(stored[0])[p.PRESENCE] == variants.lock(stored[1])[p.PRESENCE]
     # the grace of a work that is a Wait: the margin only (the presence task is the lock's own)
     assert variants.lock(stored[0])[p.GRACE] == {"N": "5000"}
@@ -304,4 +307,4 @@ def test_bad_lock_keys_fail_before_any_write(variants):
     assert variants.lock(p.namespaced("acct", a)) == {}
 
 
-PROBE_GRACE_S = 4 + 5
+PROBE_GRACE_S = PROBE_TIMEOUT_S + 5

@@ -8,7 +8,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedSection, LockedWorkflow
-from safety_stack import FAST, beside_failing_sibling, probe_resources
+from safety_stack import FAST, beside_failing_sibling, probe_resources, sibling_gates
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: Holders the semaphore admits.
@@ -53,22 +53,24 @@ class VariantsStack(cdk.Stack):
             table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60), lease=cdk.Duration.minutes(8),
             protected=held,
         ))
-        sfn.StateMachine(
+        cancelled = sfn.StateMachine(
             self, "SemaphoreCancelled", state_machine_name="VariantsSemaphoreCancelled",
             definition_body=sfn.DefinitionBody.from_chainable(beside_failing_sibling(self, "Slots", slots)),
             query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
+        sibling_gates(self).grant_write_data(cancelled)
         # A transfer's section cancelled the same way, holding both accounts.
         transfer = LockedSection(
             self, "CancelledTransfer", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct", table=self.locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(60),
             lease=cdk.Duration.minutes(8),
             protected=sfn.CustomState(self, "TransferHeld", state_json={"Type": "Wait", "QueryLanguage": "JSONata", "Seconds": 60}),
         )
-        sfn.StateMachine(
+        cancelled = sfn.StateMachine(
             self, "TransferCancelled", state_machine_name="VariantsTransferCancelled",
             definition_body=sfn.DefinitionBody.from_chainable(beside_failing_sibling(self, "Transfer", transfer)),
             query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4),
         )
+        sibling_gates(self).grant_write_data(cancelled)
         # Transfers: both accounts at once, all or nothing.
         LockedWorkflow(
             self, "Transfer", lock=Lock.keys(jsonata("[$states.input.from, $states.input.to]")), key_namespace="acct",
