@@ -346,10 +346,13 @@ class FairMutex(Mutex):
         row = "$states.result.Attributes"
         hole_ms = self.park_timeout_s * 1000
 
+        # (the release: a re-entered section writes nothing)
+        reentered = protocol.reentered_or(key, reentered_expression=f"${section.variables['lock']}.reentered = true")
+
         def take(state: str, c: str, first: bool) -> tasks.DynamoDeleteItem:
             k = key
-            if first and lost is not None:  # (the release: a re-entered section writes nothing)
-                k = protocol.reentered_or(key, reentered_expression="$lock.reentered = true".replace("$lock", "$" + section.variables["lock"]))
+            if first and lost is not None and not holding:
+                k = reentered
             t = tasks.DynamoDeleteItem.jsonata(
                 section, f"{suffix}.{state}", state_name=name(state), table=section.table,
                 key=self._row(k, f"{c} + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
@@ -361,9 +364,27 @@ class FairMutex(Mutex):
             retry_transient(t)
             return t
 
-        first = take("Take", start, True)
+        # a release tries the common cases first: the next row's waiter is parked (take it and
+        # grant it: no decision to make), else nobody queues (RELEASE_ALONE: the whole release);
+        # else the full handoff from ``first`` (take whatever row is there, then decide)
+        first = take("TakeAny" if holding else "Take", start, True)
         again = take("TakeNext", f"{h}.c", False)
-        if left is not None:
+        quick = None
+        if holding:
+            quick = tasks.DynamoDeleteItem.jsonata(
+                section, f"{suffix}.Take", state_name=name("Take"), table=section.table,
+                key=self._row(reentered if lost is not None else key, f"{start} + 1"),
+                condition_expression=fair.TAKE_PARKED.condition,
+                expression_attribute_names=fair.attribute_names(fair.TAKE_PARKED),
+                expression_attribute_values={k: attribute_value(v) for k, v in fair.TAKE_PARKED_VALUES.items()},
+                return_values=tasks.DynamoReturnValues.ALL_OLD,
+                assign={f["handoff"]: jsonata(f"{{'c': {start}, 'holding': true, 'row': {row}, 'st': 'wake'}}")},
+                outputs=jsonata("$states.input"),
+            )
+            retry_transient(quick)
+            if left is not None:
+                quick.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
+        elif left is not None:
             first.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         nxt = f"{h}.row.owner.S"
         grant_args = self._grant_arguments(
@@ -400,7 +421,8 @@ class FairMutex(Mutex):
             return send
 
         woken = wake("Wake", f"$merge([{h}.grant, {{'served': {h}.c + 1}}])")
-        woken.next(end)
+        if then is not None:
+            woken.next(end)
         # a failed wake-up: a dead grantee is revoked at once; a live-looking one gets one claim
         # window (its park may have just timed out: it finds itself the owner and claims)
         revoke = update_item_task(section, name("Revoke"), section.table, fair.arguments(jsonata(key), fair.REVOKE, {
@@ -518,7 +540,7 @@ class FairMutex(Mutex):
 
             # as the mutex's: a refused first release means the lock was taken over (Lock.Lost);
             # only a retry after a transient error may find its own earlier release done
-            release, release_again = release_task("Release"), release_task("ReleaseAgain")
+            release, release_again = release_task("ReleaseQueued"), release_task("ReleaseQueuedAgain")
             retry_transient(release_again)
             release.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
             if lost is not None:
@@ -537,11 +559,29 @@ class FairMutex(Mutex):
             release.next(queued)
             release_again.next(queued)
             decide.when(sfn.Condition.jsonata(jsonata(f"{h}.holding = true")), release)
+
+            # nobody queues: the release is one write (a refused one: a ticket is out, or the
+            # lock is not mine - the full handoff, whose RELEASE tells a lost lock)
+            alone = update_item_task(
+                section, name("Release"), section.table,
+                fair.arguments(jsonata(f"${v['lock']}.key"), fair.RELEASE_ALONE, {
+                    k: val for k, val in protocol.release_arguments(lock_variable=v["lock"])["ExpressionAttributeValues"].items()
+                    if k in fair.RELEASE_ALONE.value_names()}))
+            alone.add_catch(first, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            # (a transient error: the retried RELEASE - which tells "released before" - then the queue check)
+            alone.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+            alone.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            if then is not None:
+                alone.next(end)
+            quick.add_catch(alone, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+                            assign={f["handoff"]: jsonata(f"{{'c': {start}, 'holding': true}}")})
+            quick.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            quick.next(grant)
         decide.otherwise(mark)
         for t in (first, again):
             t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
             t.next(decide)
-        return first
+        return quick or first
 
     # -- release ---------------------------------------------------------------------------
 

@@ -156,6 +156,10 @@ GRANT = LockWrite(
     ),
     condition=_MAY_PASS,
 )
+#: RELEASE_ALONE: the release when nobody queues (RELEASE's condition, plus no ticket out
+#: beyond the last grant): the whole release of an uncontended run. Refused: a ticket is out
+#: (or the lock is not mine) - the handoff. Values as RELEASE.
+RELEASE_ALONE = LockWrite(update=RELEASE.update, condition=f"({RELEASE.condition}) AND {_NOBODY_QUEUES}")
 #: SKIP: pass over ticket ``:ticket`` (its waiter is gone); the holder, if any, keeps the lock.
 SKIP = LockWrite(update=f"SET #{SERVED} = :ticket", condition=_MAY_PASS)
 #: CLAIM: the waiter ``:me`` the lock was handed to confirms it (its wake-up was not seen).
@@ -176,6 +180,13 @@ PARK = LockWrite(
 #: MARK (a row): the lock is free for this ticket, since ``:since`` - unless its waiter
 #: parked. Values ``:since``.
 MARK = LockWrite(update=f"SET #{READY} = :since", condition=f"attribute_not_exists(#{TOKEN})")
+#: TAKE_PARKED (a row; a DeleteItem returning the row): take a row whose waiter is parked on a
+#: task token - the release's first step, straight to GRANT. Refused (no row yet, a polling
+#: waiter's lease, a mark, a waiter gone): nothing is deleted, and the release goes on with
+#: RELEASE_ALONE, then the full handoff (TAKE of any row, then decide). Values ``:polling``
+#: (:data:`CLIENT_LEASE_PREFIX`).
+TAKE_PARKED = LockWrite(update="", condition=(
+    f"attribute_exists(#{TOKEN}) AND NOT begins_with(#{TOKEN}, :polling) AND attribute_not_exists(#{LEFT})"))
 #: LEAVE (a row): I give up my place (max_wait spent, or an error while queued).
 LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
                   condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me")
@@ -183,8 +194,10 @@ LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
 #: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
 #: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).
 LOCK_WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "GRANT": GRANT, "SKIP": SKIP, "CLAIM": CLAIM,
-               "REVOKE": REVOKE, "RELEASE": RELEASE}
+               "REVOKE": REVOKE, "RELEASE": RELEASE, "RELEASE_ALONE": RELEASE_ALONE}
 ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
+#: Conditional deletes of a row (DeleteItem, ``ALL_OLD``).
+ROW_DELETES = {"TAKE_PARKED": TAKE_PARKED}
 
 #: Errors of ``SendTaskSuccess`` that mean the park it targets has ended (the waiter is gone,
 #: or looks by itself): the grant waits for a claim, then is revoked. Throttling is retried.
@@ -218,6 +231,24 @@ def arguments(key: str, write: LockWrite, values: Mapping[str, Any], *, return_v
         "ExpressionAttributeValues": dict(values),
         "ReturnValues": return_values,
     }
+
+
+def delete_arguments(key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
+    """DeleteItem arguments (all but the table) for ``write`` (a condition only: one of
+    :data:`ROW_DELETES`) on the item ``key``, returning the deleted item."""
+    if write.update or set(values) != set(write.value_names()):  # a programming error in this module
+        raise AssertionError(f"a conditional delete with its values: {write}, {values}")
+    return {
+        "Key": lock_item_key(key),
+        "ConditionExpression": write.condition,
+        "ExpressionAttributeNames": attribute_names(write),
+        "ExpressionAttributeValues": dict(values),
+        "ReturnValues": "ALL_OLD",
+    }
+
+
+#: TAKE_PARKED's values.
+TAKE_PARKED_VALUES = {":polling": {"S": CLIENT_LEASE_PREFIX}}
 
 
 # -- JSONata pieces (the service evaluates these) ---------------------------------------------

@@ -135,10 +135,26 @@ def test_an_uncontended_run_takes_the_fast_path(fair):
     result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
     entered = [e["stateEnteredEventDetails"]["name"] for e in result.history if "stateEnteredEventDetails" in e]
-    assert entered == ["Lock", "Lock.Acquire", "FairProbe", "Lock.Release.Take", "Lock.Release.Next?",
-                       "Lock.Release.Release", "Lock.Release.Queued?", "Lock.Release.Done"]
+    # the release: no parked row to take (refused), nobody queues: one write frees the lock
+    assert entered == ["Lock", "Lock.Acquire", "FairProbe", "Lock.Release.Take", "Lock.Release.Release"]
     item = fair.lock(k)
     assert item[p.FENCE] == {"N": "1"} and p.OWNER not in item and fp.counters(item) == (0, 0)
+    assert fair.rows(k) == []
+
+
+def test_a_queued_run_parks_once_and_its_release_takes_grants_and_wakes_the_next_without_a_decision(fair):
+    """The contended path: 7 lock states per run (the section, the refused fast path, the
+    ticket, the park; as releaser: take the parked row, grant, wake)."""
+    k = key()
+    holder, arns = queued(fair, k, 2, machine="FairPatient")
+    fair.open(k)
+    results = fair.wait([holder] + arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in results[1].history if "stateEnteredEventDetails" in e]
+    assert entered == ["Lock", "Lock.Acquire", "Lock.Enqueue", "Lock.Park", "PatientProbe", "Lock.Release.Take",
+                       "Lock.Release.Grant", "Lock.Release.Wake"], entered
+    assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
+    assert fair.drained(k)
 
 
 def test_concurrent_runs_never_overlap_fences_rise_and_no_update_is_lost(fair):
