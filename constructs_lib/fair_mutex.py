@@ -434,26 +434,39 @@ class FairMutex(Mutex):
         revoke.next(again)
         window = sfn.Wait(section, f"{suffix}.ClaimWindow", state_name=name("ClaimWindow"),
                           time=sfn.WaitTime.duration(Duration.seconds(self.park_timeout_s)))
-        retake = tasks.DynamoDeleteItem.jsonata(
-            section, f"{suffix}.Retake", state_name=name("Retake"), table=section.table,
-            key=self._row(key, f"{h}.c + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
-            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'again': {row}}}])")}, outputs=jsonata("$states.input"))
-        retry_transient(retake)
-        retake.add_catch(revoke, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        rewake = tasks.CallAwsService.jsonata(
-            section, f"{suffix}.WakeAgain", state_name=name("WakeAgain"), service="sfn", action="sendTaskSuccess",
-            parameters={"TaskToken": jsonata(f"{h}.again.token.S"),
-                        "Output": jsonata(f"$string($merge([{h}.grant, {{'served': {h}.c + 1}}]))")},
-            iam_action="states:SendTaskSuccess", iam_resources=["*"], outputs=jsonata("$states.input"))
-        rewake.add_catch(revoke, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        rewake.next(end)
-        reparked = sfn.Choice.jsonata(section, f"{suffix}.Reparked", state_name=name("Reparked?"))
-        reparked.when(sfn.Condition.jsonata(jsonata(
-            f"$exists({h}.again.token.S) and {h}.again.owner.S = {nxt} "
-            f"and $substring({h}.again.token.S, 0, {len(fair.CLIENT_LEASE_PREFIX)}) != '{fair.CLIENT_LEASE_PREFIX}'")),
-            rewake).otherwise(revoke)
-        window.next(retake)
-        retake.next(reparked)
+
+        def retake_and_wake(label: str, otherwise: sfn.State) -> sfn.TaskStateBase:
+            """Take row c + 1 again; the grantee parked there anew (its park ended just as its
+            row was taken, and it parked again): wake that park; else ``otherwise``."""
+            retake = tasks.DynamoDeleteItem.jsonata(
+                section, f"{suffix}.Retake{label}", state_name=name(f"Retake{label}"), table=section.table,
+                key=self._row(key, f"{h}.c + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
+                assign={f["handoff"]: jsonata(f"$merge([{h}, {{'again': {row}}}])")}, outputs=jsonata("$states.input"))
+            retry_transient(retake)
+            retake.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            rewake = tasks.CallAwsService.jsonata(
+                section, f"{suffix}.WakeAgain{label}", state_name=name(f"WakeAgain{label}"), service="sfn",
+                action="sendTaskSuccess",
+                parameters={"TaskToken": jsonata(f"{h}.again.token.S"),
+                            "Output": jsonata(f"$string($merge([{h}.grant, {{'served': {h}.c + 1}}]))")},
+                iam_action="states:SendTaskSuccess", iam_resources=["*"], outputs=jsonata("$states.input"))
+            rewake.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            if then is not None:
+                rewake.next(end)
+            reparked = sfn.Choice.jsonata(section, f"{suffix}.Reparked{label}", state_name=name(f"Reparked{label}?"))
+            reparked.when(sfn.Condition.jsonata(jsonata(
+                f"$exists({h}.again.token.S) and {h}.again.owner.S = {nxt} "
+                f"and $substring({h}.again.token.S, 0, {len(fair.CLIENT_LEASE_PREFIX)}) != '{fair.CLIENT_LEASE_PREFIX}'")),
+                rewake).otherwise(otherwise)
+            retake.next(reparked)
+            return retake
+
+        window.next(retake_and_wake("", revoke))
+        # first a short look (the usual case: the grantee's park timed out just as its row was
+        # taken, and it parks again at once), then the claim window
+        early = sfn.Wait(section, f"{suffix}.Reparking", state_name=name("Reparking"),
+                         time=sfn.WaitTime.duration(Duration.seconds(fair.REPARK_LOOK_S)))
+        early.next(retake_and_wake("Early", window))
         describe = JsonataCustomState(section, name("DescribeGrantee"), state_json={
             "Type": "Task", "QueryLanguage": "JSONata",
             "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
@@ -464,7 +477,7 @@ class FairMutex(Mutex):
         })
         describe.add_catch(window, errors=["States.ALL"], outputs=jsonata("$states.input"))
         ended = sfn.Choice.jsonata(section, f"{suffix}.GranteeEnded", state_name=name("GranteeEnded?"))
-        ended.when(sfn.Condition.jsonata(jsonata(f"{h}.ended = true")), revoke).otherwise(window)
+        ended.when(sfn.Condition.jsonata(jsonata(f"{h}.ended = true")), revoke).otherwise(early)
         describe.next(ended)
         failed = sfn.Choice.jsonata(section, f"{suffix}.WakeFailed", state_name=name("WakeFailed?"))
         failed.when(sfn.Condition.jsonata(jsonata(f"$contains({nxt}, ':execution:')")), describe).otherwise(window)

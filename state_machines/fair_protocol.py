@@ -206,6 +206,9 @@ WAKE_THROTTLED = "Sfn.ThrottlingException"
 #: A parked waiter's fallback: it looks again after at most this long (times its distance to
 #: the head, up to :data:`MAX_PARK_S`). Default of the ``park_timeout`` prop.
 DEFAULT_PARK_TIMEOUT_S = 30
+#: A failed wake-up of a live grantee: look for its new park after this long (s), before the
+#: claim window (its park timed out just as its row was taken; it parks again at once).
+REPARK_LOOK_S = 2
 #: The longest single park (s).
 MAX_PARK_S = 3600
 

@@ -1,9 +1,10 @@
 """An executable model of the fair lock (state_machines/fair_protocol.py) for exhaustive
 exploration: the lock item and one row per ticket, the participants' steps (fast acquire,
 ticket, park, handoff, wake-up, claim, revoke, the park's fallback and the handoff it runs
-for a dead head; a release tries TAKE_PARKED, then RELEASE_ALONE, then the full handoff), crashes at every step, lost responses on every write, failed wake-ups,
-park timeouts, and time passing (a hole's mark ageing, a claim window ending, a dead
-holder's lease ending).
+for a dead head; a release tries TAKE_PARKED, then RELEASE_ALONE, then the full handoff),
+crashes at every step, lost responses on every write, failed wake-ups (then a short look
+for the grantee's new park, then the claim window), park timeouts, and time passing (a
+hole's mark ageing, a claim window ending, a dead holder's lease ending).
 
 The writes below read the items as the real expressions do; ``test_fair_model`` checks each
 against DynamoDB itself on many item states, so the model cannot drift from the protocol.
@@ -203,6 +204,8 @@ class Model:
     #: check ticket order (with crashes: a handoff runner that crashes after taking a row and
     #: before granting it loses that waiter's token - the waiter queues again at its next look)
     fifo: bool = True
+    #: a failed wake-up first looks for the grantee's new park (before the claim window)
+    early_look: bool = True
     violations: list = field(default_factory=list)
 
     def names(self) -> tuple:
@@ -371,7 +374,19 @@ class Model:
             if q.pc == "parked" and p.row.token == (p.nxt, "current"):
                 yield f"{me} wakes {p.nxt}", go("after_loop")(self._grant_to(s, j, p.nxt))
             else:
-                yield f"{me} wake of {p.nxt} fails", go("window")(s)
+                yield f"{me} wake of {p.nxt} fails", go("early" if self.early_look else "window")(s)
+        elif p.pc == "early":  # a short look for the grantee's new park (no revoke: any time is safe)
+            j = names.index(p.nxt)
+            q = s.procs[j]
+            row = s.row(p.c + 1)
+            t = s.with_row(p.c + 1, None)  # the retake deletes whatever row is there
+            if row is not None and row.owner == p.nxt and row.token is not None:
+                if q.pc == "parked" and row.token == (p.nxt, "current"):
+                    yield f"{me} wakes {p.nxt}'s new park early", go("after_loop")(self._grant_to(t, j, p.nxt))
+                else:
+                    yield f"{me} early wake of {p.nxt} fails", go("window")(t)
+            else:
+                yield f"{me} finds no new park of {p.nxt} yet", go("window")(t)
         elif p.pc == "window":  # the claim window ends (or the grantee is dead); a re-park found?
             j = names.index(p.nxt)
             q = s.procs[j]

@@ -4,6 +4,7 @@ cases: a waiter stopped mid-queue, a stopped holder, a lost wake-up."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -285,6 +286,47 @@ def test_a_lost_wake_up_costs_one_park_timeout(fair):
     assert log.injected == 1
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
     assert parks_timed_out(results[1]) >= 1  # the fallback, not the wake-up, let it in
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
+def test_a_waiter_whose_park_ends_as_its_row_is_taken_is_woken_in_its_new_park_not_after_a_park_timeout(fair):
+    """The tail seen in the bench: the releaser takes the head's row (its token) just as the
+    head's park ends; the head inspects before the grant lands, finds the lock held and parks
+    again with a new token; the releaser's wake-up of the old token fails (``TaskDoesNotExist``
+    - bare moto answered success here and the head slept a whole park timeout). The releaser
+    then looks for the new park and wakes it. FairPatient's park timeout (120 s) is longer than
+    the test's waits: a wake-up, not the fallback, must let the head in."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder, (w1,) = queued(fair, k, waiters=1, machine="FairPatient")
+    row_key = fp.row_key(p.namespaced("f", k), fp.counters(fair.lock(k))[1])
+
+    def token():
+        item = fair.cloud.dynamodb.get_item(TableName=fair.table("LocksTable"), Key={"pk": {"S": row_key}},
+                                            ConsistentRead=True).get("Item", {})
+        return item.get(fp.TOKEN, {}).get("S")
+
+    def park_ends_and_parks_again():  # between the releaser's take and its grant
+        parks = [e for e in fair.cloud.history(w1) if e["type"] == "TaskScheduled"
+                 and "waitForTaskToken" in e["taskScheduledEventDetails"]["resource"]]
+        old_token = json.loads(parks[-1]["taskScheduledEventDetails"]["parameters"])[
+            "ExpressionAttributeValues"][":token"]["S"]
+        fair.cloud.stepfunctions.send_task_failure(taskToken=old_token, error="Lock.Look", cause="the park ends")
+        fair.until(lambda: token() not in (None, old_token), timeout=60)  # parked again, new token
+
+    slow_grant = Fault("UpdateItem", "ProvisionedThroughputExceededException",
+                       when=lambda params: params.get("ConditionExpression") == fp.GRANT.condition,
+                       then=park_ends_and_parks_again)
+    with dynamodb_faults(slow_grant) as log:
+        fair.open(k)
+        results = fair.wait([holder, w1])
+    assert log.injected == 1
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in results[0].history if "stateEnteredEventDetails" in e]
+    assert "Lock.Release.WakeAgainEarly" in entered, entered
+    assert parks_timed_out(results[1]) == 0  # woken in its new park, not by its (2 min) fallback
+    assert fences_of(results) == sorted(fences_of(results))
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
