@@ -111,8 +111,41 @@ PRICE_PER_RRU = 0.125 / 1_000_000
 #: The fair lock's states whose counts tell how its handoffs went: a grant and wake-up (the
 #: direct path), a release that found no row yet (then a mark), a failed wake-up's claim
 #: window, a head that took the lock itself, a fallback look.
-FAIR_PATH_STATES = ("Lock.Release.Grant", "Lock.Release.Release", "Lock.Release.Mark", "Lock.Release.ClaimWindow",
+FAIR_PATH_STATES = ("Lock.Release.Grant", "Lock.Release.Release", "Lock.Release.ReleaseQueued", "Lock.Release.Mark",
+                    "Lock.Release.Reparking", "Lock.Release.WakeAgainEarly", "Lock.Release.ClaimWindow",
                     "Lock.Release.Revoke", "Lock.AcquireHead", "Lock.Inspect", "Lock.Help.Take")
+
+
+def steady_gaps_ms(sections: Sequence[Any], after_ms: int) -> list[int]:
+    """Handoff gaps (as ``scenario.handoff_gaps_ms``) whose earlier release was sent after
+    ``after_ms`` (the last run's arrival): the queue's steady state, without the start burst in
+    which this runtime is still starting the load's executions."""
+    later = [s for s in sections if s.release_sent_ms is not None and s.release_sent_ms >= after_ms]
+    firsts = {id(s) for s in later}
+    gaps = []
+    for group in scenario.by_key(sections).values():
+        ordered = sorted((s for s in group if s.acquire_acked_ms is not None), key=lambda s: s.acquire_acked_ms)
+        for before, after in zip(ordered, ordered[1:]):
+            if id(before) in firsts:
+                gaps.append(after.acquire_acked_ms - before.release_sent_ms)
+    return gaps
+
+
+def parse_loads(text: str, locks: Sequence[str]) -> list[tuple[float, int, tuple[str, ...]]]:
+    """``--loads``: ``work:N[:Lock+Lock]`` entries, comma-separated (no locks named: ``locks``)."""
+    out = []
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        parts = entry.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"--loads entry {entry!r}: expected work:N[:Lock+Lock]")
+        named = tuple(parts[2].split("+")) if len(parts) == 3 else tuple(locks)
+        if any(name not in LOCKS for name in named):
+            raise ValueError(f"--loads entry {entry!r}: locks among {', '.join(LOCKS)}")
+        work, n = float(parts[0]), int(parts[1])
+        if work <= 0 or n < 2:
+            raise ValueError(f"--loads entry {entry!r}: work > 0 and N >= 2")
+        out.append((work, n, named))
+    return out
 
 _WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 _READS = {"GetItem"}
@@ -201,6 +234,9 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
             if event["type"] == "TaskTimedOut":
                 paths["park timed out"] = paths.get("park timed out", 0) + 1
     lock_transitions = summary.transitions_per_run - unlocked_transitions
+    arrivals = [a for a, _ in lines if a is not None]
+    steady = steady_gaps_ms(sections, max(arrivals)) if arrivals else gaps
+    held_s = sum(max(0, s.end_ms - s.start_ms) for s in sections) / 1000
     return {
         "succeeded": summary.succeeded, "runs": runs,
         "makespan_ratio": summary.makespan_s / (runs * work_s),
@@ -211,6 +247,12 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
         + rru / runs * PRICE_PER_RRU,
         "dynamodb_per_run": summary.dynamodb_per_run, "paths": paths,
         "handoff_p50_ms": percentile(gaps, 50), "handoff_p99_ms": percentile(gaps, 99),
+        "steady_gaps": len(steady), "steady_p50_ms": percentile(steady, 50), "steady_p99_ms": percentile(steady, 99),
+        "max_gap_ms": max(gaps) if gaps else float("nan"),
+        # makespan / ideal = (work as run / work asked) x (makespan / work as run): the machine's
+        # slowness running the work itself, apart from what the lock and the start cost
+        "work_ratio": held_s / (runs * work_s), "makespan_over_work": summary.makespan_s / held_s if held_s else float("nan"),
+        "start_spread_s": summary.start_spread_s,
         "overtakes": overtakes(waited), "overtakes_any_gap": overtakes(waited, 1), "waited": len(waited),
         "ticket_overtakes": ticket_overtakes(by_ticket) if by_ticket else None,
         "max_over_mean_wait": summary.fairness,
@@ -309,7 +351,7 @@ def _in_state(history: Sequence[dict], state: str):
 
 
 def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Sequence[str] = tuple(LOCKS),
-        floor_samples: int = 30) -> dict:
+        floor_samples: int = 30, extra_loads: Sequence[tuple[float, int, tuple[str, ...]]] = ()) -> dict:
     from locked_workflow.testing import LocalCloud
     from locked_workflow.testing.synth import synth_app
 
@@ -332,34 +374,44 @@ def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Seq
             cloud.wait_for(arn, timeout=120)
             solo[name] = scenario.transition_count(cloud.history(arn)).billed
         results["uncontended_extra_transitions"] = {n: solo[n] - solo["Unlocked"] for n in chosen}
+        plan = [(w, n, tuple(chosen)) for w in works for n in runs] + list(extra_loads)
+        for _, _, named in extra_loads:
+            missing = [x for x in named if x not in chosen]
+            if missing:
+                raise ValueError(f"--loads names {missing}: add them to --locks")
         with CapacityMeter() as meter:
-            for work_s in works:
-                for n in runs:
-                    for name, variant in chosen.items():
-                        figures = load(cloud, app.arn(variant), name, runs=n, work_s=work_s,
-                                       key=f"hot-{name}-{n}-{work_s}#", meter=meter,
-                                       unlocked_transitions=solo["Unlocked"])
-                        figures["left_behind"] = left_behind(cloud, f"hot-{name}-{n}-{work_s}#")
-                        figures["handoff_p50_over_floor"] = figures["handoff_p50_ms"] / results["floor_p50_ms"] \
-                            if floor else float("nan")
-                        results["loads"].append({"lock": name, "work_s": work_s, "n": n, **figures})
+            for index, (work_s, n, named) in enumerate(plan):
+                for name in named:
+                    key = f"hot-{index}-{name}-{n}-{work_s}#"
+                    figures = load(cloud, app.arn(chosen[name]), name, runs=n, work_s=work_s, key=key, meter=meter,
+                                   unlocked_transitions=solo["Unlocked"])
+                    figures["left_behind"] = left_behind(cloud, key)
+                    figures["handoff_p50_over_floor"] = figures["handoff_p50_ms"] / results["floor_p50_ms"] \
+                        if floor else float("nan")
+                    results["loads"].append({"lock": name, "work_s": work_s, "n": n, **figures})
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     return results
 
 
 HEADERS = ("work", "N", "lock", "lock transitions/run", "write units/run", "read units/run", "$/run (lock)",
-           "handoff p50 (ms)", "handoff p99 (ms)", "p50 ÷ floor", "overtakes (any gap) [by ticket]", "makespan ÷ ideal",
-           "succeeded")
+           "handoff p50 / p99 / max (ms)", "p50 ÷ floor", "steady p50 / p99 (ms) [gaps]",
+           "overtakes (any gap) [by ticket]", "makespan ÷ ideal", "work ÷ asked", "makespan ÷ work", "succeeded")
 
 
 def rows(results: dict) -> list[list[str]]:
     return [[f"{r['work_s']:g} s", str(r["n"]), r["lock"], f"{r['lock_transitions_per_run']:.1f}",
              f"{r['wru_per_run']:.1f}", f"{r['rru_per_run']:.1f}", f"{r['dollars_per_run'] * 1e6:.1f} µ$",
-             f"{r['handoff_p50_ms']:.0f}", f"{r['handoff_p99_ms']:.0f}", f"{r['handoff_p50_over_floor']:.2f}",
+             f"{r['handoff_p50_ms']:.0f} / {r['handoff_p99_ms']:.0f} / {r['max_gap_ms']:.0f}",
+             f"{r['handoff_p50_over_floor']:.2f}",
+             f"{r['steady_p50_ms']:.0f} / {r['steady_p99_ms']:.0f} [{r['steady_gaps']}]",
              f"{r['overtakes']} ({r['overtakes_any_gap']})"
              + (f" [{r['ticket_overtakes']}]" if r.get("ticket_overtakes") is not None else ""),
-             f"{r['makespan_ratio']:.2f}",
+             f"{r['makespan_ratio']:.2f}", f"{r['work_ratio']:.2f}", f"{r['makespan_over_work']:.2f}",
              f"{r['succeeded']}/{r['runs']}"] for r in results["loads"]]
+
+
+#: Loads ``make bench-fair`` runs beyond the grid: every lock at N = 100 (0.25 s of work).
+DEFAULT_EXTRA_LOADS = "0.25:100"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -367,6 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", default="0.25,1,2", help="protected work sizes in seconds (default 0.25,1,2)")
     parser.add_argument("--runs", default="10,30", help="runs started together on one key (default 10,30)")
     parser.add_argument("--locks", default=",".join(LOCKS), help="which locks (default Polling,Fair,Baseline)")
+    parser.add_argument("--loads", default=DEFAULT_EXTRA_LOADS,
+                        help="more loads beyond the grid: work:N[:Lock+Lock], comma-separated "
+                             f"(default {DEFAULT_EXTRA_LOADS!r}: every lock at N = 100; '' for none)")
     parser.add_argument("--floor", type=int, default=30, help="samples of the engine's floor (default 30)")
     parser.add_argument("--backend", choices=("moto", "dynamodb-local"), default="moto")
     parser.add_argument("--out", type=Path, default=Path("out") / "bench-fair")
@@ -378,7 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     locks = [name for name in args.locks.split(",") if name]
     if any(name not in LOCKS for name in locks):
         parser.error(f"--locks: choose among {', '.join(LOCKS)}")
-    results = run(works=works, runs=runs, backend=args.backend, locks=locks, floor_samples=args.floor)
+    try:
+        extra_loads = parse_loads(args.loads, locks)
+    except ValueError as error:
+        parser.error(str(error))
+    results = run(works=works, runs=runs, backend=args.backend, locks=locks, floor_samples=args.floor,
+                  extra_loads=extra_loads)
     extra = results["uncontended_extra_transitions"]
     print(f"Fair lock benchmark, backend {args.backend}, {results['elapsed_s']} s")
     print(f"floor (write -> SendTaskSuccess -> parked task resumed, no lock): p50 {results['floor_p50_ms']:.0f} ms, "
