@@ -30,26 +30,37 @@ lock, and the rows *how to wake* it.
 3. **Park.** ``PARK`` writes the waiter's row with its task token (``.waitForTaskToken``),
    unless the row is marked ``ready`` or ``left``. Refused: the lock was freed for it
    (``ACQUIRE_HEAD``) or it was skipped (queue again).
-4. **Release = handoff.** The holder of ticket ``c`` takes row ``c + 1`` (``TAKE``: one
-   DeleteItem returning the row) and:
+4. **Release = handoff.** The holder of ticket ``c`` tries the common cases first:
 
-   * a parked waiter: ``GRANT`` - the lock item names it the owner, ``served = c + 1``, in
-     the same write that frees the lock from me - then ``SendTaskSuccess`` with the lock
-     record: the woken waiter's next state is its protected work;
-   * a polling waiter whose lease runs: ``GRANT`` (its next poll finds it holds the lock);
-   * a waiter gone (``left``, or a polling lease ended): ``SKIP`` it (``served = c + 1``,
-     the lock still mine) and take the next row;
-   * no row yet (the waiter has a ticket but has not parked): ``RELEASE``; if a ticket is
-     out (``tickets > c``), ``MARK`` row ``c + 1`` ready - unless its waiter parked
-     meanwhile (the mark is refused: take the row again and grant it).
+   * ``TAKE_PARKED``: take row ``c + 1`` only if its waiter is parked on a task token (one
+     conditional DeleteItem returning the row), then ``GRANT`` - the lock item names it the
+     owner, ``served = c + 1``, in the same write that frees the lock from me - then
+     ``SendTaskSuccess`` with the lock record: the woken waiter's next state is its protected
+     work, and the releaser decides nothing (three states);
+   * refused (no parked row): ``RELEASE_ALONE`` frees the lock in one write when nobody queues
+     (``served = tickets``) - an uncontended run's whole release;
+   * refused again (a ticket is out, or the lock is not mine): the full handoff, which takes
+     row ``c + 1`` whatever it holds (``TAKE``: one DeleteItem returning it) and decides:
+
+     - a parked waiter: ``GRANT`` and wake it, as above;
+     - a polling waiter whose lease runs: ``GRANT`` (its next poll finds it holds the lock);
+     - a waiter gone (``left``, or a polling lease ended): ``SKIP`` it (``served = c + 1``,
+       the lock still mine) and take the next row;
+     - no row yet (the waiter has a ticket but has not parked): ``RELEASE``; if a ticket is
+       out (``tickets > c``), ``MARK`` row ``c + 1`` ready - unless its waiter parked
+       meanwhile (the mark is refused: take the row again and grant it).
 
    So a wake-up cannot be lost: the row is the rendezvous. A park before the take is found
    by the take; a park after it is refused by the mark (or finds the lock free for it).
 5. **A failed wake-up** (the waiter's park ended: it was stopped, its branch was cancelled,
-   or its park timed out just then): the grant stands for one *claim window* (the park
-   timeout) - a live waiter whose park timed out finds itself the owner and confirms with
-   ``CLAIM`` - and is then revoked (``REVOKE``: only a grant never confirmed, only that
-   grant), and the handoff goes on with the next row.
+   or its park timed out just then - ``SendTaskSuccess`` answers ``TaskTimedOut`` or
+   ``TaskDoesNotExist``): an ended grantee's grant is revoked at once. A running one may have
+   inspected the lock before the grant landed and parked again, with a new token in a new
+   row: after :data:`REPARK_LOOK_S` the releaser takes row ``c + 1`` again and wakes that
+   park. Otherwise the grant stands for one *claim window* (the park timeout) - a live waiter
+   whose park timed out finds itself the owner and confirms with ``CLAIM`` - and is then
+   revoked (``REVOKE``: only a grant never confirmed, only that grant), and the handoff goes
+   on with the next row.
 6. **Fallback.** A parked waiter looks by itself after its park timeout (longer the further
    back it queued: :func:`park_timeout_expression`): granted -> ``CLAIM``; skipped -> queue
    again; the head of a free lock -> ``ACQUIRE_HEAD``; behind a free lock whose head does
