@@ -238,6 +238,10 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
     arrivals = [a for a, _ in lines if a is not None]
     steady = steady_gaps_ms(sections, max(arrivals)) if arrivals else gaps
     held_s = sum(max(0, s.end_ms - s.start_ms) for s in sections) / 1000
+    # where the makespan goes besides the work: before the first work starts (the first run's
+    # start and acquire), between works (lock and handoff), after the last work ends
+    lead_s = (min(s.start_ms for s in sections) - min(m.start_ms for m in metrics)) / 1000 if sections else float("nan")
+    trail_s = (max(m.stop_ms for m in metrics) - max(s.end_ms for s in sections)) / 1000 if sections else float("nan")
     return {
         "succeeded": summary.succeeded, "runs": runs,
         "makespan_ratio": summary.makespan_s / (runs * work_s),
@@ -253,7 +257,8 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
         # makespan / ideal = (work as run / work asked) x (makespan / work as run): the machine's
         # slowness running the work itself, apart from what the lock and the start cost
         "work_ratio": held_s / (runs * work_s), "makespan_over_work": summary.makespan_s / held_s if held_s else float("nan"),
-        "start_spread_s": summary.start_spread_s,
+        "start_spread_s": summary.start_spread_s, "lead_s": lead_s, "trail_s": trail_s,
+        "between_s": summary.makespan_s - lead_s - trail_s - held_s,
         "overtakes": overtakes(waited), "overtakes_any_gap": overtakes(waited, 1), "waited": len(waited),
         "ticket_overtakes": ticket_overtakes(by_ticket) if by_ticket else None,
         "max_over_mean_wait": summary.fairness,
@@ -459,6 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [r for r in results["loads"] if r["overlaps"] or r["fence_violations"] or r["succeeded"] != r["runs"]
            or r.get("left_behind") or (r["lock"] == "Fair" and r.get("ticket_overtakes"))]
     for r in results["loads"]:
+        print(f"{r['lock']} {r['work_s']:g} s x {r['n']}: makespan {r['makespan_ratio'] * r['n'] * r['work_s']:.1f} s = "
+              f"{r['lead_s']:.1f} s before the first work + {r['work_ratio'] * r['n'] * r['work_s']:.1f} s of work "
+              f"as run + {r['between_s']:.1f} s between works + {r['trail_s']:.1f} s after the last")
         if r["lock"] == "Fair":
             print(f"fair handoff paths, {r['work_s']:g} s x {r['n']}: {r['paths']}")
     print("invariants: " + ("hold (all succeeded, no overlap, fences increase, the fair lock granted in ticket "
