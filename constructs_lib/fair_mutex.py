@@ -344,10 +344,13 @@ class FairMutex(Mutex):
         row = "$states.result.Attributes"
         hole_ms = self.park_timeout_s * 1000
 
+        # (the release: a re-entered section writes nothing)
+        reentered = protocol.reentered_or(key, reentered_expression=f"${section.variables['lock']}.reentered = true")
+
         def take(state: str, c: str, first: bool) -> tasks.DynamoDeleteItem:
             k = key
-            if first and lost is not None:  # (the release: a re-entered section writes nothing)
-                k = protocol.reentered_or(key, reentered_expression="$lock.reentered = true".replace("$lock", "$" + section.variables["lock"]))
+            if first and lost is not None and not holding:
+                k = reentered
             t = tasks.DynamoDeleteItem.jsonata(
                 section, f"{suffix}.{state}", state_name=name(state), table=section.table,
                 key=self._row(k, f"{c} + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
@@ -359,9 +362,27 @@ class FairMutex(Mutex):
             retry_transient(t)
             return t
 
-        first = take("Take", start, True)
+        # a release tries the common cases first: the next row's waiter is parked (take it and
+        # grant it: no decision to make), else nobody queues (RELEASE_ALONE: the whole release);
+        # else the full handoff from ``first`` (take whatever row is there, then decide)
+        first = take("TakeAny" if holding else "Take", start, True)
         again = take("TakeNext", f"{h}.c", False)
-        if left is not None:
+        quick = None
+        if holding:
+            quick = tasks.DynamoDeleteItem.jsonata(
+                section, f"{suffix}.Take", state_name=name("Take"), table=section.table,
+                key=self._row(reentered if lost is not None else key, f"{start} + 1"),
+                condition_expression=fair.TAKE_PARKED.condition,
+                expression_attribute_names=fair.attribute_names(fair.TAKE_PARKED),
+                expression_attribute_values={k: attribute_value(v) for k, v in fair.TAKE_PARKED_VALUES.items()},
+                return_values=tasks.DynamoReturnValues.ALL_OLD,
+                assign={f["handoff"]: jsonata(f"{{'c': {start}, 'holding': true, 'row': {row}, 'st': 'wake'}}")},
+                outputs=jsonata("$states.input"),
+            )
+            retry_transient(quick)
+            if left is not None:
+                quick.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
+        elif left is not None:
             first.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         nxt = f"{h}.row.owner.S"
         grant_args = self._grant_arguments(
@@ -370,10 +391,15 @@ class FairMutex(Mutex):
         grant_record = (
             f"{{'owner': {_item_string(row, protocol.OWNER)}, 'fence': {_item_number(row, protocol.FENCE)}, "
             f"'acquiredAt': {_item_number(row, protocol.ACQUIRED_AT)}, 'expiresAt': {_item_number(row, protocol.EXPIRES_AT)}}}")
+        # a grant that hands on my own hold ends it: its length for monitoring (see held_assign)
+        held = {}
+        if holding:
+            lock = section.variables["lock"]
+            held = {section.variables["held"]: jsonata(f"{h}.holding = true ? ({protocol.held_ms_expression(lock)}) : null")}
         grant = update_item_task(section, name("Grant"), section.table, grant_args,
-                                 assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record}}}])")})
+                                 assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record}}}])"), **held})
         retry_transient(grant)
-        poller = update_item_task(section, name("GrantPoller"), section.table, grant_args)
+        poller = update_item_task(section, name("GrantPoller"), section.table, grant_args, assign=held or None)
         retry_transient(poller)
         poller.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
         poller.next(end)
@@ -398,7 +424,8 @@ class FairMutex(Mutex):
             return send
 
         woken = wake("Wake", f"$merge([{h}.grant, {{'served': {h}.c + 1}}])")
-        woken.next(end)
+        if then is not None:
+            woken.next(end)
         # a failed wake-up: a dead grantee is revoked at once; a live-looking one gets one claim
         # window (its park may have just timed out: it finds itself the owner and claims)
         revoke = update_item_task(section, name("Revoke"), section.table, fair.arguments(jsonata(key), fair.REVOKE, {
@@ -410,26 +437,39 @@ class FairMutex(Mutex):
         revoke.next(again)
         window = sfn.Wait(section, f"{suffix}.ClaimWindow", state_name=name("ClaimWindow"),
                           time=sfn.WaitTime.duration(Duration.seconds(self.park_timeout_s)))
-        retake = tasks.DynamoDeleteItem.jsonata(
-            section, f"{suffix}.Retake", state_name=name("Retake"), table=section.table,
-            key=self._row(key, f"{h}.c + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
-            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'again': {row}}}])")}, outputs=jsonata("$states.input"))
-        retry_transient(retake)
-        retake.add_catch(revoke, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        rewake = tasks.CallAwsService.jsonata(
-            section, f"{suffix}.WakeAgain", state_name=name("WakeAgain"), service="sfn", action="sendTaskSuccess",
-            parameters={"TaskToken": jsonata(f"{h}.again.token.S"),
-                        "Output": jsonata(f"$string($merge([{h}.grant, {{'served': {h}.c + 1}}]))")},
-            iam_action="states:SendTaskSuccess", iam_resources=["*"], outputs=jsonata("$states.input"))
-        rewake.add_catch(revoke, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        rewake.next(end)
-        reparked = sfn.Choice.jsonata(section, f"{suffix}.Reparked", state_name=name("Reparked?"))
-        reparked.when(sfn.Condition.jsonata(jsonata(
-            f"$exists({h}.again.token.S) and {h}.again.owner.S = {nxt} "
-            f"and $substring({h}.again.token.S, 0, {len(fair.CLIENT_LEASE_PREFIX)}) != '{fair.CLIENT_LEASE_PREFIX}'")),
-            rewake).otherwise(revoke)
-        window.next(retake)
-        retake.next(reparked)
+
+        def retake_and_wake(label: str, otherwise: sfn.State) -> sfn.TaskStateBase:
+            """Take row c + 1 again; the grantee parked there anew (its park ended just as its
+            row was taken, and it parked again): wake that park; else ``otherwise``."""
+            retake = tasks.DynamoDeleteItem.jsonata(
+                section, f"{suffix}.Retake{label}", state_name=name(f"Retake{label}"), table=section.table,
+                key=self._row(key, f"{h}.c + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
+                assign={f["handoff"]: jsonata(f"$merge([{h}, {{'again': {row}}}])")}, outputs=jsonata("$states.input"))
+            retry_transient(retake)
+            retake.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            rewake = tasks.CallAwsService.jsonata(
+                section, f"{suffix}.WakeAgain{label}", state_name=name(f"WakeAgain{label}"), service="sfn",
+                action="sendTaskSuccess",
+                parameters={"TaskToken": jsonata(f"{h}.again.token.S"),
+                            "Output": jsonata(f"$string($merge([{h}.grant, {{'served': {h}.c + 1}}]))")},
+                iam_action="states:SendTaskSuccess", iam_resources=["*"], outputs=jsonata("$states.input"))
+            rewake.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            if then is not None:
+                rewake.next(end)
+            reparked = sfn.Choice.jsonata(section, f"{suffix}.Reparked{label}", state_name=name(f"Reparked{label}?"))
+            reparked.when(sfn.Condition.jsonata(jsonata(
+                f"$exists({h}.again.token.S) and {h}.again.owner.S = {nxt} "
+                f"and $substring({h}.again.token.S, 0, {len(fair.CLIENT_LEASE_PREFIX)}) != '{fair.CLIENT_LEASE_PREFIX}'")),
+                rewake).otherwise(otherwise)
+            retake.next(reparked)
+            return retake
+
+        window.next(retake_and_wake("", revoke))
+        # first a short look (the usual case: the grantee's park timed out just as its row was
+        # taken, and it parks again at once), then the claim window
+        early = sfn.Wait(section, f"{suffix}.Reparking", state_name=name("Reparking"),
+                         time=sfn.WaitTime.duration(Duration.seconds(fair.REPARK_LOOK_S)))
+        early.next(retake_and_wake("Early", window))
         describe = JsonataCustomState(section, name("DescribeGrantee"), state_json={
             "Type": "Task", "QueryLanguage": "JSONata",
             "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
@@ -440,7 +480,7 @@ class FairMutex(Mutex):
         })
         describe.add_catch(window, errors=["States.ALL"], outputs=jsonata("$states.input"))
         ended = sfn.Choice.jsonata(section, f"{suffix}.GranteeEnded", state_name=name("GranteeEnded?"))
-        ended.when(sfn.Condition.jsonata(jsonata(f"{h}.ended = true")), revoke).otherwise(window)
+        ended.when(sfn.Condition.jsonata(jsonata(f"{h}.ended = true")), revoke).otherwise(early)
         describe.next(ended)
         failed = sfn.Choice.jsonata(section, f"{suffix}.WakeFailed", state_name=name("WakeFailed?"))
         failed.when(sfn.Condition.jsonata(jsonata(f"$contains({nxt}, ':execution:')")), describe).otherwise(window)
@@ -512,11 +552,12 @@ class FairMutex(Mutex):
                     section, name(state_suffix), section.table,
                     {**protocol.release_arguments(lock_variable=v["lock"]), "ReturnValues": "ALL_NEW"},
                     assign={f["handoff"]: jsonata(
-                        f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}}}])")})
+                        f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}}}])"),
+                        **section.held_assign()})
 
             # as the mutex's: a refused first release means the lock was taken over (Lock.Lost);
             # only a retry after a transient error may find its own earlier release done
-            release, release_again = release_task("Release"), release_task("ReleaseAgain")
+            release, release_again = release_task("ReleaseQueued"), release_task("ReleaseQueuedAgain")
             retry_transient(release_again)
             release.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
             if lost is not None:
@@ -535,11 +576,30 @@ class FairMutex(Mutex):
             release.next(queued)
             release_again.next(queued)
             decide.when(sfn.Condition.jsonata(jsonata(f"{h}.holding = true")), release)
+
+            # nobody queues: the release is one write (a refused one: a ticket is out, or the
+            # lock is not mine - the full handoff, whose RELEASE tells a lost lock)
+            alone = update_item_task(
+                section, name("Release"), section.table,
+                fair.arguments(jsonata(f"${v['lock']}.key"), fair.RELEASE_ALONE, {
+                    k: val for k, val in protocol.release_arguments(lock_variable=v["lock"])["ExpressionAttributeValues"].items()
+                    if k in fair.RELEASE_ALONE.value_names()}),
+                assign=section.held_assign())
+            alone.add_catch(first, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            # (a transient error: the retried RELEASE - which tells "released before" - then the queue check)
+            alone.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+            alone.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            if then is not None:
+                alone.next(end)
+            quick.add_catch(alone, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+                            assign={f["handoff"]: jsonata(f"{{'c': {start}, 'holding': true}}")})
+            quick.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            quick.next(grant)
         decide.otherwise(mark)
         for t in (first, again):
             t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
             t.next(decide)
-        return first
+        return quick or first
 
     # -- release ---------------------------------------------------------------------------
 

@@ -137,7 +137,8 @@ class LockStates:
         assign a lock record with its ``owner`` and ``acquiredAt`` (a re-entered section's
         pass-through and later updates of the record do not: they copy it).
     :param releases: ``state -> (exit event type, held variable)`` of the releases, which
-        assign ``<lock variable>Held`` (``lock_protocol.held_ms_expression``).
+        assign ``<lock variable>Held`` (``lock_protocol.held_ms_expression``; a fair grant
+        assigns it only when it hands on its own hold, else null).
     """
 
     timeouts: tuple = ()
@@ -169,8 +170,8 @@ class LockStates:
                 if (isinstance(value, str) and kind in EXIT_EVENTS
                         and f"'{protocol.OWNER}':" in value and f"'{protocol.ACQUIRED_AT}':" in value):
                     acquisitions[name] = (EXIT_EVENTS[kind], variable)
-                if (kind in EXIT_EVENTS and variable.endswith(HELD_SUFFIX) and value == protocol.jsonata(
-                        protocol.held_ms_expression(variable[: -len(HELD_SUFFIX)]))):
+                if (kind in EXIT_EVENTS and isinstance(value, str) and variable.endswith(HELD_SUFFIX)
+                        and protocol.held_ms_expression(variable[: -len(HELD_SUFFIX)]) in value):
                     releases[name] = (EXIT_EVENTS[kind], variable)
         return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions, releases)
 

@@ -30,26 +30,37 @@ lock, and the rows *how to wake* it.
 3. **Park.** ``PARK`` writes the waiter's row with its task token (``.waitForTaskToken``),
    unless the row is marked ``ready`` or ``left``. Refused: the lock was freed for it
    (``ACQUIRE_HEAD``) or it was skipped (queue again).
-4. **Release = handoff.** The holder of ticket ``c`` takes row ``c + 1`` (``TAKE``: one
-   DeleteItem returning the row) and:
+4. **Release = handoff.** The holder of ticket ``c`` tries the common cases first:
 
-   * a parked waiter: ``GRANT`` - the lock item names it the owner, ``served = c + 1``, in
-     the same write that frees the lock from me - then ``SendTaskSuccess`` with the lock
-     record: the woken waiter's next state is its protected work;
-   * a polling waiter whose lease runs: ``GRANT`` (its next poll finds it holds the lock);
-   * a waiter gone (``left``, or a polling lease ended): ``SKIP`` it (``served = c + 1``,
-     the lock still mine) and take the next row;
-   * no row yet (the waiter has a ticket but has not parked): ``RELEASE``; if a ticket is
-     out (``tickets > c``), ``MARK`` row ``c + 1`` ready - unless its waiter parked
-     meanwhile (the mark is refused: take the row again and grant it).
+   * ``TAKE_PARKED``: take row ``c + 1`` only if its waiter is parked on a task token (one
+     conditional DeleteItem returning the row), then ``GRANT`` - the lock item names it the
+     owner, ``served = c + 1``, in the same write that frees the lock from me - then
+     ``SendTaskSuccess`` with the lock record: the woken waiter's next state is its protected
+     work, and the releaser decides nothing (three states);
+   * refused (no parked row): ``RELEASE_ALONE`` frees the lock in one write when nobody queues
+     (``served = tickets``) - an uncontended run's whole release;
+   * refused again (a ticket is out, or the lock is not mine): the full handoff, which takes
+     row ``c + 1`` whatever it holds (``TAKE``: one DeleteItem returning it) and decides:
+
+     - a parked waiter: ``GRANT`` and wake it, as above;
+     - a polling waiter whose lease runs: ``GRANT`` (its next poll finds it holds the lock);
+     - a waiter gone (``left``, or a polling lease ended): ``SKIP`` it (``served = c + 1``,
+       the lock still mine) and take the next row;
+     - no row yet (the waiter has a ticket but has not parked): ``RELEASE``; if a ticket is
+       out (``tickets > c``), ``MARK`` row ``c + 1`` ready - unless its waiter parked
+       meanwhile (the mark is refused: take the row again and grant it).
 
    So a wake-up cannot be lost: the row is the rendezvous. A park before the take is found
    by the take; a park after it is refused by the mark (or finds the lock free for it).
 5. **A failed wake-up** (the waiter's park ended: it was stopped, its branch was cancelled,
-   or its park timed out just then): the grant stands for one *claim window* (the park
-   timeout) - a live waiter whose park timed out finds itself the owner and confirms with
-   ``CLAIM`` - and is then revoked (``REVOKE``: only a grant never confirmed, only that
-   grant), and the handoff goes on with the next row.
+   or its park timed out just then - ``SendTaskSuccess`` answers ``TaskTimedOut`` or
+   ``TaskDoesNotExist``): an ended grantee's grant is revoked at once. A running one may have
+   inspected the lock before the grant landed and parked again, with a new token in a new
+   row: after :data:`REPARK_LOOK_S` the releaser takes row ``c + 1`` again and wakes that
+   park. Otherwise the grant stands for one *claim window* (the park timeout) - a live waiter
+   whose park timed out finds itself the owner and confirms with ``CLAIM`` - and is then
+   revoked (``REVOKE``: only a grant never confirmed, only that grant), and the handoff goes
+   on with the next row.
 6. **Fallback.** A parked waiter looks by itself after its park timeout (longer the further
    back it queued: :func:`park_timeout_expression`): granted -> ``CLAIM``; skipped -> queue
    again; the head of a free lock -> ``ACQUIRE_HEAD``; behind a free lock whose head does
@@ -156,6 +167,10 @@ GRANT = LockWrite(
     ),
     condition=_MAY_PASS,
 )
+#: RELEASE_ALONE: the release when nobody queues (RELEASE's condition, plus no ticket out
+#: beyond the last grant): the whole release of an uncontended run. Refused: a ticket is out
+#: (or the lock is not mine) - the handoff. Values as RELEASE.
+RELEASE_ALONE = LockWrite(update=RELEASE.update, condition=f"({RELEASE.condition}) AND {_NOBODY_QUEUES}")
 #: SKIP: pass over ticket ``:ticket`` (its waiter is gone); the holder, if any, keeps the lock.
 SKIP = LockWrite(update=f"SET #{SERVED} = :ticket", condition=_MAY_PASS)
 #: CLAIM: the waiter ``:me`` the lock was handed to confirms it (its wake-up was not seen).
@@ -176,6 +191,13 @@ PARK = LockWrite(
 #: MARK (a row): the lock is free for this ticket, since ``:since`` - unless its waiter
 #: parked. Values ``:since``.
 MARK = LockWrite(update=f"SET #{READY} = :since", condition=f"attribute_not_exists(#{TOKEN})")
+#: TAKE_PARKED (a row; a DeleteItem returning the row): take a row whose waiter is parked on a
+#: task token - the release's first step, straight to GRANT. Refused (no row yet, a polling
+#: waiter's lease, a mark, a waiter gone): nothing is deleted, and the release goes on with
+#: RELEASE_ALONE, then the full handoff (TAKE of any row, then decide). Values ``:polling``
+#: (:data:`CLIENT_LEASE_PREFIX`).
+TAKE_PARKED = LockWrite(update="", condition=(
+    f"attribute_exists(#{TOKEN}) AND NOT begins_with(#{TOKEN}, :polling) AND attribute_not_exists(#{LEFT})"))
 #: LEAVE (a row): I give up my place (max_wait spent, or an error while queued).
 LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
                   condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me")
@@ -183,8 +205,10 @@ LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
 #: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
 #: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).
 LOCK_WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "GRANT": GRANT, "SKIP": SKIP, "CLAIM": CLAIM,
-               "REVOKE": REVOKE, "RELEASE": RELEASE}
+               "REVOKE": REVOKE, "RELEASE": RELEASE, "RELEASE_ALONE": RELEASE_ALONE}
 ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
+#: Conditional deletes of a row (DeleteItem, ``ALL_OLD``).
+ROW_DELETES = {"TAKE_PARKED": TAKE_PARKED}
 
 #: Errors of ``SendTaskSuccess`` that mean the park it targets has ended (the waiter is gone,
 #: or looks by itself): the grant waits for a claim, then is revoked. Throttling is retried.
@@ -193,6 +217,9 @@ WAKE_THROTTLED = "Sfn.ThrottlingException"
 #: A parked waiter's fallback: it looks again after at most this long (times its distance to
 #: the head, up to :data:`MAX_PARK_S`). Default of the ``park_timeout`` prop.
 DEFAULT_PARK_TIMEOUT_S = 30
+#: A failed wake-up of a live grantee: look for its new park after this long (s), before the
+#: claim window (its park timed out just as its row was taken; it parks again at once).
+REPARK_LOOK_S = 2
 #: The longest single park (s).
 MAX_PARK_S = 3600
 
@@ -218,6 +245,24 @@ def arguments(key: str, write: LockWrite, values: Mapping[str, Any], *, return_v
         "ExpressionAttributeValues": dict(values),
         "ReturnValues": return_values,
     }
+
+
+def delete_arguments(key: str, write: LockWrite, values: Mapping[str, Any]) -> dict:
+    """DeleteItem arguments (all but the table) for ``write`` (a condition only: one of
+    :data:`ROW_DELETES`) on the item ``key``, returning the deleted item."""
+    if write.update or set(values) != set(write.value_names()):  # a programming error in this module
+        raise AssertionError(f"a conditional delete with its values: {write}, {values}")
+    return {
+        "Key": lock_item_key(key),
+        "ConditionExpression": write.condition,
+        "ExpressionAttributeNames": attribute_names(write),
+        "ExpressionAttributeValues": dict(values),
+        "ReturnValues": "ALL_OLD",
+    }
+
+
+#: TAKE_PARKED's values.
+TAKE_PARKED_VALUES = {":polling": {"S": CLIENT_LEASE_PREFIX}}
 
 
 # -- JSONata pieces (the service evaluates these) ---------------------------------------------

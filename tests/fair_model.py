@@ -1,9 +1,10 @@
 """An executable model of the fair lock (state_machines/fair_protocol.py) for exhaustive
 exploration: the lock item and one row per ticket, the participants' steps (fast acquire,
 ticket, park, handoff, wake-up, claim, revoke, the park's fallback and the handoff it runs
-for a dead head), crashes at every step, lost responses on every write, failed wake-ups,
-park timeouts, and time passing (a hole's mark ageing, a claim window ending, a dead
-holder's lease ending).
+for a dead head; a release tries TAKE_PARKED, then RELEASE_ALONE, then the full handoff),
+crashes at every step, lost responses on every write, failed wake-ups (then a short look
+for the grantee's new park, then the claim window), park timeouts, and time passing (a
+hole's mark ageing, a claim window ending, a dead holder's lease ending).
 
 The writes below read the items as the real expressions do; ``test_fair_model`` checks each
 against DynamoDB itself on many item states, so the model cannot drift from the protocol.
@@ -19,7 +20,8 @@ Variants (negative controls) break one rule each: ``park_ignores_ready`` (PARK d
 check the ready mark), ``no_mark`` (a release leaves no mark for an unparked ticket),
 ``enqueue_unconditional`` (a ticket is taken even when the lock is free with nobody queued),
 ``revoke_ignores_claim`` (REVOKE does not check that the grant is unconfirmed),
-``fast_ignores_queue`` (the fast path ignores the queue).
+``fast_ignores_queue`` (the fast path ignores the queue), ``release_alone_ignores_queue``
+(the release's one-write path frees the lock while a ticket is out, and marks nothing).
 """
 
 from __future__ import annotations
@@ -110,6 +112,18 @@ def release(lock: Lock, me: str, fence: int) -> tuple[bool, Lock]:
     return ok, (replace(lock, owner=None, expired=False) if ok else lock)
 
 
+def release_alone(lock: Lock, me: str, fence: int, variant: str = "") -> tuple[bool, Lock]:
+    ok, after = release(lock, me, fence)
+    return (ok and (variant == "release_alone_ignores_queue" or nobody_queues(lock))), (
+        after if ok and (variant == "release_alone_ignores_queue" or nobody_queues(lock)) else lock)
+
+
+def take_parked(row: Optional[Row]) -> tuple[bool, Optional[Row]]:
+    """TAKE_PARKED (a conditional delete): a row whose waiter is parked on a token goes."""
+    ok = row is not None and row.token is not None and not row.left
+    return ok, (None if ok else row)
+
+
 def park(row: Optional[Row], me: str, token: tuple, variant: str = "") -> tuple[bool, Row]:
     row = row or Row()
     ok = not row.left and (variant == "park_ignores_ready" or row.ready is None)
@@ -190,6 +204,8 @@ class Model:
     #: check ticket order (with crashes: a handoff runner that crashes after taking a row and
     #: before granting it loses that waiter's token - the waiter queues again at its next look)
     fifo: bool = True
+    #: a failed wake-up first looks for the grantee's new park (before the claim window)
+    early_look: bool = True
     violations: list = field(default_factory=list)
 
     def names(self) -> tuple:
@@ -284,7 +300,30 @@ class Model:
             yield from self._write(s, i, me, p, "claim", ok, replace(s, lock=after),
                                    lambda t: self._grant_to(t, i, me), go("inspect"))
         elif p.pc == "cs":
-            yield f"{me} leaves the work", go("take", c=p.ticket, holding=True)(s)
+            yield f"{me} leaves the work", go("take_parked", c=p.ticket, holding=True)(s)
+        # -- the release: the common cases first ----------------------------------------------
+        elif p.pc == "take_parked":  # take row c + 1 only if its waiter is parked: straight to the grant
+            ok, row = take_parked(s.row(p.c + 1))
+            if ok:
+                yield f"{me} takes parked row {p.c + 1}", go("taken", row=s.row(p.c + 1))(s.with_row(p.c + 1, None))
+            else:
+                yield f"{me} finds no parked row {p.c + 1}", go("release_alone")(s)
+        elif p.pc == "release_alone":  # nobody queues: the whole release; else the full handoff
+            ok, after = release_alone(lock, me, p.fence, v)
+            yield f"{me} release alone {'ok' if ok else 'refused'}", (
+                go("after_loop", holding=False) if ok else go("take"))(replace(s, lock=after))
+            if self.lost_responses and p.lost == 0:
+                # a transient error (the write done and its response lost, or not done): the
+                # state machine's retried RELEASE, not this write again
+                if ok:
+                    yield f"{me} release alone response lost", go("release_retry", lost=1)(replace(s, lock=after))
+                yield f"{me} release alone lost before the write", go("release_retry", lost=1)(s)
+        elif p.pc == "release_retry":  # a lost response of RELEASE_ALONE: the retried RELEASE, then the queue check
+            ok, after = release(lock, me, p.fence)
+            yield from self._write(
+                s, i, me, p, "release again", ok, replace(s, lock=after),
+                (lambda t: go("mark", holding=False, row=None)(t)) if _n(after.tickets) > p.c and v != "no_mark"
+                else go("after_loop", holding=False), go("after_loop", holding=False))
         # -- the handoff loop ------------------------------------------------------------------
         elif p.pc == "take":
             row = s.row(p.c + 1)
@@ -335,7 +374,19 @@ class Model:
             if q.pc == "parked" and p.row.token == (p.nxt, "current"):
                 yield f"{me} wakes {p.nxt}", go("after_loop")(self._grant_to(s, j, p.nxt))
             else:
-                yield f"{me} wake of {p.nxt} fails", go("window")(s)
+                yield f"{me} wake of {p.nxt} fails", go("early" if self.early_look else "window")(s)
+        elif p.pc == "early":  # a short look for the grantee's new park (no revoke: any time is safe)
+            j = names.index(p.nxt)
+            q = s.procs[j]
+            row = s.row(p.c + 1)
+            t = s.with_row(p.c + 1, None)  # the retake deletes whatever row is there
+            if row is not None and row.owner == p.nxt and row.token is not None:
+                if q.pc == "parked" and row.token == (p.nxt, "current"):
+                    yield f"{me} wakes {p.nxt}'s new park early", go("after_loop")(self._grant_to(t, j, p.nxt))
+                else:
+                    yield f"{me} early wake of {p.nxt} fails", go("window")(t)
+            else:
+                yield f"{me} finds no new park of {p.nxt} yet", go("window")(t)
         elif p.pc == "window":  # the claim window ends (or the grantee is dead); a re-park found?
             j = names.index(p.nxt)
             q = s.procs[j]

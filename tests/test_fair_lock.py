@@ -4,6 +4,7 @@ cases: a waiter stopped mid-queue, a stopped holder, a lost wake-up."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -135,10 +136,26 @@ def test_an_uncontended_run_takes_the_fast_path(fair):
     result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
     entered = [e["stateEnteredEventDetails"]["name"] for e in result.history if "stateEnteredEventDetails" in e]
-    assert entered == ["Lock", "Lock.Acquire", "FairProbe", "Lock.Release.Take", "Lock.Release.Next?",
-                       "Lock.Release.Release", "Lock.Release.Queued?", "Lock.Release.Done"]
+    # the release: no parked row to take (refused), nobody queues: one write frees the lock
+    assert entered == ["Lock", "Lock.Acquire", "FairProbe", "Lock.Release.Take", "Lock.Release.Release"]
     item = fair.lock(k)
     assert item[p.FENCE] == {"N": "1"} and p.OWNER not in item and fp.counters(item) == (0, 0)
+    assert fair.rows(k) == []
+
+
+def test_a_queued_run_parks_once_and_its_release_takes_grants_and_wakes_the_next_without_a_decision(fair):
+    """The contended path: 7 lock states per run (the section, the refused fast path, the
+    ticket, the park; as releaser: take the parked row, grant, wake)."""
+    k = key()
+    holder, arns = queued(fair, k, 2, machine="FairPatient")
+    fair.open(k)
+    results = fair.wait([holder] + arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in results[1].history if "stateEnteredEventDetails" in e]
+    assert entered == ["Lock", "Lock.Acquire", "Lock.Enqueue", "Lock.Park", "PatientProbe", "Lock.Release.Take",
+                       "Lock.Release.Grant", "Lock.Release.Wake"], entered
+    assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
+    assert fair.drained(k)
 
 
 def test_concurrent_runs_never_overlap_fences_rise_and_no_update_is_lost(fair):
@@ -149,6 +166,34 @@ def test_concurrent_runs_never_overlap_fences_rise_and_no_update_is_lost(fair):
     assert probe.get("violations", 0) == 0 and probe["seen"] == [1] * 10
     assert probe["fences"] == sorted(probe["fences"]) and len(set(probe["fences"])) == 10
     assert probe["counter"] == probe["accepted"] == 10
+    assert fair.drained(k)
+
+
+def test_a_seeded_slice_of_the_thousand_waiter_run_grants_by_ticket(fair):
+    """``make bench-fair-1000`` in small: 20 runs with AWS-sized task tokens arrive at seeded
+    random moments on one key. Grants follow the tickets (the queue's own order, free of
+    timestamp noise), fences rise with them, nobody overlaps, and nothing is left queued."""
+    import random
+
+    from tools.bench_fair import tickets_and_fences
+
+    rng, k = random.Random(16), key()
+    arns = []
+    for _ in range(20):
+        arns.append(fair.start("FairPatient", {"key": k, "workMs": 20}))
+        time.sleep(rng.uniform(0, 0.05))
+    results = fair.wait(arns)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 20, [(r.error, r.cause) for r in results]
+    granted = []  # (ticket, fence) of every run that queued
+    for r in results:
+        tickets, fences = tickets_and_fences(r.history)
+        if tickets:
+            granted.append((tickets[-1], fences[-1]))
+    assert len(granted) >= 14  # most of them queued (the slice tests the queue)
+    assert [f for _, f in sorted(granted)] == sorted(f for _, f in granted)  # FIFO: fences in ticket order
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1] * 20 and probe["counter"] == 20
+    assert probe["fences"] == sorted(probe["fences"])
     assert fair.drained(k)
 
 
@@ -269,6 +314,47 @@ def test_a_lost_wake_up_costs_one_park_timeout(fair):
     assert log.injected == 1
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
     assert parks_timed_out(results[1]) >= 1  # the fallback, not the wake-up, let it in
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
+def test_a_waiter_whose_park_ends_as_its_row_is_taken_is_woken_in_its_new_park_not_after_a_park_timeout(fair):
+    """The tail seen in the bench: the releaser takes the head's row (its token) just as the
+    head's park ends; the head inspects before the grant lands, finds the lock held and parks
+    again with a new token; the releaser's wake-up of the old token fails (``TaskDoesNotExist``
+    - bare moto answered success here and the head slept a whole park timeout). The releaser
+    then looks for the new park and wakes it. FairPatient's park timeout (120 s) is longer than
+    the test's waits: a wake-up, not the fallback, must let the head in."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder, (w1,) = queued(fair, k, waiters=1, machine="FairPatient")
+    row_key = fp.row_key(p.namespaced("f", k), fp.counters(fair.lock(k))[1])
+
+    def token():
+        item = fair.cloud.dynamodb.get_item(TableName=fair.table("LocksTable"), Key={"pk": {"S": row_key}},
+                                            ConsistentRead=True).get("Item", {})
+        return item.get(fp.TOKEN, {}).get("S")
+
+    def park_ends_and_parks_again():  # between the releaser's take and its grant
+        parks = [e for e in fair.cloud.history(w1) if e["type"] == "TaskScheduled"
+                 and "waitForTaskToken" in e["taskScheduledEventDetails"]["resource"]]
+        old_token = json.loads(parks[-1]["taskScheduledEventDetails"]["parameters"])[
+            "ExpressionAttributeValues"][":token"]["S"]
+        fair.cloud.stepfunctions.send_task_failure(taskToken=old_token, error="Lock.Look", cause="the park ends")
+        fair.until(lambda: token() not in (None, old_token), timeout=60)  # parked again, new token
+
+    slow_grant = Fault("UpdateItem", "ProvisionedThroughputExceededException",
+                       when=lambda params: params.get("ConditionExpression") == fp.GRANT.condition,
+                       then=park_ends_and_parks_again)
+    with dynamodb_faults(slow_grant) as log:
+        fair.open(k)
+        results = fair.wait([holder, w1])
+    assert log.injected == 1
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in results[0].history if "stateEnteredEventDetails" in e]
+    assert "Lock.Release.WakeAgainEarly" in entered, entered
+    assert parks_timed_out(results[1]) == 0  # woken in its new park, not by its (2 min) fallback
+    assert fences_of(results) == sorted(fences_of(results))
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 

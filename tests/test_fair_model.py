@@ -1,5 +1,6 @@
 """The fair lock's protocol, model-checked: every interleaving of 2-3 participants' steps -
-fast acquire, ticket, park, handoff (take the next row, grant, wake), claim, revoke, the
+fast acquire, ticket, park, release (take a parked row and grant it, or release alone, or
+the full handoff: take the next row, grant, wake), claim, revoke, the
 park's fallback and the handoff it runs for a dead head - with a crash at every step, a lost
 response on every write, failed wake-ups and park timeouts. It proves: never two holders,
 grants in ticket order (no live queued waiter is passed), and from every reachable state
@@ -16,8 +17,8 @@ import random
 
 import pytest
 
-from fair_model import (Lock, Model, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release, revoke,
-                        skip)
+from fair_model import (Lock, Model, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release,
+                        release_alone, revoke, skip, take_parked)
 from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 
@@ -49,11 +50,12 @@ def test_a_crashed_holder_strands_parked_waiters_without_the_fallback():
     assert model.explore()["violation"].startswith("stuck")
 
 
-@pytest.mark.parametrize("variant", ["park_ignores_ready", "no_mark", "enqueue_unconditional"])
+@pytest.mark.parametrize("variant", ["park_ignores_ready", "no_mark", "enqueue_unconditional",
+                                     "release_alone_ignores_queue"])
 def test_negative_control_each_rendezvous_rule_is_needed_or_a_wake_up_is_lost(variant):
     """A park that ignores the ready mark, a release that leaves no mark for a ticket whose
-    waiter has not parked, a ticket taken while the lock is free with nobody queued: each
-    strands a waiter that nobody wakes."""
+    waiter has not parked, a ticket taken while the lock is free with nobody queued, a
+    one-write release while a ticket is out: each strands a waiter that nobody wakes."""
     model = Model(participants=2, variant=variant, fallback=False, crashes=False, lost_responses=False)
     assert model.explore()["violation"].startswith("stuck")
 
@@ -143,6 +145,8 @@ MODEL_WRITES = {
     "CLAIM": (False, lambda it, a: claim(it, a["me"], a["prev"] + 1)),
     "REVOKE": (False, lambda it, a: revoke(it, a["next"], a["fence"], a["me"])),
     "RELEASE": (False, lambda it, a: release(it, a["me"], a["fence"])),
+    "RELEASE_ALONE": (False, lambda it, a: release_alone(it, a["me"], a["fence"])),
+    "TAKE_PARKED": (True, lambda it, a: take_parked(it)),
     "PARK": (True, lambda it, a: park(it, a["me"], (a["me"], "current"))),
     "MARK": (True, lambda it, a: mark(it, a["since"])),
     "LEAVE": (True, lambda it, a: leave(it, a["me"])),
@@ -155,7 +159,7 @@ def _values(write, a: dict) -> dict:
         ":expiresAt": {"N": str(NOW + 60_000)}, ":grace": {"N": "5000"}, ":one": {"N": "1"}, ":zero": {"N": "0"},
         ":next": {"S": a["next"]}, ":prev": {"N": str(a["prev"])}, ":ticket": {"N": str(a["prev"] + 1)},
         ":fence": {"N": str(a["fence"])}, ":token": {"S": f"{a['me']}:current"}, ":lease": {"N": "60000"},
-        ":since": {"N": MARKS[a["since"]]},
+        ":since": {"N": MARKS[a["since"]]}, **f.TAKE_PARKED_VALUES,
     }
     return {k: values[k] for k in write.value_names()}
 
@@ -180,8 +184,11 @@ def _compare(ddb, writes: dict, cases: int = 80) -> dict:
             if item is not None:
                 ddb.put_item(TableName="fair-model", Item=(_row_to_dynamodb if on_row else _lock_to_dynamodb)(key, item))
             try:
-                ddb.update_item(TableName="fair-model", Key={"pk": {"S": key}}, **{
-                    k: v for k, v in f.arguments(key, write, _values(write, a)).items() if k not in ("Key", "ReturnValues")})
+                if write.update:
+                    ddb.update_item(TableName="fair-model", Key={"pk": {"S": key}}, **{
+                        k: v for k, v in f.arguments(key, write, _values(write, a)).items() if k not in ("Key", "ReturnValues")})
+                else:  # a conditional delete (TAKE_PARKED)
+                    ddb.delete_item(TableName="fair-model", **f.delete_arguments(key, write, _values(write, a)))
                 ok = True
             except ddb.exceptions.ConditionalCheckFailedException:
                 ok = False
@@ -202,7 +209,7 @@ def test_the_models_writes_read_the_items_as_dynamodb_reads_the_real_expressions
     from locked_workflow.testing.pytest_plugin import require_backend
 
     require_backend(backend)
-    writes = {**f.LOCK_WRITES, **f.ROW_WRITES}
+    writes = {**f.LOCK_WRITES, **f.ROW_WRITES, **f.ROW_DELETES}
     with LocalCloud(backend) as cloud:
         seen = _compare(cloud.dynamodb, writes)
     assert {name: s["disagree"][:1] for name, s in seen.items() if s["disagree"]} == {}

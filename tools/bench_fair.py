@@ -2,9 +2,10 @@
 
 ::
 
-    python -m tools.bench_fair [--work 0.25,1,2] [--runs 10,30]
+    python -m tools.bench_fair [--work 0.25,1,2] [--runs 10,30] [--loads 0.25:100]
         [--locks Polling,Fair,Baseline] [--backend moto|dynamodb-local] [--floor 30]
         [--out out/bench-fair]
+    python -m tools.bench_fair --thousand      # 1,000 fair waiters on one key (DynamoDB Local)
 
 The bench stack of :mod:`tools.bench` (a Lambda "Work" that sleeps), with three
 locks around the same work: ``Polling`` (``LockedWorkflow`` defaults), ``Fair``
@@ -111,8 +112,41 @@ PRICE_PER_RRU = 0.125 / 1_000_000
 #: The fair lock's states whose counts tell how its handoffs went: a grant and wake-up (the
 #: direct path), a release that found no row yet (then a mark), a failed wake-up's claim
 #: window, a head that took the lock itself, a fallback look.
-FAIR_PATH_STATES = ("Lock.Release.Grant", "Lock.Release.Release", "Lock.Release.Mark", "Lock.Release.ClaimWindow",
+FAIR_PATH_STATES = ("Lock.Release.Grant", "Lock.Release.Release", "Lock.Release.ReleaseQueued", "Lock.Release.Mark",
+                    "Lock.Release.Reparking", "Lock.Release.WakeAgainEarly", "Lock.Release.ClaimWindow",
                     "Lock.Release.Revoke", "Lock.AcquireHead", "Lock.Inspect", "Lock.Help.Take")
+
+
+def steady_gaps_ms(sections: Sequence[Any], after_ms: int) -> list[int]:
+    """Handoff gaps (as ``scenario.handoff_gaps_ms``) whose earlier release was sent after
+    ``after_ms`` (the last run's arrival): the queue's steady state, without the start burst in
+    which this runtime is still starting the load's executions."""
+    later = [s for s in sections if s.release_sent_ms is not None and s.release_sent_ms >= after_ms]
+    firsts = {id(s) for s in later}
+    gaps = []
+    for group in scenario.by_key(sections).values():
+        ordered = sorted((s for s in group if s.acquire_acked_ms is not None), key=lambda s: s.acquire_acked_ms)
+        for before, after in zip(ordered, ordered[1:]):
+            if id(before) in firsts:
+                gaps.append(after.acquire_acked_ms - before.release_sent_ms)
+    return gaps
+
+
+def parse_loads(text: str, locks: Sequence[str]) -> list[tuple[float, int, tuple[str, ...]]]:
+    """``--loads``: ``work:N[:Lock+Lock]`` entries, comma-separated (no locks named: ``locks``)."""
+    out = []
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        parts = entry.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"--loads entry {entry!r}: expected work:N[:Lock+Lock]")
+        named = tuple(parts[2].split("+")) if len(parts) == 3 else tuple(locks)
+        if any(name not in LOCKS for name in named):
+            raise ValueError(f"--loads entry {entry!r}: locks among {', '.join(LOCKS)}")
+        work, n = float(parts[0]), int(parts[1])
+        if work <= 0 or n < 2:
+            raise ValueError(f"--loads entry {entry!r}: work > 0 and N >= 2")
+        out.append((work, n, named))
+    return out
 
 _WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 _READS = {"GetItem"}
@@ -201,6 +235,13 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
             if event["type"] == "TaskTimedOut":
                 paths["park timed out"] = paths.get("park timed out", 0) + 1
     lock_transitions = summary.transitions_per_run - unlocked_transitions
+    arrivals = [a for a, _ in lines if a is not None]
+    steady = steady_gaps_ms(sections, max(arrivals)) if arrivals else gaps
+    held_s = sum(max(0, s.end_ms - s.start_ms) for s in sections) / 1000
+    # where the makespan goes besides the work: before the first work starts (the first run's
+    # start and acquire), between works (lock and handoff), after the last work ends
+    lead_s = (min(s.start_ms for s in sections) - min(m.start_ms for m in metrics)) / 1000 if sections else float("nan")
+    trail_s = (max(m.stop_ms for m in metrics) - max(s.end_ms for s in sections)) / 1000 if sections else float("nan")
     return {
         "succeeded": summary.succeeded, "runs": runs,
         "makespan_ratio": summary.makespan_s / (runs * work_s),
@@ -211,6 +252,13 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
         + rru / runs * PRICE_PER_RRU,
         "dynamodb_per_run": summary.dynamodb_per_run, "paths": paths,
         "handoff_p50_ms": percentile(gaps, 50), "handoff_p99_ms": percentile(gaps, 99),
+        "steady_gaps": len(steady), "steady_p50_ms": percentile(steady, 50), "steady_p99_ms": percentile(steady, 99),
+        "max_gap_ms": max(gaps) if gaps else float("nan"),
+        # makespan / ideal = (work as run / work asked) x (makespan / work as run): the machine's
+        # slowness running the work itself, apart from what the lock and the start cost
+        "work_ratio": held_s / (runs * work_s), "makespan_over_work": summary.makespan_s / held_s if held_s else float("nan"),
+        "start_spread_s": summary.start_spread_s, "lead_s": lead_s, "trail_s": trail_s,
+        "between_s": summary.makespan_s - lead_s - trail_s - held_s,
         "overtakes": overtakes(waited), "overtakes_any_gap": overtakes(waited, 1), "waited": len(waited),
         "ticket_overtakes": ticket_overtakes(by_ticket) if by_ticket else None,
         "max_over_mean_wait": summary.fairness,
@@ -309,7 +357,7 @@ def _in_state(history: Sequence[dict], state: str):
 
 
 def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Sequence[str] = tuple(LOCKS),
-        floor_samples: int = 30) -> dict:
+        floor_samples: int = 30, extra_loads: Sequence[tuple[float, int, tuple[str, ...]]] = ()) -> dict:
     from locked_workflow.testing import LocalCloud
     from locked_workflow.testing.synth import synth_app
 
@@ -332,34 +380,47 @@ def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Seq
             cloud.wait_for(arn, timeout=120)
             solo[name] = scenario.transition_count(cloud.history(arn)).billed
         results["uncontended_extra_transitions"] = {n: solo[n] - solo["Unlocked"] for n in chosen}
+        plan = [(w, n, tuple(chosen)) for w in works for n in runs] + list(extra_loads)
+        for _, _, named in extra_loads:
+            missing = [x for x in named if x not in chosen]
+            if missing:
+                raise ValueError(f"--loads names {missing}: add them to --locks")
         with CapacityMeter() as meter:
-            for work_s in works:
-                for n in runs:
-                    for name, variant in chosen.items():
-                        figures = load(cloud, app.arn(variant), name, runs=n, work_s=work_s,
-                                       key=f"hot-{name}-{n}-{work_s}#", meter=meter,
-                                       unlocked_transitions=solo["Unlocked"])
-                        figures["left_behind"] = left_behind(cloud, f"hot-{name}-{n}-{work_s}#")
-                        figures["handoff_p50_over_floor"] = figures["handoff_p50_ms"] / results["floor_p50_ms"] \
-                            if floor else float("nan")
-                        results["loads"].append({"lock": name, "work_s": work_s, "n": n, **figures})
+            for index, (work_s, n, named) in enumerate(plan):
+                for name in named:
+                    key = f"hot-{index}-{name}-{n}-{work_s}#"
+                    figures = load(cloud, app.arn(chosen[name]), name, runs=n, work_s=work_s, key=key, meter=meter,
+                                   unlocked_transitions=solo["Unlocked"])
+                    figures["left_behind"] = left_behind(cloud, key)
+                    figures["handoff_p50_over_floor"] = figures["handoff_p50_ms"] / results["floor_p50_ms"] \
+                        if floor else float("nan")
+                    results["loads"].append({"lock": name, "work_s": work_s, "n": n, **figures})
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     return results
 
 
 HEADERS = ("work", "N", "lock", "lock transitions/run", "write units/run", "read units/run", "$/run (lock)",
-           "handoff p50 (ms)", "handoff p99 (ms)", "p50 ÷ floor", "overtakes (any gap) [by ticket]", "makespan ÷ ideal",
-           "succeeded")
+           "handoff p50 / p99 / max (ms)", "p50 ÷ floor", "steady p50 / p99 (ms) [gaps]",
+           "overtakes (any gap) [by ticket]", "makespan ÷ ideal", "work ÷ asked", "makespan ÷ work", "succeeded")
 
 
 def rows(results: dict) -> list[list[str]]:
     return [[f"{r['work_s']:g} s", str(r["n"]), r["lock"], f"{r['lock_transitions_per_run']:.1f}",
              f"{r['wru_per_run']:.1f}", f"{r['rru_per_run']:.1f}", f"{r['dollars_per_run'] * 1e6:.1f} µ$",
-             f"{r['handoff_p50_ms']:.0f}", f"{r['handoff_p99_ms']:.0f}", f"{r['handoff_p50_over_floor']:.2f}",
+             f"{r['handoff_p50_ms']:.0f} / {r['handoff_p99_ms']:.0f} / {r['max_gap_ms']:.0f}",
+             f"{r['handoff_p50_over_floor']:.2f}",
+             f"{r['steady_p50_ms']:.0f} / {r['steady_p99_ms']:.0f} [{r['steady_gaps']}]",
              f"{r['overtakes']} ({r['overtakes_any_gap']})"
              + (f" [{r['ticket_overtakes']}]" if r.get("ticket_overtakes") is not None else ""),
-             f"{r['makespan_ratio']:.2f}",
+             f"{r['makespan_ratio']:.2f}", f"{r['work_ratio']:.2f}", f"{r['makespan_over_work']:.2f}",
              f"{r['succeeded']}/{r['runs']}"] for r in results["loads"]]
+
+
+#: ``--thousand``: the work of each of the 1,000 waiters (the run checks invariants and flat
+#: cost per run; its makespan is this machine starting 1,000 executions).
+THOUSAND_WORK_S = 0.1
+#: Loads ``make bench-fair`` runs beyond the grid: every lock at N = 100 (0.25 s of work).
+DEFAULT_EXTRA_LOADS = "0.25:100"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -367,10 +428,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", default="0.25,1,2", help="protected work sizes in seconds (default 0.25,1,2)")
     parser.add_argument("--runs", default="10,30", help="runs started together on one key (default 10,30)")
     parser.add_argument("--locks", default=",".join(LOCKS), help="which locks (default Polling,Fair,Baseline)")
+    parser.add_argument("--loads", default=DEFAULT_EXTRA_LOADS,
+                        help="more loads beyond the grid: work:N[:Lock+Lock], comma-separated "
+                             f"(default {DEFAULT_EXTRA_LOADS!r}: every lock at N = 100; '' for none)")
     parser.add_argument("--floor", type=int, default=30, help="samples of the engine's floor (default 30)")
+    parser.add_argument("--thousand", action="store_true",
+                        help="the invariant run instead: 1,000 fair waiters with AWS-sized tokens on one key, "
+                             f"{THOUSAND_WORK_S:g} s of work each, on DynamoDB Local (unless --backend says)")
     parser.add_argument("--backend", choices=("moto", "dynamodb-local"), default="moto")
     parser.add_argument("--out", type=Path, default=Path("out") / "bench-fair")
     args = parser.parse_args(argv)
+    if args.thousand:
+        args.work, args.runs, args.loads, args.locks = f"{THOUSAND_WORK_S:g}", "1000", "", "Fair"
+        if "--backend" not in (argv if argv is not None else sys.argv):
+            args.backend = "dynamodb-local"
     works = [float(w) for w in args.work.split(",")]
     runs = [int(n) for n in args.runs.split(",")]
     if any(w <= 0 for w in works) or any(n < 2 for n in runs):
@@ -378,7 +449,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     locks = [name for name in args.locks.split(",") if name]
     if any(name not in LOCKS for name in locks):
         parser.error(f"--locks: choose among {', '.join(LOCKS)}")
-    results = run(works=works, runs=runs, backend=args.backend, locks=locks, floor_samples=args.floor)
+    try:
+        extra_loads = parse_loads(args.loads, locks)
+    except ValueError as error:
+        parser.error(str(error))
+    results = run(works=works, runs=runs, backend=args.backend, locks=locks, floor_samples=args.floor,
+                  extra_loads=extra_loads)
     extra = results["uncontended_extra_transitions"]
     print(f"Fair lock benchmark, backend {args.backend}, {results['elapsed_s']} s")
     print(f"floor (write -> SendTaskSuccess -> parked task resumed, no lock): p50 {results['floor_p50_ms']:.0f} ms, "
@@ -386,11 +462,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("uncontended extra transitions per run: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
     print(table_text(HEADERS, rows(results)))
     bad = [r for r in results["loads"] if r["overlaps"] or r["fence_violations"] or r["succeeded"] != r["runs"]
-           or r.get("left_behind")]
+           or r.get("left_behind") or (r["lock"] == "Fair" and r.get("ticket_overtakes"))]
     for r in results["loads"]:
+        print(f"{r['lock']} {r['work_s']:g} s x {r['n']}: makespan {r['makespan_ratio'] * r['n'] * r['work_s']:.1f} s = "
+              f"{r['lead_s']:.1f} s before the first work + {r['work_ratio'] * r['n'] * r['work_s']:.1f} s of work "
+              f"as run + {r['between_s']:.1f} s between works + {r['trail_s']:.1f} s after the last")
         if r["lock"] == "Fair":
             print(f"fair handoff paths, {r['work_s']:g} s x {r['n']}: {r['paths']}")
-    print("invariants: " + ("hold (all succeeded, no overlap, fences increase, nothing left held or queued)" if not bad else f"VIOLATED {bad}"))
+    print("invariants: " + ("hold (all succeeded, no overlap, fences increase, the fair lock granted in ticket "
+                            "order, nothing left held or queued)" if not bad else f"VIOLATED {bad}"))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     (args.out / "results.md").write_text(

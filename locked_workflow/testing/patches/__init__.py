@@ -35,6 +35,7 @@ data_limit                 no size quota on a state's input, a task's input or A
 terminal_errors            States.ALL catches States.DataLimitExceeded and States.Runtime
 history_limit              no 25,000-event history limit
 cancelled_branches         a failed branch's siblings run on: tokens open, no ...Aborted events
+late_callbacks             SendTaskSuccess to a task that timed out succeeds, and its TaskSucceeded lands late
 =========================  ==========================================================
 """
 
@@ -59,6 +60,7 @@ from locked_workflow.testing.patches import (
     heartbeat_timeout,
     history_limit,
     jsonata_evaluator,
+    late_callbacks,
     lambda_in_process,
     nested_states_errors,
     parallel_argument_errors,
@@ -107,6 +109,7 @@ def apply_all(
     execution_logs.apply(stack)
     heartbeat_timeout.apply(stack)
     task_failure_cause.apply(stack)
+    late_callbacks.apply(stack)
     task_tokens.apply(stack, task_token_length)
     data_limit.apply(stack)
     terminal_errors.apply(stack)  # after heartbeat_timeout: wraps its ErrorEquals matching

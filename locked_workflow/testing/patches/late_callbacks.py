@@ -1,0 +1,90 @@
+"""A callback for a task that has ended fails, as in Step Functions, and changes nothing.
+
+Gap (moto 5.2.1): a ``.waitForTaskToken`` task that timed out (or ended otherwise) keeps its
+token in the execution's callback pool. A later ``SendTaskSuccess`` with that token returns
+success, and the task's still-waiting inner thread appends a ``TaskSucceeded`` to the history
+while the execution is already in another state. Step Functions answers such a call with
+``TaskTimedOut`` (the task timed out) or ``TaskDoesNotExist``: a sender that gets success
+believes it woke a waiter that is no longer there - kinder than AWS.
+
+Fix: when a callback task's state ends, its token's endpoint is closed: a later
+SendTaskSuccess, SendTaskFailure or SendTaskHeartbeat fails with ``TaskTimedOut`` when the
+task ended without a callback (timed out, failed, cancelled), else ``TaskDoesNotExist``, and
+nothing reaches the history (moto's own answer for a timed-out consumer raises a TypeError:
+its ``TaskTimedOut()`` lacks a message). (A callback that lands while the timeout is being decided may
+still be accepted and ignored: a window of microseconds.)
+
+Proof: ``tests/local/test_patch_late_callbacks.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import ExitStack
+from unittest import mock
+
+from moto.core.exceptions import AWSError
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+    StateTaskServiceCallback,
+)
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackPoolManager
+
+class TaskTimedOut(AWSError):
+    TYPE = "TaskTimedOut"
+    STATUS = 400
+
+
+class TaskDoesNotExist(AWSError):
+    TYPE = "TaskDoesNotExist"
+    STATUS = 400
+
+
+#: The attribute a closed endpoint carries: ``"timed out"`` (no callback came) or ``"ended"``.
+_CLOSED = "_locked_workflow_task_closed"
+
+
+def _refuse(endpoint) -> None:  # type: ignore[no-untyped-def]
+    closed = getattr(endpoint, _CLOSED, None)
+    if closed == "timed out":
+        raise TaskTimedOut("Task Timed Out: the task of this token timed out or ended before the callback")
+    if closed is not None:
+        raise TaskDoesNotExist("Task Does Not Exist: the task of this token has ended")
+
+
+def apply(stack: ExitStack) -> None:
+    current = threading.local()  # the endpoint the callback state evaluated in this thread added
+    original_add = CallbackPoolManager.add
+    original_notify = CallbackPoolManager.notify
+    original_heartbeat = CallbackPoolManager.heartbeat
+    original_eval_body = StateTaskServiceCallback._eval_body
+
+    def add(self, callback_id):  # type: ignore[no-untyped-def]
+        endpoint = original_add(self, callback_id)
+        current.endpoint = endpoint
+        return endpoint
+
+    def notify(self, callback_id, outcome):  # type: ignore[no-untyped-def]
+        endpoint = self.get(callback_id)
+        if endpoint is not None:
+            _refuse(endpoint)
+        return original_notify(self, callback_id, outcome)
+
+    def heartbeat(self, callback_id):  # type: ignore[no-untyped-def]
+        endpoint = self.get(callback_id)
+        if endpoint is not None:
+            _refuse(endpoint)
+        return original_heartbeat(self, callback_id)
+
+    def _eval_body(self, env):  # type: ignore[no-untyped-def]
+        current.endpoint = None
+        try:
+            original_eval_body(self, env)
+        finally:
+            endpoint, current.endpoint = getattr(current, "endpoint", None), None
+            if endpoint is not None:
+                setattr(endpoint, _CLOSED, "timed out" if endpoint.get_outcome() is None else "ended")
+
+    stack.enter_context(mock.patch.object(CallbackPoolManager, "add", add))
+    stack.enter_context(mock.patch.object(CallbackPoolManager, "notify", notify))
+    stack.enter_context(mock.patch.object(CallbackPoolManager, "heartbeat", heartbeat))
+    stack.enter_context(mock.patch.object(StateTaskServiceCallback, "_eval_body", _eval_body))
