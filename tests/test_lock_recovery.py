@@ -466,10 +466,16 @@ def test_workflow_holder_blocks_a_python_client_until_it_releases(deployed):
     assert p.owner_execution(held.value.holder) == holder
     assert held.value.holder == deployed.lock_item("main", key)[p.OWNER]["S"]
     lease = client.acquire(key, lease=10, wait=20)  # waits for the workflow's release
+    returned = time.time()
     result = deployed.cloud.wait_for(holder, timeout=10)  # (it ends a moment after releasing)
     assert result.status == "SUCCEEDED"
-    released = max(e["timestamp"].timestamp() for e in result.history if e["type"] == "TaskSucceeded")
-    assert lease.acquired_at >= released * 1000 - 50  # the client got it only after the release
+    (released,) = [e["timestamp"].timestamp() for e in result.history if e["type"] == "TaskSucceeded"
+                   and e["taskSucceededEventDetails"]["resource"] == "updateItem"
+                   and p.FENCE not in json.loads(e["taskSucceededEventDetails"]["output"]).get("Attributes", {})]
+    # the client got it only after the release: the release's success came before the acquire
+    # returned (both on this machine's clock - not the client's estimate of AWS's clock, whose
+    # stamps may lie a Date header's second either way), and its fence is the next one
+    assert released <= returned
     assert lease.fence == 2
     client.release(lease)
 
