@@ -1,7 +1,8 @@
 """The fair lock kind (``Lock.fair``): the mutex's lock item with a ticket queue of one row per
 waiter and direct handoff - :mod:`locked_workflow.state_machines.fair_protocol` wired into a section's states::
 
-    Acquire (fast path) --ok--> work --> Take next row --parked--> Grant --> Wake (the next one's work)
+    Acquire (fast path) --ok--> work --> Take (the next row, if parked) --> Grant --> Wake (the next one's work)
+       |                                  |--none--> Release (alone) | --queued--> TakeAny --> Next? --> ...
        |--held or queued--> Enqueue (ticket) --> Park (.waitForTaskToken) --woken--> work
                                                   |--refused (ready)--> AcquireHead --> work
                                                   |--park timeout / Lock.Look--> Inspect (the fallback)
