@@ -45,13 +45,17 @@ def _update(table: str, key: str, expression: str, values: dict, **kwargs) -> di
     ).get("Attributes", {})
 
 
+#: The count of holders inside, by role.
+_INSIDE = {"read": "readersIn", "write": "writersIn"}
+
+
 def _enter(table: str, key: str, fence: int | None, limit: int = 1, role: str | None = None) -> int:
     values = {":one": {"N": "1"}, ":empty": {"L": []}, ":at": {"L": [{"N": str(int(time.time() * 1000))}]}}
     appends = ["enteredAt = list_append(if_not_exists(enteredAt, :empty), :at)"]
     if fence is not None and role != "read":  # (a reader's fence is another's: not its own order)
         appends.append("fences = list_append(if_not_exists(fences, :empty), :fence)")
         values[":fence"] = {"L": [{"N": str(fence)}]}
-    counts = f", {role}ersIn :one" if role else ""
+    counts = f", {_INSIDE[role]} :one" if role else ""
     expression = f"SET {', '.join(appends)} ADD inside :one, entries :one{counts}"
     after = _update(table, key, expression, values)
     inside = int(after["inside"]["N"])
@@ -124,7 +128,7 @@ def _read(table: str, key: str, fence: int | None, work_ms: int, context: object
     if fence is not None and not before == after == fence:
         _update(table, key, "ADD staleReads :one", {":one": {"N": "1"}})
         logger.warning("a reader saw another fence", extra={"key": key, "fence": fence, "lastFence": [before, after]})
-    _update(table, key, "ADD reads :one", {":one": {"N": "1"}})
+    _update(table, key, "ADD readCount :one", {":one": {"N": "1"}})
     return {"lastFence": [before, after]}
 
 
@@ -159,7 +163,7 @@ def handler(event: dict, context: object) -> dict:
                 )
     finally:
         for key in entered:
-            _update(table, key, "ADD inside :minus" + (f", {role}ersIn :minus" if role else ""), {":minus": {"N": "-1"}})
+            _update(table, key, "ADD inside :minus" + (f", {_INSIDE[role]} :minus" if role else ""), {":minus": {"N": "-1"}})
     if event.get("fail"):
         raise RuntimeError(f"the probe was asked to fail (keys {keys})")
     if event.get("keys") is None:
