@@ -1,0 +1,231 @@
+"""The read/write lock (``Lock.shared`` / ``Lock.exclusive``) on both DynamoDB backends.
+
+Invariants, from the probe inside the protected work (it counts readers and writers inside at
+every entry): readers are inside together, a writer is always alone, no writer's update is
+lost, readers read the fence of the last writer, arrivals are served in ticket order (a writer
+queued before a reader goes first; a writer's release admits every reader queued behind it at
+once). The same load with no lock is the negative control. Then recovery: a stopped reader
+(its lease, no janitor) and a stopped writer (the janitor) cost a bounded delay.
+
+Holders that must stay inside until the test says park on a *gate* (a task token the test
+completes): every wait is on a condition, never on time.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+
+import pytest
+
+from locked_workflow.state_machines import fair_protocol as fp
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import shared_protocol as sp
+
+NAMESPACE = "rw"
+
+
+@pytest.fixture(scope="module")
+def shared_synth():
+    from locked_workflow.testing.synth import synth_app
+    from shared_stack import SharedStack
+
+    return synth_app(lambda app: SharedStack(app, "Shared"), context={"aws:cdk:enable-asset-metadata": True})
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def rw(request, shared_synth):
+    from deployed import local_deployment
+
+    for cloud, app in local_deployment(request.param, shared_synth):
+        yield ReadWrite(cloud, app)
+
+
+class ReadWrite:
+    def __init__(self, cloud, app):
+        self.cloud, self.app = cloud, app
+
+    def table(self, prefix: str) -> str:
+        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
+
+    def start(self, machine: str, document: dict) -> str:
+        arn = self.app.state_machine_arn(machine if machine.startswith("Unlocked") else f"{machine}StateMachine")
+        return self.cloud.start_execution(arn, document)
+
+    def wait(self, arns, timeout: float = 200):
+        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+
+    def lock(self, key: str) -> dict:
+        return self.cloud.dynamodb.get_item(TableName=self.table("LocksTable"),
+                                            Key={"pk": {"S": p.namespaced(NAMESPACE, key)}},
+                                            ConsistentRead=True).get("Item", {})
+
+    def parked(self, key: str) -> list[str]:
+        """The kinds of the waiters parked on the key, head first."""
+        out = []
+        for ticket in fp.queued_tickets(self.lock(key)):
+            row = self.cloud.dynamodb.get_item(
+                TableName=self.table("LocksTable"), ConsistentRead=True,
+                Key={"pk": {"S": fp.row_key(p.namespaced(NAMESPACE, key), ticket)}}).get("Item", {})
+            if fp.TOKEN in row:
+                out.append(sp.row_kind(row))
+        return out
+
+    def probe(self, key: str) -> dict:
+        item = self.cloud.dynamodb.get_item(TableName=self.table("Probes"), Key={"pk": {"S": key}},
+                                            ConsistentRead=True).get("Item", {})
+        out = {k: int(v["N"]) for k, v in item.items() if "N" in v}
+        out.update({k: [int(x["N"]) for x in v["L"]] for k, v in item.items() if "L" in v})
+        return out
+
+    def gate_token(self, key: str, gate: str):
+        item = self.cloud.dynamodb.get_item(TableName=self.table("Probes"), Key={"pk": {"S": f"gate#{key}#{gate}"}},
+                                            ConsistentRead=True).get("Item")
+        return item and item["token"]["S"]
+
+    def open(self, key: str, gate: str) -> None:
+        self.until(lambda: self.gate_token(key, gate))
+        self.cloud.stepfunctions.send_task_success(taskToken=self.gate_token(key, gate), output='{"gate": "open"}')
+
+    def until(self, predicate, timeout: float = 90):
+        deadline = time.time() + timeout
+        while not predicate():
+            assert time.time() < deadline, "timed out waiting"
+            time.sleep(0.1)
+
+    def free(self, key: str) -> bool:
+        """Nobody holds (no owner, no reader entry) and nobody queues."""
+        item = self.lock(key)
+        served, tickets = fp.counters(item)
+        return p.OWNER not in item and not sp.readers_of(item) and served == tickets
+
+
+def new_key() -> str:
+    return f"k-{uuid.uuid4().hex[:8]}"
+
+
+def entered_states(result) -> list[str]:
+    return [e["stateEnteredEventDetails"]["name"] for e in result.history if "stateEnteredEventDetails" in e]
+
+
+def probe_of(result) -> dict:
+    return result.output["probe"]
+
+
+def test_an_uncontended_reader_enters_and_leaves_with_one_write_each(rw):
+    k = new_key()
+    result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    # one write to enter (FAST_READ), one to leave (LEAVE_READ), FREE_SHARED as the last reader
+    assert entered_states(result) == ["Lock", "Lock.Acquire", "ReaderProbe", "Lock.Release", "Lock.Release.Last?",
+                                      "Lock.Release.Handoff.Look", "Lock.Release.Handoff.Next?",
+                                      "Lock.Release.Handoff.End?", "Lock.Release.Handoff.FreeShared", "Lock.Released"]
+    assert rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
+
+
+def test_readers_hold_together_beside_a_reader_that_holds(rw):
+    k = new_key()
+    holder = rw.start("ReaderHold", {"key": k, "gate": "h", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "h"))  # the holder is inside its work
+    item = rw.lock(k)
+    assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == 1
+    # three more readers come and go while the first still holds: none waited for it
+    results = rw.wait([rw.start("Reader", {"key": k, "workMs": 1}) for _ in range(3)])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3
+    assert rw.lock(k)[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(rw.lock(k))) == 1
+    assert rw.probe(k)["entries"] == 3
+    rw.open(k, "h")
+    assert rw.wait([holder])[0].status == "SUCCEEDED"
+    assert rw.free(k)
+
+
+def test_a_writer_holds_alone_and_its_release_admits_every_queued_reader_at_once(rw):
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    readers = [rw.start("ReaderHold", {"key": k, "gate": f"r{i}", "workMs": 1}) for i in range(3)]
+    rw.until(lambda: rw.parked(k) == ["read"] * 3)
+    # parked, not inside: the writer is alone
+    assert rw.probe(k).get("entries", 0) == 0 and not sp.readers_of(rw.lock(k))
+    rw.open(k, "w")
+    # all three readers are admitted and hold at the same time (each waits at its own gate)
+    rw.until(lambda: all(rw.gate_token(k, f"r{i}") for i in range(3)))
+    item = rw.lock(k)
+    assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == int(item[sp.READERS]["N"]) == 3
+    for i in range(3):
+        rw.open(k, f"r{i}")
+    w, *rs = rw.wait([writer, *readers])
+    assert w.status == "SUCCEEDED" and [r.status for r in rs] == ["SUCCEEDED"] * 3
+    # the readers read the writer's fence: the version it wrote
+    assert {probe_of(r)["fence"] for r in rs} == {probe_of(w)["fence"]} and rw.probe(k)["lastFence"] == probe_of(w)["fence"]
+    assert rw.probe(k).get("violations", 0) == 0 and rw.probe(k).get("staleReads", 0) == 0
+    assert rw.free(k)
+
+
+def test_arrivals_are_served_in_ticket_order(rw):
+    """A writer that queued before a reader goes first; the readers before it share."""
+    k = new_key()
+    first = rw.start("ReaderHold", {"key": k, "gate": "r0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r0"))
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    late = rw.start("ReaderHold", {"key": k, "gate": "r1", "workMs": 1})
+    # the late reader finds the key free of writers but a writer queued: it queues behind it
+    rw.until(lambda: rw.parked(k) == ["write", "read"])
+    rw.open(k, "r0")
+    rw.until(lambda: rw.gate_token(k, "w"))  # the writer holds ...
+    assert rw.parked(k) == ["read"] and not rw.gate_token(k, "r1")  # ... and the late reader waits
+    rw.open(k, "w")
+    rw.open(k, "r1")
+    r0, w, r1 = rw.wait([first, writer, late])
+    assert (r0.status, w.status, r1.status) == ("SUCCEEDED",) * 3
+    assert probe_of(r1)["fence"] == probe_of(w)["fence"] > probe_of(r0)["fence"]
+    assert rw.free(k)
+
+
+def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
+    k, rng = new_key(), random.Random(18)
+    kinds = ["Writer" if i % 5 == 0 else "Reader" for i in range(20)]
+    rng.shuffle(kinds)
+    results = rw.wait([rw.start(kind, {"key": k, "workMs": 300}) for kind in kinds])
+    assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds), [r.cause for r in results if r.cause]
+    probe = rw.probe(k)
+    writers = kinds.count("Writer")
+    assert probe.get("violations", 0) == 0  # no writer with anyone, no reader with a writer
+    assert probe["counter"] == probe["accepted"] == writers  # no lost update
+    assert probe["fences"] == sorted(set(probe["fences"])) and len(probe["fences"]) == writers  # strictly up
+    assert probe.get("staleReads", 0) == 0  # every reader read the fence of the last writer
+    assert max(probe["readersSeen"]) > 1  # readers were inside together
+    assert rw.free(k)
+
+
+def test_the_same_mix_without_the_lock_overlaps(rw):
+    """The negative control: the probe does catch readers beside writers."""
+    k = new_key()
+    kinds = ["UnlockedWriter" if i % 2 else "UnlockedReader" for i in range(10)]
+    results = rw.wait([rw.start(kind, {"key": k, "workMs": 1500}) for kind in kinds])
+    assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds)
+    assert rw.probe(k).get("violations", 0) > 0
+
+
+def test_a_stopped_reader_is_recovered_by_its_lease(rw):
+    k = new_key()
+    orphan = rw.start("ReaderOrphan", {"key": k, "gate": "o", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "o"))
+    rw.cloud.stop_execution(orphan)  # no Catch runs, no janitor: only its entry's lease ends it
+    assert len(sp.readers_of(rw.lock(k))) == 1
+    result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert "Lock.Reap" in entered_states(result)  # the writer at the head reaped the expired entry
+    assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
+
+
+def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    rw.cloud.stop_execution(writer)  # the janitor retires it: held for its stop grace, then free
+    result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
