@@ -15,7 +15,7 @@ from locked_workflow.state_machines.lock_protocol import jsonata
 #: A parked waiter looks by itself after this long (the dead-participant cases wait it out).
 PARK_TIMEOUT_S = 5
 #: A short lease: a stopped reader's entry (no janitor retires it) is reaped after this long.
-SHORT_LEASE = cdk.Duration.seconds(30)
+SHORT_LEASE = cdk.Duration.seconds(12)
 
 
 class SharedStack(cdk.Stack):

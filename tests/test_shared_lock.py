@@ -188,7 +188,7 @@ def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
     k, rng = new_key(), random.Random(18)
     kinds = ["Writer" if i % 5 == 0 else "Reader" for i in range(20)]
     rng.shuffle(kinds)
-    results = rw.wait([rw.start(kind, {"key": k, "workMs": 300}) for kind in kinds])
+    results = rw.wait([rw.start(kind, {"key": k, "workMs": 150}) for kind in kinds])
     assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds), [r.cause for r in results if r.cause]
     probe = rw.probe(k)
     writers = kinds.count("Writer")
@@ -229,3 +229,84 @@ def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
     result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
     assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+
+
+# -- synth: the states, their IAM and the settings ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def template(shared_synth):
+    from aws_cdk.assertions import Template
+
+    return Template.from_json(shared_synth.template)
+
+
+def _definition(template, prefix: str) -> dict:
+    import json
+
+    from aws_cdk.assertions import Capture, Match
+
+    body = Capture()
+    template.has_resource_properties("AWS::StepFunctions::StateMachine", Match.object_like({
+        "StateMachineName": Match.string_like_regexp(f"^Shared-{prefix}-"), "DefinitionString": body}))
+    parts = body.as_object()["Fn::Join"][1]
+    return json.loads("".join(x if isinstance(x, str) else "TABLE" for x in parts))
+
+
+def _states(definition: dict) -> dict:
+    """Every state of a definition, nested ones included, by name."""
+    out = {}
+    for name, state in definition["States"].items():
+        out[name] = state
+        for branch in state.get("Branches", []):
+            out.update(_states(branch))
+    return out
+
+
+def test_a_waiter_parks_in_one_transaction_with_the_protocols_expressions(template):
+    states = _states(_definition(template, "Reader"))
+    park = states["Lock.Park"]
+    assert park["Resource"].endswith(":states:::aws-sdk:dynamodb:transactWriteItems.waitForTaskToken")
+    check, update = park["Arguments"]["TransactItems"]
+    assert check["ConditionCheck"]["ConditionExpression"] == sp.PARK_UNLESS[sp.READ].condition
+    assert update["Update"]["ConditionExpression"] == sp.PARK.condition
+    assert states["Lock.Acquire"]["Arguments"]["ConditionExpression"] == sp.FAST_READ.condition
+    writer = _states(_definition(template, "Writer"))
+    assert writer["Lock.Acquire"]["Arguments"]["ConditionExpression"] == sp.FAST_WRITE.condition
+    assert writer["Lock.Park"]["Arguments"]["TransactItems"][0]["ConditionCheck"]["ConditionExpression"] == \
+        sp.PARK_UNLESS[sp.WRITE].condition
+    # every DynamoDB write of the lock is one of the protocol's (a writer's redrive retire: the mutex's)
+    spelled = {w.condition for w in [*sp.LOCK_WRITES.values(), *sp.ROW_WRITES.values(), *sp.PARK_UNLESS.values(),
+                                     p.RETIRE]}
+    for name, state in {**states, **writer}.items():
+        arguments = state.get("Arguments")
+        condition = arguments.get("ConditionExpression") if isinstance(arguments, dict) else None
+        if condition and name.startswith("Lock."):
+            assert condition in spelled, name
+
+
+def test_the_park_may_check_the_lock_item_and_no_action_is_a_wildcard(template):
+    from aws_cdk.assertions import Match
+
+    template.has_resource_properties("AWS::IAM::Policy", Match.object_like({"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Action": "dynamodb:ConditionCheckItem", "Effect": "Allow"})])}}))
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            assert not any(a == "*" or a.endswith(":*") for a in actions), statement
+
+
+def test_the_kinds_are_values_with_their_own_validation():
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from locked_workflow import Lock, LockedWorkflow, LockTable
+
+    a, b = Lock.shared("{% $states.input.k %}"), Lock.shared("{% $states.input.k %}")
+    assert a == b and a.kind == "shared" and Lock.exclusive("{% $states.input.k %}").kind == "exclusive"
+    with pytest.raises(ValueError, match=r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 0.5 s"):
+        Lock.exclusive("{% $states.input.k %}", park_timeout=cdk.Duration.millis(500))
+    stack = cdk.Stack(cdk.App())
+    with pytest.raises(ValueError, match=r"`state_machine_type` must be STANDARD with Lock.shared .*got: EXPRESS"):
+        LockedWorkflow(stack, "W", lock=a, protected=sfn.Pass(stack, "P"), table=LockTable(stack, "T").table,
+                       state_machine_type=sfn.StateMachineType.EXPRESS, timeout=cdk.Duration.minutes(1))
