@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat bench bench-variants bench-fair stress synth diagram clean
+.PHONY: deps demo test test-compat bench bench-variants bench-fair bench-shared stress synth diagram clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -71,6 +71,9 @@ bench-variants: deps
 
 bench-fair: deps
 	$(PY) -m tools.bench_fair $(ARGS)
+
+bench-shared: deps
+	$(PY) -m tools.bench_shared $(ARGS)
 
 stress: deps
 	$(PY) -m tools.stress $(ARGS)
