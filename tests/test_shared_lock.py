@@ -221,6 +221,36 @@ def test_a_stopped_reader_is_recovered_by_its_lease(rw):
     assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
 
 
+def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
+    """Its lease is the machine's timeout + 5 min: only the janitor's RETIRE_READER (then a
+    waiter's reap) can free the key within the test's deadline."""
+    k = new_key()
+    reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r"))
+    (owner, entry), = sp.readers_of(rw.lock(k)).items()
+    rw.cloud.stop_execution(reader)
+    rw.until(lambda: int(sp.readers_of(rw.lock(k)).get(owner, entry)[p.EXPIRES_AT]["N"])
+             < int(entry[p.EXPIRES_AT]["N"]))  # retired: its entry now ends a stop grace after the stop
+    result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert "Lock.Reap" in entered_states(result) and rw.free(k)
+
+
+def test_the_janitor_finds_only_an_executions_own_holds():
+    me, other, table = "arn:x:execution:m:a#1", "arn:x:execution:m:b#2", "Locks"
+
+    def update(write, *, reader=None, values=None):
+        return p.ScheduledTask("updateItem", {"TableName": table, **sp.arguments(
+            "rw#k", write, {n: {"S": v} for n, v in (values or {}).items()} | {
+                n: {"S": "x"} for n in write.value_names() if n not in (values or {})}, reader=reader)})
+
+    tasks = [update(sp.FAST_READ, reader=me, values={":me": me}),
+             update(sp.GRANT_READ, reader=other, values={":me": me}),  # a handoff to another reader
+             update(sp.CLAIM_WRITE, values={":me": me})]
+    assert sp.holds_in_history(tasks, table_name=table) == [("rw#k", me, sp.READ), ("rw#k", me, sp.WRITE)]
+    assert sp.holds_in_history(tasks, table_name="Other") == []
+
+
 def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
     k = new_key()
     writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})

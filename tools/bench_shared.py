@@ -59,8 +59,9 @@ def build_stack(app: Any) -> Any:
     sfn.StateMachine(stack, "Unlocked", definition_body=sfn.DefinitionBody.from_chainable(work("Unlocked")),
                      query_language=sfn.QueryLanguage.JSONATA)
     reader = LockedWorkflow(stack, "Reader", lock=Lock.shared(key), protected=work("Reader"), **common)
-    LockedWorkflow(stack, "Writer", lock=Lock.exclusive(key), protected=work("Writer"),
-                   table=reader.table, shares_lock_with=[reader], **common)
+    LockedWorkflow(stack, "Writer", lock=Lock.exclusive(key), protected=work("Writer"), table=reader.table,
+                   shares_lock_with=[reader.state_machine],
+                   **{k: v for k, v in common.items() if k != "table_removal_policy"})
     LockedWorkflow(stack, "Mutex", lock=Lock.mutex(key), protected=work("Mutex"), **common)
     return stack
 
