@@ -43,6 +43,20 @@ class SharedStack(cdk.Stack):
                                 lease=SHORT_LEASE, **common)
         self.gates.grant_write_data(orphan.state_machine)
         machines.append(orphan)
+        # a reader section in one branch of a Parallel whose other branch fails when the test says;
+        # the user catches the failure and the execution goes on RUNNING: the reader's branch is
+        # cancelled (no Catch, no status event), and only its lease frees the key
+        from locked_workflow import LockedSection
+
+        section = LockedSection(self, "CancelledReader", lock=Lock.shared(key, park_timeout=park), table=self.locks,
+                                key_namespace="rw", lease=SHORT_LEASE, max_wait=cdk.Duration.seconds(150),
+                                protected=self.gate("CancelledGate").next(self.probe("CancelledProbe", "read")))
+        both = sfn.Parallel.jsonata(self, "ReaderAndSibling").branch(section).branch(self.gate("SiblingGate"))
+        both.add_catch(sfn.Wait.jsonata(self, "StillRunning", time=sfn.WaitTime.duration(cdk.Duration.seconds(90))),
+                       errors=["States.ALL"])
+        cancelled = sfn.StateMachine(self, "CancelledStateMachine", definition_body=sfn.DefinitionBody.from_chainable(both),
+                                     query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4))
+        self.gates.grant_write_data(cancelled)
         # the negative control: the same readers and writers with no lock
         for name, role in (("UnlockedReader", "read"), ("UnlockedWriter", "write")):
             sfn.StateMachine(self, name, state_machine_name=name,
@@ -53,12 +67,14 @@ class SharedStack(cdk.Stack):
             m.section.grant_liveness_check(m.state_machine, *names)
 
     def gate(self, construct_id: str) -> sfn.CustomState:
-        """Park until the test completes the task token stored under ``gate#<key>#<role>``."""
+        """Park until the test completes (or fails) the task token stored under
+        ``gate#<key>#<gate>`` (``SiblingGate``: ``gate#<key>#sibling``)."""
         return sfn.CustomState(self, construct_id, state_json={
             "Type": "Task", "QueryLanguage": "JSONata",
             "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
             "Arguments": {"TableName": self.gates.table_name, "Item": {
-                "pk": {"S": jsonata("'gate#' & $states.input.key & '#' & $states.input.gate")},
+                "pk": {"S": jsonata("'gate#' & $states.input.key & '#' & "
+                                    + ("'sibling'" if construct_id == "SiblingGate" else "$states.input.gate"))},
                 "token": {"S": jsonata("$states.context.Task.Token")}}},
             "TimeoutSeconds": 200, "Output": jsonata("$states.input")})
 

@@ -209,16 +209,24 @@ def test_the_same_mix_without_the_lock_overlaps(rw):
     assert rw.probe(k).get("violations", 0) > 0
 
 
-def test_a_stopped_reader_is_recovered_by_its_lease(rw):
-    k = new_key()
-    orphan = rw.start("ReaderOrphan", {"key": k, "gate": "o", "workMs": 1})
-    rw.until(lambda: rw.gate_token(k, "o"))
-    rw.cloud.stop_execution(orphan)  # no Catch runs, no janitor: only its entry's lease ends it
-    assert len(sp.readers_of(rw.lock(k))) == 1
-    result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
-    assert result.status == "SUCCEEDED", result.cause
-    assert "Lock.Reap" in entered_states(result)  # the writer at the head reaped the expired entry
-    assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
+def test_a_stopped_reader_and_a_cancelled_reader_branch_are_recovered_by_their_leases(rw):
+    """Nothing but the lease ends these holds: the stopped reader has no janitor; the cancelled
+    branch's execution runs on (no Catch ran, no event was sent)."""
+    stopped, cancelled = new_key(), new_key()
+    orphan = rw.start("ReaderOrphan", {"key": stopped, "gate": "o", "workMs": 1})
+    parallel = rw.start("Cancelled", {"key": cancelled, "gate": "c", "workMs": 1})
+    rw.until(lambda: rw.gate_token(stopped, "o") and rw.gate_token(cancelled, "c"))
+    rw.cloud.stop_execution(orphan)
+    rw.until(lambda: rw.gate_token(cancelled, "sibling"))
+    rw.cloud.stepfunctions.send_task_failure(taskToken=rw.gate_token(cancelled, "sibling"), error="User.Failed",
+                                             cause="the sibling fails")
+    assert all(len(sp.readers_of(rw.lock(k))) == 1 for k in (stopped, cancelled))
+    results = rw.wait([rw.start("Writer", {"key": k, "workMs": 1}) for k in (stopped, cancelled)])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [r.cause for r in results]
+    assert all("Lock.Reap" in entered_states(r) for r in results)  # the writer at the head reaped each entry
+    assert rw.cloud.stepfunctions.describe_execution(executionArn=parallel)["status"] == "RUNNING"
+    assert all(rw.probe(k).get("violations", 0) == 0 and rw.free(k) for k in (stopped, cancelled))
+    rw.cloud.stop_execution(parallel)
 
 
 def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
