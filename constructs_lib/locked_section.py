@@ -142,6 +142,7 @@ class LockedSection(sfn.StateMachineFragment):
 
     :param lock: what to lock, and how - a lock kind as a value: ``Lock.mutex(key)``,
         ``Lock.fair(key, park_timeout=...)``, ``Lock.semaphore(key, limit=...)``,
+        ``Lock.shared(key)`` / ``Lock.exclusive(key)`` (a read/write lock),
         ``Lock.keys(keys)`` or ``Lock.on_record(table, key, ...)`` (see
         :class:`~locked_workflow.constructs_lib.lock.Lock`).
     :param protected: the work to run under the lock (any ``IChainable``). A single task

@@ -9,7 +9,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedWorkflow
-from safety_stack import PROBE_TIMEOUT_S, probe_resources
+from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (the dead-participant cases wait it out).
@@ -37,6 +37,9 @@ class SharedStack(cdk.Stack):
                                     **{**common, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 1)})
             self.gates.grant_write_data(holder.state_machine)
             machines.append(holder)
+        # a plain mutex on the same keys: a writer to the readers
+        machines.append(LockedWorkflow(self, "Mutex", lock=Lock.mutex(key), protected=self.probe("MutexProbe", "write"),
+                                       wait_policy=FAST, **common))
         # a gated reader with a short lease and no janitor: stopped, only its lease frees the key
         orphan = LockedWorkflow(self, "ReaderOrphan", lock=Lock.shared(key, park_timeout=park), janitor=False,
                                 protected=self.gate("OrphanGate").next(self.probe("OrphanProbe", "read")),

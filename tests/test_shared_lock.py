@@ -184,6 +184,21 @@ def test_arrivals_are_served_in_ticket_order(rw):
     assert rw.free(k)
 
 
+def test_a_plain_mutex_on_the_key_is_a_writer(rw):
+    k = new_key()
+    reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r"))
+    mutex = rw.start("Mutex", {"key": k, "workMs": 1})
+    # its acquire is refused by the shared hold (it polls), and it is not inside
+    rw.until(lambda: any(e["type"] == "TaskFailed" for e in rw.cloud.history(mutex)))
+    assert rw.probe(k).get("entries", 0) == 0
+    rw.open(k, "r")
+    r, m = rw.wait([reader, mutex])
+    assert (r.status, m.status) == ("SUCCEEDED", "SUCCEEDED")
+    assert probe_of(m)["insideAtEntry"] == 1 and rw.probe(k).get("violations", 0) == 0
+    assert probe_of(m)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+
+
 def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
     k, rng = new_key(), random.Random(18)
     kinds = ["Writer" if i % 5 == 0 else "Reader" for i in range(20)]

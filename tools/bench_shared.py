@@ -11,13 +11,15 @@ work (a Lambda that sleeps). Two locks around the same work, one after the other
 
 * ``Shared``: readers take ``Lock.shared``, writers ``Lock.exclusive`` (STANDARD, parked
   waiters);
-* ``Mutex``: every run takes ``Lock.mutex`` (the ``LockedWorkflow`` defaults: waiters poll).
+* ``Mutex``: every run takes ``Lock.mutex`` (the ``LockedWorkflow`` defaults: waiters poll);
+* ``Unlocked``: no lock - what the runtime itself takes to run the load (the floor).
 
 Reported per lock: makespan (first start to last end) and makespan ÷ the mutex's ideal
 (N × work); state transitions per run as billed (states entered plus retries) and the lock's
 share of them (minus an unlocked run's); DynamoDB requests per run made by the state machines;
 write and read request units per run (each call's ``ConsumedCapacity``, as in
-:mod:`tools.bench_fair`); the most readers seen inside together (from the runs' histories).
+:mod:`tools.bench_fair`); the most readers seen inside together (from the runs' histories); how
+many parks ended by a wake-up and how many by their timeout (the fallback).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from tools import scenario
 from tools.bench import WORK_CODE, WORK_STATE, table_markdown, table_text
 from tools.bench_fair import CapacityMeter
 
-LOCKS = ("Shared", "Mutex")
+#: ``Unlocked``: the same runs with no lock - the runtime's own makespan for the load (its floor).
+LOCKS = ("Unlocked", "Shared", "Mutex")
 
 
 def build_stack(app: Any) -> Any:
@@ -78,13 +81,19 @@ def _max_together(sections: Sequence[Any]) -> int:
 
 def load(cloud: Any, arns: dict, plan: Sequence[str], *, lock: str, work_s: float, key: str,
          meter: CapacityMeter, unlocked_transitions: int) -> dict:
-    machine = {"read": arns["Reader"], "write": arns["Writer"]} if lock == "Shared" else \
-        {"read": arns["Mutex"], "write": arns["Mutex"]}
+    machine = {"Shared": {"read": arns["Reader"], "write": arns["Writer"]},
+               "Mutex": {"read": arns["Mutex"], "write": arns["Mutex"]},
+               "Unlocked": {"read": arns["Unlocked"], "write": arns["Unlocked"]}}[lock]
     runs = [cloud.start_execution(machine[role], {"key": key, "workSeconds": work_s}) for role in plan]
     statuses = scenario.wait_all(cloud, runs, timeout_s=1800,
                                  progress=scenario.stderr_progress(f"{lock} {len(plan)}×{work_s:g}s".ljust(20)))
-    metrics = [scenario.run_metrics(a, cloud.history(a), protected_state=WORK_STATE, status=statuses[a], key=key)
+    histories = {a: cloud.history(a) for a in runs}
+    metrics = [scenario.run_metrics(a, histories[a], protected_state=WORK_STATE, status=statuses[a], key=key)
                for a in runs]
+    # how the waits ended: woken by a handoff, or by the park's timeout (the fallback)
+    woken = sum(1 for h in histories.values() for e in h if e["type"] == "TaskSucceeded"
+                and (e.get("taskSucceededEventDetails") or {}).get("resource") == "transactWriteItems.waitForTaskToken")
+    timed_out = sum(1 for h in histories.values() for e in h if e["type"] == "TaskTimedOut")
     summary = scenario.summarize_load(metrics)
     readers = [s for m, role in zip(metrics, plan) if role == "read" for s in m.sections]
     wru, rru = meter.of(key)
@@ -94,7 +103,7 @@ def load(cloud: Any, arns: dict, plan: Sequence[str], *, lock: str, work_s: floa
         "transitions_per_run": summary.transitions_per_run,
         "lock_transitions_per_run": summary.transitions_per_run - unlocked_transitions,
         "dynamodb_per_run": summary.dynamodb_per_run, "wru_per_run": wru / len(plan), "rru_per_run": rru / len(plan),
-        "max_readers_together": _max_together(readers),
+        "max_readers_together": _max_together(readers), "woken": woken, "park_timeouts": timed_out,
     }
 
 
@@ -126,15 +135,18 @@ def run(*, runs: int, reads: float, work_s: float, seed: int, backend: str) -> d
 
 
 HEADERS = ("lock", "runs (read/write)", "makespan (s)", "makespan ÷ N×work", "transitions/run", "lock transitions/run",
-           "DynamoDB requests/run", "write units/run", "read units/run", "readers together (max)", "succeeded")
+           "DynamoDB requests/run", "write units/run", "read units/run", "readers together (max)",
+           "woken / park timeouts", "succeeded")
 
 
 def rows(results: dict) -> list[list[str]]:
     mix = f"{results['runs']} ({results['reads']}/{results['writes']})"
-    return [[r["lock"] + (" (shared/exclusive)" if r["lock"] == "Shared" else " (for all)"), mix,
+    what = {"Shared": " (shared/exclusive)", "Mutex": " (for all)", "Unlocked": " (no lock: the floor)"}
+    return [[r["lock"] + what[r["lock"]], mix,
              f"{r['makespan_s']:.1f}", f"{r['makespan_over_ideal']:.2f}", f"{r['transitions_per_run']:.1f}",
              f"{r['lock_transitions_per_run']:.1f}", f"{r['dynamodb_per_run']:.1f}", f"{r['wru_per_run']:.1f}",
-             f"{r['rru_per_run']:.1f}", str(r["max_readers_together"]), f"{r['succeeded']}/{r['runs']}"]
+             f"{r['rru_per_run']:.1f}", str(r["max_readers_together"]), f"{r['woken']} / {r['park_timeouts']}",
+             f"{r['succeeded']}/{r['runs']}"]
             for r in results["loads"]]
 
 
