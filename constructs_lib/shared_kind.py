@@ -187,6 +187,7 @@ class SharedLockKind(Mutex):
             rejoin = self._update("Rejoin", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
                                   assign=entered("null"), outputs=f"{ENTRY}.input")
             rejoin.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            rejoin.next(section.protected)
             fast.add_catch(rejoin, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         else:
             fast = self._update("Acquire", key, shared.FAST_WRITE, values, return_values="ALL_NEW",

@@ -199,6 +199,55 @@ def test_a_plain_mutex_on_the_key_is_a_writer(rw):
     assert probe_of(m)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
 
 
+def _lost(write, *, times: int = 1):
+    """The write reaches DynamoDB, its response is lost (a 500 after the call)."""
+    from locked_workflow.testing.faults import Fault
+
+    return Fault("UpdateItem", "InternalServerError", times=times, after_call=True,
+                 when=lambda params: (params.get("ConditionExpression"), params.get("UpdateExpression"))
+                 == (write.condition, write.update))
+
+
+def test_lost_responses_of_a_readers_enter_and_leave_count_it_once(rw):
+    """A fast read whose response was lost rejoins its entry (a retry of the ADD would be
+    refused and loop); a leave whose response was lost reads the count and frees the key."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = new_key()
+    with dynamodb_faults(_lost(sp.FAST_READ), _lost(sp.LEAVE_READ)) as log:
+        result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert log.injected == 2
+    assert result.status == "SUCCEEDED", result.cause
+    states = entered_states(result)
+    assert "Lock.Rejoin" in states and "Lock.ReleaseAgain" in states and "Lock.ReleaseRead" in states
+    assert rw.probe(k)["entries"] == 1 and rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
+
+
+def test_a_lost_grant_response_and_a_lost_wake_up_strand_no_reader(rw):
+    """The writer's handoff: its first grant's response is lost (it reads the lock item: granted
+    by me - wake it); its second reader's wake-up is lost (the grant stands; that reader finds it
+    at its park's timeout and claims it)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    readers = [rw.start("Reader", {"key": k, "workMs": 1}) for _ in range(2)]
+    rw.until(lambda: rw.parked(k) == ["read", "read"])
+    lost_wake = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions",
+                      when=lambda params: "granted" in params.get("output", ""))
+    with dynamodb_faults(_lost(sp.GRANT_READ), lost_wake) as log:
+        rw.open(k, "w")
+        results = rw.wait([writer, *readers])
+    assert log.injected == 2
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [r.cause for r in results]
+    writer_states = entered_states(results[0])
+    assert "Lock.Release.Recheck" in writer_states
+    assert sum(any(e["type"] == "TaskTimedOut" for e in r.history) for r in results[1:]) >= 1
+    assert {probe_of(r)["fence"] for r in results[1:]} == {probe_of(results[0])["fence"]}
+    assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
+
+
 def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
     k, rng = new_key(), random.Random(18)
     kinds = ["Writer" if i % 5 == 0 else "Reader" for i in range(20)]
@@ -336,6 +385,15 @@ def test_a_waiter_parks_in_one_transaction_with_the_protocols_expressions(templa
         condition = arguments.get("ConditionExpression") if isinstance(arguments, dict) else None
         if condition and name.startswith("Lock."):
             assert condition in spelled, name
+
+
+def test_every_lock_state_goes_on_to_another_state(template):
+    """No lock state ends its branch by itself (a path that ended there would skip the work, or
+    leave the lock held): only the work's own states, Succeed and Fail end."""
+    for machine in ("Reader", "Writer"):
+        for name, state in _states(_definition(template, machine)).items():
+            if name.startswith("Lock.") and state["Type"] not in ("Succeed", "Fail", "Choice"):
+                assert "Next" in state and not state.get("End"), f"{machine}: {name}"
 
 
 def test_the_park_may_check_the_lock_item_and_no_action_is_a_wildcard(template):
