@@ -37,6 +37,10 @@ class SharedStack(cdk.Stack):
                                     **{**common, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 1)})
             self.gates.grant_write_data(holder.state_machine)
             machines.append(holder)
+        # a reader that gives up after 3 s (Lock.Timeout; its row is marked left and skipped)
+        machines.append(LockedWorkflow(self, "ReaderImpatient", lock=Lock.shared(key, park_timeout=park),
+                                       protected=self.probe("ImpatientProbe", "read"),
+                                       **{**common, "max_wait": cdk.Duration.seconds(3)}))
         # a plain mutex on the same keys: a writer to the readers
         machines.append(LockedWorkflow(self, "Mutex", lock=Lock.mutex(key), protected=self.probe("MutexProbe", "write"),
                                        wait_policy=FAST, **common))

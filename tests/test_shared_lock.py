@@ -184,6 +184,22 @@ def test_arrivals_are_served_in_ticket_order(rw):
     assert rw.free(k)
 
 
+def test_a_reader_that_gives_up_leaves_its_place_and_is_skipped(rw):
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    impatient = rw.start("ReaderImpatient", {"key": k, "workMs": 1})
+    late = rw.start("Reader", {"key": k, "workMs": 1})
+    gave_up = rw.wait([impatient])[0]
+    assert (gave_up.status, gave_up.error) == ("FAILED", p.ERROR_TIMEOUT)
+    assert "Lock.Leave" in entered_states(gave_up)
+    rw.open(k, "w")
+    w, r = rw.wait([writer, late])
+    assert (w.status, r.status) == ("SUCCEEDED", "SUCCEEDED")
+    assert "Lock.Release.Skip" in entered_states(w)  # the handoff passed over the row left
+    assert rw.probe(k)["entries"] == 2 and rw.free(k)
+
+
 def test_a_plain_mutex_on_the_key_is_a_writer(rw):
     k = new_key()
     reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
@@ -394,6 +410,8 @@ def test_every_lock_state_goes_on_to_another_state(template):
         for name, state in _states(_definition(template, machine)).items():
             if name.startswith("Lock.") and state["Type"] not in ("Succeed", "Fail", "Choice"):
                 assert "Next" in state and not state.get("End"), f"{machine}: {name}"
+            if name.startswith("Lock.") and state["Type"] == "Choice":
+                assert "Default" in state, f"{machine}: {name}"  # (no States.NoChoiceMatched)
 
 
 def test_the_park_may_check_the_lock_item_and_no_action_is_a_wildcard(template):
