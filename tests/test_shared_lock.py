@@ -269,7 +269,8 @@ def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
     kinds = ["Writer" if i % 5 == 0 else "Reader" for i in range(20)]
     rng.shuffle(kinds)
     results = rw.wait([rw.start(kind, {"key": k, "workMs": 150}) for kind in kinds])
-    assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds), [r.cause for r in results if r.cause]
+    assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds), [(r.status, r.error, r.cause) for r in results
+                                                                      if r.status != "SUCCEEDED"]
     probe = rw.probe(k)
     writers = kinds.count("Writer")
     assert probe.get("violations", 0) == 0  # no writer with anyone, no reader with a writer
