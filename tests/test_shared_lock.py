@@ -264,6 +264,30 @@ def test_a_lost_grant_response_and_a_lost_wake_up_strand_no_reader(rw):
     assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
 
 
+def test_a_ticket_whose_waiter_never_parked_is_marked_and_skipped(rw):
+    """A reader's ENQUEUE response is lost: its retry takes another ticket, and the first is a
+    hole no row will ever fill. The writer's release stops at it; the reader, parked behind it,
+    runs the handoff itself at its park's timeout: marks the hole, skips it once the mark is a
+    park timeout old, and reaches its own row."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    with dynamodb_faults(_lost(sp.ENQUEUE_READ)) as log:
+        reader = rw.start("Reader", {"key": k, "workMs": 1})
+        rw.until(lambda: rw.parked(k) == ["read"])
+    assert log.injected == 1
+    served, tickets = fp.counters(rw.lock(k))
+    assert tickets == served + 2  # the hole, then the reader's ticket
+    rw.open(k, "w")
+    w, r = rw.wait([writer, reader])
+    assert (w.status, r.status) == ("SUCCEEDED", "SUCCEEDED"), r.cause
+    states = entered_states(r)
+    assert "Lock.Help.Mark" in states and "Lock.Help.Skip" in states and "Lock.Admit" in states
+    assert probe_of(r)["fence"] == probe_of(w)["fence"] and rw.free(k)
+
+
 def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
     k, rng = new_key(), random.Random(18)
     kinds = ["Writer" if i % 5 == 0 else "Reader" for i in range(20)]
