@@ -349,6 +349,30 @@ def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
     assert "Lock.Reap" in entered_states(result) and rw.free(k)
 
 
+def test_a_redriven_reader_holds_again_before_its_work_resumes(rw):
+    """A reader stopped inside its work, retired by the janitor and reaped by a writer that then
+    wrote, is redriven: its work's task refuses to resume (Lock.Resumed), the section retires
+    the old entry and takes a new hold - after the writer, reading its fence."""
+    if rw.cloud.backend != "moto":
+        pytest.skip("the redrive is Step Functions behaviour: one backend suffices")
+    k = new_key()
+    reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r"))
+    first_token = rw.gate_token(k, "r")
+    rw.cloud.stop_execution(reader)
+    writer = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
+    assert writer.status == "SUCCEEDED" and not sp.readers_of(rw.lock(k))  # the stopped reader's entry was reaped
+    rw.cloud.stepfunctions.redrive_execution(executionArn=reader)
+    rw.until(lambda: rw.gate_token(k, "r") not in (None, first_token))  # holding again, at its gate
+    (owner,) = sp.readers_of(rw.lock(k))
+    rw.open(k, "r")
+    redriven = rw.wait([reader])[0]
+    assert redriven.status == "SUCCEEDED", (redriven.error, redriven.cause)
+    assert "Lock.EntryFailed?" in entered_states(redriven) and "Lock.Retire" in entered_states(redriven)
+    assert owner.startswith(reader + "#") and probe_of(redriven)["fence"] == probe_of(writer)["fence"]
+    assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
+
+
 def test_the_janitor_finds_only_an_executions_own_holds():
     me, other, table = "arn:x:execution:m:a#1", "arn:x:execution:m:b#2", "Locks"
 
