@@ -349,6 +349,25 @@ def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
     assert "Lock.Reap" in entered_states(result) and rw.free(k)
 
 
+def test_a_stopped_writer_woken_by_a_handoff_is_recovered_by_the_janitor(rw):
+    """It holds by its CLAIM_WRITE (no ACQUIRE in its history): the janitor finds that claim."""
+    k = new_key()
+    first = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w0"))
+    second = rw.start("WriterHold", {"key": k, "gate": "w1", "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    rw.open(k, "w0")
+    rw.until(lambda: rw.gate_token(k, "w1"))  # woken by the handoff, claimed, inside
+    rw.cloud.stop_execution(second)
+    stopped = rw.cloud.wait_for(second, timeout=60)
+    assert stopped.status == "ABORTED" and "Lock.Claim" in entered_states(stopped)
+    assert "Lock.Acquire" in entered_states(stopped) and "Lock.Admit" not in entered_states(stopped)
+    assert rw.wait([first])[0].status == "SUCCEEDED"
+    result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+
+
 def test_a_redriven_reader_holds_again_before_its_work_resumes(rw):
     """A reader stopped inside its work, retired by the janitor and reaped by a writer that then
     wrote, is redriven: its work's task refuses to resume (Lock.Resumed), the section retires
