@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat bench bench-variants bench-fair bench-fair-1000 stress synth diagram clean
+.PHONY: deps demo test test-compat bench bench-variants bench-fair bench-fair-1000 bench-shared stress synth diagram clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,9 @@ bench-fair: deps
 # FIFO grants, no overlap, fences in order, nothing left queued
 bench-fair-1000: deps
 	$(PY) -m tools.bench_fair --thousand $(ARGS)
+
+bench-shared: deps
+	$(PY) -m tools.bench_shared $(ARGS)
 
 stress: deps
 	$(PY) -m tools.stress $(ARGS)

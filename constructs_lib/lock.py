@@ -8,6 +8,8 @@ spells choices (``Schedule.rate(...)``, ``Code.from_asset(...)``)::
     Lock.semaphore("{% $states.input.region %}", limit=5)
     Lock.keys("{% [$states.input.from, $states.input.to] %}")
     Lock.on_record(customers, "{% $states.input.customerId %}", must_exist=True)
+    Lock.shared("{% $states.input.customerId %}")      # a reader: many together
+    Lock.exclusive("{% $states.input.customerId %}")   # a writer: alone
 
 Each factory validates its own settings at synth ("`x` must ..., got: ..."), and a setting
 exists only on the kinds it means something for: a semaphore has a ``limit``, a fair lock a
@@ -26,6 +28,7 @@ from locked_workflow.constructs_lib import prop_types
 from locked_workflow.constructs_lib.fair_mutex import FairMutex
 from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from locked_workflow.constructs_lib.lock_table import LockTable
+from locked_workflow.constructs_lib.shared_kind import SharedLockKind
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import semaphore_protocol
@@ -38,12 +41,15 @@ DEFAULT_PARK_TIMEOUT = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S)
 
 class Lock:
     """What a locked section locks, and how: one value per lock kind, made by the factories
-    :meth:`mutex`, :meth:`fair`, :meth:`semaphore`, :meth:`keys` and :meth:`on_record`.
+    :meth:`mutex`, :meth:`fair`, :meth:`semaphore`, :meth:`keys`, :meth:`on_record`,
+    :meth:`shared` and :meth:`exclusive`.
 
     Every kind is exclusive per key (but the semaphore, ``limit`` holders per key), fenced
     (``$lock.fence`` strictly increases per key), recovered (lease, janitor, liveness check,
     stop grace) and released on success and on every Catch path. Every participant of one
-    key must use the same kind (and the same ``limit``).
+    key must use the same kind (and the same ``limit``) - but :meth:`shared` and
+    :meth:`exclusive`, the two sides of one read/write lock (a :meth:`mutex` on their key
+    counts as a writer).
     """
 
     #: The kind's name, as errors and the docs spell it.
@@ -86,14 +92,10 @@ class Lock:
             machine needs, which cannot park on a task token. ``LockedWorkflow`` sets it for
             EXPRESS. Default: ``False``.
         """
-        park_timeout_ms = prop_types.concrete_ms("park_timeout", park_timeout)
-        if not 1000 <= park_timeout_ms <= 3_600_000 or park_timeout_ms % 1000:
-            raise ValueError(
-                f"`park_timeout` must be whole seconds from 1 s to 1 hour, got: {park_timeout_ms / 1000} s"
-            )
+        park_timeout_s = _park_timeout_s(park_timeout)
         if not isinstance(polling, bool):
             raise TypeError(f"`polling` must be True or False, got: {polling!r}")
-        return _FairLock(_key(key), park_timeout_ms // 1000, polling)
+        return _FairLock(_key(key), park_timeout_s, polling)
 
     @staticmethod
     def semaphore(key: str, *, limit: int) -> "Lock":
@@ -148,6 +150,34 @@ class Lock:
             raise TypeError(f"`must_exist` must be True or False, got: {must_exist!r}")
         return _RecordLock(_key(key), table, _record_key_attribute(table, key_attribute), must_exist)
 
+    @staticmethod
+    def shared(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT) -> "Lock":
+        """A *reader* of a read/write lock: any number of readers hold the key together while
+        no writer (:meth:`exclusive`) holds it. Arrivals are served in ticket order, so a
+        reader that comes after a queued writer waits for it (writers never starve), and a
+        writer's release admits every reader queued behind it, up to the next writer, at once.
+        A reader that finds the key free of writers and nobody queued enters with one write.
+        The work reads ``$lock.fence``: the fence of the last writer (the version it reads) -
+        a reader never moves it. STANDARD state machines only (waiters park on a task token).
+        See :mod:`locked_workflow.state_machines.shared_protocol`.
+
+        :param key: as :meth:`mutex`'s.
+        :param park_timeout: a parked waiter's fallback, as :meth:`fair`'s (it also bounds how
+            long a grant whose wake-up failed stands unclaimed: the larger of it and 10 s).
+            Whole seconds, 1 s to 1 hour. Default: 30 seconds.
+        """
+        return _SharedLock(_key(key), SharedLockKind.READ_MODE, _park_timeout_s(park_timeout))
+
+    @staticmethod
+    def exclusive(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT) -> "Lock":
+        """A *writer* of a read/write lock (see :meth:`shared`): it holds the key alone, in
+        ticket order with the readers; its fence (``$lock.fence``) strictly increases.
+
+        :param key: as :meth:`mutex`'s.
+        :param park_timeout: as :meth:`shared`'s. Default: 30 seconds.
+        """
+        return _SharedLock(_key(key), SharedLockKind.WRITE_MODE, _park_timeout_s(park_timeout))
+
     # -- what a section does with the value -----------------------------------------------------
 
     @property
@@ -170,6 +200,15 @@ class Lock:
 
 def _key(key: str) -> str:
     return protocol.unwrap_jsonata(key, "key")
+
+
+def _park_timeout_s(park_timeout: Duration) -> int:
+    park_timeout_ms = prop_types.concrete_ms("park_timeout", park_timeout)
+    if not 1000 <= park_timeout_ms <= 3_600_000 or park_timeout_ms % 1000:
+        raise ValueError(
+            f"`park_timeout` must be whole seconds from 1 s to 1 hour, got: {park_timeout_ms / 1000} s"
+        )
+    return park_timeout_ms // 1000
 
 
 @dataclass(frozen=True, init=False)
@@ -204,6 +243,26 @@ class _FairLock(_Value):
 
     def for_express(self) -> "Lock":
         return _FairLock(self.key, self.park_timeout_s, True)
+
+
+@dataclass(frozen=True, init=False)
+class _SharedLock(_Value):
+    key: str
+    mode: str
+    park_timeout_s: int
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "shared" if self.mode == SharedLockKind.READ_MODE else "exclusive"
+
+    def builder(self) -> Mutex:
+        return SharedLockKind(self.key, mode=self.mode, park_timeout_s=self.park_timeout_s)
+
+    def for_express(self) -> "Lock":
+        raise ValueError(
+            f"`state_machine_type` must be STANDARD with Lock.{self.kind} (its waiters park on a task "
+            "token, which EXPRESS state machines cannot), got: EXPRESS"
+        )
 
 
 @dataclass(frozen=True, init=False)

@@ -45,7 +45,8 @@ DEFAULT_MAX_WAIT = Duration.minutes(15)
 DEFAULT_LIVENESS_CHECK_EVERY = 2
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
 #: How the docs spell a kind's factory (messages).
-_FACTORY = {"mutex": "mutex(key)", "fair": "fair(key)", "semaphore": "semaphore(key, limit=...)", "multi-key": "keys(keys)"}
+_FACTORY = {"mutex": "mutex(key)", "fair": "fair(key)", "semaphore": "semaphore(key, limit=...)", "multi-key": "keys(keys)",
+            "shared": "shared(key)", "exclusive": "exclusive(key)"}
 
 
 def _validate_wait_policy(policy: WaitPolicy) -> None:
@@ -141,6 +142,7 @@ class LockedSection(sfn.StateMachineFragment):
 
     :param lock: what to lock, and how - a lock kind as a value: ``Lock.mutex(key)``,
         ``Lock.fair(key, park_timeout=...)``, ``Lock.semaphore(key, limit=...)``,
+        ``Lock.shared(key)`` / ``Lock.exclusive(key)`` (a read/write lock),
         ``Lock.keys(keys)`` or ``Lock.on_record(table, key, ...)`` (see
         :class:`~locked_workflow.constructs_lib.lock.Lock`).
     :param protected: the work to run under the lock (any ``IChainable``). A single task
@@ -223,8 +225,9 @@ class LockedSection(sfn.StateMachineFragment):
             )
         self.lock = lock
         self.kind = lock.builder()
-        parks = lock.is_fair and not self.kind.polling  # waiters park on a task token
-        if parks and liveness_check_every == 0:
+        # waiters park on a task token (a fair lock but its EXPRESS form; the read/write lock)
+        parks = getattr(self.kind, "parks_on_token", lock.is_fair and not getattr(self.kind, "polling", False))
+        if parks and lock.is_fair and liveness_check_every == 0:
             raise ValueError(
                 "`liveness_check_every` must be at least 1 with Lock.fair (a parked waiter's "
                 "fallback asks whether the holder and the head of the queue still run), got: 0"

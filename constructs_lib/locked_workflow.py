@@ -38,8 +38,9 @@ class LockedWorkflow(Construct):
 
     :param lock: what to lock, and how: ``Lock.mutex(key)``, ``Lock.fair(key, ...)``,
         ``Lock.semaphore(key, limit=...)``, ``Lock.keys(keys)`` or ``Lock.on_record(table,
-        key, ...)`` (see :class:`~locked_workflow.constructs_lib.lock.Lock`). On EXPRESS a
-        fair lock's waiters poll as the head of the queue (no task tokens there).
+        key, ...)``, ``Lock.shared(key)`` / ``Lock.exclusive(key)`` (see
+        :class:`~locked_workflow.constructs_lib.lock.Lock`). On EXPRESS a fair lock's waiters
+        poll as the head of the queue (no task tokens there); the read/write lock is refused there.
     :param protected: the work to run while holding the lock (any ``IChainable``).
     :param table: an existing lock table (string partition key ``pk``; a ``LockTable`` or its
         ``table``). Default: a new :class:`LockTable` is created (exposed as ``lock_table``);

@@ -120,7 +120,7 @@ timeouts, expiring leases) and checks the model's reading of each write against 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines.fair_protocol import (
@@ -140,6 +140,7 @@ from locked_workflow.state_machines.lock_protocol import (
     OWNER,
     RELEASE,
     LockWrite,
+    ScheduledTask,
 )
 
 # --------------------------------------------------------------------------------------
@@ -334,3 +335,26 @@ def row_kind(row: Mapping[str, Any] | None) -> str:
     """What a row's waiter wants (a row without a kind is a writer's)."""
     return ((row or {}).get(KIND) or {}).get("S", WRITE)
 
+
+
+def holds_in_history(tasks: Iterable[ScheduledTask], *, table_name: str) -> list[tuple[str, str, str]]:
+    """``(stored key, owner, READ or WRITE)`` of every hold an execution *attempted for itself*
+    on ``table_name`` that the mutex's ``acquisitions_in_history`` does not find: a reader's
+    entry (``FAST_READ``, a ``GRANT_READ`` admitting itself, ``CLAIM_READ``) and a woken
+    writer's ``CLAIM_WRITE``. The janitor retires them (``RETIRE_READER`` / the mutex's
+    RETIRE) when the execution ended without leaving. A ``GRANT_READ`` this execution ran for
+    *another* reader (a handoff) is not its hold and is not listed."""
+    found: dict[tuple[str, str, str], None] = {}
+    for task in tasks:
+        p = task.parameters
+        if task.resource != "updateItem" or p.get("TableName") != table_name:
+            continue
+        condition, values = p.get("ConditionExpression"), p.get("ExpressionAttributeValues") or {}
+        (key,) = p["Key"].values()
+        if condition in (FAST_READ.condition, GRANT_READ.condition, CLAIM_READ.condition):
+            owner = str((p.get("ExpressionAttributeNames") or {}).get(READER_PLACEHOLDER, ""))[len(READER_PREFIX):]
+            if owner and (condition != GRANT_READ.condition or values.get(":me", {}).get("S") == owner):
+                found[(key["S"], owner, READ)] = None
+        elif condition == CLAIM_WRITE.condition:
+            found[(key["S"], values[":me"]["S"], WRITE)] = None
+    return list(found)

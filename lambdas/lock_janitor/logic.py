@@ -34,6 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import shared_protocol
 
 try:  # imported as a package module (tests, the construct)
     from .settings import ENDED_WITHOUT_RELEASE, JanitorSettings
@@ -154,6 +155,22 @@ def retire(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended
     return old.get(item.attribute(protocol.EXPIRES_AT), {}).get("N") != str(retired_expiry)
 
 
+def retire_reader(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended_at_ms: int) -> bool:
+    """RETIRE_READER: the reader entry of ``owner`` on ``key`` lasts its stop grace from the
+    end (that acquisition only). True when this call shortened it."""
+    write = shared_protocol.RETIRE_READER
+    arguments = shared_protocol.arguments(key, write, {":endedAt": {"N": str(ended_at_ms)}}, reader=owner,
+                                          return_values="ALL_OLD")
+    try:
+        old = dynamodb.update_item(TableName=settings.table_name, **arguments)["Attributes"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
+            return False
+        raise
+    entry = old[shared_protocol.reader_attribute(owner)]["M"]
+    return entry[protocol.EXPIRES_AT]["N"] != str(ended_at_ms + int(entry[protocol.GRACE]["N"]))
+
+
 @tracer.capture_method
 def recover(
     ended: EndedExecution,
@@ -177,6 +194,11 @@ def recover(
         )
         for key, owner in protocol.acquisitions_in_history(tasks, table_name=settings.table_name):
             done = retire(dynamodb, settings, key, owner, ended.ended_at_ms)
+            (recovery.retired if done else recovery.unchanged).append((key, owner))
+        # the read/write lock's holds: a reader's entry, a woken writer's claim
+        for key, owner, mode in shared_protocol.holds_in_history(tasks, table_name=settings.table_name):
+            done = (retire_reader if mode == shared_protocol.READ else retire)(
+                dynamodb, settings, key, owner, ended.ended_at_ms)
             (recovery.retired if done else recovery.unchanged).append((key, owner))
         if settings.fair:
             client = LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions, fair=True)

@@ -11,6 +11,12 @@ with a fence, the write is conditioned on ``lastFence <= :fence`` (the same acqu
 write twice: a re-entered section), and ``accepted``/``rejected`` count the outcomes. No lost
 update means ``counter == accepted``. On exit it takes 1 off ``inside``; ``fail`` makes it
 raise afterwards (a failing protected work).
+
+``role`` (a read/write lock): ``write`` - as above, alone (``inside`` must be 1 at entry);
+``read`` - one of many readers: it also counts ``readersIn`` / ``writersIn`` by role, records
+the readers inside at its entry in ``readersSeen``, counts a ``violations`` when a writer is
+inside, and does no write: it reads ``lastFence`` (the fence of the last writer that wrote)
+and counts ``staleReads`` when its lock's fence differs from it.
 """
 
 from __future__ import annotations
@@ -39,16 +45,31 @@ def _update(table: str, key: str, expression: str, values: dict, **kwargs) -> di
     ).get("Attributes", {})
 
 
-def _enter(table: str, key: str, fence: int | None, limit: int = 1) -> int:
+#: The count of holders inside, by role.
+_INSIDE = {"read": "readersIn", "write": "writersIn"}
+
+
+def _enter(table: str, key: str, fence: int | None, limit: int = 1, role: str | None = None) -> int:
     values = {":one": {"N": "1"}, ":empty": {"L": []}, ":at": {"L": [{"N": str(int(time.time() * 1000))}]}}
     appends = ["enteredAt = list_append(if_not_exists(enteredAt, :empty), :at)"]
-    if fence is not None:
+    if fence is not None and role != "read":  # (a reader's fence is another's: not its own order)
         appends.append("fences = list_append(if_not_exists(fences, :empty), :fence)")
         values[":fence"] = {"L": [{"N": str(fence)}]}
-    expression = f"SET {', '.join(appends)} ADD inside :one, entries :one"
-    inside = int(_update(table, key, expression, values)["inside"]["N"])
+    counts = f", {_INSIDE[role]} :one" if role else ""
+    expression = f"SET {', '.join(appends)} ADD inside :one, entries :one{counts}"
+    after = _update(table, key, expression, values)
+    inside = int(after["inside"]["N"])
     _update(table, key, "SET seen = list_append(if_not_exists(seen, :empty), :seen)",
             {":empty": {"L": []}, ":seen": {"L": [{"N": str(inside)}]}})
+    if role == "read":
+        item = _client().get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True)["Item"]
+        writers = int(item.get("writersIn", {}).get("N", "0"))
+        _update(table, key, "SET readersSeen = list_append(if_not_exists(readersSeen, :empty), :seen)",
+                {":empty": {"L": []}, ":seen": {"L": [{"N": after["readersIn"]["N"]}]}})
+        if writers > 0:
+            _update(table, key, "ADD violations :one", {":one": {"N": "1"}})
+            logger.warning("a reader inside with a writer", extra={"key": key})
+        return inside
     if inside > limit:
         _update(table, key, "ADD violations :one", {":one": {"N": "1"}})
         logger.warning("not alone in the protected work", extra={"key": key, "insideAtEntry": inside})
@@ -93,6 +114,24 @@ def _read_modify_write(table: str, key: str, fence: int | None, work_ms: int, co
         return False
 
 
+def _read(table: str, key: str, fence: int | None, work_ms: int, context: object = None) -> dict:
+    """A reader's work: read ``lastFence`` (and the counter) before and after its work time;
+    both must be its lock's fence (no writer moved it meanwhile)."""
+    def last_fence() -> int:
+        item = _client().get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True).get("Item", {})
+        return int(item.get("lastFence", {}).get("N", "0"))
+
+    before = last_fence()
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    time.sleep(max(0, min(work_ms, remaining() if remaining else work_ms)) / 1000)
+    after = last_fence()
+    if fence is not None and not before == after == fence:
+        _update(table, key, "ADD staleReads :one", {":one": {"N": "1"}})
+        logger.warning("a reader saw another fence", extra={"key": key, "fence": fence, "lastFence": [before, after]})
+    _update(table, key, "ADD readCount :one", {":one": {"N": "1"}})
+    return {"lastFence": [before, after]}
+
+
 @logger.inject_lambda_context
 def handler(event: dict, context: object) -> dict:
     """One key (``key``, ``fence``), or several at once (``keys``, ``fences``: key -> fence,
@@ -105,22 +144,26 @@ def handler(event: dict, context: object) -> dict:
         fences = {keys[0]: event["fence"]}
     results = []
     entered = []
+    role = event.get("role")
     try:
         for key in keys:
             fence = fences.get(key) if isinstance(fences, dict) else None
             fence = int(fence) if fence is not None else None
             _check_deadline(context)
-            inside = _enter(table, key, fence, limit)
+            inside = _enter(table, key, fence, limit, role)
             entered.append(key)
             results.append({"key": key, "insideAtEntry": inside, "fence": fence})
         work_ms = int(event.get("workMs") or 0)
         for result in results:
-            result["accepted"] = _read_modify_write(
-                table, result["key"], result["fence"], work_ms // len(keys), context
-            )
+            if role == "read":  # a reader reads: the fence of the last writer that wrote
+                result["read"] = _read(table, result["key"], result["fence"], work_ms // len(keys), context)
+            else:
+                result["accepted"] = _read_modify_write(
+                    table, result["key"], result["fence"], work_ms // len(keys), context
+                )
     finally:
         for key in entered:
-            _update(table, key, "ADD inside :minus", {":minus": {"N": "-1"}})
+            _update(table, key, "ADD inside :minus" + (f", {_INSIDE[role]} :minus" if role else ""), {":minus": {"N": "-1"}})
     if event.get("fail"):
         raise RuntimeError(f"the probe was asked to fail (keys {keys})")
     if event.get("keys") is None:

@@ -1,0 +1,567 @@
+"""The shared (read) and exclusive (write) lock kinds (``Lock.shared`` / ``Lock.exclusive``):
+:mod:`locked_workflow.state_machines.shared_protocol` wired into a section's states (STANDARD
+state machines: waiters park on a task token)::
+
+    Fast (FAST_READ | FAST_WRITE) --ok--> work --> release
+       |--refused--> Enqueue (ticket) --> Park (transactWriteItems.waitForTaskToken)
+                                           |--woken--> Claim (CLAIM_*) --> DropRow --> work
+                                           |--refused (admissible)--> Admit (GRANT_* to me)
+                                           |--park timeout--> Inspect (the fallback)
+       Inspect: granted -> Claim | passed -> Requeue | head of a free key -> Admit
+                | an expired reader holds back the head -> Reap | behind a head that does not
+                move, free of writers -> the handoff for it | else -> Park
+
+    Release of a writer: the handoff from its ticket, holding (its first grant or RELEASE frees
+    the key). Release of a reader: LEAVE_READ; the last reader runs the handoff (someone
+    queues) or FREE_SHARED. A reader that admitted itself runs the handoff before its work, so
+    the readers queued behind it go in too.
+
+    Handoff (c: the last served ticket): read row c + 1 -> a parked reader: GRANT_READ, wake it,
+    go on with c + 1 | a parked writer: GRANT_WRITE, wake it, stop | gone: SKIP, go on | nobody
+    parked: a holding writer RELEASEs and reads the row again; a last reader FREE_SHAREs; a
+    helper MARKs a row that never came.
+
+Every DynamoDB expression is the protocol module's; this module only wires them.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+
+from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.fair_mutex import _item_number, _item_string
+from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex, retry_transient_sdk
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import multikey_protocol as multikey
+from locked_workflow.state_machines import shared_protocol as shared
+from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
+
+READ, WRITE = shared.READ, shared.WRITE
+
+
+def _entry_of(item: str, owner: str) -> str:
+    """JSONata: the reader entry of ``owner`` on the lock item ``item`` (DynamoDB JSON), maybe absent."""
+    return f"$lookup({item}, {shared.reader_attribute_expression(owner)}).M"
+
+
+def _expired_reader(item: str) -> str:
+    """JSONata: the owner of one reader entry of ``item`` whose lease is over, or ''."""
+    prefix = shared.READER_PREFIX
+    return (
+        f"( $i := {item}; $k := $filter($keys($i), function($n) {{ $substring($n, 0, {len(prefix)}) = '{prefix}' "
+        f"and $number($lookup($i, $n).M.`{protocol.EXPIRES_AT}`.N) < $millis() }}); "
+        f"$count($k) > 0 ? $substringAfter($k[0], '{prefix}') : '' )"
+    )
+
+
+class SharedLockKind(Mutex):
+    """Many readers or one writer per key, in ticket order, with direct handoff."""
+
+    name = "shared"
+    builds_own_wait_path = True
+    #: Reader entries cannot carry a presence token (up to 2 KB each, on the one lock item):
+    #: a cancelled branch's hold ends with its lease (or, for a writer, the janitor's RETIRE).
+    presence = False
+    #: Waiters park on a task token (the section's history budget counts park rounds).
+    parks_on_token = True
+    polling = False
+    READ_MODE, WRITE_MODE = READ, WRITE
+
+    def __init__(self, user_key: str, *, mode: str, park_timeout_s: int) -> None:
+        super().__init__(user_key)
+        if mode not in (READ, WRITE):
+            raise ValueError(f"`mode` must be {READ!r} or {WRITE!r}, got: {mode!r}")
+        self.mode = mode
+        self.park_timeout_s = park_timeout_s
+
+    def key_expression(self, namespace: str) -> str:
+        return protocol.key_expression(self.user_key, namespace, fair.ROW_KEY_RESERVE_BYTES)
+
+    def holds_same_lock(self, variable: str) -> str:
+        # not re-entrant: a nested section on the same key takes its own hold (a writer inside a
+        # reader's work must not pass through on a shared hold)
+        return "false"
+
+    # -- names and values -------------------------------------------------------------------
+
+    def _vars(self) -> dict:
+        lock = self._section.variables["lock"]
+        return {"ticket": lock + "Ticket", "seen": lock + "Seen", "handoff": lock + "Handoff"}
+
+    @property
+    def _claim_window_ms(self) -> int:
+        """How long a handoff's grant lasts unconfirmed (a woken waiter claims within it)."""
+        return max(self.park_timeout_s, 10) * 1000
+
+    def _lock_values(self, *, me: str, stale: Optional[str] = None) -> dict:
+        """Values of the free conditions (WRITER_FREE / ALL_FREE): ``me`` is ACQUIRE's ``:me``."""
+        return {":me": {"S": jsonata(me)}, ":stale": {"S": jsonata(stale or me)},
+                ":now": {"N": jsonata(protocol.NOW_EXPRESSION)}, ":shared": {"S": shared.SHARED}}
+
+    @staticmethod
+    def _pick(write: protocol.LockWrite, values: dict) -> dict:
+        names = set(write.value_names())
+        return {k: v for k, v in values.items() if k in names}
+
+    def _args(self, key: str, write: protocol.LockWrite, values: dict, *, reader: Optional[str] = None,
+              return_values: str = "NONE") -> dict:
+        args = shared.arguments(jsonata(key), write, self._pick(write, values), reader=reader and "",
+                                return_values=return_values)
+        if reader:  # the entry's attribute, evaluated at run time from the reader's owner
+            args["ExpressionAttributeNames"][shared.READER_PLACEHOLDER] = jsonata(
+                shared.reader_attribute_expression(reader))
+        return args
+
+    def _row_key(self, key: str, ticket: str) -> dict:
+        return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(fair.row_key_expression(key, ticket))})}
+
+    def _lock_key(self, key: str) -> dict:
+        return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}
+
+    def _record(self, item: str, *, ticket: str) -> str:
+        """JSONata: the ``$lock`` record read from the lock item ``item`` after my acquisition."""
+        if self.mode == READ:
+            entry = _entry_of(item, f"{ENTRY}.owner")
+            acquired, expires = f"$number({entry}.`{protocol.ACQUIRED_AT}`.N)", f"$number({entry}.`{protocol.EXPIRES_AT}`.N)"
+        else:
+            acquired, expires = _item_number(item, protocol.ACQUIRED_AT), _item_number(item, protocol.EXPIRES_AT)
+        return (
+            f"{{'key': {ENTRY}.key, 'owner': {ENTRY}.owner, 'mode': '{self.mode}', "
+            f"'fence': {_item_number(item, protocol.FENCE)}, 'acquiredAt': {acquired}, 'expiresAt': {expires}, "
+            f"'ticket': {ticket}, '{protocol.REQUESTED_AT}': {ENTRY}.{protocol.REQUESTED_AT}, "
+            f"{protocol.generation_field()}}}"
+        )
+
+    def _own_entry(self) -> dict:
+        return shared.entry_value(expires_at=jsonata(protocol.lease_end_expression(self._lease_ms)),
+                                  acquired_at=jsonata(protocol.NOW_EXPRESSION), grace=jsonata(f"$string({ENTRY}.grace)"))
+
+    def _update(self, suffix: str, key: str, write: protocol.LockWrite, values: dict, *, reader: Optional[str] = None,
+                return_values: str = "NONE", assign: Optional[dict] = None, outputs: Optional[str] = None,
+                retry: bool = True) -> sfn.TaskStateBase:
+        s = self._section
+        task = update_item_task(s, s._name(suffix), s.table,
+                                self._args(key, write, values, reader=reader, return_values=return_values),
+                                assign=assign, outputs=jsonata(outputs) if outputs else None)
+        if retry:
+            retry_transient(task)
+        return task
+
+    def _get(self, suffix: str, key: dict, assign: dict) -> tasks.DynamoGetItem:
+        s = self._section
+        get = tasks.DynamoGetItem.jsonata(s, s._name(suffix), table=s.table, key=key, consistent_read=True,
+                                          assign=assign, outputs=jsonata("$states.input"))
+        retry_transient(get)
+        return get
+
+    def _choice(self, suffix: str) -> sfn.Choice:
+        return sfn.Choice.jsonata(self._section, suffix, state_name=self._section._name(f"{suffix}?"))
+
+    @staticmethod
+    def _when(choice: sfn.Choice, condition: str, then: sfn.IChainable) -> sfn.Choice:
+        return choice.when(sfn.Condition.jsonata(jsonata(condition)), then)
+
+    # -- acquire ----------------------------------------------------------------------------
+
+    def build_acquire(self, section: "LockedSection", lease_ms: int):
+        self._section, self._lease_ms = section, lease_ms
+        v, f = section.variables, self._vars()
+        me, key, ticket = f"{ENTRY}.owner", f"{ENTRY}.key", f"${f['ticket']}"
+        values = {**self._lock_values(me=me), ":entry": self._own_entry(), ":one": {"N": "1"}, ":zero": {"N": "0"},
+                  ":expiresAt": {"N": jsonata(protocol.lease_end_expression(lease_ms))},
+                  ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}}
+        result = "$states.result.Attributes"
+        enter = {v["lock"]: None, v["wait"]: jsonata("null")}
+
+        def entered(ticket_expression: str) -> dict:
+            return {**enter, v["lock"]: jsonata(self._record(result, ticket=ticket_expression))}
+
+        # 1. the fast path (a lost response of a fast read: CLAIM_READ finds my entry - never
+        # a second entry)
+        if self.mode == READ:
+            fast = self._update("Acquire", key, shared.FAST_READ, values, reader=me, return_values="ALL_NEW",
+                                assign=entered("null"), outputs=f"{ENTRY}.input", retry=False)
+            rejoin = self._update("Rejoin", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
+                                  assign=entered("null"), outputs=f"{ENTRY}.input")
+            rejoin.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            rejoin.next(section.protected)
+            fast.add_catch(rejoin, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+        else:
+            fast = self._update("Acquire", key, shared.FAST_WRITE, values, return_values="ALL_NEW",
+                                assign=entered(_item_number(result, fair.SERVED)), outputs=f"{ENTRY}.input")
+            rejoin = None
+        self._fast = fast
+
+        timeout = sfn.Fail.jsonata(
+            section, "Timeout", state_name=section._name("Timeout"), error=protocol.ERROR_TIMEOUT,
+            cause=f"the lock was held by another run for longer than max_wait ({section._max_wait_ms} ms)")
+        if section._max_wait_ms == 0:
+            fast.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
+            return fast, fast, fast
+        failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section._name("QueueFailed"),
+                                  error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"))
+        why = self._choice("Left")
+        self._when(why, f"$exists(${v['wait']}.error)", failed).otherwise(timeout)
+        on_error = dict(errors=["States.ALL"], outputs=jsonata("$states.input"),
+                        assign={v["wait"]: jsonata(f"$merge([${v['wait']}, {{'error': $states.errorOutput}}])")})
+
+        # 2. the ticket (refused: my fast path would enter now - try it again)
+        enqueue = self._update(
+            "Enqueue", key, shared.ENQUEUE_READ if self.mode == READ else shared.ENQUEUE_WRITE, values,
+            return_values="ALL_NEW", outputs="$states.input",
+            assign={f["ticket"]: jsonata(_item_number(result, fair.TICKETS))})
+        enqueue.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        enqueue.add_catch(why, **on_error)
+        fast.add_catch(enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+        if rejoin is not None:
+            rejoin.add_catch(why, **on_error)
+
+        # the work, after my row is gone (best effort: a row of a served ticket is never read)
+        drop = tasks.DynamoDeleteItem.jsonata(section, section._name("DropRow"), table=section.table,
+                                              key=self._row_key(key, ticket), outputs=jsonata(f"{ENTRY}.input"))
+        retry_transient(drop)
+        drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
+        drop.next(section.protected)
+
+        # 3. admit myself (the head of a key free for me)
+        admitted = entered(ticket)
+        if self.mode == READ:
+            admit = self._update("Admit", key, shared.GRANT_READ,
+                                 {**values, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
+                                  ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                                 reader=me, return_values="ALL_NEW", assign=admitted, retry=False)
+        else:
+            admit = self._update("Admit", key, shared.GRANT_WRITE,
+                                 {**values, ":next": {"S": jsonata(me)}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
+                                  ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                                 return_values="ALL_NEW", assign=admitted, retry=False)
+
+        # 4. claim a grant handed to me
+        if self.mode == READ:
+            claim = self._update("Claim", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
+                                 assign=admitted)
+        else:
+            claim = self._update("Claim", key, shared.CLAIM_WRITE,
+                                 {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                                 return_values="ALL_NEW", assign=admitted)
+        claim.next(drop)
+
+        requeue = tasks.DynamoDeleteItem.jsonata(section, section._name("Requeue"), table=section.table,
+                                                 key=self._row_key(key, ticket), outputs=jsonata("$states.input"))
+        retry_transient(requeue)
+        requeue.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        requeue.next(enqueue)
+
+        # giving up (max_wait spent, or an error while queued): my row is marked left; granted
+        # meanwhile -> the work after all
+        leave = self._update("Leave", fair.row_key_expression(key, ticket), shared.LEAVE,
+                             {":me": {"S": jsonata(me)}, ":one": {"N": "1"}})
+        leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        if self.mode == READ:
+            claim_on_leave = self._update("ClaimOnLeave", key, shared.CLAIM_READ, values, reader=me,
+                                          return_values="ALL_NEW", assign=admitted, outputs=f"{ENTRY}.input")
+        else:
+            claim_on_leave = self._update("ClaimOnLeave", key, shared.CLAIM_WRITE,
+                                          {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                                          return_values="ALL_NEW", assign=admitted, outputs=f"{ENTRY}.input")
+        claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        claim_on_leave.next(section.protected)
+        leave.next(claim_on_leave)
+        self._leave = leave
+
+        # 5. park
+        park = self._build_park(key=key, me=me, ticket=ticket)
+        enqueue.next(park)
+        park.next(claim)
+        park.add_catch(admit, errors=[multikey.TRANSACTION_CANCELED], outputs=jsonata("$states.input"))
+
+        # 6. the fallback
+        inspect = self._build_inspect(key=key, me=me, ticket=ticket, claim=claim, requeue=requeue, admit=admit,
+                                      park=park)
+        waited = self._choice("WaitedEnough")
+        self._when(waited, protocol.waited_enough_expression(v["wait"], section._max_wait_ms), leave)
+        waited.otherwise(inspect)
+        park.add_catch(waited, errors=["States.Timeout"], outputs=jsonata("$states.input"),
+                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+        park.add_catch(leave, **on_error)
+        for state in (admit, claim):
+            state.add_catch(inspect, errors=[protocol.CONDITION_FAILED, *protocol.TRANSIENT_ERRORS],
+                            outputs=jsonata("$states.input"))
+            state.add_catch(leave, **on_error)
+        if self.mode == READ:  # a reader admitted from the queue admits the readers behind it
+            cascade = self._build_handoff("Admitted", key=key, me=me, start=ticket, holding=False, then=drop)
+            admit.next(cascade)
+        else:
+            admit.next(drop)
+        return fast, fast, fast
+
+    def _build_park(self, *, key: str, me: str, ticket: str) -> sfn.State:
+        """My task token and kind on my row, unless my ticket may be admitted now or was passed
+        (``park_transaction``'s two writes, with JSONata keys)."""
+        s = self._section
+        table = s.table.table_name
+        lock_values = {**self._lock_values(me=me), ":zero": {"N": "0"},
+                       ":ticket": {"N": jsonata(f"$string({ticket})")}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")}}
+        check = self._args(key, shared.PARK_UNLESS[self.mode], lock_values)
+        row = self._args(fair.row_key_expression(key, ticket), shared.PARK, {
+            ":me": {"S": jsonata(me)}, ":token": {"S": jsonata("$states.context.Task.Token")},
+            ":lease": {"N": str(int(self._lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
+            ":kind": {"S": self.mode}})
+        del row["ReturnValues"]
+        park = tasks.CallAwsService.jsonata(
+            s, s._name("Park"), service="dynamodb", action="transactWriteItems",
+            parameters={"TransactItems": [{"ConditionCheck": {"TableName": table, **check}},
+                                          {"Update": {"TableName": table, **row}}]},
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            task_timeout=sfn.Timeout.duration(Duration.seconds(self.park_timeout_s)),
+            iam_action="dynamodb:UpdateItem", iam_resources=[s.table.table_arn],
+            additional_iam_statements=[iam.PolicyStatement(actions=["dynamodb:ConditionCheckItem"],
+                                                           resources=[s.table.table_arn])],
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient_sdk(park)
+        return park
+
+    def _build_inspect(self, *, key: str, me: str, ticket: str, claim, requeue, admit, park) -> sfn.State:
+        """The fallback: read the lock item and decide (the model's ``inspect``)."""
+        s, f = self._section, self._vars()
+        item, seen = "$states.result.Item", f"${f['seen']}"
+        owner = _item_string(item, protocol.OWNER)
+        read = self._get("Inspect", self._lock_key(key), {f["seen"]: jsonata(
+            f"{{'owner': {owner}, 'expiresAt': {_item_number(item, protocol.EXPIRES_AT, '-1')}, "
+            f"'served': {_item_number(item, fair.SERVED)}, 'tickets': {_item_number(item, fair.TICKETS)}, "
+            f"'readers': {_item_number(item, shared.READERS)}, "
+            f"'mine': $exists({_entry_of(item, me)}), 'expired': {_expired_reader(item)}}}")})
+        read.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        lease_over = f"({seen}.expiresAt >= 0 and {seen}.expiresAt < $millis())"
+        writer_free = f"({seen}.owner = '' or {seen}.owner = '{shared.SHARED}' or {seen}.owner = {me} or {lease_over})"
+        all_free = (f"({seen}.owner = '' or {seen}.owner = {me} or {lease_over} "
+                    f"or ({seen}.owner = '{shared.SHARED}' and {seen}.readers = 0))")
+        granted = (f"{seen}.mine" if self.mode == READ else f"({seen}.owner = {me} and {seen}.served = {ticket})")
+        reap = self._update("Reap", key, shared.REAP_READ, {**self._lock_values(me=me), ":minusOne": {"N": "-1"}},
+                            reader=f"{seen}.expired",
+                            return_values="ALL_NEW")
+        reap.add_catch(read, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        reap.next(read)
+        # (the helper then parks again: its park is refused if the handoff made it admissible)
+        helper = self._build_handoff("Help", key=key, me=me, start=f"{seen}.served", holding=False, then=park,
+                                     self_grant=admit, tickets=f"{seen}.tickets")
+        decide = self._choice("Decide")
+        self._when(decide, granted, claim)
+        self._when(decide, f"{seen}.served >= {ticket}", requeue)
+        self._when(decide, f"{seen}.served = {ticket} - 1 and {writer_free if self.mode == READ else all_free}", admit)
+        # an expired reader entry holds back the head: me (a writer), or a head that does not move
+        held_back = "true" if self.mode == WRITE else f"{seen}.served < {ticket} - 1"
+        self._when(decide, f"{seen}.expired != '' and ({held_back})", reap)
+        self._when(decide, f"{seen}.served < {ticket} - 1 and {writer_free}", helper)
+        decide.otherwise(park)
+        return read.next(decide)
+
+    # -- the handoff ------------------------------------------------------------------------
+
+    def _build_handoff(self, suffix: str, *, key: str, me: str, start: str, holding: bool,
+                       then: Optional[sfn.State], self_grant: Optional[sfn.State] = None,
+                       tickets: Optional[str] = None, free_at_end: bool = False,
+                       lost: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
+        """Run the handoff from ticket ``start`` (the model's ``look`` .. ``free``): ``holding``,
+        I am a writer still holding the key; ``free_at_end``, I am the last reader (FREE_SHARED
+        when it stops); ``self_grant``, a helper's way to its own row; ``tickets``, a helper's
+        view of the last ticket out (a row that never came is marked). Ends in ``then``."""
+        s, f = self._section, self._vars()
+        h = "$" + f["handoff"]
+        name = lambda x: s._name(f"{suffix}.{x}")  # noqa: E731
+        end_state = then or sfn.Succeed(s, f"{suffix}.Done", state_name=name("Done"))
+        row = "$states.result.Item"
+        hole_ms = self.park_timeout_s * 1000
+        nxt = f"{h}.row.owner.S"
+        catch_all = dict(errors=["States.ALL"], outputs=jsonata("$states.input"))
+
+        def look(state: str, first: bool) -> tasks.DynamoGetItem:
+            c = start if first else f"{h}.c"
+            base = (f"{{'c': {start}, 'holding': {'true' if holding else 'false'}, "
+                    f"'free': {'true' if free_at_end else 'false'}}}" if first else h)
+            return self._get(f"{suffix}.{state}", self._row_key(key, f"{c} + 1"), {f["handoff"]: jsonata(
+                f"$merge([{base}, {{'row': {row}, 'st': {fair.row_state_expression(row, hole_ms=hole_ms)}}}])")})
+
+        first, again = look("Look", True), look("LookAgain", False)
+        # after a grant: the next ticket, and I hold nothing (a grant frees a writer runner)
+        step = f"$merge([{h}, {{'c': {h}.c + 1, 'holding': false, 'free': false}}])"
+
+        # where a handoff goes when it stops: a holding writer releases and looks again; a last
+        # reader frees the shared hold
+        end = self._choice(f"{suffix}.End") if holding or free_at_end else end_state
+        if holding:
+            release = self._update(f"{suffix}.Release", key, shared.RELEASE_WRITE,
+                                   {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
+                                   assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
+                                           **s.held_assign()}, retry=False)
+            release_again = self._update(f"{suffix}.ReleaseAgain", key, shared.RELEASE_WRITE,
+                                         {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
+                                         assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
+                                                 **s.held_assign()})
+            release.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+            # a refused first release: the key was taken over (Lock.Lost); a retry's refusal is
+            # my own earlier release - look again either way
+            release.add_catch(lost or end_state, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            release.add_catch(end_state, **catch_all)
+            release_again.add_catch(again, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+                                    assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])")})
+            release_again.add_catch(end_state, **catch_all)
+            release.next(again)
+            release_again.next(again)
+            self._when(end, f"{h}.holding = true", release)
+        if free_at_end:
+            free = self._update(f"{suffix}.FreeShared", key, shared.FREE_SHARED,
+                                {":shared": {"S": shared.SHARED}, ":zero": {"N": "0"}})
+            free.add_catch(end_state, **catch_all)
+            free.next(end_state)
+            self._when(end, f"{h}.free = true", free)
+        if holding or free_at_end:
+            end.otherwise(end_state)
+
+        values = {**self._lock_values(me=me), ":one": {"N": "1"}, ":zero": {"N": "0"},
+                  ":prev": {"N": jsonata(f"$string({h}.c)")}, ":ticket": {"N": jsonata(f"$string({h}.c + 1)")}}
+        claim_end = f"$string($millis() + {self._claim_window_ms})"
+
+        # a holding writer's first grant ends its hold: its length for monitoring (held_assign)
+        held = {}
+        if holding:
+            held = {s.variables["held"]: jsonata(
+                f"{h}.holding = true ? ({protocol.held_ms_expression(s.variables['lock'])}) : null")}
+        # a parked reader: its entry with a claim-window lease; wake it; go on with c + 1
+        grant_read = self._update(f"{suffix}.GrantRead", key, shared.GRANT_READ, {
+            **values, ":entry": shared.entry_value(expires_at=jsonata(claim_end), acquired_at=jsonata(protocol.NOW_EXPRESSION),
+                                                   grace=jsonata(f"{h}.row.`{fair.GRACE_MS}`.N"))},
+            reader=nxt, retry=False, assign=held or None)
+        # a parked writer (refused while readers hold: the last reader hands off)
+        grant_write = self._update(f"{suffix}.GrantWrite", key, shared.GRANT_WRITE, {
+            **values, ":next": {"S": jsonata(nxt)}, ":expiresAt": {"N": jsonata(claim_end)},
+            ":grace": {"N": jsonata(f"{h}.row.`{fair.GRACE_MS}`.N")}}, retry=False, assign=held or None)
+
+        def wake(state: str, then_state: sfn.State) -> tasks.CallAwsService:
+            send = tasks.CallAwsService.jsonata(
+                s, f"{suffix}.{state}", state_name=name(state), service="sfn", action="sendTaskSuccess",
+                parameters={"TaskToken": jsonata(f"{h}.row.token.S"), "Output": "{\"granted\": true}"},
+                iam_action="states:SendTaskSuccess",
+                # task tokens of service integrations cannot be scoped by IAM: the one resource is *
+                iam_resources=["*"], outputs=jsonata("$states.input"),
+                assign={f["handoff"]: jsonata(step)})
+            send.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0,
+                           max_attempts=3, jitter_strategy=sfn.JitterType.FULL)
+            # a failed wake-up: the grant is never worked under and lapses after the claim
+            # window, unless its waiter finds it at its fallback
+            send.add_catch(then_state, errors=["States.ALL"], outputs=jsonata("$states.input"),
+                           assign={f["handoff"]: jsonata(step)})
+            return send.next(then_state)
+
+        wake_reader = wake("WakeReader", again)
+        stop = sfn.Pass.jsonata(s, f"{suffix}.Stopped", state_name=name("Stopped"), outputs=jsonata("$states.input"),
+                                assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false, 'free': false}}])")})
+        stop.next(end)
+        wake_writer = wake("WakeWriter", stop)
+        grant_read.next(wake_reader)
+        grant_write.next(wake_writer)
+
+        # a grant refused or its answer lost: granted after all (by this very write)? wake it
+        recheck = self._get(f"{suffix}.Recheck", self._lock_key(key), {f["handoff"]: jsonata(
+            f"$merge([{h}, {{'granted': $states.result.Item.`{fair.SERVED}`.N = $string({h}.c + 1) and "
+            f"($exists({_entry_of('$states.result.Item', nxt)}) or $states.result.Item.`{protocol.OWNER}`.S = {nxt})}}])")})
+        recheck.add_catch(end, **catch_all)
+        granted = self._choice(f"{suffix}.Granted")
+        self._when(granted, f"{h}.granted = true and {h}.row.`{shared.KIND}`.S = '{READ}'", wake_reader)
+        self._when(granted, f"{h}.granted = true", wake_writer)
+        granted.otherwise(end)
+        recheck.next(granted)
+        for g in (grant_read, grant_write):
+            g.add_catch(recheck, errors=[protocol.CONDITION_FAILED, *protocol.TRANSIENT_ERRORS],
+                        outputs=jsonata("$states.input"))
+            g.add_catch(end, **catch_all)
+
+        # (a skip keeps a writer runner's hold)
+        skip = self._update(f"{suffix}.Skip", key, shared.SKIP, values,
+                            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
+        skip.add_catch(end, **catch_all)
+        skip.next(again)
+
+        decide = self._choice(f"{suffix}.Next")
+        if self_grant is not None:
+            self._when(decide, f"{h}.st = 'wake' and {nxt} = {me}", self_grant)
+        self._when(decide, f"{h}.st = 'wake' and {h}.row.`{shared.KIND}`.S = '{READ}'", grant_read)
+        self._when(decide, f"{h}.st = 'wake'", grant_write)
+        self._when(decide, f"{h}.st = 'skip'", skip)
+        if tickets is not None:  # a helper: a row that never came is marked (skipped once old)
+            mark = self._update(f"{suffix}.Mark", fair.row_key_expression(key, f"{h}.c + 1"), shared.MARK, {
+                ":since": {"N": jsonata(f"$exists({h}.row.`{fair.READY}`.N) ? {h}.row.`{fair.READY}`.N : $string($millis())")}})
+            mark.add_catch(end, **catch_all)
+            mark.next(end)
+            self._when(decide, f"{h}.c + 1 <= {tickets} and $not($exists({h}.row.`{fair.READY}`.N))", mark)
+        decide.otherwise(end)
+        for t in (first, again):
+            t.add_catch(end, **catch_all)
+            t.next(decide)
+        return first
+
+    # -- release ----------------------------------------------------------------------------
+
+    def _build_leave_read(self, suffix: str, *, then: sfn.State, lost: Optional[sfn.State]) -> sfn.State:
+        """A reader leaves: LEAVE_READ; the last one runs the handoff (someone queues) or frees."""
+        s, v = self._section, self._section.variables
+        lock = "$" + v["lock"]
+        key, me = f"{lock}.key", f"{lock}.owner"
+        item = "$states.result.Attributes"
+
+        def counts(item: str) -> dict:
+            return {v["lock"]: jsonata(f"$merge([{lock}, {{'left': {{'readers': {_item_number(item, shared.READERS)}, "
+                                       f"'served': {_item_number(item, fair.SERVED)}}}}}])")}
+        leave = self._update(f"{suffix}", key, shared.LEAVE_READ, {":minusOne": {"N": "-1"}}, reader=me,
+                             return_values="ALL_NEW", assign={**counts(item), **s.held_assign()}, retry=False)
+        leave_again = self._update(f"{suffix}Again", key, shared.LEAVE_READ, {":minusOne": {"N": "-1"}}, reader=me,
+                                   return_values="ALL_NEW", assign={**counts(item), **s.held_assign()})
+        # a retry refused: my first attempt removed my entry - read the count
+        after = self._get(f"{suffix}Read", self._lock_key(key), counts("$states.result.Item"))
+        leave.add_catch(lost or then, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        leave.add_catch(leave_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+        leave.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        leave_again.add_catch(after, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        leave_again.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        after.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        handoff = self._build_handoff(f"{suffix}.Handoff", key=key, me=me, start=f"{lock}.left.served",
+                                      holding=False, then=then, free_at_end=True)
+        last = self._choice(f"{suffix}.Last")
+        # the last reader: hand off, or free the shared hold (FREE_SHARED at the handoff's end)
+        self._when(last, f"{lock}.left.readers = 0", handoff)
+        last.otherwise(then)
+        for t in (leave, leave_again, after):
+            t.next(last)
+        return leave
+
+    def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
+        done = sfn.Succeed(section, "Released", state_name=section._name("Released"))
+        if self.mode == READ:
+            return self._build_leave_read("Release", then=done, lost=lost)
+        lock = "$" + section.variables["lock"]
+        return self._build_handoff("Release", key=f"{lock}.key", me=f"{lock}.owner", start=f"{lock}.ticket",
+                                   holding=True, then=done, lost=lost, fence=f"{lock}.fence")
+
+    def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
+        if self.mode == READ:
+            return self._build_leave_read("ReleaseAfterError", then=rethrow, lost=None)
+        lock = "$" + section.variables["lock"]
+        return self._build_handoff("ReleaseAfterError", key=f"{lock}.key", me=f"{lock}.owner",
+                                   start=f"{lock}.ticket", holding=True, then=rethrow, fence=f"{lock}.fence")
+
+    def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
+        """A task refused to resume after a redrive: the hold is retired (held for its stop
+        grace from now), not released - a writer with the mutex's RETIRE, a reader with
+        RETIRE_READER on its entry."""
+        if self.mode == WRITE:
+            return super().build_retire(section, then)
+        lock = "$" + section.variables["lock"]
+        retire = self._update("Retire", f"{lock}.key", shared.RETIRE_READER,
+                              {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=f"{lock}.owner")
+        retire.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        return retire.next(then)

@@ -1,0 +1,509 @@
+"""The read/write lock (``Lock.shared`` / ``Lock.exclusive``) on both DynamoDB backends.
+
+Invariants, from the probe inside the protected work (it counts readers and writers inside at
+every entry): readers are inside together, a writer is always alone, no writer's update is
+lost, readers read the fence of the last writer, arrivals are served in ticket order (a writer
+queued before a reader goes first; a writer's release admits every reader queued behind it at
+once). The same load with no lock is the negative control. Then recovery: a stopped reader
+(its lease, no janitor) and a stopped writer (the janitor) cost a bounded delay.
+
+Holders that must stay inside until the test says park on a *gate* (a task token the test
+completes): every wait is on a condition, never on time.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+
+import pytest
+
+from locked_workflow.state_machines import fair_protocol as fp
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import shared_protocol as sp
+
+NAMESPACE = "rw"
+
+
+@pytest.fixture(scope="module")
+def shared_synth():
+    from locked_workflow.testing.synth import synth_app
+    from shared_stack import SharedStack
+
+    return synth_app(lambda app: SharedStack(app, "Shared"), context={"aws:cdk:enable-asset-metadata": True})
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def rw(request, shared_synth):
+    from deployed import local_deployment
+
+    for cloud, app in local_deployment(request.param, shared_synth):
+        yield ReadWrite(cloud, app)
+
+
+class ReadWrite:
+    def __init__(self, cloud, app):
+        self.cloud, self.app = cloud, app
+
+    def table(self, prefix: str) -> str:
+        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
+
+    def start(self, machine: str, document: dict) -> str:
+        arn = self.app.state_machine_arn(machine if machine.startswith("Unlocked") else f"{machine}StateMachine")
+        return self.cloud.start_execution(arn, document)
+
+    def wait(self, arns, timeout: float = 200):
+        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+
+    def lock(self, key: str) -> dict:
+        return self.cloud.dynamodb.get_item(TableName=self.table("LocksTable"),
+                                            Key={"pk": {"S": p.namespaced(NAMESPACE, key)}},
+                                            ConsistentRead=True).get("Item", {})
+
+    def parked(self, key: str) -> list[str]:
+        """The kinds of the waiters parked on the key, head first."""
+        out = []
+        for ticket in fp.queued_tickets(self.lock(key)):
+            row = self.cloud.dynamodb.get_item(
+                TableName=self.table("LocksTable"), ConsistentRead=True,
+                Key={"pk": {"S": fp.row_key(p.namespaced(NAMESPACE, key), ticket)}}).get("Item", {})
+            if fp.TOKEN in row:
+                out.append(sp.row_kind(row))
+        return out
+
+    def probe(self, key: str) -> dict:
+        item = self.cloud.dynamodb.get_item(TableName=self.table("Probes"), Key={"pk": {"S": key}},
+                                            ConsistentRead=True).get("Item", {})
+        out = {k: int(v["N"]) for k, v in item.items() if "N" in v}
+        out.update({k: [int(x["N"]) for x in v["L"]] for k, v in item.items() if "L" in v})
+        return out
+
+    def gate_token(self, key: str, gate: str):
+        item = self.cloud.dynamodb.get_item(TableName=self.table("Probes"), Key={"pk": {"S": f"gate#{key}#{gate}"}},
+                                            ConsistentRead=True).get("Item")
+        return item and item["token"]["S"]
+
+    def open(self, key: str, gate: str) -> None:
+        self.until(lambda: self.gate_token(key, gate))
+        self.cloud.stepfunctions.send_task_success(taskToken=self.gate_token(key, gate), output='{"gate": "open"}')
+
+    def until(self, predicate, timeout: float = 90):
+        deadline = time.time() + timeout
+        while not predicate():
+            assert time.time() < deadline, "timed out waiting"
+            time.sleep(0.1)
+
+    def free(self, key: str) -> bool:
+        """Nobody holds (no owner, no reader entry) and nobody queues."""
+        item = self.lock(key)
+        served, tickets = fp.counters(item)
+        return p.OWNER not in item and not sp.readers_of(item) and served == tickets
+
+
+def new_key() -> str:
+    return f"k-{uuid.uuid4().hex[:8]}"
+
+
+def entered_states(result) -> list[str]:
+    return [e["stateEnteredEventDetails"]["name"] for e in result.history if "stateEnteredEventDetails" in e]
+
+
+def probe_of(result) -> dict:
+    return result.output["probe"]
+
+
+def test_an_uncontended_reader_enters_and_leaves_with_one_write_each(rw):
+    k = new_key()
+    result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    # one write to enter (FAST_READ), one to leave (LEAVE_READ), FREE_SHARED as the last reader
+    assert entered_states(result) == ["Lock", "Lock.Acquire", "ReaderProbe", "Lock.Release", "Lock.Release.Last?",
+                                      "Lock.Release.Handoff.Look", "Lock.Release.Handoff.Next?",
+                                      "Lock.Release.Handoff.End?", "Lock.Release.Handoff.FreeShared", "Lock.Released"]
+    assert rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
+
+
+def test_readers_hold_together_beside_a_reader_that_holds(rw):
+    k = new_key()
+    holder = rw.start("ReaderHold", {"key": k, "gate": "h", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "h"))  # the holder is inside its work
+    item = rw.lock(k)
+    assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == 1
+    # three more readers come and go while the first still holds: none waited for it
+    results = rw.wait([rw.start("Reader", {"key": k, "workMs": 1}) for _ in range(3)])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3
+    assert rw.lock(k)[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(rw.lock(k))) == 1
+    assert rw.probe(k)["entries"] == 3
+    rw.open(k, "h")
+    assert rw.wait([holder])[0].status == "SUCCEEDED"
+    assert rw.free(k)
+
+
+def test_a_writer_holds_alone_and_its_release_admits_every_queued_reader_at_once(rw):
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    readers = [rw.start("ReaderHold", {"key": k, "gate": f"r{i}", "workMs": 1}) for i in range(3)]
+    rw.until(lambda: rw.parked(k) == ["read"] * 3)
+    # parked, not inside: the writer is alone
+    assert rw.probe(k).get("entries", 0) == 0 and not sp.readers_of(rw.lock(k))
+    rw.open(k, "w")
+    # all three readers are admitted and hold at the same time (each waits at its own gate)
+    rw.until(lambda: all(rw.gate_token(k, f"r{i}") for i in range(3)))
+    item = rw.lock(k)
+    assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == int(item[sp.READERS]["N"]) == 3
+    for i in range(3):
+        rw.open(k, f"r{i}")
+    w, *rs = rw.wait([writer, *readers])
+    assert w.status == "SUCCEEDED" and [r.status for r in rs] == ["SUCCEEDED"] * 3
+    # the readers read the writer's fence: the version it wrote
+    assert {probe_of(r)["fence"] for r in rs} == {probe_of(w)["fence"]} and rw.probe(k)["lastFence"] == probe_of(w)["fence"]
+    assert rw.probe(k).get("violations", 0) == 0 and rw.probe(k).get("staleReads", 0) == 0
+    assert rw.free(k)
+
+
+def test_arrivals_are_served_in_ticket_order(rw):
+    """A writer that queued before a reader goes first; the readers before it share."""
+    k = new_key()
+    first = rw.start("ReaderHold", {"key": k, "gate": "r0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r0"))
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    late = rw.start("ReaderHold", {"key": k, "gate": "r1", "workMs": 1})
+    # the late reader finds the key free of writers but a writer queued: it queues behind it
+    rw.until(lambda: rw.parked(k) == ["write", "read"])
+    rw.open(k, "r0")
+    rw.until(lambda: rw.gate_token(k, "w"))  # the writer holds ...
+    assert rw.parked(k) == ["read"] and not rw.gate_token(k, "r1")  # ... and the late reader waits
+    rw.open(k, "w")
+    rw.open(k, "r1")
+    r0, w, r1 = rw.wait([first, writer, late])
+    assert (r0.status, w.status, r1.status) == ("SUCCEEDED",) * 3
+    assert probe_of(r1)["fence"] == probe_of(w)["fence"] > probe_of(r0)["fence"]
+    assert rw.free(k)
+
+
+def test_a_reader_that_gives_up_leaves_its_place_and_is_skipped(rw):
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    impatient = rw.start("ReaderImpatient", {"key": k, "workMs": 1})
+    late = rw.start("Reader", {"key": k, "workMs": 1})
+    gave_up = rw.wait([impatient])[0]
+    assert (gave_up.status, gave_up.error) == ("FAILED", p.ERROR_TIMEOUT)
+    assert "Lock.Leave" in entered_states(gave_up)
+    rw.open(k, "w")
+    w, r = rw.wait([writer, late])
+    assert (w.status, r.status) == ("SUCCEEDED", "SUCCEEDED")
+    assert "Lock.Release.Skip" in entered_states(w)  # the handoff passed over the row left
+    assert rw.probe(k)["entries"] == 2 and rw.free(k)
+
+
+def test_a_plain_mutex_on_the_key_is_a_writer(rw):
+    k = new_key()
+    reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r"))
+    mutex = rw.start("Mutex", {"key": k, "workMs": 1})
+    # its acquire is refused by the shared hold (it polls), and it is not inside
+    rw.until(lambda: any(e["type"] == "TaskFailed" for e in rw.cloud.history(mutex)))
+    assert rw.probe(k).get("entries", 0) == 0
+    rw.open(k, "r")
+    r, m = rw.wait([reader, mutex])
+    assert (r.status, m.status) == ("SUCCEEDED", "SUCCEEDED")
+    assert probe_of(m)["insideAtEntry"] == 1 and rw.probe(k).get("violations", 0) == 0
+    assert probe_of(m)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+
+
+def _lost(write, *, times: int = 1):
+    """The write reaches DynamoDB, its response is lost (a 500 after the call)."""
+    from locked_workflow.testing.faults import Fault
+
+    return Fault("UpdateItem", "InternalServerError", times=times, after_call=True,
+                 when=lambda params: (params.get("ConditionExpression"), params.get("UpdateExpression"))
+                 == (write.condition, write.update))
+
+
+def test_lost_responses_of_a_readers_enter_and_leave_count_it_once(rw):
+    """A fast read whose response was lost rejoins its entry (a retry of the ADD would be
+    refused and loop); a leave whose response was lost reads the count and frees the key."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = new_key()
+    with dynamodb_faults(_lost(sp.FAST_READ), _lost(sp.LEAVE_READ)) as log:
+        result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert log.injected == 2
+    assert result.status == "SUCCEEDED", result.cause
+    states = entered_states(result)
+    assert "Lock.Rejoin" in states and "Lock.ReleaseAgain" in states and "Lock.ReleaseRead" in states
+    assert rw.probe(k)["entries"] == 1 and rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
+
+
+def test_a_lost_grant_response_and_a_lost_wake_up_strand_no_reader(rw):
+    """The writer's handoff: its first grant's response is lost (it reads the lock item: granted
+    by me - wake it); its second reader's wake-up is lost (the grant stands; that reader finds it
+    at its park's timeout and claims it)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    readers = [rw.start("Reader", {"key": k, "workMs": 1}) for _ in range(2)]
+    rw.until(lambda: rw.parked(k) == ["read", "read"])
+    lost_wake = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions",
+                      when=lambda params: "granted" in params.get("output", ""))
+    with dynamodb_faults(_lost(sp.GRANT_READ), lost_wake) as log:
+        rw.open(k, "w")
+        results = rw.wait([writer, *readers])
+    assert log.injected == 2
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [r.cause for r in results]
+    writer_states = entered_states(results[0])
+    assert "Lock.Release.Recheck" in writer_states
+    assert sum(any(e["type"] == "TaskTimedOut" for e in r.history) for r in results[1:]) >= 1
+    assert {probe_of(r)["fence"] for r in results[1:]} == {probe_of(results[0])["fence"]}
+    assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
+
+
+def test_a_ticket_whose_waiter_never_parked_is_marked_and_skipped(rw):
+    """A reader's ENQUEUE response is lost: its retry takes another ticket, and the first is a
+    hole no row will ever fill. The writer's release stops at it; the reader, parked behind it,
+    runs the handoff itself at its park's timeout: marks the hole, skips it once the mark is a
+    park timeout old, and reaches its own row."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    with dynamodb_faults(_lost(sp.ENQUEUE_READ)) as log:
+        reader = rw.start("Reader", {"key": k, "workMs": 1})
+        rw.until(lambda: rw.parked(k) == ["read"])
+    assert log.injected == 1
+    served, tickets = fp.counters(rw.lock(k))
+    assert tickets == served + 2  # the hole, then the reader's ticket
+    rw.open(k, "w")
+    w, r = rw.wait([writer, reader])
+    assert (w.status, r.status) == ("SUCCEEDED", "SUCCEEDED"), r.cause
+    states = entered_states(r)
+    assert "Lock.Help.Mark" in states and "Lock.Help.Skip" in states and "Lock.Admit" in states
+    assert probe_of(r)["fence"] == probe_of(w)["fence"] and rw.free(k)
+
+
+def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
+    k, rng = new_key(), random.Random(18)
+    kinds = ["Writer" if i % 5 == 0 else "Reader" for i in range(20)]
+    rng.shuffle(kinds)
+    results = rw.wait([rw.start(kind, {"key": k, "workMs": 150}) for kind in kinds])
+    assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds), [(r.status, r.error, r.cause) for r in results
+                                                                      if r.status != "SUCCEEDED"]
+    probe = rw.probe(k)
+    writers = kinds.count("Writer")
+    assert probe.get("violations", 0) == 0  # no writer with anyone, no reader with a writer
+    assert probe["counter"] == probe["accepted"] == writers  # no lost update
+    assert probe["fences"] == sorted(set(probe["fences"])) and len(probe["fences"]) == writers  # strictly up
+    assert probe.get("staleReads", 0) == 0  # every reader read the fence of the last writer
+    assert max(probe["readersSeen"]) > 1  # readers were inside together
+    assert rw.free(k)
+
+
+def test_the_same_mix_without_the_lock_overlaps(rw):
+    """The negative control: the probe does catch readers beside writers."""
+    k = new_key()
+    kinds = ["UnlockedWriter" if i % 2 else "UnlockedReader" for i in range(10)]
+    results = rw.wait([rw.start(kind, {"key": k, "workMs": 1500}) for kind in kinds])
+    assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds)
+    assert rw.probe(k).get("violations", 0) > 0
+
+
+def test_a_stopped_reader_and_a_cancelled_reader_branch_are_recovered_by_their_leases(rw):
+    """Nothing but the lease ends these holds: the stopped reader has no janitor; the cancelled
+    branch's execution runs on (no Catch ran, no event was sent)."""
+    stopped, cancelled = new_key(), new_key()
+    orphan = rw.start("ReaderOrphan", {"key": stopped, "gate": "o", "workMs": 1})
+    parallel = rw.start("Cancelled", {"key": cancelled, "gate": "c", "workMs": 1})
+    rw.until(lambda: rw.gate_token(stopped, "o") and rw.gate_token(cancelled, "c"))
+    rw.cloud.stop_execution(orphan)
+    rw.until(lambda: rw.gate_token(cancelled, "sibling"))
+    rw.cloud.stepfunctions.send_task_failure(taskToken=rw.gate_token(cancelled, "sibling"), error="User.Failed",
+                                             cause="the sibling fails")
+    assert all(len(sp.readers_of(rw.lock(k))) == 1 for k in (stopped, cancelled))
+    results = rw.wait([rw.start("Writer", {"key": k, "workMs": 1}) for k in (stopped, cancelled)])
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [r.cause for r in results]
+    assert all("Lock.Reap" in entered_states(r) for r in results)  # the writer at the head reaped each entry
+    assert rw.cloud.stepfunctions.describe_execution(executionArn=parallel)["status"] == "RUNNING"
+    assert all(rw.probe(k).get("violations", 0) == 0 and rw.free(k) for k in (stopped, cancelled))
+    rw.cloud.stop_execution(parallel)
+
+
+def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
+    """Its lease is the machine's timeout + 5 min: only the janitor's RETIRE_READER (then a
+    waiter's reap) can free the key within the test's deadline."""
+    k = new_key()
+    reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r"))
+    (owner, entry), = sp.readers_of(rw.lock(k)).items()
+    rw.cloud.stop_execution(reader)
+    rw.until(lambda: int(sp.readers_of(rw.lock(k)).get(owner, entry)[p.EXPIRES_AT]["N"])
+             < int(entry[p.EXPIRES_AT]["N"]))  # retired: its entry now ends a stop grace after the stop
+    result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert "Lock.Reap" in entered_states(result) and rw.free(k)
+
+
+def test_a_stopped_writer_woken_by_a_handoff_is_recovered_by_the_janitor(rw):
+    """It holds by its CLAIM_WRITE (no ACQUIRE in its history): the janitor finds that claim."""
+    k = new_key()
+    first = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w0"))
+    second = rw.start("WriterHold", {"key": k, "gate": "w1", "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    rw.open(k, "w0")
+    rw.until(lambda: rw.gate_token(k, "w1"))  # woken by the handoff, claimed, inside
+    rw.cloud.stop_execution(second)
+    stopped = rw.cloud.wait_for(second, timeout=60)
+    assert stopped.status == "ABORTED" and "Lock.Claim" in entered_states(stopped)
+    assert "Lock.Acquire" in entered_states(stopped) and "Lock.Admit" not in entered_states(stopped)
+    assert rw.wait([first])[0].status == "SUCCEEDED"
+    result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+
+
+def test_a_redriven_reader_holds_again_before_its_work_resumes(rw):
+    """A reader stopped inside its work, retired by the janitor and reaped by a writer that then
+    wrote, is redriven: its work's task refuses to resume (Lock.Resumed), the section retires
+    the old entry and takes a new hold - after the writer, reading its fence."""
+    if rw.cloud.backend != "moto":
+        pytest.skip("the redrive is Step Functions behaviour: one backend suffices")
+    k = new_key()
+    reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r"))
+    first_token = rw.gate_token(k, "r")
+    rw.cloud.stop_execution(reader)
+    writer = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
+    assert writer.status == "SUCCEEDED" and not sp.readers_of(rw.lock(k))  # the stopped reader's entry was reaped
+    rw.cloud.stepfunctions.redrive_execution(executionArn=reader)
+    rw.until(lambda: rw.gate_token(k, "r") not in (None, first_token))  # holding again, at its gate
+    (owner,) = sp.readers_of(rw.lock(k))
+    rw.open(k, "r")
+    redriven = rw.wait([reader])[0]
+    assert redriven.status == "SUCCEEDED", (redriven.error, redriven.cause)
+    assert "Lock.EntryFailed?" in entered_states(redriven) and "Lock.Retire" in entered_states(redriven)
+    assert owner.startswith(reader + "#") and probe_of(redriven)["fence"] == probe_of(writer)["fence"]
+    assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
+
+
+def test_the_janitor_finds_only_an_executions_own_holds():
+    me, other, table = "arn:x:execution:m:a#1", "arn:x:execution:m:b#2", "Locks"
+
+    def update(write, *, reader=None, values=None):
+        return p.ScheduledTask("updateItem", {"TableName": table, **sp.arguments(
+            "rw#k", write, {n: {"S": v} for n, v in (values or {}).items()} | {
+                n: {"S": "x"} for n in write.value_names() if n not in (values or {})}, reader=reader)})
+
+    tasks = [update(sp.FAST_READ, reader=me, values={":me": me}),
+             update(sp.GRANT_READ, reader=other, values={":me": me}),  # a handoff to another reader
+             update(sp.CLAIM_WRITE, values={":me": me})]
+    assert sp.holds_in_history(tasks, table_name=table) == [("rw#k", me, sp.READ), ("rw#k", me, sp.WRITE)]
+    assert sp.holds_in_history(tasks, table_name="Other") == []
+
+
+def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    rw.cloud.stop_execution(writer)  # the janitor retires it: held for its stop grace, then free
+    result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+
+
+# -- synth: the states, their IAM and the settings ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def template(shared_synth):
+    from aws_cdk.assertions import Template
+
+    return Template.from_json(shared_synth.template)
+
+
+def _definition(template, prefix: str) -> dict:
+    import json
+
+    from aws_cdk.assertions import Capture, Match
+
+    body = Capture()
+    template.has_resource_properties("AWS::StepFunctions::StateMachine", Match.object_like({
+        "StateMachineName": Match.string_like_regexp(f"^Shared-{prefix}-"), "DefinitionString": body}))
+    parts = body.as_object()["Fn::Join"][1]
+    return json.loads("".join(x if isinstance(x, str) else "TABLE" for x in parts))
+
+
+def _states(definition: dict) -> dict:
+    """Every state of a definition, nested ones included, by name."""
+    out = {}
+    for name, state in definition["States"].items():
+        out[name] = state
+        for branch in state.get("Branches", []):
+            out.update(_states(branch))
+    return out
+
+
+def test_a_waiter_parks_in_one_transaction_with_the_protocols_expressions(template):
+    states = _states(_definition(template, "Reader"))
+    park = states["Lock.Park"]
+    assert park["Resource"].endswith(":states:::aws-sdk:dynamodb:transactWriteItems.waitForTaskToken")
+    check, update = park["Arguments"]["TransactItems"]
+    assert check["ConditionCheck"]["ConditionExpression"] == sp.PARK_UNLESS[sp.READ].condition
+    assert update["Update"]["ConditionExpression"] == sp.PARK.condition
+    assert states["Lock.Acquire"]["Arguments"]["ConditionExpression"] == sp.FAST_READ.condition
+    writer = _states(_definition(template, "Writer"))
+    assert writer["Lock.Acquire"]["Arguments"]["ConditionExpression"] == sp.FAST_WRITE.condition
+    assert writer["Lock.Park"]["Arguments"]["TransactItems"][0]["ConditionCheck"]["ConditionExpression"] == \
+        sp.PARK_UNLESS[sp.WRITE].condition
+    # every DynamoDB write of the lock is one of the protocol's (a writer's redrive retire: the mutex's)
+    spelled = {w.condition for w in [*sp.LOCK_WRITES.values(), *sp.ROW_WRITES.values(), *sp.PARK_UNLESS.values(),
+                                     p.RETIRE]}
+    for name, state in {**states, **writer}.items():
+        arguments = state.get("Arguments")
+        condition = arguments.get("ConditionExpression") if isinstance(arguments, dict) else None
+        if condition and name.startswith("Lock."):
+            assert condition in spelled, name
+
+
+def test_every_lock_state_goes_on_to_another_state(template):
+    """No lock state ends its branch by itself (a path that ended there would skip the work, or
+    leave the lock held): only the work's own states, Succeed and Fail end."""
+    for machine in ("Reader", "Writer"):
+        for name, state in _states(_definition(template, machine)).items():
+            if name.startswith("Lock.") and state["Type"] not in ("Succeed", "Fail", "Choice"):
+                assert "Next" in state and not state.get("End"), f"{machine}: {name}"
+            if name.startswith("Lock.") and state["Type"] == "Choice":
+                assert "Default" in state, f"{machine}: {name}"  # (no States.NoChoiceMatched)
+
+
+def test_the_park_may_check_the_lock_item_and_no_action_is_a_wildcard(template):
+    from aws_cdk.assertions import Match
+
+    template.has_resource_properties("AWS::IAM::Policy", Match.object_like({"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Action": "dynamodb:ConditionCheckItem", "Effect": "Allow"})])}}))
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            assert not any(a == "*" or a.endswith(":*") for a in actions), statement
+
+
+def test_the_kinds_are_values_with_their_own_validation():
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from locked_workflow import Lock, LockedWorkflow, LockTable
+
+    a, b = Lock.shared("{% $states.input.k %}"), Lock.shared("{% $states.input.k %}")
+    assert a == b and a.kind == "shared" and Lock.exclusive("{% $states.input.k %}").kind == "exclusive"
+    with pytest.raises(ValueError, match=r"`park_timeout` must be whole seconds from 1 s to 1 hour, got: 0.5 s"):
+        Lock.exclusive("{% $states.input.k %}", park_timeout=cdk.Duration.millis(500))
+    stack = cdk.Stack(cdk.App())
+    with pytest.raises(ValueError, match=r"`state_machine_type` must be STANDARD with Lock.shared .*got: EXPRESS"):
+        LockedWorkflow(stack, "W", lock=a, protected=sfn.Pass(stack, "P"), table=LockTable(stack, "T").table,
+                       state_machine_type=sfn.StateMachineType.EXPRESS, timeout=cdk.Duration.minutes(1))
