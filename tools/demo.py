@@ -178,7 +178,7 @@ def summary_lines(report: DemoReport) -> list[str]:
     )
     failed = [r for r in report.runs if r.status != "SUCCEEDED"]
     for run in failed[:5]:
-        lines.append(f"    {run.status}: {run.execution.rsplit(':', 1)[-1]}")
+        lines.append(f"    {run.status}: {run.execution.rsplit(':', 1)[-1]} ({run.failure})")
 
     groups = scenario.by_key(report.sections)
     overlaps_by_key: dict[str, int] = {}

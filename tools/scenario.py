@@ -306,6 +306,8 @@ class RunMetrics:
     transitions: Transitions
     dynamodb: DynamoDBCalls
     sections: list[CriticalSection] = field(default_factory=list)
+    #: How the run ended when it did not succeed: the execution's error and cause (history).
+    failure: str = ""
 
     @property
     def wall_ms(self) -> int:
@@ -343,7 +345,18 @@ def run_metrics(
         sections=critical_sections(
             execution, history, protected_state=protected_state, key=key, lock_variable=lock_variable
         ),
+        failure=_failure_from_history(history),
     )
+
+
+def _failure_from_history(history: Sequence[Mapping[str, Any]]) -> str:
+    """``error: cause`` of an execution that failed, timed out or was aborted (else "")."""
+    for event in reversed(history):
+        details = next((v for k, v in event.items() if k.startswith("execution") and k.endswith("EventDetails")
+                        and event["type"] in ("ExecutionFailed", "ExecutionTimedOut", "ExecutionAborted")), None)
+        if details is not None:
+            return f"{details.get('error', event['type'])}: {str(details.get('cause', ''))[:300]}"
+    return ""
 
 
 def _status_from_history(history: Sequence[Mapping[str, Any]]) -> str:
