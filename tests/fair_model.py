@@ -14,7 +14,8 @@ Timing assumption (the one place time matters for FIFO): a live participant's fe
 less than a claim window, and a waiter holding a ticket parks before its mark is a park
 timeout old. So a claim window ends only while the grantee is dead or parked and nobody is
 mid-handoff with the grantee's current token, and a mark ages only while its ticket's waiter
-is not between its ticket and its park.
+is not between its ticket and its park (nor between taking its own row, in a handoff run it
+makes for a stuck head, and acting on it).
 
 Variants (negative controls) break one rule each: ``park_ignores_ready`` (PARK does not
 check the ready mark), ``no_mark`` (a release leaves no mark for an unparked ticket),
@@ -228,7 +229,11 @@ class Model:
         if s.lock.owner in dead and not s.lock.expired:
             yield "lease of dead holder ends", replace(s, lock=replace(s.lock, expired=True))
         for t, row in s.rows:
-            holder = next((p for p in s.procs if p.ticket == t and p.pc in WAITING), None)
+            # (a waiter that took its own row in a handoff run acts on it next: a step, not a
+            # park timeout - the timing assumption)
+            holder = next((p for p in s.procs if p.ticket == t and (
+                p.pc in WAITING or (p.pc == "taken" and p.row is not None and p.row.owner == NAMES[s.procs.index(p)]))),
+                None)
             if row.ready == "fresh" and holder is None:
                 yield f"mark of {t} ages", s.with_row(t, replace(row, ready="old"))
 
