@@ -312,7 +312,7 @@ class FairMutex(Mutex):
     def _build_leave(self, then: sfn.State) -> sfn.State:
         """Give up my place: mark my row left, then read the lock - handed to me meanwhile: the
         work after all (confirmed by CLAIM)."""
-        section, v, f = self._section, self._section.variables, self._vars(self._section)
+        section, f = self._section, self._vars(self._section)
         ticket = f"${f['ticket']}"
         leave = update_item_task(
             section, section._name("Leave"), section.table,
@@ -393,10 +393,7 @@ class FairMutex(Mutex):
             f"{{'owner': {_item_string(row, protocol.OWNER)}, 'fence': {_item_number(row, protocol.FENCE)}, "
             f"'acquiredAt': {_item_number(row, protocol.ACQUIRED_AT)}, 'expiresAt': {_item_number(row, protocol.EXPIRES_AT)}}}")
         # a grant that hands on my own hold ends it: its length for monitoring (see held_assign)
-        held = {}
-        if holding:
-            lock = section.variables["lock"]
-            held = {section.variables["held"]: jsonata(f"{h}.holding = true ? ({protocol.held_ms_expression(lock)}) : null")}
+        held = section.held_assign(when=f"{h}.holding = true") if holding else {}
         grant = update_item_task(section, name("Grant"), section.table, grant_args,
                                  assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record}}}])"), **held})
         retry_transient(grant)

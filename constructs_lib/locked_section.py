@@ -676,10 +676,11 @@ class LockedSection(sfn.StateMachineFragment):
         """``state`` runs while the lock is held (before the work): its errors release it too."""
         self._pending_after_acquire.append(state)
 
-    def held_assign(self) -> dict:
+    def held_assign(self, when: Optional[str] = None) -> dict:
         """The Assign of a release: how long the lock was held (``<lock_variable>Held``, ms),
-        which monitoring reads from the release's exit line."""
-        return {self.variables["held"]: jsonata(protocol.held_ms_expression(self.variables["lock"]))}
+        which monitoring reads from the release's exit line (``when``: JSONata, true when the
+        write ends the hold; see ``lock_protocol.held_ms_expression``)."""
+        return {self.variables["held"]: jsonata(protocol.held_ms_expression(self.variables["lock"], when))}
 
     def build_mutex_release_after_error(self, rethrow: sfn.State) -> sfn.State:
         release_after_error = update_item_task(

@@ -328,7 +328,7 @@ class SharedLockKind(Mutex):
 
     def _build_inspect(self, *, key: str, me: str, ticket: str, claim, requeue, admit, park) -> sfn.State:
         """The fallback: read the lock item and decide (the model's ``inspect``)."""
-        s, f = self._section, self._vars()
+        f = self._vars()
         item, seen = "$states.result.Item", f"${f['seen']}"
         owner = _item_string(item, protocol.OWNER)
         read = self._get("Inspect", self._lock_key(key), {f["seen"]: jsonata(
@@ -428,10 +428,7 @@ class SharedLockKind(Mutex):
         claim_end = f"$string($millis() + {self._claim_window_ms})"
 
         # a holding writer's first grant ends its hold: its length for monitoring (held_assign)
-        held = {}
-        if holding:
-            held = {s.variables["held"]: jsonata(
-                f"{h}.holding = true ? ({protocol.held_ms_expression(s.variables['lock'])}) : null")}
+        held = s.held_assign(when=f"{h}.holding = true") if holding else {}
         # a parked reader: its entry with a claim-window lease; wake it; go on with c + 1
         grant_read = self._update(f"{suffix}.GrantRead", key, shared.GRANT_READ, {
             **values, ":entry": shared.entry_value(expires_at=jsonata(claim_end), acquired_at=jsonata(protocol.NOW_EXPRESSION),

@@ -776,13 +776,16 @@ def lock_variable_expression(item: LockItem | None = None, of: str = "$states.re
     )
 
 
-def held_ms_expression(lock_variable: str) -> str:
+def held_ms_expression(lock_variable: str, when: str | None = None) -> str:
     """JSONata, in the Assign of a release that succeeded: how long the lock was held (ms),
     from ``$<lock_variable>.acquiredAt`` to now, both on the Step Functions service clock (the
     acquire stamped ``acquiredAt`` with ``$millis()`` too). Monitoring reads it from the
-    release's exit line (``<lock_variable>Held``): every kind's release assigns it."""
+    release's exit line (``<lock_variable>Held``): every kind's release assigns it. ``when``:
+    JSONata, true when this write ends the hold (a handoff's grant ends it only while its
+    runner still holds); else null."""
     held = f"${lock_variable}.{ACQUIRED_AT}"
-    return f"$exists({held}) ? $millis() - {held} : null"
+    measured = f"$exists({held}) ? $millis() - {held} : null"
+    return measured if when is None else f"({when}) ? ({measured}) : null"
 
 
 def generation_field() -> str:

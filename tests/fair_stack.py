@@ -8,7 +8,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedWorkflow
-from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources
+from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources, token_gate
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (short: the dead-participant cases wait it out).
@@ -32,12 +32,7 @@ class FairStack(cdk.Stack):
         # the same, holding the lock until the test opens its gate (Fair.open): the hold ends when
         # the test says, never because a loaded machine took longer to set the test up
         probes = self.node.find_child("Probes")
-        gate = sfn.CustomState(self, "Gate", state_json={
-            "Type": "Task", "QueryLanguage": "JSONata",
-            "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
-            "Arguments": {"TableName": probes.table_name, "Item": {
-                "pk": {"S": jsonata("'gate#' & $states.input.key")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
-            "TimeoutSeconds": 240, "Output": jsonata("$states.input")})
+        gate = token_gate(self, "Gate", table=probes, pk="'gate#' & $states.input.key")
         holder = LockedWorkflow(self, "FairHold", protected=gate.next(self.probe("FairHoldProbe")),
                                 **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5)})
         probes.grant_write_data(holder.state_machine)
@@ -64,12 +59,7 @@ class FairStack(cdk.Stack):
             protected=self.probe("CancelledProbe"), lease=cdk.Duration.minutes(3), max_wait=cdk.Duration.seconds(90),
         )
         # the sibling fails when the test says (it fails the task token this gate stores)
-        sibling = sfn.CustomState(self, "SiblingGate", state_json={
-            "Type": "Task", "QueryLanguage": "JSONata",
-            "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
-            "Arguments": {"TableName": probes.table_name, "Item": {
-                "pk": {"S": jsonata("'sibling#' & $states.input.key")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
-            "TimeoutSeconds": 240})
+        sibling = token_gate(self, "SiblingGate", table=probes, pk="'sibling#' & $states.input.key")
         parallel = sfn.Parallel.jsonata(self, "SectionAndSibling")
         parallel.branch(section).branch(sibling)
         parallel.add_catch(sfn.Wait.jsonata(self, "StillRunning", time=sfn.WaitTime.duration(cdk.Duration.seconds(60))),

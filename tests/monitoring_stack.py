@@ -18,6 +18,7 @@ from constructs import Construct
 from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.monitoring import LockMonitoring
 from locked_workflow.state_machines.lock_protocol import jsonata
+from safety_stack import token_gate
 
 #: One whole-second round per poll, a liveness check every round.
 PATIENT_POLICY = WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False, retries_per_round=0)
@@ -111,10 +112,4 @@ class KindsStack(MonitoringStack):
             self.gates.grant_write_data(workflow.state_machine)
 
     def gate(self, name: str) -> sfn.CustomState:
-        return sfn.CustomState(self, f"{name}Gate", state_json={
-            "Type": "Task", "QueryLanguage": "JSONata",
-            "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
-            "Arguments": {"TableName": self.gates.table_name, "Item": {
-                "pk": {"S": jsonata("$states.input.run")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
-            "TimeoutSeconds": 240, "Output": jsonata("$states.input"),
-        })
+        return token_gate(self, f"{name}Gate", table=self.gates, pk="$states.input.run")

@@ -24,6 +24,19 @@ PROBE_TIMEOUT_S = 8  # headroom for a 3.5 s work on a loaded machine (the grace:
 LEASE = cdk.Duration.minutes(10)
 
 
+def token_gate(scope: Construct, construct_id: str, *, table: dynamodb.ITable, pk: str,
+               timeout_s: int = 240) -> sfn.CustomState:
+    """A task that parks until the test completes (or fails) the task token it stores in
+    ``table`` under the key the JSONata ``pk`` evaluates to; its output is its input. Grant the
+    state machine write access to ``table``."""
+    return sfn.CustomState(scope, construct_id, state_json={
+        "Type": "Task", "QueryLanguage": "JSONata",
+        "Resource": f"arn:{cdk.Stack.of(scope).partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
+        "Arguments": {"TableName": table.table_name, "Item": {
+            "pk": {"S": jsonata(pk)}, "token": {"S": jsonata("$states.context.Task.Token")}}},
+        "TimeoutSeconds": timeout_s, "Output": jsonata("$states.input")})
+
+
 #: The table of the sibling branches' gates (one per stack), and the error a failed gate raises.
 SIBLING_GATES, SIBLING_ERROR = "SiblingGates", "User.Boom"
 
@@ -48,12 +61,8 @@ def beside_failing_sibling(scope: Construct, prefix: str, branch: sfn.IChainable
     ``branch`` (no Catch ran in it)."""
     both = sfn.Parallel.jsonata(scope, f"{prefix}Both")
     both.branch(branch)
-    both.branch(sfn.CustomState(scope, f"{prefix}Sibling", state_json={
-        "Type": "Task", "QueryLanguage": "JSONata",
-        "Resource": f"arn:{cdk.Stack.of(scope).partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
-        "Arguments": {"TableName": sibling_gates(scope).table_name, "Item": {
-            "pk": {"S": jsonata("$states.input.siblingGate")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
-        "TimeoutSeconds": 300}))
+    both.branch(token_gate(scope, f"{prefix}Sibling", table=sibling_gates(scope), pk="$states.input.siblingGate",
+                           timeout_s=300))
     then = sfn.Wait.jsonata(scope, f"{prefix}GoesOn", time=sfn.WaitTime.duration(cdk.Duration.minutes(2)))
     both.add_catch(then, errors=[SIBLING_ERROR], outputs=jsonata("$states.input"))
     return both

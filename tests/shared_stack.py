@@ -9,7 +9,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedWorkflow
-from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources
+from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources, token_gate
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (the dead-participant cases wait it out).
@@ -76,14 +76,9 @@ class SharedStack(cdk.Stack):
     def gate(self, construct_id: str) -> sfn.CustomState:
         """Park until the test completes (or fails) the task token stored under
         ``gate#<key>#<gate>`` (``SiblingGate``: ``gate#<key>#sibling``)."""
-        return sfn.CustomState(self, construct_id, state_json={
-            "Type": "Task", "QueryLanguage": "JSONata",
-            "Resource": f"arn:{self.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
-            "Arguments": {"TableName": self.gates.table_name, "Item": {
-                "pk": {"S": jsonata("'gate#' & $states.input.key & '#' & "
-                                    + ("'sibling'" if construct_id == "SiblingGate" else "$states.input.gate"))},
-                "token": {"S": jsonata("$states.context.Task.Token")}}},
-            "TimeoutSeconds": 200, "Output": jsonata("$states.input")})
+        return token_gate(self, construct_id, table=self.gates, timeout_s=200, pk=(
+            "'gate#' & $states.input.key & '#' & "
+            + ("'sibling'" if construct_id == "SiblingGate" else "$states.input.gate")))
 
     def probe(self, construct_id: str, role: str, fence: bool = True) -> tasks.LambdaInvoke:
         return tasks.LambdaInvoke.jsonata(
