@@ -15,6 +15,11 @@ timeouts, throttling, refused calls and bad arguments alike (argparse's usage er
     locked-workflow --table Locks locks release 42 --namespace customer --force
     locked-workflow --table Locks locks clear-head 42 --namespace customer   # a fair lock's dead head
     locked-workflow --table Locks locks release api --namespace sem --slot 2 --force
+    locked-workflow --table Locks locks release 42 --namespace customer --reader 'arn:...#uuid' --force
+
+A read/write lock's shared hold shows ``mode: shared`` and its readers, each with its own lease
+and execution; ``release --reader OWNER`` removes one reader's hold (the last one out hands the
+key to the next waiters).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Mapping, NoReturn, Sequence
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import semaphore_protocol as sp
+from locked_workflow.state_machines import shared_protocol as rw
 
 #: Exit codes.
 OK, FAILED, REFUSED = 0, 1, 2
@@ -76,6 +82,14 @@ def describe(item: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
     owner = item.get(p.OWNER, {}).get("S")
     expires = number(p.EXPIRES_AT)
     state = "free" if owner is None else ("expired" if expires is not None and expires < now_ms else "held")
+    readers = [{"owner": reader, "execution": p.owner_execution(reader),
+                "acquiredAt": _iso(int(entry[p.ACQUIRED_AT]["N"])), "expiresAt": _iso(int(entry[p.EXPIRES_AT]["N"])),
+                "state": "expired" if int(entry[p.EXPIRES_AT]["N"]) < now_ms else "held"}
+               for reader, entry in sorted(rw.readers_of(item).items())]
+    if owner == rw.SHARED:  # a read/write lock's shared hold: its readers hold it, each with its own lease
+        state = "free" if not readers else "held" if any(r["state"] == "held" for r in readers) else "expired"
+        owner = None
+    extra = {"mode": "shared", "readers": readers} if item.get(p.OWNER, {}).get("S") == rw.SHARED else {}
     return {
         **parse_stored_key(item[p.KEY_ATTRIBUTE]["S"]),
         "storedKey": item[p.KEY_ATTRIBUTE]["S"],
@@ -86,6 +100,7 @@ def describe(item: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
         "expiresAt": _iso(expires),
         "fence": number(p.FENCE),
         "graceMs": number(p.GRACE),
+        **extra,
     }
 
 
@@ -168,6 +183,8 @@ def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
     _, item = _read(locks, args)
     shown = describe(item, now_ms)
     shown["executionStatus"] = locks.execution_status(shown["execution"])
+    for reader in shown.get("readers", [])[:SHOWN_WAITERS]:
+        reader["executionStatus"] = locks.execution_status(reader["execution"])
     if fair.TICKETS in item:  # a fair lock: its waiters' rows, in ticket order
         shown["waiters"] = fair_waiters(locks, item[p.KEY_ATTRIBUTE]["S"], item)
     else:
@@ -180,6 +197,8 @@ def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[in
 
     stored, item = _read(locks, args)
     shown = describe(item, now_ms)
+    if shown.get("mode") == "shared" or args.reader is not None:
+        return _release_reader(locks, args, stored, item, shown)
     if shown["owner"] is None:
         return OK, {**shown, "released": False, "message": "the lock is free: nothing to release"}
     if args.owner is not None and args.owner != shown["owner"]:
@@ -195,9 +214,11 @@ def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[in
         return REFUSED, {**shown, "released": False, "warning": warning,
                          "message": f"would release the lock held by {shown['owner']!r} (fence "
                                     f"{shown['fence']}); add --force to release it"}
-    # (a fair lock: the release hands the lock to the next waiter and wakes it)
+    # (a fair or read/write lock: the release hands the lock to the next waiters and wakes them)
+    read_write = _read_write(locks, stored, item)
     client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb,
-                        stepfunctions=locks.stepfunctions, fair=fair.TICKETS in item)
+                        stepfunctions=locks.stepfunctions, fair=fair.TICKETS in item and not read_write,
+                        read_write=read_write)
     try:
         client.release(_lease(args.key, item))
     except LockLost:
@@ -208,6 +229,47 @@ def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[in
         ) from None
     return OK, {**shown, "released": True, "warning": warning,
                 "message": f"released the lock held by {shown['owner']!r} (fence {shown['fence']})"}
+
+
+def _read_write(locks: Locks, stored: str, item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is a read/write lock's: it counts readers, or its head's row says what its
+    waiter wants (a fair lock's rows do not)."""
+    if rw.READERS in item:
+        return True
+    head = next(iter(fair.queued_tickets(item)), None)
+    return head is not None and rw.KIND in locks.get(fair.row_key(stored, head))
+
+
+def _release_reader(locks: Locks, args: argparse.Namespace, stored: str, item: Mapping[str, Any],
+                    shown: dict) -> tuple[int, Any]:
+    """Remove one reader's entry from a shared hold (``--reader OWNER``): conditioned on that
+    entry only; the last reader out hands the key to the next waiters."""
+    from locked_workflow.constructs_lib.lock_client import Lease, LockClient, LockLost
+
+    readers = {r["owner"]: r for r in shown.get("readers", [])}
+    if args.reader is None:
+        raise CliError(f"the lock is held shared by {len(readers)} reader(s): give --reader OWNER "
+                       "(`locks show` lists them)")
+    if args.reader not in readers:
+        raise CliError(f"{args.reader!r} holds no shared hold on this lock (readers: {sorted(readers)}): "
+                       "nothing released")
+    reader = {**readers[args.reader], "executionStatus": locks.execution_status(readers[args.reader]["execution"])}
+    alive = reader["executionStatus"] in p.ALIVE_STATUSES or (reader["execution"] is None and reader["state"] == "held")
+    warning = ("WARNING: the reader may still be running; releasing lets a writer in while it reads") if alive else None
+    if not args.force:
+        return REFUSED, {**reader, "released": False, "warning": warning,
+                         "message": f"would remove the shared hold of {args.reader!r}; add --force to remove it"}
+    entry = rw.readers_of(item)[args.reader]
+    lease = Lease(key=args.key, table_key=stored, owner=args.reader, fence=int(item.get(p.FENCE, {}).get("N", "0")),
+                  acquired_at=int(entry[p.ACQUIRED_AT]["N"]), expires_at=int(entry[p.EXPIRES_AT]["N"]), shared=True)
+    client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb,
+                        stepfunctions=locks.stepfunctions, read_write=True)
+    try:
+        client.release(lease)
+    except LockLost:
+        raise CliError(f"the shared hold of {args.reader!r} ended since it was read: nothing released") from None
+    return OK, {**reader, "released": True, "warning": warning,
+                "message": f"removed the shared hold of {args.reader!r}"}
 
 
 # ---- the fair lock's queue (rows of their own) --------------------------------------
@@ -358,6 +420,7 @@ def parser() -> argparse.ArgumentParser:
     release.add_argument("--force", action="store_true", help="really release (without it: say what would happen)")
     release.add_argument("--owner", help="release only if this is the holder")
     release.add_argument("--fence", type=int, help="release only if this is the fence")
+    release.add_argument("--reader", help="a read/write lock's shared hold: remove this reader's hold")
     clear = locks.add_parser("clear-head", parents=[common], help="a fair lock: clear a dead head from its queue")
     clear.add_argument("key")
     clear.add_argument("--namespace", default="")
@@ -375,7 +438,8 @@ def _print(result: Any, as_json: bool) -> None:
         for r in result:
             slot = f" slot {r['slot']}" if r["slot"] is not None else ""
             print(f"{r['namespace']}#{r['key']}{slot}: {r['state']}, fence {r['fence']}"
-                  + (f", held by {r['owner']} since {r['acquiredAt']}, expires {r['expiresAt']}" if r["owner"] else ""))
+                  + (f", held by {r['owner']} since {r['acquiredAt']}, expires {r['expiresAt']}" if r["owner"] else "")
+                  + (f", shared by {len(r['readers'])} reader(s)" if r.get("mode") == "shared" else ""))
         return
     for name in ("warning", "message"):
         if result.get(name):
@@ -385,6 +449,11 @@ def _print(result: Any, as_json: bool) -> None:
             print(f"  waiters: {len(value)}" + ("" if value else " (none)"))
             for n, w in enumerate(value, 1):
                 print(f"    {n}. {w['owner']} ({w['waits']})")  # (a fair lock's waiters, head first)
+        elif name == "readers" and isinstance(value, list):
+            print(f"  readers: {len(value)}")
+            for r in value:  # (a read/write lock's shared hold: each reader's own lease)
+                status = f", execution {r['executionStatus']}" if r.get("executionStatus") else ""
+                print(f"    {r['owner']} ({r['state']}, since {r['acquiredAt']}, expires {r['expiresAt']}{status})")
         elif name not in ("warning", "message") and value is not None:
             print(f"  {name}: {value}")
 

@@ -114,7 +114,7 @@ import time
 import uuid
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta, timezone
 from email.utils import parsedate_to_datetime
 from types import FrameType
@@ -122,6 +122,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from botocore.exceptions import ClientError
 
+from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, _Refused
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines.lock_protocol import (
     ACQUIRED_AT,
@@ -165,161 +166,16 @@ _WATCHED_LOCKS = 1024
 _CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
-# --------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------
-
-
-class LockError(Exception):
-    """Base of every error of the lock client. ``error`` is the protocol's error name."""
-
-    error: str | None = None
-
-
-class InvalidLockKey(LockError, ValueError):
-    """The key is missing, not a string, empty or too long - more than 2048 bytes of UTF-8
-    with its namespace prefix (raised before any DynamoDB call)."""
-
-    error = ERROR_INVALID_KEY
-
-
-class LockHeld(LockError):
-    """Another owner holds the lock, and this client may not take it over yet.
-
-    ``takeover_in``: seconds until this client may take the lock over if it stays unchanged
-    meanwhile (None: not known, e.g. for a fair lock). ``expires_at``: the lease end stamped on
-    the item (epoch ms of its writer's clock - informative only: a client never judges it)."""
-
-    def __init__(self, message: str, *, key: str, holder: str | None = None,
-                 expires_at: int | None = None, takeover_in: float | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.holder = holder
-        self.expires_at = expires_at
-        self.takeover_in = takeover_in
-        self.item: Mapping[str, Any] = {}  # the lock item as the refused write found it
-
-
-class LockTimeout(LockHeld):
-    """The lock was still held when the caller's ``wait`` ran out."""
-
-    error = ERROR_TIMEOUT
-
-
-class LockHeldInThisThread(LockHeld):
-    """:meth:`LockClient.hold` found the lock held through the same client by another flow of
-    the current thread - an asyncio task, or a generator suspended inside its ``hold()``
-    block - and did not wait: that flow can only go on, and release, once this thread is
-    free again, so a wait here would last until ``wait`` ran out. Raised at once, whatever
-    ``wait`` is (after one acquire attempt: a lease that ended is taken over as usual)."""
-
-
-class LockLost(LockError):
-    """The lock is not (or no longer) held by this lease: taken over, released, never taken,
-    or its lease ran out on this client's clock without a renewal (:meth:`Lease.check`)."""
-
-    error = ERROR_LOST
-
-
-# --------------------------------------------------------------------------------------
-# The lease
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One acquisition of a lock.
-
-    ``acquired_at`` and ``expires_at`` are the epoch milliseconds stamped on the lock item by
-    its writer - this client's clock for its own acquisitions and renewals - and are what the
-    *workflows* judge the lease by (``expiresAt < $millis()``). The holder's own view of its
-    lease is :meth:`check`, on this client's monotonic clock.
-    """
-
-    key: str  # the caller's key
-    table_key: str  # the stored (namespaced) key
-    owner: str
-    fence: int  # fencing token: pass it to every write made under the lock
-    acquired_at: int
-    expires_at: int
-    #: a fair lock's ticket of this acquisition (its release hands the lock to the next one)
-    ticket: int | None = None
-    #: what the holder knows of this acquisition (shared by the leases refresh() returns)
-    _holding: "_Holding | None" = field(default=None, compare=False, repr=False)
-
-    def check(self) -> float:
-        """Seconds left of this lease, else :class:`LockLost`. No DynamoDB call: cheap enough
-        to call before every step of long work.
-
-        The lease is counted on this client's monotonic clock from *before* the write that took
-        or last renewed it, so it runs out no later than any client waiter may take the lock
-        over (they watch it unchanged for the lease from *after* that write landed), or any
-        workflow (``expiresAt`` is stamped from the latest time AWS's clock can show).
-
-        :raises LockLost: a renewal (the heartbeat's, or :meth:`LockClient.refresh`) found the
-            lock taken over; or it was released; or the lease ran out without a renewal -
-            nobody may have taken the lock yet, but anyone may from now on (a successful
-            :meth:`LockClient.refresh` then proves nobody did, and counts afresh).
-        :raises ValueError: the lease was not made by a ``LockClient`` (built by hand).
-        """
-        if self._holding is None:
-            raise ValueError(
-                f"`lease` must come from LockClient.acquire(), hold() or refresh() to be checked, "
-                f"got one built by hand: {self!r}"
-            )
-        return self._holding.check(self)
-
-
-class _Holding:
-    """The holder's view of one acquisition: until when its lease runs on the client's
-    monotonic clock, the latest lease length and ``expiresAt`` written, whether the lock is
-    known lost or was released, and its heartbeat (if any)."""
-
-    def __init__(self, monotonic: Callable[[], float], started: float, lease_ms: int, expires_at: int) -> None:
-        self.mutex = threading.Lock()
-        self.monotonic = monotonic
-        self.started = started
-        self.deadline = started + lease_ms / 1000
-        self.lease_ms = lease_ms
-        self.expires_at = expires_at
-        self.lost: str | None = None  # why the lock is known lost
-        self.released = False
-        self.heartbeat: _Heartbeat | None = None
-
-    def __deepcopy__(self, memo: dict) -> "_Holding":
-        return self  # one acquisition, one view (``dataclasses.asdict(lease)`` shares it)
-
-    def renewed(self, started: float, lease_ms: int, expires_at: int) -> None:
-        with self.mutex:
-            self.started, self.deadline = started, started + lease_ms / 1000
-            self.lease_ms, self.expires_at = lease_ms, expires_at
-            self.lost = None  # the renewal found the lock still mine: nobody took it meanwhile
-
-    def lose(self, why: str) -> None:
-        with self.mutex:
-            self.lost = why
-
-    def check(self, lease: Lease) -> float:
-        with self.mutex:
-            lost, released, deadline = self.lost, self.released, self.deadline
-        if lost is not None:
-            raise LockLost(lost)
-        if released:
-            raise LockLost(f"{ERROR_LOST}: lock {lease.table_key!r} (fence {lease.fence}) was released")
-        left = deadline - self.monotonic()
-        if left <= 0:
-            raise LockLost(
-                f"{ERROR_LOST}: the lease of lock {lease.table_key!r} (fence {lease.fence}) ran out "
-                f"{-left:.3f} s ago on this client's clock without a renewal: others may take the lock over"
-            )
-        return left
-
-    def stop_heartbeat(self) -> None:
-        with self.mutex:
-            heartbeat, self.heartbeat = self.heartbeat, None
-        if heartbeat is not None:
-            heartbeat.stop()
-
+from locked_workflow.constructs_lib.client_lease import (  # noqa: E402, F401 - re-exported
+    InvalidLockKey,
+    Lease,
+    LockError,
+    LockHeld,
+    LockHeldInThisThread,
+    LockLost,
+    LockTimeout,
+    _Holding,
+)
 
 class _Heartbeat:
     """Renews a held lease in a background thread, half a lease after the start of the last
@@ -613,6 +469,11 @@ class LockClient:
         waiter whose wake-up failed but whose execution still runs (its park may have just timed
         out) to confirm the handoff, before taking it back. Default: 30 s (the workflows' park
         timeout).
+    :param read_write: take part in a read/write lock (the workflows' ``Lock.shared`` /
+        ``Lock.exclusive`` on the same keys): ``acquire(key, shared=True)`` enters as one of
+        many readers, ``acquire(key)`` as the one writer, in arrival order (see
+        :mod:`shared_client`). Queued, the client polls its place as the fair lock's client
+        does; a release admits the next waiters. Not with ``fair``. Default: ``False``.
     :param stepfunctions: a boto3 Step Functions client for those wake-ups. Default:
         ``boto3.client("stepfunctions")``, created on first use.
     :raises TypeError, ValueError: a bad argument (``"`x` must ..., got: ..."``).
@@ -631,6 +492,7 @@ class LockClient:
         fair: bool = False,
         stepfunctions: Any = None,
         claim_window: timedelta | float = fair.DEFAULT_PARK_TIMEOUT_S,
+        read_write: bool = False,
     ) -> None:
         if not isinstance(table_name, str):
             raise TypeError(f"`table_name` must be a non-empty string, got: {table_name!r}")
@@ -643,6 +505,10 @@ class LockClient:
             _owner_checked(owner)
         if not isinstance(fair, bool):
             raise TypeError(f"`fair` must be True or False, got: {fair!r}")
+        if not isinstance(read_write, bool):
+            raise TypeError(f"`read_write` must be True or False, got: {read_write!r}")
+        if fair and read_write:
+            raise ValueError("`read_write` must be False with `fair` (a read/write lock is fair already), got: True")
         window = _seconds(claim_window, "claim_window")
         if not 0 <= window <= MAX_POLL_INTERVAL_S:
             raise ValueError(
@@ -662,7 +528,9 @@ class LockClient:
         self._watches_mutex = threading.Lock()
         self._aws_clock = _AwsClock()
         self.fair = fair
+        self.read_write = read_write
         self.claim_window = window
+        self._rw = ReadWriteParticipant(self) if read_write else None
 
     @property
     def dynamodb(self) -> Any:
@@ -683,7 +551,7 @@ class LockClient:
     def table_key(self, key: str) -> str:
         """The stored key of ``key`` (validated, namespaced; a fair key leaves room for its
         queue rows' keys)."""
-        if self.fair:
+        if self.fair or self.read_write:
             problem = key_problem(key, self.namespace, fair.ROW_KEY_RESERVE_BYTES)
             if problem:
                 raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
@@ -717,6 +585,7 @@ class LockClient:
         poll_interval: timedelta | float = 0.2,
         max_poll_interval: timedelta | float = 2.0,
         backoff_rate: float = 1.5,
+        shared: bool = False,
     ) -> Lease:
         """Take the lock on ``key``; return the :class:`Lease` (with its fence).
 
@@ -739,6 +608,8 @@ class LockClient:
         :param max_poll_interval: the longest wait between attempts (s, from ``poll_interval`` to
             :data:`MAX_POLL_INTERVAL_S`). Default: 2.
         :param backoff_rate: growth of the wait between attempts (at least 1). Default: 1.5.
+        :param shared: a read/write client (``read_write=True``) only: enter as a reader, beside
+            other readers (``lease.fence`` is the last writer's). Default: ``False`` (the writer).
         :raises InvalidLockKey: before any DynamoDB call.
         :raises TypeError, ValueError: a bad argument, before any DynamoDB call.
         :raises LockHeld: held by another owner and ``wait`` is 0.
@@ -747,9 +618,19 @@ class LockClient:
         table_key = self.table_key(key)
         me = self._owner(owner)
         options = _Options.of(lease, wait, poll_interval, max_poll_interval, backoff_rate)
-        return self._acquire(key, table_key, me, options)
+        return self._acquire(key, table_key, me, options, shared=self._shared_checked(shared))
 
-    def _acquire(self, key: str, table_key: str, me: str, options: _Options) -> Lease:
+    def _shared_checked(self, shared: Any) -> bool:
+        if not isinstance(shared, bool):
+            raise TypeError(f"`shared` must be True or False, got: {shared!r}")
+        if shared and not self.read_write:
+            raise ValueError("`shared` must be False on a client without `read_write=True` (only a read/write "
+                             "lock has shared holders), got: True")
+        return shared
+
+    def _acquire(self, key: str, table_key: str, me: str, options: _Options, *, shared: bool = False) -> Lease:
+        if self._rw is not None:
+            return self._rw.acquire(key, table_key, me, options, mode=READ if shared else WRITE)
         lease_ms, wait_s = options.lease_ms, options.wait_s
         deadline = self._monotonic() + wait_s  # math.inf: no deadline
         nominal = options.poll_interval
@@ -940,6 +821,17 @@ class LockClient:
         holding = lease._holding
         if holding is not None:
             holding.stop_heartbeat()
+        if self._rw is not None:
+            try:
+                self._rw.release(lease)
+            except LockLost as lost:
+                if holding is not None:
+                    holding.lose(str(lost))
+                raise
+            if holding is not None:
+                with holding.mutex:
+                    holding.released = True
+            return
         try:
             if self.fair and lease.ticket is not None:
                 self.handoff(table_key, me=lease.owner, served=lease.ticket, fence=lease.fence)
@@ -989,6 +881,21 @@ class LockClient:
         started = self._monotonic()
         written = holding.expires_at if holding is not None else held.expires_at
         expires_at = max(self._stamp(started)[1] + for_ms, written + 1)  # never an end written before
+        if self._rw is not None:
+            try:
+                item = self._rw.refresh(held, expires_at)
+            except _Refused:
+                message = (f"{ERROR_LOST}: the {'shared' if held.shared else 'exclusive'} hold of {held.owner!r} "
+                           f"on lock {table_key!r} is gone (its lease ran out and it was reaped or taken over)")
+                if holding is not None:
+                    holding.lose(message)
+                raise LockLost(message) from None
+            if holding is None:
+                holding = _Holding(self._monotonic, started, for_ms, expires_at)
+            else:
+                holding.renewed(started, for_ms, expires_at)
+            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)), expires_at=expires_at,
+                           _holding=holding)
         values = {":me": {"S": held.owner}, ":expiresAt": {"N": str(expires_at)}}
         if not self.fair:
             values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
@@ -1019,6 +926,7 @@ class LockClient:
         poll_interval: timedelta | float = 0.2,
         max_poll_interval: timedelta | float = 2.0,
         backoff_rate: float = 1.5,
+        shared: bool = False,
     ) -> Iterator[Lease]:
         """``with client.hold(key) as lease:`` acquire, run the block, release. Options as
         :meth:`acquire`, plus:
@@ -1028,6 +936,9 @@ class LockClient:
             the lock taken over is reported at the block's next ``lease.check()`` (and by the
             release), not only at the end. Default: ``False`` - the lease must cover the block,
             or the block renews it with :meth:`refresh`.
+
+        :param shared: a read/write client only: hold as one of many readers (as :meth:`acquire`).
+            Default: ``False``.
 
         Re-entrant for sequential nesting only (see the module notes): inside a block of this
         client on ``key`` that runs below on the call stack, ``hold()`` yields the enclosing
@@ -1050,15 +961,21 @@ class LockClient:
         options = _Options.of(lease, wait, poll_interval, max_poll_interval, backoff_rate)
         if not isinstance(heartbeat, bool):
             raise TypeError(f"`heartbeat` must be True or False, got: {heartbeat!r}")
+        shared = self._shared_checked(shared)
         here = _block_frame(sys._getframe())
         with self._blocks_mutex:
             enclosing, beside_in_this_thread = self._enclosing(table_key, owner)
+        if enclosing is not None and enclosing.lease.shared and not shared:
+            raise LockHeldInThisThread(
+                f"lock {table_key!r} is held shared by an enclosing hold() of this client: a reader cannot "
+                f"become the writer (it would wait for its own hold to end); take the exclusive hold "
+                f"outside instead", key=key, holder=enclosing.lease.owner)
         if enclosing is not None:  # re-entered: covered by the enclosing block's acquisition
             yield from self._run_block(table_key, _Block(enclosing.lease, here, enclosing.acquisition))
             return
         if beside_in_this_thread:
             try:
-                held = self._acquire(key, table_key, self._owner(owner), options._replace(wait_s=0))
+                held = self._acquire(key, table_key, self._owner(owner), options._replace(wait_s=0), shared=shared)
             except LockHeld as refused:
                 error = LockHeldInThisThread(
                     f"lock {table_key!r} is held through this client by another flow of this thread "
@@ -1071,7 +988,7 @@ class LockClient:
                 error.item = refused.item
                 raise error from None
         else:
-            held = self._acquire(key, table_key, self._owner(owner), options)
+            held = self._acquire(key, table_key, self._owner(owner), options, shared=shared)
         if heartbeat:
             try:
                 _Heartbeat(self, held).start()

@@ -254,6 +254,66 @@ def test_clear_head_takes_a_dead_head_out_of_a_fair_queue_and_hands_the_free_loc
     assert code == 0 and not json.loads(out)["cleared"]  # nobody queues any more
 
 
+def test_a_read_write_locks_readers_are_shown_and_one_is_released_by_name(cloud, table, capsys):
+    """A shared hold: `show` lists its readers, each with its own lease; `release` needs
+    `--reader`, removes only that reader's hold, and the last reader out hands the key to the
+    writer queued behind (a polling client: granted, it claims at its next look)."""
+    import threading
+
+    from locked_workflow.state_machines import fair_protocol as fp
+
+    def rw():
+        return LockClient(table, namespace="rw", dynamodb=cloud.dynamodb, stepfunctions=cloud.stepfunctions,
+                          read_write=True)
+
+    first, second = rw().acquire("q", shared=True, lease=60), rw().acquire("q", shared=True, lease=60)
+    code, out, _ = run(cloud, capsys, "locks", "show", "q", "--namespace", "rw", "--table", table, "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["mode"] == "shared" and shown["state"] == "held" and shown["owner"] is None
+    assert sorted(r["owner"] for r in shown["readers"]) == sorted([first.owner, second.owner])
+    assert {r["state"] for r in shown["readers"]} == {"held"}
+    code, out, _ = run(cloud, capsys, "locks", "list", "--table", table, "--held", "--json")
+    assert [(r["key"], r["mode"], len(r["readers"])) for r in json.loads(out) if r["namespace"] == "rw"] == [
+        ("q", "shared", 2)]
+    code, out, _ = run(cloud, capsys, "locks", "show", "q", "--namespace", "rw", "--table", table)
+    assert "readers: 2" in out and f"    {first.owner} (held, since " in out
+    code, out, _ = run(cloud, capsys, "locks", "list", "--table", table)
+    assert "rw#q: held, fence None, shared by 2 reader(s)" in out
+    # a writer queues behind the readers
+    got = {}
+    writer = threading.Thread(target=lambda: got.update(lease=rw().acquire("q", wait=60, poll_interval=0.1)))
+    writer.start()
+    deadline = time.time() + 60
+    while fp.counters(item(cloud, table, "rw#q")) != (0, 1):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    code, out, err = run(cloud, capsys, "locks", "release", "q", "--namespace", "rw", "--table", table, "--force")
+    assert code == 1 and "give --reader OWNER" in err
+    code, out, err = run(cloud, capsys, "locks", "release", "q", "--namespace", "rw", "--table", table, "--force",
+                         "--reader", "client:nobody#1")
+    assert code == 1 and "holds no shared hold" in err
+    code, out, _ = run(cloud, capsys, "locks", "release", "q", "--namespace", "rw", "--table", table,
+                       "--reader", first.owner, "--json")
+    assert code == cli.REFUSED and not json.loads(out)["released"]
+    code, out, _ = run(cloud, capsys, "locks", "release", "q", "--namespace", "rw", "--table", table, "--force",
+                       "--reader", first.owner, "--json")
+    assert code == 0 and json.loads(out)["released"]
+    assert sorted(rw_entries(item(cloud, table, "rw#q"))) == [second.owner]  # only that reader's hold went
+    rw().release(second)  # the last reader: the key goes to the queued writer
+    writer.join(60)
+    assert got["lease"].ticket == 1 and item(cloud, table, "rw#q")["owner"]["S"] == got["lease"].owner
+    code, out, _ = run(cloud, capsys, "locks", "release", "q", "--namespace", "rw", "--table", table, "--force",
+                       "--json")
+    assert code == 0 and json.loads(out)["released"]  # a writer's forced release, as a mutex's
+    assert "owner" not in item(cloud, table, "rw#q")
+
+
+def rw_entries(lock_item: dict) -> dict:
+    from locked_workflow.state_machines import shared_protocol as rwp
+
+    return rwp.readers_of(lock_item)
+
+
 # ---- semaphore slots, endpoints without credentials, one-line errors -------------------------
 
 

@@ -1,0 +1,174 @@
+"""What a :class:`~locked_workflow.constructs_lib.lock_client.LockClient` hands out: its errors
+and the :class:`Lease` of one acquisition (with the holder's own view of it, ``_Holding``).
+
+A module of its own so that the participants of each lock kind (:mod:`lock_client`,
+:mod:`shared_client`) share these types without importing each other; ``lock_client``
+re-exports them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from locked_workflow.state_machines.lock_protocol import ERROR_INVALID_KEY, ERROR_LOST, ERROR_TIMEOUT
+
+
+# --------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------
+
+
+class LockError(Exception):
+    """Base of every error of the lock client. ``error`` is the protocol's error name."""
+
+    error: str | None = None
+
+
+class InvalidLockKey(LockError, ValueError):
+    """The key is missing, not a string, empty or too long - more than 2048 bytes of UTF-8
+    with its namespace prefix (raised before any DynamoDB call)."""
+
+    error = ERROR_INVALID_KEY
+
+
+class LockHeld(LockError):
+    """Another owner holds the lock, and this client may not take it over yet.
+
+    ``takeover_in``: seconds until this client may take the lock over if it stays unchanged
+    meanwhile (None: not known, e.g. for a fair lock). ``expires_at``: the lease end stamped on
+    the item (epoch ms of its writer's clock - informative only: a client never judges it)."""
+
+    def __init__(self, message: str, *, key: str, holder: str | None = None,
+                 expires_at: int | None = None, takeover_in: float | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.holder = holder
+        self.expires_at = expires_at
+        self.takeover_in = takeover_in
+        self.item: Mapping[str, Any] = {}  # the lock item as the refused write found it
+
+
+class LockTimeout(LockHeld):
+    """The lock was still held when the caller's ``wait`` ran out."""
+
+    error = ERROR_TIMEOUT
+
+
+class LockHeldInThisThread(LockHeld):
+    """:meth:`LockClient.hold` found the lock held through the same client by another flow of
+    the current thread - an asyncio task, or a generator suspended inside its ``hold()``
+    block - and did not wait: that flow can only go on, and release, once this thread is
+    free again, so a wait here would last until ``wait`` ran out. Raised at once, whatever
+    ``wait`` is (after one acquire attempt: a lease that ended is taken over as usual)."""
+
+
+class LockLost(LockError):
+    """The lock is not (or no longer) held by this lease: taken over, released, never taken,
+    or its lease ran out on this client's clock without a renewal (:meth:`Lease.check`)."""
+
+    error = ERROR_LOST
+
+
+# --------------------------------------------------------------------------------------
+# The lease
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One acquisition of a lock.
+
+    ``acquired_at`` and ``expires_at`` are the epoch milliseconds stamped on the lock item by
+    its writer - this client's clock for its own acquisitions and renewals - and are what the
+    *workflows* judge the lease by (``expiresAt < $millis()``). The holder's own view of its
+    lease is :meth:`check`, on this client's monotonic clock.
+    """
+
+    key: str  # the caller's key
+    table_key: str  # the stored (namespaced) key
+    owner: str
+    fence: int  # fencing token: pass it to every write made under the lock
+    acquired_at: int
+    expires_at: int
+    #: a fair lock's ticket of this acquisition (its release hands the lock to the next one)
+    ticket: int | None = None
+    #: a reader's hold of a read/write lock (``acquire(key, shared=True)``): others may read
+    #: beside it; ``fence`` is then the last writer's - the version it reads - never a write fence
+    shared: bool = False
+    #: what the holder knows of this acquisition (shared by the leases refresh() returns)
+    _holding: "_Holding | None" = field(default=None, compare=False, repr=False)
+
+    def check(self) -> float:
+        """Seconds left of this lease, else :class:`LockLost`. No DynamoDB call: cheap enough
+        to call before every step of long work.
+
+        The lease is counted on this client's monotonic clock from *before* the write that took
+        or last renewed it, so it runs out no later than any client waiter may take the lock
+        over (they watch it unchanged for the lease from *after* that write landed), or any
+        workflow (``expiresAt`` is stamped from the latest time AWS's clock can show).
+
+        :raises LockLost: a renewal (the heartbeat's, or :meth:`LockClient.refresh`) found the
+            lock taken over; or it was released; or the lease ran out without a renewal -
+            nobody may have taken the lock yet, but anyone may from now on (a successful
+            :meth:`LockClient.refresh` then proves nobody did, and counts afresh).
+        :raises ValueError: the lease was not made by a ``LockClient`` (built by hand).
+        """
+        if self._holding is None:
+            raise ValueError(
+                f"`lease` must come from LockClient.acquire(), hold() or refresh() to be checked, "
+                f"got one built by hand: {self!r}"
+            )
+        return self._holding.check(self)
+
+
+class _Holding:
+    """The holder's view of one acquisition: until when its lease runs on the client's
+    monotonic clock, the latest lease length and ``expiresAt`` written, whether the lock is
+    known lost or was released, and its heartbeat (if any)."""
+
+    def __init__(self, monotonic: Callable[[], float], started: float, lease_ms: int, expires_at: int) -> None:
+        self.mutex = threading.Lock()
+        self.monotonic = monotonic
+        self.started = started
+        self.deadline = started + lease_ms / 1000
+        self.lease_ms = lease_ms
+        self.expires_at = expires_at
+        self.lost: str | None = None  # why the lock is known lost
+        self.released = False
+        self.heartbeat: Any = None  # lock_client's _Heartbeat, while one runs
+
+    def __deepcopy__(self, memo: dict) -> "_Holding":
+        return self  # one acquisition, one view (``dataclasses.asdict(lease)`` shares it)
+
+    def renewed(self, started: float, lease_ms: int, expires_at: int) -> None:
+        with self.mutex:
+            self.started, self.deadline = started, started + lease_ms / 1000
+            self.lease_ms, self.expires_at = lease_ms, expires_at
+            self.lost = None  # the renewal found the lock still mine: nobody took it meanwhile
+
+    def lose(self, why: str) -> None:
+        with self.mutex:
+            self.lost = why
+
+    def check(self, lease: Lease) -> float:
+        with self.mutex:
+            lost, released, deadline = self.lost, self.released, self.deadline
+        if lost is not None:
+            raise LockLost(lost)
+        if released:
+            raise LockLost(f"{ERROR_LOST}: lock {lease.table_key!r} (fence {lease.fence}) was released")
+        left = deadline - self.monotonic()
+        if left <= 0:
+            raise LockLost(
+                f"{ERROR_LOST}: the lease of lock {lease.table_key!r} (fence {lease.fence}) ran out "
+                f"{-left:.3f} s ago on this client's clock without a renewal: others may take the lock over"
+            )
+        return left
+
+    def stop_heartbeat(self) -> None:
+        with self.mutex:
+            heartbeat, self.heartbeat = self.heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()

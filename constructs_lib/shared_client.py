@@ -1,0 +1,496 @@
+"""A :class:`~locked_workflow.constructs_lib.lock_client.LockClient` taking part in the read/write
+lock of :mod:`locked_workflow.state_machines.shared_protocol` (``Lock.shared`` / ``Lock.exclusive``).
+
+The steps are the protocol's, written with its expressions (nothing is spelled again here);
+what differs from a workflow is how a client waits. A client cannot park on a task token, so
+it **polls**, as a fair lock's client does (:mod:`fair_protocol`, step 7):
+
+* its queue row holds ``lease:<epoch ms>`` in place of a token - refreshed by every poll's
+  park, so a handoff that reads the row knows the waiter is alive (``row_state`` = ``grant``)
+  and a client that died is passed over once that lease lapses (``skip``);
+* the park is the protocol's transaction (``PARK`` on the row with the lock item's
+  ``PARK_UNLESS``): refused, the ticket may be admitted now (the client admits itself) or was
+  passed (it queues again) - so no handoff can miss it: a handoff that stops at its row leaves
+  the key admissible for it, and its next poll admits it;
+* between polls it *inspects* the lock item, as a parked workflow does at its fallback:
+  granted -> claim; passed -> queue again; the head of a key free for it -> admit itself
+  (a reader then admits the readers queued behind it, up to the next writer); an expired
+  reader entry holding back the head -> reap it; behind a head that does not move on a key
+  free of writers -> run the handoff for the head.
+
+A handoff run by a client (its release, the last reader leaving, a reader admitted from the
+queue, a helper) is the protocol's step 4: a parked workflow is woken with
+``SendTaskSuccess``; a polling client is granted and finds its grant at its next poll.
+
+Leases are judged as the fair lock's are: by the clock that stamps them (``expiresAt <
+:now``), the client's clock held within the bounds DynamoDB's ``Date`` headers put on AWS's
+(see :mod:`lock_client`). A reader's lease is its entry's ``expiresAt``; a writer's is the
+lock item's, as for the mutex.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+from typing import Any, Mapping
+
+from botocore.exceptions import ClientError
+
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import shared_protocol as shared
+from locked_workflow.state_machines.lock_protocol import (
+    ACQUIRED_AT,
+    ERROR_LOST,
+    ERROR_TIMEOUT,
+    EXPIRES_AT,
+    FENCE,
+    OWNER,
+    REFRESH,
+    LockWrite,
+    lock_item_key,
+)
+
+from locked_workflow.constructs_lib.client_lease import Lease, LockHeld, LockLost, LockTimeout, _Holding
+
+
+logger = logging.getLogger(__name__)
+
+READ, WRITE = shared.READ, shared.WRITE
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+_TRANSACTION_CANCELED = "TransactionCanceledException"
+#: A polling waiter's row lease lasts its next poll plus this margin (the fair client's).
+_ROW_MARGIN_S = fair.CLIENT_POLL_MARGIN_S
+
+
+class _Refused(Exception):
+    """A conditional write was refused; ``item``: the lock item as it was (maybe empty)."""
+
+    def __init__(self, item: Mapping[str, Any], retried: bool) -> None:
+        super().__init__("refused")
+        self.item = item
+        self.retried = retried
+
+
+def _number(item: Mapping[str, Any], name: str, default: int = 0) -> int:
+    return int(item.get(name, {}).get("N", default))
+
+
+def _writer_free(item: Mapping[str, Any], *, me: str, now: int) -> bool:
+    """The free condition of a reader (``_WRITER_FREE``), read in Python."""
+    owner = item.get(OWNER, {}).get("S")
+    return (owner is None or owner in (shared.SHARED, me)
+            or (EXPIRES_AT in item and _number(item, EXPIRES_AT) < now))
+
+
+def _all_free(item: Mapping[str, Any], *, me: str, now: int) -> bool:
+    """The free condition of a writer (``_ALL_FREE``), read in Python."""
+    owner = item.get(OWNER, {}).get("S")
+    if owner == shared.SHARED:
+        return _number(item, shared.READERS) == 0
+    return owner is None or owner == me or (EXPIRES_AT in item and _number(item, EXPIRES_AT) < now)
+
+
+class ReadWriteParticipant:
+    """The read/write protocol's steps for one :class:`LockClient` (``read_write=True``)."""
+
+    def __init__(self, client: Any) -> None:
+        """``client``: the LockClient this participant acts for (its DynamoDB and Step Functions
+        clients, clocks and sleep; not imported here: it imports this module)."""
+        self.client = client
+
+    # -- one write, one read --------------------------------------------------------------
+
+    def _write(self, key: str, write: LockWrite, values: Mapping[str, Any], *, reader: str | None = None,
+               return_new: bool = False) -> dict:
+        """One conditional UpdateItem of the protocol; refused -> :class:`_Refused`."""
+        c = self.client
+        names = set(write.value_names())
+        args = shared.arguments(key, write, {k: v for k, v in values.items() if k in names}, reader=reader,
+                                return_values="ALL_NEW" if return_new else "NONE")
+        before = c._monotonic()
+        try:
+            response = c.dynamodb.update_item(TableName=c.table_name, ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                                              **args)
+        except ClientError as error:
+            c._aws_clock.sample(before, c._monotonic(), error.response)
+            if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
+                retried = error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
+                raise _Refused(error.response.get("Item") or {}, retried) from None
+            raise
+        c._aws_clock.sample(before, c._monotonic(), response)
+        return response.get("Attributes", {})
+
+    def _read(self, key: str) -> dict:
+        c = self.client
+        return c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(key), ConsistentRead=True).get("Item", {})
+
+    def _drop_row(self, key: str, ticket: int) -> None:
+        """My row, once served (best effort: a served ticket's row is never read)."""
+        c = self.client
+        with contextlib.suppress(ClientError):
+            c.dynamodb.delete_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(key, ticket)))
+
+    def _values(self, me: str) -> dict:
+        """Values of the free conditions: ``:me``, ``:stale`` (nobody is known dead), ``:now``, ``:shared``,
+        and the counters' ``:one``/``:zero``/``:minusOne``."""
+        return {":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.client.now_ms())},
+                ":shared": {"S": shared.SHARED}, ":one": {"N": "1"}, ":zero": {"N": "0"}, ":minusOne": {"N": "-1"}}
+
+    def _own(self, lease_ms: int) -> tuple[float, int, int]:
+        """(monotonic start, acquiredAt, expiresAt) of a lease of ``lease_ms`` taken now."""
+        c = self.client
+        started = c._monotonic()
+        now, latest = c._stamp(started)
+        return started, now, latest + lease_ms
+
+    @property
+    def _claim_window_ms(self) -> int:
+        """How long a handoff's grant lasts unconfirmed (the workflows': at least 10 s)."""
+        return int(max(self.client.claim_window, 10) * 1000)
+
+    @property
+    def _hole_ms(self) -> int:
+        return int(self.client.claim_window * 1000)
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def _lease(self, key: str, table_key: str, me: str, mode: str, item: Mapping[str, Any], *, ticket: int | None,
+               started: float, lease_ms: int) -> Lease:
+        if mode == READ:
+            entry = item[shared.reader_attribute(me)]["M"]
+            acquired_at, expires_at = int(entry[ACQUIRED_AT]["N"]), int(entry[EXPIRES_AT]["N"])
+        else:
+            acquired_at, expires_at = _number(item, ACQUIRED_AT), _number(item, EXPIRES_AT)
+        holding = _Holding(self.client._monotonic, started, lease_ms, expires_at)
+        return Lease(key=key, table_key=table_key, owner=me, fence=_number(item, FENCE), acquired_at=acquired_at,
+                     expires_at=expires_at, ticket=ticket, shared=mode == READ, _holding=holding)
+
+    def _entry(self, acquired_at: int, expires_at: int) -> dict:
+        return shared.entry_value(expires_at=str(expires_at), acquired_at=str(acquired_at), grace="0")
+
+    # -- acquire ---------------------------------------------------------------------------
+
+    def acquire(self, key: str, table_key: str, me: str, options: Any, *, mode: str) -> Lease:
+        """Enter as a reader (``mode`` READ) or a writer: the fast path, else a ticket and polls."""
+        c = self.client
+        deadline = c._monotonic() + options.wait_s
+        nominal = options.poll_interval
+        ticket: int | None = None
+        seen: Mapping[str, Any] = {}
+        while True:
+            if ticket is None:
+                lease, seen = self._fast(key, table_key, me, mode, options.lease_ms)
+                if lease is not None:
+                    return lease
+                if options.wait_s == 0:
+                    raise self._held(key, table_key, seen, LockHeld)
+                ticket = self._enqueue(table_key, me, mode)
+                if ticket is None:
+                    continue  # the fast path would enter now: try it again
+                # a new ticket's first park waits no poll
+                delay = 0.0
+            else:
+                delay = min(random.uniform(nominal / 2, nominal), max(0.0, deadline - c._monotonic()))
+                nominal = min(options.max_poll_interval, nominal * options.backoff_rate)
+            lease, ticket = self._poll(key, table_key, me, mode, ticket, options.lease_ms,
+                                       row_lease_s=max(delay, options.max_poll_interval))
+            if lease is not None:
+                return lease
+            if ticket is None:
+                continue
+            if c._monotonic() >= deadline:
+                lease = self._leave(key, table_key, me, mode, ticket, options.lease_ms)
+                if lease is not None:  # granted meanwhile: mine after all
+                    return lease
+                seen = self._read(table_key)
+                raise self._held(key, table_key, seen, LockTimeout,
+                                 f" after waiting {options.wait_s:g} s (ticket {ticket})")
+            logger.debug("lock %s: %s ticket %d waits; next look in %.3f s", table_key, mode, ticket, delay)
+            c._sleep(delay)
+
+    @staticmethod
+    def _held(key: str, table_key: str, item: Mapping[str, Any], error: type, tail: str = "") -> Exception:
+        owner = item.get(OWNER, {}).get("S")
+        readers = _number(item, shared.READERS)
+        who = f"{readers} reader(s)" if owner == shared.SHARED else repr(owner)
+        served, tickets = fair.counters(item)
+        prefix = f"{ERROR_TIMEOUT}: " if tail else ""
+        held = error(f"{prefix}lock {table_key!r} is held by {who}, {tickets - served} queued{tail}", key=key,
+                     holder=owner, expires_at=_number(item, EXPIRES_AT) if EXPIRES_AT in item else None)
+        held.item = item
+        return held
+
+    def _fast(self, key: str, table_key: str, me: str, mode: str, lease_ms: int) -> tuple[Lease | None, Mapping]:
+        """FAST_READ / FAST_WRITE (nobody queues); (None, the item as it was) when refused."""
+        started, now, expires_at = self._own(lease_ms)
+        values = {**self._values(me), ":now": {"N": str(now)}, ":expiresAt": {"N": str(expires_at)},
+                  ":grace": {"N": "0"}, ":entry": self._entry(now, expires_at)}
+        try:
+            if mode == READ:
+                item = self._write(table_key, shared.FAST_READ, values, reader=me, return_new=True)
+            else:
+                item = self._write(table_key, shared.FAST_WRITE, values, return_new=True)
+        except _Refused as refused:
+            if mode == READ and shared.reader_attribute(me) in refused.item:  # my retried entry
+                lease = self._claim(key, table_key, me, mode, None, lease_ms)
+                if lease is not None:
+                    return lease, {}
+            return None, refused.item
+        ticket = fair.counters(item)[0] if mode == WRITE else None
+        return self._lease(key, table_key, me, mode, item, ticket=ticket, started=started, lease_ms=lease_ms), item
+
+    def _enqueue(self, table_key: str, me: str, mode: str) -> int | None:
+        """A ticket (ENQUEUE_READ / ENQUEUE_WRITE); None: my fast path would enter now."""
+        try:
+            item = self._write(table_key, shared.ENQUEUE_READ if mode == READ else shared.ENQUEUE_WRITE,
+                               self._values(me), return_new=True)
+        except _Refused:
+            return None
+        return fair.counters(item)[1]
+
+    def _park(self, table_key: str, me: str, mode: str, ticket: int, lease_ms: int, row_lease_s: float) -> bool:
+        """The protocol's park transaction with a polling lease for a token; False: refused (my
+        ticket may be admitted now, or was passed, or my row was marked left)."""
+        c = self.client
+        until = c.now_ms() + int((row_lease_s + _ROW_MARGIN_S) * 1000)
+        items = shared.park_transaction(
+            c.table_name, table_key, ticket, mode,
+            {":me": {"S": me}, ":token": {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}, ":lease": {"N": str(lease_ms)},
+             ":grace": {"N": "0"}},
+            {k: v for k, v in {**self._values(me), ":ticket": {"N": str(ticket)}, ":prev": {"N": str(ticket - 1)}}.items()
+             if k in shared.PARK_UNLESS[mode].value_names()})
+        try:
+            c.dynamodb.transact_write_items(TransactItems=items)
+            return True
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == _TRANSACTION_CANCELED:
+                return False
+            raise
+
+    def _poll(self, key: str, table_key: str, me: str, mode: str, ticket: int, lease_ms: int, *,
+              row_lease_s: float) -> tuple[Lease | None, int | None]:
+        """One look at the lock item (the protocol's fallback) and a park that keeps my row alive.
+        Returns (my lease, or None; my ticket, or None when I must queue again)."""
+        for _ in range(16):  # each round ends in a park, or changes the key (a reap, a handoff)
+            item = self._read(table_key)
+            served, tickets = fair.counters(item)
+            now = self.client.now_ms()
+            if self._granted(item, me, mode, ticket):
+                lease = self._claim(key, table_key, me, mode, ticket, lease_ms)
+                if lease is not None:
+                    return lease, ticket
+                continue
+            if served >= ticket:  # passed over (my row's lease lapsed): queue again
+                self._drop_row(table_key, ticket)
+                return None, None
+            free = (_writer_free if mode == READ else _all_free)(item, me=me, now=now)
+            if served == ticket - 1 and free:
+                lease = self._admit(key, table_key, me, mode, ticket, lease_ms)
+                if lease is not None:
+                    return lease, ticket
+                continue
+            expired = shared.expired_readers(item, now=now)
+            if expired and (mode == WRITE or served < ticket - 1):
+                self._reap(table_key, me, expired[0])
+                continue
+            if served < ticket - 1 and _writer_free(item, me=me, now=now):
+                self.handoff(table_key, me=me, start=served, tickets=tickets, stop_at=me)
+            if self._park(table_key, me, mode, ticket, lease_ms, row_lease_s):
+                return None, ticket
+        return None, ticket
+
+    @staticmethod
+    def _granted(item: Mapping[str, Any], me: str, mode: str, ticket: int) -> bool:
+        if mode == READ:
+            return shared.reader_attribute(me) in item
+        return item.get(OWNER, {}).get("S") == me and fair.counters(item)[0] == ticket
+
+    def _claim(self, key: str, table_key: str, me: str, mode: str, ticket: int | None,
+               lease_ms: int) -> Lease | None:
+        """CLAIM_READ / CLAIM_WRITE: a grant handed to me (or my own entry from an attempt whose
+        response was lost) becomes my own lease. None: not mine."""
+        started, now, expires_at = self._own(lease_ms)
+        values = {":me": {"S": me}, ":entry": self._entry(now, expires_at), ":expiresAt": {"N": str(expires_at)},
+                  ":ticket": {"N": str(ticket or 0)}}
+        try:
+            if mode == READ:
+                item = self._write(table_key, shared.CLAIM_READ, values, reader=me, return_new=True)
+            else:
+                item = self._write(table_key, shared.CLAIM_WRITE, values, return_new=True)
+        except _Refused:
+            return None
+        if ticket is not None:
+            self._drop_row(table_key, ticket)
+        return self._lease(key, table_key, me, mode, item, ticket=ticket if mode == READ else fair.counters(item)[0],
+                           started=started, lease_ms=lease_ms)
+
+    def _admit(self, key: str, table_key: str, me: str, mode: str, ticket: int, lease_ms: int) -> Lease | None:
+        """GRANT_READ / GRANT_WRITE to myself, the head of a key free for me; a reader then
+        admits the readers queued behind it. None: refused (the next look decides)."""
+        started, now, expires_at = self._own(lease_ms)
+        values = {**self._values(me), ":now": {"N": str(now)}, ":next": {"S": me},
+                  ":expiresAt": {"N": str(expires_at)}, ":grace": {"N": "0"}, ":entry": self._entry(now, expires_at),
+                  ":prev": {"N": str(ticket - 1)}, ":ticket": {"N": str(ticket)}}
+        try:
+            item = self._write(table_key, shared.GRANT_READ if mode == READ else shared.GRANT_WRITE, values,
+                               reader=me if mode == READ else None, return_new=True)
+        except _Refused:
+            return None
+        self._drop_row(table_key, ticket)
+        if mode == READ:
+            self.handoff(table_key, me=me, start=ticket)
+        return self._lease(key, table_key, me, mode, item, ticket=ticket, started=started, lease_ms=lease_ms)
+
+    def _reap(self, table_key: str, me: str, reader: str) -> None:
+        """REAP_READ an expired entry; the last one out runs the handoff (or frees the hold)."""
+        try:
+            item = self._write(table_key, shared.REAP_READ, self._values(me), reader=reader, return_new=True)
+        except _Refused:
+            return
+        logger.info("lock %s: reaped the expired reader entry of %s", table_key, reader)
+        self._after_last_reader(table_key, me, item)
+
+    def _after_last_reader(self, table_key: str, me: str, item: Mapping[str, Any]) -> None:
+        """``readers`` reached 0 (``item``: ALL_NEW of the write): hand off, else free the hold."""
+        if _number(item, shared.READERS) != 0:
+            return
+        served, tickets = fair.counters(item)
+        self.handoff(table_key, me=me, start=served, free_at_end=True)
+
+    def _leave(self, key: str, table_key: str, me: str, mode: str, ticket: int, lease_ms: int) -> Lease | None:
+        """Give up my place (max wait spent): my row is marked left; granted meanwhile -> claim it;
+        my ticket may have been the head of a free key -> run the handoff past it."""
+        c = self.client
+        args = fair.arguments(fair.row_key(table_key, ticket), shared.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
+        with contextlib.suppress(ClientError):
+            c.dynamodb.update_item(TableName=c.table_name, **args)
+        item = self._read(table_key)
+        if self._granted(item, me, mode, ticket):
+            lease = self._claim(key, table_key, me, mode, ticket, lease_ms)
+            if lease is not None:
+                return lease
+        served, _ = fair.counters(item)
+        if served < ticket and _writer_free(item, me=me, now=c.now_ms()):
+            self.handoff(table_key, me=me, start=served)
+        return None
+
+    # -- release and refresh -----------------------------------------------------------------
+
+    def release(self, lease: Lease) -> None:
+        """A reader: LEAVE_READ (the last one hands off or frees the hold). A writer: the handoff
+        from its ticket, releasing first if nobody is parked. :class:`LockLost` when the hold was
+        gone (reaped, or taken over) - never another holder's removed."""
+        table_key, me = lease.table_key, lease.owner
+        if lease.shared:
+            try:
+                item = self._write(table_key, shared.LEAVE_READ, self._values(me), reader=me, return_new=True)
+            except _Refused as refused:
+                if not refused.retried:
+                    raise LockLost(f"{ERROR_LOST}: the shared hold of {me!r} on lock {table_key!r} is gone "
+                                   "(its lease ran out and it was reaped)") from None
+                item = self._read(table_key)  # my first attempt left: was I the last?
+            self._after_last_reader(table_key, me, item)
+            return
+        if not self.handoff(table_key, me=me, start=lease.ticket or 0, fence=lease.fence):
+            raise LockLost(f"{ERROR_LOST}: lock {table_key!r} is not held by {me!r} (fence {lease.fence})")
+
+    def refresh(self, held: Lease, expires_at: int) -> dict:
+        """Renew a hold: a reader's entry (CLAIM_READ, its REFRESH), a writer's lease (the mutex's
+        REFRESH). Returns the lock item after it; :class:`_Refused` when the hold is gone."""
+        me = held.owner
+        if held.shared:
+            return self._write(held.table_key, shared.CLAIM_READ,
+                               {":entry": self._entry(held.acquired_at, expires_at)}, reader=me, return_new=True)
+        return self._write(held.table_key, REFRESH, {":me": {"S": me}, ":expiresAt": {"N": str(expires_at)}},
+                           return_new=True)
+
+    # -- the handoff (shared_protocol, step 4) ------------------------------------------------
+
+    def handoff(self, table_key: str, *, me: str, start: int, fence: int | None = None, free_at_end: bool = False,
+                tickets: int | None = None, stop_at: str | None = None) -> bool:
+        """Admit the waiters from ticket ``start`` + 1 on: every reader up to the next writer, or
+        that writer. ``fence``: I am a writer holding the key with this fence (released here, at
+        the latest when nobody is parked); ``free_at_end``: I am the last reader (the shared hold
+        ends if nobody is admitted); ``tickets``: a helper's view of the last ticket out (a row
+        that never came is marked, and skipped once its mark is old); ``stop_at``: a helper
+        stops at its own row (it admits itself). False: a holding writer's release was refused
+        on its first attempt (the key was not mine)."""
+        c, holding, c_ = self.client, fence is not None, start
+        for _ in range(10_000):  # each round passes a ticket or ends
+            row = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(table_key, c_ + 1)),
+                                      ConsistentRead=True).get("Item")
+            state = fair.row_state(row, now=c.now_ms(), hole_ms=self._hole_ms)
+            if state in ("wake", "grant") and row is not None:
+                nxt = row[OWNER]["S"]
+                if nxt == stop_at:
+                    break
+                kind = shared.row_kind(row)
+                if not self._grant(table_key, me, c_, row, kind):
+                    break
+                if state == "wake":
+                    self._wake(row[fair.TOKEN]["S"])
+                holding, free_at_end, c_ = False, False, c_ + 1
+                if kind == WRITE:
+                    return True
+                continue
+            if state == "skip":
+                try:
+                    self._write(table_key, shared.SKIP, {**self._values(me), ":prev": {"N": str(c_)},
+                                                         ":ticket": {"N": str(c_ + 1)}})
+                except _Refused:
+                    break
+                c_ += 1
+                continue
+            if tickets is not None and c_ + 1 <= tickets and fair.READY not in (row or {}):
+                with contextlib.suppress(ClientError):  # refused: its waiter parked meanwhile
+                    c.dynamodb.update_item(TableName=c.table_name, **fair.arguments(
+                        fair.row_key(table_key, c_ + 1), shared.MARK, {":since": {"N": str(c.now_ms())}}))
+                break
+            if holding:  # nobody parked: release, then read the row again (it may have parked meanwhile)
+                try:
+                    self._write(table_key, shared.RELEASE_WRITE, {":me": {"S": me}, ":fence": {"N": str(fence)}})
+                except _Refused as refused:
+                    if not refused.retried:
+                        return False
+                holding = False
+                continue
+            break
+        if holding:
+            try:
+                self._write(table_key, shared.RELEASE_WRITE, {":me": {"S": me}, ":fence": {"N": str(fence)}})
+            except _Refused as refused:
+                if not refused.retried:
+                    return False
+        if free_at_end:
+            with contextlib.suppress(_Refused):  # a reader entered meanwhile: the hold stays
+                self._write(table_key, shared.FREE_SHARED, self._values(me))
+        return True
+
+    def _grant(self, table_key: str, me: str, c_: int, row: Mapping[str, Any], kind: str) -> bool:
+        """GRANT_READ / GRANT_WRITE to the waiter of row ``c_ + 1`` with a claim-window lease; a
+        refusal whose write was applied after all (a lost response) counts as granted."""
+        c = self.client
+        nxt = row[OWNER]["S"]
+        now = c.now_ms()
+        until = now + self._claim_window_ms
+        grace = row.get(fair.GRACE_MS, {}).get("N", "0")
+        values = {**self._values(me), ":now": {"N": str(now)}, ":next": {"S": nxt}, ":expiresAt": {"N": str(until)},
+                  ":grace": {"N": grace}, ":prev": {"N": str(c_)}, ":ticket": {"N": str(c_ + 1)},
+                  ":entry": shared.entry_value(expires_at=str(until), acquired_at=str(now), grace=grace)}
+        try:
+            self._write(table_key, shared.GRANT_READ if kind == READ else shared.GRANT_WRITE, values,
+                        reader=nxt if kind == READ else None)
+            return True
+        except _Refused as refused:
+            item = refused.item if not refused.retried else self._read(table_key)
+            return fair.counters(item)[0] == c_ + 1 and self._granted(item, nxt, kind, c_ + 1)
+
+    def _wake(self, token: str) -> None:
+        """Wake a parked workflow (its next state claims the grant). A failed wake-up is no
+        error: the grant lapses after the claim window unless its waiter claims it."""
+        try:
+            self.client.stepfunctions.send_task_success(taskToken=token, output=json.dumps({"granted": True}))
+        except ClientError as error:
+            logger.info("wake-up not delivered: %s", error.response.get("Error", {}).get("Code"))

@@ -1,0 +1,367 @@
+"""``LockClient(read_write=True)``: Python readers and writers of the read/write lock.
+
+First the client alone (moto's DynamoDB, threads on real time; every wait is on a condition,
+with a generous deadline): readers together, a writer alone, arrival order, a reader that
+gives up, a dead reader reaped, a reader's heartbeat, lost responses, bad arguments; the
+invariants over a concurrent mix, with a negative control that overlaps. Then clients and
+workflows on one key, on both backends: a client's release wakes parked workflows, and a
+client queued behind workflows is admitted in its turn.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from locked_workflow.constructs_lib.lock_client import (
+    LockClient,
+    LockHeld,
+    LockHeldInThisThread,
+    LockLost,
+    LockTimeout,
+)
+from locked_workflow.state_machines import fair_protocol as fp
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import shared_protocol as sp
+
+TABLE = "locks"
+
+@pytest.fixture
+def ddb(offline_aws_env):
+    """moto's DynamoDB in this process (the workflow tests below have a deployment of their own:
+    they must not see this fixture's credentials - DynamoDB Local keeps one database per key).
+    moto's DynamoDB serialised as the offline runtime does: bare moto lets two conditional writes
+    both win."""
+    from contextlib import ExitStack
+
+    from locked_workflow.testing.patches import serial_dynamodb
+
+    with mock_aws(), ExitStack() as patched:
+        serial_dynamodb.apply(patched)
+        client = boto3.client("dynamodb")
+        client.create_table(TableName=TABLE, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                            BillingMode="PAY_PER_REQUEST")
+        yield client
+
+
+def rw(ddb, **kwargs) -> LockClient:
+    return LockClient(TABLE, dynamodb=ddb, read_write=True, stepfunctions=_NoStepFunctions(), **kwargs)
+
+
+class _NoStepFunctions:
+    """Only clients queue in these tests: a wake-up would be a defect."""
+
+    def send_task_success(self, **_):
+        raise AssertionError("a client-only queue sent a wake-up")
+
+
+def item(ddb, key: str = "k") -> dict:
+    return ddb.get_item(TableName=TABLE, Key={"pk": {"S": p.namespaced("", key)}}, ConsistentRead=True).get("Item", {})
+
+
+def until(predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for a condition"
+        time.sleep(0.02)
+
+
+def queued(ddb, key: str = "k") -> int:
+    served, tickets = fp.counters(item(ddb, key))
+    return tickets - served
+
+
+def free(ddb, key: str = "k") -> bool:
+    it = item(ddb, key)
+    served, tickets = fp.counters(it)
+    return p.OWNER not in it and not sp.readers_of(it) and served == tickets
+
+
+class Inside:
+    """Who is inside, counted at every entry (the probe): a writer with anyone, or a reader
+    with a writer, is a violation."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.readers = self.writers = 0
+        self.violations = 0
+        self.readers_seen = 0
+        self.log: list[tuple[str, str]] = []
+
+    def enter(self, who: str, shared: bool) -> None:
+        with self.mutex:
+            if shared:
+                self.readers += 1
+            else:
+                self.writers += 1
+            if self.writers > 1 or (self.writers and self.readers):
+                self.violations += 1
+            self.readers_seen = max(self.readers_seen, self.readers)
+            self.log.append(("in", who))
+
+    def leave(self, who: str, shared: bool) -> None:
+        with self.mutex:
+            if shared:
+                self.readers -= 1
+            else:
+                self.writers -= 1
+            self.log.append(("out", who))
+
+
+def run_in_thread(target) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = target()
+        except BaseException as error:  # noqa: BLE001 - the test inspects it
+            out["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+# ---- alone ----------------------------------------------------------------------------------
+
+
+def test_readers_hold_together_and_a_writer_waits_for_all_of_them(ddb):
+    writer_lease = rw(ddb).acquire("k")
+    rw(ddb).release(writer_lease)  # fence 1: the version readers will read
+    readers = [rw(ddb).acquire("k", shared=True) for _ in range(3)]  # wait 0: each enters at once
+    assert [r.fence for r in readers] == [1, 1, 1] and all(r.shared for r in readers)
+    it = item(ddb)
+    assert it[p.OWNER]["S"] == sp.SHARED and int(it[sp.READERS]["N"]) == 3
+    with pytest.raises(LockHeld, match="3 reader"):
+        rw(ddb).acquire("k")
+    thread, out = run_in_thread(lambda: rw(ddb).acquire("k", wait=60, poll_interval=0.05))
+    until(lambda: queued(ddb) == 1)
+    for r in readers[:2]:
+        rw(ddb).release(r)
+    time.sleep(0.3)
+    assert "value" not in out  # one reader still inside
+    rw(ddb).release(readers[2])
+    thread.join(60)
+    writer = out["value"]
+    assert writer.fence == 2 and not writer.shared
+    assert item(ddb)[p.OWNER]["S"] == writer.owner
+    with pytest.raises(LockHeld):
+        rw(ddb).acquire("k", shared=True)
+    rw(ddb).release(writer)
+    assert free(ddb)
+
+
+def test_a_writer_queued_before_a_reader_goes_first_and_releases_every_reader_behind_it(ddb):
+    first = rw(ddb).acquire("k", shared=True)
+    inside = Inside()
+
+    def participant(name: str, shared: bool):
+        client = rw(ddb)
+        with client.hold("k", shared=shared, wait=60, poll_interval=0.05) as lease:
+            inside.enter(name, shared)
+            time.sleep(0.2)
+            inside.leave(name, shared)
+        return lease
+
+    w, w_out = run_in_thread(lambda: participant("w", False))
+    until(lambda: queued(ddb) == 1)
+    readers = []
+    for i in range(3):  # arrive after the writer: they queue behind it (no fast read past it)
+        readers.append(run_in_thread(lambda i=i: participant(f"r{i}", True)))
+        until(lambda i=i: queued(ddb) == 2 + i)
+    rw(ddb).release(first)
+    for thread, _ in [(w, w_out), *readers]:
+        thread.join(60)
+    assert inside.violations == 0
+    entries = [who for what, who in inside.log if what == "in"]
+    assert entries[0] == "w"  # the writer first
+    assert inside.readers_seen == 3  # the readers behind it, together
+    assert [out["value"].fence for _, out in readers] == [w_out["value"].fence] * 3  # they read its version
+    assert free(ddb)
+
+
+def test_a_reader_that_gives_up_is_skipped_and_a_dead_readers_entry_is_reaped(ddb):
+    writer = rw(ddb).acquire("k")
+    with pytest.raises(LockTimeout):
+        rw(ddb).acquire("k", shared=True, wait=0.5, poll_interval=0.05)
+    served, tickets = fp.counters(item(ddb))
+    row = ddb.get_item(TableName=TABLE, Key={"pk": {"S": fp.row_key("#k", tickets)}}, ConsistentRead=True)["Item"]
+    assert fp.LEFT in row  # its place is marked left
+    rw(ddb).release(writer)  # the handoff skips it
+    assert free(ddb)
+    # a reader that dies holding: its entry's lease ends, and a writer reaps it
+    rw(ddb).acquire("k", shared=True, lease=1)
+    lease = rw(ddb).acquire("k", wait=60, poll_interval=0.1)
+    assert lease.fence == 2 and sp.readers_of(item(ddb)) == {}
+    rw(ddb).release(lease)
+    assert free(ddb)
+
+
+def test_a_readers_heartbeat_keeps_its_entry_and_a_reaped_reader_learns_it_lost(ddb):
+    client = rw(ddb)
+    with client.hold("k", shared=True, lease=1, heartbeat=True) as lease:
+        time.sleep(2.5)  # past the first lease: the heartbeat renewed the entry
+        assert lease.check() > 0
+        with pytest.raises(LockHeld):
+            rw(ddb).acquire("k")  # the writer finds no expired entry to reap
+    assert free(ddb)
+    lease = client.acquire("k", shared=True, lease=0.2)
+    time.sleep(0.4)
+    rw(ddb).release(rw(ddb).acquire("k", wait=30, poll_interval=0.05))  # reaps it, writes, leaves
+    with pytest.raises(LockLost, match="reaped"):
+        client.release(lease)
+    with pytest.raises(LockLost):
+        client.refresh(lease)
+
+
+def test_a_lost_response_counts_a_readers_entry_and_leave_once(ddb):
+    connection = boto3.client("dynamodb")
+    lost = {"FAST_READ": 1, "LEAVE_READ": 1}
+
+    def needs_retry(attempts, request_dict, **_):
+        body = json.loads(request_dict["body"])
+        for name in list(lost):
+            if body.get("ConditionExpression") == getattr(sp, name).condition and lost[name] and attempts == 1:
+                lost[name] = 0
+                return 0  # applied, but the answer is lost: botocore sends it again
+        return None
+
+    connection.meta.events.register_first("needs-retry.dynamodb.UpdateItem", needs_retry)
+    client = rw(connection)
+    other = rw(ddb).acquire("k", shared=True)
+    lease = client.acquire("k", shared=True)
+    assert lost["FAST_READ"] == 0 and int(item(ddb)[sp.READERS]["N"]) == 2
+    client.release(lease)
+    assert lost["LEAVE_READ"] == 0 and int(item(ddb)[sp.READERS]["N"]) == 1
+    rw(ddb).release(other)
+    assert free(ddb)
+
+
+def test_bad_arguments_are_refused_before_any_call(ddb):
+    with pytest.raises(ValueError, match="`shared` must be False on a client without `read_write=True`"):
+        LockClient(TABLE, dynamodb=ddb).acquire("k", shared=True)
+    with pytest.raises(TypeError, match="`shared` must be True or False, got: 'yes'"):
+        rw(ddb).acquire("k", shared="yes")
+    with pytest.raises(ValueError, match="`read_write` must be False with `fair`"):
+        LockClient(TABLE, dynamodb=ddb, fair=True, read_write=True)
+    with pytest.raises(TypeError, match="`read_write` must be True or False"):
+        LockClient(TABLE, dynamodb=ddb, read_write=1)
+    assert item(ddb) == {}
+    client = rw(ddb)
+    with client.hold("k", shared=True):
+        with pytest.raises(LockHeldInThisThread, match="a reader cannot become the writer"):
+            with client.hold("k"):
+                pass
+        with client.hold("k", shared=True) as again:  # re-entered: the same hold
+            assert again.shared
+    assert free(ddb)
+
+
+@pytest.mark.parametrize("locked", [True, False], ids=["locked", "negative-control"])
+def test_a_concurrent_mix_keeps_every_invariant(ddb, locked):
+    """12 participants (4 writers, 8 readers) in a seeded random order: no writer with anyone,
+    no lost update, fences strictly up, readers read the last writer's version - and without
+    the lock the same load overlaps."""
+    rng = random.Random(18)
+    kinds = [False] * 4 + [True] * 8
+    rng.shuffle(kinds)
+    inside, state = Inside(), {"counter": 0, "fences": [], "stale": 0, "last": 0}
+
+    def participant(i: int, shared: bool):
+        client = rw(ddb)
+        time.sleep(rng.uniform(0, 0.3))
+        if locked:
+            lease = client.acquire("k", shared=shared, wait=120, poll_interval=0.05, max_poll_interval=0.3)
+        inside.enter(f"p{i}", shared)
+        if shared:
+            if locked and lease.fence != state["last"]:
+                state["stale"] += 1
+            time.sleep(0.15)
+        else:
+            seen = state["counter"]
+            time.sleep(0.15)
+            state["counter"] = seen + 1  # a lost update if another writer was inside
+            if locked:
+                state["fences"].append(lease.fence)
+                state["last"] = lease.fence
+        inside.leave(f"p{i}", shared)
+        if locked:
+            client.release(lease)
+
+    threads = [run_in_thread(lambda i=i, s=s: participant(i, s)) for i, s in enumerate(kinds)]
+    for thread, out in threads:
+        thread.join(180)
+        assert "error" not in out, out.get("error")
+    if not locked:
+        assert inside.violations > 0  # the probe does catch overlaps
+        return
+    assert inside.violations == 0
+    assert state["counter"] == 4 and state["fences"] == sorted(set(state["fences"])) and len(state["fences"]) == 4
+    assert state["stale"] == 0
+    assert inside.readers_seen > 1
+    assert free(ddb)
+
+
+# ---- with workflows, on both backends --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared_synth():
+    from locked_workflow.testing.synth import synth_app
+    from shared_stack import SharedStack
+
+    return synth_app(lambda app: SharedStack(app, "Shared"), context={"aws:cdk:enable-asset-metadata": True})
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def mixed(request, shared_synth):
+    from deployed import local_deployment
+    from test_shared_lock import ReadWrite
+
+    for cloud, app in local_deployment(request.param, shared_synth):
+        yield ReadWrite(cloud, app)
+
+
+def workflow_client(mixed) -> LockClient:
+    return LockClient(mixed.table("LocksTable"), namespace="rw", dynamodb=mixed.cloud.dynamodb,
+                      stepfunctions=mixed.cloud.stepfunctions, read_write=True)
+
+
+def test_a_client_writers_release_wakes_the_workflow_readers_queued_behind_it(mixed):
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    lease = workflow_client(mixed).acquire(k)
+    readers = [mixed.start("Reader", {"key": k, "workMs": 300}) for _ in range(3)]
+    mixed.until(lambda: mixed.parked(k) == ["read"] * 3)
+    workflow_client(mixed).release(lease)
+    results = mixed.wait(readers)
+    assert [r.status for r in results] == ["SUCCEEDED"] * 3, [r.cause for r in results]
+    assert {r.output["probe"]["fence"] for r in results} == {lease.fence}  # the client's version
+    assert mixed.probe(k).get("violations", 0) == 0 and mixed.free(k)
+
+
+def test_a_client_reader_queued_behind_a_workflow_writer_is_admitted_in_its_turn(mixed):
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    writer = mixed.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    mixed.until(lambda: mixed.gate_token(k, "w"))  # the workflow writer is inside
+    thread, out = run_in_thread(lambda: workflow_client(mixed).acquire(k, shared=True, wait=120, poll_interval=0.1))
+    mixed.until(lambda: fp.counters(mixed.lock(k))[1] - fp.counters(mixed.lock(k))[0] == 1)
+    late = mixed.start("Writer", {"key": k, "workMs": 1})  # a writer queued after the client
+    mixed.until(lambda: mixed.parked(k) == ["read", "write"])  # the client's row (a polling lease), the writer's
+    mixed.open(k, "w")
+    thread.join(120)
+    lease = out["value"]
+    w = mixed.wait([writer])[0]
+    assert w.status == "SUCCEEDED" and lease.shared and lease.fence == w.output["probe"]["fence"]
+    assert mixed.lock(k)[p.OWNER]["S"] == sp.SHARED  # the late writer waits for the client reader
+    workflow_client(mixed).release(lease)  # the last reader: hands the key to the late writer
+    last = mixed.wait([late])[0]
+    assert last.status == "SUCCEEDED" and last.output["probe"]["fence"] == lease.fence + 1
+    assert mixed.probe(k).get("violations", 0) == 0 and mixed.free(k)
