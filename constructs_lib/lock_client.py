@@ -881,30 +881,21 @@ class LockClient:
         started = self._monotonic()
         written = holding.expires_at if holding is not None else held.expires_at
         expires_at = max(self._stamp(started)[1] + for_ms, written + 1)  # never an end written before
-        if self._rw is not None:
-            try:
-                item = self._rw.refresh(held, expires_at)
-            except _Refused:
-                message = (f"{ERROR_LOST}: the {'shared' if held.shared else 'exclusive'} hold of {held.owner!r} "
-                           f"on lock {table_key!r} is gone (its lease ran out and it was reaped or taken over)")
-                if holding is not None:
-                    holding.lose(message)
-                raise LockLost(message) from None
-            if holding is None:
-                holding = _Holding(self._monotonic, started, for_ms, expires_at)
-            else:
-                holding.renewed(started, for_ms, expires_at)
-            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)), expires_at=expires_at,
-                           _holding=holding)
-        values = {":me": {"S": held.owner}, ":expiresAt": {"N": str(expires_at)}}
-        if not self.fair:
-            values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
         try:
-            response = self._update(table_key, REFRESH if self.fair else CLIENT_REFRESH, values, return_new=True)
-        except ClientError as error:
-            if not _condition_failed(error):
+            if self._rw is not None:
+                item = self._rw.refresh(held, expires_at)
+            else:
+                values = {":me": {"S": held.owner}, ":expiresAt": {"N": str(expires_at)}}
+                if not self.fair:
+                    values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
+                item = self._update(table_key, REFRESH if self.fair else CLIENT_REFRESH, values,
+                                    return_new=True)["Attributes"]
+        except (ClientError, _Refused) as error:
+            if isinstance(error, ClientError) and not _condition_failed(error):
                 raise
-            message = self._lost_message(held, table_key, _old_item(error))
+            message = (self._lost_message(held, table_key, _old_item(error)) if isinstance(error, ClientError) else
+                       f"{ERROR_LOST}: the {'shared' if held.shared else 'exclusive'} hold of {held.owner!r} "
+                       f"on lock {table_key!r} is gone (its lease ran out and it was reaped or taken over)")
             if holding is not None:
                 holding.lose(message)
             raise LockLost(message) from None
@@ -912,7 +903,10 @@ class LockClient:
             holding = _Holding(self._monotonic, started, for_ms, expires_at)
         else:
             holding.renewed(started, for_ms, expires_at)
-        return _lease(held.key, response["Attributes"], holding=holding)
+        if self._rw is not None:  # (a reader's item has no owner of its own: the lease is what it held)
+            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)), expires_at=expires_at,
+                           _holding=holding)
+        return _lease(held.key, item, holding=holding)
 
     @contextmanager
     def hold(
