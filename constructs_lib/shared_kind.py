@@ -429,15 +429,24 @@ class SharedLockKind(Mutex):
 
         # a holding writer's first grant ends its hold: its length for monitoring (held_assign)
         held = s.held_assign(when=f"{h}.holding = true") if holding else {}
-        # a parked reader: its entry with a claim-window lease; wake it; go on with c + 1
-        grant_read = self._update(f"{suffix}.GrantRead", key, shared.GRANT_READ, {
-            **values, ":entry": shared.entry_value(expires_at=jsonata(claim_end), acquired_at=jsonata(protocol.NOW_EXPRESSION),
-                                                   grace=jsonata(f"{h}.row.`{fair.GRACE_MS}`.N"))},
-            reader=nxt, retry=False, assign=held or None)
-        # a parked writer (refused while readers hold: the last reader hands off)
-        grant_write = self._update(f"{suffix}.GrantWrite", key, shared.GRANT_WRITE, {
-            **values, ":next": {"S": jsonata(nxt)}, ":expiresAt": {"N": jsonata(claim_end)},
-            ":grace": {"N": jsonata(f"{h}.row.`{fair.GRACE_MS}`.N")}}, retry=False, assign=held or None)
+        def grant(kind: str, polling: bool) -> sfn.TaskStateBase:
+            """The grant to the waiter of row c + 1 - a parked one (woken next) or a polling one
+            (a LockClient: it finds the grant at its next look, so the grant itself moves on)."""
+            name_ = f"{suffix}.Grant{'Read' if kind == READ else 'Write'}{'Polling' if polling else ''}"
+            assign = {**held, **({f["handoff"]: jsonata(step)} if polling else {})} or None
+            if kind == READ:  # its entry with a claim-window lease; then go on with c + 1
+                return self._update(name_, key, shared.GRANT_READ, {
+                    **values, ":entry": shared.entry_value(expires_at=jsonata(claim_end),
+                                                           acquired_at=jsonata(protocol.NOW_EXPRESSION),
+                                                           grace=jsonata(f"{h}.row.`{fair.GRACE_MS}`.N"))},
+                    reader=nxt, retry=False, assign=assign)
+            # (refused while readers hold: the last reader hands off)
+            return self._update(name_, key, shared.GRANT_WRITE, {
+                **values, ":next": {"S": jsonata(nxt)}, ":expiresAt": {"N": jsonata(claim_end)},
+                ":grace": {"N": jsonata(f"{h}.row.`{fair.GRACE_MS}`.N")}}, retry=False, assign=assign)
+
+        grant_read, grant_write = grant(READ, False), grant(WRITE, False)
+        grant_read_polling, grant_write_polling = grant(READ, True), grant(WRITE, True)
 
         def wake(state: str, then_state: sfn.State) -> tasks.CallAwsService:
             send = tasks.CallAwsService.jsonata(
@@ -462,6 +471,8 @@ class SharedLockKind(Mutex):
         wake_writer = wake("WakeWriter", stop)
         grant_read.next(wake_reader)
         grant_write.next(wake_writer)
+        grant_read_polling.next(again)
+        grant_write_polling.next(stop)
 
         # a grant refused or its answer lost: granted after all (by this very write)? wake it
         recheck = self._get(f"{suffix}.Recheck", self._lock_key(key), {f["handoff"]: jsonata(
@@ -473,7 +484,7 @@ class SharedLockKind(Mutex):
         self._when(granted, f"{h}.granted = true", wake_writer)
         granted.otherwise(end)
         recheck.next(granted)
-        for g in (grant_read, grant_write):
+        for g in (grant_read, grant_write, grant_read_polling, grant_write_polling):
             g.add_catch(recheck, errors=[protocol.CONDITION_FAILED, *protocol.TRANSIENT_ERRORS],
                         outputs=jsonata("$states.input"))
             g.add_catch(end, **catch_all)
@@ -489,6 +500,8 @@ class SharedLockKind(Mutex):
             self._when(decide, f"{h}.st = 'wake' and {nxt} = {me}", self_grant)
         self._when(decide, f"{h}.st = 'wake' and {h}.row.`{shared.KIND}`.S = '{READ}'", grant_read)
         self._when(decide, f"{h}.st = 'wake'", grant_write)
+        self._when(decide, f"{h}.st = 'grant' and {h}.row.`{shared.KIND}`.S = '{READ}'", grant_read_polling)
+        self._when(decide, f"{h}.st = 'grant'", grant_write_polling)
         self._when(decide, f"{h}.st = 'skip'", skip)
         if tickets is not None:  # a helper: a row that never came is marked (skipped once old)
             mark = self._update(f"{suffix}.Mark", fair.row_key_expression(key, f"{h}.c + 1"), shared.MARK, {
