@@ -27,7 +27,13 @@ key. Reported per lock, from execution histories and every DynamoDB call the run
   history timestamps on this runtime) was granted first - arrival: when the run's place in
   line was fixed, the fair lock's ticket acknowledged, a polling lock's first refused
   acquire; also counted at any resolution;
-* makespan ÷ ideal (N × work).
+* makespan ÷ ideal (N × work), and where it goes: before the first work, the work as run
+  (against as asked), release to grant sent, handoff gaps, grant to work, after the last;
+* the runtime under each load (:class:`RuntimeMeter`, :class:`FloorProbe`; ``--no-under-load``
+  skips them): floor samples taken *during* the load, every DynamoDB request's time and its
+  wait for the runtime's DynamoDB serialization, a tick thread's lateness (CPU and GIL
+  saturation alone), each handoff split into grant, ``SendTaskSuccess`` and the rest - in the
+  start burst (until the last arrival) and after it.
 """
 
 from __future__ import annotations
