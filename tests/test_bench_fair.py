@@ -39,6 +39,28 @@ def test_a_small_slice_of_the_fair_benchmark():
     assert loads["Fair"]["overtakes"] == 0 and loads["Fair"]["waited"] >= 2
     assert loads["Fair"]["ticket_overtakes"] == 0  # granted in ticket order
     assert all(r["steady_gaps"] <= r["runs"] - 1 and r["work_ratio"] > 0.9 for r in loads.values())
+    # the runtime under each load, beside the lock's figures: the floor probe, DynamoDB requests
+    # and their wait for the runtime's serialization, the tick thread, the handoff's parts
+    for r in loads.values():
+        under = r["under_load"]
+        assert under["floor"]["all"]["n"] >= 1 and under["runtime"]["process_cpu_cores"] > 0
+        assert under["runtime"]["steady"]["ddb_request_ms"]["n"] + under["runtime"]["burst"]["ddb_request_ms"]["n"] > 0
+        assert under["runtime"]["burst"]["tick_late_ms"]["n"] + under["runtime"]["steady"]["tick_late_ms"]["n"] > 0
+    fair = loads["Fair"]["under_load"]["handoff_parts"]
+    grants = fair["burst"]["grant"]["n"] + fair["steady"]["grant"]["n"]
+    assert grants == fair["burst"]["gap"]["n"] + fair["steady"]["gap"]["n"] >= 1  # every grant request found
+    assert fair["burst"]["wake"]["n"] + fair["steady"]["wake"]["n"] == grants  # and its SendTaskSuccess
+
+
+def test_covered_is_the_share_of_long_waits_during_which_the_lock_was_held():
+    from tools.bench_fair import _covered
+
+    # (released at, waited, held), ms: one request held it 0-200; another waited 0-200 and held
+    # 200-210: its whole wait was covered
+    assert _covered([(200, 0, 200), (210, 200, 10)], 0, 1000) == 1.0
+    # a wait of 300 ms (0-300) during which the lock was held only 0-30: 10 %
+    assert abs(_covered([(30, 0, 30), (310, 300, 10)], 0, 1000) - 0.1) < 1e-9
+    assert _covered([(30, 0, 30)], 0, 1000) != _covered([(30, 0, 30)], 0, 1000)  # no long wait: nan
 
 
 def test_extra_loads_name_work_runs_and_locks():

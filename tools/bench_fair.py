@@ -27,7 +27,13 @@ key. Reported per lock, from execution histories and every DynamoDB call the run
   history timestamps on this runtime) was granted first - arrival: when the run's place in
   line was fixed, the fair lock's ticket acknowledged, a polling lock's first refused
   acquire; also counted at any resolution;
-* makespan ÷ ideal (N × work).
+* makespan ÷ ideal (N × work), and where it goes: before the first work, the work as run
+  (against as asked), release to grant sent, handoff gaps, grant to work, after the last;
+* the runtime under each load (:class:`RuntimeMeter`, :class:`FloorProbe`; ``--no-under-load``
+  skips them): floor samples taken *during* the load, every DynamoDB request's time and its
+  wait for the runtime's DynamoDB serialization, a tick thread's lateness (CPU and GIL
+  saturation alone), each handoff split into grant, ``SendTaskSuccess`` and the rest - in the
+  start burst (until the last arrival) and after it.
 """
 
 from __future__ import annotations
@@ -207,10 +213,17 @@ class CapacityMeter:
 
 
 def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
-         meter: CapacityMeter | None = None, unlocked_transitions: int = 0) -> dict:
-    arns = [cloud.start_execution(arn, {"key": key, "workSeconds": work_s}) for _ in range(runs)]
-    statuses = scenario.wait_all(cloud, arns, timeout_s=1800,
-                                 progress=scenario.stderr_progress(f"{lock} {runs}×{work_s:g}s".ljust(24)))
+         meter: CapacityMeter | None = None, unlocked_transitions: int = 0,
+         runtime: RuntimeMeter | None = None, floor_probe: Any = None) -> dict:
+    from contextlib import nullcontext
+
+    probe = floor_probe() if floor_probe is not None else None
+    with probe if probe is not None else nullcontext():
+        load_from_ms, cpu_from = time.time() * 1000, (time.process_time(), time.monotonic())
+        arns = [cloud.start_execution(arn, {"key": key, "workSeconds": work_s}) for _ in range(runs)]
+        statuses = scenario.wait_all(cloud, arns, timeout_s=1800,
+                                     progress=scenario.stderr_progress(f"{lock} {runs}×{work_s:g}s".ljust(24)))
+        load_to_ms, cpu_to = time.time() * 1000, (time.process_time(), time.monotonic())
     histories = {a: cloud.history(a) for a in arns}
     metrics = [scenario.run_metrics(a, histories[a], protected_state=WORK_STATE, status=statuses[a], key=key)
                for a in arns]
@@ -220,8 +233,11 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
     lines = [(arrival_ms(histories[m.execution], lock), m.acquire_acked_ms) for m in metrics]
     waited = [(a, g) for a, g in lines if a is not None and g is not None]
     by_ticket = []  # (the last ticket a run took, its grant's fence): the fair queue's own order
+    last_ticket = {}
     for m in metrics:
         tickets, fences = tickets_and_fences(histories[m.execution])
+        if tickets:
+            last_ticket[m.execution] = tickets[-1]
         if tickets and fences:
             by_ticket.append((tickets[-1], fences[-1]))
     wru, rru = meter.of(key + "") if meter is not None else (float("nan"), float("nan"))
@@ -242,7 +258,20 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
     # start and acquire), between works (lock and handoff), after the last work ends
     lead_s = (min(s.start_ms for s in sections) - min(m.start_ms for m in metrics)) / 1000 if sections else float("nan")
     trail_s = (max(m.stop_ms for m in metrics) - max(s.end_ms for s in sections)) / 1000 if sections else float("nan")
+    under_load: dict = {}
+    if runtime is not None:
+        burst_end = max(arrivals) if arrivals else load_to_ms
+        under_load = {"runtime": runtime_figures(runtime, load_from_ms, load_to_ms, burst_end, (*cpu_from, *cpu_to)),
+                      "handoff_parts": handoff_parts(sections, runtime, last_ticket, burst_end),
+                      "burst_s": (burst_end - load_from_ms) / 1000}
+    if probe is not None:
+        floor = probe.gaps()
+        burst_end = max(arrivals) if arrivals else load_to_ms
+        under_load["floor"] = {"all": _p([g for _, g in floor]), "burst": _p([g for t, g in floor if t < burst_end]),
+                               "steady": _p([g for t, g in floor if t >= burst_end])}
     return {
+        "under_load": under_load,
+        "first_work_s": lead_s, "held_s": held_s, "gaps_sum_s": sum(gaps) / 1000,
         "succeeded": summary.succeeded, "runs": runs,
         "makespan_ratio": summary.makespan_s / (runs * work_s),
         "transitions_per_run": summary.transitions_per_run,
@@ -329,6 +358,278 @@ def measure_floor(cloud: Any, deployment: Any, stack: str, samples: int) -> list
     return gaps
 
 
+# ----------------------------------------------------------------------------------------
+# Under load: the runtime's own cost, measured in the same run as the lock's
+# ----------------------------------------------------------------------------------------
+
+
+class _TimedLock:
+    """A stand-in for a lock of ``patches.serial_dynamodb``: the same reentrant lock, which
+    notes how long each outermost acquisition waited and held it (bench instrumentation)."""
+
+    def __init__(self, inner: Any, sink: "RuntimeMeter") -> None:
+        import threading
+
+        self._inner, self._sink, self._local = inner, sink, threading.local()
+
+    def __enter__(self) -> "_TimedLock":
+        depth = getattr(self._local, "depth", 0)
+        asked = time.perf_counter()
+        self._inner.acquire()
+        if depth == 0:
+            self._local.got = time.perf_counter()
+            self._local.wait = self._local.got - asked
+        self._local.depth = depth + 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._local.depth -= 1
+        if self._local.depth == 0:
+            held = time.perf_counter() - self._local.got
+            self._sink.note_lock(self._local.wait, held)
+        self._inner.release()
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:  # (the RLock interface, for other users)
+        return self._inner.acquire(*args, **kwargs)
+
+    def release(self) -> None:
+        self._inner.release()
+
+
+class RuntimeMeter:
+    """What the runtime itself spends while a load runs (bench only; nothing in the runtime
+    changes):
+
+    * every DynamoDB request and every ``SendTaskSuccess``, from any thread (the state
+      machines', the Lambdas', the bench's): when it was sent, how long it took, and of that
+      how long it waited for the runtime's DynamoDB serialization (``patches.serial_dynamodb``;
+      0 on DynamoDB Local, which has no such lock);
+    * a *tick* thread that sleeps :data:`TICK_S` again and again and notes how late it wakes:
+      the process's CPU and GIL saturation, felt by a thread that needs neither DynamoDB nor
+      the interpreter;
+    * the process's CPU time (both cores: ``time.process_time``) against wall time.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self.requests: list[tuple] = []  # (sent epoch ms, took ms, lock wait ms, op, key, ticket, thread)
+        self.locks: list[tuple] = []  # (epoch ms, wait ms, held ms)
+        self.ticks: list[tuple] = []  # (epoch ms, late ms)
+        self._local = threading.local()
+        self._stop = threading.Event()
+
+    def note_lock(self, wait_s: float, held_s: float) -> None:
+        self._local.wait_ms = wait_s * 1000
+        self.locks.append((time.time() * 1000, wait_s * 1000, held_s * 1000))
+
+    def __enter__(self) -> "RuntimeMeter":
+        import threading
+        from unittest import mock
+
+        from botocore.client import BaseClient
+
+        from locked_workflow.testing.patches import serial_dynamodb
+
+        meter, original = self, BaseClient._make_api_call
+        self._patches = [mock.patch.object(serial_dynamodb, name, _TimedLock(getattr(serial_dynamodb, name), self))
+                         for name in ("DYNAMODB_REQUEST_LOCK",) if hasattr(serial_dynamodb, name)]
+
+        def timed(client: Any, operation: str, params: dict) -> Any:
+            service = client.meta.service_model.service_name
+            if service != "dynamodb" and operation != "SendTaskSuccess":
+                return original(client, operation, params)
+            meter._local.wait_ms = 0.0
+            key = str(next(iter((params.get("Key") or params.get("Item") or {}).values()), {}).get("S", ""))
+            ticket = ((params.get("ExpressionAttributeValues") or {}).get(":ticket") or {}).get("N")
+            if operation == "SendTaskSuccess":  # the wake-up of a grant: its record's fence
+                try:
+                    ticket = str(json.loads(params.get("output") or params.get("Output") or "{}").get("fence"))
+                except (ValueError, AttributeError):
+                    ticket = None
+            sent, started = time.time() * 1000, time.perf_counter()
+            try:
+                return original(client, operation, params)
+            finally:
+                meter.requests.append((sent, (time.perf_counter() - started) * 1000, meter._local.wait_ms, operation,
+                                       key, ticket, threading.get_ident()))
+
+        self._patches.append(mock.patch.object(BaseClient, "_make_api_call", timed))
+        for patch in self._patches:
+            patch.start()
+        self._cpu = (time.process_time(), time.monotonic())
+        self._ticker = threading.Thread(target=self._tick, name="bench-tick", daemon=True)
+        self._ticker.start()
+        return self
+
+    def _tick(self) -> None:
+        while not self._stop.is_set():
+            asked = time.perf_counter()
+            time.sleep(TICK_S)
+            self.ticks.append((time.time() * 1000, (time.perf_counter() - asked - TICK_S) * 1000))
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._ticker.join()
+        for patch in reversed(self._patches):
+            patch.stop()
+
+    def cpu_mark(self) -> tuple[float, float]:
+        return time.process_time(), time.monotonic()
+
+
+#: The tick thread's sleep (s).
+TICK_S = 0.01
+
+
+class FloorProbe:
+    """The floor *under load*: floor samples (:func:`measure_floor`'s write -> ``SendTaskSuccess``
+    -> parked task resumed, no lock) taken one after another on a thread of their own while a
+    load runs, so each handoff can be judged against what the engine gave a lock-free handoff
+    at the same time."""
+
+    def __init__(self, cloud: Any, deployment: Any, stack: str, table: str) -> None:
+        import threading
+
+        self._cloud, self._table = cloud, table
+        self._waiter = deployment.state_machine_arn(f"{stack}/FloorWaiter/Resource")
+        self._waker = deployment.state_machine_arn(f"{stack}/FloorWaker/Resource")
+        self.pairs: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bench-floor", daemon=True)
+        self._n = 0
+
+    def __enter__(self) -> "FloorProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        cloud = self._cloud
+        while not self._stop.is_set():
+            self._n += 1
+            key = f"floor-load-{id(self)}-{self._n}"
+            waiter = cloud.start_execution(self._waiter, {"key": key})
+            deadline = time.monotonic() + 120
+            while "Item" not in cloud.dynamodb.get_item(TableName=self._table, Key={"pk": {"S": key}},
+                                                         ConsistentRead=True):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+            waker = cloud.start_execution(self._waker, {"key": key})
+            try:
+                cloud.wait_for(waker, timeout=300, poll_s=0.2)
+                cloud.wait_for(waiter, timeout=300, poll_s=0.2)
+            except TimeoutError:
+                return
+            self.pairs.append((waiter, waker))
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """(write sent epoch ms, gap ms) of each sample."""
+        out = []
+        for waiter, waker in self.pairs:
+            sent = next(scenario.epoch_ms(e["timestamp"]) for e in _in_state(self._cloud.history(waker), FLOOR_WRITE)
+                        if e["type"] == "TaskStarted")
+            resumed = next(scenario.epoch_ms(e["timestamp"]) for e in self._cloud.history(waiter)
+                           if e["type"] == "TaskSucceeded")
+            out.append((sent, resumed - sent))
+        return out
+
+
+def _p(values: Sequence[float]) -> dict:
+    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99),
+            "max": max(values) if values else float("nan"), "sum": sum(values)}
+
+
+def _covered(locks: Sequence[tuple], lo: float, hi: float, longer_than_ms: float = 100) -> float:
+    """Of the waits for the serialization longer than ``longer_than_ms`` ending in [lo, hi), the
+    share of their time the lock was held (by another request)."""
+    import bisect
+
+    held = sorted((t - h, t) for t, _, h in locks)
+    starts = [a for a, _ in held]
+    waited = covered = 0.0
+    for t, wait, h in locks:
+        if not lo <= t < hi or wait < longer_than_ms:
+            continue
+        w_from, w_to = t - h - wait, t - h
+        waited += wait
+        i = max(0, bisect.bisect_left(starts, w_from - 60_000))
+        while i < len(held) and held[i][0] < w_to:
+            a, b = held[i]
+            covered += max(0.0, min(b, w_to) - max(a, w_from))
+            i += 1
+    return covered / waited if waited else float("nan")
+
+
+def runtime_figures(meter: RuntimeMeter, since_ms: float, until_ms: float, burst_end_ms: float,
+                    cpu: tuple[float, float, float, float]) -> dict:
+    """The meter's samples within a load, in the burst (before ``burst_end_ms``: the last
+    arrival) and after it."""
+    out: dict = {}
+    for phase, lo, hi in (("burst", since_ms, burst_end_ms), ("steady", burst_end_ms, until_ms)):
+        locks = [w for t, w, _ in meter.locks if lo <= t < hi]
+        held = sum(h for t, _, h in meter.locks if lo <= t < hi)
+        ddb = [r for r in meter.requests if lo <= r[0] < hi and r[3] != "SendTaskSuccess"]
+        wakes = [r[1] for r in meter.requests if lo <= r[0] < hi and r[3] == "SendTaskSuccess"]
+        out[phase] = {
+            "span_s": (hi - lo) / 1000,
+            "ddb_request_ms": _p([r[1] for r in ddb]), "ddb_lock_wait_ms": _p(locks),
+            # the share of the phase some thread held the DynamoDB serialization
+            "ddb_lock_busy": held / (hi - lo) if hi > lo else float("nan"),
+            "send_task_success_ms": _p(wakes),
+            "tick_late_ms": _p([late for t, late in meter.ticks if lo <= t < hi]),
+            # while a request waited for the serialization, the share of that time some other
+            # request held it: near 1 when the lock itself is the queue, low when the waiting
+            # thread was only not running (CPU, GIL)
+            "wait_covered": _covered(meter.locks, lo, hi),
+            "slowest": [(round(r[1]), round(r[2]), r[3], r[4][:40]) for r in sorted(
+                (r for r in meter.requests if lo <= r[0] < hi), key=lambda r: -r[1])[:8]],
+        }
+    cpu0, wall0, cpu1, wall1 = cpu
+    out["process_cpu_cores"] = (cpu1 - cpu0) / (wall1 - wall0) if wall1 > wall0 else float("nan")
+    return out
+
+
+def handoff_parts(sections: Sequence[Any], meter: RuntimeMeter, tickets: dict, burst_end_ms: float) -> dict:
+    """Each handoff gap (grant sent -> the next holder's park acknowledged) split into its grant
+    request (of which: waiting for the DynamoDB serialization), its ``SendTaskSuccess`` and the
+    rest (the interpreter's own steps: from the grant's reply to the wake-up's call, and the
+    woken task's resumption), plus the makespan's time between works: work exit -> grant sent
+    (the release's take) and park acknowledged -> work entered. ``tickets``: execution -> ticket."""
+    grants = {}  # (key, ticket) -> request
+    for r in meter.requests:
+        if r[3] == "UpdateItem" and r[5] is not None:
+            grants[(r[4], r[5])] = r
+    wakes = {r[5]: r for r in meter.requests if r[3] == "SendTaskSuccess" and r[5] is not None}  # fence -> request
+    parts: dict = {p: {"grant": [], "grant_lock_wait": [], "wake": [], "rest": [], "gap": [], "take": [], "resume": []}
+                   for p in ("burst", "steady")}
+    for group in scenario.by_key(sections).values():
+        ordered = sorted((s for s in group if s.acquire_acked_ms is not None), key=lambda s: s.acquire_acked_ms)
+        for before, after in zip(ordered, ordered[1:]):
+            if before.release_sent_ms is None:
+                continue
+            phase = parts["steady" if before.release_sent_ms >= burst_end_ms else "burst"]
+            gap = after.acquire_acked_ms - before.release_sent_ms
+            phase["gap"].append(gap)
+            phase["take"].append(before.release_sent_ms - before.end_ms)
+            phase["resume"].append(after.start_ms - after.acquire_acked_ms)
+            ticket = tickets.get(after.execution)
+            grant = grants.get((str(after.lock_key), str(ticket))) if ticket is not None else None
+            if grant is None:
+                continue
+            wake = wakes.get(str(after.fence))
+            phase["grant"].append(grant[1])
+            phase["grant_lock_wait"].append(grant[2])
+            if wake is not None:
+                phase["wake"].append(wake[1])
+                phase["rest"].append(gap - grant[1] - wake[1])
+    return {phase: {name: _p(values) for name, values in d.items()} for phase, d in parts.items()}
+
+
 def left_behind(cloud: Any, key_part: str) -> int:
     """Items of the load's key still holding someone: a held lock, queued tickets, queue rows."""
     from locked_workflow.state_machines import fair_protocol as fp
@@ -357,7 +658,10 @@ def _in_state(history: Sequence[dict], state: str):
 
 
 def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Sequence[str] = tuple(LOCKS),
-        floor_samples: int = 30, extra_loads: Sequence[tuple[float, int, tuple[str, ...]]] = ()) -> dict:
+        floor_samples: int = 30, extra_loads: Sequence[tuple[float, int, tuple[str, ...]]] = (),
+        under_load: bool = True) -> dict:
+    from contextlib import nullcontext
+
     from locked_workflow.testing import LocalCloud
     from locked_workflow.testing.synth import synth_app
 
@@ -385,15 +689,21 @@ def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Seq
             missing = [x for x in named if x not in chosen]
             if missing:
                 raise ValueError(f"--loads names {missing}: add them to --locks")
-        with CapacityMeter() as meter:
+        floor_table = next(v for k, v in app.deployment.resources.items() if k.startswith("FloorTable"))
+        probe = (lambda: FloorProbe(cloud, app.deployment, synthesized.stack_name, floor_table)) \
+            if under_load else None
+        with CapacityMeter() as meter, (RuntimeMeter() if under_load else nullcontext()) as runtime:
             for index, (work_s, n, named) in enumerate(plan):
                 for name in named:
                     key = f"hot-{index}-{name}-{n}-{work_s}#"
                     figures = load(cloud, app.arn(chosen[name]), name, runs=n, work_s=work_s, key=key, meter=meter,
-                                   unlocked_transitions=solo["Unlocked"])
+                                   unlocked_transitions=solo["Unlocked"], runtime=runtime, floor_probe=probe)
                     figures["left_behind"] = left_behind(cloud, key)
                     figures["handoff_p50_over_floor"] = figures["handoff_p50_ms"] / results["floor_p50_ms"] \
                         if floor else float("nan")
+                    loaded = figures["under_load"].get("floor", {}).get("all", {}).get("p50")
+                    figures["handoff_p50_over_loaded_floor"] = figures["handoff_p50_ms"] / loaded \
+                        if loaded else float("nan")
                     results["loads"].append({"lock": name, "work_s": work_s, "n": n, **figures})
     results["elapsed_s"] = round(time.monotonic() - started, 1)
     return results
@@ -423,6 +733,36 @@ THOUSAND_WORK_S = 0.1
 DEFAULT_EXTRA_LOADS = "0.25:100"
 
 
+def under_load_lines(r: dict) -> list[str]:
+    """The load's runtime figures, burst and steady: the floor under load beside the handoff,
+    the handoff's parts, DynamoDB requests and their wait for the runtime's serialization, the
+    tick thread's lateness."""
+    u = r.get("under_load") or {}
+    if not u:
+        return []
+    f = lambda d: f"{d['p50']:.0f} / {d['p99']:.0f} / {d['max']:.0f} [{d['n']}]"  # noqa: E731
+    out = [f"burst (start -> last arrival) {u.get('burst_s', float('nan')):.1f} s; process CPU "
+           f"{u['runtime']['process_cpu_cores']:.2f} cores" if "runtime" in u else ""]
+    for phase in ("burst", "steady"):
+        line = [f"{phase}:"]
+        if "floor" in u:
+            line.append(f"floor p50/p99/max [n] {f(u['floor'][phase])} ms")
+        if "handoff_parts" in u:
+            h = u["handoff_parts"][phase]
+            line.append(f"handoff {f(h['gap'])} = grant {f(h['grant'])} (serialization wait "
+                        f"{f(h['grant_lock_wait'])}) + SendTaskSuccess {f(h['wake'])} + rest {f(h['rest'])}; "
+                        f"sums: take {h['take']['sum'] / 1000:.1f} s, gaps {h['gap']['sum'] / 1000:.1f} s, "
+                        f"resume {h['resume']['sum'] / 1000:.1f} s")
+        if "runtime" in u:
+            t = u["runtime"][phase]
+            line.append(f"DynamoDB request {f(t['ddb_request_ms'])} ms, serialization wait {f(t['ddb_lock_wait_ms'])}"
+                        f" ms, serialization busy {t['ddb_lock_busy']:.0%} (held during waits > 100 ms: "
+                        f"{t['wait_covered']:.0%}); SendTaskSuccess "
+                        f"{f(t['send_task_success_ms'])} ms; tick late {f(t['tick_late_ms'])} ms")
+        out.append("; ".join(line))
+    return [line for line in out if line]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench_fair", description=__doc__.split("\n")[0])
     parser.add_argument("--work", default="0.25,1,2", help="protected work sizes in seconds (default 0.25,1,2)")
@@ -435,6 +775,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--thousand", action="store_true",
                         help="the invariant run instead: 1,000 fair waiters with AWS-sized tokens on one key, "
                              f"{THOUSAND_WORK_S:g} s of work each, on DynamoDB Local (unless --backend says)")
+    parser.add_argument("--no-under-load", action="store_true",
+                        help="skip the runtime's figures during each load (the floor probe, request timing)")
     parser.add_argument("--backend", choices=("moto", "dynamodb-local"), default="moto")
     parser.add_argument("--out", type=Path, default=Path("out") / "bench-fair")
     args = parser.parse_args(argv)
@@ -454,7 +796,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     results = run(works=works, runs=runs, backend=args.backend, locks=locks, floor_samples=args.floor,
-                  extra_loads=extra_loads)
+                  extra_loads=extra_loads, under_load=not args.no_under_load)
     extra = results["uncontended_extra_transitions"]
     print(f"Fair lock benchmark, backend {args.backend}, {results['elapsed_s']} s")
     print(f"floor (write -> SendTaskSuccess -> parked task resumed, no lock): p50 {results['floor_p50_ms']:.0f} ms, "
@@ -469,6 +811,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"as run + {r['between_s']:.1f} s between works + {r['trail_s']:.1f} s after the last")
         if r["lock"] == "Fair":
             print(f"fair handoff paths, {r['work_s']:g} s x {r['n']}: {r['paths']}")
+        for line in under_load_lines(r):
+            print("  " + line)
     print("invariants: " + ("hold (all succeeded, no overlap, fences increase, the fair lock granted in ticket "
                             "order, nothing left held or queued)" if not bad else f"VIOLATED {bad}"))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -318,3 +318,24 @@ def test_a_token_call_is_not_answered_with_a_crash_while_another_execution_start
 
     with pytest.raises(AttributeError, match="something else"):
         cb._past_starting_executions(broken, None, "t")
+
+
+def test_a_token_call_does_not_wait_for_executions_that_are_still_starting():
+    """A starting execution (no environment yet) has no task and so no token: a token call's
+    walk leaves it out instead of waiting until it has started (a wake-up waited 5 s in a burst
+    of starts); outside a token call the walk is moto's."""
+    from types import SimpleNamespace
+
+    from locked_workflow.testing.patches import cancelled_branches as cb
+
+    running = SimpleNamespace(exec_worker=SimpleNamespace(env=object()))
+    starting = SimpleNamespace(exec_worker=SimpleNamespace(env=None))
+    unstarted = SimpleNamespace(exec_worker=None)
+    walk = cb._executions(lambda self, status=None: [starting, running, unstarted])
+    assert walk(None) == [starting, running, unstarted]
+
+    def send(self, token):
+        return walk(self)
+
+    assert cb._past_starting_executions(send, None, "t") == [running]
+    assert walk(None) == [starting, running, unstarted]  # the flag is this call's only
