@@ -360,6 +360,9 @@ def test_a_client_reader_queued_behind_a_workflow_writer_is_admitted_in_its_turn
     lease = out["value"]
     w = mixed.wait([writer])[0]
     assert w.status == "SUCCEEDED" and lease.shared and lease.fence == w.output["probe"]["fence"]
+    # the writer's release granted the polling client (no wake-up: it found the grant at its look)
+    states = [e["stateEnteredEventDetails"]["name"] for e in w.history if "stateEnteredEventDetails" in e]
+    assert "Lock.Release.GrantReadPolling" in states and "Lock.Release.WakeReader" not in states
     assert mixed.lock(k)[p.OWNER]["S"] == sp.SHARED  # the late writer waits for the client reader
     workflow_client(mixed).release(lease)  # the last reader: hands the key to the late writer
     last = mixed.wait([late])[0]
