@@ -351,11 +351,16 @@ def unlimited_wait_s(park_timeout_s: int, history_event_budget: int | None) -> i
     """``max_wait=None`` (a fair lock on a STANDARD machine): the longest wait whose park rounds
     fit the history budget (default 20,000 events: a round is at most
     :data:`EVENTS_PER_PARK_ROUND` events, and a round lasts at least one park timeout) - then
-    ``Lock.Timeout``. With the defaults (30 s): (20,000 / 45 - 1) x 30 s = 3 h 41 min."""
+    ``Lock.Timeout``. With the defaults (30 s): (20,000 / 100 - 1) x 30 s = 1 h 39 min."""
     budget = history_event_budget if history_event_budget is not None else 20_000
     return max(1, (budget // EVENTS_PER_PARK_ROUND - 1) * int(park_timeout_s))
 
 
-#: History events of one park round that times out (the park, the fallback's read and checks,
-#: a handoff run for a dead head, the park again), rounded up.
-EVENTS_PER_PARK_ROUND = 45
+#: History events of one park round that times out, at most: the park, the fallback's read and
+#: checks, and a handoff run for a head that does not move - the longest: its wake-up fails while
+#: its execution runs (DescribeExecution, a short look for its new park, the claim window, a
+#: last look, the revoke: 81 events measured, ``tests/test_fair_lock.py``), then a hole's mark
+#: (about 12 more). A round that also passes rows of waiters gone (``left``) costs about 8
+#: events more per row; the janitor's marks are passed by the releasers, a waiter's round only
+#: when a releaser crashed. (It was 45 until a run of that longest round measured 81.)
+EVENTS_PER_PARK_ROUND = 100

@@ -62,3 +62,13 @@ def refused_acquires(result) -> list[tuple[float, float]]:
         elif event["type"] == "TaskFailed" and event["taskFailedEventDetails"].get("error") == CONDITION_FAILED:
             spans.append((scheduled, event["timestamp"].timestamp()))
     return spans
+
+
+def park_round_events(result, protected_state: str, park_state: str = "Lock.Park") -> list[int]:
+    """History events of each park round of a run: from entering the park state to entering it
+    again, or - the last round - to entering the protected work. A section's history budget
+    counts every round as at most ``fair_protocol.EVENTS_PER_PARK_ROUND`` events."""
+    marks = [i for i, e in enumerate(result.history)
+             if e.get("stateEnteredEventDetails", {}).get("name") in (park_state, protected_state)]
+    names = [result.history[i]["stateEnteredEventDetails"]["name"] for i in marks]
+    return [marks[n + 1] - marks[n] for n in range(len(marks) - 1) if names[n] == park_state]

@@ -131,6 +131,16 @@ def parks_timed_out(result) -> int:
     return sum(1 for e in result.history if e["type"] == "TaskTimedOut")
 
 
+def assert_park_rounds_fit_the_budget(result) -> None:
+    """Every park round of ``result`` (one that timed out included) fits the section's history
+    budget's figure for a round."""
+    from lock_invariants import park_round_events
+
+    rounds = park_round_events(result, "FairProbe")
+    assert rounds and max(rounds) <= fp.EVENTS_PER_PARK_ROUND, rounds
+    print(f"park rounds: {rounds} events (budget figure {fp.EVENTS_PER_PARK_ROUND})")
+
+
 def test_an_uncontended_run_takes_the_fast_path(fair):
     k = key()
     result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
@@ -315,6 +325,7 @@ def test_a_lost_wake_up_costs_one_park_timeout(fair):
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
     assert parks_timed_out(results[1]) >= 1  # the fallback, not the wake-up, let it in
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+    assert_park_rounds_fit_the_budget(results[1])
 
 
 def test_a_waiter_whose_park_ends_as_its_row_is_taken_is_woken_in_its_new_park_not_after_a_park_timeout(fair):
@@ -495,15 +506,16 @@ def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):
     assert fair.drained(k)
 
 
-def dead_head(fair, k: str, owner: str, *, fence: int) -> None:
-    """A free lock of fence ``fence`` whose queue's head ``owner`` polled last long ago (dead)."""
+def dead_head(fair, k: str, owner: str, *, fence: int, token: str = f"{fp.CLIENT_LEASE_PREFIX}0") -> None:
+    """A free lock of fence ``fence`` whose queue's head ``owner`` polled last long ago (dead),
+    or - ``token`` a task token - parked in an execution that has ended."""
     served = fence  # any served ticket: the head is the next one
     fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
         "pk": {"S": p.namespaced("f", k)}, p.FENCE: {"N": str(fence)},
         fp.SERVED: {"N": str(served)}, fp.TICKETS: {"N": str(served + 1)}})
     fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={
         "pk": {"S": fp.row_key(p.namespaced("f", k), served + 1)}, p.OWNER: {"S": owner},
-        fp.TOKEN: {"S": f"{fp.CLIENT_LEASE_PREFIX}0"}, fp.LEASE: {"N": "60000"}, fp.GRACE_MS: {"N": "0"}})
+        fp.TOKEN: {"S": token}, fp.LEASE: {"N": "60000"}, fp.GRACE_MS: {"N": "0"}})
 
 
 def test_a_dead_client_at_the_head_is_dequeued_by_a_waiter(fair):
@@ -512,10 +524,25 @@ def test_a_dead_client_at_the_head_is_dequeued_by_a_waiter(fair):
     result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == 5
     assert parks_timed_out(result) >= 1 and fair.drained(k)
+    assert_park_rounds_fit_the_budget(result)  # a round that ran the handoff for a dead head
     # and a client waiter does the same
     dead_head(fair, k, "client:gone#2", fence=5)
     lease = client(fair).acquire(k, wait=10, poll_interval=0.1)
     assert lease.fence == 6 and fair.queue(k) == [] and fair.rows(k) == []
+    client(fair).release(lease)
+    # the longest round a section's history budget must count: the head's wake-up fails while
+    # its execution runs (its park ended: it may claim) - a short look for its new park, the
+    # claim window, a last look, the revoke, the next row (here: the waiter's own)
+    running = fair.start("FairHold", {"key": key(), "workMs": 1})
+    dead_head(fair, k, f"{running}#1", fence=6, token="a-token-of-an-ended-park")
+    result = fair.wait([fair.start("Fair", {"key": k, "workMs": 1})])[0]
+    fair.cloud.stepfunctions.stop_execution(executionArn=running)
+    assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == 8, result.output  # 7: the revoked grant
+    from lock_invariants import state_entered
+
+    assert {"Lock.Help.Reparking", "Lock.Help.ClaimWindow", "Lock.Help.Revoke"} <= set(state_entered(result))
+    assert_park_rounds_fit_the_budget(result)
+    assert fair.drained(k)
 
 
 def test_a_client_that_gives_up_leaves_the_queue(fair):
@@ -571,7 +598,7 @@ def test_max_wait_none_waits_as_long_as_the_history_budget_allows_then_times_out
     key = jsonata("$states.input.key")
     common = dict(table=table, lease=cdk.Duration.minutes(5), max_wait=None)
     section = LockedSection(stack, "Fair", protected=sfn.Pass.jsonata(stack, "W"), lock=Lock.fair(key), **common)
-    # (20,000 / 45 - 1) park rounds of 30 s: 3 h 41 min, then Lock.Timeout
-    assert section._max_wait_ms == fp.unlimited_wait_s(30, 20_000) * 1000 == 13_290_000
+    # (20,000 / 100 - 1) park rounds of 30 s: 1 h 39 min 30 s, then Lock.Timeout
+    assert section._max_wait_ms == fp.unlimited_wait_s(30, 20_000) * 1000 == 5_970_000
     with pytest.raises(TypeError, match=r"`max_wait` must be a Duration, got: NoneType"):
         LockedSection(stack, "Polling", protected=sfn.Pass.jsonata(stack, "W2"), lock=Lock.mutex(key), **common)
