@@ -41,6 +41,10 @@ class SharedStack(cdk.Stack):
         machines.append(LockedWorkflow(self, "ReaderImpatient", lock=Lock.shared(key, park_timeout=park),
                                        protected=self.probe("ImpatientProbe", "read"),
                                        **{**common, "max_wait": cdk.Duration.seconds(3)}))
+        # a writer whose fallback asks nobody whether a holder still runs (liveness_check_every=0):
+        # the negative control of the liveness check
+        machines.append(LockedWorkflow(self, "WriterBlind", lock=Lock.exclusive(key, park_timeout=park),
+                                       protected=self.probe("BlindProbe", "write"), liveness_check_every=0, **common))
         # a plain mutex on the same keys: a writer to the readers
         machines.append(LockedWorkflow(self, "Mutex", lock=Lock.mutex(key), protected=self.probe("MutexProbe", "write"),
                                        wait_policy=FAST, **common))

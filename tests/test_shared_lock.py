@@ -368,6 +368,75 @@ def test_a_stopped_writer_woken_by_a_handoff_is_recovered_by_the_janitor(rw):
     assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
 
 
+def _state_times(arn_history, name: str, event: str = "TaskStateExited") -> list[float]:
+    """When the state ``name`` was left (or entered) in a history, epoch ms (service clock)."""
+    details = "stateExitedEventDetails" if event.endswith("Exited") else "stateEnteredEventDetails"
+    return [e["timestamp"].timestamp() * 1000 for e in arn_history if e["type"] == event and e[details]["name"] == name]
+
+
+def test_the_liveness_check_recovers_a_stopped_reader_and_writer_long_before_their_leases(rw, record_property):
+    """The janitor's events are dropped: only a waiter's fallback can learn that the holder's
+    execution ended. With the liveness check (every 2nd round of the fallback) the waiting writer
+    describes the holder - the writer holder, or the reader entry - retires it (held for its stop
+    grace from its end) and enters; its lease (the machine's timeout + 5 min) is minutes away.
+    The negative control, a waiter with ``liveness_check_every=0``, finds both still held after
+    rounds of its fallback past the stop grace, their leases untouched."""
+    keys = {(holder, check): new_key() for holder in ("Reader", "Writer") for check in (True, False)}
+    holders = {k: rw.start(f"{k[0]}Hold", {"key": key, "gate": "h", "workMs": 1}) for k, key in keys.items()}
+    rw.until(lambda: all(rw.gate_token(key, "h") for key in keys.values()))
+    held = {k: rw.lock(key) for k, key in keys.items()}
+    leases = {k: (int(next(iter(sp.readers_of(item).values()))[p.EXPIRES_AT]["N"]) if k[0] == "Reader"
+                  else int(item[p.EXPIRES_AT]["N"])) for k, item in held.items()}
+    waiters = {k: rw.start("Writer" if k[1] else "WriterBlind", {"key": key, "workMs": 1}) for k, key in keys.items()}
+    rw.until(lambda: all(rw.parked(key) == ["write"] for key in keys.values()))
+    stopped = set(holders.values())
+    rw.cloud.events.status_event_filter = lambda detail: detail["executionArn"] not in stopped  # no janitor
+    try:
+        for arn in holders.values():
+            rw.cloud.stop_execution(arn)
+        ends = {k: rw.cloud.wait_for(arn, timeout=60) for k, arn in holders.items()}
+        assert all(r.status == "ABORTED" for r in ends.values())
+        stop_ms = {k: rw.cloud.stepfunctions.describe_execution(executionArn=arn)["stopDate"].timestamp() * 1000
+                   for k, arn in holders.items()}
+        grace_ms = int(held[("Writer", True)][p.GRACE]["N"])
+        # with the check: in, after the stop grace and minutes before the lease
+        for k in [k for k in keys if k[1]]:
+            result = rw.cloud.wait_for(waiters[k], timeout=120)
+            assert result.status == "SUCCEEDED", (k, result.cause)
+            states = entered_states(result)
+            assert "Lock.DescribeHolder" in states and f"Lock.Retire{'Reader' if k[0] == 'Reader' else 'Holder'}" in states
+            entered_ms = _state_times(result.history, "Lock.Admit")[-1]
+            assert stop_ms[k] + grace_ms <= entered_ms < leases[k] - 120_000, (k, stop_ms[k], entered_ms, leases[k])
+            record_property(f"{k[0].lower()}_recovered_after_stop_s", round((entered_ms - stop_ms[k]) / 1000, 1))
+            record_property(f"{k[0].lower()}_lease_after_stop_s", round((leases[k] - stop_ms[k]) / 1000, 1))
+            assert probe_of(result)["insideAtEntry"] == 1 and rw.free(keys[k])
+        # without: rounds of the fallback past the grace, and still held, the lease untouched
+        blind = [k for k in keys if not k[1]]
+
+        def inspected_after_grace(k) -> int:
+            after = stop_ms[k] + grace_ms
+            return sum(t > after for t in _state_times(rw.cloud.history(waiters[k]), "Lock.Inspect", "TaskStateEntered"))
+
+        rw.until(lambda: all(inspected_after_grace(k) >= 3 for k in blind), timeout=120)
+        for k in blind:
+            item = rw.lock(keys[k])
+            if k[0] == "Reader":
+                (entry,) = sp.readers_of(item).values()
+                assert int(entry[p.EXPIRES_AT]["N"]) == leases[k]
+            else:
+                assert item[p.OWNER] == held[k][p.OWNER] and int(item[p.EXPIRES_AT]["N"]) == leases[k]
+            assert rw.cloud.status(waiters[k]) == "RUNNING" and rw.parked(keys[k]) == ["write"]
+            assert "Lock.DescribeHolder" not in entered_states_of(rw, waiters[k])
+            rw.cloud.stop_execution(waiters[k])
+    finally:
+        rw.cloud.events.status_event_filter = None
+    assert stopped <= {d["executionArn"] for d in rw.cloud.events.dropped_status_events}
+
+
+def entered_states_of(rw, arn: str) -> list[str]:
+    return [e["stateEnteredEventDetails"]["name"] for e in rw.cloud.history(arn) if "stateEnteredEventDetails" in e]
+
+
 def test_a_redriven_reader_holds_again_before_its_work_resumes(rw):
     """A reader stopped inside its work, retired by the janitor and reaped by a writer that then
     wrote, is redriven: its work's task refuses to resume (Lock.Resumed), the section retires
@@ -507,3 +576,24 @@ def test_the_kinds_are_values_with_their_own_validation():
     with pytest.raises(ValueError, match=r"`state_machine_type` must be STANDARD with Lock.shared .*got: EXPRESS"):
         LockedWorkflow(stack, "W", lock=a, protected=sfn.Pass(stack, "P"), table=LockTable(stack, "T").table,
                        state_machine_type=sfn.StateMachineType.EXPRESS, timeout=cdk.Duration.minutes(1))
+
+
+def test_the_fallbacks_liveness_check_describes_executions_it_may_name_only(template):
+    """The states (DescribeHolder, then RETIRE or RETIRE_READER - the protocol's) are there with
+    the check on, absent with it off; DescribeExecution is granted on executions, never on *."""
+    import json
+
+    for machine in ("Reader", "Writer"):
+        states = _states(_definition(template, machine))
+        assert states["Lock.DescribeHolder"]["Resource"].endswith(":states:::aws-sdk:sfn:describeExecution")
+        assert states["Lock.RetireHolder"]["Arguments"]["ConditionExpression"] == p.RETIRE.condition
+        assert states["Lock.RetireReader"]["Arguments"]["ConditionExpression"] == sp.RETIRE_READER.condition
+    blind = _states(_definition(template, "WriterBlind"))
+    assert not {"Lock.DescribeHolder", "Lock.RetireHolder", "Lock.RetireReader"} & set(blind)
+    grants = [s for policy in template.find_resources("AWS::IAM::Policy").values()
+              for s in policy["Properties"]["PolicyDocument"]["Statement"] if "states:DescribeExecution" in s["Action"]]
+    assert grants
+    for statement in grants:
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        assert statement["Action"] == "states:DescribeExecution"
+        assert all(":execution:" in json.dumps(r) and r != "*" for r in resources), statement
