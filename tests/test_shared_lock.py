@@ -461,6 +461,50 @@ def test_a_redriven_reader_holds_again_before_its_work_resumes(rw):
     assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
 
 
+def test_a_redriven_writer_waits_out_its_own_stopped_hold_and_holds_once(rw):
+    """A writer woken by a handoff (its hold: the grant, then its CLAIM_WRITE) is stopped inside
+    its work and redriven at once, while its stopped work may still run: the redrive resumes
+    the work's task, which refuses (Lock.Resumed); the section retires the old hold (held for
+    its stop grace from now) and takes a new one only after that grace - one hold, its fence one
+    up from the first. A reader that comes meanwhile waits for it; the key ends free."""
+    if rw.cloud.backend != "moto":
+        pytest.skip("the redrive is Step Functions behaviour: one backend suffices")
+    k = new_key()
+    first = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w0"))
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    rw.open(k, "w0")
+    rw.until(lambda: rw.gate_token(k, "w"))  # granted by the handoff, claimed, inside its work
+    assert rw.wait([first])[0].status == "SUCCEEDED"
+    stopped_token, held = rw.gate_token(k, "w"), rw.lock(k)
+    first_owner, first_fence = held[p.OWNER]["S"], int(held[p.FENCE]["N"])
+    assert first_owner.startswith(writer + "#") and "Lock.Claim" in entered_states_of(rw, writer)
+    rw.cloud.stop_execution(writer)
+    assert rw.cloud.wait_for(writer, timeout=60).status == "ABORTED"
+    stop_ms = rw.cloud.stepfunctions.describe_execution(executionArn=writer)["stopDate"].timestamp() * 1000
+    rw.cloud.stepfunctions.redrive_execution(executionArn=writer)
+    rw.until(lambda: rw.gate_token(k, "w") not in (None, stopped_token), timeout=120)  # holding again
+    again = rw.lock(k)
+    assert again[p.OWNER]["S"].startswith(writer + "#") and again[p.OWNER]["S"] != first_owner
+    assert int(again[p.ACQUIRED_AT]["N"]) >= stop_ms + int(held[p.GRACE]["N"])  # after its own stopped hold's grace
+    assert int(again[p.FENCE]["N"]) == first_fence + 1  # one new hold, one fence up
+    reader = rw.start("Reader", {"key": k, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["read"])
+    assert rw.probe(k)["entries"] == 1  # (the first writer's) nobody is inside beside the redriven writer
+    rw.open(k, "w")
+    redriven, r = rw.wait([writer, reader])
+    assert (redriven.status, r.status) == ("SUCCEEDED", "SUCCEEDED"), (redriven.cause, r.cause)
+    states = entered_states(redriven)
+    assert "Lock.EntryFailed?" in states and "Lock.Retire" in states
+    assert probe_of(redriven)["fence"] == probe_of(r)["fence"] == first_fence + 1
+    assert probe_of(redriven)["insideAtEntry"] == probe_of(r)["insideAtEntry"] == 1
+    probe = rw.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["counter"] == probe["accepted"] == 2
+    assert probe["fences"] == [first_fence - 1, first_fence + 1]  # the stopped hold wrote nothing
+    assert probe.get("staleReads", 0) == 0 and rw.free(k) and int(rw.lock(k)[p.FENCE]["N"]) == first_fence + 1
+
+
 def test_the_janitor_finds_only_an_executions_own_holds():
     me, other, table = "arn:x:execution:m:a#1", "arn:x:execution:m:b#2", "Locks"
 
