@@ -505,6 +505,52 @@ def test_a_redriven_writer_waits_out_its_own_stopped_hold_and_holds_once(rw):
     assert probe.get("staleReads", 0) == 0 and rw.free(k) and int(rw.lock(k)[p.FENCE]["N"]) == first_fence + 1
 
 
+def test_the_janitor_marks_a_stopped_parked_writers_row_left_and_the_handoff_skips_it(rw):
+    """A writer stopped while parked (its row: a token that will never answer): the janitor
+    finds its park - a TransactWriteItems - in its history and marks the row left. The holder's
+    release then skips it and grants the reader behind it at once, instead of granting the dead
+    writer (whose wake-up fails) and leaving the reader to wait out the claim window."""
+    k = new_key()
+    holder = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w0"))
+    dead = rw.start("Writer", {"key": k, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    reader = rw.start("Reader", {"key": k, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write", "read"])
+    served, _ = fp.counters(rw.lock(k))
+    row_key = fp.row_key(p.namespaced(NAMESPACE, k), served + 1)
+    rw.cloud.stop_execution(dead)
+    assert rw.cloud.wait_for(dead, timeout=60).status == "ABORTED"
+
+    def row():
+        return rw.cloud.dynamodb.get_item(TableName=rw.table("LocksTable"), Key={"pk": {"S": row_key}},
+                                          ConsistentRead=True).get("Item", {})
+    rw.until(lambda: fp.LEFT in row())  # the janitor marked it
+    assert row()[p.OWNER]["S"].startswith(dead + "#") and fp.TOKEN not in row()
+    rw.open(k, "w0")
+    h, r = rw.wait([holder, reader])
+    assert (h.status, r.status) == ("SUCCEEDED", "SUCCEEDED"), r.cause
+    released = entered_states(h)
+    assert "Lock.Release.Skip" in released and "Lock.Release.GrantWrite" not in released
+    assert "Lock.Release.GrantRead" in released and "Lock.Claim" in entered_states(r)
+    assert probe_of(r)["fence"] == probe_of(h)["fence"] and rw.free(k)
+
+
+def test_the_janitor_finds_an_executions_parks_of_both_queues():
+    """One finder for the fair queue's park (an UpdateItem) and the read/write queue's (the
+    row's Update in a TransactWriteItems); another table's, or a ConditionCheck's, is not one."""
+    me, table = "arn:x:execution:m:a#1", "Locks"
+    transact = sp.park_transaction(table, "rw#k", 7, sp.WRITE, {":me": {"S": me}, ":token": {"S": "t"},
+                                                               ":lease": {"N": "1"}, ":grace": {"N": "0"}},
+                                   {n: {"S": "x"} for n in sp.PARK_UNLESS[sp.WRITE].value_names()})
+    fair_park = {"TableName": table, **fp.arguments("!3!f#k", fp.PARK, {
+        ":me": {"S": me}, ":token": {"S": "t"}, ":lease": {"N": "1"}, ":grace": {"N": "0"}})}
+    tasks = [p.ScheduledTask("transactWriteItems.waitForTaskToken", {"TransactItems": transact}),
+             p.ScheduledTask("updateItem", fair_park)]
+    assert fp.enqueues_in_history(tasks, table_name=table) == [("!7!rw#k", me), ("!3!f#k", me)]
+    assert fp.enqueues_in_history(tasks, table_name="Other") == []
+
+
 def test_the_janitor_finds_only_an_executions_own_holds():
     me, other, table = "arn:x:execution:m:a#1", "arn:x:execution:m:b#2", "Locks"
 
