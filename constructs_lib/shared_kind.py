@@ -104,8 +104,29 @@ class SharedLockKind(Mutex):
 
     def holds_same_lock(self, variable: str) -> str:
         # not re-entrant: a nested section on the same key takes its own hold (a writer inside a
-        # reader's work must not pass through on a shared hold)
+        # reader's work must not pass through on a shared hold); one on the same key expression
+        # is refused at synth (entry_fields)
         return "false"
+
+    def entry_fields(self, enclosing_lock_variables=()):
+        """(At render, with the enclosing sections known.) Refuse a section nested in one that
+        holds the same key - the same key expression, table and namespace: not re-entrant, its
+        hold would wait for the enclosing one (a writer for its own reader or writer; a reader
+        for its own writer, or behind a writer queued meanwhile) until ``max_wait``."""
+        from locked_workflow.constructs_lib.locked_section import _enclosing_sections, _same_table
+
+        me = self._section
+        for outer in _enclosing_sections():
+            if (getattr(outer.kind, "user_key", None) == self.user_key and outer.lock.record_table is None
+                    and outer.key_namespace == me.key_namespace and _same_table(outer.table, me.table)):
+                factory = "shared" if self.mode == READ else "exclusive"
+                raise ValueError(
+                    f"`lock` must not be Lock.{factory} on the key its enclosing section {outer.node.path!r} "
+                    f"holds (same key, table and `key_namespace`: the read/write kinds are not re-entrant, "
+                    f"and the nested hold would wait for the enclosing one), got: Lock.{factory}"
+                    f"({self.user_key!r}) in {me.node.path!r}. Give it another key or `key_namespace`, "
+                    "or move it out of the enclosing section's work")
+        return {}
 
     # -- names and values -------------------------------------------------------------------
 

@@ -576,6 +576,69 @@ def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
     assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
 
 
+def test_a_map_of_writer_sections_on_one_key_holds_one_at_a_time(rw):
+    """Each Map iteration's section is its own holder (an owner per acquisition): one inside,
+    the other two parked, whichever went first."""
+    k = new_key()
+    run = rw.start("MapWriters", {"items": [{"key": k, "gate": f"g{i}", "workMs": 1} for i in range(3)]})
+    opened: set = set()
+    for n in range(3):
+        rw.until(lambda: sum(bool(rw.gate_token(k, f"g{i}")) for i in range(3)) == n + 1)
+        rw.until(lambda: rw.parked(k) == ["write"] * (2 - n))
+        inside = [i for i in range(3) if rw.gate_token(k, f"g{i}") and i not in opened]
+        assert len(inside) == 1, inside  # one holder at a time
+        assert rw.lock(k)[p.OWNER]["S"].startswith(run + "#")
+        rw.open(k, f"g{inside[0]}")
+        opened.add(inside[0])
+    result = rw.wait([run])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    fences = [r["probe"]["fence"] for r in result.output]
+    assert sorted(fences) == list(range(min(fences), min(fences) + 3))  # three holds, three fences
+    probe = rw.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["counter"] == probe["accepted"] == 3 and rw.free(k)
+
+
+def test_a_map_of_reader_sections_on_one_key_holds_together(rw):
+    k = new_key()
+    run = rw.start("MapReaders", {"items": [{"key": k, "gate": f"g{i}", "workMs": 1} for i in range(3)]})
+    rw.until(lambda: all(rw.gate_token(k, f"g{i}") for i in range(3)))  # all three inside at once
+    item = rw.lock(k)
+    assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == int(item[sp.READERS]["N"]) == 3
+    assert all(o.startswith(run + "#") for o in sp.readers_of(item))  # three holders of one execution
+    for i in range(3):
+        rw.open(k, f"g{i}")
+    result = rw.wait([run])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert rw.probe(k).get("violations", 0) == 0 and max(rw.probe(k)["readersSeen"]) == 3 and rw.free(k)
+
+
+@pytest.mark.parametrize("outer, inner", [("shared", "exclusive"), ("shared", "shared"), ("exclusive", "shared"),
+                                          ("exclusive", "exclusive"), ("mutex", "exclusive")])
+def test_a_read_write_section_nested_on_the_same_key_is_refused_at_synth(outer, inner):
+    """Not re-entrant: a nested hold on the key its enclosing section holds would wait for that
+    very section (a writer for its own reader or writer; a reader for its own writer, or behind
+    a writer queued meanwhile) until max_wait. The same key expression, table and namespace is
+    refused; another key is allowed (the negative control)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
+
+    def synth(inner_key: str) -> None:
+        stack = cdk.Stack(cdk.App())
+        table = LockTable(stack, "T").table
+        nested = LockedSection(stack, "Inner", lock=getattr(Lock, inner)(inner_key), table=table, key_namespace="rw",
+                               lock_variable="inner", lease=cdk.Duration.minutes(10),
+                               protected=sfn.Pass(stack, "Work"))
+        LockedWorkflow(stack, "Outer", lock=getattr(Lock, outer)("{% $states.input.key %}"), protected=nested,
+                       table=table, key_namespace="rw")
+        cdk.assertions.Template.from_stack(stack)
+
+    synth("{% $states.input.other %}")  # another key: an ordinary nested lock
+    with pytest.raises((ValueError, RuntimeError), match=rf"`lock` must not be Lock.{inner} on the key .* holds .*got: .*Inner"):
+        synth("{% $states.input.key %}")
+
+
 # -- synth: the states, their IAM and the settings ---------------------------------------------
 
 
