@@ -9,7 +9,10 @@ state machines: waiters park on a task token)::
                                            |--park timeout--> Inspect (the fallback)
        Inspect: granted -> Claim | passed -> Requeue | head of a free key -> Admit
                 | an expired reader holds back the head -> Reap | behind a head that does not
-                move, free of writers -> the handoff for it | else -> Park
+                move, free of writers -> the handoff for it | a liveness check due (once a
+                round) -> DescribeHolder (the writer holder, else a reader entry in turn) -> its
+                execution ended: RetireHolder / RetireReader (RETIRE / RETIRE_READER from its
+                end) -> Inspect again if that grace is over | else -> Park
 
     Release of a writer: the handoff from its ticket, holding (its first grant or RELEASE frees
     the key). Release of a reader: LEAVE_READ; the last reader runs the handoff (someone
@@ -63,8 +66,8 @@ _EXECUTION = ":execution:"
 
 
 def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
-    """JSONata: whose execution the fallback's liveness check asks about - ``{owner, reader}``,
-    or null: the writer holder (an execution's acquisition, not mine), else one of the reader
+    """JSONata: whose execution the fallback's liveness check asks about - ``{owner, reader,
+    expiresAt, grace}`` (its lease and stop grace as read), or null: the writer holder (an execution's acquisition, not mine), else one of the reader
     entries of executions whose lease runs, in turn (sorted, the ``rounds``-th modulo their
     number: every reader is asked about within as many checks as there are readers)."""
     prefix, execution = shared.READER_PREFIX, _EXECUTION
@@ -73,9 +76,12 @@ def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
         f"$r := $sort($append([], $filter($keys($i), function($n) {{ $substring($n, 0, {len(prefix)}) = '{prefix}' "
         f"and $contains($n, '{execution}') and $number($lookup($i, $n).M.`{protocol.EXPIRES_AT}`.N) >= $millis() }}))); "
         f"$o != '' and $o != '{shared.SHARED}' and $o != {me} and $contains($o, '{execution}') "
-        f"? {{'owner': $o, 'reader': false}} "
-        f": ($count($r) > 0 ? {{'owner': $substringAfter($r[${wait_variable}.rounds % $count($r)], '{prefix}'), "
-        f"'reader': true}} : null) )"
+        f"? {{'owner': $o, 'reader': false, 'expiresAt': {_item_number('$i', protocol.EXPIRES_AT)}, "
+        f"'grace': {_item_number('$i', protocol.GRACE)}}} "
+        f": ($count($r) > 0 ? ( $n := $r[${wait_variable}.rounds % $count($r)]; $e := $lookup($i, $n).M; "
+        f"{{'owner': $substringAfter($n, '{prefix}'), 'reader': true, "
+        f"'expiresAt': $number($e.`{protocol.EXPIRES_AT}`.N), 'grace': {_item_number('$e', protocol.GRACE)}}} ) "
+        f": null) )"
     )
 
 
@@ -415,8 +421,9 @@ class SharedLockKind(Mutex):
         ask Step Functions whether the holder the waiter suspects (``seen.suspect``: the writer
         holder, else one reader entry in turn - both executions' acquisitions, never a client)
         still runs; one that ended is retired - the mutex's RETIRE for a writer, RETIRE_READER for
-        a reader: held for its stop grace from its end, that acquisition only - and looked at
-        again at once when that grace is already over (else at the next round)."""
+        a reader: held for its stop grace from its end, that acquisition only, unless its lease
+        ends sooner (a retire never lengthens a lease) - and looked at again at once when that
+        grace is already over (else at the next round)."""
         s, v = self._section, self._section.variables
         if not s.liveness_check_every:
             return None
@@ -457,8 +464,11 @@ class SharedLockKind(Mutex):
             retire.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
             retire.next(over)
         ended_now = self._choice("HolderEnded")
-        self._when(ended_now, f"$type({seen}.endedAt) = 'number' and {seen}.suspect.reader", retire_reader)
-        self._when(ended_now, f"$type({seen}.endedAt) = 'number'", retire_writer)
+        # (a retire only ever shortens a lease: one that ends before the grace after the end
+        # is left to end by itself)
+        shortens = f"$type({seen}.endedAt) = 'number' and {seen}.endedAt + {seen}.suspect.grace < {seen}.suspect.expiresAt"
+        self._when(ended_now, f"{shortens} and {seen}.suspect.reader", retire_reader)
+        self._when(ended_now, shortens, retire_writer)
         ended_now.otherwise(park)
         return describe.next(ended_now)
 
