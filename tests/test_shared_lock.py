@@ -609,7 +609,8 @@ def test_a_map_of_reader_sections_on_one_key_holds_together(rw):
         rw.open(k, f"g{i}")
     result = rw.wait([run])[0]
     assert result.status == "SUCCEEDED", result.cause
-    assert rw.probe(k).get("violations", 0) == 0 and max(rw.probe(k)["readersSeen"]) == 3 and rw.free(k)
+    # (their holds overlapped at the gates; the probes after the gates may or may not)
+    assert rw.probe(k).get("violations", 0) == 0 and rw.probe(k)["readCount"] == 3 and rw.free(k)
 
 
 @pytest.mark.parametrize("outer, inner", [("shared", "exclusive"), ("shared", "shared"), ("exclusive", "shared"),
