@@ -9,7 +9,10 @@ state machines: waiters park on a task token)::
                                            |--park timeout--> Inspect (the fallback)
        Inspect: granted -> Claim | passed -> Requeue | head of a free key -> Admit
                 | an expired reader holds back the head -> Reap | behind a head that does not
-                move, free of writers -> the handoff for it | else -> Park
+                move, free of writers -> the handoff for it | a liveness check due (once a
+                round) -> DescribeHolder (the writer holder, else a reader entry in turn) -> its
+                execution ended: RetireHolder / RetireReader (RETIRE / RETIRE_READER from its
+                end) -> Inspect again if that grace is over | else -> Park
 
     Release of a writer: the handoff from its ticket, holding (its first grant or RELEASE frees
     the key). Release of a reader: LEAVE_READ; the last reader runs the handoff (someone
@@ -28,8 +31,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from aws_cdk import Duration, Stack, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
+from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.fair_mutex import _item_number, _item_string
 from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex, retry_transient_sdk
@@ -54,6 +58,30 @@ def _expired_reader(item: str) -> str:
         f"( $i := {item}; $k := $filter($keys($i), function($n) {{ $substring($n, 0, {len(prefix)}) = '{prefix}' "
         f"and $number($lookup($i, $n).M.`{protocol.EXPIRES_AT}`.N) < $millis() }}); "
         f"$count($k) > 0 ? $substringAfter($k[0], '{prefix}') : '' )"
+    )
+
+
+#: What an execution's acquisition's owner contains (``<execution ARN>#<uuid>``; a client's does not).
+_EXECUTION = ":execution:"
+
+
+def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
+    """JSONata: whose execution the fallback's liveness check asks about - ``{owner, reader,
+    expiresAt, grace}`` (its lease and stop grace as read), or null: the writer holder (an execution's acquisition, not mine), else one of the reader
+    entries of executions whose lease runs, in turn (sorted, the ``rounds``-th modulo their
+    number: every reader is asked about within as many checks as there are readers)."""
+    prefix, execution = shared.READER_PREFIX, _EXECUTION
+    return (
+        f"( $i := {item}; $o := {owner}; "
+        f"$r := $sort($append([], $filter($keys($i), function($n) {{ $substring($n, 0, {len(prefix)}) = '{prefix}' "
+        f"and $contains($n, '{execution}') and $number($lookup($i, $n).M.`{protocol.EXPIRES_AT}`.N) >= $millis() }}))); "
+        f"$o != '' and $o != '{shared.SHARED}' and $o != {me} and $contains($o, '{execution}') "
+        f"? {{'owner': $o, 'reader': false, 'expiresAt': {_item_number('$i', protocol.EXPIRES_AT)}, "
+        f"'grace': {_item_number('$i', protocol.GRACE)}}} "
+        f": ($count($r) > 0 ? ( $n := $r[${wait_variable}.rounds % $count($r)]; $e := $lookup($i, $n).M; "
+        f"{{'owner': $substringAfter($n, '{prefix}'), 'reader': true, "
+        f"'expiresAt': $number($e.`{protocol.EXPIRES_AT}`.N), 'grace': {_item_number('$e', protocol.GRACE)}}} ) "
+        f": null) )"
     )
 
 
@@ -82,8 +110,29 @@ class SharedLockKind(Mutex):
 
     def holds_same_lock(self, variable: str) -> str:
         # not re-entrant: a nested section on the same key takes its own hold (a writer inside a
-        # reader's work must not pass through on a shared hold)
+        # reader's work must not pass through on a shared hold); one on the same key expression
+        # is refused at synth (entry_fields)
         return "false"
+
+    def entry_fields(self, enclosing_lock_variables=()):
+        """(At render, with the enclosing sections known.) Refuse a section nested in one that
+        holds the same key - the same key expression, table and namespace: not re-entrant, its
+        hold would wait for the enclosing one (a writer for its own reader or writer; a reader
+        for its own writer, or behind a writer queued meanwhile) until ``max_wait``."""
+        from locked_workflow.constructs_lib.locked_section import _enclosing_sections, _same_table
+
+        me = self._section
+        for outer in _enclosing_sections():
+            if (getattr(outer.kind, "user_key", None) == self.user_key and outer.lock.record_table is None
+                    and outer.key_namespace == me.key_namespace and _same_table(outer.table, me.table)):
+                factory = "shared" if self.mode == READ else "exclusive"
+                raise ValueError(
+                    f"`lock` must not be Lock.{factory} on the key its enclosing section {outer.node.path!r} "
+                    f"holds (same key, table and `key_namespace`: the read/write kinds are not re-entrant, "
+                    f"and the nested hold would wait for the enclosing one), got: Lock.{factory}"
+                    f"({self.user_key!r}) in {me.node.path!r}. Give it another key or `key_namespace`, "
+                    "or move it out of the enclosing section's work")
+        return {}
 
     # -- names and values -------------------------------------------------------------------
 
@@ -335,7 +384,8 @@ class SharedLockKind(Mutex):
             f"{{'owner': {owner}, 'expiresAt': {_item_number(item, protocol.EXPIRES_AT, '-1')}, "
             f"'served': {_item_number(item, fair.SERVED)}, 'tickets': {_item_number(item, fair.TICKETS)}, "
             f"'readers': {_item_number(item, shared.READERS)}, "
-            f"'mine': $exists({_entry_of(item, me)}), 'expired': {_expired_reader(item)}}}")})
+            f"'mine': $exists({_entry_of(item, me)}), 'expired': {_expired_reader(item)}, "
+            f"'suspect': {_suspect(item, owner, me, self._section.variables['wait'])}}}")})
         read.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
         lease_over = f"({seen}.expiresAt >= 0 and {seen}.expiresAt < $millis())"
         writer_free = f"({seen}.owner = '' or {seen}.owner = '{shared.SHARED}' or {seen}.owner = {me} or {lease_over})"
@@ -358,8 +408,69 @@ class SharedLockKind(Mutex):
         held_back = "true" if self.mode == WRITE else f"{seen}.served < {ticket} - 1"
         self._when(decide, f"{seen}.expired != '' and ({held_back})", reap)
         self._when(decide, f"{seen}.served < {ticket} - 1 and {writer_free}", helper)
+        liveness = self._build_liveness_check(key=key, seen=seen, read=read, park=park)
+        if liveness is not None:  # (at most one DescribeExecution per round of the fallback)
+            v = self._section.variables
+            self._when(decide, f"{protocol.liveness_due_expression(v['wait'], self._section.liveness_check_every)} "
+                               f"and $not($exists(${v['wait']}.checked)) and $type({seen}.suspect) = 'object'", liveness)
         decide.otherwise(park)
         return read.next(decide)
+
+    def _build_liveness_check(self, *, key: str, seen: str, read: sfn.State, park: sfn.State) -> Optional[sfn.State]:
+        """The fallback's liveness check (every ``liveness_check_every``-th round, once a round):
+        ask Step Functions whether the holder the waiter suspects (``seen.suspect``: the writer
+        holder, else one reader entry in turn - both executions' acquisitions, never a client)
+        still runs; one that ended is retired - the mutex's RETIRE for a writer, RETIRE_READER for
+        a reader: held for its stop grace from its end, that acquisition only, unless its lease
+        ends sooner (a retire never lengthens a lease) - and looked at again at once when that
+        grace is already over (else at the next round)."""
+        s, v = self._section, self._section.variables
+        if not s.liveness_check_every:
+            return None
+        wait = "$" + v["wait"]
+        stop = "$states.result.StopDate"
+        alive = " or ".join(f"$states.result.Status = '{status}'" for status in protocol.ALIVE_STATUSES)
+        ended = (f"({alive} or $not($exists({stop}))) ? null "
+                 f": ($type({stop}) = 'number' ? {stop} : $toMillis({stop}))")
+        describe = JsonataCustomState(s, s._name("DescribeHolder"), state_json={
+            "Type": "Task", "QueryLanguage": "JSONata",
+            "Resource": f"arn:{Stack.of(s).partition}:states:::aws-sdk:sfn:describeExecution",
+            "Arguments": {"ExecutionArn": jsonata(
+                f"$substringBefore({seen}.suspect.owner, '{protocol.OWNER_SEPARATOR}')")},
+            "Assign": {self._vars()["seen"]: jsonata(f"$merge([{seen}, {{'endedAt': {ended}}}])"),
+                       v["wait"]: jsonata(f"$merge([{wait}, {{'checked': true}}])")},
+            "Output": jsonata("$states.input"),
+        })
+        # (asked once this round whatever the answer: no second DescribeExecution before a park)
+        describe.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"),
+                           assign={v["wait"]: jsonata(f"$merge([{wait}, {{'checked': true}}])")})
+        ended_at = {":endedAt": {"N": jsonata(f"$string({seen}.endedAt)")}}
+        item = "$states.result.Attributes"
+        retire_writer = self._update("RetireHolder", key, protocol.RETIRE,
+                                     {":owner": {"S": jsonata(f"{seen}.suspect.owner")}, **ended_at},
+                                     return_values="ALL_NEW", outputs="$states.input", assign={
+                                         self._vars()["seen"]: jsonata(f"$merge([{seen}, {{'until': "
+                                                                       f"{_item_number(item, protocol.EXPIRES_AT)}}}])")})
+        retire_reader = self._update("RetireReader", key, shared.RETIRE_READER, ended_at,
+                                     reader=f"{seen}.suspect.owner", return_values="ALL_NEW",
+                                     outputs="$states.input", assign={
+                                         self._vars()["seen"]: jsonata(
+                                             f"$merge([{seen}, {{'until': $number("
+                                             f"{_entry_of(item, f'{seen}.suspect.owner')}.`{protocol.EXPIRES_AT}`.N)}}])")})
+        over = self._choice("RetiredOver")
+        self._when(over, f"{seen}.until < $millis()", read)  # its grace is over: look again now
+        over.otherwise(park)
+        for retire in (retire_writer, retire_reader):
+            retire.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            retire.next(over)
+        ended_now = self._choice("HolderEnded")
+        # (a retire only ever shortens a lease: one that ends before the grace after the end
+        # is left to end by itself)
+        shortens = f"$type({seen}.endedAt) = 'number' and {seen}.endedAt + {seen}.suspect.grace < {seen}.suspect.expiresAt"
+        self._when(ended_now, f"{shortens} and {seen}.suspect.reader", retire_reader)
+        self._when(ended_now, shortens, retire_writer)
+        ended_now.otherwise(park)
+        return describe.next(ended_now)
 
     # -- the handoff ------------------------------------------------------------------------
 

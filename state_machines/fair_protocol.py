@@ -330,14 +330,23 @@ def queued_tickets(item: Mapping[str, Any]) -> range:
 
 
 def enqueues_in_history(tasks: Iterable[ScheduledTask], *, table_name: str) -> list[tuple[str, str]]:
-    """``(stored key, owner)`` of every PARK the execution attempted on ``table_name`` (its
-    row key names the ticket): the janitor marks those rows ``left``, since a stopped waiter
-    never leaves by itself. Parks are aws-sdk tasks: their parameters are the API's."""
+    """``(row key, owner)`` of every park the execution attempted on ``table_name`` (its row
+    key names the ticket): the janitor marks those rows ``left``, since a stopped waiter never
+    leaves by itself. Parks are aws-sdk tasks, whose parameters are the API's: the fair lock's
+    PARK, an UpdateItem; the read/write lock's (``shared_protocol.park_transaction``), the
+    row's ``Update`` in a TransactWriteItems beside a ConditionCheck of the lock item."""
+    from locked_workflow.state_machines import shared_protocol  # (it builds on this module)
+
+    parks = (PARK.condition, shared_protocol.PARK.condition)
     found: dict[tuple[str, str], None] = {}
     for task in tasks:
-        p = task.parameters
-        if p.get("ConditionExpression") == PARK.condition and p.get("TableName") == table_name:
-            found[(p["Key"][KEY_ATTRIBUTE]["S"], p["ExpressionAttributeValues"][":me"]["S"])] = None
+        if task.resource.split(".")[0] == "transactWriteItems":  # (``.waitForTaskToken``: a park)
+            updates = [entry.get("Update") for entry in task.parameters.get("TransactItems", [])]
+        else:
+            updates = [task.parameters]
+        for p in updates:
+            if isinstance(p, Mapping) and p.get("ConditionExpression") in parks and p.get("TableName") == table_name:
+                found[(p["Key"][KEY_ATTRIBUTE]["S"], p["ExpressionAttributeValues"][":me"]["S"])] = None
     return list(found)
 
 

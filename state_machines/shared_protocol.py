@@ -92,7 +92,11 @@ with shared holders should give its writers this module's exclusive kind.
    grace, for that acquisition only (``acquiredAt <= :endedAt``: a redriven reader that
    re-entered is not touched). Any waiter may reap an expired entry at its fallback (REAP_READ
    checks the expiry): the writer at the head it holds back, or a waiter behind a head that
-   does not move (the head may be dead too).
+   does not move (the head may be dead too). A parked waiter's fallback also checks liveness
+   (every ``liveness_check_every``-th round, one DescribeExecution at most: the writer holder,
+   else one reader entry in turn) and retires an ended holder (RETIRE / RETIRE_READER from its
+   execution's end). A waiter stopped while parked: the janitor marks its row left (``DEQUEUE``),
+   and the handoff skips it.
 7. **Fallback** (the fair lock's): a parked waiter looks by itself after its park timeout:
    granted -> claim; passed -> queue again; the head -> admit itself if it may; an expired
    reader entry holding back the head -> reap it; the head (not admissible) -> park again;
@@ -279,9 +283,14 @@ PARK = LockWrite(update=_update(fair.PARK.update, set_=[f"#{KIND} = :kind"], rem
 #: may not be admitted now. Values: the kind's free condition's, ``:ticket``, ``:prev``.
 PARK_UNLESS = {kind: LockWrite(update="", condition=f"#{SERVED} < :ticket AND NOT (#{SERVED} = :prev AND ({free}))")
                for kind, free in _FREE.items()}
-#: MARK (a helper, at a ticket whose row never came) and LEAVE (a waiter giving up; the
-#: janitor for a stopped one) are the fair lock's.
+#: MARK (a helper, at a ticket whose row never came) and LEAVE (a waiter giving up) are the
+#: fair lock's.
 MARK, LEAVE = fair.MARK, fair.LEAVE
+#: DEQUEUE (the janitor, for a stopped waiter; the parks it finds: ``fair_protocol.
+#: enqueues_in_history``): LEAVE, but only on the row that waiter parked on - never a row a
+#: claim or a requeue deleted since (an item nobody would ever read or delete). Values ``:me``,
+#: ``:one``.
+DEQUEUE = LockWrite(update=LEAVE.update, condition=f"#{OWNER} = :me")
 
 LOCK_WRITES = {
     "FAST_READ": FAST_READ, "FAST_WRITE": FAST_WRITE, "ENQUEUE_READ": ENQUEUE_READ, "ENQUEUE_WRITE": ENQUEUE_WRITE,
@@ -289,7 +298,7 @@ LOCK_WRITES = {
     "CLAIM_WRITE": CLAIM_WRITE, "LEAVE_READ": LEAVE_READ, "REAP_READ": REAP_READ, "FREE_SHARED": FREE_SHARED,
     "RETIRE_READER": RETIRE_READER, "RELEASE_WRITE": RELEASE_WRITE,
 }
-ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
+ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE, "DEQUEUE": DEQUEUE}
 
 
 # --------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ class MonitoringStack(cdk.Stack):
 #: (``max_wait`` 0: ``Lock.Timeout``), and its work waits at a gate the test opens (a task
 #: token kept in the ``Gates`` table under ``$states.input.run``), so a run holds its lock for
 #: exactly as long as the test needs - never for a guessed number of seconds.
-KINDS = ("Fair", "Semaphore", "Keys", "Record", "Nested")
+KINDS = ("Fair", "Semaphore", "Keys", "Record", "Nested", "Shared", "Exclusive")
 SEMAPHORE_LIMIT = 2
 KEYS_LEASE_S = 1
 
@@ -105,6 +105,11 @@ class KindsStack(MonitoringStack):
                     stop_grace=cdk.Duration.seconds(0), protected=self.gate("Nested"),
                 ),
             ),
+            # the read/write lock's reader and writer (the reader gives up at a key a client holds)
+            "Shared": LockedWorkflow(self, "Shared", lock=Lock.shared(key), key_namespace="rw", table=self.locks.table,
+                                     protected=self.gate("Shared"), **at_once),
+            "Exclusive": LockedWorkflow(self, "Exclusive", lock=Lock.exclusive(key), key_namespace="rw",
+                                        table=self.locks.table, protected=self.gate("Exclusive"), **at_once),
         }
         self.kind_monitoring = {name: LockMonitoring(self, f"{name}Monitoring", workflow=workflow, dashboard=False)
                                 for name, workflow in self.kinds.items()}

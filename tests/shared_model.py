@@ -109,6 +109,13 @@ class KindRow(Row):
     kind: Optional[str] = None
 
 
+def dequeue_row(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
+    """DEQUEUE (the janitor): LEAVE, only on a row that waiter parked on (never a new row)."""
+    if row is None or row.owner != me:
+        return False, row
+    return leave_row(row, me)
+
+
 def as_kind_row(row: Optional[Row]) -> KindRow:
     if isinstance(row, KindRow):
         return row
@@ -283,7 +290,7 @@ class Model(FairModel):
                 out.append((f"lease of dead reader {reader} ends", replace(s, lock=s.lock.with_entry(reader, True))))
         for t, row in s.rows:
             if self.janitor and row.owner in dead and not row.left:  # the janitor: a stopped waiter's row
-                out.append((f"janitor marks {row.owner}'s row {t} left", s.with_row(t, leave_row(row, row.owner)[1])))
+                out.append((f"janitor marks {row.owner}'s row {t} left", s.with_row(t, dequeue_row(row, row.owner)[1])))
             waiter = any(p.ticket == t and p.pc in WAITING for p in s.procs)
             if row.ready == "fresh" and not waiter:
                 out.append((f"hole mark of {t} ages", s.with_row(t, replace(row, ready="old"))))

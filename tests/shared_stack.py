@@ -41,6 +41,10 @@ class SharedStack(cdk.Stack):
         machines.append(LockedWorkflow(self, "ReaderImpatient", lock=Lock.shared(key, park_timeout=park),
                                        protected=self.probe("ImpatientProbe", "read"),
                                        **{**common, "max_wait": cdk.Duration.seconds(3)}))
+        # a writer whose fallback asks nobody whether a holder still runs (liveness_check_every=0):
+        # the negative control of the liveness check
+        machines.append(LockedWorkflow(self, "WriterBlind", lock=Lock.exclusive(key, park_timeout=park),
+                                       protected=self.probe("BlindProbe", "write"), liveness_check_every=0, **common))
         # a plain mutex on the same keys: a writer to the readers
         machines.append(LockedWorkflow(self, "Mutex", lock=Lock.mutex(key), protected=self.probe("MutexProbe", "write"),
                                        wait_policy=FAST, **common))
@@ -64,6 +68,18 @@ class SharedStack(cdk.Stack):
         cancelled = sfn.StateMachine(self, "CancelledStateMachine", definition_body=sfn.DefinitionBody.from_chainable(both),
                                      query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4))
         self.gates.grant_write_data(cancelled)
+        # a Map of writer sections / of reader sections on one key in one execution (each item:
+        # {key, gate}): iterations are separate holders - writers one at a time, readers together
+        for name, map_lock, role in (("MapWriters", Lock.exclusive(key, park_timeout=park), "write"),
+                                     ("MapReaders", Lock.shared(key, park_timeout=park), "read")):
+            iteration = LockedSection(self, f"{name}Section", lock=map_lock, table=self.locks, key_namespace="rw",
+                                      lease=cdk.Duration.minutes(10), max_wait=cdk.Duration.seconds(150),
+                                      protected=self.gate(f"{name}Gate").next(self.probe(f"{name}Probe", role)))
+            each = sfn.Map.jsonata(self, f"{name}Map", items=sfn.ProvideItems.jsonata("{% $states.input.items %}"))
+            each.item_processor(iteration)
+            mapped = sfn.StateMachine(self, f"{name}StateMachine", definition_body=sfn.DefinitionBody.from_chainable(each),
+                                      query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4))
+            self.gates.grant_write_data(mapped)
         # the negative control: the same readers and writers with no lock
         for name, role in (("UnlockedReader", "read"), ("UnlockedWriter", "write")):
             sfn.StateMachine(self, name, state_machine_name=name,

@@ -25,6 +25,7 @@ from aws_cdk.assertions import Match, Template
 from locked_workflow.testing.log_filters import FilterPatternError, UnsupportedFilterPattern, matches
 from locked_workflow.testing.synth import CLI_CONTEXT, Synthesized
 from locked_workflow.constructs_lib.lock_client import LockClient
+from locked_workflow.state_machines import shared_protocol
 from locked_workflow.constructs_lib.monitoring import LockMonitoring
 from monitoring_stack import INSTANT_LEASE_S, KINDS, KindsStack
 from locked_workflow.state_machines import lock_protocol as p
@@ -371,6 +372,9 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
         if kind == "Keys":  # the holder's 1 s lease may have ended: block the other run with a client
             LockClient(locks, namespace="keys", dynamodb=cloud.dynamodb).acquire(f"b-{tag}", lease=120)
             timed_out = start(kind, f"x-{tag}", id=f"x-{tag}", other=f"b-{tag}")
+        elif kind == "Shared":  # readers share: a writer (a client's mutex) holds the other run's key
+            LockClient(locks, namespace="rw", dynamodb=cloud.dynamodb).acquire(f"b-{tag}", lease=120)
+            timed_out = start(kind, f"x-{tag}", id=f"b-{tag}")
         else:
             timed_out = start(kind, f"x-{tag}", **{**document, "outer": f"ox-{tag}"})
         ended = {"timed_out": cloud.wait_for(timed_out, timeout=60)}
@@ -378,7 +382,14 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
         if kind == "Keys":  # taken over only once the lease has ended
             item = cloud.dynamodb.get_item(TableName=locks, Key=p.lock_item_key(f"keys#k-{tag}"), ConsistentRead=True)["Item"]
             _until(lambda: time.time() * 1000 > int(item[p.EXPIRES_AT]["N"]) + 100)
-        steal(holders[0], records if kind == "Record" else locks, owner, "inner#" if kind == "Nested" else "")
+        if kind == "Shared":  # a reader's hold is its entry: taken away (as a reap does)
+            (reader,) = [o for o in shared_protocol.readers_of(cloud.dynamodb.get_item(
+                TableName=locks, Key=p.lock_item_key(f"rw#k-{tag}"), ConsistentRead=True)["Item"])
+                if o.startswith(holders[0] + "#")]
+            cloud.dynamodb.update_item(TableName=locks, **shared_protocol.arguments(
+                f"rw#k-{tag}", shared_protocol.LEAVE_READ, {":minusOne": {"N": "-1"}}, reader=reader))
+        else:
+            steal(holders[0], records if kind == "Record" else locks, owner, "inner#" if kind == "Nested" else "")
         # and a normal run on keys of its own (the nested workflow: released by both sections)
         normal = start(kind, f"n-{tag}", id=f"n-{tag}", outer=f"on-{tag}", other=f"no-{tag}")
         open_gate(gate_token(f"n-{tag}", normal))
@@ -768,7 +779,8 @@ def _kind_metrics(monkeypatch, synth, kind: str):
 #: run's; the semaphore's second holder's; the nested: the outer section's release after the
 #: inner section's error (twice: the holder whose inner lock was taken, the inner Timeout) and
 #: both of the normal run). A lost lock's release fails: no HoldTime.
-MEASURED = {"Fair": (2, 1), "Semaphore": (3, 2), "Keys": (2, 1), "Record": (2, 1), "Nested": (5, 4)}
+MEASURED = {"Fair": (2, 1), "Semaphore": (3, 2), "Keys": (2, 1), "Record": (2, 1), "Nested": (5, 4),
+            "Shared": (2, 1), "Exclusive": (2, 1)}
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -368,6 +368,75 @@ def test_a_stopped_writer_woken_by_a_handoff_is_recovered_by_the_janitor(rw):
     assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
 
 
+def _state_times(arn_history, name: str, event: str = "TaskStateExited") -> list[float]:
+    """When the state ``name`` was left (or entered) in a history, epoch ms (service clock)."""
+    details = "stateExitedEventDetails" if event.endswith("Exited") else "stateEnteredEventDetails"
+    return [e["timestamp"].timestamp() * 1000 for e in arn_history if e["type"] == event and e[details]["name"] == name]
+
+
+def test_the_liveness_check_recovers_a_stopped_reader_and_writer_long_before_their_leases(rw, record_property):
+    """The janitor's events are dropped: only a waiter's fallback can learn that the holder's
+    execution ended. With the liveness check (every 2nd round of the fallback) the waiting writer
+    describes the holder - the writer holder, or the reader entry - retires it (held for its stop
+    grace from its end) and enters; its lease (the machine's timeout + 5 min) is minutes away.
+    The negative control, a waiter with ``liveness_check_every=0``, finds both still held after
+    rounds of its fallback past the stop grace, their leases untouched."""
+    keys = {(holder, check): new_key() for holder in ("Reader", "Writer") for check in (True, False)}
+    holders = {k: rw.start(f"{k[0]}Hold", {"key": key, "gate": "h", "workMs": 1}) for k, key in keys.items()}
+    rw.until(lambda: all(rw.gate_token(key, "h") for key in keys.values()))
+    held = {k: rw.lock(key) for k, key in keys.items()}
+    leases = {k: (int(next(iter(sp.readers_of(item).values()))[p.EXPIRES_AT]["N"]) if k[0] == "Reader"
+                  else int(item[p.EXPIRES_AT]["N"])) for k, item in held.items()}
+    waiters = {k: rw.start("Writer" if k[1] else "WriterBlind", {"key": key, "workMs": 1}) for k, key in keys.items()}
+    rw.until(lambda: all(rw.parked(key) == ["write"] for key in keys.values()))
+    stopped = set(holders.values())
+    rw.cloud.events.status_event_filter = lambda detail: detail["executionArn"] not in stopped  # no janitor
+    try:
+        for arn in holders.values():
+            rw.cloud.stop_execution(arn)
+        ends = {k: rw.cloud.wait_for(arn, timeout=60) for k, arn in holders.items()}
+        assert all(r.status == "ABORTED" for r in ends.values())
+        stop_ms = {k: rw.cloud.stepfunctions.describe_execution(executionArn=arn)["stopDate"].timestamp() * 1000
+                   for k, arn in holders.items()}
+        grace_ms = int(held[("Writer", True)][p.GRACE]["N"])
+        # with the check: in, after the stop grace and minutes before the lease
+        for k in [k for k in keys if k[1]]:
+            result = rw.cloud.wait_for(waiters[k], timeout=120)
+            assert result.status == "SUCCEEDED", (k, result.cause)
+            states = entered_states(result)
+            assert "Lock.DescribeHolder" in states and f"Lock.Retire{'Reader' if k[0] == 'Reader' else 'Holder'}" in states
+            entered_ms = _state_times(result.history, "Lock.Admit")[-1]
+            assert stop_ms[k] + grace_ms <= entered_ms < leases[k] - 120_000, (k, stop_ms[k], entered_ms, leases[k])
+            record_property(f"{k[0].lower()}_recovered_after_stop_s", round((entered_ms - stop_ms[k]) / 1000, 1))
+            record_property(f"{k[0].lower()}_lease_after_stop_s", round((leases[k] - stop_ms[k]) / 1000, 1))
+            assert probe_of(result)["insideAtEntry"] == 1 and rw.free(keys[k])
+        # without: rounds of the fallback past the grace, and still held, the lease untouched
+        blind = [k for k in keys if not k[1]]
+
+        def inspected_after_grace(k) -> int:
+            after = stop_ms[k] + grace_ms
+            return sum(t > after for t in _state_times(rw.cloud.history(waiters[k]), "Lock.Inspect", "TaskStateEntered"))
+
+        rw.until(lambda: all(inspected_after_grace(k) >= 3 for k in blind), timeout=120)
+        for k in blind:
+            item = rw.lock(keys[k])
+            if k[0] == "Reader":
+                (entry,) = sp.readers_of(item).values()
+                assert int(entry[p.EXPIRES_AT]["N"]) == leases[k]
+            else:
+                assert item[p.OWNER] == held[k][p.OWNER] and int(item[p.EXPIRES_AT]["N"]) == leases[k]
+            assert rw.cloud.status(waiters[k]) == "RUNNING" and rw.parked(keys[k]) == ["write"]
+            assert "Lock.DescribeHolder" not in entered_states_of(rw, waiters[k])
+            rw.cloud.stop_execution(waiters[k])
+    finally:
+        rw.cloud.events.status_event_filter = None
+    assert stopped <= {d["executionArn"] for d in rw.cloud.events.dropped_status_events}
+
+
+def entered_states_of(rw, arn: str) -> list[str]:
+    return [e["stateEnteredEventDetails"]["name"] for e in rw.cloud.history(arn) if "stateEnteredEventDetails" in e]
+
+
 def test_a_redriven_reader_holds_again_before_its_work_resumes(rw):
     """A reader stopped inside its work, retired by the janitor and reaped by a writer that then
     wrote, is redriven: its work's task refuses to resume (Lock.Resumed), the section retires
@@ -390,6 +459,96 @@ def test_a_redriven_reader_holds_again_before_its_work_resumes(rw):
     assert "Lock.EntryFailed?" in entered_states(redriven) and "Lock.Retire" in entered_states(redriven)
     assert owner.startswith(reader + "#") and probe_of(redriven)["fence"] == probe_of(writer)["fence"]
     assert rw.probe(k).get("violations", 0) == 0 and rw.free(k)
+
+
+def test_a_redriven_writer_waits_out_its_own_stopped_hold_and_holds_once(rw):
+    """A writer woken by a handoff (its hold: the grant, then its CLAIM_WRITE) is stopped inside
+    its work and redriven at once, while its stopped work may still run: the redrive resumes
+    the work's task, which refuses (Lock.Resumed); the section retires the old hold (held for
+    its stop grace from now) and takes a new one only after that grace - one hold, its fence one
+    up from the first. A reader that comes meanwhile waits for it; the key ends free."""
+    if rw.cloud.backend != "moto":
+        pytest.skip("the redrive is Step Functions behaviour: one backend suffices")
+    k = new_key()
+    first = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w0"))
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    rw.open(k, "w0")
+    rw.until(lambda: rw.gate_token(k, "w"))  # granted by the handoff, claimed, inside its work
+    assert rw.wait([first])[0].status == "SUCCEEDED"
+    stopped_token, held = rw.gate_token(k, "w"), rw.lock(k)
+    first_owner, first_fence = held[p.OWNER]["S"], int(held[p.FENCE]["N"])
+    assert first_owner.startswith(writer + "#") and "Lock.Claim" in entered_states_of(rw, writer)
+    rw.cloud.stop_execution(writer)
+    assert rw.cloud.wait_for(writer, timeout=60).status == "ABORTED"
+    stop_ms = rw.cloud.stepfunctions.describe_execution(executionArn=writer)["stopDate"].timestamp() * 1000
+    rw.cloud.stepfunctions.redrive_execution(executionArn=writer)
+    rw.until(lambda: rw.gate_token(k, "w") not in (None, stopped_token), timeout=120)  # holding again
+    again = rw.lock(k)
+    assert again[p.OWNER]["S"].startswith(writer + "#") and again[p.OWNER]["S"] != first_owner
+    assert int(again[p.ACQUIRED_AT]["N"]) >= stop_ms + int(held[p.GRACE]["N"])  # after its own stopped hold's grace
+    assert int(again[p.FENCE]["N"]) == first_fence + 1  # one new hold, one fence up
+    reader = rw.start("Reader", {"key": k, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["read"])
+    assert rw.probe(k)["entries"] == 1  # (the first writer's) nobody is inside beside the redriven writer
+    rw.open(k, "w")
+    redriven, r = rw.wait([writer, reader])
+    assert (redriven.status, r.status) == ("SUCCEEDED", "SUCCEEDED"), (redriven.cause, r.cause)
+    states = entered_states(redriven)
+    assert "Lock.EntryFailed?" in states and "Lock.Retire" in states
+    assert probe_of(redriven)["fence"] == probe_of(r)["fence"] == first_fence + 1
+    assert probe_of(redriven)["insideAtEntry"] == probe_of(r)["insideAtEntry"] == 1
+    probe = rw.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["counter"] == probe["accepted"] == 2
+    assert probe["fences"] == [first_fence - 1, first_fence + 1]  # the stopped hold wrote nothing
+    assert probe.get("staleReads", 0) == 0 and rw.free(k) and int(rw.lock(k)[p.FENCE]["N"]) == first_fence + 1
+
+
+def test_the_janitor_marks_a_stopped_parked_writers_row_left_and_the_handoff_skips_it(rw):
+    """A writer stopped while parked (its row: a token that will never answer): the janitor
+    finds its park - a TransactWriteItems - in its history and marks the row left. The holder's
+    release then skips it and grants the reader behind it at once, instead of granting the dead
+    writer (whose wake-up fails) and leaving the reader to wait out the claim window."""
+    k = new_key()
+    holder = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w0"))
+    dead = rw.start("Writer", {"key": k, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    reader = rw.start("Reader", {"key": k, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write", "read"])
+    served, _ = fp.counters(rw.lock(k))
+    row_key = fp.row_key(p.namespaced(NAMESPACE, k), served + 1)
+    rw.cloud.stop_execution(dead)
+    assert rw.cloud.wait_for(dead, timeout=60).status == "ABORTED"
+
+    def row():
+        return rw.cloud.dynamodb.get_item(TableName=rw.table("LocksTable"), Key={"pk": {"S": row_key}},
+                                          ConsistentRead=True).get("Item", {})
+    rw.until(lambda: fp.LEFT in row())  # the janitor marked it
+    assert row()[p.OWNER]["S"].startswith(dead + "#") and fp.TOKEN not in row()
+    rw.open(k, "w0")
+    h, r = rw.wait([holder, reader])
+    assert (h.status, r.status) == ("SUCCEEDED", "SUCCEEDED"), r.cause
+    released = entered_states(h)
+    assert "Lock.Release.Skip" in released and "Lock.Release.GrantWrite" not in released
+    assert "Lock.Release.GrantRead" in released and "Lock.Claim" in entered_states(r)
+    assert probe_of(r)["fence"] == probe_of(h)["fence"] and rw.free(k)
+
+
+def test_the_janitor_finds_an_executions_parks_of_both_queues():
+    """One finder for the fair queue's park (an UpdateItem) and the read/write queue's (the
+    row's Update in a TransactWriteItems); another table's, or a ConditionCheck's, is not one."""
+    me, table = "arn:x:execution:m:a#1", "Locks"
+    transact = sp.park_transaction(table, "rw#k", 7, sp.WRITE, {":me": {"S": me}, ":token": {"S": "t"},
+                                                               ":lease": {"N": "1"}, ":grace": {"N": "0"}},
+                                   {n: {"S": "x"} for n in sp.PARK_UNLESS[sp.WRITE].value_names()})
+    fair_park = {"TableName": table, **fp.arguments("!3!f#k", fp.PARK, {
+        ":me": {"S": me}, ":token": {"S": "t"}, ":lease": {"N": "1"}, ":grace": {"N": "0"}})}
+    tasks = [p.ScheduledTask("transactWriteItems.waitForTaskToken", {"TransactItems": transact}),
+             p.ScheduledTask("updateItem", fair_park)]
+    assert fp.enqueues_in_history(tasks, table_name=table) == [("!7!rw#k", me), ("!3!f#k", me)]
+    assert fp.enqueues_in_history(tasks, table_name="Other") == []
 
 
 def test_the_janitor_finds_only_an_executions_own_holds():
@@ -415,6 +574,70 @@ def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
     result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
     assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+
+
+def test_a_map_of_writer_sections_on_one_key_holds_one_at_a_time(rw):
+    """Each Map iteration's section is its own holder (an owner per acquisition): one inside,
+    the other two parked, whichever went first."""
+    k = new_key()
+    run = rw.start("MapWriters", {"items": [{"key": k, "gate": f"g{i}", "workMs": 1} for i in range(3)]})
+    opened: set = set()
+    for n in range(3):
+        rw.until(lambda: sum(bool(rw.gate_token(k, f"g{i}")) for i in range(3)) == n + 1)
+        rw.until(lambda: rw.parked(k) == ["write"] * (2 - n))
+        inside = [i for i in range(3) if rw.gate_token(k, f"g{i}") and i not in opened]
+        assert len(inside) == 1, inside  # one holder at a time
+        assert rw.lock(k)[p.OWNER]["S"].startswith(run + "#")
+        rw.open(k, f"g{inside[0]}")
+        opened.add(inside[0])
+    result = rw.wait([run])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    fences = [r["probe"]["fence"] for r in result.output]
+    assert sorted(fences) == list(range(min(fences), min(fences) + 3))  # three holds, three fences
+    probe = rw.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["counter"] == probe["accepted"] == 3 and rw.free(k)
+
+
+def test_a_map_of_reader_sections_on_one_key_holds_together(rw):
+    k = new_key()
+    run = rw.start("MapReaders", {"items": [{"key": k, "gate": f"g{i}", "workMs": 1} for i in range(3)]})
+    rw.until(lambda: all(rw.gate_token(k, f"g{i}") for i in range(3)))  # all three inside at once
+    item = rw.lock(k)
+    assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == int(item[sp.READERS]["N"]) == 3
+    assert all(o.startswith(run + "#") for o in sp.readers_of(item))  # three holders of one execution
+    for i in range(3):
+        rw.open(k, f"g{i}")
+    result = rw.wait([run])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    # (their holds overlapped at the gates; the probes after the gates may or may not)
+    assert rw.probe(k).get("violations", 0) == 0 and rw.probe(k)["readCount"] == 3 and rw.free(k)
+
+
+@pytest.mark.parametrize("outer, inner", [("shared", "exclusive"), ("shared", "shared"), ("exclusive", "shared"),
+                                          ("exclusive", "exclusive"), ("mutex", "exclusive")])
+def test_a_read_write_section_nested_on_the_same_key_is_refused_at_synth(outer, inner):
+    """Not re-entrant: a nested hold on the key its enclosing section holds would wait for that
+    very section (a writer for its own reader or writer; a reader for its own writer, or behind
+    a writer queued meanwhile) until max_wait. The same key expression, table and namespace is
+    refused; another key is allowed (the negative control)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
+
+    def synth(inner_key: str) -> None:
+        stack = cdk.Stack(cdk.App())
+        table = LockTable(stack, "T").table
+        nested = LockedSection(stack, "Inner", lock=getattr(Lock, inner)(inner_key), table=table, key_namespace="rw",
+                               lock_variable="inner", lease=cdk.Duration.minutes(10),
+                               protected=sfn.Pass(stack, "Work"))
+        LockedWorkflow(stack, "Outer", lock=getattr(Lock, outer)("{% $states.input.key %}"), protected=nested,
+                       table=table, key_namespace="rw")
+        cdk.assertions.Template.from_stack(stack)
+
+    synth("{% $states.input.other %}")  # another key: an ordinary nested lock
+    with pytest.raises((ValueError, RuntimeError), match=rf"`lock` must not be Lock.{inner} on the key .* holds .*got: .*Inner"):
+        synth("{% $states.input.key %}")
 
 
 # -- synth: the states, their IAM and the settings ---------------------------------------------
@@ -507,3 +730,24 @@ def test_the_kinds_are_values_with_their_own_validation():
     with pytest.raises(ValueError, match=r"`state_machine_type` must be STANDARD with Lock.shared .*got: EXPRESS"):
         LockedWorkflow(stack, "W", lock=a, protected=sfn.Pass(stack, "P"), table=LockTable(stack, "T").table,
                        state_machine_type=sfn.StateMachineType.EXPRESS, timeout=cdk.Duration.minutes(1))
+
+
+def test_the_fallbacks_liveness_check_describes_executions_it_may_name_only(template):
+    """The states (DescribeHolder, then RETIRE or RETIRE_READER - the protocol's) are there with
+    the check on, absent with it off; DescribeExecution is granted on executions, never on *."""
+    import json
+
+    for machine in ("Reader", "Writer"):
+        states = _states(_definition(template, machine))
+        assert states["Lock.DescribeHolder"]["Resource"].endswith(":states:::aws-sdk:sfn:describeExecution")
+        assert states["Lock.RetireHolder"]["Arguments"]["ConditionExpression"] == p.RETIRE.condition
+        assert states["Lock.RetireReader"]["Arguments"]["ConditionExpression"] == sp.RETIRE_READER.condition
+    blind = _states(_definition(template, "WriterBlind"))
+    assert not {"Lock.DescribeHolder", "Lock.RetireHolder", "Lock.RetireReader"} & set(blind)
+    grants = [s for policy in template.find_resources("AWS::IAM::Policy").values()
+              for s in policy["Properties"]["PolicyDocument"]["Statement"] if "states:DescribeExecution" in s["Action"]]
+    assert grants
+    for statement in grants:
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        assert statement["Action"] == "states:DescribeExecution"
+        assert all(":execution:" in json.dumps(r) and r != "*" for r in resources), statement

@@ -227,6 +227,7 @@ MODEL_WRITES = {
     "FENCED_WRITE_CHECK": (False, None, lambda it, a: (it.owner == a["me"] and it.fence == a["fence"], it)),
     "MARK": (True, None, lambda it, a: m.mark_row(it, a["since"])),
     "LEAVE": (True, None, lambda it, a: m.leave_row(it, a["me"])),
+    "DEQUEUE": (True, None, lambda it, a: m.dequeue_row(it, a["me"])),
 }
 
 
@@ -328,11 +329,14 @@ def _conformance(ddb, writes: dict, cases: int = 30) -> dict:
                     a["me"] = item.owner
                 if rng.random() < 0.5 and item.served is not None:
                     a["prev"] = item.served - (name == "CLAIM_WRITE")
+            if name == "DEQUEUE" and item is not None and item.owner and rng.random() < 0.5:
+                a["me"] = item.owner  # often the waiter that parked on the row
             check.write(name, write, item, a)
     return check.seen
 
 
 ALL_WRITES = {**sp.LOCK_WRITES, "FENCED_WRITE_CHECK": sp.FENCED_WRITE_CHECK, "MARK": sp.MARK, "LEAVE": sp.LEAVE,
+              "DEQUEUE": sp.DEQUEUE,
               "PARK": sp.PARK}
 
 

@@ -14,8 +14,10 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    the exact owner and touches only an acquisition made at or before the end, so a
    duplicate or late event (EventBridge delivers at least once, and retries for up to 24 h)
    never retires a redriven execution's new acquisition;
-3. for a fair lock, takes every queue entry the execution made out of its queue, waking the
-   next waiter of a free lock (``LockClient.leave_queue``: the clients' own fair writes).
+3. takes every queue entry the execution parked (``fair_protocol.enqueues_in_history``) out
+   of its queue: a fair lock's, waking the next waiter of a free lock
+   (``LockClient.leave_queue``: the clients' own fair writes); a read/write lock's, marked
+   left (``shared_protocol.DEQUEUE``), so the next handoff skips it.
 
 Every expression comes from ``state_machines`` (deployed with this function): nothing is
 spelled twice. A failure it cannot get past raises :class:`RecoveryFailed`, naming the
@@ -171,6 +173,20 @@ def retire_reader(dynamodb: Any, settings: JanitorSettings, key: str, owner: str
     return entry[protocol.EXPIRES_AT]["N"] != str(ended_at_ms + int(entry[protocol.GRACE]["N"]))
 
 
+def dequeue(dynamodb: Any, settings: JanitorSettings, row_key: str, owner: str) -> bool:
+    """DEQUEUE: mark the read/write queue row ``row_key`` that ``owner`` parked on left. False
+    when the row is gone (claimed, requeued) or not that waiter's."""
+    arguments = shared_protocol.arguments(row_key, shared_protocol.DEQUEUE,
+                                          {":me": {"S": owner}, ":one": {"N": "1"}})
+    try:
+        dynamodb.update_item(TableName=settings.table_name, **arguments)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
+            return False
+        raise
+    return True
+
+
 @tracer.capture_method
 def recover(
     ended: EndedExecution,
@@ -180,7 +196,7 @@ def recover(
     stepfunctions: Any,
     page_size: int = HISTORY_PAGE_SIZE,
 ) -> Recovery:
-    """Retire every acquisition ``ended`` made (and, fair, dequeue its queue entries).
+    """Retire every acquisition ``ended`` made and dequeue its queue entries (fair or read/write).
 
     Idempotent: a second delivery of the same event retires and dequeues nothing more.
     :raises RecoveryFailed: naming the execution and the key it was at.
@@ -200,11 +216,16 @@ def recover(
             done = (retire_reader if mode == shared_protocol.READ else retire)(
                 dynamodb, settings, key, owner, ended.ended_at_ms)
             (recovery.retired if done else recovery.unchanged).append((key, owner))
-        if settings.fair:
-            client = LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions, fair=True)
-            for row_key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
+        # its parks: a fair waiter leaves its queue (the lock handed on if free); a read/write
+        # waiter's row is marked left (DEQUEUE), so the next handoff skips it
+        client = (LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions, fair=True)
+                  if settings.fair else None)
+        for row_key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
+            if client is not None:
                 client.leave_queue(row_key, owner)
-                recovery.dequeued.append((row_key, owner))
+            elif not dequeue(dynamodb, settings, row_key, owner):
+                continue
+            recovery.dequeued.append((row_key, owner))
     except (ClientError, BotoCoreError, protocol.HistoryUnreadable) as error:
         raise RecoveryFailed(ended.execution_arn, key, error) from error
     return recovery
