@@ -101,6 +101,17 @@ class ReadWrite:
         return p.OWNER not in item and not sp.readers_of(item) and served == tickets
 
 
+def assert_park_rounds_fit_the_budget(result, protected_state: str) -> None:
+    """Every park round of ``result`` fits the section's history budget's figure for a round
+    (``fair_protocol.EVENTS_PER_PARK_ROUND``: the read/write kinds' waiters are budgeted as the
+    fair lock's)."""
+    from lock_invariants import park_round_events
+
+    rounds = park_round_events(result, protected_state)
+    assert rounds and max(rounds) <= fp.EVENTS_PER_PARK_ROUND, rounds
+    print(f"park rounds: {rounds} events (budget figure {fp.EVENTS_PER_PARK_ROUND})")
+
+
 def new_key() -> str:
     return f"k-{uuid.uuid4().hex[:8]}"
 
@@ -285,6 +296,7 @@ def test_a_ticket_whose_waiter_never_parked_is_marked_and_skipped(rw):
     assert (w.status, r.status) == ("SUCCEEDED", "SUCCEEDED"), r.cause
     states = entered_states(r)
     assert "Lock.Help.Mark" in states and "Lock.Help.Skip" in states and "Lock.Admit" in states
+    assert_park_rounds_fit_the_budget(r, "ReaderProbe")  # rounds that ran the handoff for a hole
     assert probe_of(r)["fence"] == probe_of(w)["fence"] and rw.free(k)
 
 
@@ -410,6 +422,7 @@ def test_the_liveness_check_recovers_a_stopped_reader_and_writer_long_before_the
             record_property(f"{k[0].lower()}_recovered_after_stop_s", round((entered_ms - stop_ms[k]) / 1000, 1))
             record_property(f"{k[0].lower()}_lease_after_stop_s", round((leases[k] - stop_ms[k]) / 1000, 1))
             assert probe_of(result)["insideAtEntry"] == 1 and rw.free(keys[k])
+            assert_park_rounds_fit_the_budget(result, "WriterProbe")  # rounds with the liveness check
         # without: rounds of the fallback past the grace, and still held, the lease untouched
         blind = [k for k in keys if not k[1]]
 
