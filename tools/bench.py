@@ -170,7 +170,7 @@ def build_bench_stack(
     unlocked("Unlocked", work("Unlocked"))
     if fair:
         # the fair lock: N up to 1,000 waiters (a park round is cheap: a long wait fits the history)
-        locked("Fair", work("Fair"), ours, lock=Lock.fair(jsonata("$states.input.key")), max_wait=Duration.hours(2),
+        locked("Fair", work("Fair"), ours, lock=Lock.fair(jsonata("$states.input.key")), max_wait=Duration.minutes(90),
                timeout=Duration.hours(3))
     unlocked("UnlockedChain", chain("UnlockedChain"))
     locked("Ours", work("Ours"), ours)
