@@ -28,6 +28,7 @@ after the function logged one line naming the execution and the lock key.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,9 +41,8 @@ from aws_cdk import aws_lambda as lambda_, aws_logs as logs
 from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn
 from constructs import Construct
 
-import locked_workflow
-from locked_workflow.constructs_lib import lock_client
-from locked_workflow.constructs_lib.assets import ASSET_EXCLUDES, lambda_code
+from locked_workflow.constructs_lib import code_closure
+from locked_workflow.constructs_lib.assets import lambda_code
 from locked_workflow.lambdas.lock_janitor import settings as janitor_settings
 from locked_workflow.lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -51,16 +51,30 @@ from locked_workflow.state_machines import lock_protocol as protocol
 JANITOR_CODE = Path(janitor_settings.__file__).resolve().parent
 
 
+def _host_module(name: str) -> code_closure.Module | None:
+    """``name`` as this installation finds it (a checkout's folders, or the installed wheel)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
+    if spec is None:
+        return None
+    path = Path(spec.origin) if spec.origin and spec.has_location else None
+    return code_closure.Module(path, spec.submodule_search_locations is not None)
+
+
 def bundled_modules() -> dict[str, Path]:
     """What the function imports from this package, copied beside its code at synth (path in
-    the bundle -> source): the protocol modules (one spelling of every expression) and the
-    lock client (the fair queue's writes), under the package's one import name."""
-    return {
-        "locked_workflow/__init__.py": Path(locked_workflow.__file__),
-        "locked_workflow/state_machines": Path(protocol.__file__).parent,
-        "locked_workflow/constructs_lib/__init__.py": Path(lock_client.__file__).with_name("__init__.py"),
-        "locked_workflow/constructs_lib/lock_client.py": Path(lock_client.__file__),
-    }
+    the bundle -> source): the closure of its handler's imports of ``locked_workflow`` (the
+    protocol modules - one spelling of every expression - and the lock client with what it
+    imports), under the package's one import name."""
+    start = [(source.stem, source) for source in sorted(JANITOR_CODE.glob("*.py"))]
+    found, missing = code_closure.closure(
+        start, _host_module, within=lambda name: name.split(".")[0] == "locked_workflow"
+    )
+    if missing:
+        raise RuntimeError(f"the janitor's code imports what this installation lacks: {missing}")
+    return {code_closure.module_file(name, module): module.path for name, module in found.items() if module.path}
 
 
 #: EventBridge's delivery retries of a janitor event (its maximum) and their time limit.
@@ -81,11 +95,8 @@ class _JanitorBundle:
             shutil.copy2(source, out / source.name)
         for name, source in bundled_modules().items():
             target = out / name
-            if source.is_dir():
-                shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ASSET_EXCLUDES))
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
         return True
 
 

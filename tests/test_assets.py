@@ -5,7 +5,10 @@ of the library the same hash, so a deploy from another install does not redeploy
 from __future__ import annotations
 
 import compileall
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -54,9 +57,7 @@ def test_a_compiled_copy_gives_the_same_asset_hash(copies, folder):
 def _bundle_from(monkeypatch, root: Path) -> None:
     """The janitor's bundle taken from the copy ``root`` (its folders as in a checkout)."""
     sources = {
-        name: root / {"locked_workflow/state_machines": "state_machines",
-                      "locked_workflow/constructs_lib/__init__.py": "constructs_lib/__init__.py",
-                      "locked_workflow/constructs_lib/lock_client.py": "constructs_lib/lock_client.py"}.get(name, name)
+        name: root / (name if name == "locked_workflow/__init__.py" else name.removeprefix("locked_workflow/"))
         for name in janitor.bundled_modules()
     }
     assert all(source.exists() for source in sources.values()), sources
@@ -64,18 +65,46 @@ def _bundle_from(monkeypatch, root: Path) -> None:
     monkeypatch.setattr(janitor, "JANITOR_CODE", root / "lambdas" / "lock_janitor")
 
 
-def test_the_janitors_bundle_gives_the_same_asset_hash(copies, monkeypatch):
+def test_the_janitors_bundle_gives_the_same_asset_hash(copies, monkeypatch, tmp_path):
     hashes = []
     for root in copies:
         _bundle_from(monkeypatch, root)
         hashes.append(_hash(janitor.janitor_code()))
     assert hashes[0] == hashes[1]
-    # negative control: a bundle that leaves only __pycache__ out (and a hash of the bundle that
-    # excludes nothing more) takes the stray .pyc in
-    from locked_workflow.constructs_lib import assets
-
-    monkeypatch.setattr(janitor, "ASSET_EXCLUDES", ("__pycache__",))
-    monkeypatch.setattr(assets, "ASSET_EXCLUDES", ("__pycache__",))
-    cdk.AssetStaging.clear_asset_hash_cache()  # staged once per source and options in a process
-    _bundle_from(monkeypatch, copies[0])
+    # negative control: the hash is the code's - one changed line of a bundled module changes it
+    changed = tmp_path / "changed"
+    shutil.copytree(copies[1], changed)
+    with (changed / "state_machines" / "lock_protocol.py").open("a", encoding="utf-8") as source:
+        source.write("# changed\n")
+    _bundle_from(monkeypatch, changed)
     assert _hash(janitor.janitor_code()) != hashes[1]
+
+
+def test_the_janitors_bundle_carries_every_module_its_handler_imports(tmp_path):
+    """Imported in a fresh interpreter that sees the bundle and the installed packages alone
+    (not this checkout), the handler's modules all come from the bundle - as on AWS, where
+    the function sees its asset only."""
+    out = tmp_path / "bundle"
+    out.mkdir()
+    assert janitor._JanitorBundle().try_bundle(str(out))
+    for needed in ("constructs_lib/lock_client.py", "constructs_lib/client_lease.py",
+                   "constructs_lib/shared_client.py", "state_machines/lock_protocol.py"):
+        assert (out / "locked_workflow" / needed).is_file(), needed
+    script = (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        "sys.path[:] = [p for p in sys.path if 'editable' not in p]\n"
+        f"sys.path.insert(0, {str(out)!r})\n"
+        "import index\n"
+        "outside = sorted(n for n, m in sys.modules.items() if n.split('.')[0] == 'locked_workflow'\n"
+        f"                 and not (getattr(m, '__file__', None) or '').startswith({str(out)!r}))\n"
+        "print(outside)\n"
+    )
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1", "PYTHONPATH": ""}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    # negative control: without one module the lock client imports, the import fails
+    (out / "locked_workflow" / "constructs_lib" / "shared_client.py").unlink()
+    broken = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert broken.returncode != 0 and "shared_client" in broken.stderr

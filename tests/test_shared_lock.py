@@ -116,6 +116,19 @@ def new_key() -> str:
     return f"k-{uuid.uuid4().hex[:8]}"
 
 
+def writer_handed_on(rw, k: str, gate: str) -> tuple[str, str]:
+    """(first, second): a writer holds ``k`` at its gate ``w0``, a second parks behind it; the
+    first's gate opens, and the second is inside its work at ``gate`` (the first's handoff
+    granted it)."""
+    first = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w0"))
+    second = rw.start("WriterHold", {"key": k, "gate": gate, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    rw.open(k, "w0")
+    rw.until(lambda: rw.gate_token(k, gate))
+    return first, second
+
+
 def entered_states(result) -> list[str]:
     return [e["stateEnteredEventDetails"]["name"] for e in result.history if "stateEnteredEventDetails" in e]
 
@@ -364,12 +377,7 @@ def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
 def test_a_stopped_writer_woken_by_a_handoff_is_recovered_by_the_janitor(rw):
     """It holds by its CLAIM_WRITE (no ACQUIRE in its history): the janitor finds that claim."""
     k = new_key()
-    first = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
-    rw.until(lambda: rw.gate_token(k, "w0"))
-    second = rw.start("WriterHold", {"key": k, "gate": "w1", "workMs": 1})
-    rw.until(lambda: rw.parked(k) == ["write"])
-    rw.open(k, "w0")
-    rw.until(lambda: rw.gate_token(k, "w1"))  # woken by the handoff, claimed, inside
+    first, second = writer_handed_on(rw, k, "w1")  # woken by the handoff, claimed, inside
     rw.cloud.stop_execution(second)
     stopped = rw.cloud.wait_for(second, timeout=60)
     assert stopped.status == "ABORTED" and "Lock.Claim" in entered_states(stopped)
@@ -483,12 +491,7 @@ def test_a_redriven_writer_waits_out_its_own_stopped_hold_and_holds_once(rw):
     if rw.cloud.backend != "moto":
         pytest.skip("the redrive is Step Functions behaviour: one backend suffices")
     k = new_key()
-    first = rw.start("WriterHold", {"key": k, "gate": "w0", "workMs": 1})
-    rw.until(lambda: rw.gate_token(k, "w0"))
-    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
-    rw.until(lambda: rw.parked(k) == ["write"])
-    rw.open(k, "w0")
-    rw.until(lambda: rw.gate_token(k, "w"))  # granted by the handoff, claimed, inside its work
+    first, writer = writer_handed_on(rw, k, "w")  # granted by the handoff, claimed, inside its work
     assert rw.wait([first])[0].status == "SUCCEEDED"
     stopped_token, held = rw.gate_token(k, "w"), rw.lock(k)
     first_owner, first_fence = held[p.OWNER]["S"], int(held[p.FENCE]["N"])

@@ -8,7 +8,11 @@ function's environment variables applied, and calls it with the event and a
 
 * **Isolation**: each function imports its own copy of its modules - two functions whose
   folders both hold ``index.py`` (or ``logic.py``) do not share them. Modules from
-  site-packages (boto3, Powertools) are shared, as a Lambda layer would be.
+  site-packages (boto3, Powertools) are shared, as a Lambda layer would be, and so is a
+  package of this process whose files the folder carries unchanged (the janitor's copy of
+  ``locked_workflow``). **Stricter than AWS**: a handler that imports - anywhere in its
+  modules, lazily too - a module its folder lacks is refused before it runs; on AWS the
+  import fails when it runs (``Runtime.ImportModuleError``).
 * **Environment**: ``os.environ`` is replaced (while the runtime is active) by a mapping
   with a per-thread overlay, so concurrent invocations of functions with different
   variables each see their own; everything else sees the process environment.
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import collections.abc
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -255,10 +260,11 @@ class InProcessFunction:
             if self._handler_fn is not None:
                 return self._handler_fn
             own = _top_level_names(Path(code_dir))
+            shared = _shared_packages(self.name, Path(code_dir), module_name, own)
             shadowed = {
                 name: module
                 for name, module in list(sys.modules.items())
-                if name.split(".")[0] in own and not _is_installed(module)
+                if name.split(".")[0] in own - shared and not _is_installed(module)
             }
             for name in shadowed:
                 del sys.modules[name]
@@ -347,6 +353,53 @@ def _is_installed(module: Any) -> bool:
 def _is_under(module: Any, directory: str) -> bool:
     path = getattr(module, "__file__", None)
     return path is not None and os.path.abspath(path).startswith(directory + os.sep)
+
+
+def _shared_packages(function: str, code_dir: Path, module_name: str, own: set[str]) -> set[str]:
+    """The top-level names of ``code_dir`` this process may serve from its own modules; raises
+    :class:`HandlerNotFoundError` if the handler imports a module the folder lacks.
+
+    The check reads the handler's imports (:mod:`locked_workflow.constructs_lib.code_closure`):
+    on AWS the function sees its asset alone, while here an editable install of this package
+    would supply a module the asset lacks. A package this process has loaded from outside
+    ``code_dir`` (the checkout's ``locked_workflow``, which the janitor's bundle copies) is
+    shared when every module the handler takes from it is byte-identical to the process's own
+    file: then it is the same code, and the process's modules are never taken away from its
+    other threads while the function loads (they would import a half-loaded copy meanwhile).
+    """
+    from locked_workflow.constructs_lib import code_closure
+
+    find = code_closure.folder_finder(code_dir)
+    handler = find(module_name)
+    if handler is None or handler.path is None:
+        return set()  # the import that follows reports it
+    found, missing = code_closure.closure(
+        [(module_name, handler.path)], find, within=lambda name: name.split(".")[0] in own
+    )
+    if missing:
+        raise HandlerNotFoundError(
+            f"{function}: its code asset {code_dir} lacks what its handler imports (on AWS: "
+            f"Runtime.ImportModuleError): "
+            + ", ".join(f"{gap.name} (imported by {gap.importer})" for gap in missing)
+        )
+    shared = set()
+    for top in own:
+        loaded = sys.modules.get(top)
+        if loaded is None or _is_installed(loaded) or _is_under(loaded, str(code_dir)):
+            continue
+        modules = {name: module for name, module in found.items() if name.split(".")[0] == top and module.path}
+        if all(_same_file(name, module.path) for name, module in modules.items()):
+            shared.add(top)
+    return shared
+
+
+def _same_file(name: str, path: Path) -> bool:
+    """Whether this process finds module ``name`` in a file with ``path``'s bytes."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return bool(spec and spec.origin and spec.has_location) and Path(spec.origin).read_bytes() == path.read_bytes()
 
 
 def _top_level_names(code_dir: Path) -> set[str]:

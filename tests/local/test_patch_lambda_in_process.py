@@ -246,3 +246,66 @@ def test_a_lambda_task_past_the_function_timeout_fails(tmp_path, catch):
         assert wait_until(done.exists, timeout=60)
     assert result.status == "SUCCEEDED", result.cause
     assert result.output == "Sandbox.Timedout"
+
+
+PACKAGE_HANDLER = '''
+from locked_workflow.constructs_lib import client_lease
+
+
+def handler(event, context):
+    from locked_workflow.state_machines import fair_protocol  # lazy: read all the same
+    return {"file": client_lease.__file__, "protocol": fair_protocol.__name__}
+'''
+
+
+def _package_folder(tmp_path, *modules: str):
+    """A code folder whose handler imports ``client_lease`` of this package, carrying a copy
+    of the package's ``modules`` (paths below ``locked_workflow/``)."""
+    import shutil
+
+    import locked_workflow
+
+    root = __import__("pathlib").Path(locked_workflow.__file__).resolve().parents[1]
+    folder = lambda_folder(tmp_path, "Pkg", PACKAGE_HANDLER)
+    for module in ("__init__.py", *modules):
+        source = root / ("locked_workflow/__init__.py" if module == "__init__.py" else module)
+        target = folder / "locked_workflow" / module
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    return folder
+
+
+def _invoke_package_handler(tmp_path):
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template({"Pkg": "Pkg"}), assets_dir=tmp_path)
+        response = cloud.client("lambda").invoke(FunctionName=app.function_name("Pkg"), Payload=b"{}")
+        return response, json.loads(response["Payload"].read())
+
+
+def test_a_handler_importing_a_module_its_asset_lacks_is_refused_though_this_process_has_it(tmp_path):
+    """On AWS the function sees its asset alone: the process's own copy of the package (an
+    editable install here) must not fill the gap."""
+    _package_folder(tmp_path, "constructs_lib/__init__.py", "state_machines/__init__.py", "state_machines/lock_protocol.py")
+    response, payload = _invoke_package_handler(tmp_path)
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "HandlerNotFoundError"
+    assert "locked_workflow.constructs_lib.client_lease (imported by index)" in payload["errorMessage"]
+    assert "locked_workflow.state_machines.fair_protocol (imported by index)" in payload["errorMessage"]
+    assert "Runtime.ImportModuleError" in payload["errorMessage"]
+
+
+def test_an_asset_carrying_the_packages_files_unchanged_shares_the_process_modules(tmp_path):
+    folder = _package_folder(
+        tmp_path, "constructs_lib/__init__.py", "constructs_lib/client_lease.py",
+        "state_machines/__init__.py", "state_machines/lock_protocol.py", "state_machines/fair_protocol.py",
+        "state_machines/shared_protocol.py",
+    )
+    response, payload = _invoke_package_handler(tmp_path)
+    assert "FunctionError" not in response, payload
+    assert not payload["file"].startswith(str(folder))  # the process's own module: the same bytes
+    # a changed copy is the function's own, loaded from its folder
+    with (folder / "locked_workflow" / "constructs_lib" / "client_lease.py").open("a") as source:
+        source.write("# the function's own copy\n")
+    response, payload = _invoke_package_handler(tmp_path)
+    assert "FunctionError" not in response, payload
+    assert payload["file"].startswith(str(folder))
