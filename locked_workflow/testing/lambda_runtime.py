@@ -11,7 +11,8 @@ function's environment variables applied, and calls it with the event and a
   site-packages (boto3, Powertools) are shared, as a Lambda layer would be, and so is a
   package of this process whose files the folder carries unchanged (the janitor's copy of
   ``locked_workflow``). **Stricter than AWS**: a handler that imports - anywhere in its
-  modules, lazily too - a module its folder lacks is refused before it runs; on AWS the
+  modules, lazily too - a module its folder lacks, of a package this process would supply
+  from outside its installation (this checkout), is refused before it runs; on AWS the
   import fails when it runs (``Runtime.ImportModuleError``).
 * **Environment**: ``os.environ`` is replaced (while the runtime is active) by a mapping
   with a per-thread overlay, so concurrent invocations of functions with different
@@ -347,7 +348,11 @@ def _error_invocation(error: Exception) -> Invocation:
 def _is_installed(module: Any) -> bool:
     """True for modules of the interpreter's installation (site-packages, stdlib)."""
     path = getattr(module, "__file__", None)
-    return path is None or any(part in path for part in ("site-packages", "dist-packages", sys.prefix, sys.base_prefix))
+    return path is None or _installed_path(path)
+
+
+def _installed_path(path: str) -> bool:
+    return any(part in path for part in ("site-packages", "dist-packages", sys.prefix, sys.base_prefix))
 
 
 def _is_under(module: Any, directory: str) -> bool:
@@ -357,16 +362,23 @@ def _is_under(module: Any, directory: str) -> bool:
 
 def _shared_packages(function: str, code_dir: Path, module_name: str, own: set[str]) -> set[str]:
     """The top-level names of ``code_dir`` this process may serve from its own modules; raises
-    :class:`HandlerNotFoundError` if the handler imports a module the folder lacks.
+    :class:`HandlerNotFoundError` if the handler imports a module the folder lacks that this
+    process would supply.
 
-    The check reads the handler's imports (:mod:`locked_workflow.constructs_lib.code_closure`):
-    on AWS the function sees its asset alone, while here an editable install of this package
-    would supply a module the asset lacks. A package this process has loaded from outside
-    ``code_dir`` (the checkout's ``locked_workflow``, which the janitor's bundle copies) is
-    shared when every module the handler takes from it is byte-identical to the process's own
-    file: then it is the same code, and the process's modules are never taken away from its
-    other threads while the function loads (they would import a half-loaded copy meanwhile).
+    On AWS the function sees its asset alone (and the runtime's packages), while here a package
+    the process finds outside its installation - this checkout, an editable install - would
+    supply a module the asset lacks. For those packages alone the check reads the handler's
+    imports (:mod:`locked_workflow.constructs_lib.code_closure`); a package that lives only in
+    the asset fails its own import here as on AWS, and an installed one (boto3, Powertools) is
+    the runtime's, as a layer's would be. Such a package (the checkout's ``locked_workflow``,
+    which the janitor's bundle copies) is shared with the process when every module the handler
+    takes from it is byte-identical to the process's own file: then it is the same code, and the
+    process's modules are not taken away from its other threads while the function loads
+    (another thread's import would meanwhile find the asset's copy, or none).
     """
+    checked = {top for top in own if _supplied_from_outside(top)}
+    if not checked:
+        return set()
     from locked_workflow.constructs_lib import code_closure
 
     find = code_closure.folder_finder(code_dir)
@@ -374,7 +386,7 @@ def _shared_packages(function: str, code_dir: Path, module_name: str, own: set[s
     if handler is None or handler.path is None:
         return set()  # the import that follows reports it
     found, missing = code_closure.closure(
-        [(module_name, handler.path)], find, within=lambda name: name.split(".")[0] in own
+        [(module_name, handler.path)], find, within=lambda name: name.split(".")[0] in checked
     )
     if missing:
         raise HandlerNotFoundError(
@@ -383,14 +395,26 @@ def _shared_packages(function: str, code_dir: Path, module_name: str, own: set[s
             + ", ".join(f"{gap.name} (imported by {gap.importer})" for gap in missing)
         )
     shared = set()
-    for top in own:
-        loaded = sys.modules.get(top)
-        if loaded is None or _is_installed(loaded) or _is_under(loaded, str(code_dir)):
-            continue
+    for top in checked:
         modules = {name: module for name, module in found.items() if name.split(".")[0] == top and module.path}
         if all(_same_file(name, module.path) for name, module in modules.items()):
             shared.add(top)
     return shared
+
+
+def _supplied_from_outside(top: str) -> bool:
+    """Whether this process finds the top-level module ``top`` outside its installation."""
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        return not _is_installed(loaded)
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    origin = spec.origin if spec and spec.has_location else None
+    if spec is not None and origin is None and spec.submodule_search_locations:
+        origin = next(iter(spec.submodule_search_locations), None)  # a namespace package
+    return origin is not None and not _installed_path(origin)
 
 
 def _same_file(name: str, path: Path) -> bool:

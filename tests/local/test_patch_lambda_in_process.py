@@ -309,3 +309,28 @@ def test_an_asset_carrying_the_packages_files_unchanged_shares_the_process_modul
     response, payload = _invoke_package_handler(tmp_path)
     assert "FunctionError" not in response, payload
     assert payload["file"].startswith(str(folder))
+
+
+def test_a_package_only_the_asset_has_is_not_read_ahead(tmp_path):
+    """Only a package this process would supply is checked: one the asset alone carries fails
+    (or not) by its own import, as on AWS - a lazy import of a module it lacks, in a function
+    never called, does not refuse the handler."""
+    folder = lambda_folder(tmp_path, "Own", '''
+import ownpkg
+
+
+def handler(event, context):
+    return {"name": ownpkg.NAME}
+
+
+def never_called():
+    from ownpkg import absent  # noqa: F401
+''')
+    (folder / "ownpkg").mkdir()
+    (folder / "ownpkg" / "__init__.py").write_text("NAME = 'own'\n")
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template({"Own": "Own"}), assets_dir=tmp_path)
+        response = cloud.client("lambda").invoke(FunctionName=app.function_name("Own"), Payload=b"{}")
+        payload = json.loads(response["Payload"].read())
+    assert "FunctionError" not in response, payload
+    assert payload == {"name": "own"}
