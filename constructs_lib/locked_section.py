@@ -523,7 +523,7 @@ class LockedSection(sfn.StateMachineFragment):
         key = self.kind.presence_key(self)
         depart = update_item_task(
             self, self._name("Depart"), self.table,
-            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
+            self.kind.depart_arguments(self),
         )
         retry_transient(depart)
         depart.add_catch(lost, errors=[protocol.CONDITION_FAILED])
@@ -589,7 +589,7 @@ class LockedSection(sfn.StateMachineFragment):
         # any token of this acquisition out; if even that fails, the hold ends (retired)
         unsure = update_item_task(
             self, self._name("PresenceUnsure"), self.table,
-            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
+            self.kind.depart_arguments(self),
         )
         r = protocol.PRESENCE_UNSURE_RETRY
         unsure.add_retry(errors=list(protocol.TRANSIENT_ERRORS), interval=Duration.seconds(r["interval_s"]),

@@ -339,24 +339,96 @@ def test_the_same_mix_without_the_lock_overlaps(rw):
     assert rw.probe(k).get("violations", 0) > 0
 
 
-def test_a_stopped_reader_and_a_cancelled_reader_branch_are_recovered_by_their_leases(rw):
-    """Nothing but the lease ends these holds: the stopped reader has no janitor; the cancelled
-    branch's execution runs on (no Catch ran, no event was sent)."""
-    stopped, cancelled = new_key(), new_key()
+def test_a_stopped_reader_without_a_janitor_is_recovered_by_its_lease(rw):
+    """Nothing but the lease ends this hold: the stopped reader has no janitor (and a short
+    lease, 12 s); the writer at the head reaps its entry."""
+    stopped = new_key()
     orphan = rw.start("ReaderOrphan", {"key": stopped, "gate": "o", "workMs": 1})
-    parallel = rw.start("Cancelled", {"key": cancelled, "gate": "c", "workMs": 1})
-    rw.until(lambda: rw.gate_token(stopped, "o") and rw.gate_token(cancelled, "c"))
+    rw.until(lambda: rw.gate_token(stopped, "o"))
     rw.cloud.stop_execution(orphan)
-    rw.until(lambda: rw.gate_token(cancelled, "sibling"))
-    rw.cloud.stepfunctions.send_task_failure(taskToken=rw.gate_token(cancelled, "sibling"), error="User.Failed",
-                                             cause="the sibling fails")
-    assert all(len(sp.readers_of(rw.lock(k))) == 1 for k in (stopped, cancelled))
-    results = rw.wait([rw.start("Writer", {"key": k, "workMs": 1}) for k in (stopped, cancelled)])
-    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [r.cause for r in results]
-    assert all("Lock.Reap" in entered_states(r) for r in results)  # the writer at the head reaped each entry
-    assert rw.cloud.stepfunctions.describe_execution(executionArn=parallel)["status"] == "RUNNING"
-    assert all(rw.probe(k).get("violations", 0) == 0 and rw.free(k) for k in (stopped, cancelled))
-    rw.cloud.stop_execution(parallel)
+    assert len(sp.readers_of(rw.lock(stopped))) == 1
+    result = rw.wait([rw.start("Writer", {"key": stopped, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert "Lock.Reap" in entered_states(result)  # the writer at the head reaped the entry
+    assert rw.probe(stopped).get("violations", 0) == 0 and rw.free(stopped)
+
+
+def _holder(item: dict) -> tuple[str, int, int, int]:
+    """(owner, acquiredAt, expiresAt, grace) of the one hold on a lock item: its reader entry, or
+    its writer."""
+    readers = sp.readers_of(item)
+    owner, hold = next(iter(readers.items())) if readers else (item[p.OWNER]["S"], item)
+    assert len(readers) <= 1, readers
+    return owner, int(hold[p.ACQUIRED_AT]["N"]), int(hold[p.EXPIRES_AT]["N"]), int(hold[p.GRACE]["N"])
+
+
+def test_cancelled_reader_and_writer_branches_are_freed_after_their_stop_grace_long_before_their_leases(
+        rw, record_property):
+    """A reader and a writer hold (10-minute leases) in one branch of a Parallel whose other
+    branch fails: Step Functions cancels the holding branch (no Catch, no event) and the
+    execution runs on. A writer waiting behind each probes the hold's presence token, finds it
+    closed and its execution running, retires that acquisition from then - held for its stop
+    grace - and enters. The negative control, the same holds with ``detect_cancellation=False``
+    (no presence row), is still held, its lease untouched, after rounds of its waiter's fallback
+    well past the grace."""
+    cases = {(mode, detect): new_key() for mode in ("Reader", "Writer") for detect in (True, False)}
+    machine = {c: f"Cancelled{c[0]}{'' if c[1] else 'Blind'}" for c in cases}
+    parallels = {c: rw.start(machine[c], {"key": k, "gate": "c", "workMs": 1}) for c, k in cases.items()}
+    rw.until(lambda: all(rw.gate_token(k, "c") for k in cases.values()))  # holding, inside the work
+    holders = {c: _holder(rw.lock(k)) for c, k in cases.items()}
+    table = rw.table("LocksTable")
+
+    def row(c) -> dict:
+        return rw.cloud.dynamodb.get_item(TableName=table, ConsistentRead=True, Key={
+            "pk": {"S": sp.presence_row_key(holders[c][0])}}).get("Item", {})
+
+    # the holds with presence registered their token for that acquisition; the others none
+    rw.until(lambda: all(p.PRESENCE in row(c) for c in cases if c[1]))
+    assert all(int(row(c)[p.PRESENCE_OF]["N"]) == holders[c][1] for c in cases if c[1])
+    assert not any(row(c) for c in cases if not c[1])
+    waiters = {c: rw.start("Writer", {"key": k, "workMs": 1}) for c, k in cases.items()}
+    rw.until(lambda: all(rw.parked(k) == ["write"] for k in cases.values()))
+    rw.until(lambda: all(rw.gate_token(k, "sibling") for k in cases.values()))
+    for k in cases.values():  # the sibling fails: the holding branch is cancelled
+        rw.cloud.stepfunctions.send_task_failure(taskToken=rw.gate_token(k, "sibling"), error="User.Failed",
+                                                 cause="the sibling fails")
+    cancel_ms = time.time() * 1000
+    rw.until(lambda: all(any(e["type"] == "ParallelStateFailed" for e in rw.cloud.history(a))
+                         for a in parallels.values()), timeout=60)
+    grace_ms = {c: holders[c][3] for c in cases}  # the holds' stop grace (PROBE_TIMEOUT_S + 1 s)
+    assert all(g >= 5000 for g in grace_ms.values())
+    # with presence: in after the grace from the probe's retire, minutes before the lease
+    for c in [c for c in cases if c[1]]:
+        result = rw.cloud.wait_for(waiters[c], timeout=150)
+        assert result.status == "SUCCEEDED", (c, result.cause)
+        states = entered_states(result)
+        abandon = f"Lock.Abandon{'Reader' if c[0] == 'Reader' else 'Holder'}"
+        assert {"Lock.ReadPresence", "Lock.ProbeHolder", "Lock.DescribeHolder", abandon} <= set(states), states
+        retired_ms = _state_times(result.history, abandon, "TaskStateEntered")[-1]
+        entered_ms = _state_times(result.history, "Lock.Admit")[-1]
+        lease_ms = holders[c][2]
+        assert retired_ms + grace_ms[c] <= entered_ms < lease_ms - 120_000, (c, retired_ms, entered_ms, lease_ms)
+        assert rw.cloud.status(parallels[c]) == "RUNNING"  # the execution ran on: only its branch was cancelled
+        assert probe_of(result)["insideAtEntry"] == 1 and rw.free(cases[c]) and not row(c)  # (the row went too)
+        assert_park_rounds_fit_the_budget(result, "WriterProbe")  # rounds with the probe and its retire
+        record_property(f"cancelled_{c[0].lower()}_recovered_after_cancel_s", round((entered_ms - cancel_ms) / 1000, 1))
+        record_property(f"cancelled_{c[0].lower()}_lease_after_cancel_s", round((lease_ms - cancel_ms) / 1000, 1))
+    # without: rounds of the fallback well past the settle time and the grace, and still held
+    blind = [c for c in cases if not c[1]]
+
+    def inspected_after(c) -> int:
+        after = cancel_ms + p.PRESENCE_SETTLE_MS + grace_ms[c]
+        return sum(t > after for t in _state_times(rw.cloud.history(waiters[c]), "Lock.Inspect", "TaskStateEntered"))
+
+    rw.until(lambda: all(inspected_after(c) >= 3 for c in blind), timeout=120)
+    for c in blind:
+        assert _holder(rw.lock(cases[c])) == holders[c]  # that acquisition, its lease untouched
+        assert rw.cloud.status(waiters[c]) == "RUNNING" and rw.parked(cases[c]) == ["write"]
+        states = entered_states_of(rw, waiters[c])
+        assert "Lock.ReadPresence" in states and "Lock.ProbeHolder" not in states  # it looked: no row
+        rw.cloud.stop_execution(waiters[c])
+    for arn in parallels.values():
+        rw.cloud.stop_execution(arn)
 
 
 def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
