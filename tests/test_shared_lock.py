@@ -774,8 +774,10 @@ def test_a_waiter_parks_in_one_transaction_with_the_protocols_expressions(templa
         sp.PARK_UNLESS[sp.WRITE].condition
     # every DynamoDB write of the lock is one of the protocol's (a writer's redrive retire: the mutex's)
     spelled = {w.condition for w in [*sp.LOCK_WRITES.values(), *sp.ROW_WRITES.values(), *sp.PARK_UNLESS.values(),
-                                     p.RETIRE]}
-    for name, state in {**states, **writer}.items():
+                                     *sp.PRESENCE_WRITES.values(), p.RETIRE]}
+    held = {**_states(_definition_of(template, "CancelledReaderStateMachine")),
+            **_states(_definition_of(template, "CancelledWriterStateMachine"))}  # (with their holds' presence)
+    for name, state in {**states, **writer, **held}.items():
         arguments = state.get("Arguments")
         condition = arguments.get("ConditionExpression") if isinstance(arguments, dict) else None
         if condition and name.startswith("Lock."):
@@ -839,3 +841,60 @@ def test_the_fallbacks_liveness_check_describes_executions_it_may_name_only(temp
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         assert statement["Action"] == "states:DescribeExecution"
         assert all(":execution:" in json.dumps(r) and r != "*" for r in resources), statement
+
+
+def _definition_of(template, logical_prefix: str) -> dict:
+    """The definition of the state machine whose logical ID starts with ``logical_prefix``."""
+    import json
+
+    (machine,) = [r for lid, r in template.find_resources("AWS::StepFunctions::StateMachine").items()
+                  if lid.startswith(logical_prefix) and not lid.startswith(logical_prefix + "Blind")]
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    return json.loads("".join(x if isinstance(x, str) else "TABLE" for x in parts))
+
+
+def test_the_holds_presence_and_the_probe_use_the_protocols_writes(template):
+    """A section's hold registers its token on its own row (PRESENT_ROW, ``.waitForTaskToken``),
+    departs with DEPART_ROW and deletes the row after; the waiter's fallback reads the row,
+    heartbeats the token and retires in one transaction (GONE_ROW beside RETIRE_GONE_*). With
+    ``detect_cancellation=False`` the hold has none of it. IAM: the token calls on ``*`` (task
+    tokens cannot be scoped), the row's DeleteItem on the lock table only."""
+    for mode in ("Reader", "Writer"):
+        states = _states(_definition_of(template, f"Cancelled{mode}StateMachine"))
+        presence = states["Lock.Presence"]
+        assert presence["Resource"].endswith(":states:::aws-sdk:dynamodb:updateItem.waitForTaskToken")
+        assert presence["Arguments"]["ConditionExpression"] == sp.PRESENT_ROW.condition
+        assert sp.PRESENCE_ROW_MARK in presence["Arguments"]["Key"]["pk"]["S"]
+        assert states["Lock.Depart"]["Arguments"]["ConditionExpression"] == sp.DEPART_ROW.condition
+        assert states["Lock.PresenceUnsure"]["Arguments"]["ConditionExpression"] == sp.DEPART_ROW.condition
+        assert sp.PRESENCE_ROW_MARK in states["Lock.Forget"]["Arguments"]["Key"]["pk"]["S"]
+        assert sp.PRESENCE_ROW_MARK in states["Lock.ForgetAfterError"]["Arguments"]["Key"]["pk"]["S"]
+        blind = _states(_definition_of(template, f"Cancelled{mode}BlindStateMachine"))
+        assert not {"Lock.Presence", "Lock.Depart", "Lock.Forget"} & set(blind)
+    for machine in ("Reader", "Writer", "WriterBlind"):
+        states = _states(_definition(template, machine))
+        if machine == "WriterBlind":  # no liveness check: no probe either
+            assert not {"Lock.ReadPresence", "Lock.ProbeHolder", "Lock.AbandonReader"} & set(states)
+            continue
+        assert sp.PRESENCE_ROW_MARK in states["Lock.ReadPresence"]["Arguments"]["Key"]["pk"]["S"]
+        assert states["Lock.ProbeHolder"]["Resource"].endswith(":states:::aws-sdk:sfn:sendTaskHeartbeat")
+        catches = states["Lock.ProbeHolder"]["Catch"]
+        assert catches[0]["ErrorEquals"] == [p.PRESENCE_GONE] and catches[0]["Next"] == "Lock.DescribeHolder"
+        for name, write in (("Lock.AbandonReader", sp.RETIRE_GONE_READER), ("Lock.AbandonHolder", sp.RETIRE_GONE_WRITER)):
+            row, lock = states[name]["Arguments"]["TransactItems"]
+            assert states[name]["Resource"].endswith(":states:::aws-sdk:dynamodb:transactWriteItems")
+            assert row["Delete"]["ConditionExpression"] == sp.GONE_ROW.condition
+            assert lock["Update"]["ConditionExpression"] == write.condition
+            assert lock["Update"]["UpdateExpression"] == write.update
+    token_actions = {"states:SendTaskHeartbeat", "states:SendTaskSuccess"}
+    seen = set()
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if token_actions & set(actions):
+                assert set(actions) <= token_actions and statement["Resource"] == "*", statement
+                seen |= set(actions)
+            if "dynamodb:DeleteItem" in actions:  # (the lock table, never *)
+                resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+                assert resources and "*" not in resources, statement
+    assert seen == token_actions

@@ -391,3 +391,145 @@ def test_python_readings_of_a_lock_item():
     assert sorted(sp.readers_of(item)) == ["r1", "r2"]
     assert sp.expired_readers(item, now=NOW) == ["r1"]
     assert sp.row_kind(None) == sp.WRITE and sp.row_kind({sp.KIND: {"S": sp.READ}}) == sp.READ
+
+
+# ---- presence: a hold's row and a probe's retire, on DynamoDB itself ------------------------
+
+OWNER = "arn:aws:states:r:1:execution:sm:e#u"
+A, LEASE_END, P_AT = 1_000_000, 9_000_000, 2_000_000  # the acquisition, its lease end, its token's write
+
+
+class _Presence:
+    """A lock item with one hold (a reader entry or a writer) and the hold's presence row."""
+
+    def __init__(self, ddb, table: str):
+        self.ddb, self.table = ddb, table
+
+    def put(self, key: str, *, reader: bool, row: dict | None, acquired: int = A) -> None:
+        hold = {p.ACQUIRED_AT: {"N": str(acquired)}, p.EXPIRES_AT: {"N": str(LEASE_END)}, p.GRACE: {"N": "9000"}}
+        item = ({"pk": {"S": key}, p.OWNER: {"S": sp.SHARED}, sp.READERS: {"N": "1"}, sp.reader_attribute(OWNER): {"M": hold}}
+                if reader else {"pk": {"S": key}, p.OWNER: {"S": OWNER}, **hold})
+        self.ddb.put_item(TableName=self.table, Item=item)
+        self.ddb.delete_item(TableName=self.table, Key={"pk": {"S": sp.presence_row_key(OWNER)}})
+        if row is not None:
+            self.ddb.put_item(TableName=self.table, Item={"pk": {"S": sp.presence_row_key(OWNER)}, **row})
+
+    def get(self, key: str) -> dict:
+        return self.ddb.get_item(TableName=self.table, Key={"pk": {"S": key}}, ConsistentRead=True).get("Item", {})
+
+    def write(self, write: p.LockWrite, values: dict) -> bool:
+        args = sp.arguments(sp.presence_row_key(OWNER), write, values)
+        try:
+            self.ddb.update_item(TableName=self.table, **args)
+            return True
+        except self.ddb.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def gone(self, key: str, *, reader: bool, token: str = "T1", settled_before: int = P_AT + 1, until: int = 5_000_000,
+             acquired: int = A, gone_row: p.LockWrite = sp.GONE_ROW) -> bool:
+        row_values = {":token": {"S": token}, ":acquiredAt": {"N": str(acquired)},
+                      ":settledBefore": {"N": str(settled_before)}}
+        lock_values = {":acquiredAt": {"N": str(acquired)}, ":until": {"N": str(until)},
+                       **({} if reader else {":owner": {"S": OWNER}})}
+        delete = f.delete_arguments(sp.presence_row_key(OWNER), gone_row,
+                                    {k: v for k, v in row_values.items() if k in gone_row.value_names()})
+        del delete["ReturnValues"]
+        items = sp.gone_transaction(self.table, key, sp.presence_row_key(OWNER), reader=OWNER if reader else None,
+                                    row_values=row_values, lock_values=lock_values)
+        items[0] = {"Delete": {"TableName": self.table, **delete}}  # (the write under test, or a careless one)
+        try:
+            self.ddb.transact_write_items(TransactItems=items)
+            return True
+        except self.ddb.exceptions.TransactionCanceledException:
+            return False
+
+
+def _row(token: str = "T1", of: int = A, at: int = P_AT, closed: int | None = None) -> dict:
+    return {p.PRESENCE: {"S": token}, p.PRESENCE_OF: {"N": str(of)}, p.PRESENCE_AT: {"N": str(at)},
+            **({p.PRESENCE_CLOSED: {"N": str(closed)}} if closed is not None else {})}
+
+
+def _presence_cases(ddb, gone_row: p.LockWrite = sp.GONE_ROW) -> dict:
+    """Each case: what DynamoDB did (True: written). The hold's own writes, then the probe's
+    retire in every state a probe can meet, for a reader and a writer."""
+    table = "presence"
+    ddb.create_table(TableName=table, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+    t, out = _Presence(ddb, table), {}
+
+    def present(token: str, acquired: int) -> bool:
+        return t.write(sp.PRESENT_ROW, {":token": {"S": token}, ":acquiredAt": {"N": str(acquired)}, ":now": {"N": str(P_AT)}})
+
+    def depart(acquired: int) -> bool:
+        return t.write(sp.DEPART_ROW, {":acquiredAt": {"N": str(acquired)}})
+
+    # the hold's writes: a registration after the departure is refused, before it is read back
+    t.put("k", reader=True, row=None)
+    out["present"], out["present again (a retry)"] = present("T1", A), present("T2", A)
+    out["depart"], out["present after depart"] = depart(A), present("T3", A)
+    out["a later acquisition presents"], out["it departs"] = present("T4", A + 5), depart(A + 5)
+    out["an earlier acquisition departs after it"] = depart(A)
+    t.put("k", reader=True, row=None)
+    out["depart before any presence"], out["present after that"] = depart(A), present("T1", A)
+    for reader in (True, False):
+        kind = "reader" if reader else "writer"
+        for case, row, kw in (
+                ("closed token, settled", _row(), {}),
+                ("not settled", _row(), {"settled_before": P_AT - 1}),
+                ("another token on the row", _row(token="T2"), {}),
+                ("departed", _row(closed=A), {}),
+                ("no row", None, {}),
+                ("a later acquisition holds", _row(), {"acquired": A, "_hold": A + 5}),
+                ("would not shorten", _row(), {"until": LEASE_END}),
+        ):
+            hold = kw.pop("_hold", A)
+            t.put(f"{kind}-{case}", reader=reader, row=row, acquired=hold)
+            before = t.get(f"{kind}-{case}")
+            ok = t.gone(f"{kind}-{case}", reader=reader, gone_row=gone_row, **kw)
+            after, row_after = t.get(f"{kind}-{case}"), t.get(sp.presence_row_key(OWNER))
+            lease = (after[sp.reader_attribute(OWNER)]["M"] if reader else after)[p.EXPIRES_AT]["N"]
+            out[f"{kind}: {case}"] = ok
+            # all or nothing: written, the row is gone and the lease ends at :until; else both as they were
+            assert (lease, bool(row_after)) == (("5000000", False) if ok else
+                                                ((before[sp.reader_attribute(OWNER)]["M"] if reader else before)
+                                                 [p.EXPIRES_AT]["N"], row is not None)), case
+        t.put(f"{kind}-twice", reader=reader, row=_row())
+        out[f"{kind}: a second probe"] = [t.gone(f"{kind}-twice", reader=reader, gone_row=gone_row),
+                                          t.gone(f"{kind}-twice", reader=reader, gone_row=gone_row, until=4_000_000)]
+    return out
+
+
+@pytest.mark.parametrize("backend", ["moto", "dynamodb-local"])
+def test_the_presence_writes_order_a_hold_and_its_probe_on_dynamodb(backend):
+    """A registration after the hold departed is refused (and one before it is what the hold
+    reads back); a probe's retire is written only for that acquisition's closed, settled,
+    never-departed token while it shortens the lease - row and lock item together or not at all
+    - and only once."""
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.pytest_plugin import require_backend
+
+    require_backend(backend)
+    with LocalCloud(backend) as cloud:
+        out = _presence_cases(cloud.dynamodb)
+    assert out == {
+        "present": True, "present again (a retry)": True, "depart": True, "present after depart": False,
+        "a later acquisition presents": True, "it departs": True, "an earlier acquisition departs after it": False,
+        "depart before any presence": True, "present after that": False,
+        **{f"{kind}: {case}": case == "closed token, settled" for kind in ("reader", "writer") for case in (
+            "closed token, settled", "not settled", "another token on the row", "departed", "no row",
+            "a later acquisition holds", "would not shorten")},
+        "reader: a second probe": [True, False], "writer: a second probe": [True, False],
+    }
+
+
+def test_negative_control_a_probe_that_ignores_the_settle_time_retires_a_fresh_token():
+    """Without its settle clause the retire takes a token just written - maybe a registration
+    attempt that failed and is being retried, its hold alive: the check above would catch it."""
+    from locked_workflow.testing import LocalCloud
+
+    careless = p.LockWrite(update="", condition=sp.GONE_ROW.condition.replace(
+        f" AND #{p.PRESENCE_AT} <= :settledBefore", ""))
+    assert careless.condition != sp.GONE_ROW.condition
+    with LocalCloud("moto") as cloud:
+        out = _presence_cases(cloud.dynamodb, gone_row=careless)
+    assert out["reader: not settled"] and out["writer: not settled"]
