@@ -533,3 +533,25 @@ def test_negative_control_a_probe_that_ignores_the_settle_time_retires_a_fresh_t
     with LocalCloud("moto") as cloud:
         out = _presence_cases(cloud.dynamodb, gone_row=careless)
     assert out["reader: not settled"] and out["writer: not settled"]
+
+
+def test_a_probe_retires_only_a_cancelled_or_failed_hold_and_always_can_retire_a_cancelled_one():
+    """Every interleaving of a hold's presence and work branches (registration attempts applied or
+    not, responses lost, a failed work, the user's Parallel cancelling it at any step) with a
+    waiter's probe rounds: a retire is written only for a hold whose work is not running and that
+    never departed - cancelled, or failed - and a cancelled hold with its token on the row is
+    always retired on some path."""
+    out = m.explore_presence()
+    assert out["retires"] <= {"cancelled", "failed"} and "cancelled" in out["retires"], out["retires"]
+    assert out["stuck"] == [] and out["states"] > 50, out
+
+
+@pytest.mark.parametrize("variant", ["settle_unchecked", "token_unchecked", "departure_unchecked"])
+def test_negative_control_each_check_of_the_probes_retire_is_needed(variant):
+    """Drop one check of the retire's transaction and a retire hits a hold at work: without the
+    settle clause, a failed registration attempt's closed token while its retry goes on; without
+    the token's equality, the same token read before the retry replaced it; without the departure
+    mark, a hold whose registrations all failed and that departed (its work goes on without a
+    token) - the probe had read the failed attempt's token before the departure."""
+    out = m.explore_presence(variant)
+    assert "work" in out["retires"], out["retires"]
