@@ -189,7 +189,9 @@ class LockedSection(sfn.StateMachineFragment):
         fails with ``TaskTimedOut`` and the lock is held for the stop grace from that moment,
         not for the rest of the lease. Needs a STANDARD state machine (EXPRESS cannot park on a
         task token: set ``False`` there; refused at synth otherwise). A multi-key hold writes
-        its token on every key it took, in one transaction. Default: ``True``.
+        its token on every key it took, in one transaction; a read/write hold (``Lock.shared`` /
+        ``Lock.exclusive``) on a presence row of its own, which its release deletes (one more
+        write). Default: ``True``.
     """
 
     def __init__(
