@@ -72,6 +72,11 @@ class ReadWrite:
                 out.append(sp.row_kind(row))
         return out
 
+    def presence_row(self, owner: str) -> dict:
+        """The presence row of the hold ``owner`` ({} when there is none)."""
+        return self.cloud.dynamodb.get_item(TableName=self.table("LocksTable"), ConsistentRead=True,
+                                            Key={"pk": {"S": sp.presence_row_key(owner)}}).get("Item", {})
+
     def probe(self, key: str) -> dict:
         item = self.cloud.dynamodb.get_item(TableName=self.table("Probes"), Key={"pk": {"S": key}},
                                             ConsistentRead=True).get("Item", {})
@@ -372,11 +377,9 @@ def test_a_stopped_reader_is_freed_by_its_lease_and_cancelled_branches_after_the
     parallels = {c: rw.start(machine[c], {"key": k, "gate": "c", "workMs": 1}) for c, k in cases.items()}
     rw.until(lambda: all(rw.gate_token(k, "c") for k in cases.values()))  # holding, inside the work
     holders = {c: _holder(rw.lock(k)) for c, k in cases.items()}
-    table = rw.table("LocksTable")
 
     def row(c) -> dict:
-        return rw.cloud.dynamodb.get_item(TableName=table, ConsistentRead=True, Key={
-            "pk": {"S": sp.presence_row_key(holders[c][0])}}).get("Item", {})
+        return rw.presence_row(holders[c][0])
 
     # the holds with presence registered their token for that acquisition; the others none
     rw.until(lambda: all(p.PRESENCE in row(c) for c in cases if c[1]))
@@ -695,12 +698,18 @@ def test_a_map_of_reader_sections_on_one_key_holds_together(rw):
     item = rw.lock(k)
     assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == int(item[sp.READERS]["N"]) == 3
     assert all(o.startswith(run + "#") for o in sp.readers_of(item))  # three holders of one execution
+    # each iteration's hold registered its own presence token, for its own acquisition
+    rows = {o: rw.presence_row(o) for o in sp.readers_of(item)}
+    rw.until(lambda: all(p.PRESENCE in rw.presence_row(o) for o in rows))
+    assert len({rw.presence_row(o)[p.PRESENCE]["S"] for o in rows}) == 3
+    assert all(rw.presence_row(o)[p.PRESENCE_OF] == e[p.ACQUIRED_AT] for o, e in sp.readers_of(item).items())
     for i in range(3):
         rw.open(k, f"g{i}")
     result = rw.wait([run])[0]
     assert result.status == "SUCCEEDED", result.cause
     # (their holds overlapped at the gates; the probes after the gates may or may not)
     assert rw.probe(k).get("violations", 0) == 0 and rw.probe(k)["readCount"] == 3 and rw.free(k)
+    assert not any(rw.presence_row(o) for o in rows)  # each release deleted its row
 
 
 @pytest.mark.parametrize("outer, inner", [("shared", "exclusive"), ("shared", "shared"), ("exclusive", "shared"),
