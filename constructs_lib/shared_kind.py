@@ -203,7 +203,8 @@ class SharedLockKind(Mutex):
 
     def _forget(self, suffix: str, then: sfn.State) -> sfn.State:
         """After the hold (both of its branches are over): its presence row goes, then ``then``
-        (best effort: a row left behind is never probed again - its hold's entry or lease goes)."""
+        (best effort: a row left behind is read only while its acquisition's hold is on the lock
+        item, and its token, departed, is never probed)."""
         s = self._section
         if not s.detect_cancellation:
             return then
