@@ -94,6 +94,15 @@ def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
     )
 
 
+def _presence_token(row: str, acquired: str) -> str:
+    """JSONata: the token to probe on the presence row ``row`` (DynamoDB JSON, maybe absent) -
+    registered for the acquisition ``acquired``, which did not depart - or null."""
+    token, of, closed = (f"{row}.`{a}`" for a in (protocol.PRESENCE, protocol.PRESENCE_OF, protocol.PRESENCE_CLOSED))
+    return (f"($exists({token}.S) and $exists({of}.N) and $number({of}.N) = {acquired} "
+            f"and $not($exists({closed}.N) and $number({closed}.N) >= {acquired}) "
+            f"and {token}.S != '{protocol.NO_PRESENCE}') ? {token}.S : null")
+
+
 class SharedLockKind(Mutex):
     """Many readers or one writer per key, in ticket order, with direct handoff."""
 
@@ -532,12 +541,7 @@ class SharedLockKind(Mutex):
         probe counts a holder gone on ``TaskTimedOut`` alone."""
         s, v, f = self._section, self._section.variables, self._vars()
         wait, r = "$" + v["wait"], "$states.result.Item"
-        acquired = f"{seen}.suspect.acquiredAt"
-        token = (f"($exists({r}.`{protocol.PRESENCE}`.S) and $exists({r}.`{protocol.PRESENCE_OF}`.N) "
-                 f"and $number({r}.`{protocol.PRESENCE_OF}`.N) = {acquired} "
-                 f"and $not($exists({r}.`{protocol.PRESENCE_CLOSED}`.N) "
-                 f"and $number({r}.`{protocol.PRESENCE_CLOSED}`.N) >= {acquired}) "
-                 f"and {r}.`{protocol.PRESENCE}`.S != '{protocol.NO_PRESENCE}') ? {r}.`{protocol.PRESENCE}`.S : null")
+        token = _presence_token(r, f"{seen}.suspect.acquiredAt")
         checked = {v["wait"]: jsonata(f"$merge([{wait}, {{'checked': true}}])")}
         read_row = self._get("ReadPresence", {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(
             shared.presence_row_key_expression(f"{seen}.suspect.owner"))})},

@@ -555,3 +555,40 @@ def test_negative_control_each_check_of_the_probes_retire_is_needed(variant):
     token) - the probe had read the failed attempt's token before the departure."""
     out = m.explore_presence(variant)
     assert "work" in out["retires"], out["retires"]
+
+
+def test_the_probe_reads_only_an_executions_hold_and_only_its_acquisitions_live_token():
+    """The liveness check's suspect is the writer holder or one reader entry of an execution -
+    never a ``LockClient`` (no presence, no execution) - with the acquisition it probes; the
+    token it probes is that acquisition's, not departed (evaluated as the local runtime does)."""
+    from locked_workflow.constructs_lib.shared_kind import _presence_token, _suspect
+    from locked_workflow.testing.patches.jsonata_evaluator import evaluate
+
+    far = str(2 ** 52)
+    execution, client = "arn:aws:states:r:1:execution:sm:e#u1", "client:host-1#u2"
+
+    def entry(acquired: str) -> dict:
+        return {"M": {p.EXPIRES_AT: {"N": far}, p.ACQUIRED_AT: {"N": acquired}, p.GRACE: {"N": "9000"}}}
+
+    def suspect(item: dict, me: str = "arn:aws:states:r:1:execution:sm:me#u0", rounds: int = 0):
+        owner = f"($exists($i.`{p.OWNER}`.S) ? $i.`{p.OWNER}`.S : '')"
+        return evaluate(_suspect("$i", owner, "$me", "w"), {"i": item, "me": me, "w": {"rounds": rounds}})
+
+    writer = {p.OWNER: {"S": execution}, p.EXPIRES_AT: {"N": far}, p.ACQUIRED_AT: {"N": "7"}, p.GRACE: {"N": "9000"}}
+    assert suspect(writer) == {"owner": execution, "reader": False, "expiresAt": 2 ** 52, "grace": 9000,
+                               "acquiredAt": 7}
+    assert suspect({**writer, p.OWNER: {"S": client}}) is None  # a client writer: never probed
+    shared = {p.OWNER: {"S": sp.SHARED}, sp.READERS: {"N": "2"}, sp.reader_attribute(client): entry("5"),
+              sp.reader_attribute(execution): entry("6")}
+    assert [suspect(shared, rounds=n)["owner"] for n in range(3)] == [execution] * 3  # the client never
+    assert suspect(shared)["acquiredAt"] == 6 and suspect(shared)["reader"] is True
+
+    def token(row) -> object:
+        return evaluate(_presence_token("$r", "6"), {"r": row} if row is not None else {})
+
+    row = {p.PRESENCE: {"S": "T"}, p.PRESENCE_OF: {"N": "6"}, p.PRESENCE_AT: {"N": "1"}}
+    assert token(row) == "T"
+    assert token({**row, p.PRESENCE_CLOSED: {"N": "5"}}) == "T"  # an earlier acquisition departed
+    assert token({**row, p.PRESENCE_CLOSED: {"N": "6"}}) is None  # this one departed
+    assert token({**row, p.PRESENCE_OF: {"N": "5"}}) is None  # another acquisition's token
+    assert token({**row, p.PRESENCE: {"S": p.NO_PRESENCE}}) is None and token(None) is None
