@@ -149,6 +149,12 @@ class Mutex:
         """JSONata: the item where the hold marks its departure and reads its token back."""
         return f"${section.variables['lock']}.key"
 
+    def depart_arguments(self, section: "LockedSection") -> dict:
+        """The hold's departure (its work is over: no token may be registered any more) on
+        :meth:`presence_key`'s item: the arguments of an UpdateItem (all but the table)."""
+        return protocol.depart_arguments(lock_variable=section.variables["lock"], item=self.item,
+                                         key_jsonata=self.presence_key(section))
+
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         return section.build_mutex_release_after_error(rethrow)
 

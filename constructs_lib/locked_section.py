@@ -189,7 +189,9 @@ class LockedSection(sfn.StateMachineFragment):
         fails with ``TaskTimedOut`` and the lock is held for the stop grace from that moment,
         not for the rest of the lease. Needs a STANDARD state machine (EXPRESS cannot park on a
         task token: set ``False`` there; refused at synth otherwise). A multi-key hold writes
-        its token on every key it took, in one transaction. Default: ``True``.
+        its token on every key it took, in one transaction; a read/write hold (``Lock.shared`` /
+        ``Lock.exclusive``) on a presence row of its own, which its release deletes (one more
+        write). Default: ``True``.
     """
 
     def __init__(
@@ -523,7 +525,7 @@ class LockedSection(sfn.StateMachineFragment):
         key = self.kind.presence_key(self)
         depart = update_item_task(
             self, self._name("Depart"), self.table,
-            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
+            self.kind.depart_arguments(self),
         )
         retry_transient(depart)
         depart.add_catch(lost, errors=[protocol.CONDITION_FAILED])
@@ -589,7 +591,7 @@ class LockedSection(sfn.StateMachineFragment):
         # any token of this acquisition out; if even that fails, the hold ends (retired)
         unsure = update_item_task(
             self, self._name("PresenceUnsure"), self.table,
-            protocol.depart_arguments(lock_variable=v["lock"], item=item, key_jsonata=key),
+            self.kind.depart_arguments(self),
         )
         r = protocol.PRESENCE_UNSURE_RETRY
         unsure.add_retry(errors=list(protocol.TRANSIENT_ERRORS), interval=Duration.seconds(r["interval_s"]),

@@ -10,9 +10,17 @@ state machines: waiters park on a task token)::
        Inspect: granted -> Claim | passed -> Requeue | head of a free key -> Admit
                 | an expired reader holds back the head -> Reap | behind a head that does not
                 move, free of writers -> the handoff for it | a liveness check due (once a
-                round) -> DescribeHolder (the writer holder, else a reader entry in turn) -> its
-                execution ended: RetireHolder / RetireReader (RETIRE / RETIRE_READER from its
-                end) -> Inspect again if that grace is over | else -> Park
+                round) -> ReadPresence (the suspect - the writer holder, else a reader entry in
+                turn - its hold's presence row) -> a token of that acquisition: ProbeHolder
+                (SendTaskHeartbeat; accepted -> Park) -> DescribeHolder -> its execution ended:
+                RetireHolder / RetireReader (RETIRE / RETIRE_READER from its end) | running on
+                with its token closed (a cancelled branch): AbandonHolder / AbandonReader (the
+                row's conditional Delete + RETIRE_GONE_*, from now) -> Inspect again if that
+                grace is over | else -> Park
+
+    The hold (``detect_cancellation``): a Parallel of the work (then DEPART_ROW, read the row,
+    dismiss) and the presence branch (PRESENT_ROW.waitForTaskToken on the row
+    ``!presence!<owner>``); the release first deletes the row (Forget).
 
     Release of a writer: the handoff from its ticket, holding (its first grant or RELEASE frees
     the key). Release of a reader: LEAVE_READ; the last reader runs the handoff (someone
@@ -67,7 +75,7 @@ _EXECUTION = ":execution:"
 
 def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
     """JSONata: whose execution the fallback's liveness check asks about - ``{owner, reader,
-    expiresAt, grace}`` (its lease and stop grace as read), or null: the writer holder (an execution's acquisition, not mine), else one of the reader
+    expiresAt, grace, acquiredAt}`` (its lease, stop grace and acquisition as read), or null: the writer holder (an execution's acquisition, not mine), else one of the reader
     entries of executions whose lease runs, in turn (sorted, the ``rounds``-th modulo their
     number: every reader is asked about within as many checks as there are readers)."""
     prefix, execution = shared.READER_PREFIX, _EXECUTION
@@ -77,12 +85,22 @@ def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
         f"and $contains($n, '{execution}') and $number($lookup($i, $n).M.`{protocol.EXPIRES_AT}`.N) >= $millis() }}))); "
         f"$o != '' and $o != '{shared.SHARED}' and $o != {me} and $contains($o, '{execution}') "
         f"? {{'owner': $o, 'reader': false, 'expiresAt': {_item_number('$i', protocol.EXPIRES_AT)}, "
-        f"'grace': {_item_number('$i', protocol.GRACE)}}} "
+        f"'grace': {_item_number('$i', protocol.GRACE)}, 'acquiredAt': {_item_number('$i', protocol.ACQUIRED_AT)}}} "
         f": ($count($r) > 0 ? ( $n := $r[${wait_variable}.rounds % $count($r)]; $e := $lookup($i, $n).M; "
         f"{{'owner': $substringAfter($n, '{prefix}'), 'reader': true, "
-        f"'expiresAt': $number($e.`{protocol.EXPIRES_AT}`.N), 'grace': {_item_number('$e', protocol.GRACE)}}} ) "
+        f"'expiresAt': $number($e.`{protocol.EXPIRES_AT}`.N), 'grace': {_item_number('$e', protocol.GRACE)}, "
+        f"'acquiredAt': {_item_number('$e', protocol.ACQUIRED_AT)}}} ) "
         f": null) )"
     )
+
+
+def _presence_token(row: str, acquired: str) -> str:
+    """JSONata: the token to probe on the presence row ``row`` (DynamoDB JSON, maybe absent) -
+    registered for the acquisition ``acquired``, which did not depart - or null."""
+    token, of, closed = (f"{row}.`{a}`" for a in (protocol.PRESENCE, protocol.PRESENCE_OF, protocol.PRESENCE_CLOSED))
+    return (f"($exists({token}.S) and $exists({of}.N) and $number({of}.N) = {acquired} "
+            f"and $not($exists({closed}.N) and $number({closed}.N) >= {acquired}) "
+            f"and {token}.S != '{protocol.NO_PRESENCE}') ? {token}.S : null")
 
 
 class SharedLockKind(Mutex):
@@ -90,9 +108,10 @@ class SharedLockKind(Mutex):
 
     name = "shared"
     builds_own_wait_path = True
-    #: Reader entries cannot carry a presence token (up to 2 KB each, on the one lock item):
-    #: a cancelled branch's hold ends with its lease (or, for a writer, the janitor's RETIRE).
-    presence = False
+    #: The hold registers a presence token on a row of its own (``shared_protocol.PRESENT_ROW``:
+    #: a token per reader on the one lock item would make it grow ~1 KB per concurrent reader),
+    #: which the waiters' liveness check probes.
+    presence = True
     #: Waiters park on a task token (the section's history budget counts park rounds).
     parks_on_token = True
     polling = False
@@ -169,6 +188,41 @@ class SharedLockKind(Mutex):
 
     def _lock_key(self, key: str) -> dict:
         return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}
+
+    # -- presence (a row of the hold's own: shared_protocol.PRESENT_ROW) -----------------------
+
+    def presence_key(self, section: "LockedSection") -> str:
+        return shared.presence_row_key_expression(f"${section.variables['lock']}.owner")
+
+    def presence_task(self, section: "LockedSection") -> tuple[str, dict]:
+        """The hold's presence registration: PRESENT_ROW on its row (``.waitForTaskToken``)."""
+        lock = "$" + section.variables["lock"]
+        args = shared.arguments(jsonata(self.presence_key(section)), shared.PRESENT_ROW, {
+            ":token": {"S": jsonata("$states.context.Task.Token")},
+            ":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")}, ":now": {"N": jsonata(protocol.NOW_EXPRESSION)}})
+        del args["ReturnValues"]
+        return "updateItem", {"TableName": section.table.table_name, **args}
+
+    def depart_arguments(self, section: "LockedSection") -> dict:
+        """DEPART_ROW on the hold's row (never refused: a hold's own work is not lost here -
+        its release finds that out)."""
+        lock = "$" + section.variables["lock"]
+        return shared.arguments(jsonata(self.presence_key(section)), shared.DEPART_ROW,
+                                {":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")}})
+
+    def _forget(self, suffix: str, then: sfn.State) -> sfn.State:
+        """After the hold (both of its branches are over): its presence row goes, then ``then``
+        (best effort: a row left behind is read only while its acquisition's hold is on the lock
+        item, and its token, departed, is never probed)."""
+        s = self._section
+        if not s.detect_cancellation:
+            return then
+        forget = tasks.DynamoDeleteItem.jsonata(
+            s, s._name(suffix), table=s.table, outputs=jsonata("$states.input"),
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(self.presence_key(s))})})
+        retry_transient(forget)
+        forget.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        return forget.next(then)
 
     def _record(self, item: str, *, ticket: str) -> str:
         """JSONata: the ``$lock`` record read from the lock item ``item`` after my acquisition."""
@@ -469,8 +523,87 @@ class SharedLockKind(Mutex):
         shortens = f"$type({seen}.endedAt) = 'number' and {seen}.endedAt + {seen}.suspect.grace < {seen}.suspect.expiresAt"
         self._when(ended_now, f"{shortens} and {seen}.suspect.reader", retire_reader)
         self._when(ended_now, shortens, retire_writer)
+        # its execution runs on, and its hold's presence token is closed: a cancelled branch
+        self._when(ended_now, f"$type({seen}.endedAt) != 'number' and {seen}.gone = true",
+                   self._build_abandon(key=key, seen=seen, over=over, park=park))
         ended_now.otherwise(park)
-        return describe.next(ended_now)
+        describe.next(ended_now)
+        return self._build_presence_probe(seen=seen, describe=describe, park=park)
+
+    def _build_presence_probe(self, *, seen: str, describe: sfn.State, park: sfn.State) -> sfn.State:
+        """Before asking Step Functions about the suspect's execution: its hold's presence row
+        (``shared_protocol.PRESENT_ROW``: its own token for that very acquisition, not departed)
+        -> ``SendTaskHeartbeat`` on the token. Accepted: its branch runs - park (no
+        DescribeExecution). ``TaskTimedOut`` (the branch's task is over): the execution is
+        described with that noted - ended: retired from its end as before; running on: the
+        branch was cancelled (a user's Parallel or Map), :meth:`_build_abandon`. No row, no token
+        of that acquisition, or any other answer (throttled, unknown): described as before - a
+        probe counts a holder gone on ``TaskTimedOut`` alone."""
+        s, v, f = self._section, self._section.variables, self._vars()
+        wait, r = "$" + v["wait"], "$states.result.Item"
+        token = _presence_token(r, f"{seen}.suspect.acquiredAt")
+        checked = {v["wait"]: jsonata(f"$merge([{wait}, {{'checked': true}}])")}
+        read_row = self._get("ReadPresence", {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(
+            shared.presence_row_key_expression(f"{seen}.suspect.owner"))})},
+            {f["seen"]: jsonata(f"$merge([{seen}, {{'presence': {token}}}])"), **checked})
+        read_row.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"), assign=checked)
+        probe = tasks.CallAwsService.jsonata(
+            s, "ProbeHolder", state_name=s._name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
+            parameters={"TaskToken": jsonata(f"{seen}.presence")}, iam_action="states:SendTaskHeartbeat",
+            # task tokens cannot be scoped by IAM: the one resource is *
+            iam_resources=["*"], outputs=jsonata("$states.input"))
+        probe.next(park)  # accepted: the holding branch runs
+        probe.add_catch(describe, errors=[protocol.PRESENCE_GONE], outputs=jsonata("$states.input"),
+                        assign={f["seen"]: jsonata(f"$merge([{seen}, {{'gone': true}}])")})
+        probe.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        present = self._choice("HolderPresent")
+        self._when(present, f"$type({seen}.presence) = 'string'", probe)
+        present.otherwise(describe)
+        return read_row.next(present)
+
+    def _build_abandon(self, *, key: str, seen: str, over: sfn.State, park: sfn.State) -> sfn.State:
+        """The suspect's branch was cancelled (its presence token closed, its execution running):
+        retire that acquisition from now - held for its stop grace (a Lambda it invoked may
+        still run), only if that shortens its lease - while its row still holds that token,
+        settled (``PRESENCE_SETTLE_MS``: not a failed registration attempt) and not departed:
+        ``shared_protocol.gone_transaction``, the row's conditional Delete beside the lock
+        item's RETIRE_GONE_READER / RETIRE_GONE_WRITER, all or nothing. Refused or failed:
+        nothing was written, the next round looks again. Then as a retire by the execution's
+        end (``over``: look again at once when that grace is over)."""
+        s, f = self._section, self._vars()
+        acquired, owner = f"{seen}.suspect.acquiredAt", f"{seen}.suspect.owner"
+        table, row_key = s.table.table_name, shared.presence_row_key_expression(owner)
+        row_values = {":token": {"S": jsonata(f"{seen}.presence")}, ":acquiredAt": {"N": jsonata(f"$string({acquired})")},
+                      ":settledBefore": {"N": jsonata(f"$string($millis() - {protocol.PRESENCE_SETTLE_MS})")}}
+        until = f"$millis() + {seen}.suspect.grace"
+        lock_values = {":acquiredAt": {"N": jsonata(f"$string({acquired})")}, ":until": {"N": jsonata(f"$string({until})")}}
+
+        def abandon(name: str, reader: bool) -> sfn.State:
+            items = shared.gone_transaction(
+                table, jsonata(key), jsonata(row_key), reader="" if reader else None, row_values=row_values,
+                lock_values={**lock_values, **({} if reader else {":owner": {"S": jsonata(owner)}})})
+            if reader:  # the entry's attribute, evaluated at run time from the suspect's owner
+                items[1]["Update"]["ExpressionAttributeNames"][shared.READER_PLACEHOLDER] = jsonata(
+                    shared.reader_attribute_expression(owner))
+            task = tasks.CallAwsService.jsonata(
+                s, name, state_name=s._name(name), service="dynamodb", action="transactWriteItems",
+                parameters={"TransactItems": items}, iam_action="dynamodb:UpdateItem",
+                iam_resources=[s.table.table_arn],
+                additional_iam_statements=[iam.PolicyStatement(actions=["dynamodb:DeleteItem"],
+                                                               resources=[s.table.table_arn])],
+                outputs=jsonata("$states.input"),
+                # (read a moment after the write's own :until: RetiredOver looks again no sooner)
+                assign={f["seen"]: jsonata(f"$merge([{seen}, {{'until': {until}}}])")})
+            retry_transient_sdk(task)
+            task.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            return task.next(over)
+
+        gone = self._choice("HolderGone")
+        shortens = f"{until} < {seen}.suspect.expiresAt"
+        self._when(gone, f"{shortens} and {seen}.suspect.reader", abandon("AbandonReader", True))
+        self._when(gone, shortens, abandon("AbandonHolder", False))
+        gone.otherwise(park)
+        return gone
 
     # -- the handoff ------------------------------------------------------------------------
 
@@ -663,17 +796,19 @@ class SharedLockKind(Mutex):
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         done = sfn.Succeed(section, "Released", state_name=section._name("Released"))
         if self.mode == READ:
-            return self._build_leave_read("Release", then=done, lost=lost)
+            return self._forget("Forget", self._build_leave_read("Release", then=done, lost=lost))
         lock = "$" + section.variables["lock"]
-        return self._build_handoff("Release", key=f"{lock}.key", me=f"{lock}.owner", start=f"{lock}.ticket",
-                                   holding=True, then=done, lost=lost, fence=f"{lock}.fence")
+        return self._forget("Forget", self._build_handoff(
+            "Release", key=f"{lock}.key", me=f"{lock}.owner", start=f"{lock}.ticket", holding=True, then=done,
+            lost=lost, fence=f"{lock}.fence"))
 
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         if self.mode == READ:
-            return self._build_leave_read("ReleaseAfterError", then=rethrow, lost=None)
+            return self._forget("ForgetAfterError", self._build_leave_read("ReleaseAfterError", then=rethrow, lost=None))
         lock = "$" + section.variables["lock"]
-        return self._build_handoff("ReleaseAfterError", key=f"{lock}.key", me=f"{lock}.owner",
-                                   start=f"{lock}.ticket", holding=True, then=rethrow, fence=f"{lock}.fence")
+        return self._forget("ForgetAfterError", self._build_handoff(
+            "ReleaseAfterError", key=f"{lock}.key", me=f"{lock}.owner", start=f"{lock}.ticket", holding=True,
+            then=rethrow, fence=f"{lock}.fence"))
 
     def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
         """A task refused to resume after a redrive: the hold is retired (held for its stop

@@ -142,6 +142,10 @@ from locked_workflow.state_machines.lock_protocol import (
     FENCE,
     GRACE,
     OWNER,
+    PRESENCE,
+    PRESENCE_AT,
+    PRESENCE_CLOSED,
+    PRESENCE_OF,
     RELEASE,
     LockWrite,
     ScheduledTask,
@@ -291,6 +295,97 @@ MARK, LEAVE = fair.MARK, fair.LEAVE
 #: claim or a requeue deleted since (an item nobody would ever read or delete). Values ``:me``,
 #: ``:one``.
 DEQUEUE = LockWrite(update=LEAVE.update, condition=f"#{OWNER} = :me")
+
+# --------------------------------------------------------------------------------------
+# 4b. Presence (a cancelled holder's branch): one row per hold
+# --------------------------------------------------------------------------------------
+
+#: A hold's presence row: this prefix + its owner (``<execution ARN>#<uuid>``: one section
+#: entry, so one key and one hold at a time - a redrive's new acquisition of the same owner
+#: is told from the old by ``acquiredAt``). The ``!`` keeps it out of the stored keys (those
+#: start with a namespace, which has no ``!``) and out of ``locks list``, like a queue row;
+#: its length does not depend on the lock key (an owner is at most ~250 bytes).
+#:
+#: Why a row and not the lock item (the mutex's PRESENT): a task token is ~700+ bytes with
+#: AWS-sized tokens - one per reader on the one lock item would add ~1 KB per concurrent
+#: reader to every write's units and reach the 400 KB item limit at a few hundred readers.
+#: A writer uses a row too: one mechanism for both, and a writer's token never stays on the
+#: lock item under the shared hold that follows it.
+PRESENCE_ROW_MARK = "!presence!"
+
+
+def presence_row_key(owner: str) -> str:
+    """The presence row of the hold ``owner``."""
+    return f"{PRESENCE_ROW_MARK}{owner}"
+
+
+def presence_row_key_expression(owner: str) -> str:
+    """JSONata: :func:`presence_row_key` of the owner the expression evaluates to."""
+    return f"'{PRESENCE_ROW_MARK}' & ({owner})"
+
+
+#: PRESENT_ROW: the hold's presence branch registers its callback task's token (a
+#: ``.waitForTaskToken`` UpdateItem that parks until the work is over: the mutex's PRESENT on
+#: a row of its own), never after this acquisition departed (:data:`DEPART_ROW`). It may
+#: overwrite an earlier token of the same acquisition (a retried registration: that token is
+#: closed) or of an earlier acquisition of the owner (a redrive). Values ``:token``,
+#: ``:acquiredAt``, ``:now``.
+PRESENT_ROW = LockWrite(
+    update=f"SET #{PRESENCE} = :token, #{PRESENCE_OF} = :acquiredAt, #{PRESENCE_AT} = :now",
+    condition=f"attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} < :acquiredAt",
+)
+#: DEPART_ROW: the work is over (or the registration could not be ruled in): no token may be
+#: registered for this acquisition any more; the one registered before, if any, is read after
+#: it and its branch dismissed (the mutex's DEPART, on the row: the two writes are on one item,
+#: so whichever comes first the other sees it). Never moves the mark back. Values
+#: ``:acquiredAt``.
+DEPART_ROW = LockWrite(
+    update=f"SET #{PRESENCE_CLOSED} = :acquiredAt",
+    condition=f"attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} <= :acquiredAt",
+)
+#: GONE_ROW (a conditional Delete, in :func:`gone_transaction`): the probe found the token of
+#: acquisition ``:acquiredAt`` closed (``SendTaskHeartbeat``: ``TaskTimedOut``), it is still
+#: the row's token, that acquisition never departed, and the token is older than the mutex's
+#: ``PRESENCE_SETTLE_MS`` (a younger closed token may be a failed registration attempt, whose
+#: retry or DEPART_ROW follows within that time): its branch ended without releasing. Values
+#: ``:token``, ``:acquiredAt``, ``:settledBefore``.
+GONE_ROW = LockWrite(
+    update="",
+    condition=(
+        f"#{PRESENCE} = :token AND #{PRESENCE_OF} = :acquiredAt AND #{PRESENCE_AT} <= :settledBefore "
+        f"AND (attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} < :acquiredAt)"
+    ),
+)
+#: RETIRE_GONE_READER / RETIRE_GONE_WRITER (beside GONE_ROW, in one transaction): that exact
+#: acquisition's lease now ends at ``:until`` (the probe's now + its stop grace: work the
+#: branch started may still run), only if that is sooner - a retire never lengthens a lease,
+#: and a second probe of the same token is refused (the row is gone anyway). Values
+#: ``:acquiredAt``, ``:until`` (and the writer's ``:owner``).
+RETIRE_GONE_READER = LockWrite(
+    update=f"SET {READER_PLACEHOLDER}.#{EXPIRES_AT} = :until",
+    condition=f"{READER_PLACEHOLDER}.#{ACQUIRED_AT} = :acquiredAt AND {READER_PLACEHOLDER}.#{EXPIRES_AT} > :until",
+)
+RETIRE_GONE_WRITER = LockWrite(
+    update=f"SET #{EXPIRES_AT} = :until",
+    condition=f"#{OWNER} = :owner AND #{ACQUIRED_AT} = :acquiredAt AND #{EXPIRES_AT} > :until",
+)
+PRESENCE_WRITES = {"PRESENT_ROW": PRESENT_ROW, "DEPART_ROW": DEPART_ROW, "GONE_ROW": GONE_ROW,
+                   "RETIRE_GONE_READER": RETIRE_GONE_READER, "RETIRE_GONE_WRITER": RETIRE_GONE_WRITER}
+
+
+def gone_transaction(table: str, key: str, row: str, *, reader: str | None, row_values: Mapping[str, Any],
+                     lock_values: Mapping[str, Any]) -> list[dict]:
+    """TransactItems of a probe's retire of a hold whose presence token is closed, all or
+    nothing: the presence row ``row``'s conditional Delete (:data:`GONE_ROW`) and the lock item
+    ``key``'s retire of that acquisition - :data:`RETIRE_GONE_READER` on the entry of
+    ``reader``, else :data:`RETIRE_GONE_WRITER` (JSONata templates allowed in all)."""
+    delete = fair.delete_arguments(row, GONE_ROW, row_values)
+    del delete["ReturnValues"]
+    update = arguments(key, RETIRE_GONE_READER if reader is not None else RETIRE_GONE_WRITER, lock_values,
+                       reader=reader)
+    del update["ReturnValues"]
+    return [{"Delete": {"TableName": table, **delete}}, {"Update": {"TableName": table, **update}}]
+
 
 LOCK_WRITES = {
     "FAST_READ": FAST_READ, "FAST_WRITE": FAST_WRITE, "ENQUEUE_READ": ENQUEUE_READ, "ENQUEUE_WRITE": ENQUEUE_WRITE,

@@ -54,20 +54,33 @@ class SharedStack(cdk.Stack):
                                 lease=SHORT_LEASE, **common)
         self.gates.grant_write_data(orphan.state_machine)
         machines.append(orphan)
-        # a reader section in one branch of a Parallel whose other branch fails when the test says;
-        # the user catches the failure and the execution goes on RUNNING: the reader's branch is
-        # cancelled (no Catch, no status event), and only its lease frees the key
+        # a reader or writer section in one branch of a Parallel whose other branch fails when the
+        # test says; the user catches the failure and the execution goes on RUNNING: the section's
+        # branch is cancelled (no Catch, no status event). A 10-minute lease: with its presence
+        # the hold ends a stop grace after a waiter's probe finds it gone; without
+        # (detect_cancellation=False, the negative control), only at the lease
         from locked_workflow import LockedSection
 
-        section = LockedSection(self, "CancelledReader", lock=Lock.shared(key, park_timeout=park), table=self.locks,
-                                key_namespace="rw", lease=SHORT_LEASE, max_wait=cdk.Duration.seconds(150),
-                                protected=self.gate("CancelledGate").next(self.probe("CancelledProbe", "read")))
-        both = sfn.Parallel.jsonata(self, "ReaderAndSibling").branch(section).branch(self.gate("SiblingGate"))
-        both.add_catch(sfn.Wait.jsonata(self, "StillRunning", time=sfn.WaitTime.duration(cdk.Duration.seconds(90))),
-                       errors=["States.ALL"])
-        cancelled = sfn.StateMachine(self, "CancelledStateMachine", definition_body=sfn.DefinitionBody.from_chainable(both),
-                                     query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4))
-        self.gates.grant_write_data(cancelled)
+        extra = []
+        for name, factory, role, detect in (("CancelledReader", Lock.shared, "read", True),
+                                            ("CancelledWriter", Lock.exclusive, "write", True),
+                                            ("CancelledReaderBlind", Lock.shared, "read", False),
+                                            ("CancelledWriterBlind", Lock.exclusive, "write", False)):
+            section = LockedSection(self, name, lock=factory(key, park_timeout=park), table=self.locks,
+                                    key_namespace="rw", lease=cdk.Duration.minutes(10),
+                                    max_wait=cdk.Duration.seconds(150), detect_cancellation=detect,
+                                    stop_grace=cdk.Duration.seconds(PROBE_TIMEOUT_S + 1),
+                                    protected=self.gate(f"{name}Gate").next(self.probe(f"{name}Probe", role)))
+            both = sfn.Parallel.jsonata(self, f"{name}AndSibling").branch(section).branch(
+                self.gate(f"{name}SiblingGate"))
+            both.add_catch(sfn.Wait.jsonata(self, f"{name}StillRunning",
+                                            time=sfn.WaitTime.duration(cdk.Duration.seconds(200))),
+                           errors=["States.ALL"])
+            cancelled = sfn.StateMachine(self, f"{name}StateMachine",
+                                         definition_body=sfn.DefinitionBody.from_chainable(both),
+                                         query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4))
+            self.gates.grant_write_data(cancelled)
+            extra.append(cancelled)
         # a Map of writer sections / of reader sections on one key in one execution (each item:
         # {key, gate}): iterations are separate holders - writers one at a time, readers together
         for name, map_lock, role in (("MapWriters", Lock.exclusive(key, park_timeout=park), "write"),
@@ -85,16 +98,16 @@ class SharedStack(cdk.Stack):
             sfn.StateMachine(self, name, state_machine_name=name,
                              definition_body=sfn.DefinitionBody.from_chainable(self.probe(f"{name}Probe", role, fence=False)),
                              query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(3))
-        names = [m.state_machine_name for m in machines]
+        names = [m.state_machine_name for m in machines] + [m.state_machine_name for m in extra]
         for m in machines:
             m.section.grant_liveness_check(m.state_machine, *names)
 
     def gate(self, construct_id: str) -> sfn.CustomState:
         """Park until the test completes (or fails) the task token stored under
-        ``gate#<key>#<gate>`` (``SiblingGate``: ``gate#<key>#sibling``)."""
+        ``gate#<key>#<gate>`` (``*SiblingGate``: ``gate#<key>#sibling``)."""
         return token_gate(self, construct_id, table=self.gates, timeout_s=200, pk=(
             "'gate#' & $states.input.key & '#' & "
-            + ("'sibling'" if construct_id == "SiblingGate" else "$states.input.gate")))
+            + ("'sibling'" if construct_id.endswith("SiblingGate") else "$states.input.gate")))
 
     def probe(self, construct_id: str, role: str, fence: bool = True) -> tasks.LambdaInvoke:
         return tasks.LambdaInvoke.jsonata(

@@ -72,6 +72,11 @@ class ReadWrite:
                 out.append(sp.row_kind(row))
         return out
 
+    def presence_row(self, owner: str) -> dict:
+        """The presence row of the hold ``owner`` ({} when there is none)."""
+        return self.cloud.dynamodb.get_item(TableName=self.table("LocksTable"), ConsistentRead=True,
+                                            Key={"pk": {"S": sp.presence_row_key(owner)}}).get("Item", {})
+
     def probe(self, key: str) -> dict:
         item = self.cloud.dynamodb.get_item(TableName=self.table("Probes"), Key={"pk": {"S": key}},
                                             ConsistentRead=True).get("Item", {})
@@ -339,24 +344,96 @@ def test_the_same_mix_without_the_lock_overlaps(rw):
     assert rw.probe(k).get("violations", 0) > 0
 
 
-def test_a_stopped_reader_and_a_cancelled_reader_branch_are_recovered_by_their_leases(rw):
-    """Nothing but the lease ends these holds: the stopped reader has no janitor; the cancelled
-    branch's execution runs on (no Catch ran, no event was sent)."""
-    stopped, cancelled = new_key(), new_key()
+def _holder(item: dict) -> tuple[str, int, int, int]:
+    """(owner, acquiredAt, expiresAt, grace) of the one hold on a lock item: its reader entry, or
+    its writer."""
+    readers = sp.readers_of(item)
+    owner, hold = next(iter(readers.items())) if readers else (item[p.OWNER]["S"], item)
+    assert len(readers) <= 1, readers
+    return owner, int(hold[p.ACQUIRED_AT]["N"]), int(hold[p.EXPIRES_AT]["N"]), int(hold[p.GRACE]["N"])
+
+
+def test_a_stopped_reader_is_freed_by_its_lease_and_cancelled_branches_after_their_stop_grace(rw, record_property):
+    """A stopped reader with no janitor (a 12-s lease): only its lease ends its hold, and the
+    writer at the head reaps its entry (both backends).
+
+    A reader and a writer hold (10-minute leases) in one branch of a Parallel whose other
+    branch fails: Step Functions cancels the holding branch (no Catch, no event) and the
+    execution runs on. A writer waiting behind each probes the hold's presence token, finds it
+    closed and its execution running, retires that acquisition from then - held for its stop
+    grace - and enters. The negative control, the same holds with ``detect_cancellation=False``
+    (no presence row), is still held, its lease untouched, after its waiter's fallback checked
+    liveness past the settle time and the grace. (Step Functions behaviour: moto only; the
+    presence writes on both backends: ``test_shared_model``.)"""
+    stopped = new_key()
     orphan = rw.start("ReaderOrphan", {"key": stopped, "gate": "o", "workMs": 1})
-    parallel = rw.start("Cancelled", {"key": cancelled, "gate": "c", "workMs": 1})
-    rw.until(lambda: rw.gate_token(stopped, "o") and rw.gate_token(cancelled, "c"))
+    rw.until(lambda: rw.gate_token(stopped, "o"))
     rw.cloud.stop_execution(orphan)
-    rw.until(lambda: rw.gate_token(cancelled, "sibling"))
-    rw.cloud.stepfunctions.send_task_failure(taskToken=rw.gate_token(cancelled, "sibling"), error="User.Failed",
-                                             cause="the sibling fails")
-    assert all(len(sp.readers_of(rw.lock(k))) == 1 for k in (stopped, cancelled))
-    results = rw.wait([rw.start("Writer", {"key": k, "workMs": 1}) for k in (stopped, cancelled)])
-    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [r.cause for r in results]
-    assert all("Lock.Reap" in entered_states(r) for r in results)  # the writer at the head reaped each entry
-    assert rw.cloud.stepfunctions.describe_execution(executionArn=parallel)["status"] == "RUNNING"
-    assert all(rw.probe(k).get("violations", 0) == 0 and rw.free(k) for k in (stopped, cancelled))
-    rw.cloud.stop_execution(parallel)
+    assert len(sp.readers_of(rw.lock(stopped))) == 1
+    reaper = rw.start("Writer", {"key": stopped, "workMs": 1})
+    cases = {(mode, detect): new_key() for mode in ("Reader", "Writer") for detect in (True, False)
+             if rw.cloud.backend == "moto"}
+    machine = {c: f"Cancelled{c[0]}{'' if c[1] else 'Blind'}" for c in cases}
+    parallels = {c: rw.start(machine[c], {"key": k, "gate": "c", "workMs": 1}) for c, k in cases.items()}
+    rw.until(lambda: all(rw.gate_token(k, "c") for k in cases.values()))  # holding, inside the work
+    holders = {c: _holder(rw.lock(k)) for c, k in cases.items()}
+
+    def row(c) -> dict:
+        return rw.presence_row(holders[c][0])
+
+    # the holds with presence registered their token for that acquisition; the others none
+    rw.until(lambda: all(p.PRESENCE in row(c) for c in cases if c[1]))
+    assert all(int(row(c)[p.PRESENCE_OF]["N"]) == holders[c][1] for c in cases if c[1])
+    assert not any(row(c) for c in cases if not c[1])
+    waiters = {c: rw.start("Writer", {"key": k, "workMs": 1}) for c, k in cases.items()}
+    rw.until(lambda: all(rw.parked(k) == ["write"] for k in cases.values()))
+    rw.until(lambda: all(rw.gate_token(k, "sibling") for k in cases.values()))
+    for k in cases.values():  # the sibling fails: the holding branch is cancelled
+        rw.cloud.stepfunctions.send_task_failure(taskToken=rw.gate_token(k, "sibling"), error="User.Failed",
+                                                 cause="the sibling fails")
+    cancel_ms = time.time() * 1000
+    rw.until(lambda: all(any(e["type"] == "ParallelStateFailed" for e in rw.cloud.history(a))
+                         for a in parallels.values()), timeout=60)
+    grace_ms = {c: holders[c][3] for c in cases}  # the holds' stop grace (PROBE_TIMEOUT_S + 1 s)
+    assert all(g >= 5000 for g in grace_ms.values())
+    # with presence: in after the grace from the probe's retire, minutes before the lease
+    for c in [c for c in cases if c[1]]:
+        result = rw.cloud.wait_for(waiters[c], timeout=150)
+        assert result.status == "SUCCEEDED", (c, result.cause)
+        states = entered_states(result)
+        abandon = f"Lock.Abandon{'Reader' if c[0] == 'Reader' else 'Holder'}"
+        assert {"Lock.ReadPresence", "Lock.ProbeHolder", "Lock.DescribeHolder", abandon} <= set(states), states
+        retired_ms = _state_times(result.history, abandon, "TaskStateEntered")[-1]
+        entered_ms = _state_times(result.history, "Lock.Admit")[-1]
+        lease_ms = holders[c][2]
+        assert retired_ms + grace_ms[c] <= entered_ms < lease_ms - 120_000, (c, retired_ms, entered_ms, lease_ms)
+        assert rw.cloud.status(parallels[c]) == "RUNNING"  # the execution ran on: only its branch was cancelled
+        assert probe_of(result)["insideAtEntry"] == 1 and rw.free(cases[c]) and not row(c)  # (the row went too)
+        assert_park_rounds_fit_the_budget(result, "WriterProbe")  # rounds with the probe and its retire
+        record_property(f"cancelled_{c[0].lower()}_recovered_after_cancel_s", round((entered_ms - cancel_ms) / 1000, 1))
+        record_property(f"cancelled_{c[0].lower()}_lease_after_cancel_s", round((lease_ms - cancel_ms) / 1000, 1))
+    # without: rounds of the fallback well past the settle time and the grace, and still held
+    blind = [c for c in cases if not c[1]]
+
+    def inspected_after(c, state: str) -> int:
+        after = cancel_ms + p.PRESENCE_SETTLE_MS + grace_ms[c]
+        return sum(t > after for t in _state_times(rw.cloud.history(waiters[c]), state, "TaskStateEntered"))
+
+    rw.until(lambda: all(inspected_after(c, "Lock.Inspect") >= 2 and inspected_after(c, "Lock.DescribeHolder") >= 1
+                         for c in blind), timeout=120)
+    for c in blind:
+        assert _holder(rw.lock(cases[c])) == holders[c]  # that acquisition, its lease untouched
+        assert rw.cloud.status(waiters[c]) == "RUNNING" and rw.parked(cases[c]) == ["write"]
+        states = entered_states_of(rw, waiters[c])
+        assert "Lock.ReadPresence" in states and "Lock.ProbeHolder" not in states  # it looked: no row
+        rw.cloud.stop_execution(waiters[c])
+    for arn in parallels.values():
+        rw.cloud.stop_execution(arn)
+    # the stopped reader: its lease, then the reap
+    result = rw.wait([reaper])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert "Lock.Reap" in entered_states(result)  # the writer at the head reaped the entry
+    assert rw.probe(stopped).get("violations", 0) == 0 and rw.free(stopped)
 
 
 def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
@@ -621,12 +698,18 @@ def test_a_map_of_reader_sections_on_one_key_holds_together(rw):
     item = rw.lock(k)
     assert item[p.OWNER]["S"] == sp.SHARED and len(sp.readers_of(item)) == int(item[sp.READERS]["N"]) == 3
     assert all(o.startswith(run + "#") for o in sp.readers_of(item))  # three holders of one execution
+    # each iteration's hold registered its own presence token, for its own acquisition
+    rows = {o: rw.presence_row(o) for o in sp.readers_of(item)}
+    rw.until(lambda: all(p.PRESENCE in rw.presence_row(o) for o in rows))
+    assert len({rw.presence_row(o)[p.PRESENCE]["S"] for o in rows}) == 3
+    assert all(rw.presence_row(o)[p.PRESENCE_OF] == e[p.ACQUIRED_AT] for o, e in sp.readers_of(item).items())
     for i in range(3):
         rw.open(k, f"g{i}")
     result = rw.wait([run])[0]
     assert result.status == "SUCCEEDED", result.cause
     # (their holds overlapped at the gates; the probes after the gates may or may not)
     assert rw.probe(k).get("violations", 0) == 0 and rw.probe(k)["readCount"] == 3 and rw.free(k)
+    assert not any(rw.presence_row(o) for o in rows)  # each release deleted its row
 
 
 @pytest.mark.parametrize("outer, inner", [("shared", "exclusive"), ("shared", "shared"), ("exclusive", "shared"),
@@ -702,11 +785,13 @@ def test_a_waiter_parks_in_one_transaction_with_the_protocols_expressions(templa
         sp.PARK_UNLESS[sp.WRITE].condition
     # every DynamoDB write of the lock is one of the protocol's (a writer's redrive retire: the mutex's)
     spelled = {w.condition for w in [*sp.LOCK_WRITES.values(), *sp.ROW_WRITES.values(), *sp.PARK_UNLESS.values(),
-                                     p.RETIRE]}
-    for name, state in {**states, **writer}.items():
+                                     *sp.PRESENCE_WRITES.values(), p.RETIRE]}
+    held = {**_states(_definition_of(template, "CancelledReaderStateMachine")),
+            **_states(_definition_of(template, "CancelledWriterStateMachine"))}  # (with their holds' presence)
+    for name, state in {**states, **writer, **held}.items():
         arguments = state.get("Arguments")
         condition = arguments.get("ConditionExpression") if isinstance(arguments, dict) else None
-        if condition and name.startswith("Lock."):
+        if condition and name.startswith(("Lock.", "CancelledReader.", "CancelledWriter.")):
             assert condition in spelled, name
 
 
@@ -767,3 +852,61 @@ def test_the_fallbacks_liveness_check_describes_executions_it_may_name_only(temp
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         assert statement["Action"] == "states:DescribeExecution"
         assert all(":execution:" in json.dumps(r) and r != "*" for r in resources), statement
+
+
+def _definition_of(template, logical_prefix: str) -> dict:
+    """The definition of the state machine whose logical ID starts with ``logical_prefix``."""
+    import json
+
+    (machine,) = [r for lid, r in template.find_resources("AWS::StepFunctions::StateMachine").items()
+                  if lid.startswith(logical_prefix) and not lid.startswith(logical_prefix + "Blind")]
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    return json.loads("".join(x if isinstance(x, str) else "TABLE" for x in parts))
+
+
+def test_the_holds_presence_and_the_probe_use_the_protocols_writes(template):
+    """A section's hold registers its token on its own row (PRESENT_ROW, ``.waitForTaskToken``),
+    departs with DEPART_ROW and deletes the row after; the waiter's fallback reads the row,
+    heartbeats the token and retires in one transaction (GONE_ROW beside RETIRE_GONE_*). With
+    ``detect_cancellation=False`` the hold has none of it. IAM: the token calls on ``*`` (task
+    tokens cannot be scoped), the row's DeleteItem on the lock table only."""
+    for mode in ("Reader", "Writer"):
+        states, n = _states(_definition_of(template, f"Cancelled{mode}StateMachine")), f"Cancelled{mode}."
+        presence = states[n + "Presence"]
+        assert presence["Resource"].endswith(":states:::aws-sdk:dynamodb:updateItem.waitForTaskToken")
+        assert presence["Arguments"]["ConditionExpression"] == sp.PRESENT_ROW.condition
+        assert sp.PRESENCE_ROW_MARK in presence["Arguments"]["Key"]["pk"]["S"]
+        assert states[n + "Depart"]["Arguments"]["ConditionExpression"] == sp.DEPART_ROW.condition
+        assert states[n + "PresenceUnsure"]["Arguments"]["ConditionExpression"] == sp.DEPART_ROW.condition
+        assert sp.PRESENCE_ROW_MARK in states[n + "Forget"]["Arguments"]["Key"]["pk"]["S"]
+        assert sp.PRESENCE_ROW_MARK in states[n + "ForgetAfterError"]["Arguments"]["Key"]["pk"]["S"]
+        blind = _states(_definition_of(template, f"Cancelled{mode}BlindStateMachine"))
+        assert f"Cancelled{mode}Blind.Acquire" in blind
+        assert not {f"Cancelled{mode}Blind.{x}" for x in ("Presence", "Depart", "Forget")} & set(blind)
+    for machine in ("Reader", "Writer", "WriterBlind"):
+        states = _states(_definition(template, machine))
+        if machine == "WriterBlind":  # no liveness check: no probe either
+            assert not {"Lock.ReadPresence", "Lock.ProbeHolder", "Lock.AbandonReader"} & set(states)
+            continue
+        assert sp.PRESENCE_ROW_MARK in states["Lock.ReadPresence"]["Arguments"]["Key"]["pk"]["S"]
+        assert states["Lock.ProbeHolder"]["Resource"].endswith(":states:::aws-sdk:sfn:sendTaskHeartbeat")
+        catches = states["Lock.ProbeHolder"]["Catch"]
+        assert catches[0]["ErrorEquals"] == [p.PRESENCE_GONE] and catches[0]["Next"] == "Lock.DescribeHolder"
+        for name, write in (("Lock.AbandonReader", sp.RETIRE_GONE_READER), ("Lock.AbandonHolder", sp.RETIRE_GONE_WRITER)):
+            row, lock = states[name]["Arguments"]["TransactItems"]
+            assert states[name]["Resource"].endswith(":states:::aws-sdk:dynamodb:transactWriteItems")
+            assert row["Delete"]["ConditionExpression"] == sp.GONE_ROW.condition
+            assert lock["Update"]["ConditionExpression"] == write.condition
+            assert lock["Update"]["UpdateExpression"] == write.update
+    token_actions = {"states:SendTaskHeartbeat", "states:SendTaskSuccess"}
+    seen = set()
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if token_actions & set(actions):
+                assert set(actions) <= token_actions and statement["Resource"] == "*", statement
+                seen |= set(actions)
+            if "dynamodb:DeleteItem" in actions:  # (the lock table, never *)
+                resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+                assert resources and "*" not in resources, statement
+    assert seen == token_actions
