@@ -330,9 +330,11 @@ def presence_row_key_expression(owner: str) -> str:
 #: overwrite an earlier token of the same acquisition (a retried registration: that token is
 #: closed) or of an earlier acquisition of the owner (a redrive). Values ``:token``,
 #: ``:acquiredAt``, ``:now``.
+#: The acquisition ``:acquiredAt`` has not departed (its row's mark is older, or absent).
+_NOT_DEPARTED = f"(attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} < :acquiredAt)"
 PRESENT_ROW = LockWrite(
     update=f"SET #{PRESENCE} = :token, #{PRESENCE_OF} = :acquiredAt, #{PRESENCE_AT} = :now",
-    condition=f"attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} < :acquiredAt",
+    condition=_NOT_DEPARTED,
 )
 #: DEPART_ROW: the work is over (or the registration could not be ruled in): no token may be
 #: registered for this acquisition any more; the one registered before, if any, is read after
@@ -353,7 +355,7 @@ GONE_ROW = LockWrite(
     update="",
     condition=(
         f"#{PRESENCE} = :token AND #{PRESENCE_OF} = :acquiredAt AND #{PRESENCE_AT} <= :settledBefore "
-        f"AND (attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} < :acquiredAt)"
+        f"AND {_NOT_DEPARTED}"
     ),
 )
 #: RETIRE_GONE_READER / RETIRE_GONE_WRITER (beside GONE_ROW, in one transaction): that exact
