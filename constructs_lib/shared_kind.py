@@ -98,9 +98,8 @@ def _presence_token(row: str, acquired: str) -> str:
     """JSONata: the token to probe on the presence row ``row`` (DynamoDB JSON, maybe absent) -
     registered for the acquisition ``acquired``, which did not depart - or null."""
     token, of, closed = (f"{row}.`{a}`" for a in (protocol.PRESENCE, protocol.PRESENCE_OF, protocol.PRESENCE_CLOSED))
-    return (f"($exists({token}.S) and $exists({of}.N) and $number({of}.N) = {acquired} "
-            f"and $not($exists({closed}.N) and $number({closed}.N) >= {acquired}) "
-            f"and {token}.S != '{protocol.NO_PRESENCE}') ? {token}.S : null")
+    condition = protocol.probe_token_condition(token=token, of=of, closed=closed, acquired=acquired)
+    return f"({condition}) ? {token}.S : null"
 
 
 class SharedLockKind(Mutex):

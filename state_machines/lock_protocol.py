@@ -1071,17 +1071,25 @@ def holder_expression(item: LockItem | None = None) -> str:
     owner, grace = i.path(r, OWNER), i.path(r, GRACE)
     acquired, token = i.path(r, ACQUIRED_AT), i.path(r, PRESENCE)
     of, closed = i.path(r, PRESENCE_OF), i.path(r, PRESENCE_CLOSED)
-    # the presence token to probe: registered for this acquisition, whose work is not over
-    present = (
-        f"$exists({token}.S) and $exists({owner}.S) and $exists({acquired}.N) and $exists({of}.N) "
-        f"and {of}.N = {acquired}.N and $not($exists({closed}.N) and {closed}.N = {acquired}.N) "
-        f"and {token}.S != {_jsonata_string(NO_PRESENCE)}"
-    )
+    present = f"$exists({owner}.S) and $exists({acquired}.N) and " + probe_token_condition(
+        token=token, of=of, closed=closed, acquired=f"$number({acquired}.N)")
     return (
         f"{{'key': {r}.`{i.key_attribute}`.S, "
         f"'owner': $exists({owner}.S) ? {owner}.S : '', "
         f"'grace': $exists({grace}.N) ? $number({grace}.N) : 0, "
         f"'presence': ({present}) ? {token}.S : null}}"
+    )
+
+
+def probe_token_condition(*, token: str, of: str, closed: str, acquired: str) -> str:
+    """JSONata: whether the presence token at ``token`` (``of``: its acquisition, ``closed``:
+    the departure mark; DynamoDB JSON paths, maybe absent) is the one to probe - registered for
+    the acquisition ``acquired`` (a JSONata number), which has not departed. (A mark is never
+    moved back: one at or after ``acquired`` means that acquisition departed.)"""
+    return (
+        f"$exists({token}.S) and $exists({of}.N) and $number({of}.N) = {acquired} "
+        f"and $not($exists({closed}.N) and $number({closed}.N) >= {acquired}) "
+        f"and {token}.S != {_jsonata_string(NO_PRESENCE)}"
     )
 
 
