@@ -324,14 +324,14 @@ def presence_row_key_expression(owner: str) -> str:
     return f"'{PRESENCE_ROW_MARK}' & ({owner})"
 
 
+#: The acquisition ``:acquiredAt`` has not departed (its row's mark is older, or absent).
+_NOT_DEPARTED = f"(attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} < :acquiredAt)"
 #: PRESENT_ROW: the hold's presence branch registers its callback task's token (a
 #: ``.waitForTaskToken`` UpdateItem that parks until the work is over: the mutex's PRESENT on
 #: a row of its own), never after this acquisition departed (:data:`DEPART_ROW`). It may
 #: overwrite an earlier token of the same acquisition (a retried registration: that token is
 #: closed) or of an earlier acquisition of the owner (a redrive). Values ``:token``,
 #: ``:acquiredAt``, ``:now``.
-#: The acquisition ``:acquiredAt`` has not departed (its row's mark is older, or absent).
-_NOT_DEPARTED = f"(attribute_not_exists(#{PRESENCE_CLOSED}) OR #{PRESENCE_CLOSED} < :acquiredAt)"
 PRESENT_ROW = LockWrite(
     update=f"SET #{PRESENCE} = :token, #{PRESENCE_OF} = :acquiredAt, #{PRESENCE_AT} = :now",
     condition=_NOT_DEPARTED,

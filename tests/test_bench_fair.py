@@ -1,5 +1,7 @@
 """The fair benchmark's own figures (no runtime): overtakes and percentiles."""
 
+import time
+
 from tools.bench_fair import overtakes, percentile
 
 
@@ -88,3 +90,20 @@ def test_steady_gaps_leave_out_handoffs_released_before_the_last_arrival():
     sections = [section(0, 10), section(30, 40), section(45, 50), section(60, 70)]
     assert steady_gaps_ms(sections, 0) == [20, 5, 10]
     assert steady_gaps_ms(sections, 35) == [5, 10]
+
+
+def test_the_quiet_collector_keeps_the_objects_alive_out_of_full_collections_and_lets_them_back():
+    import gc
+
+    from tools.scenario import QuietCollector
+
+    before = gc.get_freeze_count()
+    with QuietCollector(period_s=0.01):
+        entered = gc.get_freeze_count()
+        made = [[i] for i in range(1000)]  # new objects: frozen by the thread's next round
+        deadline = time.monotonic() + 60
+        while gc.get_freeze_count() < entered + len(made) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert gc.get_freeze_count() >= entered + len(made)
+    assert entered > before
+    assert gc.get_freeze_count() == 0  # unfrozen on exit: collectable again

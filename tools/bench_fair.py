@@ -34,6 +34,10 @@ key. Reported per lock, from execution histories and every DynamoDB call the run
   wait for the runtime's DynamoDB serialization, a tick thread's lateness (CPU and GIL
   saturation alone), each handoff split into grant, ``SendTaskSuccess`` and the rest - in the
   start burst (until the last arrival) and after it.
+
+The loads run inside :class:`tools.scenario.QuietCollector`: the process's earlier objects (the
+histories of every earlier load, which moto keeps) are frozen out of Python's full garbage
+collections, whose pauses stall every execution at once and are no part of Step Functions.
 """
 
 from __future__ import annotations
@@ -297,11 +301,16 @@ def load(cloud: Any, arn: str, lock: str, *, runs: int, work_s: float, key: str,
 
 def build_floor(stack: Any) -> None:
     """Two machines around one item, no lock: ``FloorWaiter`` parks on a task token it writes
-    into the item; ``FloorWaker`` reads it, writes once, and wakes the waiter."""
+    into the item; ``FloorWaker`` reads it, writes once, and wakes the waiter. The write is the
+    fair lock's own grant (its update, condition and ``ALL_NEW``, on an item as large as a lock
+    item at a handoff: a token and two AWS-sized owners), so the floor and a handoff differ by
+    the lock's states alone, not by what the backend spends on a larger write (on moto a
+    one-attribute ``ADD`` takes 1.5 ms, the grant 5 ms)."""
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value
+    from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, update_item_props
     from locked_workflow.constructs_lib.lock_table import LockTable
+    from locked_workflow.state_machines import fair_protocol as fp, lock_protocol as protocol
     from locked_workflow.state_machines.lock_protocol import jsonata
 
     table = LockTable(stack, "FloorTable").table
@@ -309,7 +318,8 @@ def build_floor(stack: Any) -> None:
         "Type": "Task", "QueryLanguage": "JSONata",
         "Resource": f"arn:{stack.partition}:states:::aws-sdk:dynamodb:putItem.waitForTaskToken",
         "Arguments": {"TableName": table.table_name, "Item": {
-            "pk": {"S": jsonata("$states.input.key")}, "token": {"S": jsonata("$states.context.Task.Token")}}},
+            "pk": {"S": jsonata("$states.input.key")}, "token": {"S": jsonata("$states.context.Task.Token")},
+            fp.SERVED: {"N": "0"}}},
         "TimeoutSeconds": 300, "Output": jsonata("$states.input")})
     waiter = sfn.StateMachine(stack, "FloorWaiter", definition_body=sfn.DefinitionBody.from_chainable(
         park.next(sfn.Pass.jsonata(stack, "FloorResumed", state_name=FLOOR_RESUMED))),
@@ -319,11 +329,13 @@ def build_floor(stack: Any) -> None:
                                        key={"pk": attribute_value({"S": jsonata("$states.input.key")})},
                                        assign={"token": jsonata("$states.result.Item.token.S")},
                                        outputs=jsonata("$states.input"))
-    write = tasks.DynamoUpdateItem.jsonata(
-        stack, "FloorWrite", state_name=FLOOR_WRITE, table=table,
-        key={"pk": attribute_value({"S": jsonata("'w#' & $states.input.key")})},
-        update_expression="ADD #n :one", expression_attribute_names={"#n": "n"},
-        expression_attribute_values={":one": tasks.DynamoAttributeValue.from_number(1)}, outputs=jsonata("$states.input"))
+    owner = "o" * 189  # an AWS-sized owner: a CDK-named execution ARN and '#uuid'
+    grant = fp.arguments(jsonata("$states.input.key"), fp.GRANT, {
+        ":me": {"S": owner}, ":next": {"S": owner.upper()}, ":stale": {"S": owner},
+        ":now": {"N": jsonata(protocol.NOW_EXPRESSION)}, ":expiresAt": {"N": jsonata(protocol.NOW_EXPRESSION)},
+        ":grace": {"N": "0"}, ":one": {"N": "1"}, ":prev": {"N": "0"}, ":ticket": {"N": "1"}}, return_values="ALL_NEW")
+    write = tasks.DynamoUpdateItem.jsonata(stack, "FloorWrite", state_name=FLOOR_WRITE, table=table,
+                                           **update_item_props(grant), outputs=jsonata("$states.input"))
     wake = tasks.CallAwsService.jsonata(stack, "FloorWake", service="sfn", action="sendTaskSuccess",
                                         parameters={"TaskToken": jsonata("$token"), "Output": "{}"},
                                         iam_action="states:SendTaskSuccess", iam_resources=["*"])
@@ -692,7 +704,8 @@ def run(*, works: Sequence[float], runs: Sequence[int], backend: str, locks: Seq
         floor_table = next(v for k, v in app.deployment.resources.items() if k.startswith("FloorTable"))
         probe = (lambda: FloorProbe(cloud, app.deployment, synthesized.stack_name, floor_table)) \
             if under_load else None
-        with CapacityMeter() as meter, (RuntimeMeter() if under_load else nullcontext()) as runtime:
+        with scenario.QuietCollector(), CapacityMeter() as meter, \
+                (RuntimeMeter() if under_load else nullcontext()) as runtime:
             for index, (work_s, n, named) in enumerate(plan):
                 for name in named:
                     key = f"hot-{index}-{name}-{n}-{work_s}#"

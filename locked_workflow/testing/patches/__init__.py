@@ -36,6 +36,8 @@ terminal_errors            States.ALL catches States.DataLimitExceeded and State
 history_limit              no 25,000-event history limit
 cancelled_branches         a failed branch's siblings run on: tokens open, no ...Aborted events
 late_callbacks             SendTaskSuccess to a task that timed out succeeds, and its TaskSucceeded lands late
+parsed_definitions         every execution parses its definition again (~0.4 s of the interpreter for a fair lock)
+task_clients               every task creates a new boto3 client
 =========================  ==========================================================
 """
 
@@ -64,12 +66,14 @@ from locked_workflow.testing.patches import (
     lambda_in_process,
     nested_states_errors,
     parallel_argument_errors,
+    parsed_definitions,
     redrive,
     serial_dynamodb,
     service_shapes,
     state_machine_type,
-    task_failure_cause,
     task_argument_errors,
+    task_clients,
+    task_failure_cause,
     task_tokens,
     terminal_errors,
     unique_execution_names,
@@ -114,4 +118,6 @@ def apply_all(
     data_limit.apply(stack)
     terminal_errors.apply(stack)  # after heartbeat_timeout: wraps its ErrorEquals matching
     history_limit.apply(stack, history_event_limit)  # after execution_end and redrive: wraps theirs
+    parsed_definitions.apply(stack)
+    task_clients.apply(stack)
     cancelled_branches.apply(stack)  # last: its add_event filter, state eval and Map body wrap the others'

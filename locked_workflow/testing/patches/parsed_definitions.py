@@ -1,0 +1,77 @@
+"""Parsed definitions: the executions of one definition share its parsed program.
+
+Gap (moto 5.2.1): every execution parses its state machine's definition again
+(``ExecutionWorker._get_evaluation_entrypoint`` runs the ANTLR parser, pure Python, then builds
+the evaluation components). A lock's definition is large (``Lock.fair`` around a Lambda:
+~100 KB of ASL), and parsing it holds the process's one interpreter for ~0.4 s. Thirty
+executions started together therefore hold it for ~13 s, and every execution already running
+(a holder's release, a woken waiter, a Lambda's return) waits behind them: measured with a
+sampling profiler during such a burst, 89 % of the time any thread held the GIL went to this
+parse. Starting an execution in Step Functions costs the executions already running nothing.
+
+Fix: parse each definition once per process, keyed by its exact text, and hand every execution
+the same program. The program is read-only while it runs: an execution's state (its variables,
+its retry counts, its workers) lives in its own ``Environment`` and the objects an evaluation
+creates, never on the components. The one exception is ``EvalComponent.heap_key``, the name
+under which a component keeps its per-execution state in the environment's heap (a Retrier's
+attempt count): bare moto draws it at random on first use and stores it on the component, so
+two threads reaching a component first at the same moment (two executions now, or two Map
+iterations already in bare moto) could each draw one, and one of them would later read its
+count under the other's name. Here the key is derived from the component's identity, the same
+in every thread, with nothing written.
+
+Proof: ``tests/local/test_patch_parsed_definitions.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from contextlib import ExitStack
+from unittest import mock
+
+from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+#: Programs kept (least recently used dropped): a test session's distinct definitions.
+CAPACITY = 256
+
+
+class ProgramCache:
+    """Parsed programs by definition text; one parse per definition, even when many threads
+    start executions of it at once."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._programs: OrderedDict[str, EvalComponent] = OrderedDict()
+        self._lock = threading.Lock()
+        self._capacity = capacity
+        self.parses = 0
+
+    def program(self, definition: str) -> EvalComponent:
+        with self._lock:  # a parse under the lock: the others starting the same definition wait for it
+            program = self._programs.get(definition)
+            if program is None:
+                program = AmazonStateLanguageParser.parse(definition)[0]  # a syntax error is not kept
+                self.parses += 1
+                self._programs[definition] = program
+                while len(self._programs) > self._capacity:
+                    self._programs.popitem(last=False)
+            else:
+                self._programs.move_to_end(definition)
+            return program
+
+
+def _heap_key(self: EvalComponent) -> str:
+    return f"{type(self).__name__}-{id(self)}"  # unique among live components, stable, never written
+
+
+def apply(stack: ExitStack, cache: ProgramCache | None = None) -> ProgramCache:
+    cache = cache or ProgramCache()
+
+    def entrypoint(self: ExecutionWorker) -> EvalComponent:
+        return cache.program(self._evaluation_details.state_machine_details.definition)
+
+    stack.enter_context(mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint))
+    stack.enter_context(mock.patch.object(EvalComponent, "heap_key", property(_heap_key)))
+    return cache

@@ -1,0 +1,139 @@
+"""Fix ``patches/parsed_definitions``: a definition is parsed once, and the executions that share
+its program keep their state apart."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from contextlib import ExitStack, contextmanager
+from typing import Iterator
+from unittest import mock
+
+import boto3
+from moto.stepfunctions.parser.asl.component import eval_component
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.patches import execution_snapshot, parsed_definitions
+from local_helpers import REGION, bare_moto, create_state_machine, wait_for_end
+
+PASS = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+
+#: Every item of a Map fails its task twice over (no such table), retried, then caught: each
+#: item's attempts are counted in its execution's heap under the retrier's key.
+RETRIED = {
+    "QueryLanguage": "JSONata",
+    "StartAt": "Items",
+    "States": {
+        "Items": {
+            "Type": "Map",
+            "Items": "{% $states.input.items %}",
+            "ItemProcessor": {
+                "ProcessorConfig": {"Mode": "INLINE"},
+                "StartAt": "Read",
+                "States": {
+                    "Read": {
+                        "Type": "Task",
+                        "Resource": "arn:aws:states:::dynamodb:getItem",
+                        "Arguments": {"TableName": "missing", "Key": {"pk": {"S": "{% $string($states.input) %}"}}},
+                        "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 2, "IntervalSeconds": 1,
+                                   "BackoffRate": 1}],
+                        "Catch": [{"ErrorEquals": ["States.ALL"], "Output": "{% $states.input %}", "Next": "Caught"}],
+                        "End": True,
+                    },
+                    "Caught": {"Type": "Pass", "End": True},
+                },
+            },
+            "End": True,
+        }
+    },
+}
+
+
+@contextmanager
+def counting_parses() -> Iterator[list[str]]:
+    parsed: list[str] = []
+    original = AmazonStateLanguageParser.parse
+
+    def parse(definition: str):  # type: ignore[no-untyped-def]
+        parsed.append(definition)
+        return original(definition)
+
+    with mock.patch.object(AmazonStateLanguageParser, "parse", staticmethod(parse)):
+        yield parsed
+
+
+def start(machine: str, payload: dict | None = None) -> str:
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    return sfn.start_execution(stateMachineArn=machine, name=str(uuid.uuid4()), input=json.dumps(payload or {}))[
+        "executionArn"
+    ]
+
+
+def test_bare_moto_parses_the_definition_again_for_every_execution():
+    with bare_moto(execution_snapshot.apply):  # prerequisite: a second start at all
+        machine = create_state_machine(PASS)
+        with counting_parses() as parsed:
+            for _ in range(3):
+                assert wait_for_end(start(machine))["status"] == "SUCCEEDED"
+    assert len(parsed) == 3
+
+
+def test_runtime_parses_each_definition_once():
+    other = {"StartAt": "Other", "States": {"Other": {"Type": "Pass", "End": True}}}
+    with LocalCloud():
+        machines = [create_state_machine(PASS), create_state_machine(other, name="other")]
+        with counting_parses() as parsed:
+            arns = [start(machine) for machine in machines for _ in range(4)]
+            statuses = [wait_for_end(arn)["status"] for arn in arns]
+    assert statuses == ["SUCCEEDED"] * 8
+    assert sorted(parsed) == sorted([json.dumps(PASS), json.dumps(other)])
+
+
+def test_executions_sharing_a_program_keep_their_own_retry_counts_and_data():
+    """Four executions of one program at once, five Map items each: every item retried
+    exactly twice (three attempts) and every execution's output its own input."""
+    with LocalCloud() as cloud:
+        machine = create_state_machine(RETRIED)
+        inputs = [{"items": [f"{run}-{i}" for i in range(5)]} for run in range(4)]
+        arns = [start(machine, payload) for payload in inputs]
+        ends = [wait_for_end(arn, timeout=120) for arn in arns]
+        attempts = [sum(e["type"] == "TaskScheduled" for e in cloud.history(arn)) for arn in arns]
+    assert [end["status"] for end in ends] == ["SUCCEEDED"] * 4
+    assert [json.loads(end["output"]) for end in ends] == [payload["items"] for payload in inputs]
+    assert attempts == [15] * 4
+
+
+def _keys_drawn_by_two_threads_at_once(component: eval_component.EvalComponent) -> set[str]:
+    """Two threads read the component's heap key; a key drawn waits until both are drawing."""
+    both_inside = threading.Barrier(2, timeout=30)
+
+    def drawn() -> str:
+        both_inside.wait()
+        return str(uuid.uuid4())
+
+    keys: list[str] = []
+    with mock.patch.object(eval_component, "long_uid", drawn):
+        threads = [threading.Thread(target=lambda: keys.append(component.heap_key)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert len(keys) == 2
+    return set(keys)
+
+
+def test_bare_moto_lets_two_threads_draw_two_heap_keys_for_one_component():
+    program, _ = AmazonStateLanguageParser.parse(json.dumps(PASS))
+    assert len(_keys_drawn_by_two_threads_at_once(program)) == 2
+
+
+def test_runtime_gives_a_component_one_heap_key_in_every_thread():
+    with ExitStack() as stack:
+        parsed_definitions.apply(stack)
+        program, _ = AmazonStateLanguageParser.parse(json.dumps(PASS))
+        keys = _keys_drawn_by_two_threads_at_once(program)  # the runtime draws none: no barrier met
+        assert len(keys) == 1
+        assert not any("heap_key" in name for name in vars(program))  # nothing written
+
