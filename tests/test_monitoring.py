@@ -327,7 +327,9 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
     def gate_token(run: str, execution: str) -> str:
         def token() -> str | None:
             status = cloud.stepfunctions.describe_execution(executionArn=execution)["status"]
-            assert status == "RUNNING", f"{execution} ended {status} before its gate: {cloud.wait_for(execution)}"
+            if status != "RUNNING":
+                ended = cloud.wait_for(execution)
+                raise AssertionError(f"{run} ended {status} before its gate: {ended.error}: {ended.cause} ({execution})")
             item = cloud.dynamodb.get_item(TableName=gates, Key={"pk": {"S": run}}, ConsistentRead=True)
             return item.get("Item", {}).get("token", {}).get("S")
 
@@ -366,9 +368,10 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
     def scenario(kind: str) -> dict:
         tag = uuid.uuid4().hex[:8]
         document = {"id": f"k-{tag}", "outer": f"oh-{tag}", "other": f"a-{tag}"}
-        holders = [start(kind, f"h{n}-{tag}", **document)
-                   for n in range(2 if kind == "Semaphore" else 1)]
-        tokens = [gate_token(f"h{n}-{tag}", holder) for n, holder in enumerate(holders)]
+        holders, tokens = [], []
+        for n in range(2 if kind == "Semaphore" else 1):  # one after the other: the second sweeps once
+            holders.append(start(kind, f"h{n}-{tag}", **document))
+            tokens.append(gate_token(f"h{n}-{tag}", holders[-1]))
         if kind == "Keys":  # the holder's 1 s lease may have ended: block the other run with a client
             LockClient(locks, namespace="keys", dynamodb=cloud.dynamodb).acquire(f"b-{tag}", lease=120)
             timed_out = start(kind, f"x-{tag}", id=f"x-{tag}", other=f"b-{tag}")
