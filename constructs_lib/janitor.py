@@ -46,6 +46,7 @@ from locked_workflow.constructs_lib.assets import lambda_code
 from locked_workflow.lambdas.lock_janitor import settings as janitor_settings
 from locked_workflow.lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
 from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import shared_protocol
 
 #: The function's own code (handler and logic), deployed with :func:`bundled_modules`.
 JANITOR_CODE = Path(janitor_settings.__file__).resolve().parent
@@ -133,6 +134,10 @@ class LockJanitor(Construct):
     :param fair: the watched machines use the fair lock: also take every queue entry of the
         ended execution out of its queue, and wake the new head of a free lock. Default:
         ``False``.
+    :param presence_rows: the watched machines' holds register their presence on rows of
+        their own (the read/write kinds with ``detect_cancellation``): also delete the rows an
+        ended execution left (``DeleteItem`` granted on presence rows only). Default:
+        ``False``.
 
     Exposes ``function``, ``rule`` and ``dead_letter_queue`` (events that could not be
     delivered, or whose recovery failed after Lambda's retries).
@@ -148,6 +153,7 @@ class LockJanitor(Construct):
         logging: bool = True,
         item: protocol.LockItem = protocol.LOCK_TABLE_ITEM,
         fair: bool = False,
+        presence_rows: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         if not watched:
@@ -202,6 +208,11 @@ class LockJanitor(Construct):
         # (fair: reading the lock and a queue row, taking the next row in a handoff)
         for action in ["dynamodb:UpdateItem"] + (["dynamodb:GetItem", "dynamodb:DeleteItem"] if fair else []):
             role.add_to_principal_policy(iam.PolicyStatement(actions=[action], resources=[table_arn]))
+        if presence_rows:  # deleting an ended hold's presence row: those rows only
+            role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["dynamodb:DeleteItem"], resources=[table_arn],
+                conditions={"ForAllValues:StringLike": {
+                    "dynamodb:LeadingKeys": [f"{shared_protocol.PRESENCE_ROW_MARK}*"]}}))
         if fair:  # handing the lock to a parked waiter: IAM cannot scope a task token
             role.add_to_principal_policy(iam.PolicyStatement(
                 actions=["states:SendTaskSuccess", "states:SendTaskFailure"], resources=["*"]))

@@ -71,6 +71,8 @@ class Mutex:
     refused = protocol.CONDITION_FAILED
     #: The hold registers a presence token on its one lock item (``detect_cancellation``).
     presence = True
+    #: ... on a row of its own instead (the janitor deletes an ended execution's rows).
+    presence_rows = False
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key

@@ -891,8 +891,14 @@ class LockedSection(sfn.StateMachineFragment):
         self.grant_liveness_check(state_machine, *names)
         return LockJanitor(
             self, "Janitor", table=self.table, watched=[state_machine], logging=logging, item=self.kind.item,
-            fair=self.lock.is_fair,
+            fair=self.lock.is_fair, presence_rows=self.presence_rows,
         )
+
+    @property
+    def presence_rows(self) -> bool:
+        """The holds register their presence on rows of their own (a read/write kind with
+        ``detect_cancellation``): its janitor deletes the rows an ended execution left."""
+        return self.detect_cancellation and self.kind.presence_rows
 
     @property
     def start_state(self) -> sfn.State:

@@ -210,6 +210,7 @@ class LockedWorkflow(Construct):
                 self.janitor = LockJanitor(
                     self, "Janitor", table=self.table, watched=[self.state_machine], logging=logging,
                     item=self.section.kind.item, fair=self.section.lock.is_fair,
+                    presence_rows=self.section.presence_rows,
                 )
 
         self.monitoring: Optional[LockMonitoring] = None

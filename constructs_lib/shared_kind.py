@@ -111,6 +111,7 @@ class SharedLockKind(Mutex):
     #: a token per reader on the one lock item would make it grow ~1 KB per concurrent reader),
     #: which the waiters' liveness check probes.
     presence = True
+    presence_rows = True
     #: Waiters park on a task token (the section's history budget counts park rounds).
     parks_on_token = True
     polling = False

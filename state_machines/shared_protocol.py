@@ -96,7 +96,8 @@ with shared holders should give its writers this module's exclusive kind.
    (every ``liveness_check_every``-th round, one DescribeExecution at most: the writer holder,
    else one reader entry in turn) and retires an ended holder (RETIRE / RETIRE_READER from its
    execution's end). A waiter stopped while parked: the janitor marks its row left (``DEQUEUE``),
-   and the handoff skips it.
+   and the handoff skips it. A hold's presence row (4b.) left by an ended execution: the
+   janitor deletes it after the retire (``FORGET_ROW``), unless registered after the end.
 7. **Fallback** (the fair lock's): a parked waiter looks by itself after its park timeout:
    granted -> claim; passed -> queue again; the head -> admit itself if it may; an expired
    reader entry holding back the head -> reap it; the head (not admissible) -> park again;
@@ -371,8 +372,20 @@ RETIRE_GONE_WRITER = LockWrite(
     update=f"SET #{EXPIRES_AT} = :until",
     condition=f"#{OWNER} = :owner AND #{ACQUIRED_AT} = :acquiredAt AND #{EXPIRES_AT} > :until",
 )
+#: FORGET_ROW (a conditional Delete: the janitor's): the presence row an execution that ended
+#: without releasing left behind (its hold never reached the delete after the hold), unless a
+#: token was registered on it after the end ``:endedAt`` (a redriven hold's). Only after the
+#: janitor retired the execution's holds: a row only ever lets a probe *shorten* a lease, so
+#: deleting it never admits anyone; a registration still in flight at the end that lands after
+#: the delete leaves a row whose token is closed (a probe's GONE_ROW removes it). Values
+#: ``:endedAt``.
+FORGET_ROW = LockWrite(
+    update="",
+    condition=f"attribute_not_exists(#{PRESENCE_AT}) OR #{PRESENCE_AT} <= :endedAt",
+)
 PRESENCE_WRITES = {"PRESENT_ROW": PRESENT_ROW, "DEPART_ROW": DEPART_ROW, "GONE_ROW": GONE_ROW,
-                   "RETIRE_GONE_READER": RETIRE_GONE_READER, "RETIRE_GONE_WRITER": RETIRE_GONE_WRITER}
+                   "RETIRE_GONE_READER": RETIRE_GONE_READER, "RETIRE_GONE_WRITER": RETIRE_GONE_WRITER,
+                   "FORGET_ROW": FORGET_ROW}
 
 
 def gone_transaction(table: str, key: str, row: str, *, reader: str | None, row_values: Mapping[str, Any],
@@ -441,6 +454,23 @@ def row_kind(row: Mapping[str, Any] | None) -> str:
     """What a row's waiter wants (a row without a kind is a writer's)."""
     return ((row or {}).get(KIND) or {}).get("S", WRITE)
 
+
+
+def presence_rows_in_history(tasks: Iterable[ScheduledTask], *, table_name: str) -> list[str]:
+    """The presence rows (their keys) an execution wrote on ``table_name``: its holds'
+    registrations (PRESENT_ROW, a ``.waitForTaskToken`` UpdateItem) and departures
+    (DEPART_ROW, which writes the row too when no registration did). The janitor deletes them
+    (:data:`FORGET_ROW`) once it has retired the execution's holds."""
+    conditions = (PRESENT_ROW.condition, DEPART_ROW.condition)
+    found: dict[str, None] = {}
+    for task in tasks:
+        p = task.parameters
+        if task.resource.split(".")[0] != "updateItem" or p.get("TableName") != table_name:
+            continue
+        (key,) = p["Key"].values()
+        if p.get("ConditionExpression") in conditions and key["S"].startswith(PRESENCE_ROW_MARK):
+            found[key["S"]] = None
+    return list(found)
 
 
 def holds_in_history(tasks: Iterable[ScheduledTask], *, table_name: str) -> list[tuple[str, str, str]]:

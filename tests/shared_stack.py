@@ -87,12 +87,14 @@ class SharedStack(cdk.Stack):
                                      ("MapReaders", Lock.shared(key, park_timeout=park), "read")):
             iteration = LockedSection(self, f"{name}Section", lock=map_lock, table=self.locks, key_namespace="rw",
                                       lease=cdk.Duration.minutes(10), max_wait=cdk.Duration.seconds(150),
+                                      stop_grace=cdk.Duration.seconds(PROBE_TIMEOUT_S + 1),
                                       protected=self.gate(f"{name}Gate").next(self.probe(f"{name}Probe", role)))
             each = sfn.Map.jsonata(self, f"{name}Map", items=sfn.ProvideItems.jsonata("{% $states.input.items %}"))
             each.item_processor(iteration)
             mapped = sfn.StateMachine(self, f"{name}StateMachine", definition_body=sfn.DefinitionBody.from_chainable(each),
                                       query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(4))
             self.gates.grant_write_data(mapped)
+            iteration.recover_stale_holders(mapped)  # a stopped run: its holds retired, their presence rows deleted
         # the negative control: the same readers and writers with no lock
         for name, role in (("UnlockedReader", "read"), ("UnlockedWriter", "write")):
             sfn.StateMachine(self, name, state_machine_name=name,

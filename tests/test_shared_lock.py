@@ -13,6 +13,7 @@ completes): every wait is on a condition, never on time.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import uuid
@@ -659,6 +660,79 @@ def test_the_janitor_finds_only_an_executions_own_holds():
     assert sp.holds_in_history(tasks, table_name="Other") == []
 
 
+def test_the_janitor_finds_an_executions_presence_rows():
+    """Its registrations (a ``.waitForTaskToken`` UpdateItem) and departures (which write the
+    row when no registration did), once each; not another table's, nor a lock item's write."""
+    table, owner = "Locks", "arn:x:execution:m:a#1"
+    row = sp.presence_row_key(owner)
+
+    def update(write, key: str = row, resource: str = "updateItem", in_table: str = table):
+        values = {n: {"S": "x"} for n in write.value_names()}
+        return p.ScheduledTask(resource, {"TableName": in_table, **sp.arguments(key, write, values, reader=owner)})
+
+    tasks = [update(sp.PRESENT_ROW, resource="updateItem.waitForTaskToken"), update(sp.DEPART_ROW),
+             update(sp.DEPART_ROW, key=sp.presence_row_key("arn:x:execution:m:a#2")),
+             update(sp.PRESENT_ROW, in_table="Other", resource="updateItem.waitForTaskToken"),
+             update(sp.FAST_READ, key="rw#k")]
+    assert sp.presence_rows_in_history(tasks, table_name=table) == [row, sp.presence_row_key("arn:x:execution:m:a#2")]
+    assert sp.presence_rows_in_history(tasks, table_name="Nothing") == []
+
+
+def test_the_janitor_forgets_a_presence_row_unless_registered_after_the_end(rw):
+    """FORGET_ROW on DynamoDB: a row registered at or before the end goes, and a departed-only
+    row (no registration); a redriven hold's row (registered after the end) stays; no row, or a
+    second delivery of the event, deletes nothing."""
+    from locked_workflow.lambdas.lock_janitor.logic import forget_row
+    from locked_workflow.lambdas.lock_janitor.settings import JanitorSettings
+
+    end = 1_700_000_000_000
+    rows = {"registered before the end": {p.PRESENCE: {"S": "T"}, p.PRESENCE_OF: {"N": "5"}, p.PRESENCE_AT: {"N": str(end - 1)}},
+            "registered at the end": {p.PRESENCE: {"S": "T"}, p.PRESENCE_OF: {"N": "5"}, p.PRESENCE_AT: {"N": str(end)}},
+            "departed only": {p.PRESENCE_CLOSED: {"N": "5"}},
+            "a redriven hold's": {p.PRESENCE: {"S": "T"}, p.PRESENCE_OF: {"N": "5"}, p.PRESENCE_AT: {"N": str(end + 1)},
+                                  p.PRESENCE_CLOSED: {"N": "5"}},
+            "no row": None}
+    ddb, table, tag = rw.cloud.dynamodb, rw.table("LocksTable"), new_key()
+
+    def row_key(case: str) -> str:
+        return sp.presence_row_key(f"{case}#{tag}")
+
+    for case, row in rows.items():
+        if row is not None:
+            ddb.put_item(TableName=table, Item={"pk": {"S": row_key(case)}, **row})
+    settings = JanitorSettings(table_name=table)
+    forgotten = {case: forget_row(ddb, settings, row_key(case), end) for case in rows}
+    again = {case: forget_row(ddb, settings, row_key(case), end) for case in rows}
+    left = {case for case in rows
+            if ddb.get_item(TableName=table, Key={"pk": {"S": row_key(case)}}, ConsistentRead=True).get("Item")}
+    assert forgotten == {"registered before the end": True, "registered at the end": True, "departed only": True,
+                         "a redriven hold's": False, "no row": False}
+    assert not any(again.values()) and left == {"a redriven hold's"}
+
+
+def test_only_a_janitor_of_holds_with_presence_rows_may_delete_and_only_those_rows(template):
+    """The janitor of read/write sections with presence deletes presence rows (DeleteItem on the
+    lock table, its partition keys starting with the row mark), and no other janitor deletes."""
+    resources = template.to_json()["Resources"]
+
+    def janitor_statements(workflow: str) -> list[dict]:
+        (role,) = [k for k, r in resources.items() if k.startswith(f"{workflow}JanitorRole") and r["Type"] == "AWS::IAM::Role"]
+        return [st for r in resources.values() if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]
+                for st in r["Properties"]["PolicyDocument"]["Statement"]]
+
+    def actions(statement: dict) -> list[str]:
+        return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+
+    for section in ("MapReadersSection", "MapWritersSection"):
+        (delete,) = [st for st in janitor_statements(section) if "dynamodb:DeleteItem" in actions(st)]
+        assert actions(delete) == ["dynamodb:DeleteItem"] and ":table/" in json.dumps(delete["Resource"])
+        assert delete["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{sp.PRESENCE_ROW_MARK}*"]}}
+    # a workflow's own section has no presence (nothing of the machine's can cancel it), a mutex
+    # keeps its presence on the lock item: their janitors delete nothing
+    for workflow in ("Reader", "Writer", "Mutex"):
+        assert not [st for st in janitor_statements(workflow) if "dynamodb:DeleteItem" in actions(st)], workflow
+
+
 def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
     k = new_key()
     writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
@@ -710,6 +784,27 @@ def test_a_map_of_reader_sections_on_one_key_holds_together(rw):
     # (their holds overlapped at the gates; the probes after the gates may or may not)
     assert rw.probe(k).get("violations", 0) == 0 and rw.probe(k)["readCount"] == 3 and rw.free(k)
     assert not any(rw.presence_row(o) for o in rows)  # each release deleted its row
+
+
+def test_a_stopped_map_of_reader_sections_leaves_no_presence_rows_after_the_janitor(rw):
+    """The run is stopped while its two readers hold: no hold reaches the delete after it. The
+    janitor retires both entries (a stop grace from the stop) and deletes both rows; a writer
+    then gets the key. The negative control is the run's own state before the janitor: the
+    rows were there, each with its acquisition's token."""
+    k = new_key()
+    run = rw.start("MapReaders", {"items": [{"key": k, "gate": f"g{i}", "workMs": 1} for i in range(2)]})
+    rw.until(lambda: all(rw.gate_token(k, f"g{i}") for i in range(2)))
+    entries = sp.readers_of(rw.lock(k))
+    assert len(entries) == 2
+    rw.until(lambda: all(p.PRESENCE in rw.presence_row(o) for o in entries))
+    rw.cloud.stop_execution(run)
+    assert rw.cloud.wait_for(run, timeout=60).status == "ABORTED"
+    rw.until(lambda: not any(rw.presence_row(o) for o in entries))  # FORGET_ROW, both
+    retired = sp.readers_of(rw.lock(k))
+    assert all(int(retired[o][p.EXPIRES_AT]["N"]) < int(e[p.EXPIRES_AT]["N"]) for o, e in entries.items())
+    result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    assert rw.free(k) and not any(rw.presence_row(o) for o in entries)
 
 
 @pytest.mark.parametrize("outer, inner", [("shared", "exclusive"), ("shared", "shared"), ("exclusive", "shared"),

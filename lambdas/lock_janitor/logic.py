@@ -14,7 +14,9 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    the exact owner and touches only an acquisition made at or before the end, so a
    duplicate or late event (EventBridge delivers at least once, and retries for up to 24 h)
    never retires a redriven execution's new acquisition;
-3. takes every queue entry the execution parked (``fair_protocol.enqueues_in_history``) out
+3. deletes the presence rows of its read/write holds (``shared_protocol.FORGET_ROW``, after the
+   retires: a row registered after the end - a redriven hold's - stays);
+4. takes every queue entry the execution parked (``fair_protocol.enqueues_in_history``) out
    of its queue: a fair lock's, waking the next waiter of a free lock
    (``LockClient.leave_queue``: the clients' own fair writes); a read/write lock's, marked
    left (``shared_protocol.DEQUEUE``), so the next handoff skips it.
@@ -116,13 +118,16 @@ class Recovery:
     retired: list[tuple[str, str]] = field(default_factory=list)
     unchanged: list[tuple[str, str]] = field(default_factory=list)
     dequeued: list[tuple[str, str]] = field(default_factory=list)
+    #: presence rows deleted (their keys)
+    forgotten: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         def listed(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
             return [{"key": key, "owner": owner} for key, owner in pairs]
 
         return {"executionArn": self.execution_arn, "retired": listed(self.retired),
-                "unchanged": listed(self.unchanged), "dequeued": listed(self.dequeued)}
+                "unchanged": listed(self.unchanged), "dequeued": listed(self.dequeued),
+                "forgotten": list(self.forgotten)}
 
 
 def history_events(stepfunctions: Any, execution_arn: str, *, page_size: int = HISTORY_PAGE_SIZE) -> Iterator[dict]:
@@ -173,6 +178,21 @@ def retire_reader(dynamodb: Any, settings: JanitorSettings, key: str, owner: str
     return entry[protocol.EXPIRES_AT]["N"] != str(ended_at_ms + int(entry[protocol.GRACE]["N"]))
 
 
+def forget_row(dynamodb: Any, settings: JanitorSettings, row_key: str, ended_at_ms: int) -> bool:
+    """FORGET_ROW: delete the presence row ``row_key`` unless a token was registered on it
+    after the end. True when a row was deleted; False when there was none (the hold deleted it,
+    or a duplicate event) or it is a redriven hold's."""
+    arguments = fair_protocol.delete_arguments(row_key, shared_protocol.FORGET_ROW,
+                                               {":endedAt": {"N": str(ended_at_ms)}})
+    try:
+        old = dynamodb.delete_item(TableName=settings.table_name, **arguments)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
+            return False
+        raise
+    return bool(old.get("Attributes"))
+
+
 def dequeue(dynamodb: Any, settings: JanitorSettings, row_key: str, owner: str) -> bool:
     """DEQUEUE: mark the read/write queue row ``row_key`` that ``owner`` parked on left. False
     when the row is gone (claimed, requeued) or not that waiter's."""
@@ -196,7 +216,8 @@ def recover(
     stepfunctions: Any,
     page_size: int = HISTORY_PAGE_SIZE,
 ) -> Recovery:
-    """Retire every acquisition ``ended`` made and dequeue its queue entries (fair or read/write).
+    """Retire every acquisition ``ended`` made, delete its holds' presence rows and dequeue its
+    queue entries (fair or read/write).
 
     Idempotent: a second delivery of the same event retires and dequeues nothing more.
     :raises RecoveryFailed: naming the execution and the key it was at.
@@ -216,6 +237,10 @@ def recover(
             done = (retire_reader if mode == shared_protocol.READ else retire)(
                 dynamodb, settings, key, owner, ended.ended_at_ms)
             (recovery.retired if done else recovery.unchanged).append((key, owner))
+        # their presence rows (after the retires: a row only lets a probe shorten a lease)
+        for key in shared_protocol.presence_rows_in_history(tasks, table_name=settings.table_name):
+            if forget_row(dynamodb, settings, key, ended.ended_at_ms):
+                recovery.forgotten.append(key)
         # its parks: a fair waiter leaves its queue (the lock handed on if free); a read/write
         # waiter's row is marked left (DEQUEUE), so the next handoff skips it
         client = (LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions, fair=True)
