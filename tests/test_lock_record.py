@@ -87,7 +87,7 @@ def test_the_unlocked_read_modify_write_loses_updates(records):
 def test_a_run_that_lost_its_lock_cannot_write(records):
     c = customer()
     records.put(c, balance=0)
-    slow = records.start("ShortLease", {"customerId": c, "waitS": 5})  # lease 2 s, holds 5 s
+    slow = records.start("ShortLease", {"customerId": c, "waitS": 15})  # lease 2 s, holds 15 s
     deadline = time.time() + 60
     while not (f"{LW}{p.OWNER}" in records.get(c)  # the slow run holds, and its lease has ended
                and int(records.get(c)[f"{LW}{p.EXPIRES_AT}"]["N"]) < time.time() * 1000):

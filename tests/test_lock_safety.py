@@ -141,8 +141,9 @@ def test_a_stopped_holders_lambda_finishes_before_anyone_else_enters(safety):
     step_functions_only(safety, "a stopped execution's Lambda running on")
     k = key("stopped")
     holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})
-    deadline = time.time() + 10
-    while safety.probe(k).get("inside", 0) == 0 and time.time() < deadline:
+    deadline = time.time() + 60
+    while safety.probe(k).get("inside", 0) == 0:  # its Lambda is at work
+        assert time.time() < deadline, "the holder never entered its work"
         time.sleep(0.05)
     safety.cloud.stop_execution(holder)  # its Lambda runs on for ~3 s
     stopped_at = time.time()
@@ -217,9 +218,10 @@ def test_a_redriven_holder_acquires_again_before_its_work_runs_again(safety):
     run, then redriven: it must not resume protected work beside that run."""
     step_functions_only(safety, "the redrive")
     k = key("redrive")
-    holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 1000})
-    deadline = time.time() + 10
-    while safety.probe(k).get("inside", 0) == 0 and time.time() < deadline:
+    holder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})
+    deadline = time.time() + 60
+    while safety.probe(k).get("inside", 0) == 0:  # stopped mid-work (3 s of it: a loaded machine is slow)
+        assert time.time() < deadline, "the holder never entered its work"
         time.sleep(0.05)
     safety.cloud.stop_execution(holder)
     intruder = safety.cloud.start_execution(safety.arn("GracefulStateMachine"), {"key": k, "workMs": 3000})

@@ -196,7 +196,7 @@ def test_unlocked_transfers_are_caught_by_the_same_invariants(variants):
 
 def test_a_transfer_waits_for_a_single_key_holder_and_takes_both_at_once(variants):
     a, b = key("acct"), key("acct")
-    single = variants.start("SingleHold", {"key": b, "holdS": 6, "workMs": 1})
+    single = variants.start("SingleHold", {"key": b, "holdS": 15, "workMs": 1})
     wait_until(lambda: p.OWNER in variants.lock(p.namespaced("acct", b)))  # b held (conditions, not sleeps:
     transfer = variants.start("Transfer", {"from": a, "to": b, "workMs": 100})  # a loaded CI is slow)
     wait_until(lambda: any(  # the transfer was refused at least once: it waits for b
@@ -256,7 +256,7 @@ def test_a_transfer_cancelled_by_a_sibling_frees_both_accounts_after_its_grace(v
 def test_a_transfer_that_waits_too_long_fails_with_lock_timeout_holding_nothing(variants):
     a, b = key("acct"), key("acct")
     # b stays held past the waiter's max_wait (3 s) plus a round of waiting (at most 2 s)
-    single = variants.start("SingleHold", {"key": b, "holdS": 9, "workMs": 1})
+    single = variants.start("SingleHold", {"key": b, "holdS": 15, "workMs": 1})
     deadline = time.time() + 30
     while p.OWNER not in variants.lock(p.namespaced("acct", b)) and time.time() < deadline:
         time.sleep(0.1)

@@ -432,7 +432,7 @@ def _run_scenarios(cloud, app, backend: str) -> Runs:
 
     # A normal run (1 s of work), and a run whose 1 s lease is taken over while it works
     normal = cloud.start_execution(sm["Instant"], {"id": "free", "seconds": 1})
-    lost = cloud.start_execution(sm["Instant"], {"id": "lost", "seconds": 3})
+    lost = cloud.start_execution(sm["Instant"], {"id": "lost", "seconds": 8})  # still at work when taken over
     held_by("instant", "lost", lost)
     time.sleep(INSTANT_LEASE_S + 0.3)
     thief = instant.acquire("lost", lease=60, wait=30)  # the lease ended: watched unchanged, taken over

@@ -207,8 +207,8 @@ def test_a_reader_that_gives_up_is_skipped_and_a_dead_readers_entry_is_reaped(dd
 
 def test_a_readers_heartbeat_keeps_its_entry_and_a_reaped_reader_learns_it_lost(ddb):
     client = rw(ddb)
-    with client.hold("k", shared=True, lease=1, heartbeat=True) as lease:
-        time.sleep(2.5)  # past the first lease: the heartbeat renewed the entry
+    with client.hold("k", shared=True, lease=3, heartbeat=True) as lease:
+        time.sleep(7)  # past two leases: the heartbeat (every 1.5 s) renewed the entry
         assert lease.check() > 0
         with pytest.raises(LockHeld):
             rw(ddb).acquire("k")  # the writer finds no expired entry to reap

@@ -74,9 +74,9 @@ def test_send_task_failure_fails_the_task_with_its_error_and_cause(cloud):
 def test_heartbeats_keep_a_task_alive_past_heartbeat_seconds(cloud):
     import time
 
-    arn = cloud.start_execution(create_state_machine(_parked({"HeartbeatSeconds": 1})), {"me": "c", "timeoutS": 30})
+    arn = cloud.start_execution(create_state_machine(_parked({"HeartbeatSeconds": 3})), {"me": "c", "timeoutS": 30})
     token = _token(cloud, "c")
-    for _ in range(4):  # 2 s in all: twice HeartbeatSeconds
+    for _ in range(12):  # 6 s in all: twice HeartbeatSeconds (a late heartbeat has 2.5 s to spare)
         time.sleep(0.5)
         cloud.stepfunctions.send_task_heartbeat(taskToken=token)
     cloud.stepfunctions.send_task_success(taskToken=token, output="{}")

@@ -25,11 +25,12 @@ THREADS = 8
 
 @pytest.fixture
 def wide_race_window():
-    """Sleep 20 ms between moto's read of the current item and its write."""
+    """Sleep 200 ms between moto's read of the current item and its write (wide enough that two
+    of the writers land in it even when a loaded machine prepares each request slowly)."""
     original = moto_table.get_filter_expression
 
     def slow(*args, **kwargs):
-        time.sleep(0.02)
+        time.sleep(0.2)
         return original(*args, **kwargs)
 
     with mock.patch.object(moto_table, "get_filter_expression", slow):
