@@ -205,8 +205,9 @@ class LockJanitor(Construct):
             resources=executions_of(stack, [machine.state_machine_name for machine in watched]),
         ))
         table_arn = stack.format_arn(service="dynamodb", resource="table", resource_name=table.table_name)
-        # (fair: reading the lock and a queue row, taking the next row in a handoff)
-        for action in ["dynamodb:UpdateItem"] + (["dynamodb:GetItem", "dynamodb:DeleteItem"] if fair else []):
+        # (reading a lock item before its retire; fair: a queue row too, and taking the next row
+        # in a handoff)
+        for action in ["dynamodb:UpdateItem", "dynamodb:GetItem"] + (["dynamodb:DeleteItem"] if fair else []):
             role.add_to_principal_policy(iam.PolicyStatement(actions=[action], resources=[table_arn]))
         if presence_rows:  # deleting an ended hold's presence row: those rows only
             role.add_to_principal_policy(iam.PolicyStatement(

@@ -318,6 +318,15 @@ RETIRE = LockWrite(
     update=f"SET #{EXPIRES_AT} = :endedAt + #{GRACE}",
     condition=f"#{OWNER} = :owner AND attribute_exists(#{GRACE}) AND #{ACQUIRED_AT} <= :endedAt",
 )
+#: Retire by: the lease of acquisition ``:acquiredAt`` of ``:owner`` now ends at ``:until``,
+#: only if that is sooner - this retire never lengthens a lease (RETIRE may: an end within a
+#: stop grace of the lease's own end). The writer computed ``:until`` from the item it read
+#: (the janitor: the end + the grace it read; a presence probe: now + the grace); the exact
+#: acquisition it read is the one shortened. Values ``:owner``, ``:acquiredAt``, ``:until``.
+RETIRE_BY = LockWrite(
+    update=f"SET #{EXPIRES_AT} = :until",
+    condition=f"#{OWNER} = :owner AND #{ACQUIRED_AT} = :acquiredAt AND #{EXPIRES_AT} > :until",
+)
 
 
 #: Present: the holder's presence branch registers its callback task's token (a

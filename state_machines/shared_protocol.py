@@ -87,10 +87,11 @@ with shared holders should give its writers this module's exclusive kind.
    it runs the handoff if anyone queues, else ``FREE_SHARED``.
 6. **Recovery, per holder.** A writer: the mutex's lease, RETIRE (janitor), liveness check and
    presence, unchanged. A reader: its entry's lease - ``REAP_READ`` removes an entry whose
-   ``expiresAt`` is past (then, at 0 readers, the handoff, as 5.); the janitor's and the
-   liveness check's ``RETIRE_READER`` shortens it to the end of its execution plus its stop
-   grace, for that acquisition only (``acquiredAt <= :endedAt``: a redriven reader that
-   re-entered is not touched). Any waiter may reap an expired entry at its fallback (REAP_READ
+   ``expiresAt`` is past (then, at 0 readers, the handoff, as 5.); the liveness check's
+   ``RETIRE_READER`` shortens it to the end of its execution plus its stop grace, for that
+   acquisition only (``acquiredAt <= :endedAt``: a redriven reader that re-entered is not
+   touched); the janitor reads the entry and writes the same end with ``RETIRE_GONE_READER``
+   (that exact acquisition, only if sooner). Any waiter may reap an expired entry at its fallback (REAP_READ
    checks the expiry): the writer at the head it holds back, or a waiter behind a head that
    does not move (the head may be dead too). A parked waiter's fallback also checks liveness
    (every ``liveness_check_every``-th round, one DescribeExecution at most: the writer holder,
@@ -148,6 +149,7 @@ from locked_workflow.state_machines.lock_protocol import (
     PRESENCE_CLOSED,
     PRESENCE_OF,
     RELEASE,
+    RETIRE_BY,
     LockWrite,
     ScheduledTask,
 )
@@ -362,16 +364,14 @@ GONE_ROW = LockWrite(
 #: RETIRE_GONE_READER / RETIRE_GONE_WRITER (beside GONE_ROW, in one transaction): that exact
 #: acquisition's lease now ends at ``:until`` (the probe's now + its stop grace: work the
 #: branch started may still run), only if that is sooner - a retire never lengthens a lease,
-#: and a second probe of the same token is refused (the row is gone anyway). Values
+#: and a second probe of the same token is refused (the row is gone anyway). The janitor
+#: retires with the same writes (``:until``: the execution's end + the grace it read). Values
 #: ``:acquiredAt``, ``:until`` (and the writer's ``:owner``).
 RETIRE_GONE_READER = LockWrite(
     update=f"SET {READER_PLACEHOLDER}.#{EXPIRES_AT} = :until",
     condition=f"{READER_PLACEHOLDER}.#{ACQUIRED_AT} = :acquiredAt AND {READER_PLACEHOLDER}.#{EXPIRES_AT} > :until",
 )
-RETIRE_GONE_WRITER = LockWrite(
-    update=f"SET #{EXPIRES_AT} = :until",
-    condition=f"#{OWNER} = :owner AND #{ACQUIRED_AT} = :acquiredAt AND #{EXPIRES_AT} > :until",
-)
+RETIRE_GONE_WRITER = RETIRE_BY  # (the mutex's write; the janitor's for a writer too)
 #: FORGET_ROW (a conditional Delete: the janitor's): the presence row an execution that ended
 #: without releasing left behind (its hold never reached the delete after the hold), unless a
 #: token was registered on it after the end ``:endedAt`` (a redriven hold's). Only after the

@@ -307,8 +307,10 @@ def test_janitor_reads_every_page_of_a_long_wait_before_the_stop(deployed):
     settings = JanitorSettings(table_name=deployed.locks_table)
 
     class Throttled:  # DynamoDB still refusing after botocore's retries
-        def update_item(self, **_):
-            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "UpdateItem")
+        def get_item(self, **_):
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "GetItem")
+
+        update_item = get_item
 
     with pytest.raises(RecoveryFailed) as failed:  # says so, naming the execution and the key
         recover(ended, settings, dynamodb=Throttled(), stepfunctions=deployed.cloud.stepfunctions, page_size=5)
@@ -406,7 +408,7 @@ def test_janitor_iam_is_least_privilege(example):
                   if k.startswith("ApplyCustomerUpdatesJanitorFunction") and r["Type"] == "AWS::Lambda::Function"]
     statements = _role_statements(example.template, janitor["Role"])
     by_action = {a: s["Resource"] for s in statements for a in _actions(s)}
-    assert set(by_action) == {"states:GetExecutionHistory", "dynamodb:UpdateItem", "sqs:SendMessage",
+    assert set(by_action) == {"states:GetExecutionHistory", "dynamodb:UpdateItem", "dynamodb:GetItem", "sqs:SendMessage",
                               "logs:CreateLogStream", "logs:PutLogEvents",
                               "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
     unscoped = {a for a, resource in by_action.items() if resource == "*"}
@@ -414,7 +416,8 @@ def test_janitor_iam_is_least_privilege(example):
     history = json.dumps(by_action["states:GetExecutionHistory"])
     assert ":execution:" in history and '"ApplyCustomerUpdatesStateMachine' in history  # the watched one only
     lock_table = next(k for k in example.template["Resources"] if k.startswith("ApplyCustomerUpdatesLockTable"))
-    assert by_action["dynamodb:UpdateItem"]["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}]
+    for action in ("dynamodb:UpdateItem", "dynamodb:GetItem"):  # the lock table only
+        assert by_action[action]["Fn::Join"][1][-2:] == [":table/", {"Ref": lock_table}]
 
 
 def test_a_fair_janitor_may_also_read_the_queue_and_wake_any_task_token():

@@ -710,6 +710,50 @@ def test_the_janitor_forgets_a_presence_row_unless_registered_after_the_end(rw):
     assert not any(again.values()) and left == {"a redriven hold's"}
 
 
+def test_the_janitors_retire_shortens_a_lease_to_the_end_plus_the_grace_and_never_lengthens_it(rw):
+    """The janitor reads the lock item and retires that exact acquisition to its end + its stop
+    grace only if that is sooner than its lease's end: a holder stopped near its lease's end
+    keeps its lease (the protocol's RETIRE, the negative control, would lengthen it). A writer
+    (RETIRE_BY) and a reader entry (RETIRE_GONE_READER); not another owner's, not an
+    acquisition made after the end, and a duplicate event retires nothing more."""
+    from locked_workflow.lambdas.lock_janitor.logic import retire, retire_reader
+    from locked_workflow.lambdas.lock_janitor.settings import JanitorSettings
+
+    ddb, table = rw.cloud.dynamodb, rw.table("LocksTable")
+    settings, end, grace, me = JanitorSettings(table_name=table), 1_700_000_000_000, 60_000, "arn:x:execution:m:e#1"
+    hold = lambda acquired, expires: {p.ACQUIRED_AT: {"N": str(acquired)}, p.EXPIRES_AT: {"N": str(expires)},  # noqa: E731
+                                      p.GRACE: {"N": str(grace)}}
+    cases = {  # name -> (acquiredAt, expiresAt, owner of the write)
+        "sooner": (end - 5_000, end + 600_000, me), "the lease ends first": (end - 5_000, end + 30_000, me),
+        "made after the end": (end + 1, end + 600_000, me), "another owner's": (end - 5_000, end + 600_000, "o#2"),
+    }
+    out = {}
+    for reader in (False, True):
+        for case, (acquired, expires, owner) in cases.items():
+            k = p.namespaced(NAMESPACE, new_key())
+            item = ({p.OWNER: {"S": sp.SHARED}, sp.READERS: {"N": "1"}, sp.reader_attribute(owner): {"M": hold(acquired, expires)}}
+                    if reader else {p.OWNER: {"S": owner}, **hold(acquired, expires)})
+            ddb.put_item(TableName=table, Item={"pk": {"S": k}, **item})
+            write = retire_reader if reader else retire
+            done = [write(ddb, settings, k, me, end), write(ddb, settings, k, me, end)]  # (a duplicate event)
+            after = ddb.get_item(TableName=table, Key={"pk": {"S": k}}, ConsistentRead=True)["Item"]
+            entry = sp.readers_of(after)[owner] if reader else after
+            out[("reader" if reader else "writer", case)] = (done, int(entry[p.EXPIRES_AT]["N"]) - end)
+    for kind in ("writer", "reader"):
+        assert out[(kind, "sooner")] == ([True, False], grace)
+        assert out[(kind, "the lease ends first")] == ([False, False], 30_000)  # its lease, not end + grace
+        assert out[(kind, "made after the end")] == ([False, False], 600_000)
+        assert out[(kind, "another owner's")] == ([False, False], 600_000)
+    # the negative control: the protocol's RETIRE (the liveness check's) sets end + grace whatever the lease
+    k = p.namespaced(NAMESPACE, new_key())
+    ddb.put_item(TableName=table, Item={"pk": {"S": k}, p.OWNER: {"S": me}, **hold(end - 5_000, end + 30_000)})
+    ddb.update_item(TableName=table, Key={"pk": {"S": k}}, UpdateExpression=p.RETIRE.update, ConditionExpression=p.RETIRE.condition,
+                    ExpressionAttributeNames=p.RETIRE.attribute_names(),
+                    ExpressionAttributeValues={":owner": {"S": me}, ":endedAt": {"N": str(end)}})
+    lengthened = ddb.get_item(TableName=table, Key={"pk": {"S": k}}, ConsistentRead=True)["Item"][p.EXPIRES_AT]["N"]
+    assert int(lengthened) - end == grace > 30_000
+
+
 def test_only_a_janitor_of_holds_with_presence_rows_may_delete_and_only_those_rows(template):
     """The janitor of read/write sections with presence deletes presence rows (DeleteItem on the
     lock table, its partition keys starting with the row mark), and no other janitor deletes."""

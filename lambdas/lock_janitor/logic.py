@@ -8,12 +8,13 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    256 KiB result limit applies to a function reading an API, whatever the execution's
    input size or history length) and keeps the DynamoDB tasks scheduled at or before the
    end (``lock_protocol.dynamodb_tasks_scheduled``);
-2. *retires* each acquisition found there with the protocol's RETIRE: the lock stays held
-   for the acquisition's stop grace after the end (work it started - a Lambda invocation, an
-   activity or callback worker - may still run), then any waiter takes it over. RETIRE names
-   the exact owner and touches only an acquisition made at or before the end, so a
-   duplicate or late event (EventBridge delivers at least once, and retries for up to 24 h)
-   never retires a redriven execution's new acquisition;
+2. *retires* each acquisition found there: the lock stays held for the acquisition's stop
+   grace after the end (work it started - a Lambda invocation, an activity or callback
+   worker - may still run), or until its lease ends if that is sooner, then any waiter takes
+   it over. It reads the lock item and writes ``RETIRE_BY`` (a reader's entry:
+   ``RETIRE_GONE_READER``) on the exact acquisition read, only if made at or before the end,
+   so a duplicate or late event (EventBridge delivers at least once, and retries for up to
+   24 h) never retires a redriven execution's new acquisition, and never lengthens a lease;
 3. deletes the presence rows of its read/write holds (``shared_protocol.FORGET_ROW``, after the
    retires: a row registered after the end - a redriven hold's - stays);
 4. takes every queue entry the execution parked (``fair_protocol.enqueues_in_history``) out
@@ -139,43 +140,60 @@ def history_events(stepfunctions: Any, execution_arn: str, *, page_size: int = H
         yield from page["events"]
 
 
-def retire(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended_at_ms: int) -> bool:
-    """RETIRE the acquisition ``owner`` of ``key``: its lease ends ``grace`` after the end.
-    True when this call shortened it; False when the lock is not that acquisition's any more
-    (or it was made after the end), or it was retired already (a duplicate event)."""
-    item, write = settings.item, protocol.RETIRE
+def _number(attributes: Mapping[str, Any], name: str) -> int | None:
+    value = attributes.get(name, {}).get("N")
+    return int(value) if value is not None else None
+
+
+def _shorten(dynamodb: Any, table: str, arguments: dict) -> bool:
+    """Make a conditional retire write; False when its condition refused it."""
     try:
-        old = dynamodb.update_item(
-            TableName=settings.table_name,
-            Key=protocol.lock_item_key(key, item),
-            UpdateExpression=write.update,
-            ConditionExpression=write.condition,
-            ExpressionAttributeNames=write.attribute_names(item),
-            ExpressionAttributeValues={":owner": {"S": owner}, ":endedAt": {"N": str(ended_at_ms)}},
-            ReturnValues="ALL_OLD",
-        )["Attributes"]
+        dynamodb.update_item(TableName=table, **arguments)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
             return False
         raise
-    retired_expiry = ended_at_ms + int(old[item.attribute(protocol.GRACE)]["N"])
-    return old.get(item.attribute(protocol.EXPIRES_AT), {}).get("N") != str(retired_expiry)
+    return True
+
+
+def retire(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended_at_ms: int) -> bool:
+    """Retire the acquisition ``owner`` of ``key``: its lease ends ``grace`` after the end, if
+    that is sooner (the lease's own end is the most a holder ever gets: a retire never
+    lengthens it). Reads the lock item, then RETIRE_BY on the exact acquisition read. True
+    when this call shortened it; False when the lock is not that acquisition's any more (or it
+    was made after the end), was retired already (a duplicate event), or ends sooner anyway."""
+    item = settings.item
+    current = dynamodb.get_item(TableName=settings.table_name, Key=protocol.lock_item_key(key, item),
+                                ConsistentRead=True).get("Item", {})
+    acquired, grace, expires = (_number(current, item.attribute(name))
+                                for name in (protocol.ACQUIRED_AT, protocol.GRACE, protocol.EXPIRES_AT))
+    if (current.get(item.attribute(protocol.OWNER), {}).get("S") != owner or None in (acquired, grace, expires)
+            or acquired > ended_at_ms or ended_at_ms + grace >= expires):
+        return False
+    write = protocol.RETIRE_BY
+    return _shorten(dynamodb, settings.table_name, {
+        "Key": protocol.lock_item_key(key, item),
+        "UpdateExpression": write.update,
+        "ConditionExpression": write.condition,
+        "ExpressionAttributeNames": write.attribute_names(item),
+        "ExpressionAttributeValues": {":owner": {"S": owner}, ":acquiredAt": {"N": str(acquired)},
+                                      ":until": {"N": str(ended_at_ms + grace)}},
+    })
 
 
 def retire_reader(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended_at_ms: int) -> bool:
-    """RETIRE_READER: the reader entry of ``owner`` on ``key`` lasts its stop grace from the
-    end (that acquisition only). True when this call shortened it."""
-    write = shared_protocol.RETIRE_READER
-    arguments = shared_protocol.arguments(key, write, {":endedAt": {"N": str(ended_at_ms)}}, reader=owner,
-                                          return_values="ALL_OLD")
-    try:
-        old = dynamodb.update_item(TableName=settings.table_name, **arguments)["Attributes"]
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
-            return False
-        raise
-    entry = old[shared_protocol.reader_attribute(owner)]["M"]
-    return entry[protocol.EXPIRES_AT]["N"] != str(ended_at_ms + int(entry[protocol.GRACE]["N"]))
+    """Retire the reader entry of ``owner`` on ``key``: it lasts its stop grace from the end,
+    if that is sooner (that acquisition only; RETIRE_GONE_READER, the probe's write, after a
+    read). True when this call shortened it."""
+    current = dynamodb.get_item(TableName=settings.table_name, Key=protocol.lock_item_key(key),
+                                ConsistentRead=True).get("Item", {})
+    entry = shared_protocol.readers_of(current).get(owner, {})
+    acquired, grace, expires = (_number(entry, name) for name in (protocol.ACQUIRED_AT, protocol.GRACE, protocol.EXPIRES_AT))
+    if None in (acquired, grace, expires) or acquired > ended_at_ms or ended_at_ms + grace >= expires:
+        return False
+    arguments = shared_protocol.arguments(key, shared_protocol.RETIRE_GONE_READER, {
+        ":acquiredAt": {"N": str(acquired)}, ":until": {"N": str(ended_at_ms + grace)}}, reader=owner)
+    return _shorten(dynamodb, settings.table_name, arguments)
 
 
 def forget_row(dynamodb: Any, settings: JanitorSettings, row_key: str, ended_at_ms: int) -> bool:
