@@ -846,6 +846,15 @@ def test_a_stopped_map_of_reader_sections_leaves_no_presence_rows_after_the_jani
     rw.until(lambda: not any(rw.presence_row(o) for o in entries))  # FORGET_ROW, both
     retired = sp.readers_of(rw.lock(k))
     assert all(int(retired[o][p.EXPIRES_AT]["N"]) < int(e[p.EXPIRES_AT]["N"]) for o, e in entries.items())
+    # the same event again (EventBridge delivers at least once): each reader hold once, unchanged
+    from locked_workflow.lambdas.lock_janitor.logic import EndedExecution, recover
+    from locked_workflow.lambdas.lock_janitor.settings import JanitorSettings
+
+    detail = next(d for d in rw.cloud.events.status_events if d["executionArn"] == run)
+    again = recover(EndedExecution.from_detail(detail), JanitorSettings(table_name=rw.table("LocksTable")),
+                    dynamodb=rw.cloud.dynamodb, stepfunctions=rw.cloud.stepfunctions)
+    assert (again.retired, again.forgotten) == ([], [])
+    assert sorted(again.unchanged) == sorted((p.namespaced(NAMESPACE, k), o) for o in entries)
     result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
     assert rw.free(k) and not any(rw.presence_row(o) for o in entries)

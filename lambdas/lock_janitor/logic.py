@@ -247,11 +247,15 @@ def recover(
             history_events(stepfunctions, ended.execution_arn, page_size=page_size),
             ended_at_ms=ended.ended_at_ms,
         )
+        holds = shared_protocol.holds_in_history(tasks, table_name=settings.table_name)
+        readers = {(key, owner) for key, owner, mode in holds if mode == shared_protocol.READ}
         for key, owner in protocol.acquisitions_in_history(tasks, table_name=settings.table_name):
+            if (key, owner) in readers:  # a reader's FAST_READ carries ACQUIRE's clause: its entry is below
+                continue
             done = retire(dynamodb, settings, key, owner, ended.ended_at_ms)
             (recovery.retired if done else recovery.unchanged).append((key, owner))
         # the read/write lock's holds: a reader's entry, a woken writer's claim
-        for key, owner, mode in shared_protocol.holds_in_history(tasks, table_name=settings.table_name):
+        for key, owner, mode in holds:
             done = (retire_reader if mode == shared_protocol.READ else retire)(
                 dynamodb, settings, key, owner, ended.ended_at_ms)
             (recovery.retired if done else recovery.unchanged).append((key, owner))
