@@ -166,7 +166,8 @@ class LockedSection(sfn.StateMachineFragment):
     :param stop_grace: how long the lock of a holder whose execution ended without releasing
         it (stopped, timed out, failed past every Catch) stays held after that end: Step
         Functions does not stop a running Lambda invocation, activity or callback worker.
-        The janitor's and the liveness check's retires never keep it past its lease. Default: the longest run a task of the protected work may have (a Lambda task: its
+        The janitor's and the liveness check's retires never keep it past its lease.
+        Default: the longest run a task of the protected work may have (a Lambda task: its
         function's timeout, whatever its ``TimeoutSeconds``; other tasks: their
         ``TimeoutSeconds``) plus 5 s; 15 minutes if some task's longest run cannot be seen.
     :param lock_variable: name of the variable holding the lock (the section also uses

@@ -91,14 +91,15 @@ with shared holders should give its writers this module's exclusive kind.
    ``RETIRE_READER`` shortens it to the end of its execution plus its stop grace, for that
    acquisition only (``acquiredAt <= :endedAt``: a redriven reader that re-entered is not
    touched); the janitor reads the entry and writes the same end with ``RETIRE_GONE_READER``
-   (that exact acquisition, only if sooner). Any waiter may reap an expired entry at its fallback (REAP_READ
-   checks the expiry): the writer at the head it holds back, or a waiter behind a head that
-   does not move (the head may be dead too). A parked waiter's fallback also checks liveness
-   (every ``liveness_check_every``-th round, one DescribeExecution at most: the writer holder,
-   else one reader entry in turn) and retires an ended holder (RETIRE / RETIRE_READER from its
-   execution's end). A waiter stopped while parked: the janitor marks its row left (``DEQUEUE``),
-   and the handoff skips it. A hold's presence row (4b.) left by an ended execution: the
-   janitor deletes it after the retire (``FORGET_ROW``), unless registered after the end.
+   (that exact acquisition, only if sooner). Any waiter may reap an expired entry at its
+   fallback (REAP_READ checks the expiry): the writer at the head it holds back, or a waiter
+   behind a head that does not move (the head may be dead too). A parked waiter's fallback
+   also checks liveness (every ``liveness_check_every``-th round, one DescribeExecution at
+   most: the writer holder, else one reader entry in turn) and retires an ended holder
+   (RETIRE / RETIRE_READER from its execution's end). A waiter stopped while parked: the
+   janitor marks its row left (``DEQUEUE``), and the handoff skips it. A hold's presence row
+   (4b.) left by an ended execution: the janitor deletes it after the retire
+   (``FORGET_ROW``), unless registered after the end.
 7. **Fallback** (the fair lock's): a parked waiter looks by itself after its park timeout:
    granted -> claim; passed -> queue again; the head -> admit itself if it may; an expired
    reader entry holding back the head -> reap it; the head (not admissible) -> park again;

@@ -188,7 +188,8 @@ def retire_reader(dynamodb: Any, settings: JanitorSettings, key: str, owner: str
     current = dynamodb.get_item(TableName=settings.table_name, Key=protocol.lock_item_key(key),
                                 ConsistentRead=True).get("Item", {})
     entry = shared_protocol.readers_of(current).get(owner, {})
-    acquired, grace, expires = (_number(entry, name) for name in (protocol.ACQUIRED_AT, protocol.GRACE, protocol.EXPIRES_AT))
+    acquired, grace, expires = (_number(entry, name)
+                                for name in (protocol.ACQUIRED_AT, protocol.GRACE, protocol.EXPIRES_AT))
     if None in (acquired, grace, expires) or acquired > ended_at_ms or ended_at_ms + grace >= expires:
         return False
     arguments = shared_protocol.arguments(key, shared_protocol.RETIRE_GONE_READER, {
