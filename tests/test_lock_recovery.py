@@ -22,6 +22,7 @@ import pytest
 from behaviour_stack import SHORT_LEASE_S, SHORT_TIMEOUT_S, STOP_GRACE_S, TEST_WAIT_POLICY
 from locked_workflow.constructs_lib.lock_client import LockHeld
 from deployed import new_key, start, update, wait_until
+from template_iam import actions, role_statements
 from lock_invariants import state_entered
 from locked_workflow.state_machines import lock_protocol as p
 
@@ -393,21 +394,11 @@ def test_janitor_template_targets_the_function_with_retries_and_a_dead_letter_qu
     assert janitor["Environment"]["Variables"]["LOCK_TABLE"] == {"Ref": lock_table}
 
 
-def _role_statements(template: dict, role_arn: dict) -> list[dict]:
-    (role,) = [role_arn["Fn::GetAtt"][0]]
-    return [s for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"
-            and {"Ref": role} in r["Properties"]["Roles"] for s in r["Properties"]["PolicyDocument"]["Statement"]]
-
-
-def _actions(statement: dict) -> list[str]:
-    return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-
-
 def test_janitor_iam_is_least_privilege(example):
     (janitor,) = [r["Properties"] for k, r in example.template["Resources"].items()
                   if k.startswith("ApplyCustomerUpdatesJanitorFunction") and r["Type"] == "AWS::Lambda::Function"]
-    statements = _role_statements(example.template, janitor["Role"])
-    by_action = {a: s["Resource"] for s in statements for a in _actions(s)}
+    statements = role_statements(example.template, janitor["Role"]["Fn::GetAtt"][0])
+    by_action = {a: s["Resource"] for s in statements for a in actions(s)}
     assert set(by_action) == {"states:GetExecutionHistory", "dynamodb:UpdateItem", "dynamodb:GetItem", "sqs:SendMessage",
                               "logs:CreateLogStream", "logs:PutLogEvents",
                               "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -433,7 +424,7 @@ def test_a_fair_janitor_may_also_read_the_queue_and_wake_any_task_token():
     template = Template.from_stack(stack).to_json()
     (janitor,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
     assert janitor["Environment"]["Variables"]["FAIR_LOCK"] == "true"
-    by_action = {a: s["Resource"] for s in _role_statements(template, janitor["Role"]) for a in _actions(s)}
+    by_action = {a: s["Resource"] for s in role_statements(template, janitor["Role"]["Fn::GetAtt"][0]) for a in actions(s)}
     assert {"dynamodb:UpdateItem", "dynamodb:GetItem", "dynamodb:DeleteItem", "states:SendTaskSuccess",
             "states:DescribeExecution"} <= set(by_action)
     unscoped = {a for a, resource in by_action.items() if resource == "*"}

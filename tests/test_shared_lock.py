@@ -23,6 +23,7 @@ import pytest
 from locked_workflow.state_machines import fair_protocol as fp
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import shared_protocol as sp
+from template_iam import actions, role_statements
 
 NAMESPACE = "rw"
 
@@ -757,15 +758,12 @@ def test_the_janitors_retire_shortens_a_lease_to_the_end_plus_the_grace_and_neve
 def test_only_a_janitor_of_holds_with_presence_rows_may_delete_and_only_those_rows(template):
     """The janitor of read/write sections with presence deletes presence rows (DeleteItem on the
     lock table, its partition keys starting with the row mark), and no other janitor deletes."""
-    resources = template.to_json()["Resources"]
+    rendered = template.to_json()
 
     def janitor_statements(workflow: str) -> list[dict]:
-        (role,) = [k for k, r in resources.items() if k.startswith(f"{workflow}JanitorRole") and r["Type"] == "AWS::IAM::Role"]
-        return [st for r in resources.values() if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]
-                for st in r["Properties"]["PolicyDocument"]["Statement"]]
-
-    def actions(statement: dict) -> list[str]:
-        return statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        (role,) = [k for k, r in rendered["Resources"].items()
+                   if k.startswith(f"{workflow}JanitorRole") and r["Type"] == "AWS::IAM::Role"]
+        return role_statements(rendered, role)
 
     for section in ("MapReadersSection", "MapWritersSection"):
         (delete,) = [st for st in janitor_statements(section) if "dynamodb:DeleteItem" in actions(st)]
@@ -961,8 +959,7 @@ def test_the_park_may_check_the_lock_item_and_no_action_is_a_wildcard(template):
         Match.object_like({"Action": "dynamodb:ConditionCheckItem", "Effect": "Allow"})])}}))
     for policy in template.find_resources("AWS::IAM::Policy").values():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-            assert not any(a == "*" or a.endswith(":*") for a in actions), statement
+            assert not any(a == "*" or a.endswith(":*") for a in actions(statement)), statement
 
 
 def test_the_kinds_are_values_with_their_own_validation():
@@ -1050,11 +1047,11 @@ def test_the_holds_presence_and_the_probe_use_the_protocols_writes(template):
     seen = set()
     for policy in template.find_resources("AWS::IAM::Policy").values():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-            if token_actions & set(actions):
-                assert set(actions) <= token_actions and statement["Resource"] == "*", statement
-                seen |= set(actions)
-            if "dynamodb:DeleteItem" in actions:  # (the lock table, never *)
+            named = set(actions(statement))
+            if token_actions & named:
+                assert named <= token_actions and statement["Resource"] == "*", statement
+                seen |= named
+            if "dynamodb:DeleteItem" in named:  # (the lock table, never *)
                 resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
                 assert resources and "*" not in resources, statement
     assert seen == token_actions

@@ -31,7 +31,7 @@ Lambda retries the event and then sends it to the dead-letter queue.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from aws_lambda_powertools import Tracer
 from botocore.exceptions import BotoCoreError, ClientError
@@ -140,20 +140,26 @@ def history_events(stepfunctions: Any, execution_arn: str, *, page_size: int = H
         yield from page["events"]
 
 
-def _number(attributes: Mapping[str, Any], name: str) -> int | None:
-    value = attributes.get(name, {}).get("N")
-    return int(value) if value is not None else None
-
-
-def _shorten(dynamodb: Any, table: str, arguments: dict) -> bool:
-    """Make a conditional retire write; False when its condition refused it."""
+def _unless_refused(call: Any, **arguments: Any) -> dict | None:
+    """Make a conditional write; its response, or None when its condition refused it."""
     try:
-        dynamodb.update_item(TableName=table, **arguments)
+        return call(**arguments)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
-            return False
+            return None
         raise
-    return True
+
+
+def _retired_until(hold: Mapping[str, Any], names: Callable[[str], str], ended_at_ms: int) -> tuple[str, int] | None:
+    """``(acquiredAt, end + grace)`` of a hold (its attributes, named by ``names``) made at or
+    before the end whose lease that would shorten; None when a retire would not (a retire
+    never lengthens a lease) or the hold is not an execution's acquisition."""
+    acquired, grace, expires = (hold.get(names(name), {}).get("N")
+                                for name in (protocol.ACQUIRED_AT, protocol.GRACE, protocol.EXPIRES_AT))
+    if None in (acquired, grace, expires) or int(acquired) > ended_at_ms:
+        return None
+    until = ended_at_ms + int(grace)
+    return (acquired, until) if until < int(expires) else None
 
 
 def retire(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended_at_ms: int) -> bool:
@@ -162,23 +168,19 @@ def retire(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended
     lengthens it). Reads the lock item, then RETIRE_BY on the exact acquisition read. True
     when this call shortened it; False when the lock is not that acquisition's any more (or it
     was made after the end), was retired already (a duplicate event), or ends sooner anyway."""
-    item = settings.item
+    item, write = settings.item, protocol.RETIRE_BY
     current = dynamodb.get_item(TableName=settings.table_name, Key=protocol.lock_item_key(key, item),
                                 ConsistentRead=True).get("Item", {})
-    acquired, grace, expires = (_number(current, item.attribute(name))
-                                for name in (protocol.ACQUIRED_AT, protocol.GRACE, protocol.EXPIRES_AT))
-    if (current.get(item.attribute(protocol.OWNER), {}).get("S") != owner or None in (acquired, grace, expires)
-            or acquired > ended_at_ms or ended_at_ms + grace >= expires):
+    retired = _retired_until(current, item.attribute, ended_at_ms)
+    if current.get(item.attribute(protocol.OWNER), {}).get("S") != owner or retired is None:
         return False
-    write = protocol.RETIRE_BY
-    return _shorten(dynamodb, settings.table_name, {
-        "Key": protocol.lock_item_key(key, item),
-        "UpdateExpression": write.update,
-        "ConditionExpression": write.condition,
-        "ExpressionAttributeNames": write.attribute_names(item),
-        "ExpressionAttributeValues": {":owner": {"S": owner}, ":acquiredAt": {"N": str(acquired)},
-                                      ":until": {"N": str(ended_at_ms + grace)}},
-    })
+    return _unless_refused(
+        dynamodb.update_item, TableName=settings.table_name, Key=protocol.lock_item_key(key, item),
+        UpdateExpression=write.update, ConditionExpression=write.condition,
+        ExpressionAttributeNames=write.attribute_names(item),
+        ExpressionAttributeValues={":owner": {"S": owner}, ":acquiredAt": {"N": retired[0]},
+                                   ":until": {"N": str(retired[1])}},
+    ) is not None
 
 
 def retire_reader(dynamodb: Any, settings: JanitorSettings, key: str, owner: str, ended_at_ms: int) -> bool:
@@ -188,13 +190,12 @@ def retire_reader(dynamodb: Any, settings: JanitorSettings, key: str, owner: str
     current = dynamodb.get_item(TableName=settings.table_name, Key=protocol.lock_item_key(key),
                                 ConsistentRead=True).get("Item", {})
     entry = shared_protocol.readers_of(current).get(owner, {})
-    acquired, grace, expires = (_number(entry, name)
-                                for name in (protocol.ACQUIRED_AT, protocol.GRACE, protocol.EXPIRES_AT))
-    if None in (acquired, grace, expires) or acquired > ended_at_ms or ended_at_ms + grace >= expires:
+    retired = _retired_until(entry, str, ended_at_ms)  # (an entry's attributes are not prefixed)
+    if retired is None:
         return False
     arguments = shared_protocol.arguments(key, shared_protocol.RETIRE_GONE_READER, {
-        ":acquiredAt": {"N": str(acquired)}, ":until": {"N": str(ended_at_ms + grace)}}, reader=owner)
-    return _shorten(dynamodb, settings.table_name, arguments)
+        ":acquiredAt": {"N": retired[0]}, ":until": {"N": str(retired[1])}}, reader=owner)
+    return _unless_refused(dynamodb.update_item, TableName=settings.table_name, **arguments) is not None
 
 
 def forget_row(dynamodb: Any, settings: JanitorSettings, row_key: str, ended_at_ms: int) -> bool:
@@ -203,13 +204,8 @@ def forget_row(dynamodb: Any, settings: JanitorSettings, row_key: str, ended_at_
     or a duplicate event) or it is a redriven hold's."""
     arguments = fair_protocol.delete_arguments(row_key, shared_protocol.FORGET_ROW,
                                                {":endedAt": {"N": str(ended_at_ms)}})
-    try:
-        old = dynamodb.delete_item(TableName=settings.table_name, **arguments)
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
-            return False
-        raise
-    return bool(old.get("Attributes"))
+    deleted = _unless_refused(dynamodb.delete_item, TableName=settings.table_name, **arguments)
+    return bool(deleted and deleted.get("Attributes"))
 
 
 def dequeue(dynamodb: Any, settings: JanitorSettings, row_key: str, owner: str) -> bool:
@@ -217,13 +213,7 @@ def dequeue(dynamodb: Any, settings: JanitorSettings, row_key: str, owner: str) 
     when the row is gone (claimed, requeued) or not that waiter's."""
     arguments = shared_protocol.arguments(row_key, shared_protocol.DEQUEUE,
                                           {":me": {"S": owner}, ":one": {"N": "1"}})
-    try:
-        dynamodb.update_item(TableName=settings.table_name, **arguments)
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
-            return False
-        raise
-    return True
+    return _unless_refused(dynamodb.update_item, TableName=settings.table_name, **arguments) is not None
 
 
 @tracer.capture_method
