@@ -530,7 +530,9 @@ class LockedSection(sfn.StateMachineFragment):
         )
         retry_transient(depart)
         depart.add_catch(lost, errors=[protocol.CONDITION_FAILED])
-        depart.add_catch(worked, errors=[protocol.QUERY_EVALUATION_ERROR])  # a re-entered hold
+        # a re-entered hold: nothing to depart; the work's output goes on (a Catch's default
+        # output is the error object, which the state after the section would receive)
+        depart.add_catch(worked, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         projection, projection_names = protocol.presence_projection(item)
         read = tasks.DynamoGetItem.jsonata(
             self, self._name("Departed"), table=self.table,
