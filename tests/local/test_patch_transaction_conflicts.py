@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from moto.dynamodb.models import DynamoDBBackend
 
 from locked_workflow.testing import LocalCloud
+from locked_workflow.testing.faults import Fault, dynamodb_faults
 from locked_workflow.testing.pytest_plugin import require_backend
 from locked_workflow.testing.patches.transaction_conflicts import (
     CANCELLED_ERROR,
@@ -295,3 +296,18 @@ def test_a_retry_on_the_conflict_recovers_once_the_transaction_ends(scene):
     failed = [e["taskFailedEventDetails"]["error"] for e in result.history if e["type"] == "TaskFailed"]
     assert result.status == "SUCCEEDED" and failed and set(failed) == {"DynamoDB.TransactionConflictException"}
     assert scene.item(HELD) == {**HELD, "n": {"N": "1"}, "tx": {"S": "yes"}}
+
+
+def test_a_lost_response_of_a_transaction_in_flight_composes_with_the_faults(scene):
+    """``dynamodb_faults`` sits above the mode: a transaction whose response is lost was in flight
+    (writes rejected meanwhile), applied, and its caller sees the fault."""
+    ends = threading.Event()
+    lost = Fault("TransactWriteItems", "InternalServerError", after_call=True)
+    with transaction_conflicts(window_s=30, until=ends) as log, dynamodb_faults(lost):
+        transaction = _InFlight(scene, log)
+        assert _code(lambda: scene.dynamodb.update_item(**scene.increment(HELD))) == CONFLICT_ERROR
+        ends.set()
+        result = transaction.join()
+    assert isinstance(result, ClientError) and result.response["Error"]["Code"] == "InternalServerError"
+    assert lost.injected == 1 and log.count("applied") == 1
+    assert scene.item(HELD) == {**HELD, "n": {"N": "0"}, "tx": {"S": "yes"}}
