@@ -220,6 +220,21 @@ def test_a_second_transaction_on_a_held_item_is_cancelled_with_a_transaction_con
     assert scene.item(HELD) == {**HELD, "n": {"N": "0"}, "tx": {"S": "yes"}}
 
 
+def test_with_write_wins_the_write_lands_and_the_transaction_is_cancelled_having_written_nothing(scene):
+    ends = threading.Event()
+    with transaction_conflicts(window_s=30, until=ends, write_wins=True) as log:
+        transaction = _InFlight(scene, log)
+        scene.dynamodb.update_item(**scene.increment(HELD))
+        assert scene.item(HELD) == {**HELD, "n": {"N": "1"}}
+        ends.set()
+        cancelled = transaction.join()
+    assert isinstance(cancelled, scene.dynamodb.exceptions.TransactionCanceledException), cancelled
+    assert cancelled.response["CancellationReasons"] == [
+        {"Code": CONFLICT_REASON, "Message": "Transaction is ongoing for the item."}, {"Code": "None"}]
+    assert log.count("won") == 1 and log.cancelled_transactions == 1 and log.count("applied") == 0
+    assert scene.item(HELD) == {**HELD, "n": {"N": "1"}} and scene.item(OTHER) is None
+
+
 def test_concurrent_transactions_and_writes_conflict_and_lose_no_update(scene):
     """The burst of the gap test with the mode on: conflicts now happen, and every increment that
     succeeded is counted once (none that failed is)."""
@@ -234,6 +249,9 @@ def test_concurrent_transactions_and_writes_conflict_and_lose_no_update(scene):
 def test_the_mode_validates_its_window_and_is_on_once(cloud):
     with pytest.raises(ValueError, match="`window_s` must be a number of seconds >= 0, got: -1"):
         with transaction_conflicts(window_s=-1):
+            pass
+    with pytest.raises(ValueError, match="`write_wins` must be a bool, got: 'yes'"):
+        with transaction_conflicts(write_wins="yes"):
             pass
     with transaction_conflicts():
         with pytest.raises(RuntimeError, match="already on"):

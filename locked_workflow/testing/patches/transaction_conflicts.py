@@ -52,9 +52,15 @@ Step Functions gives it: ``DynamoDB.TransactionConflictException`` (optimized in
 ``dynamodb_faults`` entered later: a fault injected before a call stops it before any
 conflict check, a lost response comes after it.
 
+AWS's launch post of transactions tells the other outcome of a single write against a
+transaction in flight: "If an item is modified outside of a transaction while the transaction
+is in progress, the transaction is canceled" (https://aws.amazon.com/blogs/aws/new-amazon-dynamodb-transactions/).
+``write_wins=True`` models that one: the write succeeds, and the transaction, at the end of
+its window, is cancelled with a ``TransactionConflict`` reason at each item such a write
+touched, having written nothing. A lock must cope with both.
+
 Not modelled: BatchWriteItem (its API lists no conflict error), PartiQL (``ExecuteStatement``,
-``ExecuteTransaction``), a TransactGetItems in flight against later writes, and a write
-that wins over a transaction in flight (the transaction then cancelled).
+``ExecuteTransaction``), and a TransactGetItems in flight against later writes.
 
 Proof: ``tests/local/test_patch_transaction_conflicts.py``.
 """
@@ -93,7 +99,7 @@ ItemId = tuple[Hashable, ...]
 class ConflictLog:
     """What the mode did, for assertions: ``outcomes`` lists ``(operation, outcome)`` of every
     request it answered or held (``"in flight"``, ``"applied"``, ``CONFLICT_ERROR``,
-    ``CANCELLED_ERROR``)."""
+    ``CANCELLED_ERROR``, ``"won"``: a write that cancelled a transaction in flight)."""
 
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     in_flight: int = 0
@@ -118,13 +124,16 @@ class ConflictLog:
 
 
 class _Mode:
-    def __init__(self, window_s: float, until: threading.Event | None, when: Callable[[dict], bool]) -> None:
+    def __init__(self, window_s: float, until: threading.Event | None, when: Callable[[dict], bool],
+                 write_wins: bool) -> None:
         self.window_s = window_s
         self.until = until
         self.when = when
+        self.write_wins = write_wins
         self.log = ConflictLog()
         self._guard = threading.Lock()
         self._held: dict[ItemId, int] = {}  # item -> the transaction holding it
+        self._lost: dict[int, set[ItemId]] = {}  # a transaction -> its items a winning write touched
         self._key_names: dict[tuple[str, str], tuple[str, ...]] = {}
         self._next_id = 0
 
@@ -166,24 +175,35 @@ class _Mode:
         window = operation == "TransactWriteItems" and self.when(params)
         with self._guard:
             conflicts = [item in self._held for item in items]
-            if any(conflicts):
+            wins = any(conflicts) and self.write_wins and operation in _SINGLE_WRITES
+            if wins:
+                self._lost.setdefault(self._held[items[0]], set()).add(items[0])
+                self.log.outcomes.append((operation, "won"))
+            elif any(conflicts):
                 outcome = CONFLICT_ERROR if operation in _SINGLE_WRITES else CANCELLED_ERROR
                 self.log.outcomes.append((operation, outcome))
             elif window:
                 self._next_id += 1
+                transaction = self._next_id
                 for item in items:
-                    self._held[item] = self._next_id
+                    self._held[item] = transaction
                 self.log.in_flight += 1
                 self.log.outcomes.append((operation, "in flight"))
-        if any(conflicts):
+        if any(conflicts) and not wins:
             raise _conflict(client, operation, conflicts)
-        if not window:
+        if not window or wins:
             return original(client, operation, params)
         try:
             if self.until is not None:
                 self.until.wait(self.window_s)
             else:
                 time.sleep(self.window_s)
+            with self._guard:
+                lost = self._lost.pop(transaction, set())
+                if lost:
+                    self.log.outcomes.append((operation, CANCELLED_ERROR))
+            if lost:
+                raise _conflict(client, operation, [item in lost for item in items])
             result = original(client, operation, params)
             self.log.outcomes.append((operation, "applied"))
             return result
@@ -191,6 +211,7 @@ class _Mode:
             with self._guard:
                 for item in items:
                     del self._held[item]
+                self._lost.pop(transaction, None)
                 self.log.in_flight -= 1
 
 
@@ -262,6 +283,7 @@ def transaction_conflicts(
     window_s: float = 0.2,
     until: threading.Event | None = None,
     when: Callable[[dict], bool] = lambda params: True,
+    write_wins: bool = False,
 ) -> Iterator[ConflictLog]:
     """Answer requests that meet a transaction in flight as DynamoDB does (module docstring).
 
@@ -273,12 +295,18 @@ def transaction_conflicts(
         when: which TransactWriteItems go in flight, given their parameters (botocore's,
             e.g. ``params["TransactItems"]``). Default: all. Every request is checked
             against those in flight whatever ``when`` says. Must not call AWS.
+        write_wins: a PutItem/UpdateItem/DeleteItem on an item in flight succeeds, and the
+            transaction is cancelled at the end of its window (the launch post's outcome).
+            Default False: the write fails with ``TransactionConflictException`` (the
+            developer guide's).
 
     Yields the :class:`ConflictLog`. Needs an active ``LocalCloud``; one mode at a time.
     """
     if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not window_s >= 0:
         raise ValueError(f"`window_s` must be a number of seconds >= 0, got: {window_s!r}")
-    mode = _Mode(float(window_s), until, when)
+    if not isinstance(write_wins, bool):
+        raise ValueError(f"`write_wins` must be a bool, got: {write_wins!r}")
+    mode = _Mode(float(window_s), until, when, write_wins)
     with _HOOK.lock:
         if _HOOK.installed == 0:
             raise RuntimeError("transaction_conflicts needs an active LocalCloud (its runtime installs the hook)")
