@@ -329,3 +329,38 @@ def test_a_lost_response_of_a_transaction_in_flight_composes_with_the_faults(sce
     assert isinstance(result, ClientError) and result.response["Error"]["Code"] == "InternalServerError"
     assert lost.injected == 1 and log.count("applied") == 1
     assert scene.item(HELD) == {**HELD, "n": {"N": "0"}, "tx": {"S": "yes"}}
+
+
+def test_a_targeted_conflict_meets_each_integration_once_and_its_retry_recovers(scene):
+    """``conflict_when`` makes every other call of an operation meet a conflict (the two UpdateItem
+    tasks' first tries, the transaction's): each task fails once with Step Functions' name for it,
+    its Retry on that name runs it again, and it lands once."""
+    def retry_on(error: str) -> list[dict]:
+        return [{"ErrorEquals": [error], "IntervalSeconds": 1, "MaxAttempts": 2, "BackoffRate": 1}]
+
+    increment = scene.increment(HELD)
+    machine = create_state_machine({
+        "QueryLanguage": "JSONata", "StartAt": "Optimized",
+        "States": {
+            "Optimized": _task("dynamodb:updateItem", increment, Retry=retry_on("DynamoDB.TransactionConflictException"),
+                               Next="AwsSdk"),
+            "AwsSdk": _task("aws-sdk:dynamodb:updateItem", increment, Retry=retry_on("DynamoDb.TransactionConflictException"),
+                            Next="Transaction"),
+            "Transaction": _task("aws-sdk:dynamodb:transactWriteItems", {"TransactItems": [{"Update": increment}]},
+                                 Retry=retry_on("DynamoDb.TransactionCanceledException"), End=True),
+        },
+    }, name=scene.table)
+    seen: dict[str, int] = {}
+
+    def every_other(operation: str, params: dict) -> bool:
+        seen[operation] = seen.get(operation, 0) + 1
+        return seen[operation] % 2 == 1
+
+    with transaction_conflicts(window_s=0, conflict_when=every_other) as log:
+        result = scene.cloud.wait_for(scene.cloud.start_execution(machine, {}), timeout=30)
+    failed = [e["taskFailedEventDetails"] for e in result.history if e["type"] == "TaskFailed"]
+    assert result.status == "SUCCEEDED", result
+    assert [f["error"] for f in failed] == ["DynamoDB.TransactionConflictException", "DynamoDb.TransactionConflictException",
+                                           "DynamoDb.TransactionCanceledException"]
+    assert CONFLICT_REASON in failed[2]["cause"] and log.injected == 3
+    assert scene.item(HELD)["n"] == {"N": "3"}  # each increment landed once

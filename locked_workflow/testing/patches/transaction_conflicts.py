@@ -59,6 +59,12 @@ is in progress, the transaction is canceled" (https://aws.amazon.com/blogs/aws/n
 its window, is cancelled with a ``TransactionConflict`` reason at each item such a write
 touched, having written nothing. A lock must cope with both.
 
+A fault matrix that wants one given call to meet a conflict, whatever else is in flight,
+names it with ``conflict_when(operation, params)``: that request is answered as if a
+transaction in flight held each of its items (a single write: ``TransactionConflictException``;
+a transaction: cancelled, ``TransactionConflict`` at every action) and never reaches the
+backend.
+
 Not modelled: BatchWriteItem (its API lists no conflict error), PartiQL (``ExecuteStatement``,
 ``ExecuteTransaction``), and a TransactGetItems in flight against later writes.
 
@@ -103,6 +109,8 @@ class ConflictLog:
 
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     in_flight: int = 0
+    #: Requests answered with a conflict because ``conflict_when`` named them.
+    injected: int = 0
 
     def count(self, outcome: str, operation: str | None = None) -> int:
         return sum(1 for op, out in list(self.outcomes) if out == outcome and operation in (None, op))
@@ -125,11 +133,12 @@ class ConflictLog:
 
 class _Mode:
     def __init__(self, window_s: float, until: threading.Event | None, when: Callable[[dict], bool],
-                 write_wins: bool) -> None:
+                 write_wins: bool, conflict_when: Callable[[str, dict], bool] | None) -> None:
         self.window_s = window_s
         self.until = until
         self.when = when
         self.write_wins = write_wins
+        self.conflict_when = conflict_when
         self.log = ConflictLog()
         self._guard = threading.Lock()
         self._held: dict[ItemId, int] = {}  # item -> the transaction holding it
@@ -172,6 +181,11 @@ class _Mode:
             return original(client, operation, params)  # malformed: the backend's validation answers
         if len(set(items)) != len(items):
             return original(client, operation, params)  # two actions on one item: a ValidationException
+        if self.conflict_when is not None and self.conflict_when(operation, params):
+            with self._guard:
+                self.log.outcomes.append((operation, CONFLICT_ERROR if operation in _SINGLE_WRITES else CANCELLED_ERROR))
+                self.log.injected += 1
+            raise _conflict(client, operation, [True] * len(items))
         window = operation == "TransactWriteItems" and self.when(params)
         with self._guard:
             conflicts = [item in self._held for item in items]
@@ -284,6 +298,7 @@ def transaction_conflicts(
     until: threading.Event | None = None,
     when: Callable[[dict], bool] = lambda params: True,
     write_wins: bool = False,
+    conflict_when: Callable[[str, dict], bool] | None = None,
 ) -> Iterator[ConflictLog]:
     """Answer requests that meet a transaction in flight as DynamoDB does (module docstring).
 
@@ -299,6 +314,10 @@ def transaction_conflicts(
             transaction is cancelled at the end of its window (the launch post's outcome).
             Default False: the write fails with ``TransactionConflictException`` (the
             developer guide's).
+        conflict_when: given the operation and parameters of every PutItem, UpdateItem,
+            DeleteItem, TransactWriteItems and TransactGetItems, True answers it as if a
+            transaction in flight held all its items (a targeted fault; count calls in it
+            for "the first two"). Default None. Must not call AWS.
 
     Yields the :class:`ConflictLog`. Needs an active ``LocalCloud``; one mode at a time.
     """
@@ -306,7 +325,7 @@ def transaction_conflicts(
         raise ValueError(f"`window_s` must be a number of seconds >= 0, got: {window_s!r}")
     if not isinstance(write_wins, bool):
         raise ValueError(f"`write_wins` must be a bool, got: {write_wins!r}")
-    mode = _Mode(float(window_s), until, when, write_wins)
+    mode = _Mode(float(window_s), until, when, write_wins, conflict_when)
     with _HOOK.lock:
         if _HOOK.installed == 0:
             raise RuntimeError("transaction_conflicts needs an active LocalCloud (its runtime installs the hook)")
