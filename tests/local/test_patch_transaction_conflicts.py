@@ -246,7 +246,7 @@ def test_concurrent_transactions_and_writes_conflict_and_lose_no_update(scene):
     assert log.rejected_writes == codes.get(CONFLICT_ERROR, 0) and log.cancelled_transactions == codes.get(CANCELLED_ERROR, 0)
 
 
-def test_the_mode_validates_its_window_and_is_on_once(cloud):
+def test_the_mode_validates_its_options_is_on_once_and_leaves_bad_requests_to_the_backend(cloud):
     with pytest.raises(ValueError, match="`window_s` must be a number of seconds >= 0, got: -1"):
         with transaction_conflicts(window_s=-1):
             pass
@@ -257,6 +257,8 @@ def test_the_mode_validates_its_window_and_is_on_once(cloud):
         with pytest.raises(RuntimeError, match="already on"):
             with transaction_conflicts():
                 pass
+        with pytest.raises(cloud.dynamodb.exceptions.ResourceNotFoundException):  # the backend's answer, as without
+            cloud.dynamodb.put_item(TableName="no-such-table", Item={"pk": {"S": "x"}})
 
 
 # -- state machines -------------------------------------------------------------------------

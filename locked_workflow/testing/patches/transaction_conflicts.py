@@ -34,10 +34,12 @@ GetItem, BatchGetItem, Query, Scan             served (the state before the tran
 
 The transaction's effects are applied atomically at the *end* of its window (its conditions
 evaluated then), and its caller gets the answer after that. That is the stricter of the two
-orders: DynamoDB's reads are read-committed (same page, "Isolation levels"), so nothing
-may see a transaction before it commits, and ending the window with the commit hides the
-transaction from every reader for the longest time allowed; its caller waits the whole
-window either way. Two conflicting transactions: the one that arrives second is cancelled
+orders: a read is serialized before or after a transaction and never sees a transactional
+write that did not succeed (same page, "Isolation levels for DynamoDB transactions"), so a
+read in the window may see the state before; committing at the end shows the old state to
+every reader for the longest time allowed (a waiter polling for a transaction's effect waits
+longest), and a transaction cancelled at its end (``write_wins``) was never seen; its caller
+waits the whole window either way. Two conflicting transactions: the one that arrives second is cancelled
 at once and holds nothing. A TransactWriteItems the backend then refuses (a failed
 condition, a validation error) held its items for its window all the same (stricter: AWS
 refuses validation errors before any item is held).
@@ -84,6 +86,7 @@ from unittest import mock
 
 from boto3.dynamodb.types import TypeSerializer
 from botocore.client import BaseClient
+from botocore.exceptions import ClientError
 
 #: The exception of a single-item write that meets a transaction in flight.
 CONFLICT_ERROR = "TransactionConflictException"
@@ -177,8 +180,8 @@ class _Mode:
     def call(self, original: Callable, client: BaseClient, operation: str, params: dict) -> Any:
         try:
             items = self._items(original, client, operation, params)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return original(client, operation, params)  # malformed: the backend's validation answers
+        except (KeyError, TypeError, ValueError, AttributeError, ClientError):
+            return original(client, operation, params)  # malformed, no such table: the backend answers
         if len(set(items)) != len(items):
             return original(client, operation, params)  # two actions on one item: a ValidationException
         if self.conflict_when is not None and self.conflict_when(operation, params):
