@@ -17,6 +17,9 @@ being stopped right there. ``when`` must not call AWS (it runs under the hook's 
 
 The hook sits in botocore (``BaseClient._make_api_call``), upstream of both moto and
 DynamoDB Local, so it sees the state machines', the Lambdas' and the tests' own calls.
+
+``transaction_conflicts(window_s=...)`` (``patches/transaction_conflicts``, re-exported here)
+makes DynamoDB answer what it answers a request that meets a transaction in flight.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ from unittest import mock
 
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
+
+from locked_workflow.testing.patches.transaction_conflicts import (  # noqa: F401 - the fault API in one place
+    ConflictLog,
+    transaction_conflicts,
+)
 
 
 @dataclass

@@ -12,6 +12,7 @@ module                     gap
 serial_dynamodb            concurrent conditional writes can all win
 dynamodb_validation        item size counted twice on update; partial UpdateItems; invalid numbers and sets stored
 consumed_capacity          ReturnConsumedCapacity answered with constants, whatever the items' sizes
+transaction_conflicts      no TransactionConflictException, no TransactionConflict cancellation (a mode, off by default)
 execution_snapshot         a second execution of a state machine cannot start
 execution_output           DescribeExecution returns a string output unencoded
 state_machine_type         CreateStateMachine ignores type=EXPRESS
@@ -76,6 +77,7 @@ from locked_workflow.testing.patches import (
     task_failure_cause,
     task_tokens,
     terminal_errors,
+    transaction_conflicts,
     unique_execution_names,
 )
 
@@ -94,6 +96,7 @@ def apply_all(
     serial_dynamodb.apply(stack)
     consumed_capacity.apply(stack)  # before dynamodb_validation: measures only requests it let through
     dynamodb_validation.apply(stack)
+    transaction_conflicts.apply(stack)  # dormant until transaction_conflicts(...) turns it on
     execution_snapshot.apply(stack)
     execution_output.apply(stack)
     state_machine_type.apply(stack)
