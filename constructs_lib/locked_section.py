@@ -33,7 +33,7 @@ from locked_workflow.constructs_lib.section_work import (
     work_tasks,
 )
 from locked_workflow.constructs_lib.lock_table import LockTable
-from locked_workflow.constructs_lib import prop_types
+from locked_workflow.constructs_lib import lease_check, prop_types
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
@@ -887,7 +887,12 @@ class LockedSection(sfn.StateMachineFragment):
 
         :param shares_lock_with: other state machines whose executions may hold this lock
             (the liveness check may describe them). Default: none.
+
+        A ``lease`` shorter than the longest run of ``state_machine`` (its timeout; without
+        one, a year for STANDARD) gets a synth warning saying what it costs.
         """
+        run_s, run = lease_check.machine_max_run(state_machine)
+        lease_check.warn_if_shorter(self, lease_s=self._lease_ms / 1000, run_s=run_s, run=run)
         names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
         self.grant_liveness_check(state_machine, *names)
         return LockJanitor(

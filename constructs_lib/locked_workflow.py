@@ -12,7 +12,7 @@ from aws_cdk import aws_events_targets as targets, aws_iam as iam, aws_logs as l
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from locked_workflow.constructs_lib import prop_types
+from locked_workflow.constructs_lib import lease_check, prop_types
 from locked_workflow.constructs_lib.janitor import LockJanitor
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
 from locked_workflow.constructs_lib.lock_table import LockTable
@@ -54,7 +54,8 @@ class LockedWorkflow(Construct):
         jitter, 8 retries per round).
     :param timeout: state machine timeout. Default: 1 hour (STANDARD), 5 minutes (EXPRESS).
     :param lease: lease of an acquisition. Default: ``timeout`` + 5 minutes, so a live
-        execution can never outlive its lease. Shorter leases are allowed (see LockedSection).
+        execution can never outlive its lease. Shorter leases are allowed (see LockedSection);
+        one shorter than ``timeout`` gets a synth warning saying what it costs.
     :param state_machine_type: ``STANDARD`` or ``EXPRESS``. Default: ``STANDARD``.
     :param state_machine_name: physical name. Default: generated.
     :param logging: send execution logs (level ALL, with execution data) to a new log group.
@@ -141,6 +142,11 @@ class LockedWorkflow(Construct):
                     "timeout + 5 minutes), got: None"
                 )
             lease = Duration.millis(timeout.to_milliseconds() + LEASE_MARGIN.to_milliseconds())
+        elif isinstance(lease, Duration) and not lease.is_unresolved():
+            lease_check.warn_if_shorter(
+                self, lease_s=lease.to_milliseconds() / 1000, run_s=timeout_s,
+                run="`timeout`, the longest a run may last",
+            )
 
         self.lock_table: Optional[LockTable] = None
         if record_table is not None:

@@ -1,0 +1,77 @@
+"""What the constructs know at synth and say: a lease shorter than the run (a warning), a lock
+table with the wrong key, a record table's key (TableV2 too), kinds an EXPRESS machine cannot
+run, the query language of the work (issue 26).
+
+One synth for every warning case (a synth costs seconds); refusals at construction need none.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_stepfunctions as sfn
+
+from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
+from locked_workflow.constructs_lib.lease_check import WARNING_ID
+from locked_workflow.state_machines.lock_protocol import jsonata
+
+KEY = jsonata("$states.input.id")
+
+
+def _section(stack: cdk.Stack, construct_id: str, table, lease: cdk.Duration) -> LockedSection:
+    return LockedSection(
+        stack, construct_id, lock=Lock.mutex(KEY), table=table, lease=lease,
+        protected=sfn.Pass.jsonata(stack, f"{construct_id}Work"),
+    )
+
+
+def _machine(stack: cdk.Stack, construct_id: str, section: LockedSection, **props) -> sfn.StateMachine:
+    return sfn.StateMachine(
+        stack, construct_id, definition_body=sfn.DefinitionBody.from_chainable(section),
+        query_language=sfn.QueryLanguage.JSONATA, **props,
+    )
+
+
+@pytest.fixture(scope="session")
+def lease_warnings() -> dict[str, list[str]]:
+    """Construct path -> the lease warnings synth reported there."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Leases")
+    LockedWorkflow(stack, "ShortLease", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "A"),
+                   timeout=cdk.Duration.hours(1), lease=cdk.Duration.minutes(30))
+    LockedWorkflow(stack, "DefaultLease", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "B"),
+                   timeout=cdk.Duration.hours(1))
+    table = LockTable(stack, "Locks")
+    for construct_id, props in (
+        ("Bounded", {"timeout": cdk.Duration.hours(1)}),
+        ("Unbounded", {}),
+        ("Fits", {"timeout": cdk.Duration.minutes(5)}),
+    ):
+        section = _section(stack, f"{construct_id}Section", table, cdk.Duration.minutes(10))
+        section.recover_stale_holders(_machine(stack, f"{construct_id}Machine", section, **props))
+    artifact = app.synth().get_stack_by_name("Leases")
+    found: dict[str, list[str]] = {}
+    for message in artifact.messages:
+        text = str(message.entry.data)
+        if str(message.level).endswith("WARNING") and WARNING_ID in text:
+            found.setdefault(message.id, []).append(text)
+    return found
+
+
+def _at(found: dict[str, list[str]], construct_path: str) -> list[str]:
+    return [text for path, texts in found.items() if path == f"/Leases/{construct_path}" for text in texts]
+
+
+def test_a_workflow_lease_shorter_than_its_timeout_is_warned_with_its_cost(lease_warnings):
+    (warning,) = _at(lease_warnings, "ShortLease")
+    assert "`lease` (30 min) is shorter than `timeout`" in warning and "(1 h)" in warning
+    assert "Lock.Lost" in warning and "both are inside at once" in warning and "fence" in warning
+    assert not _at(lease_warnings, "DefaultLease")  # timeout + 5 min: nothing to say
+
+
+def test_a_section_lease_shorter_than_its_machine_is_warned(lease_warnings):
+    (bounded,) = _at(lease_warnings, "BoundedSection")
+    assert "`lease` (10 min) is shorter than the timeout of 'Leases/BoundedMachine' (1 h)" in bounded
+    (unbounded,) = _at(lease_warnings, "UnboundedSection")
+    assert "no timeout" in unbounded and "365 days" in unbounded
+    assert not _at(lease_warnings, "FitsSection")  # 10 min lease, 5 min machine
