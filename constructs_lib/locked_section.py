@@ -32,7 +32,7 @@ from locked_workflow.constructs_lib.section_work import (
     task_states,
     work_tasks,
 )
-from locked_workflow.constructs_lib.lock_table import LockTable
+from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
 from locked_workflow.constructs_lib import lease_check, prop_types
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -249,6 +249,8 @@ class LockedSection(sfn.StateMachineFragment):
             table = lock.record_table
         elif table is None:
             raise ValueError(f"`table` must be given (the lock table) with Lock.{_FACTORY[lock.kind]}, got: None")
+        else:
+            check_lock_table("table", table)
         problem = protocol.namespace_problem(key_namespace)
         if problem:
             raise ValueError(f"`key_namespace` {problem}")

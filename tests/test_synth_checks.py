@@ -75,3 +75,27 @@ def test_a_section_lease_shorter_than_its_machine_is_warned(lease_warnings):
     (unbounded,) = _at(lease_warnings, "UnboundedSection")
     assert "no timeout" in unbounded and "365 days" in unbounded
     assert not _at(lease_warnings, "FitsSection")  # 10 min lease, 5 min machine
+
+
+@pytest.mark.parametrize("table_class", ["Table", "TableV2"])
+@pytest.mark.parametrize("keys,shown", [
+    ({"partition_key": ("id", "STRING")}, "id (string)"),
+    ({"partition_key": ("pk", "NUMBER")}, "pk (number)"),
+    ({"partition_key": ("pk", "STRING"), "sort_key": ("sk", "STRING")}, "pk (string) and sort key sk (string)"),
+])
+def test_a_lock_table_with_the_wrong_key_is_refused(table_class, keys, shown):
+    """Every run would fail ``DynamoDB.ValidationException``: refused at construction."""
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    stack = cdk.Stack(cdk.App(), "Keys")
+    table = getattr(dynamodb, table_class)(stack, "Mine", **{
+        prop: dynamodb.Attribute(name=name, type=getattr(dynamodb.AttributeType, kind)) for prop, (name, kind) in keys.items()
+    })
+    with pytest.raises(ValueError, match=r"^`table` must have the string partition key `pk` and no sort key .*, got: "
+                       + shown.replace("(", r"\(").replace(")", r"\)") + "$"):
+        LockedWorkflow(stack, "Wrong", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "W"), table=table)
+    # a table with the key, a LockTable, or one whose schema cannot be read are taken
+    right = getattr(dynamodb, table_class)(stack, "Right", partition_key=dynamodb.Attribute(
+        name="pk", type=dynamodb.AttributeType.STRING))
+    _section(stack, "RightKey", right, cdk.Duration.minutes(5))
+    _section(stack, "Imported", dynamodb.Table.from_table_name(stack, "Imp", "locks"), cdk.Duration.minutes(5))
