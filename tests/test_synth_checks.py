@@ -99,3 +99,30 @@ def test_a_lock_table_with_the_wrong_key_is_refused(table_class, keys, shown):
         name="pk", type=dynamodb.AttributeType.STRING))
     _section(stack, "RightKey", right, cdk.Duration.minutes(5))
     _section(stack, "Imported", dynamodb.Table.from_table_name(stack, "Imp", "locks"), cdk.Duration.minutes(5))
+
+
+@pytest.mark.parametrize("sort,key_type,message", [
+    (None, "STRING", None),
+    ("sk", "STRING", "`table` must have no sort key (one record per lock key), got: sort key sk"),
+    (None, "NUMBER", "`table` must have a string partition key (the lock key), got: customerId (number)"),
+])
+def test_a_lock_on_records_of_a_table_v2_reads_its_key(sort, key_type, message):
+    """The quick start's own ``dynamodb.TableV2`` was taken for an imported table ("when its
+    schema cannot be read"): its key is read, and the sort-key and key-type checks apply."""
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    stack = cdk.Stack(cdk.App(), "Records")
+    customers = dynamodb.TableV2(
+        stack, "Customers",
+        partition_key=dynamodb.Attribute(name="customerId", type=getattr(dynamodb.AttributeType, key_type)),
+        sort_key=dynamodb.Attribute(name=sort, type=dynamodb.AttributeType.STRING) if sort else None,
+    )
+    if message is None:
+        lock = Lock.on_record(customers, KEY)
+        assert lock.builder().item.key_attribute == "customerId"
+        with pytest.raises(ValueError, match="`key_attribute` must be the table's partition key 'customerId', got: 'id'"):
+            Lock.on_record(customers, KEY, key_attribute="id")
+    else:
+        with pytest.raises(ValueError) as raised:
+            Lock.on_record(customers, KEY)
+        assert str(raised.value) == message
