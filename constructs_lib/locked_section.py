@@ -339,7 +339,8 @@ class LockedSection(sfn.StateMachineFragment):
         self.release = self._build_release()
         acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
-        if self.detect_cancellation:
+        self._parks = parks
+        if self.detect_cancellation or parks:
             self.node.add_validation(_NotInExpress(self))
 
     # -- wiring -------------------------------------------------------------------------
@@ -931,23 +932,38 @@ def _concurrent_message(outer: "LockedSection", inner: "LockedSection", where: s
 
 @jsii.implements(IValidation)
 class _NotInExpress:
-    """A section with ``detect_cancellation`` parks a presence task on a task token, which
-    EXPRESS state machines refuse (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html):
-    found at synth, in the definitions of the stack's EXPRESS state machines."""
+    """What parks on a task token - a fair lock's waiters (but ``polling=True``), a read/write
+    lock's (``Lock.shared`` / ``Lock.exclusive``), a hold's presence task
+    (``detect_cancellation``) - cannot run in an EXPRESS state machine
+    (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html: EXPRESS
+    supports Request Response only): found at synth, in the definitions of the stack's EXPRESS
+    state machines."""
 
     def __init__(self, section: "LockedSection") -> None:
         self._section = section
 
     def validate(self) -> List[str]:
-        stack = Stack.of(self._section)
-        marker = f"Exclusive lock ({self._section.node.path})"
+        section = self._section
+        stack = Stack.of(section)
+        marker = f"Exclusive lock ({section.node.path})"
         for machine in stack.node.find_all():
             if (isinstance(machine, sfn.CfnStateMachine)
                     and stack.resolve(machine.state_machine_type) == "EXPRESS"
                     and marker in json.dumps(stack.resolve(machine.definition_string))):
+                where = f"{section.node.path!r} in {machine.node.path!r}"
+                if section._parks and section.lock.is_fair:
+                    return [
+                        "`lock` must be Lock.fair(key, polling=True) in an EXPRESS state machine (its "
+                        f"waiters would park on a task token, which EXPRESS cannot), got: Lock.fair(key) for {where}"
+                    ]
+                if section._parks:
+                    return [
+                        f"`lock` must not be Lock.{section.lock.kind} in an EXPRESS state machine (its waiters "
+                        f"park on a task token, which EXPRESS cannot; use a STANDARD machine, or Lock.mutex / "
+                        f"Lock.fair(key, polling=True)), got: Lock.{section.lock.kind}(key) for {where}"
+                    ]
                 return [
                     f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
-                    f"(it cannot park on a task token), got: True for {self._section.node.path!r} in "
-                    f"{machine.node.path!r}"
+                    f"(it cannot park on a task token), got: True for {where}"
                 ]
         return []

@@ -126,3 +126,28 @@ def test_a_lock_on_records_of_a_table_v2_reads_its_key(sort, key_type, message):
         with pytest.raises(ValueError) as raised:
             Lock.on_record(customers, KEY)
         assert str(raised.value) == message
+
+
+def _express_section(lock: Lock) -> cdk.Stack:
+    stack = cdk.Stack(cdk.App(), "Express")
+    section = LockedSection(stack, "S", lock=lock, table=LockTable(stack, "Locks"), lease=cdk.Duration.minutes(10),
+                            protected=sfn.Pass.jsonata(stack, "W"), detect_cancellation=False)
+    _machine(stack, "M", section, state_machine_type=sfn.StateMachineType.EXPRESS)
+    return stack
+
+
+@pytest.mark.parametrize("lock,message", [
+    (Lock.fair(KEY), r"`lock` must be Lock.fair\(key, polling=True\) in an EXPRESS state machine .*got: Lock.fair\(key\) for 'Express/S'"),
+    (Lock.shared(KEY), r"`lock` must not be Lock.shared in an EXPRESS state machine .*got: Lock.shared\(key\) for 'Express/S'"),
+    (Lock.exclusive(KEY), r"`lock` must not be Lock.exclusive in an EXPRESS state machine .*got: Lock.exclusive\(key\)"),
+])
+def test_a_section_whose_waiters_park_is_refused_in_an_express_machine(lock, message):
+    """EXPRESS state machines cannot park on a task token: the README promised the refusal,
+    and only ``detect_cancellation`` was checked."""
+    with pytest.raises(RuntimeError, match=message):
+        cdk.assertions.Template.from_stack(_express_section(lock))
+
+
+def test_a_polling_fair_section_and_a_mutex_run_in_an_express_machine():
+    for lock in (Lock.fair(KEY, polling=True), Lock.mutex(KEY)):
+        cdk.assertions.Template.from_stack(_express_section(lock)).resource_count_is("AWS::StepFunctions::StateMachine", 1)
