@@ -109,6 +109,9 @@ class LockedWorkflow(Construct):
         record_table = lock.record_table
         shares_lock_with = prop_types.state_machines("shares_lock_with", shares_lock_with)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
+        for name, value in (("logging", logging), ("tracing", tracing), ("janitor", janitor)):
+            prop_types.boolean(name, value)
+        monitoring_props = prop_types.flag_or_props("monitoring", monitoring, "LockMonitoring")
         express = state_machine_type == sfn.StateMachineType.EXPRESS
 
         if table is not None and table_removal_policy is not None:
@@ -220,9 +223,8 @@ class LockedWorkflow(Construct):
                 )
 
         self.monitoring: Optional[LockMonitoring] = None
-        if monitoring:
-            props = dict(monitoring) if isinstance(monitoring, Mapping) else {}
-            self.monitoring = LockMonitoring(self, "Monitoring", workflow=self, **props)
+        if monitoring_props is not None:
+            self.monitoring = LockMonitoring(self, "Monitoring", workflow=self, **monitoring_props)
 
     def _monitoring(self) -> LockMonitoring:
         if self.monitoring is None:

@@ -151,3 +151,18 @@ def test_a_section_whose_waiters_park_is_refused_in_an_express_machine(lock, mes
 def test_a_polling_fair_section_and_a_mutex_run_in_an_express_machine():
     for lock in (Lock.fair(KEY, polling=True), Lock.mutex(KEY)):
         cdk.assertions.Template.from_stack(_express_section(lock)).resource_count_is("AWS::StepFunctions::StateMachine", 1)
+
+
+@pytest.mark.parametrize("props,message", [
+    ({"monitoring": "yes"}, "`monitoring` must be True, False or a dict of LockMonitoring props, got: str 'yes'"),
+    ({"monitoring": 1}, "`monitoring` must be True, False or a dict of LockMonitoring props, got: int 1"),
+    ({"logging": "no"}, "`logging` must be True or False, got: 'no'"),
+    ({"janitor": None}, "`janitor` must be True or False, got: None"),
+    ({"monitoring": {"dashboard": "no"}}, "`dashboard` must be True or False, got: 'no'"),
+])
+def test_a_flag_of_the_wrong_type_is_a_type_error(props, message):
+    """``monitoring="yes"`` was taken for its truthiness; the README promises a TypeError."""
+    stack = cdk.Stack(cdk.App(), "Flags")
+    with pytest.raises(TypeError) as raised:
+        LockedWorkflow(stack, "W", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "P"), **props)
+    assert str(raised.value) == message
