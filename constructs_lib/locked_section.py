@@ -23,11 +23,13 @@ from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry
 from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
 from locked_workflow.constructs_lib.section_work import (
+    JSONATA_WORK_RULE,
     branches,
     catching,
     derive_stop_grace,
     guard_task,
     is_lock_state,
+    jsonpath_states,
     reachable_states,
     task_states,
     work_tasks,
@@ -216,6 +218,12 @@ class LockedSection(sfn.StateMachineFragment):
         super().__init__(scope, construct_id)
         prop_types.instance("lock", lock, Lock, A_LOCK, required=True)
         protected = prop_types.chainable("protected", protected)
+        jsonpath_tasks = jsonpath_states(protected, tasks_only=True)
+        if jsonpath_tasks:
+            raise ValueError(
+                f"`protected` must use JSONata in its task states ({JSONATA_WORK_RULE}), got: JSONPath "
+                f"task{'s' if len(jsonpath_tasks) > 1 else ''} {', '.join(map(repr, jsonpath_tasks))}"
+            )
         table = prop_types.table("table", table)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         wait_policy = wait_policy or WaitPolicy()

@@ -18,6 +18,7 @@ from locked_workflow.constructs_lib.lock import A_LOCK, Lock
 from locked_workflow.constructs_lib.lock_table import LockTable
 from locked_workflow.constructs_lib.locked_section import DEFAULT_LIVENESS_CHECK_EVERY, DEFAULT_MAX_WAIT, LockedSection
 from locked_workflow.constructs_lib.monitoring import LockMonitoring
+from locked_workflow.constructs_lib.section_work import jsonpath_states
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
@@ -104,6 +105,17 @@ class LockedWorkflow(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         # (``protected`` is checked by the section; the tables and the policy are used here first)
+        prop_types.chainable("protected", protected)
+        jsonpath = jsonpath_states(protected, tasks_only=False)
+        if jsonpath:  # (a JSONata state machine cannot hold a JSONPath state)
+            raise ValueError(
+                "`protected` must use JSONata in every state (the workflow's state machine is JSONata, "
+                "which cannot hold JSONPath states: build them with the `.jsonata(...)` constructors, "
+                "tasks.LambdaInvoke.jsonata(...), or query_language=sfn.QueryLanguage.JSONATA; for JSONPath "
+                "states around the lock, put a LockedSection in your own JSONPath state machine), got: "
+                f"JSONPath state{'s' if len(jsonpath) > 1 else ''} "
+                f"{', '.join(map(repr, jsonpath))}"
+            )
         prop_types.instance("lock", lock, Lock, A_LOCK, required=True)
         table = prop_types.table("table", table)
         record_table = lock.record_table

@@ -166,3 +166,65 @@ def test_a_flag_of_the_wrong_type_is_a_type_error(props, message):
     with pytest.raises(TypeError) as raised:
         LockedWorkflow(stack, "W", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "P"), **props)
     assert str(raised.value) == message
+
+
+def test_a_jsonpath_task_is_refused_at_construction_with_the_fix():
+    """A classic ``tasks.LambdaInvoke(...)`` failed at ``app.synth()`` with a RuntimeError
+    that did not say the fix."""
+    from aws_cdk import aws_lambda as lambda_, aws_stepfunctions_tasks as tasks
+
+    stack = cdk.Stack(cdk.App(), "JsonPath")
+    function = lambda_.Function(stack, "Fn", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(e, c): return e"))
+    classic = tasks.LambdaInvoke(stack, "Apply update", lambda_function=function)
+    with pytest.raises(ValueError) as raised:
+        LockedSection(stack, "S", lock=Lock.mutex(KEY), table=LockTable(stack, "Locks"),
+                      lease=cdk.Duration.minutes(5), protected=sfn.Pass.jsonata(stack, "Prepare").next(classic))
+    message = str(raised.value)
+    assert message.startswith("`protected` must use JSONata in its task states")
+    assert "tasks.LambdaInvoke.jsonata(...)" in message and message.endswith("got: JSONPath task 'Apply update'")
+    stack = cdk.Stack(cdk.App(), "Nested")  # (a refused construct stays in its tree: a fresh stack)
+    function = lambda_.Function(stack, "Fn", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(e, c): return e"))
+    nested = sfn.Parallel.jsonata(stack, "Branches").branch(tasks.LambdaInvoke(stack, "Deep", lambda_function=function))
+    # inside a branch of the work's own Parallel (rendered only with its state machine): the
+    # same message, when the state machine renders
+    with pytest.raises((ValueError, RuntimeError), match=r"`protected` must use JSONata in its task states .*"
+                       r"tasks\.LambdaInvoke\.jsonata\(\.\.\.\).*got: JSONPath task 'Deep'$"):
+        LockedWorkflow(stack, "W", lock=Lock.mutex(KEY), protected=nested)
+    stack = cdk.Stack(cdk.App(), "Shapes")
+    with pytest.raises(ValueError, match=r"^`protected` must use JSONata in every state .*got: JSONPath state 'Shape'$"):
+        LockedWorkflow(stack, "W2", lock=Lock.mutex(KEY), protected=sfn.Pass(stack, "Shape", parameters={"a.$": "$.b"}))
+
+
+def _jsonpath_machine(app: cdk.App) -> cdk.Stack:
+    """A JSONPath state machine (the default) with a section around JSONata work."""
+    stack = cdk.Stack(app, "JsonPathMachine")
+    section = LockedSection(
+        stack, "S", lock=Lock.mutex(KEY), table=LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY),
+        lease=cdk.Duration.minutes(10),
+        protected=sfn.Pass.jsonata(stack, "Work", outputs={"fence": "{% $lock.fence %}", "id": "{% $states.input.id %}"}),
+    )
+    before = sfn.Pass(stack, "Before", parameters={"id.$": "$.id"})
+    after = sfn.Pass(stack, "After", parameters={"out.$": "$"})
+    sfn.StateMachine(stack, "M", definition_body=sfn.DefinitionBody.from_chainable(before.next(section).next(after)))
+    return stack
+
+
+@pytest.mark.parametrize("backend", ["moto", "dynamodb-local"])
+def test_a_section_runs_in_a_jsonpath_state_machine(backend):
+    """A JSONPath state machine may hold JSONata states (every lock state says so), not the
+    other way round (https://docs.aws.amazon.com/step-functions/latest/dg/transforming-data.html)."""
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.pytest_plugin import require_backend
+    from locked_workflow.testing.synth import synth_app
+
+    require_backend(backend)
+    synthesized = synth_app(_jsonpath_machine)
+    (machine,) = [r for r in synthesized.template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    with LocalCloud(backend) as cloud:
+        app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
+        runs = [cloud.start_execution(app.state_machine_arn("M"), {"id": "a"}) for _ in range(2)]
+        results = [cloud.wait_for(arn, timeout=120) for arn in runs]
+    assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
+    assert sorted(r.output["out"]["fence"] for r in results) == [1, 2]
