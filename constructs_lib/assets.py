@@ -10,9 +10,12 @@ https://docs.aws.amazon.com/cdk/api/v2/python/aws_cdk/AssetOptions.html).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 #: Never part of a Lambda asset.
@@ -24,3 +27,33 @@ def lambda_code(folder: Path | str, **options: Any) -> lambda_.AssetCode:
     an ``exclude`` given is extended)."""
     exclude = [*ASSET_EXCLUDES, *options.pop("exclude", [])]
     return lambda_.Code.from_asset(str(folder), exclude=exclude, **options)
+
+
+@jsii.implements(ILocalBundling)
+class _CopyFiles:
+    """Local bundling (no Docker): copies ``files()`` (path in the output -> source)."""
+
+    def __init__(self, files: Callable[[], Mapping[str, Path]]) -> None:
+        self._files = files
+
+    def try_bundle(self, output_dir: str, *_: Any, **__: Any) -> bool:
+        copy_files(self._files(), Path(output_dir))
+        return True
+
+
+def copy_files(files: Mapping[str, Path], out: Path) -> None:
+    """Copy ``files`` (path below ``out`` -> source) into the folder ``out``."""
+    for name, source in files.items():
+        target = out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+
+
+def bundled_code(source: Path | str, files: Callable[[], Mapping[str, Path]]) -> lambda_.AssetCode:
+    """A code asset made at synth from ``files()`` (path in the asset -> source file), hashed on
+    that output; ``source`` is the folder the asset names (CDK needs one)."""
+    return lambda_code(
+        source,
+        asset_hash_type=AssetHashType.OUTPUT,
+        bundling=BundlingOptions(image=DockerImage.from_registry("unused-local-bundling"), local=_CopyFiles(files)),
+    )

@@ -1,12 +1,14 @@
 """What a Lambda function's code imports: the modules it needs, found by reading its source.
 
-A Lambda function sees only its code asset (and its runtime's packages): a module it imports
-that the asset does not carry fails its import on AWS (``Runtime.ImportModuleError``,
-https://docs.aws.amazon.com/lambda/latest/dg/python-handler.html). Two users read this module:
+A Lambda function sees only its code asset, its layers and its runtime's packages: a module it
+imports that none of them carry fails its import on AWS (``Runtime.ImportModuleError``,
+https://docs.aws.amazon.com/lambda/latest/dg/python-handler.html). Three users read this module:
 
 - the janitor's bundling (:mod:`locked_workflow.constructs_lib.janitor`) copies the closure of
   its handler's imports of this package, so the bundle carries every module it needs, whatever
   ``lock_client`` comes to import;
+- :class:`~locked_workflow.constructs_lib.client_layer.LockClientLayer` carries the closure of
+  ``lock_client``'s imports of this package the same way (:func:`package_files`);
 - the offline runtime (:mod:`locked_workflow.testing.lambda_runtime`) refuses a function whose
   asset lacks a module its handler imports, before it runs: on this machine the checkout (an
   editable install) would otherwise supply the module, and a bundle that cannot work on AWS
@@ -19,6 +21,7 @@ fails only when such an import runs).
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
@@ -150,3 +153,30 @@ def folder_finder(folder: Path) -> Finder:
 def module_file(name: str, module: Module) -> str:
     """Where ``module`` (named ``name``) lies in a code folder: ``a/b.py`` or ``a/b/__init__.py``."""
     return "/".join(name.split(".")) + ("/__init__.py" if module.is_package else ".py")
+
+
+def host_finder(name: str) -> Module | None:
+    """``name`` as this installation finds it (a checkout's folders, or the installed wheel)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
+    if spec is None:
+        return None
+    path = Path(spec.origin) if spec.origin and spec.has_location else None
+    return Module(path, spec.submodule_search_locations is not None)
+
+
+def package_files(start: Iterable[tuple[str, Path]], package: str = "locked_workflow") -> dict[str, Path]:
+    """What ``start`` (``(module name, file)`` pairs) imports of ``package``, with the ``start``
+    modules of the package themselves, as files of a code folder (path in the folder ->
+    source): the closure of their imports as this installation finds them, under the
+    package's one import name. Raises ``RuntimeError`` if this installation lacks a module."""
+    start = list(start)
+    found, missing = closure(start, host_finder, within=lambda name: name.split(".")[0] == package)
+    if missing:
+        raise RuntimeError(f"this installation of {package} lacks what its code imports: {missing}")
+    for name, path in start:
+        if name.split(".")[0] == package:
+            found.setdefault(name, Module(path, path.name == "__init__.py"))
+    return {module_file(name, module): module.path for name, module in found.items() if module.path}

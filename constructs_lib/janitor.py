@@ -28,13 +28,10 @@ after the function logged one line naming the execution and the lock key.
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-import jsii
-from aws_cdk import ArnFormat, AssetHashType, BundlingOptions, DockerImage, Duration, ILocalBundling
+from aws_cdk import ArnFormat, Duration
 from aws_cdk import RemovalPolicy, Stack, aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events, aws_events_targets as targets, aws_iam as iam
 from aws_cdk import aws_lambda as lambda_, aws_logs as logs
@@ -42,7 +39,7 @@ from aws_cdk import aws_sqs as sqs, aws_stepfunctions as sfn
 from constructs import Construct
 
 from locked_workflow.constructs_lib import code_closure
-from locked_workflow.constructs_lib.assets import lambda_code
+from locked_workflow.constructs_lib.assets import bundled_code
 from locked_workflow.lambdas.lock_janitor import settings as janitor_settings
 from locked_workflow.lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -52,30 +49,13 @@ from locked_workflow.state_machines import shared_protocol
 JANITOR_CODE = Path(janitor_settings.__file__).resolve().parent
 
 
-def _host_module(name: str) -> code_closure.Module | None:
-    """``name`` as this installation finds it (a checkout's folders, or the installed wheel)."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except ModuleNotFoundError:
-        return None
-    if spec is None:
-        return None
-    path = Path(spec.origin) if spec.origin and spec.has_location else None
-    return code_closure.Module(path, spec.submodule_search_locations is not None)
-
-
 def bundled_modules() -> dict[str, Path]:
     """What the function imports from this package, copied beside its code at synth (path in
     the bundle -> source): the closure of its handler's imports of ``locked_workflow`` (the
     protocol modules - one spelling of every expression - and the lock client with what it
     imports), under the package's one import name."""
     start = [(source.stem, source) for source in sorted(JANITOR_CODE.glob("*.py"))]
-    found, missing = code_closure.closure(
-        start, _host_module, within=lambda name: name.split(".")[0] == "locked_workflow"
-    )
-    if missing:
-        raise RuntimeError(f"the janitor's code imports what this installation lacks: {missing}")
-    return {code_closure.module_file(name, module): module.path for name, module in found.items() if module.path}
+    return code_closure.package_files(start)
 
 
 #: EventBridge's delivery retries of a janitor event (its maximum) and their time limit.
@@ -86,28 +66,15 @@ INVOKE_RETRY_ATTEMPTS = 2
 INVOKE_MAX_EVENT_AGE = Duration.hours(6)
 
 
-@jsii.implements(ILocalBundling)
-class _JanitorBundle:
-    """Local bundling (no Docker): the handler and logic, with :func:`bundled_modules`."""
-
-    def try_bundle(self, output_dir: str, *_: Any, **__: Any) -> bool:
-        out = Path(output_dir)
-        for source in JANITOR_CODE.glob("*.py"):
-            shutil.copy2(source, out / source.name)
-        for name, source in bundled_modules().items():
-            target = out / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-        return True
+def janitor_files() -> dict[str, Path]:
+    """The function's code folder (path in it -> source): the handler and logic, with
+    :func:`bundled_modules`."""
+    return {**{source.name: source for source in JANITOR_CODE.glob("*.py")}, **bundled_modules()}
 
 
 def janitor_code() -> lambda_.Code:
-    """The janitor function's code asset (hashed on its bundled output)."""
-    return lambda_code(
-        JANITOR_CODE,
-        asset_hash_type=AssetHashType.OUTPUT,
-        bundling=BundlingOptions(image=DockerImage.from_registry("unused-local-bundling"), local=_JanitorBundle()),
-    )
+    """The janitor function's code asset (hashed on its bundled output): :func:`janitor_files`."""
+    return bundled_code(JANITOR_CODE, lambda: janitor_files())
 
 
 def executions_of(stack: Stack, state_machine_names: Sequence[str]) -> list[str]:

@@ -27,7 +27,7 @@ from aws_cdk import Duration, aws_dynamodb as dynamodb
 from locked_workflow.constructs_lib import prop_types
 from locked_workflow.constructs_lib.fair_mutex import FairMutex
 from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
-from locked_workflow.constructs_lib.lock_table import LockTable
+from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
 from locked_workflow.constructs_lib.shared_kind import SharedLockKind
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -301,31 +301,23 @@ class _RecordLock(_Value):
 
 
 def _record_key_attribute(table: dynamodb.ITable, given: Optional[str]) -> str:
-    """The record table's partition key: read from its schema when the construct made it,
-    else ``given``. It must be a string and the only key (no sort key)."""
-    schema = None
-    if hasattr(table, "schema_v2"):
-        try:
-            schema = table.schema_v2()
-        except Exception:  # an imported table: no schema to read
-            schema = None
-    if schema is None or not schema.partition_keys:
+    """The record table's partition key: read from its schema when the app defines it (a
+    ``Table`` or a ``TableV2``), else ``given``. It must be a string and the only key (no sort
+    key)."""
+    schema = key_schema(table)
+    if schema is None:
         if not given:
             raise ValueError(
                 "`key_attribute` must name the record table's partition key when its schema "
                 "cannot be read (an imported table), got: None"
             )
         return given
-    partition = schema.partition_keys[0]
-    if len(schema.partition_keys) > 1 or partition.type != dynamodb.AttributeType.STRING:
+    partition = schema.partition
+    if partition.type != "S":
+        raise ValueError(f"`table` must have a string partition key (the lock key), got: {schema.shown()}")
+    if schema.sort is not None:
         raise ValueError(
-            f"`table` must have a string partition key (the lock key), got: {partition.name} "
-            f"of type {partition.type.name if hasattr(partition.type, 'name') else partition.type}"
-        )
-    if schema.sort_keys:
-        raise ValueError(
-            "`table` must have no sort key (one record per lock key), got: sort key "
-            f"{schema.sort_keys[0].name}"
+            f"`table` must have no sort key (one record per lock key), got: sort key {schema.sort.name}"
         )
     if given is not None and given != partition.name:
         raise ValueError(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
-from aws_cdk import RemovalPolicy, aws_dynamodb as dynamodb, aws_iam as iam
+from aws_cdk import RemovalPolicy, Stack, Token, aws_dynamodb as dynamodb, aws_iam as iam
 from constructs import Construct
 
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -48,3 +48,60 @@ class LockTable(Construct):
     def grant_lock_writes(self, grantee: iam.IGrantable) -> iam.Grant:
         """Allow ``grantee`` the conditional UpdateItem calls of acquire and release."""
         return self.table.grant(grantee, "dynamodb:UpdateItem")
+
+
+class KeyAttribute(NamedTuple):
+    """A key attribute of a table: its name and DynamoDB type (``"S"``, ``"N"``, ``"B"``)."""
+
+    name: str
+    type: str
+
+
+class KeySchema(NamedTuple):
+    partition: KeyAttribute
+    sort: Optional[KeyAttribute]
+
+    def shown(self) -> str:
+        """``pk (string)``, or ``pk (string) and sort key sk (number)``."""
+        text = f"{self.partition.name} ({_TYPE_NAMES.get(self.partition.type, self.partition.type)})"
+        if self.sort is not None:
+            text += f" and sort key {self.sort.name} ({_TYPE_NAMES.get(self.sort.type, self.sort.type)})"
+        return text
+
+
+_TYPE_NAMES = {"S": "string", "N": "number", "B": "binary"}
+
+
+def key_schema(table: dynamodb.ITable) -> Optional[KeySchema]:
+    """The key of a table this app defines - a ``dynamodb.Table`` or a ``dynamodb.TableV2``,
+    read from the resource it synthesizes (``AWS::DynamoDB::Table`` / ``GlobalTable``:
+    ``KeySchema`` and ``AttributeDefinitions``); ``None`` when it cannot be read (an imported
+    table, a token)."""
+    resource = table.node.default_child
+    if not isinstance(resource, (dynamodb.CfnTable, dynamodb.CfnGlobalTable)):
+        return None
+    stack = Stack.of(table)
+    keys, definitions = stack.resolve(resource.key_schema), stack.resolve(resource.attribute_definitions)
+    if not isinstance(keys, list) or not isinstance(definitions, list):
+        return None
+    types = {d.get("attributeName"): d.get("attributeType") for d in definitions if isinstance(d, dict)}
+    found = {k.get("keyType"): k.get("attributeName") for k in keys if isinstance(k, dict)}
+    if not isinstance(found.get("HASH"), str) or Token.is_unresolved(found["HASH"]):
+        return None
+    partition = KeyAttribute(found["HASH"], str(types.get(found["HASH"])))
+    sort = KeyAttribute(found["RANGE"], str(types.get(found["RANGE"]))) if found.get("RANGE") else None
+    return KeySchema(partition, sort)
+
+
+def check_lock_table(name: str, table: dynamodb.ITable) -> None:
+    """Refuse a lock table (prop ``name``) whose key is not the string partition key ``pk``
+    alone, when its schema can be read: every acquire would fail
+    ``DynamoDB.ValidationException``."""
+    schema = key_schema(table)
+    if schema is None:
+        return
+    if schema.partition != KeyAttribute(protocol.KEY_ATTRIBUTE, "S") or schema.sort is not None:
+        raise ValueError(
+            f"`{name}` must have the string partition key `{protocol.KEY_ATTRIBUTE}` and no sort key "
+            f"(a LockTable has it), got: {schema.shown()}"
+        )

@@ -23,17 +23,19 @@ from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry
 from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
 from locked_workflow.constructs_lib.section_work import (
+    JSONATA_WORK_RULE,
     branches,
     catching,
     derive_stop_grace,
     guard_task,
     is_lock_state,
+    jsonpath_states,
     reachable_states,
     task_states,
     work_tasks,
 )
-from locked_workflow.constructs_lib.lock_table import LockTable
-from locked_workflow.constructs_lib import prop_types
+from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
+from locked_workflow.constructs_lib import lease_check, prop_types
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
@@ -216,6 +218,12 @@ class LockedSection(sfn.StateMachineFragment):
         super().__init__(scope, construct_id)
         prop_types.instance("lock", lock, Lock, A_LOCK, required=True)
         protected = prop_types.chainable("protected", protected)
+        jsonpath_tasks = jsonpath_states(protected, tasks_only=True)
+        if jsonpath_tasks:
+            raise ValueError(
+                f"`protected` must use JSONata in its task states ({JSONATA_WORK_RULE}), got: JSONPath "
+                f"task{'s' if len(jsonpath_tasks) > 1 else ''} {', '.join(map(repr, jsonpath_tasks))}"
+            )
         table = prop_types.table("table", table)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         wait_policy = wait_policy or WaitPolicy()
@@ -249,6 +257,8 @@ class LockedSection(sfn.StateMachineFragment):
             table = lock.record_table
         elif table is None:
             raise ValueError(f"`table` must be given (the lock table) with Lock.{_FACTORY[lock.kind]}, got: None")
+        else:
+            check_lock_table("table", table)
         problem = protocol.namespace_problem(key_namespace)
         if problem:
             raise ValueError(f"`key_namespace` {problem}")
@@ -337,7 +347,8 @@ class LockedSection(sfn.StateMachineFragment):
         self.release = self._build_release()
         acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
-        if self.detect_cancellation:
+        self._parks = parks
+        if self.detect_cancellation or parks:
             self.node.add_validation(_NotInExpress(self))
 
     # -- wiring -------------------------------------------------------------------------
@@ -889,7 +900,12 @@ class LockedSection(sfn.StateMachineFragment):
 
         :param shares_lock_with: other state machines whose executions may hold this lock
             (the liveness check may describe them). Default: none.
+
+        A ``lease`` shorter than the longest run of ``state_machine`` (its timeout; without
+        one, a year for STANDARD) gets a synth warning saying what it costs.
         """
+        run_s, run = lease_check.machine_max_run(state_machine)
+        lease_check.warn_if_shorter(self, lease_s=self._lease_ms / 1000, run_s=run_s, run=run)
         names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
         self.grant_liveness_check(state_machine, *names)
         return LockJanitor(
@@ -926,23 +942,38 @@ def _concurrent_message(outer: "LockedSection", inner: "LockedSection", where: s
 
 @jsii.implements(IValidation)
 class _NotInExpress:
-    """A section with ``detect_cancellation`` parks a presence task on a task token, which
-    EXPRESS state machines refuse (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html):
-    found at synth, in the definitions of the stack's EXPRESS state machines."""
+    """What parks on a task token - a fair lock's waiters (but ``polling=True``), a read/write
+    lock's (``Lock.shared`` / ``Lock.exclusive``), a hold's presence task
+    (``detect_cancellation``) - cannot run in an EXPRESS state machine
+    (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html: EXPRESS
+    supports Request Response only): found at synth, in the definitions of the stack's EXPRESS
+    state machines."""
 
     def __init__(self, section: "LockedSection") -> None:
         self._section = section
 
     def validate(self) -> List[str]:
-        stack = Stack.of(self._section)
-        marker = f"Exclusive lock ({self._section.node.path})"
+        section = self._section
+        stack = Stack.of(section)
+        marker = f"Exclusive lock ({section.node.path})"
         for machine in stack.node.find_all():
             if (isinstance(machine, sfn.CfnStateMachine)
                     and stack.resolve(machine.state_machine_type) == "EXPRESS"
                     and marker in json.dumps(stack.resolve(machine.definition_string))):
+                where = f"{section.node.path!r} in {machine.node.path!r}"
+                if section._parks and section.lock.is_fair:
+                    return [
+                        "`lock` must be Lock.fair(key, polling=True) in an EXPRESS state machine (its "
+                        f"waiters would park on a task token, which EXPRESS cannot), got: Lock.fair(key) for {where}"
+                    ]
+                if section._parks:
+                    return [
+                        f"`lock` must not be Lock.{section.lock.kind} in an EXPRESS state machine (its waiters "
+                        f"park on a task token, which EXPRESS cannot; use a STANDARD machine, or Lock.mutex / "
+                        f"Lock.fair(key, polling=True)), got: Lock.{section.lock.kind}(key) for {where}"
+                    ]
                 return [
                     f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
-                    f"(it cannot park on a task token), got: True for {self._section.node.path!r} in "
-                    f"{machine.node.path!r}"
+                    f"(it cannot park on a task token), got: True for {where}"
                 ]
         return []

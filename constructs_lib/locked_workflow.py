@@ -12,12 +12,13 @@ from aws_cdk import aws_events_targets as targets, aws_iam as iam, aws_logs as l
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from locked_workflow.constructs_lib import prop_types
+from locked_workflow.constructs_lib import lease_check, prop_types
 from locked_workflow.constructs_lib.janitor import LockJanitor
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
 from locked_workflow.constructs_lib.lock_table import LockTable
 from locked_workflow.constructs_lib.locked_section import DEFAULT_LIVENESS_CHECK_EVERY, DEFAULT_MAX_WAIT, LockedSection
 from locked_workflow.constructs_lib.monitoring import LockMonitoring
+from locked_workflow.constructs_lib.section_work import jsonpath_states
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
@@ -54,7 +55,8 @@ class LockedWorkflow(Construct):
         jitter, 8 retries per round).
     :param timeout: state machine timeout. Default: 1 hour (STANDARD), 5 minutes (EXPRESS).
     :param lease: lease of an acquisition. Default: ``timeout`` + 5 minutes, so a live
-        execution can never outlive its lease. Shorter leases are allowed (see LockedSection).
+        execution can never outlive its lease. Shorter leases are allowed (see LockedSection);
+        one shorter than ``timeout`` gets a synth warning saying what it costs.
     :param state_machine_type: ``STANDARD`` or ``EXPRESS``. Default: ``STANDARD``.
     :param state_machine_name: physical name. Default: generated.
     :param logging: send execution logs (level ALL, with execution data) to a new log group.
@@ -103,11 +105,25 @@ class LockedWorkflow(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         # (``protected`` is checked by the section; the tables and the policy are used here first)
+        prop_types.chainable("protected", protected)
+        jsonpath = jsonpath_states(protected, tasks_only=False)
+        if jsonpath:  # (a JSONata state machine cannot hold a JSONPath state)
+            raise ValueError(
+                "`protected` must use JSONata in every state (the workflow's state machine is JSONata, "
+                "which cannot hold JSONPath states: build them with the `.jsonata(...)` constructors, "
+                "tasks.LambdaInvoke.jsonata(...), or query_language=sfn.QueryLanguage.JSONATA; for JSONPath "
+                "states around the lock, put a LockedSection in your own JSONPath state machine), got: "
+                f"JSONPath state{'s' if len(jsonpath) > 1 else ''} "
+                f"{', '.join(map(repr, jsonpath))}"
+            )
         prop_types.instance("lock", lock, Lock, A_LOCK, required=True)
         table = prop_types.table("table", table)
         record_table = lock.record_table
         shares_lock_with = prop_types.state_machines("shares_lock_with", shares_lock_with)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
+        for name, value in (("logging", logging), ("tracing", tracing), ("janitor", janitor)):
+            prop_types.boolean(name, value)
+        monitoring_props = prop_types.flag_or_props("monitoring", monitoring, "LockMonitoring")
         express = state_machine_type == sfn.StateMachineType.EXPRESS
 
         if table is not None and table_removal_policy is not None:
@@ -141,6 +157,11 @@ class LockedWorkflow(Construct):
                     "timeout + 5 minutes), got: None"
                 )
             lease = Duration.millis(timeout.to_milliseconds() + LEASE_MARGIN.to_milliseconds())
+        elif isinstance(lease, Duration) and not lease.is_unresolved():
+            lease_check.warn_if_shorter(
+                self, lease_s=lease.to_milliseconds() / 1000, run_s=timeout_s,
+                run="`timeout`, the longest a run may last",
+            )
 
         self.lock_table: Optional[LockTable] = None
         if record_table is not None:
@@ -214,9 +235,8 @@ class LockedWorkflow(Construct):
                 )
 
         self.monitoring: Optional[LockMonitoring] = None
-        if monitoring:
-            props = dict(monitoring) if isinstance(monitoring, Mapping) else {}
-            self.monitoring = LockMonitoring(self, "Monitoring", workflow=self, **props)
+        if monitoring_props is not None:
+            self.monitoring = LockMonitoring(self, "Monitoring", workflow=self, **monitoring_props)
 
     def _monitoring(self) -> LockMonitoring:
         if self.monitoring is None:

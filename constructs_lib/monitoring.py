@@ -66,6 +66,7 @@ from aws_cdk import (
 )
 from constructs import Construct
 
+from locked_workflow.constructs_lib import prop_types
 from locked_workflow.constructs_lib.assets import lambda_code
 from locked_workflow.state_machines import lock_protocol as protocol
 
@@ -252,6 +253,9 @@ class LockMonitoring(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         log_group, section = _validate_workflow(workflow)
+        for name, value in (("alarm_lost", alarm_lost), ("alarm_janitor_failures", alarm_janitor_failures),
+                            ("dashboard", dashboard)):
+            prop_types.boolean(name, value)
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace) or namespace.startswith("AWS/"):
             raise ValueError(
                 "`namespace` must be 1 to 200 letters, digits or _.-/#: characters, not starting "

@@ -7,7 +7,7 @@ jsii interfaces (``dynamodb.ITable``, ``sfn.IChainable`` ...) cannot be checked 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from aws_cdk import Duration
 
@@ -50,6 +50,23 @@ def instance(name: str, value: Any, cls: type, what: str, *, required: bool = Fa
     if (value is not None or required) and not isinstance(value, cls):
         raise TypeError(f"`{name}` must be {what}, got: {_shown(value)}")
     return value
+
+
+def boolean(name: str, value: Any) -> bool:
+    """A ``True``/``False`` prop (no truthiness: ``"yes"`` is refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False, got: {value!r}")
+    return value
+
+
+def flag_or_props(name: str, value: Any, what: str) -> Optional[Mapping[str, Any]]:
+    """A prop that is ``True``/``False`` or a mapping of a construct's props (``what``): the
+    props to use (``{}`` for ``True``), or ``None`` for ``False``."""
+    if isinstance(value, bool):
+        return {} if value else None
+    if isinstance(value, Mapping):
+        return value
+    raise TypeError(f"`{name}` must be True, False or a dict of {what} props, got: {_shown(value)}")
 
 
 def state_machines(name: str, value: Any) -> tuple:

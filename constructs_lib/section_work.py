@@ -109,17 +109,51 @@ _JSONPATH_FIELDS = ("Parameters", "InputPath", "OutputPath", "ResultPath", "Resu
 _DEFAULT_TASK_TIMEOUT_S = 99999999
 
 
+def is_jsonpath(state: Mapping[str, Any]) -> bool:
+    """A rendered state that uses JSONPath: it says so, or has a JSONPath-only field."""
+    return state.get("QueryLanguage") == "JSONPath" or any(f in state for f in _JSONPATH_FIELDS)
+
+
+#: How to write the work (messages): the rule, its reason and the fix.
+JSONATA_WORK_RULE = (
+    "the lock guards each task against resuming without the lock after a redrive with a JSONata "
+    "expression, which a JSONPath task cannot evaluate; build the tasks with the `.jsonata(...)` "
+    "constructors (tasks.LambdaInvoke.jsonata(...), sfn.Pass.jsonata(...)) or "
+    "query_language=sfn.QueryLanguage.JSONATA. The section itself may sit in a JSONPath state machine"
+)
+
+
+def jsonpath_states(work: sfn.IChainable, *, tasks_only: bool) -> list:
+    """Names of the states of ``work`` reachable from its start that use JSONPath - its task
+    states only with ``tasks_only``. The branches of its Parallel and Map states are rendered
+    only with their state machine: :func:`guard_task` refuses a JSONPath task there, with the
+    same message. A state that cannot be rendered yet is left to the synth."""
+    found: list = []
+
+    def walk(states: Mapping[str, Any]) -> None:
+        for name, state in states.items():
+            if (state.get("Type") == "Task" or not tasks_only) and is_jsonpath(state):
+                found.append(name)
+            for branch in branches(state):
+                walk(branch.get("States", {}))
+
+    for state in reachable_states(work):
+        try:
+            rendered = state.to_state_json()
+        except Exception:  # noqa: BLE001 - e.g. a section nested in the work: checked when it renders
+            continue
+        walk({state.state_id: rendered})
+    return found
+
+
 def guard_task(name: str, state: dict, guard: str) -> None:
     """Evaluate ``guard`` (JSONata that raises or yields nothing) before the task ``state``
     runs: in the first JSONata template of its ``Arguments`` (or, for a literal value, one
     turned into a template), which Step Functions evaluates before it calls the resource.
     A task without Arguments gets the guard in a JSONata ``TimeoutSeconds`` (its value kept,
     or the default 99999999). A JSONPath task cannot be guarded: refused."""
-    if state.get("QueryLanguage") == "JSONPath" or any(f in state for f in _JSONPATH_FIELDS):
-        raise ValueError(
-            f"the protected work's task states must use JSONata (the lock guards each task "
-            f"against resuming without the lock after a redrive), got: JSONPath task {name!r}"
-        )
+    if is_jsonpath(state):
+        raise ValueError(f"`protected` must use JSONata in its task states ({JSONATA_WORK_RULE}), got: JSONPath task {name!r}")
     if "Arguments" in state and _guard_first_value(state, "Arguments", guard):
         return
     if "Arguments" not in state and state.get("QueryLanguage") != "JSONata":

@@ -57,7 +57,7 @@ def _resolve_lazy_exports(package_name: str) -> None:
 def build(output: Path) -> list[str]:
     """Render :data:`MODULES` into ``output``; return pdoc's warnings."""
     sys.path.insert(0, str(ROOT))
-    from locked_workflow.testing.node import use_project_node
+    from tools.node import use_project_node
 
     use_project_node()  # before aws_cdk starts jsii
     import pdoc
@@ -66,6 +66,7 @@ def build(output: Path) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _resolve_lazy_exports("locked_workflow")
+        _resolve_lazy_exports("locked_workflow.testing")
         pdoc.render.configure(docformat="restructuredtext", show_source=True, search=True)
         pdoc.pdoc(*MODULES, output_directory=output)
     pdoc_dir = str(Path(pdoc.__file__).resolve().parent)

@@ -34,6 +34,7 @@ _EXPORTS = {
     "LockedWorkflow": "locked_workflow.constructs_lib.locked_workflow",
     "WaitPolicy": "locked_workflow.state_machines.lock_protocol",
     "LockClient": "locked_workflow.constructs_lib.lock_client",
+    "LockClientLayer": "locked_workflow.constructs_lib.client_layer",
     "LockJanitor": "locked_workflow.constructs_lib.janitor",
     "LockMonitoring": "locked_workflow.constructs_lib.monitoring",
 }

@@ -13,6 +13,7 @@ from constructs import Construct
 
 from locked_workflow import Lock, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.example_stack import APPLY_UPDATE_CODE
+from locked_workflow.constructs_lib.monitoring import powertools_layer
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: Fast polling for tests (the Wait state's unit is a whole second).
@@ -44,6 +45,7 @@ class BehaviourStack(cdk.Stack):
             runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
             code=lambda_.Code.from_asset(str(APPLY_UPDATE_CODE)), timeout=cdk.Duration.seconds(FUNCTION_TIMEOUT_S),
             environment={"CUSTOMERS_TABLE": self.customers.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+            layers=[powertools_layer(self)],  # what the handler imports (Powertools), as on AWS
         )
         self.customers.grant_read_write_data(self.fn)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from locked_workflow.testing.node import use_project_node  # noqa: E402
+from tools.node import use_project_node  # noqa: E402
 
 use_project_node()  # before aws_cdk starts jsii
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

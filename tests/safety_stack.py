@@ -15,6 +15,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
+from locked_workflow.constructs_lib.monitoring import powertools_layer
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 PROBE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "probe"
@@ -95,6 +96,7 @@ def probe_resources(stack: cdk.Stack) -> tuple:
         stack, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
         code=lambda_.Code.from_asset(str(PROBE_CODE)), timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
         environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+        layers=[powertools_layer(stack)],  # what the handler imports (Powertools), as on AWS
     )
     probes.grant_read_write_data(probe_fn)
     return locks, probe_fn

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from locked_workflow.testing.node import PROJECT_NODE
+from tools.node import PROJECT_NODE
 import shutil
 import subprocess
 import sys
@@ -83,7 +83,7 @@ def test_cdk_cli_synthesizes_the_example_app(tmp_path):
 
 def test_jsii_runs_on_the_project_node_lts():
     """``make`` exports JSII_NODE; run directly, the suite picks the same Node (node.py)."""
-    from locked_workflow.testing.node import PROJECT_NODE
+    from tools.node import PROJECT_NODE
 
     if not PROJECT_NODE.exists():
         pytest.skip("node_modules is not installed (run `make test`)")

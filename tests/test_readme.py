@@ -54,10 +54,10 @@ def _import(path: Path, name: str):
 
 def test_the_quick_start_is_complete():
     files = _files()
-    assert {"cdk.json", "app.py", "updates_stack.py", "functions/apply_update/index.py", "conftest.py",
+    assert {"cdk.json", "app.py", "updates_stack.py", "functions/apply_update/index.py",
             "tests/test_updates.py"} <= set(files)
+    assert "conftest.py" not in files  # the plugin comes with the package (its pytest11 entry point)
     assert json.loads(files["cdk.json"])["app"] == "python app.py"
-    assert files["conftest.py"].strip() == 'pytest_plugins = ["locked_workflow.testing.pytest_plugin"]'
     assert "from updates_stack import UpdatesStack" in files["app.py"]
 
 
@@ -104,12 +104,16 @@ def test_the_locked_section_example_synthesizes(tmp_path):
 
 
 def test_the_quick_start_test_passes_offline(tmp_path):
-    """The README's own test, run as the README says: pytest from the app's root, the plugin
-    line in the root conftest.py (against this checkout; `make consumer-test` runs it against
-    the built wheel, after `cdk synth`)."""
+    """The README's own test, run as the README says: pytest from the app's root, no conftest
+    line, the plugin registered by the package's entry point (against this checkout, its
+    entry point declared as an installed distribution would; `make consumer-test` runs it
+    against the built wheel, after `cdk synth`)."""
+    from plugin_entry import entry_point_site
+
     files = _files()
-    _write(files, tmp_path, "updates_stack.py", "functions/apply_update/index.py", "conftest.py", "tests/test_updates.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    _write(files, tmp_path, "updates_stack.py", "functions/apply_update/index.py", "tests/test_updates.py")
+    paths = [str(entry_point_site(tmp_path / "site")), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths).rstrip(os.pathsep))
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,

@@ -169,6 +169,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
 
     from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
     from locked_workflow.constructs_lib.assets import lambda_code
+    from locked_workflow.constructs_lib.monitoring import powertools_layer
     from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(scope, construct_id)
@@ -182,6 +183,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         code=lambda_code(Path(__file__).resolve().parents[1] / "lambdas" / "probe"),
         timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
         environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+        layers=[powertools_layer(stack)],  # what the handler imports (Powertools), as on AWS
     )
     probes.grant_read_write_data(probe_fn)
 

@@ -18,28 +18,38 @@ Public API::
 Modules: ``cloud`` (LocalCloud), ``resolver`` (intrinsic functions, pure), ``deployer``,
 ``events`` (EventBridge routing + status events), ``lambda_runtime`` (in-process
 handlers), ``dynamodb_local`` (the Java server), ``patches`` (one module per moto gap),
-``pytest_plugin`` (the ``local_cloud`` fixture), ``synth`` (CDK stack -> template).
+``pytest_plugin`` (the ``local_cloud`` fixture, registered with pytest by the package's
+``pytest11`` entry point: no conftest line), ``synth`` (CDK stack -> template).
+
+Importing this package (or its pytest plugin) has no side effect: the runtime's modules
+(moto and the patches) load on first use of a name below.
 """
 
-from locked_workflow.testing.node import use_project_node
+from __future__ import annotations
 
-use_project_node()  # before anything imports aws_cdk, which starts jsii on that Node
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "BACKENDS": "locked_workflow.testing.cloud",
+    "ExecutionResult": "locked_workflow.testing.cloud",
+    "LocalCloud": "locked_workflow.testing.cloud",
+    "active_cloud": "locked_workflow.testing.cloud",
+    "Deployment": "locked_workflow.testing.deployer",
+    "UnsupportedResourceError": "locked_workflow.testing.deployer",
+    "DynamoDBLocalUnavailable": "locked_workflow.testing.dynamodb_local",
+    "EventRouter": "locked_workflow.testing.events",
+    "ResolveError": "locked_workflow.testing.resolver",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
-from locked_workflow.testing.cloud import BACKENDS, ExecutionResult, LocalCloud, active_cloud
-from locked_workflow.testing.deployer import Deployment, UnsupportedResourceError
-from locked_workflow.testing.dynamodb_local import DynamoDBLocalUnavailable
-from locked_workflow.testing.events import EventRouter
-from locked_workflow.testing.resolver import ResolveError
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'locked_workflow.testing' has no attribute {name!r}")
 
-__all__ = [
-    "BACKENDS",
-    "Deployment",
-    "DynamoDBLocalUnavailable",
-    "EventRouter",
-    "ExecutionResult",
-    "LocalCloud",
-    "ResolveError",
-    "UnsupportedResourceError",
-    "active_cloud",
-]
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

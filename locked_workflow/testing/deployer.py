@@ -6,7 +6,8 @@ clients of the active backends; intrinsic functions are resolved by ``resolver.R
 Created: ``AWS::DynamoDB::Table`` / ``AWS::DynamoDB::GlobalTable`` (keys, GSIs, LSIs,
 billing, TTL, streams), ``AWS::StepFunctions::StateMachine`` (``DefinitionString`` or
 ``Definition``, ``DefinitionSubstitutions``, type), ``AWS::Lambda::Function`` (Python
-handlers run in-process from their asset folder), ``AWS::Events::EventBus``,
+handlers run in-process from their asset folder, with their layers), ``AWS::Lambda::LayerVersion``
+(its asset folder), ``AWS::Events::EventBus``,
 ``AWS::Events::Rule`` (pattern, bus, state, targets with Input / InputPath /
 InputTransformer / RetryPolicy / DeadLetterConfig), ``AWS::SQS::Queue``.
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from locked_workflow.testing import lambda_imports
 from locked_workflow.testing.lambda_runtime import FunctionRegistry, InProcessFunction
 from locked_workflow.testing.resolver import (
     NAME_PROPERTIES,
@@ -178,6 +180,7 @@ class Deployer:
         deployment = Deployment(stack_name=stack_name, template=template)
         self._assets_dir = Path(assets_dir) if assets_dir else None
         self._assets = {k: Path(v) for k, v in (assets or {}).items()}
+        self._layers: dict[str, Path | None] = {}  # layer version ARN -> content folder
         resources = template.get("Resources", {})
 
         for logical_id in deployment_order(template):
@@ -285,6 +288,7 @@ class Deployer:
         handler = props.get("Handler", "index.handler")
         environment = (props.get("Environment") or {}).get("Variables") or {}
         code_dir = self._code_dir(logical_id, resource, props)
+        layers, layer_packages = self._function_layers(logical_id, props, deployment)
         role = props.get("Role") or f"arn:aws:iam::{self.account_id}:role/local-lambda"
         self._ensure_role(role)  # moto's CreateFunction insists that the role exists
         self.client("lambda").create_function(
@@ -320,9 +324,35 @@ class Deployer:
                 environment={k: str(v) for k, v in environment.items()},
                 timeout_s=int(props.get("Timeout", 3)),
                 memory_mb=int(props.get("MemorySize", 128)),
+                layers=tuple(layers),
+                layer_packages=frozenset(layer_packages),
             )
         )
         return None
+
+    def _layer_version(self, logical_id, resource, props, physical, deployment):  # type: ignore[no-untyped-def]
+        """A layer of this template: its content folder (its asset), for the functions that use it."""
+        folder = self._code_dir(logical_id, resource, {"Code": props.get("Content") or {}})
+        if folder is None:
+            deployment.warnings.append(f"{logical_id}: no content folder; functions see nothing of this layer")
+        self._layers[physical.ref] = folder
+        return None
+
+    def _function_layers(self, logical_id: str, props: Mapping[str, Any], deployment: Deployment):
+        """The content folders of a function's layers of this template, and the top-level
+        packages of its published layers the runtime knows (the Powertools layer)."""
+        folders, packages = [], set()
+        for arn in props.get("Layers") or []:
+            if arn in self._layers:
+                if self._layers[arn] is not None:
+                    folders.append(self._layers[arn])
+                continue
+            known = lambda_imports.published_layer_packages(str(arn))
+            if known is None:
+                deployment.warnings.append(f"{logical_id}: layer {arn} is unknown offline; it provides nothing here")
+            else:
+                packages |= known
+        return folders, packages
 
     def _ensure_role(self, role_arn: str) -> None:
         iam = self.client("iam")
@@ -438,6 +468,7 @@ class Deployer:
         "AWS::DynamoDB::GlobalTable": _table,
         "AWS::StepFunctions::StateMachine": _state_machine,
         "AWS::Lambda::Function": _function,
+        "AWS::Lambda::LayerVersion": _layer_version,
         "AWS::Events::EventBus": _event_bus,
         "AWS::Events::Rule": _rule,
         "AWS::SQS::Queue": _queue,

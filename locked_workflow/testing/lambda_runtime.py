@@ -6,14 +6,18 @@ function's environment variables applied, and calls it with the event and a
 :class:`LambdaContext` carrying what Powertools reads (``function_name``,
 ``memory_limit_in_mb``, ``invoked_function_arn``, ``aws_request_id``).
 
+* **Imports**: a handler may import only what its code folder, its layers' content and the
+  Lambda Python runtime itself (the standard library, boto3 and botocore) provide
+  (:mod:`~locked_workflow.testing.lambda_imports`, with the AWS pages): one that imports
+  anything else - anywhere in its modules, lazily too - is refused before it runs, though
+  this process could import it; on AWS the import fails (``Runtime.ImportModuleError``).
 * **Isolation**: each function imports its own copy of its modules - two functions whose
   folders both hold ``index.py`` (or ``logic.py``) do not share them. Modules from
-  site-packages (boto3, Powertools) are shared, as a Lambda layer would be, and so is a
-  package of this process whose files the folder carries unchanged (the janitor's copy of
-  ``locked_workflow``). **Stricter than AWS**: a handler that imports - anywhere in its
-  modules, lazily too - a module its folder lacks, of a package this process would supply
-  from outside its installation (this checkout), is refused before it runs; on AWS the
-  import fails when it runs (``Runtime.ImportModuleError``).
+  site-packages (boto3, Powertools) are shared, as the runtime's or a layer's would be, and
+  so is a package of this process whose files the folder (or a layer) carries unchanged (the
+  janitor's copy of ``locked_workflow``). **Stricter than AWS**: a handler that imports -
+  anywhere in its modules, lazily too - a module its folder lacks, of a package this process
+  would supply from outside its installation (this checkout), is refused before it runs.
 * **Environment**: ``os.environ`` is replaced (while the runtime is active) by a mapping
   with a per-thread overlay, so concurrent invocations of functions with different
   variables each see their own; everything else sees the process environment.
@@ -52,6 +56,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+from locked_workflow.testing import lambda_imports
 
 #: Variables every in-process function sees unless its own Environment overrides them.
 #: Tracing is off: there is no X-Ray daemon offline.
@@ -224,6 +230,10 @@ class InProcessFunction:
     environment: dict[str, str] = field(default_factory=dict)
     timeout_s: int = 3
     memory_mb: int = 128
+    #: The content folders of the function's layers (each with a ``python/`` folder).
+    layers: tuple[Path, ...] = ()
+    #: Top-level packages the function's published layers carry (``lambda_imports``).
+    layer_packages: frozenset[str] = frozenset()
     _handler_fn: Callable[[Any, Any], Any] | None = field(default=None, repr=False)
     _modules: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -257,11 +267,20 @@ class InProcessFunction:
             raise HandlerNotFoundError(f"{self.name}: bad Handler {self.handler!r} (want module.function)")
         module_name = module_path.replace("/", ".")
         code_dir = str(Path(self.code_dir).resolve())
+        folders = [Path(code_dir)] + [p.resolve() for layer in self.layers for p in lambda_imports.layer_paths(Path(layer))]
         with _IMPORT_LOCK:
             if self._handler_fn is not None:
                 return self._handler_fn
-            own = _top_level_names(Path(code_dir))
-            shared = _shared_packages(self.name, Path(code_dir), module_name, own)
+            gaps = lambda_imports.unprovided(module_name, folders, self.layer_packages)
+            if gaps:
+                raise HandlerNotFoundError(
+                    f"{self.name}: its handler imports what neither its code asset {code_dir}, its "
+                    f"layers nor the Lambda Python runtime provide (on AWS: Runtime.ImportModuleError): "
+                    + ", ".join(f"{gap.name} (imported by {gap.importer})" for gap in gaps)
+                    + ". Ship it in the asset or a layer (the lock client: locked_workflow.LockClientLayer)"
+                )
+            own = lambda_imports.top_level_names(folders)
+            shared = _shared_packages(self.name, folders, module_name, own)
             shadowed = {
                 name: module
                 for name, module in list(sys.modules.items())
@@ -269,7 +288,8 @@ class InProcessFunction:
             }
             for name in shadowed:
                 del sys.modules[name]
-            sys.path.insert(0, code_dir)
+            paths = [str(folder) for folder in folders]
+            sys.path[0:0] = paths
             try:
                 with function_environment(self.runtime_environment()):
                     module = importlib.import_module(module_name)
@@ -278,9 +298,10 @@ class InProcessFunction:
                     f"{self.name}: cannot import {module_name!r} from {code_dir}: {error}"
                 ) from error
             finally:
-                sys.path.remove(code_dir)
+                for path in paths:
+                    sys.path.remove(path)
                 for name, loaded in list(sys.modules.items()):
-                    if _is_under(loaded, code_dir):
+                    if any(_is_under(loaded, path) for path in paths):
                         self._modules[name] = loaded
                         del sys.modules[name]
                 sys.modules.update(shadowed)
@@ -360,8 +381,9 @@ def _is_under(module: Any, directory: str) -> bool:
     return path is not None and os.path.abspath(path).startswith(directory + os.sep)
 
 
-def _shared_packages(function: str, code_dir: Path, module_name: str, own: set[str]) -> set[str]:
-    """The top-level names of ``code_dir`` this process may serve from its own modules; raises
+def _shared_packages(function: str, folders: list[Path], module_name: str, own: set[str]) -> set[str]:
+    """The top-level names of ``folders`` (the code folder, then the layers' content) this
+    process may serve from its own modules; raises
     :class:`HandlerNotFoundError` if the handler imports a module the folder lacks that this
     process would supply.
 
@@ -381,7 +403,8 @@ def _shared_packages(function: str, code_dir: Path, module_name: str, own: set[s
         return set()
     from locked_workflow.constructs_lib import code_closure
 
-    find = code_closure.folder_finder(code_dir)
+    find = lambda_imports.multi_folder_finder(folders)
+    code_dir = folders[0]
     handler = find(module_name)
     if handler is None or handler.path is None:
         return set()  # the import that follows reports it
@@ -424,19 +447,6 @@ def _same_file(name: str, path: Path) -> bool:
     except (ImportError, ValueError):
         return False
     return bool(spec and spec.origin and spec.has_location) and Path(spec.origin).read_bytes() == path.read_bytes()
-
-
-def _top_level_names(code_dir: Path) -> set[str]:
-    """Importable top-level names a code folder provides (modules and packages)."""
-    names = set()
-    if not code_dir.is_dir():
-        return names
-    for entry in code_dir.iterdir():
-        if entry.suffix == ".py":
-            names.add(entry.stem)
-        elif entry.is_dir() and entry.name.isidentifier() and not entry.name.endswith(".dist-info"):
-            names.add(entry.name)
-    return names
 
 
 class FunctionRegistry:

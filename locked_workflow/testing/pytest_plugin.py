@@ -1,8 +1,10 @@
 """pytest plugin: a ``local_cloud`` fixture for tests of your own stacks.
 
-Enable it in your top-level ``conftest.py``::
-
-    pytest_plugins = ["locked_workflow.testing.pytest_plugin"]
+Installing the package registers it with pytest (its ``pytest11`` entry point, named after
+this module): no ``conftest.py`` line is needed, and an old ``pytest_plugins =
+["locked_workflow.testing.pytest_plugin"]`` line is harmless. Importing it has no side
+effect (the runtime loads when a fixture first needs it), so pytest starts as before in a
+project that never uses it::
 
     def test_my_workflow(local_cloud, tmp_path):
         app = local_cloud.deploy(my_template, assets_dir=cdk_out)
@@ -26,12 +28,12 @@ from __future__ import annotations
 
 import os
 from contextlib import ExitStack
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pytest
 
-from locked_workflow.testing.cloud import LocalCloud
-from locked_workflow.testing.dynamodb_local import unavailable_reason
+if TYPE_CHECKING:
+    from locked_workflow.testing.cloud import LocalCloud
 
 ENV_BACKEND = "LOCAL_CLOUD_BACKEND"
 
@@ -40,6 +42,8 @@ def require_backend(backend: str) -> None:
     """Skip (fail on CI) when ``backend`` cannot run here."""
     if backend != "dynamodb-local":
         return
+    from locked_workflow.testing.dynamodb_local import unavailable_reason
+
     reason = unavailable_reason()
     if reason is None:
         return
@@ -54,7 +58,9 @@ def local_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def local_cloud_factory() -> Iterator[Callable[..., LocalCloud]]:
+def local_cloud_factory() -> Iterator[Callable[..., "LocalCloud"]]:
+    from locked_workflow.testing.cloud import LocalCloud
+
     with ExitStack() as stack:
 
         def factory(backend: str = "moto", **kwargs: Any) -> LocalCloud:
@@ -65,6 +71,6 @@ def local_cloud_factory() -> Iterator[Callable[..., LocalCloud]]:
 
 
 @pytest.fixture
-def local_cloud(request: pytest.FixtureRequest, local_backend: str, local_cloud_factory) -> LocalCloud:  # type: ignore[no-untyped-def]
+def local_cloud(request: pytest.FixtureRequest, local_backend: str, local_cloud_factory) -> "LocalCloud":  # type: ignore[no-untyped-def]
     backend = getattr(request, "param", None) or local_backend
     return local_cloud_factory(backend)

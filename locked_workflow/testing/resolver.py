@@ -116,6 +116,7 @@ NAME_PROPERTIES = {
     "AWS::StepFunctions::StateMachine": "StateMachineName",
     "AWS::StepFunctions::Activity": "Name",
     "AWS::Lambda::Function": "FunctionName",
+    "AWS::Lambda::LayerVersion": "LayerName",
     "AWS::Events::EventBus": "Name",
     "AWS::Events::Rule": "Name",
     "AWS::SQS::Queue": "QueueName",
@@ -127,7 +128,7 @@ NAME_PROPERTIES = {
     "AWS::S3::Bucket": "BucketName",
 }
 
-_MAX_NAME = {"AWS::Lambda::Function": 64, "AWS::IAM::Role": 64, "AWS::SQS::Queue": 80, "AWS::Events::Rule": 64}
+_MAX_NAME = {"AWS::Lambda::Function": 64, "AWS::Lambda::LayerVersion": 64, "AWS::IAM::Role": 64, "AWS::SQS::Queue": 80, "AWS::Events::Rule": 64}
 
 
 def generated_name(stack_name: str, logical_id: str, max_length: int = 80) -> str:
@@ -162,6 +163,9 @@ def default_physical_resource(
     if resource_type == "AWS::Lambda::Function":
         arn = f"{base}:lambda:{region}:{account_id}:function:{name}"
         return PhysicalResource(name, {"Arn": arn})
+    if resource_type == "AWS::Lambda::LayerVersion":  # Ref: the layer version's ARN
+        arn = f"{base}:lambda:{region}:{account_id}:layer:{name}:1"
+        return PhysicalResource(arn, {"LayerVersionArn": arn})
     if resource_type == "AWS::Events::EventBus":
         arn = f"{base}:events:{region}:{account_id}:event-bus/{name}"
         return PhysicalResource(name, {"Arn": arn, "Name": name})

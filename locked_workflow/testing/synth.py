@@ -19,10 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from locked_workflow.testing.node import use_project_node  # noqa: E402
-
-use_project_node()  # before aws_cdk starts jsii
-
 
 @dataclass(frozen=True)
 class Synthesized:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from locked_workflow.testing.node import use_project_node  # noqa: E402
+from tools.node import use_project_node  # noqa: E402
 
 use_project_node()  # before aws_cdk starts jsii
 

@@ -334,3 +334,42 @@ def never_called():
         payload = json.loads(response["Payload"].read())
     assert "FunctionError" not in response, payload
     assert payload == {"name": "own"}
+
+
+POWERTOOLS_LAYER_ARN = "arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-x86_64:27"
+
+
+def test_a_handler_may_import_only_its_asset_its_layers_and_the_runtime(tmp_path):
+    """What the Lambda Python runtime refuses (``Runtime.ImportModuleError``), the runtime
+    refuses, though this process has it installed: a package neither the asset, the layers
+    nor the runtime (standard library, boto3) carry - here moto, and Powertools without its
+    layer. With the Powertools layer, Powertools imports."""
+    handlers = {
+        "Sdk": "import json\nimport boto3\nfrom botocore.config import Config\n",
+        "Moto": "import json\n\ndef later():\n    import moto  # lazy: read all the same\n",
+        "NoLayer": "from aws_lambda_powertools import Logger\n",
+        "Layer": "from aws_lambda_powertools import Logger\n",
+    }
+    template = function_template({})
+    for name, source in handlers.items():
+        lambda_folder(tmp_path, name, source + "\n\ndef handler(event, context):\n    return 'ran'\n")
+        template["Resources"][name] = {
+            "Type": "AWS::Lambda::Function",
+            "Properties": {
+                "Handler": "index.handler", "Runtime": "python3.13",
+                "Code": {"S3Bucket": "cdk-assets", "S3Key": f"{name}.zip"},
+                **({"Layers": [POWERTOOLS_LAYER_ARN]} if name == "Layer" else {}),
+            },
+            "Metadata": {"aws:asset:path": name},
+        }
+    with LocalCloud() as cloud:
+        app = cloud.deploy(template, assets_dir=tmp_path)
+        payloads = {}
+        for name in handlers:
+            response = cloud.client("lambda").invoke(FunctionName=app.function_name(name), Payload=b"{}")
+            payloads[name] = json.loads(response["Payload"].read())
+    assert payloads["Sdk"] == "ran" and payloads["Layer"] == "ran"
+    for name, missing in (("Moto", "moto"), ("NoLayer", "aws_lambda_powertools")):
+        assert payloads[name]["errorType"] == "HandlerNotFoundError", payloads[name]
+        assert f"{missing} (imported by index)" in payloads[name]["errorMessage"]
+        assert "Runtime.ImportModuleError" in payloads[name]["errorMessage"]
