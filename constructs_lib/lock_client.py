@@ -1279,8 +1279,11 @@ class LockClient:
         return status not in ALIVE_STATUSES
 
     def _wake(self, token: str, granted: Mapping[str, Any]) -> bool:
-        """Wake a parked waiter with its grant (its next state is its work); False: its park
-        has ended (stopped, cancelled, timed out)."""
+        """Wake a parked waiter with its grant (it confirms it, CLAIM, then works); False: not
+        known to be delivered - its park has ended (stopped, cancelled, timed out), or any other
+        error, whose call may have been applied (a 5xx, a timeout; a retry of it then answers
+        ``TaskTimedOut``). The caller's REVOKE takes back only a grant not confirmed, so a
+        woken waiter at work keeps it either way."""
         record = {"owner": granted[OWNER]["S"], "fence": int(granted[FENCE]["N"]),
                   "acquiredAt": int(granted[ACQUIRED_AT]["N"]), "expiresAt": int(granted[EXPIRES_AT]["N"]),
                   "served": int(granted[fair.SERVED]["N"])}
