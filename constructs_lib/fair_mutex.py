@@ -438,9 +438,10 @@ class FairMutex(Mutex):
         window = sfn.Wait(section, f"{suffix}.ClaimWindow", state_name=name("ClaimWindow"),
                           time=sfn.WaitTime.duration(Duration.seconds(self.park_timeout_s)))
 
-        def retake_and_wake(label: str, otherwise: sfn.State) -> sfn.TaskStateBase:
+        def retake_and_wake(label: str, otherwise: sfn.State, wake_failed: Optional[sfn.State] = None) -> sfn.TaskStateBase:
             """Take row c + 1 again; the grantee parked there anew (its park ended just as its
-            row was taken, and it parked again): wake that park; else ``otherwise``."""
+            row was taken, and it parked again): wake that park; else ``otherwise`` (a failed
+            wake-up: ``wake_failed``, default ``otherwise``)."""
             retake = tasks.DynamoDeleteItem.jsonata(
                 section, f"{suffix}.Retake{label}", state_name=name(f"Retake{label}"), table=section.table,
                 key=self._row(key, f"{h}.c + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
@@ -453,7 +454,7 @@ class FairMutex(Mutex):
                 parameters={"TaskToken": jsonata(f"{h}.again.token.S"),
                             "Output": jsonata(f"$string($merge([{h}.grant, {{'served': {h}.c + 1}}]))")},
                 iam_action="states:SendTaskSuccess", iam_resources=["*"], outputs=jsonata("$states.input"))
-            rewake.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            rewake.add_catch(wake_failed or otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
             if then is not None:
                 rewake.next(end)
             reparked = sfn.Choice.jsonata(section, f"{suffix}.Reparked{label}", state_name=name(f"Reparked{label}?"))
@@ -464,7 +465,14 @@ class FairMutex(Mutex):
             retake.next(reparked)
             return retake
 
-        window.next(retake_and_wake("", revoke))
+        # a failed wake-up of the new park may have been delivered (its response lost), or its
+        # park may have just ended (then its waiter finds itself the owner): a short last look
+        # lets that waiter confirm before the revoke - else the revoke would race its confirm,
+        # and a refused confirm queues it again behind later tickets (tests/fair_model.py)
+        last_look = sfn.Wait(section, f"{suffix}.LastLook", state_name=name("LastLook"),
+                             time=sfn.WaitTime.duration(Duration.seconds(fair.REPARK_LOOK_S)))
+        last_look.next(revoke)
+        window.next(retake_and_wake("", revoke, last_look))
         # first a short look (the usual case: the grantee's park timed out just as its row was
         # taken, and it parks again at once), then the claim window
         early = sfn.Wait(section, f"{suffix}.Reparking", state_name=name("Reparking"),

@@ -1235,9 +1235,10 @@ class LockClient:
                     self._sleep(self.claim_window)
                     again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
                                                       ReturnValues="ALL_OLD").get("Attributes")
-                    if fair.row_state(again, now=self.now_ms(), hole_ms=hole_ms) == "wake" \
-                            and again[OWNER]["S"] == nxt and self._wake(again[fair.TOKEN]["S"], granted):
-                        return
+                    if fair.row_state(again, now=self.now_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
+                        if self._wake(again[fair.TOKEN]["S"], granted):
+                            return
+                        self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
                 if not self._row_update(table_key, fair.REVOKE, {
                         ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
                     return  # confirmed (claimed) meanwhile
