@@ -305,9 +305,17 @@ class FairMutex(Mutex):
             stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section._name("HolderEnded?"))
             stale_now.when(sfn.Condition.jsonata(jsonata(f"$type(${v['wait']}.stale) = 'string'")), look).otherwise(wait_again)
             describe.next(stale_now)
+            # a holder whose hold registered a presence token is probed first (the mutex's
+            # probe): a hold cancelled with its branch (a sibling failed, the user caught it)
+            # leaves its execution RUNNING, which DescribeExecution cannot tell from a live one
+            # (``$not(... = ...)``: a comparison with a missing value is false in JSONata, so
+            # ``$type(missing) != 'string'`` never held and no fallback ever asked about a holder)
+            unproven = f"{seen}.owner != '' and $not($type(${v['wait']}.stale) = 'string')"
             look.when(sfn.Condition.jsonata(jsonata(
-                f"{seen}.owner != '' and {protocol.holder_is_execution_expression(v['holder'])} "
-                f"and $type(${v['wait']}.stale) != 'string'")), describe)
+                f"{unproven} and {protocol.holder_present_expression(v['holder'])}")),
+                section.probe_presence(describe, then=wait_again))
+            look.when(sfn.Condition.jsonata(jsonata(
+                f"{unproven} and {protocol.holder_is_execution_expression(v['holder'])}")), describe)
         look.otherwise(wait_again)
         return read.next(look)
 

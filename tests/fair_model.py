@@ -225,6 +225,8 @@ class Model:
     #: record where crashes and lost responses were explored (``crashed_at``, ``lost_at``,
     #: ``visited``: step names, participant names left out)
     coverage: bool = False
+    #: check liveness too (off: exclusion and order only, e.g. with no fallback)
+    check_liveness: bool = True
     violations: list = field(default_factory=list)
     crashed_at: set = field(default_factory=set)
     lost_at: set = field(default_factory=set)
@@ -502,6 +504,8 @@ class Model:
                     if len(seen) > limit:
                         raise RuntimeError("state space too large")
             edges[s] = nxt
+        if not self.check_liveness:
+            return {"states": len(seen), "transitions": transitions, "violation": None}
         finished = {s for s in seen if all(p.pc in ("done", "dead") for p in s.procs)}
         reverse: dict = {}
         for s, ts in edges.items():

@@ -93,10 +93,11 @@ class Fair:
         self.until(token)
         self.cloud.stepfunctions.send_task_success(taskToken=token(), output=GATE_OPENED)
 
-    def gate_token(self, key: str) -> str | None:
-        """The task token a FairHold holder's gate stored last (None: none yet)."""
+    def gate_token(self, key: str, gate: str = "gate") -> str | None:
+        """The task token a holder's gate stored last (None: none yet): FairHold's ``gate``,
+        FairCancelled's ``held``."""
         item = self.cloud.dynamodb.get_item(
-            TableName=self.table("Probes"), Key={"pk": {"S": f"gate#{key}"}}, ConsistentRead=True).get("Item")
+            TableName=self.table("Probes"), Key={"pk": {"S": f"{gate}#{key}"}}, ConsistentRead=True).get("Item")
         return item and item["token"]["S"]
 
     def fail_gate(self, pk: str) -> None:
@@ -511,6 +512,43 @@ def test_a_parked_waiter_whose_branch_was_cancelled_blocks_the_next_one_for_at_m
     fair.cloud.stepfunctions.stop_execution(executionArn=cancelled)  # (it would idle on for a minute)
     fair.until(lambda: fair.drained(k))
     assert fair.probe(k).get("violations", 0) == 0
+
+
+def test_a_holder_cancelled_by_a_sibling_is_probed_and_frees_the_key_after_its_stop_grace_not_its_lease(fair):
+    """D1-fair: the holder's branch is cancelled at work (its sibling failed; the user caught
+    the Parallel's failure): no Catch runs, no status event, the execution stays RUNNING, and
+    DescribeExecution cannot tell it from a live holder. A parked waiter's fallback probes the
+    hold's presence token (``SendTaskHeartbeat``: ``TaskTimedOut``), retires the acquisition
+    (ABANDONED: held for its stop grace from now) and takes the lock after it - with the
+    cancelled execution still RUNNING, not at its lease (3 min) or its end (2 min on)."""
+    from fair_stack import CANCELLED_STOP_GRACE_S
+
+    k = key()
+    cancelled = fair.start("FairCancelled", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.gate_token(k, "held") is not None, timeout=60)  # holds, at work (its gate)
+    fair.until(lambda: p.PRESENCE in fair.lock(k), timeout=60)  # its presence registered
+    registered = int(fair.lock(k)[p.PRESENCE_AT]["N"]) / 1000
+    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1, timeout=60)
+    fair.fail_gate(f"sibling#{k}")  # the sibling fails: the holder's branch is cancelled at work
+    fair.until(lambda: any(e["type"] == "ParallelStateFailed" for e in fair.cloud.history(cancelled)), timeout=60)
+    result = fair.wait([waiter])[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)  # (before: Lock.Timeout after 90 s)
+    assert fair.cloud.stepfunctions.describe_execution(executionArn=cancelled)["status"] == "RUNNING"
+    from lock_invariants import state_entered
+
+    assert {"Lock.ProbeHolder", "Lock.Abandoned"} <= set(state_entered(result))
+    entered = _entered_at(result, "FairProbe")
+    # not before the token stood PRESENCE_SETTLE_MS and the stop grace ran (the cancelled work
+    # may still run), and long before the lease: the settle, the grace, a few park rounds, slack
+    waited = entered - registered
+    settle_s = p.PRESENCE_SETTLE_MS / 1000
+    assert settle_s + CANCELLED_STOP_GRACE_S - 1 <= waited < settle_s + CANCELLED_STOP_GRACE_S + 30, waited
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1], probe  # (the holder never passed its gate)
+    fair.cloud.stepfunctions.stop_execution(executionArn=cancelled)  # (it would idle on for 2 min)
+    fair.until(lambda: fair.drained(k), timeout=60)
+    print(f"the waiter entered {waited:.1f} s after the holder's presence registered")
 
 
 # ---- Python participants (LockClient(fair=True)) ---------------------------------------------
