@@ -13,7 +13,7 @@ The model's reading of each write is checked against DynamoDB itself (both backe
 many item states, through the real expressions of state_machines/fair_protocol.py.
 
 The suite explores what fits a few seconds; ``FAIR_MODEL_FULL=1`` adds 3 participants with
-park timeouts (about 0.5-1 M states: minutes)."""
+park timeouts (about 0.5-1 M states: minutes) and a confirm slower than the claim window."""
 
 from __future__ import annotations
 
