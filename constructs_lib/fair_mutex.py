@@ -1,16 +1,18 @@
 """The fair lock kind (``Lock.fair``): the mutex's lock item with a ticket queue of one row per
 waiter and direct handoff - :mod:`locked_workflow.state_machines.fair_protocol` wired into a section's states::
 
-    Acquire (fast path) --ok--> work --> Take (the next row, if parked) --> Grant --> Wake (the next one's work)
+    Acquire (fast path) --ok--> work --> Take (the next row, if parked) --> Grant --> Wake (the next one's confirm)
        |                                  |--none--> Release (alone) | --queued--> TakeAny --> Next? --> ...
-       |--held or queued--> Enqueue (ticket) --> Park (.waitForTaskToken) --woken--> work
+       |--held or queued--> Enqueue (ticket) --> Park (.waitForTaskToken) --woken--> Confirm (CLAIM) --> work
                                                   |--refused (ready)--> AcquireHead --> work
                                                   |--park timeout / Lock.Look--> Inspect (the fallback)
        Inspect: granted -> Claim -> work | skipped -> Requeue | head of a free lock -> AcquireHead
                 | behind a free lock -> the handoff for its head | else -> Park
 
-The woken waiter's next state is its protected work: between two holders the critical path is
-one write (GRANT) and one wake-up (``SendTaskSuccess``).
+The woken waiter confirms its grant (``CLAIM``) before its work, so a releaser that saw its
+wake-up fail - or lose its response after it was delivered - may take back only a grant nobody
+works under: between two holders the critical path is two writes (GRANT, CLAIM) and one
+wake-up (``SendTaskSuccess``).
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ class FairMutex(Mutex):
             park.add_catch(self._waited_enough(inspect), errors=["States.Timeout"], outputs=jsonata("$states.input"),
                            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
             park.add_catch(self._leave, **self._on_error)
-        for state in (head, claim):
+        for state in (head, claim) + ((self._confirm,) if not self.polling else ()):
             state.add_catch(self._inspect_state, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
             state.add_catch(self._leave, **self._on_error)
         requeue.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
@@ -187,7 +189,7 @@ class FairMutex(Mutex):
         }, return_values="ALL_NEW")
 
     def _build_park(self, head: sfn.State) -> sfn.State:
-        """Park on a task token in my row; woken = granted: straight to the work."""
+        """Park on a task token in my row; woken = granted: confirm it (CLAIM), then the work."""
         section, v, f = self._section, self._section.variables, self._vars(self._section)
         ticket = f"${f['ticket']}"
         values = {
@@ -206,20 +208,20 @@ class FairMutex(Mutex):
             "TimeoutSeconds": jsonata(fair.park_timeout_expression(
                 park_timeout_s=self.park_timeout_s, distance=f"({ticket} - ${f['seen']}.served)",
                 wait_variable=v["wait"], max_wait_ms=max_wait_ms)),
-            "Assign": {
-                v["lock"]: jsonata(
-                    f"{{'key': {ENTRY}.key, 'owner': {ENTRY}.owner, 'fence': $states.result.fence, "
-                    f"'acquiredAt': $states.result.acquiredAt, 'expiresAt': $states.result.expiresAt, 'ticket': {ticket}, "
-                    f"'{protocol.REQUESTED_AT}': {ENTRY}.{protocol.REQUESTED_AT}, {protocol.generation_field()}}}"),
-                v["wait"]: jsonata("null"),
-            },
-            "Output": jsonata(f"{ENTRY}.input"),
+            "Output": jsonata("$states.input"),  # (the entry record, for the confirm)
         })
         park.add_retry(errors=list(multikey.TRANSIENT_ERRORS), interval=Duration.seconds(protocol.TRANSIENT_RETRY["interval_s"]),
                        backoff_rate=2.0, max_attempts=protocol.TRANSIENT_RETRY["max_attempts"],
                        jitter_strategy=sfn.JitterType.FULL)
         park.add_catch(head, errors=[SDK_CONDITION_FAILED], outputs=jsonata("$states.input"))
-        park.next(section.protected)
+        # woken = granted, unconfirmed: CLAIM it before the work. The releaser cannot tell a
+        # wake-up whose response was lost from one that failed, and revokes an unconfirmed
+        # grant after its claim window; CLAIM and REVOKE are serialized on the lock item, so
+        # exactly one wins - refused, the grant was taken back: look again, never work
+        confirm = self._claim("Confirm", ticket, outputs=jsonata(f"{ENTRY}.input"))
+        confirm.next(section.protected)
+        park.next(confirm)
+        self._confirm = confirm
         self._park = park
         self._first_wait = park
         return park
@@ -303,9 +305,17 @@ class FairMutex(Mutex):
             stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section._name("HolderEnded?"))
             stale_now.when(sfn.Condition.jsonata(jsonata(f"$type(${v['wait']}.stale) = 'string'")), look).otherwise(wait_again)
             describe.next(stale_now)
+            # a holder whose hold registered a presence token is probed first (the mutex's
+            # probe): a hold cancelled with its branch (a sibling failed, the user caught it)
+            # leaves its execution RUNNING, which DescribeExecution cannot tell from a live one
+            # (``$not(... = ...)``: a comparison with a missing value is false in JSONata, so
+            # ``$type(missing) != 'string'`` never held and no fallback ever asked about a holder)
+            unproven = f"{seen}.owner != '' and $not($type(${v['wait']}.stale) = 'string')"
             look.when(sfn.Condition.jsonata(jsonata(
-                f"{seen}.owner != '' and {protocol.holder_is_execution_expression(v['holder'])} "
-                f"and $type(${v['wait']}.stale) != 'string'")), describe)
+                f"{unproven} and {protocol.holder_present_expression(v['holder'])}")),
+                section.probe_presence(describe, then=wait_again))
+            look.when(sfn.Condition.jsonata(jsonata(
+                f"{unproven} and {protocol.holder_is_execution_expression(v['holder'])}")), describe)
         look.otherwise(wait_again)
         return read.next(look)
 
@@ -436,9 +446,10 @@ class FairMutex(Mutex):
         window = sfn.Wait(section, f"{suffix}.ClaimWindow", state_name=name("ClaimWindow"),
                           time=sfn.WaitTime.duration(Duration.seconds(self.park_timeout_s)))
 
-        def retake_and_wake(label: str, otherwise: sfn.State) -> sfn.TaskStateBase:
+        def retake_and_wake(label: str, otherwise: sfn.State, wake_failed: Optional[sfn.State] = None) -> sfn.TaskStateBase:
             """Take row c + 1 again; the grantee parked there anew (its park ended just as its
-            row was taken, and it parked again): wake that park; else ``otherwise``."""
+            row was taken, and it parked again): wake that park; else ``otherwise`` (a failed
+            wake-up: ``wake_failed``, default ``otherwise``)."""
             retake = tasks.DynamoDeleteItem.jsonata(
                 section, f"{suffix}.Retake{label}", state_name=name(f"Retake{label}"), table=section.table,
                 key=self._row(key, f"{h}.c + 1"), return_values=tasks.DynamoReturnValues.ALL_OLD,
@@ -451,7 +462,7 @@ class FairMutex(Mutex):
                 parameters={"TaskToken": jsonata(f"{h}.again.token.S"),
                             "Output": jsonata(f"$string($merge([{h}.grant, {{'served': {h}.c + 1}}]))")},
                 iam_action="states:SendTaskSuccess", iam_resources=["*"], outputs=jsonata("$states.input"))
-            rewake.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            rewake.add_catch(wake_failed or otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
             if then is not None:
                 rewake.next(end)
             reparked = sfn.Choice.jsonata(section, f"{suffix}.Reparked{label}", state_name=name(f"Reparked{label}?"))
@@ -462,7 +473,14 @@ class FairMutex(Mutex):
             retake.next(reparked)
             return retake
 
-        window.next(retake_and_wake("", revoke))
+        # a failed wake-up of the new park may have been delivered (its response lost), or its
+        # park may have just ended (then its waiter finds itself the owner): a short last look
+        # lets that waiter confirm before the revoke - else the revoke would race its confirm,
+        # and a refused confirm queues it again behind later tickets (tests/fair_model.py)
+        last_look = sfn.Wait(section, f"{suffix}.LastLook", state_name=name("LastLook"),
+                             time=sfn.WaitTime.duration(Duration.seconds(fair.REPARK_LOOK_S)))
+        last_look.next(revoke)
+        window.next(retake_and_wake("", revoke, last_look))
         # first a short look (the usual case: the grantee's park timed out just as its row was
         # taken, and it parks again at once), then the claim window
         early = sfn.Wait(section, f"{suffix}.Reparking", state_name=name("Reparking"),

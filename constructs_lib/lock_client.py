@@ -1235,9 +1235,10 @@ class LockClient:
                     self._sleep(self.claim_window)
                     again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
                                                       ReturnValues="ALL_OLD").get("Attributes")
-                    if fair.row_state(again, now=self.now_ms(), hole_ms=hole_ms) == "wake" \
-                            and again[OWNER]["S"] == nxt and self._wake(again[fair.TOKEN]["S"], granted):
-                        return
+                    if fair.row_state(again, now=self.now_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
+                        if self._wake(again[fair.TOKEN]["S"], granted):
+                            return
+                        self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
                 if not self._row_update(table_key, fair.REVOKE, {
                         ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
                     return  # confirmed (claimed) meanwhile
@@ -1279,8 +1280,11 @@ class LockClient:
         return status not in ALIVE_STATUSES
 
     def _wake(self, token: str, granted: Mapping[str, Any]) -> bool:
-        """Wake a parked waiter with its grant (its next state is its work); False: its park
-        has ended (stopped, cancelled, timed out)."""
+        """Wake a parked waiter with its grant (it confirms it, CLAIM, then works); False: not
+        known to be delivered - its park has ended (stopped, cancelled, timed out), or any other
+        error, whose call may have been applied (a 5xx, a timeout; a retry of it then answers
+        ``TaskTimedOut``). The caller's REVOKE takes back only a grant not confirmed, so a
+        woken waiter at work keeps it either way."""
         record = {"owner": granted[OWNER]["S"], "fence": int(granted[FENCE]["N"]),
                   "acquiredAt": int(granted[ACQUIRED_AT]["N"]), "expiresAt": int(granted[EXPIRES_AT]["N"]),
                   "served": int(granted[fair.SERVED]["N"])}

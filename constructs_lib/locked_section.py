@@ -452,17 +452,19 @@ class LockedSection(sfn.StateMachineFragment):
         is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self._name("HolderIsExecution?"))
         is_execution.when(
             sfn.Condition.jsonata(jsonata(protocol.holder_present_expression(v["holder"]))),
-            self._probe_presence(describe),
+            self.probe_presence(describe, then=self._wait),
         ).when(
             sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(v["holder"]))),
             describe,
         ).otherwise(self._wait)
         return inspect.next(is_execution)
 
-    def _probe_presence(self, describe: sfn.State) -> sfn.State:
-        """``SendTaskHeartbeat`` on the holder's presence token: accepted, the holding branch
-        still runs (wait on); ``TaskTimedOut``, it ended without releasing - ABANDONED, the lock
-        is held for its stop grace from now; any other answer: ask about the execution."""
+    def probe_presence(self, describe: sfn.State, *, then: sfn.State) -> sfn.State:
+        """``SendTaskHeartbeat`` on the presence token of the holder in ``$holder``: accepted,
+        the holding branch still runs (``then``: wait on); ``TaskTimedOut``, it ended without
+        releasing - ABANDONED, the lock is held for its stop grace from now (then ``then``); any
+        other answer: ``describe`` (ask about the execution). The mutex's liveness check and the
+        fair lock's park fallback build it."""
         v = self.variables
         probe = tasks.CallAwsService.jsonata(
             self, "Probe", state_name=self._name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
@@ -477,11 +479,11 @@ class LockedSection(sfn.StateMachineFragment):
             protocol.abandoned_arguments(holder_variable=v["holder"], item=self.kind.item),
         )
         retry_transient(abandoned)
-        abandoned.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        abandoned.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
         probe.add_catch(abandoned, errors=[protocol.PRESENCE_GONE], outputs=jsonata("$states.input"))
         probe.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        probe.next(self._wait)
-        abandoned.next(self._wait)
+        probe.next(then)
+        abandoned.next(then)
         return probe
 
     def _lost_state(self) -> sfn.State:

@@ -35,8 +35,8 @@ lock, and the rows *how to wake* it.
    * ``TAKE_PARKED``: take row ``c + 1`` only if its waiter is parked on a task token (one
      conditional DeleteItem returning the row), then ``GRANT`` - the lock item names it the
      owner, ``served = c + 1``, in the same write that frees the lock from me - then
-     ``SendTaskSuccess`` with the lock record: the woken waiter's next state is its protected
-     work, and the releaser decides nothing (three states);
+     ``SendTaskSuccess`` with the lock record, and the releaser decides nothing (three
+     states). The woken waiter confirms the grant (``CLAIM``) before its protected work;
    * refused (no parked row): ``RELEASE_ALONE`` frees the lock in one write when nobody queues
      (``served = tickets``) - an uncontended run's whole release;
    * refused again (a ticket is out, or the lock is not mine): the full handoff, which takes
@@ -54,19 +54,26 @@ lock, and the rows *how to wake* it.
    by the take; a park after it is refused by the mark (or finds the lock free for it).
 5. **A failed wake-up** (the waiter's park ended: it was stopped, its branch was cancelled,
    or its park timed out just then - ``SendTaskSuccess`` answers ``TaskTimedOut`` or
-   ``TaskDoesNotExist``): an ended grantee's grant is revoked at once. A running one may have
+   ``TaskDoesNotExist``; or any other error, a 5xx or a timeout included, whose call may
+   have been applied: the waiter may be awake): an ended grantee's grant is revoked at once. A running one may have
    inspected the lock before the grant landed and parked again, with a new token in a new
    row: after :data:`REPARK_LOOK_S` the releaser takes row ``c + 1`` again and wakes that
    park. Otherwise the grant stands for one *claim window* (the park timeout) - a live waiter
    whose park timed out finds itself the owner and confirms with ``CLAIM`` - and is then
    revoked (``REVOKE``: only a grant never confirmed, only that grant), and the handoff goes
-   on with the next row.
+   on with the next row. A woken waiter works only after its ``CLAIM``, and ``CLAIM`` and
+   ``REVOKE`` are conditional writes of the one lock item: exactly one of them wins, so a
+   wake-up delivered whose response was lost is never taken back from a waiter at work (a
+   refused ``CLAIM``: the grant was revoked - the waiter looks again, and queues again).
 6. **Fallback.** A parked waiter looks by itself after its park timeout (longer the further
    back it queued: :func:`park_timeout_expression`): granted -> ``CLAIM``; skipped -> queue
    again; the head of a free lock -> ``ACQUIRE_HEAD``; behind a free lock whose head does
    not move -> run the handoff for the head (a ticket whose row never came - a hole - is
-   skipped once its ``ready`` mark is a park timeout old). A crashed releaser, a lost
-   ``SendTaskSuccess`` or a dead head therefore cost a bounded delay.
+   skipped once its ``ready`` mark is a park timeout old); held by a hold that registered a
+   presence token -> probe it (``lock_protocol``'s presence probe and ABANDONED: a hold
+   cancelled with its branch leaves its execution RUNNING); held by another execution -> ask
+   Step Functions. A crashed releaser, a lost ``SendTaskSuccess``, a dead head or a cancelled
+   holder therefore cost a bounded delay.
 7. **Polling participants** (EXPRESS, ``LockClient``) queue the same way with
    ``lease:<epoch ms>`` in their row's token (refreshed by each poll's ``PARK``) and poll
    ``ACQUIRE_HEAD`` / the lock item.
@@ -173,7 +180,9 @@ GRANT = LockWrite(
 RELEASE_ALONE = LockWrite(update=RELEASE.update, condition=f"({RELEASE.condition}) AND {_NOBODY_QUEUES}")
 #: SKIP: pass over ticket ``:ticket`` (its waiter is gone); the holder, if any, keeps the lock.
 SKIP = LockWrite(update=f"SET #{SERVED} = :ticket", condition=_MAY_PASS)
-#: CLAIM: the waiter ``:me`` the lock was handed to confirms it (its wake-up was not seen).
+#: CLAIM: the waiter ``:me`` the lock was handed to confirms it, before its work (woken, or
+#: finding itself the owner when it looks). A retry whose first try applied finds the same
+#: condition true (idempotent); refused: the grant was revoked (or its lease ended).
 CLAIM = LockWrite(update=f"REMOVE #{HANDED}", condition=f"#{OWNER} = :me AND #{SERVED} = :ticket")
 #: REVOKE: take back a handoff whose wake-up failed and that was not confirmed within the
 #: claim window - by its granter ``:me`` only, that grant only (owner and fence). Values

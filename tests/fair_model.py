@@ -1,10 +1,13 @@
 """An executable model of the fair lock (state_machines/fair_protocol.py) for exhaustive
 exploration: the lock item and one row per ticket, the participants' steps (fast acquire,
-ticket, park, handoff, wake-up, claim, revoke, the park's fallback and the handoff it runs
-for a dead head; a release tries TAKE_PARKED, then RELEASE_ALONE, then the full handoff),
-crashes at every step, lost responses on every write, failed wake-ups (then a short look
-for the grantee's new park, then the claim window), park timeouts, and time passing (a
-hole's mark ageing, a claim window ending, a dead holder's lease ending).
+ticket, park, handoff, wake-up, the woken waiter's confirm, claim, revoke, the park's fallback
+and the handoff it runs for a dead head; a release tries TAKE_PARKED, then RELEASE_ALONE, then
+the full handoff), crashes at every step - a stop between any two calls of a participant, its
+release's included (a retake and the wake-up that follows it are two steps) -, lost responses
+on every write and on every wake-up (``SendTaskSuccess`` applied: the waiter is woken, and the
+releaser sees an error), failed wake-ups (then a short look for the grantee's new park, then
+the claim window, and after a failed wake-up of a new park a last short look), park timeouts,
+and time passing (a hole's mark ageing, a claim window ending, a dead holder's lease ending).
 
 The writes below read the items as the real expressions do; ``test_fair_model`` checks each
 against DynamoDB itself on many item states, so the model cannot drift from the protocol.
@@ -12,8 +15,9 @@ against DynamoDB itself on many item states, so the model cannot drift from the 
 Timing assumption (the one place time matters for FIFO): a live participant's few steps
 (between reading the lock and parking, or between taking a row and waking its waiter) take
 less than a claim window, and a waiter holding a ticket parks before its mark is a park
-timeout old. So a claim window ends only while the grantee is dead or parked and nobody is
-mid-handoff with the grantee's current token, and a mark ages only while its ticket's waiter
+timeout old. So a claim window (or a last look) ends only while the grantee is dead, parked,
+done or at work - a woken grantee confirms first - and nobody is mid-handoff with the
+grantee's current token, and a mark ages only while its ticket's waiter
 is not between its ticket and its park (nor between taking its own row, in a handoff run it
 makes for a stuck head, and acting on it).
 
@@ -22,7 +26,11 @@ check the ready mark), ``no_mark`` (a release leaves no mark for an unparked tic
 ``enqueue_unconditional`` (a ticket is taken even when the lock is free with nobody queued),
 ``revoke_ignores_claim`` (REVOKE does not check that the grant is unconfirmed),
 ``fast_ignores_queue`` (the fast path ignores the queue), ``release_alone_ignores_queue``
-(the release's one-write path frees the lock while a ticket is out, and marks nothing).
+(the release's one-write path frees the lock while a ticket is out, and marks nothing),
+``work_before_confirm`` (a woken waiter goes straight to its work, unconfirmed: the protocol
+before F1, whose releaser revoked a grant whose wake-up was delivered with its response lost),
+``revoke_at_once`` (no last look between a failed wake-up of a new park and the revoke).
+``slow_confirm`` drops the timing assumption for the confirm: exclusion must hold anyway.
 """
 
 from __future__ import annotations
@@ -154,8 +162,8 @@ def row_state(row: Optional[Row]) -> str:
 
 # -- the participants -------------------------------------------------------------------------
 
-WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim")
-HANDOFF = ("taken", "recheck", "wake", "mark", "nudge")
+WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim", "confirm")
+HANDOFF = ("taken", "recheck", "wake", "mark", "nudge", "early_wake", "window_wake")
 
 
 @dataclass(frozen=True)
@@ -207,7 +215,22 @@ class Model:
     fifo: bool = True
     #: a failed wake-up first looks for the grantee's new park (before the claim window)
     early_look: bool = True
+    #: a wake-up (``SendTaskSuccess``) applies and its response is lost: the waiter is woken,
+    #: the releaser sees an error (one per participant, as a lost write response)
+    lost_wakes: bool = True
+    #: the claim window may end while a woken waiter has not confirmed yet (no timing
+    #: assumption about the confirm: exclusion must hold anyway; a refused confirm queues
+    #: again, so ticket order is not checked then)
+    slow_confirm: bool = False
+    #: record where crashes and lost responses were explored (``crashed_at``, ``lost_at``,
+    #: ``visited``: step names, participant names left out)
+    coverage: bool = False
+    #: check liveness too (off: exclusion and order only, e.g. with no fallback)
+    check_liveness: bool = True
     violations: list = field(default_factory=list)
+    crashed_at: set = field(default_factory=set)
+    lost_at: set = field(default_factory=set)
+    visited: set = field(default_factory=set)
 
     def names(self) -> tuple:
         return NAMES[: self.participants]
@@ -243,6 +266,36 @@ class Model:
         void = lambda r: replace(r, token=(me, "old")) if r is not None and r.token == (me, "current") else r  # noqa: E731
         rows = tuple((t, void(r)) for t, r in s.rows)
         return replace(s, rows=rows, procs=tuple(replace(p, row=void(p.row)) for p in s.procs))
+
+    def _window_may_end(self, s: State, i: int, p: Proc) -> bool:
+        """A wait of the releaser ``p`` for its grantee ends (the timing assumption): only
+        while the grantee is dead, parked, done or at work (``slow_confirm``: or woken and
+        not confirmed yet) and nobody else is mid-handoff with its current token."""
+        q = s.procs[self.names().index(p.nxt)]
+        busy = any(o.pc in HANDOFF and o.row is not None and o.row.token == (p.nxt, "current")
+                   for k, o in enumerate(s.procs) if k != i)
+        ended = ("dead", "parked", "done", "cs", "window") + (("confirm",) if self.slow_confirm else ())
+        return q.pc in ended and not busy
+
+    def _woken(self, s: State, j: int, name: str) -> State:
+        """``name``'s park ends with its grant: it confirms it next (``work_before_confirm``:
+        it goes straight to its work, the protocol before F1)."""
+        if self.variant == "work_before_confirm":
+            return self._grant_to(s, j, name)
+        return self._set(s, j, replace(s.procs[j], pc="confirm"))
+
+    def _wake(self, s: State, i: int, me: str, p: Proc, row: Row, label: str, on_ok, on_failed, failed_label: str):
+        """``SendTaskSuccess`` to the token of ``row``: delivered (the waiter is woken) and
+        answered; delivered with its response lost (the releaser sees an error: on_failed); or
+        failed (the park has ended)."""
+        j = self.names().index(p.nxt)
+        if s.procs[j].pc == "parked" and row.token == (p.nxt, "current"):
+            woken = self._woken(s, j, p.nxt)
+            yield label, on_ok(woken)
+            if self.lost_wakes and p.lost == 0:
+                yield f"{label}: response lost", self._set(woken, i, replace(on_failed(woken).procs[i], lost=1))
+        else:
+            yield failed_label, on_failed(s)
 
     def _set(self, s: State, i: int, p: Proc) -> State:
         return replace(s, procs=s.procs[:i] + (p,) + s.procs[i + 1:])
@@ -374,38 +427,41 @@ class Model:
             woken = q.pc == "parked" and p.row.token == (p.nxt, "current")
             yield f"{me} nudges {p.nxt}", go("after_loop")(self._set(s, j, replace(q, pc="inspect")) if woken else s)
         elif p.pc == "wake":
-            j = names.index(p.nxt)
-            q = s.procs[j]
-            if q.pc == "parked" and p.row.token == (p.nxt, "current"):
-                yield f"{me} wakes {p.nxt}", go("after_loop")(self._grant_to(s, j, p.nxt))
-            else:
-                yield f"{me} wake of {p.nxt} fails", go("early" if self.early_look else "window")(s)
+            failed = go("early" if self.early_look else "window")
+            yield from self._wake(s, i, me, p, p.row, f"{me} wakes {p.nxt}", go("after_loop"), failed,
+                                  f"{me} wake of {p.nxt} fails")
+        elif p.pc == "confirm":  # woken: CLAIM the grant before the work; refused (revoked): look again
+            ok, after = claim(lock, me, p.ticket)
+            yield from self._write(s, i, me, p, "confirm", ok, replace(s, lock=after),
+                                   lambda t: self._grant_to(t, i, me), go("inspect"))
         elif p.pc == "early":  # a short look for the grantee's new park (no revoke: any time is safe)
-            j = names.index(p.nxt)
-            q = s.procs[j]
-            row = s.row(p.c + 1)
-            t = s.with_row(p.c + 1, None)  # the retake deletes whatever row is there
+            # the retake deletes whatever row is there; the wake-up of what it found is a step of its own
+            yield f"{me} retakes row {p.c + 1} early", go("early_wake", row=s.row(p.c + 1))(s.with_row(p.c + 1, None))
+        elif p.pc == "early_wake":
+            row = p.row
             if row is not None and row.owner == p.nxt and row.token is not None:
-                if q.pc == "parked" and row.token == (p.nxt, "current"):
-                    yield f"{me} wakes {p.nxt}'s new park early", go("after_loop")(self._grant_to(t, j, p.nxt))
-                else:
-                    yield f"{me} early wake of {p.nxt} fails", go("window")(t)
+                yield from self._wake(s, i, me, p, row, f"{me} wakes {p.nxt}'s new park early", go("after_loop"),
+                                      go("window"), f"{me} early wake of {p.nxt} fails")
             else:
-                yield f"{me} finds no new park of {p.nxt} yet", go("window")(t)
-        elif p.pc == "window":  # the claim window ends (or the grantee is dead); a re-park found?
-            j = names.index(p.nxt)
-            q = s.procs[j]
-            busy = any(o.pc in HANDOFF and o.row is not None and o.row.token == (p.nxt, "current")
-                       for k, o in enumerate(s.procs) if k != i)
-            if q.pc in ("dead", "parked", "done", "cs", "window") and not busy:
-                row = s.row(p.c + 1)
-                if row is not None and row.token is not None and q.pc == "parked" and row.token == (p.nxt, "current") \
-                        and lock.owner == p.nxt and lock.fence == p.nfence:
-                    yield f"{me} wakes {p.nxt}'s new park", go("after_loop")(self._grant_to(s.with_row(p.c + 1, None), j, p.nxt))
-                else:
-                    ok, after = revoke(lock, p.nxt, p.nfence, me, v)
-                    yield from self._write(s, i, me, p, f"revoke {p.nxt}", ok, replace(s, lock=after),
-                                           go("take", c=p.c + 1, holding=False), go("after_loop"))
+                yield f"{me} finds no new park of {p.nxt} yet", go("window")(s)
+        elif p.pc == "window":  # the claim window ends (or the grantee is dead): retake row c + 1
+            if self._window_may_end(s, i, p):
+                yield f"{me} retakes row {p.c + 1}", go("window_wake", row=s.row(p.c + 1))(s.with_row(p.c + 1, None))
+        elif p.pc == "window_wake":  # a re-park found: wake it; else revoke
+            row = p.row
+            if row is not None and row.owner == p.nxt and row.token is not None \
+                    and lock.owner == p.nxt and lock.fence == p.nfence:
+                yield from self._wake(s, i, me, p, row, f"{me} wakes {p.nxt}'s new park", go("after_loop"),
+                                      go("last_look"), f"{me} wake of {p.nxt}'s new park fails")
+            else:
+                yield f"{me} finds no new park of {p.nxt}", go("revoke")(s)
+        elif p.pc == "last_look":  # a short wait: a grantee woken (or looking) confirms meanwhile
+            if self.variant == "revoke_at_once" or self._window_may_end(s, i, p):
+                yield f"{me}'s last look ends", go("revoke")(s)
+        elif p.pc == "revoke":
+            ok, after = revoke(lock, p.nxt, p.nfence, me, v)
+            yield from self._write(s, i, me, p, f"revoke {p.nxt}", ok, replace(s, lock=after),
+                                   go("take", c=p.c + 1, holding=False), go("after_loop"))
         elif p.pc == "after_loop":
             yield f"{me} ends its handoff", (go("done")(s) if p.granted else go("inspect")(s))
 
@@ -435,15 +491,21 @@ class Model:
                 self.violations.append((problem, self.trace(seen, s)))
                 return {"states": len(seen), "transitions": transitions, "violation": problem}
             nxt = []
+            if self.coverage:
+                self.visited.update(p.pc for p in s.procs)
             for label, t in self.steps(s):
                 transitions += 1
                 nxt.append((label, t))
+                if self.coverage and FAULT.search(label):
+                    self._note_fault(label)
                 if t not in seen:
                     seen[t] = (s, label)
                     todo.append(t)
                     if len(seen) > limit:
                         raise RuntimeError("state space too large")
             edges[s] = nxt
+        if not self.check_liveness:
+            return {"states": len(seen), "transitions": transitions, "violation": None}
         finished = {s for s in seen if all(p.pc in ("done", "dead") for p in s.procs)}
         reverse: dict = {}
         for s, ts in edges.items():
@@ -464,6 +526,13 @@ class Model:
             self.violations.append((problem, self.trace(seen, s)))
             return {"states": len(seen), "transitions": transitions, "violation": problem}
         return {"states": len(seen), "transitions": transitions, "violation": None}
+
+    def _note_fault(self, label: str) -> None:
+        crash = re.fullmatch(r"\w+ crashes at (\w+)", label)
+        if crash:
+            self.crashed_at.add(crash[1])
+        else:
+            self.lost_at.add(re.sub(r"\b(?:%s)\b" % "|".join(self.names()), "X", label))
 
     @staticmethod
     def trace(seen: dict, s: State) -> list[str]:

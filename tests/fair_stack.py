@@ -15,6 +15,8 @@ from locked_workflow.state_machines.lock_protocol import jsonata
 PARK_TIMEOUT_S = 3
 #: ... and a park timeout longer than any test: a park then ends only by a wake-up.
 PATIENT_PARK_TIMEOUT_S = 120
+#: The stop grace of the fair section a test cancels (FairCancelled).
+CANCELLED_STOP_GRACE_S = 5
 
 
 class FairStack(cdk.Stack):
@@ -51,18 +53,22 @@ class FairStack(cdk.Stack):
                        **{**fair, "timeout": cdk.Duration.minutes(4)})
         # a fair section in one branch of a Parallel whose other branch fails (when the test
         # fails its gate); the user catches the Parallel's failure and the execution goes on
-        # RUNNING (a while): a waiter parked in the section is cancelled, with no status event
+        # RUNNING (2 min): a waiter parked in the section, or a holder at work in it, is
+        # cancelled, with no status event
         from locked_workflow import LockedSection
 
+        # (a holder holds at a gate the test never opens: it is at work when its branch is cancelled)
+        held = token_gate(self, "CancelledGate", table=probes, pk="'held#' & $states.input.key")
         section = LockedSection(
             self, "CancelledSection", lock=fair["lock"], key_namespace="f", table=self.locks,
-            protected=self.probe("CancelledProbe"), lease=cdk.Duration.minutes(3), max_wait=cdk.Duration.seconds(90),
+            protected=held.next(self.probe("CancelledProbe")), lease=cdk.Duration.minutes(3), max_wait=cdk.Duration.seconds(90),
+            stop_grace=cdk.Duration.seconds(CANCELLED_STOP_GRACE_S),
         )
         # the sibling fails when the test says (it fails the task token this gate stores)
         sibling = token_gate(self, "SiblingGate", table=probes, pk="'sibling#' & $states.input.key")
         parallel = sfn.Parallel.jsonata(self, "SectionAndSibling")
         parallel.branch(section).branch(sibling)
-        parallel.add_catch(sfn.Wait.jsonata(self, "StillRunning", time=sfn.WaitTime.duration(cdk.Duration.seconds(60))),
+        parallel.add_catch(sfn.Wait.jsonata(self, "StillRunning", time=sfn.WaitTime.duration(cdk.Duration.seconds(120))),
                            errors=["States.ALL"])
         cancelled = sfn.StateMachine(self, "FairCancelledStateMachine", definition_body=sfn.DefinitionBody.from_chainable(parallel),
                                      query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.minutes(3))

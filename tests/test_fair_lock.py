@@ -93,6 +93,13 @@ class Fair:
         self.until(token)
         self.cloud.stepfunctions.send_task_success(taskToken=token(), output=GATE_OPENED)
 
+    def gate_token(self, key: str, gate: str = "gate") -> str | None:
+        """The task token a holder's gate stored last (None: none yet): FairHold's ``gate``,
+        FairCancelled's ``held``."""
+        item = self.cloud.dynamodb.get_item(
+            TableName=self.table("Probes"), Key={"pk": {"S": f"{gate}#{key}"}}, ConsistentRead=True).get("Item")
+        return item and item["token"]["S"]
+
     def fail_gate(self, pk: str) -> None:
         """Fail the task token a gate stored under ``pk`` (its branch fails)."""
         def token():
@@ -154,15 +161,15 @@ def test_an_uncontended_run_takes_the_fast_path(fair):
 
 
 def test_a_queued_run_parks_once_and_its_release_takes_grants_and_wakes_the_next_without_a_decision(fair):
-    """The contended path: 7 lock states per run (the section, the refused fast path, the
-    ticket, the park; as releaser: take the parked row, grant, wake)."""
+    """The contended path: 8 lock states per run (the section, the refused fast path, the
+    ticket, the park, the confirm; as releaser: take the parked row, grant, wake)."""
     k = key()
     holder, arns = queued(fair, k, 2, machine="FairPatient")
     fair.open(k)
     results = fair.wait([holder] + arns)
     assert [r.status for r in results] == ["SUCCEEDED"] * 3, [(r.error, r.cause) for r in results]
     entered = [e["stateEnteredEventDetails"]["name"] for e in results[1].history if "stateEnteredEventDetails" in e]
-    assert entered == ["Lock", "Lock.Acquire", "Lock.Enqueue", "Lock.Park", "PatientProbe", "Lock.Release.Take",
+    assert entered == ["Lock", "Lock.Acquire", "Lock.Enqueue", "Lock.Park", "Lock.Confirm", "PatientProbe", "Lock.Release.Take",
                        "Lock.Release.Grant", "Lock.Release.Wake"], entered
     assert fences_of(results[1:]) == sorted(fences_of(results[1:]))
     assert fair.drained(k)
@@ -386,6 +393,50 @@ def test_a_releaser_stopped_between_its_release_and_its_wake_up_strands_no_one(f
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
+def _entered_at(result, name: str) -> float:
+    """Epoch s at which ``result`` first entered the state ``name``."""
+    return next(e["timestamp"].timestamp() for e in result.history
+                if e.get("stateEnteredEventDetails", {}).get("name") == name)
+
+
+def test_a_delivered_wake_up_whose_response_was_lost_is_never_taken_back(fair):
+    """F1: the releaser's ``SendTaskSuccess`` reaches Step Functions (the waiter is woken) but
+    its response is lost (a 5xx after the call applied). The releaser cannot tell this from a
+    wake-up that failed: it waits a claim window and revokes - which must never take the lock
+    from a waiter already at work. The woken waiter confirms its grant (CLAIM) before its work,
+    so the revoke is refused. W2 holds its work at a gate until the releaser's execution has
+    ended (then a revoke and a grant to W3 would have happened already): W3 enters only after
+    W2 left, fences rise, W2 keeps its lock (no ``Lock.Lost``)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder = fair.start("FairHold", {"key": k, "workMs": 1})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    w2 = fair.start("FairHold", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    w3 = fair.start("Fair", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    lost = Fault("SendTaskSuccess", "InternalServerError", after_call=True, service="stepfunctions", when=not_the_gate)
+    with dynamodb_faults(lost) as log:
+        first_gate = fair.gate_token(k)
+        fair.open(k)
+        held = fair.wait([holder])[0]  # its release is over (a revoke, if any, is done)
+    assert log.injected == 1 and log.calls.count(("SendTaskSuccess", "done, then InternalServerError")) == 1
+    assert held.status == "SUCCEEDED", (held.error, held.cause)
+    assert "Lock.Release.DescribeGrantee" in [e.get("stateEnteredEventDetails", {}).get("name") for e in held.history]
+    fair.until(lambda: fair.gate_token(k) not in (None, first_gate), timeout=60)  # W2 at its work's gate
+    fair.open(k)
+    r2, r3 = fair.wait([w2, w3])
+    assert [r2.status, r3.status] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in (r2, r3)]
+    # W3's work began after W2's ended (W2's release began)
+    assert _entered_at(r3, "FairProbe") > _entered_at(r2, "Lock.Release.Take")
+    fences = [held.output["probe"]["fence"], r2.output["probe"]["fence"], r3.output["probe"]["fence"]]
+    assert fences == sorted(fences) and len(set(fences)) == 3, fences
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe.get("rejected", 0) == 0, probe
+    assert fair.drained(k)
+
+
 def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
     k = key()
     holder, (w1,) = queued(fair, k, waiters=1)
@@ -463,6 +514,43 @@ def test_a_parked_waiter_whose_branch_was_cancelled_blocks_the_next_one_for_at_m
     assert fair.probe(k).get("violations", 0) == 0
 
 
+def test_a_holder_cancelled_by_a_sibling_is_probed_and_frees_the_key_after_its_stop_grace_not_its_lease(fair):
+    """D1-fair: the holder's branch is cancelled at work (its sibling failed; the user caught
+    the Parallel's failure): no Catch runs, no status event, the execution stays RUNNING, and
+    DescribeExecution cannot tell it from a live holder. A parked waiter's fallback probes the
+    hold's presence token (``SendTaskHeartbeat``: ``TaskTimedOut``), retires the acquisition
+    (ABANDONED: held for its stop grace from now) and takes the lock after it - with the
+    cancelled execution still RUNNING, not at its lease (3 min) or its end (2 min on)."""
+    from fair_stack import CANCELLED_STOP_GRACE_S
+
+    k = key()
+    cancelled = fair.start("FairCancelled", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.gate_token(k, "held") is not None, timeout=60)  # holds, at work (its gate)
+    fair.until(lambda: p.PRESENCE in fair.lock(k), timeout=60)  # its presence registered
+    registered = int(fair.lock(k)[p.PRESENCE_AT]["N"]) / 1000
+    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1, timeout=60)
+    fair.fail_gate(f"sibling#{k}")  # the sibling fails: the holder's branch is cancelled at work
+    fair.until(lambda: any(e["type"] == "ParallelStateFailed" for e in fair.cloud.history(cancelled)), timeout=60)
+    result = fair.wait([waiter])[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)  # (before: Lock.Timeout after 90 s)
+    assert fair.cloud.stepfunctions.describe_execution(executionArn=cancelled)["status"] == "RUNNING"
+    from lock_invariants import state_entered
+
+    assert {"Lock.ProbeHolder", "Lock.Abandoned"} <= set(state_entered(result))
+    entered = _entered_at(result, "FairProbe")
+    # not before the token stood PRESENCE_SETTLE_MS and the stop grace ran (the cancelled work
+    # may still run), and long before the lease: the settle, the grace, a few park rounds, slack
+    waited = entered - registered
+    settle_s = p.PRESENCE_SETTLE_MS / 1000
+    assert settle_s + CANCELLED_STOP_GRACE_S - 1 <= waited < settle_s + CANCELLED_STOP_GRACE_S + 30, waited
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1], probe  # (the holder never passed its gate)
+    fair.cloud.stepfunctions.stop_execution(executionArn=cancelled)  # (it would idle on for 2 min)
+    fair.until(lambda: fair.drained(k), timeout=60)
+    print(f"the waiter entered {waited:.1f} s after the holder's presence registered")
+
+
 # ---- Python participants (LockClient(fair=True)) ---------------------------------------------
 
 
@@ -482,6 +570,31 @@ def test_a_client_release_wakes_the_parked_workflow(fair):
     result = fair.wait([waiter])[0]
     assert result.status == "SUCCEEDED" and parks_timed_out(result) == 0
     assert result.output["probe"]["fence"] == lease.fence + 1
+
+
+def test_a_client_release_whose_wake_up_response_was_lost_never_takes_the_lock_back(fair):
+    """F1 for ``LockClient(fair=True).release()``: its ``SendTaskSuccess`` applies (the workflow
+    is woken) and its response is lost; the client waits its claim window and revokes - refused,
+    since the woken workflow confirmed its grant before its work. The workflow (held at its
+    work's gate until the release returned) keeps the lock and releases it itself."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    lease = client(fair).acquire(k, lease=60)
+    waiter = fair.start("FairHold", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.queue(k))  # parked
+    lost = Fault("SendTaskSuccess", "InternalServerError", after_call=True, service="stepfunctions", when=not_the_gate)
+    with dynamodb_faults(lost) as log:
+        client(fair, claim_window=3).release(lease)
+    assert log.injected == 1
+    fair.until(lambda: fair.gate_token(k) is not None)  # the woken workflow is at its work
+    item = fair.lock(k)
+    assert item.get(p.OWNER, {}).get("S", "").startswith(waiter) and fp.HANDED not in item, item  # still its lock
+    fair.open(k)
+    result = fair.wait([waiter])[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["probe"]["fence"] == lease.fence + 1
+    assert fair.drained(k) and fair.probe(k).get("rejected", 0) == 0
 
 
 def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):

@@ -1,18 +1,23 @@
 """The fair lock's protocol, model-checked: every interleaving of 2-3 participants' steps -
 fast acquire, ticket, park, release (take a parked row and grant it, or release alone, or
-the full handoff: take the next row, grant, wake), claim, revoke, the
-park's fallback and the handoff it runs for a dead head - with a crash at every step, a lost
-response on every write, failed wake-ups and park timeouts. It proves: never two holders,
+the full handoff: take the next row, grant, wake), the woken waiter's confirm, claim, revoke,
+the park's fallback and the handoff it runs for a dead head - with a crash at every step (a
+stop between any two calls, the release's included), a lost response on every write and on
+every wake-up (delivered, the releaser sees an error), failed wake-ups and park timeouts. It proves: never two holders,
 grants in ticket order (no live queued waiter is passed), and from every reachable state
 every live participant can still finish (no lost wake-up outlives the fallback; none at all
 without faults). Each property has a protocol variant that breaks it, and the model must
 catch it.
 
 The model's reading of each write is checked against DynamoDB itself (both backends), over
-many item states, through the real expressions of state_machines/fair_protocol.py."""
+many item states, through the real expressions of state_machines/fair_protocol.py.
+
+The suite explores what fits a few seconds; ``FAIR_MODEL_FULL=1`` adds 3 participants with
+park timeouts (about 0.5-1 M states: minutes) and a confirm slower than the claim window."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -23,30 +28,82 @@ from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 
 
+FULL = os.environ.get("FAIR_MODEL_FULL") == "1"
+full_only = pytest.mark.skipif(not FULL, reason="minutes: FAIR_MODEL_FULL=1")
+
+
 def test_two_participants_never_overlap_keep_ticket_order_and_never_get_stuck_under_every_fault():
-    model = Model(participants=2)
+    model = Model(participants=2, coverage=True)
     result = model.explore()
     assert result["violation"] is None, model.violations
     assert result["states"] > 10_000  # the space was really explored
+    # a stop between any two calls: a crash was explored at every step a participant takes
+    assert model.visited - {"done", "dead"} <= model.crashed_at, model.visited - model.crashed_at
+    assert {"wake", "early_wake", "window_wake", "confirm", "last_look", "revoke"} <= model.crashed_at
+    # a lost response on every wake-up (delivered) and on the writes the F1 fix rests on
+    assert {"X wakes X: response lost", "X wakes X's new park early: response lost",
+            "X wakes X's new park: response lost", "X confirm response lost", "X revoke X response lost",
+            "X grant X response lost", "X release response lost"} <= model.lost_at, model.lost_at
 
 
+def test_three_participants_with_lost_wake_up_responses_never_overlap_keep_ticket_order_and_never_get_stuck():
+    """A wake-up delivered whose response is lost, with a third participant to take a revoked
+    grant (no park timeouts here: they multiply the space - see the FULL tests)."""
+    model = Model(participants=3, fallback=False, crashes=False, lost_responses=False)
+    result = model.explore()
+    assert result["violation"] is None, model.violations
+    assert result["states"] > 10_000
+
+
+@full_only
 def test_three_participants_never_overlap_keep_ticket_order_and_never_get_stuck():
-    """(Three participants with crashes and lost responses too: 2.3 M states, run by hand -
-    see the README; here without them, to keep the suite's budget.)"""
+    """(Three participants with crashes and lost write responses too: millions of states, run
+    by hand - see docs/protocol.md.)"""
     model = Model(participants=3, crashes=False, lost_responses=False)
     result = model.explore()
     assert result["violation"] is None, model.violations
     assert result["states"] > 100_000
 
 
+@full_only
+def test_a_confirm_slower_than_the_claim_window_still_admits_one_holder():
+    """No timing assumption for the confirm: the releaser's revoke may come first. Then the
+    confirm is refused and its waiter queues again (order is not kept), but never works."""
+    model = Model(participants=3, fallback=False, crashes=False, lost_responses=False, slow_confirm=True, fifo=False,
+                  check_liveness=False)  # (with park timeouts: over 3 M states)
+    result = model.explore()
+    assert result["violation"] is None, model.violations
+    assert result["states"] > 50_000
+
+
+def test_negative_control_working_before_the_confirm_admits_two_after_a_lost_wake_up_response():
+    """F1's protocol (the woken waiter works at once, unconfirmed): its releaser, seeing an
+    error, revokes the grant after the claim window, and the next one enters beside it. The
+    same protocol without lost wake-up responses passes: that fault is what it misses."""
+    model = Model(participants=3, variant="work_before_confirm", fallback=False, crashes=False, lost_responses=False)
+    assert model.explore()["violation"].startswith("two holders"), model.violations
+    assert model.violations[0][1].count("a wakes b: response lost") == 1
+    calm = Model(participants=3, variant="work_before_confirm", fallback=False, crashes=False, lost_responses=False,
+                 lost_wakes=False)
+    assert calm.explore()["violation"] is None
+
+
+def test_negative_control_a_revoke_right_after_a_failed_wake_up_of_a_new_park_overtakes():
+    """Without the last look, the revoke races the confirm of a waiter just woken (its wake-up's
+    response lost) or just looking (its new park timed out): a refused confirm queues it again,
+    behind a later ticket."""
+    model = Model(participants=3, variant="revoke_at_once", crashes=False, lost_responses=False)
+    assert "overtook" in model.explore()["violation"], model.violations
+
+
 def test_without_faults_no_wake_up_is_ever_lost_even_with_no_fallback():
-    result = Model(participants=3, fallback=False, crashes=False, lost_responses=False).explore()
+    result = Model(participants=3, fallback=False, crashes=False, lost_responses=False, lost_wakes=False).explore()
     assert result["violation"] is None
 
 
 def test_a_crashed_holder_strands_parked_waiters_without_the_fallback():
     """Why the park needs its timeout: the model finds the stranded waiter."""
-    model = Model(participants=2, fallback=False, crashes=True, lost_responses=False)
+    model = Model(participants=2, fallback=False, crashes=True, lost_responses=False, lost_wakes=False)
     assert model.explore()["violation"].startswith("stuck")
 
 
@@ -56,17 +113,17 @@ def test_negative_control_each_rendezvous_rule_is_needed_or_a_wake_up_is_lost(va
     """A park that ignores the ready mark, a release that leaves no mark for a ticket whose
     waiter has not parked, a ticket taken while the lock is free with nobody queued, a
     one-write release while a ticket is out: each strands a waiter that nobody wakes."""
-    model = Model(participants=2, variant=variant, fallback=False, crashes=False, lost_responses=False)
+    model = Model(participants=2, variant=variant, fallback=False, crashes=False, lost_responses=False, lost_wakes=False)
     assert model.explore()["violation"].startswith("stuck")
 
 
 def test_negative_control_a_revoke_that_ignores_the_claim_admits_two():
-    model = Model(participants=3, variant="revoke_ignores_claim", crashes=False, lost_responses=False)
+    model = Model(participants=3, variant="revoke_ignores_claim", crashes=False, lost_responses=False, lost_wakes=False)
     assert model.explore()["violation"].startswith("two holders")
 
 
 def test_negative_control_a_fast_path_ignoring_the_queue_overtakes():
-    model = Model(participants=3, variant="fast_ignores_queue", crashes=False, lost_responses=False)
+    model = Model(participants=3, variant="fast_ignores_queue", crashes=False, lost_responses=False, lost_wakes=False)
     assert "overtook" in model.explore()["violation"]
 
 
