@@ -25,7 +25,9 @@ queue, a helper) is the protocol's step 4: a parked workflow is woken with
 Leases are judged as the fair lock's are: by the clock that stamps them (``expiresAt <
 :now``), the client's clock held within the bounds DynamoDB's ``Date`` headers put on AWS's
 (see :mod:`lock_client`). A reader's lease is its entry's ``expiresAt``; a writer's is the
-lock item's, as for the mutex.
+lock item's, as for the mutex. A client that knows no bound yet (a fresh one: a Lambda's cold
+start) reads the lock item first - its ``Date`` gives them - so even its first lease is stamped
+on AWS's clock: whatever its own clock says, the workflows see the lease it asked for.
 """
 
 from __future__ import annotations
@@ -123,8 +125,12 @@ class ReadWriteParticipant:
         return response.get("Attributes", {})
 
     def _read(self, key: str) -> dict:
+        """The lock item (a strongly consistent GetItem); its response's ``Date`` bounds AWS's clock."""
         c = self.client
-        return c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(key), ConsistentRead=True).get("Item", {})
+        before = c._monotonic()
+        response = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(key), ConsistentRead=True)
+        c._aws_clock.sample(before, c._monotonic(), response)
+        return response.get("Item", {})
 
     def _drop_row(self, key: str, ticket: int) -> None:
         """My row, once served (best effort: a served ticket's row is never read)."""
@@ -179,6 +185,10 @@ class ReadWriteParticipant:
         nominal = options.poll_interval
         ticket: int | None = None
         seen: Mapping[str, Any] = {}
+        if c._aws_clock.bounds(c._monotonic()) is None:
+            # a fresh client (a Lambda's cold start): learn AWS's clock before the first write
+            # stamps a lease or judges one - a read's ``Date`` tells it
+            self._read(table_key)
         while True:
             if ticket is None:
                 lease, seen = self._fast(key, table_key, me, mode, options.lease_ms)

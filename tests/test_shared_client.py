@@ -368,3 +368,114 @@ def test_a_client_reader_queued_behind_a_workflow_writer_is_admitted_in_its_turn
     last = mixed.wait([late])[0]
     assert last.status == "SUCCEEDED" and last.output["probe"]["fence"] == lease.fence + 1
     assert mixed.probe(k).get("violations", 0) == 0 and mixed.free(k)
+
+
+# ---- clocks, on both backends: a client's lease ends for its holder before anyone may take over -----
+
+#: A whole second of epoch ms (DynamoDB's ``Date`` header has whole seconds).
+T0 = 1_700_000_000_000
+
+
+class Dated:
+    """A DynamoDB client whose responses carry the fake clock's true time in their ``Date``
+    header (AWS's clock, from which a client bounds its own) - the first ``dates`` of them
+    (None: all; the others carry none); ``seen`` (optional) is called with each UpdateItem's
+    arguments before it is sent."""
+
+    def __init__(self, client, clock, seen=None, dates: int | None = None) -> None:
+        self._client, self._clock, self._seen, self._dates = client, clock, seen, dates
+
+    def __getattr__(self, name):
+        from email.utils import formatdate
+
+        from botocore.exceptions import ClientError
+
+        method = getattr(self._client, name)
+
+        def date(response) -> None:
+            headers = response.setdefault("ResponseMetadata", {}).setdefault("HTTPHeaders", {})
+            headers.pop("date", None)
+            if self._dates is None or self._dates > 0:
+                headers["date"] = formatdate(self._clock.now / 1000, usegmt=True)
+                self._dates = None if self._dates is None else self._dates - 1
+
+        def call(*args, **kwargs):
+            if name == "update_item" and self._seen is not None:
+                self._seen(kwargs)
+            try:
+                response = method(*args, **kwargs)
+            except ClientError as error:
+                date(error.response)
+                raise
+            date(response)
+            return response
+
+        return call
+
+
+def skewed_client(mixed, clock, seconds: float, *, seen=None, dates: int | None = None) -> LockClient:
+    """A read/write client on the fake clock whose wall clock is ``seconds`` off true time."""
+    return LockClient(mixed.table("LocksTable"), namespace="rw", read_write=True,
+                      dynamodb=Dated(mixed.cloud.dynamodb, clock, seen, dates), stepfunctions=mixed.cloud.stepfunctions,
+                      clock=clock.skewed(seconds), monotonic=clock.monotonic, sleep=clock.sleep)
+
+
+def workflow_write(mixed, key: str, write, *, now_ms: int, reader: str | None = None) -> str:
+    """What a workflow writer's state writes (``FAST_WRITE``, ``REAP_READ``...), judged by the
+    service clock (``$millis()`` = ``now_ms``). Returns its owner; refused: ``ClientError``."""
+    owner = f"arn:aws:states:us-east-1:123456789012:execution:Writer:run-{uuid.uuid4().hex[:6]}#{uuid.uuid4()}"
+    values = {":me": {"S": owner}, ":stale": {"S": owner}, ":now": {"N": str(now_ms)},
+              ":expiresAt": {"N": str(now_ms + 600_000)}, ":grace": {"N": "5000"}, ":one": {"N": "1"},
+              ":zero": {"N": "0"}, ":minusOne": {"N": "-1"}, ":shared": {"S": sp.SHARED}}
+    args = sp.arguments(p.namespaced("rw", key), write, {k: values[k] for k in write.value_names()}, reader=reader)
+    mixed.cloud.dynamodb.update_item(TableName=mixed.table("LocksTable"), **args)
+    return owner
+
+
+def test_a_fresh_client_60_s_behind_keeps_its_writer_lease_against_workflows(mixed):
+    """K1: a fresh client (a Lambda's cold start) 60 s behind, lease 30 s, stamped its first
+    lease on its own clock - ``expiresAt`` 30 s in AWS's past - and a workflow writer entered
+    2.2 s into its block. It now knows AWS's clock before it stamps: the workflows see the
+    lease it asked for, and the lease ends for its holder before they may take over."""
+    from botocore.exceptions import ClientError
+    from test_lock_client import FakeClock
+
+    k, clock = f"k-{uuid.uuid4().hex[:8]}", FakeClock(T0)
+    slow = skewed_client(mixed, clock, -60)
+    lease = slow.acquire(k, lease=30)
+    for seconds in (2.2, 27.7):
+        clock.advance(seconds)
+        with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+            workflow_write(mixed, k, sp.FAST_WRITE, now_ms=clock.now)
+        assert lease.check() > 0
+    clock.advance(0.2)
+    with pytest.raises(LockLost, match="ran out"):
+        lease.check()  # the holder stops first ...
+    with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+        workflow_write(mixed, k, sp.FAST_WRITE, now_ms=clock.now)  # ... while the workflows still wait
+    slow.release(lease)
+    assert mixed.free(k)
+
+
+def test_a_fresh_client_reader_60_s_behind_is_not_reaped_by_a_workflow_writer(mixed):
+    """K1, the reader: a workflow writer reaped the entry of a fresh client reader 60 s behind
+    (lease 30 s) 7.6 s into its block."""
+    from botocore.exceptions import ClientError
+    from test_lock_client import FakeClock
+
+    k, clock = f"k-{uuid.uuid4().hex[:8]}", FakeClock(T0)
+    slow = skewed_client(mixed, clock, -60)
+    lease = slow.acquire(k, shared=True, lease=30)
+    for seconds in (7.6, 22.3):
+        clock.advance(seconds)
+        with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+            workflow_write(mixed, k, sp.REAP_READ, now_ms=clock.now, reader=lease.owner)
+        assert lease.check() > 0
+    clock.advance(0.2)
+    with pytest.raises(LockLost, match="ran out"):
+        lease.check()
+    with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+        workflow_write(mixed, k, sp.REAP_READ, now_ms=clock.now, reader=lease.owner)
+    slow.release(lease)
+    assert mixed.free(k)
+
