@@ -22,10 +22,12 @@ A handoff run by a client (its release, the last reader leaving, a reader admitt
 queue, a helper) is the protocol's step 4: a parked workflow is woken with
 ``SendTaskSuccess``; a polling client is granted and finds its grant at its next poll.
 
-Leases are judged as the fair lock's are: by the clock that stamps them (``expiresAt <
-:now``), the client's clock held within the bounds DynamoDB's ``Date`` headers put on AWS's
-(see :mod:`lock_client`). A reader's lease is its entry's ``expiresAt``; a writer's is the
-lock item's, as for the mutex. A client that knows no bound yet (a fresh one: a Lambda's cold
+Leases are judged by the protocol's conditions (``expiresAt < :now``) with ``:now`` the
+*earliest* time AWS's clock can show - the lower of the bounds DynamoDB's ``Date`` headers put
+on it (see :mod:`lock_client`) - and stamped from the latest (``expiresAt``): a lease, a
+client's or a workflow's, ends by this judgement only once AWS's clock is past its end, after
+it ended for its holder, however fast the judge's own clock runs. A reader's lease is its
+entry's ``expiresAt``; a writer's is the lock item's, as for the mutex. A client that knows no bound yet (a fresh one: a Lambda's cold
 start) reads the lock item first - its ``Date`` gives them - so even its first lease is stamped
 on AWS's clock: whatever its own clock says, the workflows see the lease it asked for.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 from typing import Any, Mapping
 
@@ -141,15 +144,31 @@ class ReadWriteParticipant:
     def _values(self, me: str) -> dict:
         """Values of the free conditions: ``:me``, ``:stale`` (nobody is known dead), ``:now``, ``:shared``,
         and the counters' ``:one``/``:zero``/``:minusOne``."""
-        return {":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.client.now_ms())},
+        return {":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self._earliest())},
                 ":shared": {"S": shared.SHARED}, ":one": {"N": "1"}, ":zero": {"N": "0"}, ":minusOne": {"N": "-1"}}
 
+    def _earliest(self, at: float | None = None) -> int:
+        """The earliest epoch ms AWS's clock can show (at monotonic ``at``; default: now) - what
+        this client judges leases by (``:now`` of the conditions, ``expiresAt < :now``): every
+        participant stamps a lease from the latest time AWS's clock can show (a workflow from
+        AWS's clock itself), so none ends by this judgement before it ended for its holder. With
+        no bound known (no ``Date`` header seen), this client's clock."""
+        c = self.client
+        at = c._monotonic() if at is None else at
+        bounds = c._aws_clock.bounds(at)
+        return int(c._clock()) if bounds is None else math.floor(bounds[0])
+
+    def _latest(self) -> int:
+        """The latest epoch ms AWS's clock can show now: what a lease or a mark is stamped from."""
+        c = self.client
+        return c._stamp(c._monotonic())[1]
+
     def _own(self, lease_ms: int) -> tuple[float, int, int]:
-        """(monotonic start, acquiredAt, expiresAt) of a lease of ``lease_ms`` taken now."""
+        """(monotonic start, acquiredAt - also the ``:now`` its write judges by, expiresAt) of a
+        lease of ``lease_ms`` taken now."""
         c = self.client
         started = c._monotonic()
-        now, latest = c._stamp(started)
-        return started, now, latest + lease_ms
+        return started, self._earliest(started), c._stamp(started)[1] + lease_ms
 
     @property
     def _claim_window_ms(self) -> int:
@@ -264,7 +283,7 @@ class ReadWriteParticipant:
         """The protocol's park transaction with a polling lease for a token; False: refused (my
         ticket may be admitted now, or was passed, or my row was marked left)."""
         c = self.client
-        until = c.now_ms() + int((row_lease_s + _ROW_MARGIN_S) * 1000)
+        until = self._latest() + int((row_lease_s + _ROW_MARGIN_S) * 1000)
         items = shared.park_transaction(
             c.table_name, table_key, ticket, mode,
             {":me": {"S": me}, ":token": {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}, ":lease": {"N": str(lease_ms)},
@@ -286,7 +305,7 @@ class ReadWriteParticipant:
         for _ in range(16):  # each round ends in a park, or changes the key (a reap, a handoff)
             item = self._read(table_key)
             served, tickets = fair.counters(item)
-            now = self.client.now_ms()
+            now = self._earliest()
             if self._granted(item, me, mode, ticket):
                 lease = self._claim(key, table_key, me, mode, ticket, lease_ms)
                 if lease is not None:
@@ -382,7 +401,7 @@ class ReadWriteParticipant:
             if lease is not None:
                 return lease
         served, _ = fair.counters(item)
-        if served < ticket and _writer_free(item, me=me, now=c.now_ms()):
+        if served < ticket and _writer_free(item, me=me, now=self._earliest()):
             self.handoff(table_key, me=me, start=served)
         return None
 
@@ -431,7 +450,7 @@ class ReadWriteParticipant:
         for _ in range(10_000):  # each round passes a ticket or ends
             row = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(table_key, c_ + 1)),
                                       ConsistentRead=True).get("Item")
-            state = fair.row_state(row, now=c.now_ms(), hole_ms=self._hole_ms)
+            state = fair.row_state(row, now=self._earliest(), hole_ms=self._hole_ms)
             if state in ("wake", "grant") and row is not None:
                 nxt = row[OWNER]["S"]
                 if nxt == stop_at:
@@ -456,7 +475,7 @@ class ReadWriteParticipant:
             if tickets is not None and c_ + 1 <= tickets and fair.READY not in (row or {}):
                 with contextlib.suppress(ClientError):  # refused: its waiter parked meanwhile
                     c.dynamodb.update_item(TableName=c.table_name, **fair.arguments(
-                        fair.row_key(table_key, c_ + 1), shared.MARK, {":since": {"N": str(c.now_ms())}}))
+                        fair.row_key(table_key, c_ + 1), shared.MARK, {":since": {"N": str(self._latest())}}))
                 break
             if holding:  # nobody parked: release, then read the row again (it may have parked meanwhile)
                 try:
@@ -483,8 +502,8 @@ class ReadWriteParticipant:
         refusal whose write was applied after all (a lost response) counts as granted."""
         c = self.client
         nxt = row[OWNER]["S"]
-        now = c.now_ms()
-        until = now + self._claim_window_ms
+        now = self._earliest()
+        until = self._latest() + self._claim_window_ms
         grace = row.get(fair.GRACE_MS, {}).get("N", "0")
         values = {**self._values(me), ":now": {"N": str(now)}, ":next": {"S": nxt}, ":expiresAt": {"N": str(until)},
                   ":grace": {"N": grace}, ":prev": {"N": str(c_)}, ":ticket": {"N": str(c_ + 1)},

@@ -479,3 +479,35 @@ def test_a_fresh_client_reader_60_s_behind_is_not_reaped_by_a_workflow_writer(mi
     slow.release(lease)
     assert mixed.free(k)
 
+
+def test_a_client_writer_whose_clock_runs_fast_reaps_a_readers_entry_only_after_its_lease_ended(mixed):
+    """K2: a waiter judged another client's lease by ``expiresAt < :now``, ``:now`` its clock
+    held within its bounds on AWS's - up to their upper end, about a second ahead of AWS's. A
+    writer 5 s fast reaped a reader's entry while the reader's ``check()`` said 0.999 s were
+    left. A client now judges a lease by the lower bound: never before AWS's clock is past it."""
+    from test_lock_client import FakeClock
+
+    k, clock = f"k-{uuid.uuid4().hex[:8]}", FakeClock(T0 + 999)
+    reader = skewed_client(mixed, clock, 0)
+    lease = reader.acquire(k, shared=True, lease=10)  # AWS's clock bounded tightly (a Date at .999)
+    reaps = []
+
+    def seen(update: dict) -> None:
+        if update.get("ConditionExpression") == sp.REAP_READ.condition:
+            try:
+                left = lease.check()
+            except LockLost:
+                left = None
+            reaps.append((clock.now, left))
+
+    clock.advance(0.001)  # the writer's one Date at a whole second: its bounds are a second wide
+    fast = skewed_client(mixed, clock, 5, seen=seen, dates=1)
+    writer = fast.acquire(k, wait=60, poll_interval=0.05, max_poll_interval=0.1)
+    assert reaps, "the writer entered without reaping the reader's entry"
+    at, left = reaps[0]
+    assert left is None, f"reaped while the reader's check() said {left:.3f} s were left"
+    assert at > lease.expires_at  # and after the entry's end by AWS's clock
+    fast.release(writer)
+    with pytest.raises(LockLost, match="reaped"):
+        reader.release(lease)
+    assert mixed.free(k)
