@@ -57,7 +57,14 @@ from locked_workflow.state_machines.lock_protocol import (
     lock_item_key,
 )
 
-from locked_workflow.constructs_lib.client_lease import Lease, LockHeld, LockLost, LockTimeout, _Holding
+from locked_workflow.constructs_lib.client_lease import (
+    Lease,
+    LockHeld,
+    LockLost,
+    LockTimeout,
+    _Holding,
+    retry_conflicts,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -114,17 +121,29 @@ class ReadWriteParticipant:
         names = set(write.value_names())
         args = shared.arguments(key, write, {k: v for k, v in values.items() if k in names}, reader=reader,
                                 return_values="ALL_NEW" if return_new else "NONE")
-        before = c._monotonic()
+        answers: list[Mapping[str, Any]] = []  # every attempt's (a transaction conflict is tried again)
+
+        def attempt() -> dict:
+            before = c._monotonic()
+            try:
+                response = c.dynamodb.update_item(TableName=c.table_name,
+                                                  ReturnValuesOnConditionCheckFailure="ALL_OLD", **args)
+            except ClientError as error:
+                c._aws_clock.sample(before, c._monotonic(), error.response)
+                answers.append(error.response)
+                raise
+            c._aws_clock.sample(before, c._monotonic(), response)
+            return response
+
         try:
-            response = c.dynamodb.update_item(TableName=c.table_name, ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                                              **args)
+            response = retry_conflicts(attempt, sleep=c._sleep)
         except ClientError as error:
-            c._aws_clock.sample(before, c._monotonic(), error.response)
             if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
-                retried = error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
+                # botocore sent an attempt again: its first send may have been applied (a
+                # transaction conflict was not: nothing was written)
+                retried = any(a.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0 for a in answers)
                 raise _Refused(error.response.get("Item") or {}, retried) from None
             raise
-        c._aws_clock.sample(before, c._monotonic(), response)
         return response.get("Attributes", {})
 
     def _read(self, key: str) -> dict:
@@ -139,7 +158,9 @@ class ReadWriteParticipant:
         """My row, once served (best effort: a served ticket's row is never read)."""
         c = self.client
         with contextlib.suppress(ClientError):
-            c.dynamodb.delete_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(key, ticket)))
+            retry_conflicts(lambda: c.dynamodb.delete_item(TableName=c.table_name,
+                                                           Key=lock_item_key(fair.row_key(key, ticket))),
+                            sleep=c._sleep)
 
     def _values(self, me: str) -> dict:
         """Values of the free conditions: ``:me``, ``:stale`` (nobody is known dead), ``:now``, ``:shared``,
@@ -394,7 +415,7 @@ class ReadWriteParticipant:
         c = self.client
         args = fair.arguments(fair.row_key(table_key, ticket), shared.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
         with contextlib.suppress(ClientError):
-            c.dynamodb.update_item(TableName=c.table_name, **args)
+            retry_conflicts(lambda: c.dynamodb.update_item(TableName=c.table_name, **args), sleep=c._sleep)
         item = self._read(table_key)
         if self._granted(item, me, mode, ticket):
             lease = self._claim(key, table_key, me, mode, ticket, lease_ms)

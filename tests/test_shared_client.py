@@ -511,3 +511,53 @@ def test_a_client_writer_whose_clock_runs_fast_reaps_a_readers_entry_only_after_
     with pytest.raises(LockLost, match="reaped"):
         reader.release(lease)
     assert mixed.free(k)
+
+
+# ---- TransactionConflictException: transient, retried on every client write (both backends) ------
+
+
+def _conflict(write, key: str, times: int = 1):
+    """DynamoDB's answer to an UpdateItem on an item a transaction is touching (a waiter's park
+    checks the lock item in one), on ``write`` of ``key`` - before it applies."""
+    from locked_workflow.testing.faults import Fault
+
+    return Fault("UpdateItem", "TransactionConflictException", times=times, when=lambda params: (
+        params.get("ConditionExpression") == write.condition and key in json.dumps(params.get("Key"))))
+
+
+@pytest.mark.parametrize("write", ["FAST_READ", "LEAVE_READ", "FREE_SHARED"])
+def test_a_transaction_conflict_on_a_readers_write_is_retried(mixed, write):
+    """TC: a reader's FAST_READ raised at once, its LEAVE_READ raised a raw ClientError from
+    ``release()`` (a parked writer then waited out the reader's lease), its FREE_SHARED left the
+    key shared with no reader. Each is now retried as the transient error it is."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    stored = p.namespaced("rw", k)
+    with dynamodb_faults(_conflict(getattr(sp, write), stored, times=2)) as log:
+        lease = workflow_client(mixed).acquire(k, shared=True, wait=30)
+        workflow_client(mixed).release(lease)
+    assert log.injected == 2, log.calls  # (twice: the retry is not a single lucky one)
+    assert mixed.free(k)
+    writer = workflow_client(mixed).acquire(k)  # nothing left behind: a writer enters at once
+    workflow_client(mixed).release(writer)
+
+
+@pytest.mark.parametrize("kind", ["mutex", "fair", "writer"])
+def test_a_transaction_conflict_on_a_writers_acquire_and_release_is_retried(mixed, kind):
+    """TC for the other clients: the mutex's CLIENT_ACQUIRE / CLIENT_RELEASE, the fair lock's
+    FAST_ACQUIRE and RELEASE (its handoff), the read/write writer's FAST_WRITE and RELEASE_WRITE."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    stored = p.namespaced("rw", k)
+    client = (workflow_client(mixed) if kind == "writer" else
+              LockClient(mixed.table("LocksTable"), namespace="rw", dynamodb=mixed.cloud.dynamodb,
+                         stepfunctions=mixed.cloud.stepfunctions, fair=kind == "fair"))
+    acquire, release = {"mutex": (p.CLIENT_ACQUIRE, p.CLIENT_RELEASE), "fair": (fp.FAST_ACQUIRE, p.RELEASE),
+                        "writer": (sp.FAST_WRITE, sp.RELEASE_WRITE)}[kind]
+    with dynamodb_faults(_conflict(acquire, stored), _conflict(release, stored)) as log:
+        lease = client.acquire(k, wait=30)
+        client.release(lease)
+    assert log.injected == 2, log.calls
+    assert p.OWNER not in mixed.lock(k)

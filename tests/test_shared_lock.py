@@ -941,6 +941,23 @@ def test_a_waiter_parks_in_one_transaction_with_the_protocols_expressions(templa
             assert condition in spelled, name
 
 
+def test_every_dynamodb_task_of_the_lock_retries_a_transaction_conflict(template):
+    """TC: DynamoDB refuses a write on an item an ongoing transaction touches (a waiter's park
+    checks the lock item in one) with TransactionConflictException: every DynamoDB task of the
+    lock tries again - a Retry, or a Catch to the state that retries or rechecks it (never
+    only States.ALL, which gives up)."""
+    conflicts = {f"DynamoDB.{p.TRANSACTION_CONFLICT}", f"DynamoDb.{p.TRANSACTION_CONFLICT}"}
+    seen = 0
+    for machine in ("Reader", "Writer"):
+        for name, state in _states(_definition(template, machine)).items():
+            if not name.startswith("Lock.") or state["Type"] != "Task" or ":dynamodb:" not in state["Resource"]:
+                continue
+            handled = {e for r in state.get("Retry", []) + state.get("Catch", []) for e in r["ErrorEquals"]}
+            assert handled & conflicts, f"{machine}: {name} ({state['Resource']}) gives up on a conflict"
+            seen += 1
+    assert seen > 40
+
+
 def test_every_lock_state_goes_on_to_another_state(template):
     """No lock state ends its branch by itself (a path that ended there would skip the work, or
     leave the lock held): only the work's own states, Succeed and Fail end."""
