@@ -343,7 +343,7 @@ class ReadWriteParticipant:
                 continue
             expired = shared.expired_readers(item, now=now)
             if expired and (mode == WRITE or served < ticket - 1):
-                self._reap(table_key, me, expired[0])
+                self._reap(table_key, me, expired[0], readers=_number(item, shared.READERS))
                 continue
             if served < ticket - 1 and _writer_free(item, me=me, now=now):
                 self.handoff(table_key, me=me, start=served, tickets=tickets, stop_at=me)
@@ -393,21 +393,24 @@ class ReadWriteParticipant:
             self.handoff(table_key, me=me, start=ticket)
         return self._lease(key, table_key, me, mode, item, ticket=ticket, started=started, lease_ms=lease_ms)
 
-    def _reap(self, table_key: str, me: str, reader: str) -> None:
-        """REAP_READ an expired entry; the last one out runs the handoff (or frees the hold)."""
+    def _reap(self, table_key: str, me: str, reader: str, *, readers: int) -> None:
+        """REAP_READ (REAP_LAST: ``readers`` says it is the last) an expired entry; the last one
+        out runs the handoff. Refused: the next look decides."""
         try:
-            item = self._write(table_key, shared.REAP_READ, self._values(me), reader=reader, return_new=True)
+            item = self._write(table_key, shared.leave_write(readers, reap=True), self._values(me), reader=reader,
+                               return_new=True)
         except _Refused:
             return
         logger.info("lock %s: reaped the expired reader entry of %s", table_key, reader)
         self._after_last_reader(table_key, me, item)
 
     def _after_last_reader(self, table_key: str, me: str, item: Mapping[str, Any]) -> None:
-        """``readers`` reached 0 (``item``: ALL_NEW of the write): hand off, else free the hold."""
+        """``readers`` reached 0 (``item``: ALL_NEW of the write, which ended the shared hold):
+        hand off to whoever queues."""
         if _number(item, shared.READERS) != 0:
             return
-        served, tickets = fair.counters(item)
-        self.handoff(table_key, me=me, start=served, free_at_end=True)
+        served, _ = fair.counters(item)
+        self.handoff(table_key, me=me, start=served)
 
     def _leave(self, key: str, table_key: str, me: str, mode: str, ticket: int, lease_ms: int) -> Lease | None:
         """Give up my place (max wait spent): my row is marked left; granted meanwhile -> claim it;
@@ -429,22 +432,34 @@ class ReadWriteParticipant:
     # -- release and refresh -----------------------------------------------------------------
 
     def release(self, lease: Lease) -> None:
-        """A reader: LEAVE_READ (the last one hands off or frees the hold). A writer: the handoff
-        from its ticket, releasing first if nobody is parked. :class:`LockLost` when the hold was
-        gone (reaped, or taken over) - never another holder's removed."""
+        """A reader: LEAVE_READ, or LEAVE_LAST as the last one (which ends the shared hold, then
+        hands off). A writer: the handoff from its ticket, releasing first if nobody is parked.
+        :class:`LockLost` when the hold was gone (reaped, or taken over) - never another
+        holder's removed."""
         table_key, me = lease.table_key, lease.owner
         if lease.shared:
-            try:
-                item = self._write(table_key, shared.LEAVE_READ, self._values(me), reader=me, return_new=True)
-            except _Refused as refused:
-                if not refused.retried:
-                    raise LockLost(f"{ERROR_LOST}: the shared hold of {me!r} on lock {table_key!r} is gone "
-                                   "(its lease ran out and it was reaped)") from None
-                item = self._read(table_key)  # my first attempt left: was I the last?
-            self._after_last_reader(table_key, me, item)
+            self._after_last_reader(table_key, me, self._leave_read(table_key, me))
             return
         if not self.handoff(table_key, me=me, start=lease.ticket or 0, fence=lease.fence):
             raise LockLost(f"{ERROR_LOST}: lock {table_key!r} is not held by {me!r} (fence {lease.fence})")
+
+    def _leave_read(self, table_key: str, me: str) -> Mapping[str, Any]:
+        """My entry removed (LEAVE_READ, or LEAVE_LAST if I am the last reader: a refusal's item
+        says which to try next); the lock item after it."""
+        write, retried = shared.LEAVE_READ, False
+        for _ in range(1_000):  # a refusal means the count moved since (a reader came or went)
+            try:
+                return self._write(table_key, write, self._values(me), reader=me, return_new=True)
+            except _Refused as refused:
+                retried = retried or refused.retried
+                item = refused.item
+            if shared.reader_attribute(me) not in item:
+                if not retried:
+                    raise LockLost(f"{ERROR_LOST}: the shared hold of {me!r} on lock {table_key!r} is gone "
+                                   "(its lease ran out and it was reaped)")
+                return item  # my earlier attempt removed it (its answer was lost): was I the last?
+            write = shared.leave_write(_number(item, shared.READERS))
+        raise AssertionError(f"lock {table_key!r}: the reader count kept moving for 1,000 leaves")
 
     def refresh(self, held: Lease, expires_at: int) -> dict:
         """Renew a hold: a reader's entry (CLAIM_READ, its REFRESH), a writer's lease (the mutex's
@@ -458,12 +473,11 @@ class ReadWriteParticipant:
 
     # -- the handoff (shared_protocol, step 4) ------------------------------------------------
 
-    def handoff(self, table_key: str, *, me: str, start: int, fence: int | None = None, free_at_end: bool = False,
+    def handoff(self, table_key: str, *, me: str, start: int, fence: int | None = None,
                 tickets: int | None = None, stop_at: str | None = None) -> bool:
         """Admit the waiters from ticket ``start`` + 1 on: every reader up to the next writer, or
         that writer. ``fence``: I am a writer holding the key with this fence (released here, at
-        the latest when nobody is parked); ``free_at_end``: I am the last reader (the shared hold
-        ends if nobody is admitted); ``tickets``: a helper's view of the last ticket out (a row
+        the latest when nobody is parked); ``tickets``: a helper's view of the last ticket out (a row
         that never came is marked, and skipped once its mark is old); ``stop_at``: a helper
         stops at its own row (it admits itself). False: a holding writer's release was refused
         on its first attempt (the key was not mine)."""
@@ -481,7 +495,7 @@ class ReadWriteParticipant:
                     break
                 if state == "wake":
                     self._wake(row[fair.TOKEN]["S"])
-                holding, free_at_end, c_ = False, False, c_ + 1
+                holding, c_ = False, c_ + 1
                 if kind == WRITE:
                     return True
                 continue
@@ -513,9 +527,6 @@ class ReadWriteParticipant:
             except _Refused as refused:
                 if not refused.retried:
                     return False
-        if free_at_end:
-            with contextlib.suppress(_Refused):  # a reader entered meanwhile: the hold stays
-                self._write(table_key, shared.FREE_SHARED, self._values(me))
         return True
 
     def _grant(self, table_key: str, me: str, c_: int, row: Mapping[str, Any], kind: str) -> bool:

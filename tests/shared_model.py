@@ -26,7 +26,10 @@ not wait for a queued writer), ``write_ignores_readers`` (a writer counts a shar
 free), ``park_unchecked`` (the park does not check the lock item), ``no_cascade`` (a handoff
 stops after the first reader it grants), ``leave_no_handoff`` (the last reader to leave runs
 no handoff), ``release_then_stop`` (a writer that read an empty row releases and stops: the
-first version of the protocol, whose lost wake-up the model found).
+first version of the protocol, whose lost wake-up the model found), ``free_after_leave`` (the last
+reader's leave keeps the shared hold and a FREE_SHARED of its own ends it: the first version,
+whose shared hold with no reader - no entry, no lease - a reader stopped between the two left to
+refuse a plain mutex forever).
 
 :func:`explore_presence` (apart from the rest): one read/write hold's presence handshake
 (``PRESENT_ROW`` / ``DEPART_ROW`` / dismissal) against a waiter's probe and its retire
@@ -147,8 +150,11 @@ def _share(lock: Lock, reader: str, **more) -> Lock:
     return replace(lock, owner=SHARED, expired=False, readers=_n(lock.readers) + 1, **more).with_entry(reader, False)
 
 
-def _drop(lock: Lock, reader: str) -> Lock:
-    return replace(lock, readers=_n(lock.readers) - 1).with_entry(reader, None)
+def _drop(lock: Lock, reader: str, *, last: bool = False, variant: str = "") -> Lock:
+    """``reader``'s entry removed; ``last``: the last one, which ends the shared hold (but in
+    ``free_after_leave``, the first protocol's: a FREE_SHARED of its own follows)."""
+    dropped = replace(lock, readers=_n(lock.readers) - 1).with_entry(reader, None)
+    return replace(dropped, owner=None) if last and variant != "free_after_leave" else dropped
 
 
 def fast_read(lock: Lock, me: str, stale: str, variant: str = "") -> tuple[bool, Lock]:
@@ -193,13 +199,23 @@ def claim_write(lock: Lock, me: str, ticket: int) -> tuple[bool, Lock]:
 
 
 def leave_read(lock: Lock, me: str) -> tuple[bool, Lock]:
-    ok = lock.entry(me) is not None
+    ok = lock.entry(me) is not None and _n(lock.readers) > 1
     return ok, (_drop(lock, me) if ok else lock)
 
 
+def leave_last(lock: Lock, me: str, variant: str = "") -> tuple[bool, Lock]:
+    ok = lock.entry(me) is not None and lock.readers == 1
+    return ok, (_drop(lock, me, last=True, variant=variant) if ok else lock)
+
+
 def reap_read(lock: Lock, reader: str) -> tuple[bool, Lock]:
-    ok = lock.entry(reader) is True
+    ok = lock.entry(reader) is True and _n(lock.readers) > 1
     return ok, (_drop(lock, reader) if ok else lock)
+
+
+def reap_last(lock: Lock, reader: str, variant: str = "") -> tuple[bool, Lock]:
+    ok = lock.entry(reader) is True and lock.readers == 1
+    return ok, (_drop(lock, reader, last=True, variant=variant) if ok else lock)
 
 
 def free_shared(lock: Lock) -> tuple[bool, Lock]:
@@ -272,6 +288,8 @@ class Model(FairModel):
     symmetry: bool = False
     #: the janitor marks a stopped waiter's row ``left`` (off: its events were lost)
     janitor: bool = True
+    #: ``(name, proc) -> bool``: where a participant may crash (None: at every step)
+    crash_when: Optional[object] = None
     graph: dict = field(default_factory=dict)
 
     def names(self) -> tuple:
@@ -289,6 +307,10 @@ class Model(FairModel):
 
     def steps(self, s: State) -> Iterator[tuple[str, State]]:
         out = [(label, t) for label, t in super().steps(s) if not label.startswith("mark of")]
+        if self.crash_when is not None:
+            procs = dict(zip(self.names(), s.procs))
+            out = [(label, t) for label, t in out if " crashes at " not in label
+                   or self.crash_when(label.split()[0], procs[label.split()[0]])]
         dead = {n for n, p in zip(self.names(), s.procs) if p.pc == "dead"}
         for reader, over in s.lock.entries:
             if reader in dead and not over:
@@ -430,8 +452,8 @@ class Model(FairModel):
         elif p.pc == "claim":
             ok, after = claim_read(lock, me) if kind == READ else claim_write(lock, me, p.ticket)
             yield from w("claims", ok, after, self._enter(i), go("inspect"))
-        elif p.pc == "reap":
-            ok, after = reap_read(lock, p.nxt)
+        elif p.pc == "reap":  # (REAP_LAST if the look saw the last reader: refused, the next look decides)
+            ok, after = reap_last(lock, p.nxt, v) if _n(lock.readers) <= 1 else reap_read(lock, p.nxt)
             yield from w(f"reaps {p.nxt}", ok, after, go("inspect"), go("inspect"), on_lost=go("inspect"))
         elif p.pc == "cs":
             if kind == READ:
@@ -440,19 +462,29 @@ class Model(FairModel):
                 yield f"{me} leaves the work", go("m_release")(s)
             else:
                 yield f"{me} leaves the work", go("look", c=p.ticket, holding=True, then="done")(s)
-        elif p.pc == "leave":
+        elif p.pc == "leave":  # LEAVE_READ (others stay); refused: LEAVE_LAST
             ok, after = leave_read(lock, me)
-            last = v != "leave_no_handoff" and _n(after.readers) == 0
-            on_ok = go("look", c=_n(after.served), then="done", free_at_end=True) if last else go("done")
-            yield from w("leaves", ok, after if ok else self._lock_lost(s, me), on_ok, go("done"),
+            yield from w("leaves", ok, after, go("done"), go("leave_last"), on_lost=go("after_leave"))
+        elif p.pc == "leave_last":  # the last one: the shared hold ends with my entry; the handoff
+            ok, after = leave_last(lock, me, v)
+            yield from w("leaves last", ok, after, self._handoff_after_leave(go, after), go("leave_look"),
                          on_lost=go("after_leave"))
-        elif p.pc == "after_leave":  # my leave's response was lost: read the count
-            if _n(lock.readers) == 0 and v != "leave_no_handoff":
-                yield f"{me} finds no reader left", go("look", c=_n(lock.served), then="done", free_at_end=True)(s)
+        elif p.pc == "leave_look":  # both refused: the count moved, or my entry is gone (Lock.Lost)
+            if lock.entry(me) is None:
+                yield f"{me} finds its entry gone", go("done")(self._lock_lost(s, me))
             else:
-                yield f"{me} finds readers left", go("done")(s)
+                yield f"{me} reads the count", go("leave_last" if _n(lock.readers) <= 1 else "leave")(s)
+        elif p.pc == "after_leave":  # my leave's response was lost: read the count
+            yield f"{me} reads the count after its leave", self._handoff_after_leave(go, lock)(s)
         elif p.pc in HANDOFF + ("release", "release_retry", "mark", "free"):
             yield from self._handoff(s, i, me, p, stale, go, w)
+
+    def _handoff_after_leave(self, go, lock: Lock):
+        """After a reader's leave: no reader left -> the handoff (then, in ``free_after_leave``,
+        FREE_SHARED); else done."""
+        if _n(lock.readers) == 0 and self.variant != "leave_no_handoff":
+            return go("look", c=_n(lock.served), then="done", free_at_end=self.variant == "free_after_leave")
+        return go("done")
 
     def _inspect(self, s: State, me: str, p: Proc, kind: str, stale: str, go):
         lock, served = s.lock, _n(s.lock.served)
@@ -564,6 +596,8 @@ class Model(FairModel):
             problems.append(f"readers = {s.lock.readers} but {len(s.lock.entries)} entries")
         if s.lock.entries and s.lock.owner != SHARED:
             problems.append(f"reader entries under owner {s.lock.owner}")
+        if s.lock.owner == SHARED and not s.lock.entries:  # no entry, no lease: a mutex would wait forever
+            problems.append("a shared hold with no reader")
         for n, p in zip(self.names(), s.procs):
             if n in inside and self.kind(n) == READ and p.fence != s.lock.fence:
                 problems.append(f"reader {n} read fence {p.fence}, the last writer's is {s.lock.fence}")

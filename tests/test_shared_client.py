@@ -421,7 +421,7 @@ def skewed_client(mixed, clock, seconds: float, *, seen=None, dates: int | None 
 
 
 def workflow_write(mixed, key: str, write, *, now_ms: int, reader: str | None = None) -> str:
-    """What a workflow writer's state writes (``FAST_WRITE``, ``REAP_READ``...), judged by the
+    """What a workflow writer's state writes (``FAST_WRITE``, ``REAP_LAST``...), judged by the
     service clock (``$millis()`` = ``now_ms``). Returns its owner; refused: ``ClientError``."""
     owner = f"arn:aws:states:us-east-1:123456789012:execution:Writer:run-{uuid.uuid4().hex[:6]}#{uuid.uuid4()}"
     values = {":me": {"S": owner}, ":stale": {"S": owner}, ":now": {"N": str(now_ms)},
@@ -469,13 +469,13 @@ def test_a_fresh_client_reader_60_s_behind_is_not_reaped_by_a_workflow_writer(mi
     for seconds in (7.6, 22.3):
         clock.advance(seconds)
         with pytest.raises(ClientError, match="ConditionalCheckFailed"):
-            workflow_write(mixed, k, sp.REAP_READ, now_ms=clock.now, reader=lease.owner)
+            workflow_write(mixed, k, sp.REAP_LAST, now_ms=clock.now, reader=lease.owner)
         assert lease.check() > 0
     clock.advance(0.2)
     with pytest.raises(LockLost, match="ran out"):
         lease.check()
     with pytest.raises(ClientError, match="ConditionalCheckFailed"):
-        workflow_write(mixed, k, sp.REAP_READ, now_ms=clock.now, reader=lease.owner)
+        workflow_write(mixed, k, sp.REAP_LAST, now_ms=clock.now, reader=lease.owner)
     slow.release(lease)
     assert mixed.free(k)
 
@@ -493,7 +493,7 @@ def test_a_client_writer_whose_clock_runs_fast_reaps_a_readers_entry_only_after_
     reaps = []
 
     def seen(update: dict) -> None:
-        if update.get("ConditionExpression") == sp.REAP_READ.condition:
+        if update.get("ConditionExpression") in (sp.REAP_READ.condition, sp.REAP_LAST.condition):
             try:
                 left = lease.check()
             except LockLost:
@@ -525,11 +525,12 @@ def _conflict(write, key: str, times: int = 1):
         params.get("ConditionExpression") == write.condition and key in json.dumps(params.get("Key"))))
 
 
-@pytest.mark.parametrize("write", ["FAST_READ", "LEAVE_READ", "FREE_SHARED"])
+@pytest.mark.parametrize("write", ["FAST_READ", "LEAVE_READ", "LEAVE_LAST"])
 def test_a_transaction_conflict_on_a_readers_write_is_retried(mixed, write):
     """TC: a reader's FAST_READ raised at once, its LEAVE_READ raised a raw ClientError from
     ``release()`` (a parked writer then waited out the reader's lease), its FREE_SHARED left the
-    key shared with no reader. Each is now retried as the transient error it is."""
+    key shared with no reader (the last reader's LEAVE_LAST ends the hold now). Each is now
+    retried as the transient error it is."""
     from locked_workflow.testing.faults import dynamodb_faults
 
     k = f"k-{uuid.uuid4().hex[:8]}"
@@ -561,3 +562,33 @@ def test_a_transaction_conflict_on_a_writers_acquire_and_release_is_retried(mixe
         client.release(lease)
     assert log.injected == 2, log.calls
     assert p.OWNER not in mixed.lock(k)
+
+
+# ---- a reader stopped right after its leave: the key is free for a plain mutex (both backends) ----
+
+
+def test_a_reader_stopped_right_after_its_leave_leaves_the_key_to_a_plain_mutex(mixed):
+    """L1: a reader stopped between LEAVE_READ (its entry gone, ``readers`` 0) and FREE_SHARED
+    left ``{owner: shared, readers: 0}``: no entry, no lease, no execution - a plain mutex was
+    refused forever (a LockClient's ``LockTimeout``, a workflow's ``Lock.Timeout``). The last
+    reader's leave now ends the shared hold in the same write."""
+    from botocore.exceptions import ClientError
+
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    reader = workflow_client(mixed)
+    lease = reader.acquire(k, shared=True)
+    entry = sp.reader_attribute(lease.owner)
+    # every write that takes the entry away: its answer never comes (the reader stops there)
+    stop = Fault("UpdateItem", "InternalServerError", after_call=True, times=2, when=lambda params: (
+        entry in json.dumps(params.get("ExpressionAttributeNames")) and params["UpdateExpression"].startswith("REMOVE")))
+    with dynamodb_faults(stop), pytest.raises(ClientError, match="InternalServerError"):
+        reader.release(lease)
+    assert not sp.readers_of(mixed.lock(k))  # its entry is gone: the leave was written
+    mutex = LockClient(mixed.table("LocksTable"), namespace="rw", dynamodb=mixed.cloud.dynamodb)
+    mutex.release(mutex.acquire(k))  # at once (wait 0)
+    run = mixed.wait([mixed.start("Mutex", {"key": k, "workMs": 1})])[0]
+    assert run.status == "SUCCEEDED", run.cause
+    assert mixed.free(k)
+

@@ -148,10 +148,11 @@ def test_an_uncontended_reader_enters_and_leaves_with_one_write_each(rw):
     k = new_key()
     result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
-    # one write to enter (FAST_READ), one to leave (LEAVE_READ), FREE_SHARED as the last reader
-    assert entered_states(result) == ["Lock", "Lock.Acquire", "ReaderProbe", "Lock.Release", "Lock.Release.Last?",
-                                      "Lock.Release.Handoff.Look", "Lock.Release.Handoff.Next?",
-                                      "Lock.Release.Handoff.End?", "Lock.Release.Handoff.FreeShared", "Lock.Released"]
+    # one write to enter (FAST_READ); to leave, LEAVE_READ (refused: no other reader), then the
+    # last reader's LEAVE_LAST, which ends the shared hold; the handoff's look at the queue
+    assert entered_states(result) == ["Lock", "Lock.Acquire", "ReaderProbe", "Lock.Release", "Lock.ReleaseLast",
+                                      "Lock.Release.Last?", "Lock.Release.Handoff.Look", "Lock.Release.Handoff.Next?",
+                                      "Lock.Released"]
     assert rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
 
 
@@ -257,16 +258,17 @@ def _lost(write, *, times: int = 1):
 
 def test_lost_responses_of_a_readers_enter_and_leave_count_it_once(rw):
     """A fast read whose response was lost rejoins its entry (a retry of the ADD would be
-    refused and loop); a leave whose response was lost reads the count and frees the key."""
+    refused and loop); a last reader's leave whose response was lost is refused when tried again
+    (its entry is gone), reads the count and hands off."""
     from locked_workflow.testing.faults import dynamodb_faults
 
     k = new_key()
-    with dynamodb_faults(_lost(sp.FAST_READ), _lost(sp.LEAVE_READ)) as log:
+    with dynamodb_faults(_lost(sp.FAST_READ), _lost(sp.LEAVE_LAST)) as log:
         result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
     assert log.injected == 2
     assert result.status == "SUCCEEDED", result.cause
     states = entered_states(result)
-    assert "Lock.Rejoin" in states and "Lock.ReleaseAgain" in states and "Lock.ReleaseRead" in states
+    assert "Lock.Rejoin" in states and "Lock.ReleaseLastAgain" in states and "Lock.ReleaseRead" in states
     assert rw.probe(k)["entries"] == 1 and rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
 
 
@@ -434,7 +436,7 @@ def test_a_stopped_reader_is_freed_by_its_lease_and_cancelled_branches_after_the
     # the stopped reader: its lease, then the reap
     result = rw.wait([reaper])[0]
     assert result.status == "SUCCEEDED", result.cause
-    assert "Lock.Reap" in entered_states(result)  # the writer at the head reaped the entry
+    assert "Lock.ReapLast" in entered_states(result)  # the writer at the head reaped the entry
     assert rw.probe(stopped).get("violations", 0) == 0 and rw.free(stopped)
 
 
@@ -450,7 +452,7 @@ def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
              < int(entry[p.EXPIRES_AT]["N"]))  # retired: its entry now ends a stop grace after the stop
     result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
-    assert "Lock.Reap" in entered_states(result) and rw.free(k)
+    assert "Lock.ReapLast" in entered_states(result) and rw.free(k)
 
 
 def test_a_stopped_writer_woken_by_a_handoff_is_recovered_by_the_janitor(rw):
