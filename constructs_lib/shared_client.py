@@ -155,7 +155,8 @@ class ReadWriteParticipant:
         return response.get("Item", {})
 
     def _drop_row(self, key: str, ticket: int) -> None:
-        """My row, once served (best effort: a served ticket's row is never read)."""
+        """The row of a served ticket - mine, or one a handoff skipped (best effort: a served
+        ticket's row is never read, and no park can write it again: its ticket was passed)."""
         c = self.client
         with contextlib.suppress(ClientError):
             retry_conflicts(lambda: c.dynamodb.delete_item(TableName=c.table_name,
@@ -425,7 +426,9 @@ class ReadWriteParticipant:
             if lease is not None:
                 return lease
         served, _ = fair.counters(item)
-        if served < ticket and _writer_free(item, me=me, now=self._earliest()):
+        if served >= ticket:  # passed already: no handoff will skip (and delete) my row
+            self._drop_row(table_key, ticket)
+        elif _writer_free(item, me=me, now=self._earliest()):
             self.handoff(table_key, me=me, start=served)
         return None
 
@@ -506,6 +509,7 @@ class ReadWriteParticipant:
                 except _Refused:
                     break
                 c_ += 1
+                self._drop_row(table_key, c_)  # a waiter gone, or a hole: nobody else would delete it
                 continue
             if tickets is not None and c_ + 1 <= tickets and fair.READY not in (row or {}):
                 with contextlib.suppress(ClientError):  # refused: its waiter parked meanwhile

@@ -372,7 +372,7 @@ class SharedLockKind(Mutex):
                                           {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
                                           return_values="ALL_NEW", assign=admitted, outputs=f"{ENTRY}.input")
         claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        claim_on_leave.next(section.protected)
+        claim_on_leave.next(drop)  # (my row goes, as after any claim)
         leave.next(claim_on_leave)
         self._leave = leave
 
@@ -729,11 +729,17 @@ class SharedLockKind(Mutex):
                         outputs=jsonata("$states.input"))
             g.add_catch(end, **catch_all)
 
-        # (a skip keeps a writer runner's hold)
+        # (a skip keeps a writer runner's hold; the row skipped - a waiter gone, or a hole - is
+        # deleted: a served ticket's row is never read again, and nobody else would delete it)
         skip = self._update(f"{suffix}.Skip", key, shared.SKIP, values,
                             assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
         skip.add_catch(end, **catch_all)
-        skip.next(again)
+        drop_skipped = tasks.DynamoDeleteItem.jsonata(s, s._name(f"{suffix}.DropSkipped"), table=s.table,
+                                                      key=self._row_key(key, f"{h}.c"), outputs=jsonata("$states.input"))
+        retry_transient(drop_skipped)
+        drop_skipped.add_catch(again, **catch_all)
+        skip.next(drop_skipped)
+        drop_skipped.next(again)
 
         decide = self._choice(f"{suffix}.Next")
         if self_grant is not None:

@@ -69,7 +69,8 @@ with shared holders should give its writers this module's exclusive kind.
    * a parked **writer**: ``GRANT_WRITE`` (owner, claim-window lease, fence + 1,
      ``served = c + 1``) if the key is free of readers, wake it, stop; refused (readers hold):
      stop - the last reader to leave runs the handoff again;
-   * a waiter gone (``left``, or a hole mark a park timeout old): ``SKIP`` it, go on;
+   * a waiter gone (``left``, or a hole mark a park timeout old): ``SKIP`` it, delete its row
+     (nothing else would: a served ticket's row is never read, and its park is refused), go on;
    * nobody parked (a ticket whose waiter has not parked yet): stop - its park (3.) will be
      refused and it admits itself. A writer that still holds the key first RELEASEs it (the
      mutex's write) and **reads the row again**: that waiter may have parked between the

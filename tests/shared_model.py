@@ -528,8 +528,9 @@ class Model(FairModel):
                 granted = dict(nxt=nxt, holding=False, free_at_end=False)
                 yield from w(f"grants {nxt}", ok, after, go("wake", **granted), end,
                              on_lost=go("recheck", **granted), grant=(nxt, p.c + 1))
-            elif state == "skip":
+            elif state == "skip":  # (and deletes the row it passed: a served ticket's row is never read)
                 ok, after = skip(lock, me, stale, p.c)
+                after = replace(s, lock=after).with_row(p.c + 1, None) if ok else s
                 yield from w(f"skips {p.c + 1}", ok, after, go("look", c=p.c + 1), end, on_lost=go("look", c=p.c + 1))
             elif p.then == "inspect" and p.c + 1 <= _n(lock.tickets):  # a helper: a row that never came
                 yield from self._handoff(s, i, me, replace(p, pc="mark"), stale, go, w)

@@ -592,3 +592,18 @@ def test_a_reader_stopped_right_after_its_leave_leaves_the_key_to_a_plain_mutex(
     assert run.status == "SUCCEEDED", run.cause
     assert mixed.free(k)
 
+
+def test_waiters_that_give_up_leave_no_row_behind_on_a_drained_key(ddb):
+    """R1: a waiter that gives up marks its row ``left`` and the handoff skips it - and nothing
+    deleted it: six impatient readers and writers behind a writer left six rows on a drained key."""
+    writer = rw(ddb).acquire("k")
+    for shared in (True, False) * 3:
+        with pytest.raises(LockTimeout):
+            rw(ddb).acquire("k", shared=shared, wait=0.3, poll_interval=0.05)
+    rw(ddb).release(writer)  # the handoff skips the six
+    assert free(ddb)
+    served, tickets = fp.counters(item(ddb))
+    assert tickets == 6
+    left = [t for t in range(1, tickets + 1) if ddb.get_item(
+        TableName=TABLE, Key={"pk": {"S": fp.row_key("#k", t)}}, ConsistentRead=True).get("Item")]
+    assert left == []

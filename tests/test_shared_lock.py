@@ -63,6 +63,12 @@ class ReadWrite:
                                             Key={"pk": {"S": p.namespaced(NAMESPACE, key)}},
                                             ConsistentRead=True).get("Item", {})
 
+    def rows(self, key: str) -> list[int]:
+        """The tickets of ``key`` whose queue row is still there (a drained key has none)."""
+        stored = p.namespaced(NAMESPACE, key)
+        return [t for t in range(1, fp.counters(self.lock(key))[1] + 1) if self.cloud.dynamodb.get_item(
+            TableName=self.table("LocksTable"), Key={"pk": {"S": fp.row_key(stored, t)}}, ConsistentRead=True).get("Item")]
+
     def parked(self, key: str) -> list[str]:
         """The kinds of the waiters parked on the key, head first."""
         out = []
@@ -230,6 +236,7 @@ def test_a_reader_that_gives_up_leaves_its_place_and_is_skipped(rw):
     assert (w.status, r.status) == ("SUCCEEDED", "SUCCEEDED")
     assert "Lock.Release.Skip" in entered_states(w)  # the handoff passed over the row left
     assert rw.probe(k)["entries"] == 2 and rw.free(k)
+    assert rw.rows(k) == []  # R1: and deleted it (a row left behind was never deleted)
 
 
 def test_a_plain_mutex_on_the_key_is_a_writer(rw):
