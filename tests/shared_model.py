@@ -5,7 +5,8 @@ running lock_protocol's ACQUIRE/RELEASE) taking the fast path, a ticket, a trans
 park, the handoff (read the next row; grant, wake, go on for readers; skip; stop), claims,
 the last reader's handoff, reaping an expired reader entry, the park's fallback and the
 handoff it runs for a head that does not move; crashes at every step, lost responses on
-every write, failed wake-ups, park timeouts, the janitor marking a stopped waiter's row
+every write, wake-ups delivered with their answer lost (``lost_wakes``: the waker sees a
+failure), failed wake-ups, park timeouts, the janitor marking a stopped waiter's row
 ``left`` (``janitor=False``: its events lost), and time passing (a dead holder's lease or
 reader entry ending - the lease, or the janitor's or liveness check's retire - a hole's mark
 ageing).
@@ -26,7 +27,9 @@ not wait for a queued writer), ``write_ignores_readers`` (a writer counts a shar
 free), ``park_unchecked`` (the park does not check the lock item), ``no_cascade`` (a handoff
 stops after the first reader it grants), ``leave_no_handoff`` (the last reader to leave runs
 no handoff), ``release_then_stop`` (a writer that read an empty row releases and stops: the
-first version of the protocol, whose lost wake-up the model found), ``free_after_leave`` (the last
+first version of the protocol, whose lost wake-up the model found), ``revoke_failed_wake`` (a
+waker that saw its wake-up fail takes the grant back: wrong when only the answer was lost - the
+model's Step Functions fault), ``free_after_leave`` (the last
 reader's leave keeps the shared hold and a FREE_SHARED of its own ends it: the first version,
 whose shared hold with no reader - no entry, no lease - a reader stopped between the two left to
 refuse a plain mutex forever).
@@ -245,7 +248,7 @@ def park(row: Optional[Row], me: str, token: tuple, kind: str) -> tuple[bool, Ki
 # -- the participants -------------------------------------------------------------------------
 
 WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim", "reap")
-HANDOFF = ("look", "taken", "recheck", "wake")
+HANDOFF = ("look", "taken", "recheck", "wake", "revoke")
 #: The steps of a handoff and the release at its end (they read the handoff's fields).
 LOOP = HANDOFF + ("mark", "release", "release_retry", "free", "m_release")
 
@@ -288,6 +291,9 @@ class Model(FairModel):
     symmetry: bool = False
     #: the janitor marks a stopped waiter's row ``left`` (off: its events were lost)
     janitor: bool = True
+    #: a wake-up (SendTaskSuccess) that was delivered but whose answer is lost: the waker sees a
+    #: failure (one per participant, as a lost DynamoDB response; off: only real failures)
+    lost_wakes: bool = True
     #: ``(name, proc) -> bool``: where a participant may crash (None: at every step)
     crash_when: Optional[object] = None
     graph: dict = field(default_factory=dict)
@@ -479,6 +485,11 @@ class Model(FairModel):
         elif p.pc in HANDOFF + ("release", "release_retry", "mark", "free"):
             yield from self._handoff(s, i, me, p, stale, go, w)
 
+    def _after_wake(self, go, end, p: Proc):
+        """After a wake-up, delivered or not (the grant lapses unconfirmed after the claim window
+        unless its waiter claims it): past a reader, on to the next row; else the end."""
+        return go("look", c=p.c + 1) if p.row.kind == READ and self.variant != "no_cascade" else end
+
     def _handoff_after_leave(self, go, lock: Lock):
         """After a reader's leave: no reader left -> the handoff (then, in ``free_after_leave``,
         FREE_SHARED); else done."""
@@ -545,16 +556,25 @@ class Model(FairModel):
                 yield f"{me} rechecks: granted", go("wake")(s)
             else:
                 yield f"{me} rechecks: handled by another", end(s)
-        elif p.pc == "wake":
+        elif p.pc == "wake":  # SendTaskSuccess
             j = names.index(p.nxt)
             q = s.procs[j]
-            t = s
+            then = self._after_wake(go, end, p)
+            # what the waker does when it sees a failure: go on (``revoke_failed_wake``: revoke)
+            failed = go("revoke") if self.variant == "revoke_failed_wake" else then
             if q.pc == "parked" and p.row.token == (p.nxt, "current"):
-                label, t = f"{me} wakes {p.nxt}", self._set(s, j, replace(q, pc="claim"))
+                woken = self._set(s, j, replace(q, pc="claim"))
+                yield f"{me} wakes {p.nxt}", then(woken)
+                if self.lost_wakes and p.lost == 0:  # woken, but the answer is lost: a failure to the waker
+                    yield f"{me} wakes {p.nxt}, response lost", failed(self._set(woken, i, replace(p, lost=1)))
             else:
-                label = f"{me} wake of {p.nxt} fails"
-            go_on = p.row.kind == READ and self.variant != "no_cascade"
-            yield label, (go("look", c=p.c + 1) if go_on else end)(t)
+                yield f"{me} wake of {p.nxt} fails", failed(s)
+        elif p.pc == "revoke":  # (``revoke_failed_wake`` only) the grant taken back, later
+            if p.row.kind == READ and lock.entry(p.nxt) is not None:
+                lock = _drop(lock, p.nxt, last=_n(lock.readers) <= 1)
+            elif p.row.kind != READ and lock.owner == p.nxt:
+                lock = replace(lock, owner=None)
+            yield f"{me} revokes the grant of {p.nxt}", self._after_wake(go, end, p)(replace(s, lock=lock))
         elif p.pc == "release":  # then read the row again: a park may have come since I read it
             ok, after = release(lock, me, p.fence)
             again = go("look", holding=False) if self.variant != "release_then_stop" else go("done", holding=False)
@@ -604,6 +624,8 @@ class Model(FairModel):
                 problems.append(f"reader {n} read fence {p.fence}, the last writer's is {s.lock.fence}")
             if n in inside and self.kind(n) != READ and (s.lock.owner != n or s.lock.fence != p.fence):
                 problems.append(f"writer {n} at work without its exact hold")
+            if n in inside and self.kind(n) == READ and s.lock.entry(n) is None:
+                problems.append(f"reader {n} at work without its entry")
         if s.overtake and self.fifo:
             problems.append(s.overtake)
         if s.problem:

@@ -11,6 +11,13 @@ admitted with nobody leaving (readers behind a writer all at once); no wake-up i
 can finish; readers read the last writer's fence; a writer works only under its exact hold.
 Each property has a protocol variant that breaks it, and the model catches it.
 
+The faults: a crash (an execution stopped) at every step - every write is a step of its own,
+so this is a stop between any two writes (its negative control: ``free_after_leave``, the first
+protocol's two-write leave, whose stop in between left a shared hold with no reader); a lost
+response on every write; a wake-up (SendTaskSuccess) delivered whose answer is lost (its
+negative control: ``revoke_failed_wake``); failed wake-ups; park timeouts; the janitor's events
+lost.
+
 The suite runs 3 participants without faults (and with two crashes, the janitor off), and 2
 with every fault; 3 participants with every fault run with ``SHARED_MODEL_FULL=1`` or
 ``PYTHONPATH=. python tests/shared_model.py`` (long - see docs/shared-lock.md for the figures).
@@ -119,6 +126,21 @@ def test_a_reader_stopped_after_its_leave_never_locks_a_plain_mutex_out():
     same write (LEAVE_LAST), so a stop after it leaves the key free."""
     result, model = explore(kinds="rm", lost_responses=False, crash_when=_after_its_leave)
     assert result["violation"] is None, model.violations
+
+
+@pytest.mark.parametrize("kinds", ["rw", "ww"])
+def test_negative_control_a_waker_that_takes_back_a_grant_whose_wake_up_answer_was_lost_is_caught(kinds):
+    """The fault "a Step Functions call whose answer is lost after it applied": a wake-up
+    delivered whose SendTaskSuccess answer is lost looks failed to the waker. The protocol goes
+    on as after a success (a grant lapses unconfirmed by itself); a waker that revoked it would
+    leave the woken waiter working without its grant - the model catches it, and only with the
+    fault on."""
+    faults = dict(crashes=False, lost_responses=False, fallback=False)
+    result, model = explore(kinds=kinds, variant="revoke_failed_wake", **faults)
+    assert result["violation"] in ("reader r1 at work without its entry", "writer w2 at work without its exact hold")
+    assert any(label.endswith("response lost") and " wakes " in label for label in model.violations[0][1])
+    assert explore(kinds=kinds, variant="revoke_failed_wake", lost_wakes=False, **faults)[0]["violation"] is None
+    assert explore(kinds=kinds, **faults)[0]["violation"] is None  # the protocol itself
 
 
 def test_negative_control_a_last_reader_that_frees_the_shared_hold_in_a_write_of_its_own_is_caught():
