@@ -1,5 +1,6 @@
 """What a :class:`~locked_workflow.constructs_lib.lock_client.LockClient` hands out: its errors
-and the :class:`Lease` of one acquisition (with the holder's own view of it, ``_Holding``).
+and the :class:`Lease` of one acquisition (with the holder's own view of it, ``_Holding``); and
+how every participant retries a write a transaction refused (:func:`retry_conflicts`).
 
 A module of its own so that the participants of each lock kind (:mod:`lock_client`,
 :mod:`shared_client`) share these types without importing each other; ``lock_client``
@@ -8,11 +9,42 @@ re-exports them.
 
 from __future__ import annotations
 
+import random
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
-from locked_workflow.state_machines.lock_protocol import ERROR_INVALID_KEY, ERROR_LOST, ERROR_TIMEOUT
+from botocore.exceptions import ClientError
+
+from locked_workflow.state_machines.lock_protocol import (
+    ERROR_INVALID_KEY,
+    ERROR_LOST,
+    ERROR_TIMEOUT,
+    TRANSACTION_CONFLICT,
+)
+
+_T = TypeVar("_T")
+#: Tries of one write while transactions on its item refuse it (a transaction lasts
+#: milliseconds: the backoff below waits up to about 6 s in all).
+CONFLICT_ATTEMPTS = 10
+
+
+def retry_conflicts(call: Callable[[], _T], *, sleep: Callable[[float], None]) -> _T:
+    """``call()`` (one DynamoDB write), tried again after a backoff with full jitter (50 ms,
+    doubling, at most 2 s) while DynamoDB answers ``TransactionConflictException``: the item is
+    part of an ongoing transaction and nothing was written (developer guide, "Transaction
+    conflict handling in DynamoDB"). botocore retries throttling and 5xx errors itself, but
+    not this one. Any other error, and the last conflict, are raised."""
+    cap = 0.05
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return call()
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != TRANSACTION_CONFLICT or attempt == CONFLICT_ATTEMPTS:
+                raise
+        sleep(random.uniform(0, cap))
+        cap = min(2.0, cap * 2)
+    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------------------

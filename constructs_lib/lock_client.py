@@ -48,7 +48,9 @@ Heartbeat. ``hold(key, heartbeat=True)`` renews the lease in a background thread
 after each renewal, until the release; a renewal that finds the lock taken over is reported by
 the holder's next ``lease.check()`` (and by the release).
 
-Retries. Throttling and 5xx errors are retried by botocore itself; the writes are
+Retries. Throttling and 5xx errors are retried by botocore itself, and a write refused by a
+transaction on its item (``TransactionConflictException``, which botocore does not retry) by
+the client (``client_lease.retry_conflicts``); the writes are
 idempotent for the same owner (a retried acquire whose first try succeeded finds the lock
 already "mine"; a retried release whose first try succeeded finds the lock free with the
 same fence), so botocore's retries are safe.
@@ -175,6 +177,7 @@ from locked_workflow.constructs_lib.client_lease import (  # noqa: E402, F401 - 
     LockLost,
     LockTimeout,
     _Holding,
+    retry_conflicts,
 )
 
 class _Heartbeat:
@@ -1311,25 +1314,31 @@ class LockClient:
         if set(values) != set(write.value_names()):  # a programming error in this module
             raise AssertionError(f"values {sorted(values)} do not fit {write}")
         names = fair.attribute_names(write)
-        before = self._monotonic()
+        def attempt() -> dict:  # (tried again while a transaction on the item refuses it)
+            before = self._monotonic()
+            try:
+                response = self.dynamodb.update_item(
+                    TableName=self.table_name,
+                    Key=lock_item_key(table_key),
+                    UpdateExpression=write.update,
+                    ConditionExpression=write.condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=dict(values),
+                    ReturnValues="ALL_NEW" if return_new else "ALL_OLD" if return_old else "NONE",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as error:
+                self._aws_clock.sample(before, self._monotonic(), error.response)
+                raise
+            self._aws_clock.sample(before, self._monotonic(), response)
+            return response
+
         try:
-            response = self.dynamodb.update_item(
-                TableName=self.table_name,
-                Key=lock_item_key(table_key),
-                UpdateExpression=write.update,
-                ConditionExpression=write.condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=dict(values),
-                ReturnValues="ALL_NEW" if return_new else "ALL_OLD" if return_old else "NONE",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            return retry_conflicts(attempt, sleep=self._sleep)
         except ClientError as error:
-            self._aws_clock.sample(before, self._monotonic(), error.response)
             if refused_ok and _condition_failed(error):
                 return {}
             raise
-        self._aws_clock.sample(before, self._monotonic(), response)
-        return response
 
     @staticmethod
     def _lost_message(lease: Lease, table_key: str, old: Mapping[str, Any]) -> str:

@@ -22,10 +22,14 @@ A handoff run by a client (its release, the last reader leaving, a reader admitt
 queue, a helper) is the protocol's step 4: a parked workflow is woken with
 ``SendTaskSuccess``; a polling client is granted and finds its grant at its next poll.
 
-Leases are judged as the fair lock's are: by the clock that stamps them (``expiresAt <
-:now``), the client's clock held within the bounds DynamoDB's ``Date`` headers put on AWS's
-(see :mod:`lock_client`). A reader's lease is its entry's ``expiresAt``; a writer's is the
-lock item's, as for the mutex.
+Leases are judged by the protocol's conditions (``expiresAt < :now``) with ``:now`` the
+*earliest* time AWS's clock can show - the lower of the bounds DynamoDB's ``Date`` headers put
+on it (see :mod:`lock_client`) - and stamped from the latest (``expiresAt``): a lease, a
+client's or a workflow's, ends by this judgement only once AWS's clock is past its end, after
+it ended for its holder, however fast the judge's own clock runs. A reader's lease is its
+entry's ``expiresAt``; a writer's is the lock item's, as for the mutex. A client that knows no bound yet (a fresh one: a Lambda's cold
+start) reads the lock item first - its ``Date`` gives them - so even its first lease is stamped
+on AWS's clock: whatever its own clock says, the workflows see the lease it asked for.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 from typing import Any, Mapping
 
@@ -52,7 +57,14 @@ from locked_workflow.state_machines.lock_protocol import (
     lock_item_key,
 )
 
-from locked_workflow.constructs_lib.client_lease import Lease, LockHeld, LockLost, LockTimeout, _Holding
+from locked_workflow.constructs_lib.client_lease import (
+    Lease,
+    LockHeld,
+    LockLost,
+    LockTimeout,
+    _Holding,
+    retry_conflicts,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -109,41 +121,76 @@ class ReadWriteParticipant:
         names = set(write.value_names())
         args = shared.arguments(key, write, {k: v for k, v in values.items() if k in names}, reader=reader,
                                 return_values="ALL_NEW" if return_new else "NONE")
-        before = c._monotonic()
+        answers: list[Mapping[str, Any]] = []  # every attempt's (a transaction conflict is tried again)
+
+        def attempt() -> dict:
+            before = c._monotonic()
+            try:
+                response = c.dynamodb.update_item(TableName=c.table_name,
+                                                  ReturnValuesOnConditionCheckFailure="ALL_OLD", **args)
+            except ClientError as error:
+                c._aws_clock.sample(before, c._monotonic(), error.response)
+                answers.append(error.response)
+                raise
+            c._aws_clock.sample(before, c._monotonic(), response)
+            return response
+
         try:
-            response = c.dynamodb.update_item(TableName=c.table_name, ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                                              **args)
+            response = retry_conflicts(attempt, sleep=c._sleep)
         except ClientError as error:
-            c._aws_clock.sample(before, c._monotonic(), error.response)
             if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
-                retried = error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
+                # botocore sent an attempt again: its first send may have been applied (a
+                # transaction conflict was not: nothing was written)
+                retried = any(a.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0 for a in answers)
                 raise _Refused(error.response.get("Item") or {}, retried) from None
             raise
-        c._aws_clock.sample(before, c._monotonic(), response)
         return response.get("Attributes", {})
 
     def _read(self, key: str) -> dict:
+        """The lock item (a strongly consistent GetItem); its response's ``Date`` bounds AWS's clock."""
         c = self.client
-        return c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(key), ConsistentRead=True).get("Item", {})
+        before = c._monotonic()
+        response = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(key), ConsistentRead=True)
+        c._aws_clock.sample(before, c._monotonic(), response)
+        return response.get("Item", {})
 
     def _drop_row(self, key: str, ticket: int) -> None:
-        """My row, once served (best effort: a served ticket's row is never read)."""
+        """The row of a served ticket - mine, or one a handoff skipped (best effort: a served
+        ticket's row is never read, and no park can write it again: its ticket was passed)."""
         c = self.client
         with contextlib.suppress(ClientError):
-            c.dynamodb.delete_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(key, ticket)))
+            retry_conflicts(lambda: c.dynamodb.delete_item(TableName=c.table_name,
+                                                           Key=lock_item_key(fair.row_key(key, ticket))),
+                            sleep=c._sleep)
 
     def _values(self, me: str) -> dict:
         """Values of the free conditions: ``:me``, ``:stale`` (nobody is known dead), ``:now``, ``:shared``,
         and the counters' ``:one``/``:zero``/``:minusOne``."""
-        return {":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.client.now_ms())},
+        return {":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self._earliest())},
                 ":shared": {"S": shared.SHARED}, ":one": {"N": "1"}, ":zero": {"N": "0"}, ":minusOne": {"N": "-1"}}
 
+    def _earliest(self, at: float | None = None) -> int:
+        """The earliest epoch ms AWS's clock can show (at monotonic ``at``; default: now) - what
+        this client judges leases by (``:now`` of the conditions, ``expiresAt < :now``): every
+        participant stamps a lease from the latest time AWS's clock can show (a workflow from
+        AWS's clock itself), so none ends by this judgement before it ended for its holder. With
+        no bound known (no ``Date`` header seen), this client's clock."""
+        c = self.client
+        at = c._monotonic() if at is None else at
+        bounds = c._aws_clock.bounds(at)
+        return int(c._clock()) if bounds is None else math.floor(bounds[0])
+
+    def _latest(self) -> int:
+        """The latest epoch ms AWS's clock can show now: what a lease or a mark is stamped from."""
+        c = self.client
+        return c._stamp(c._monotonic())[1]
+
     def _own(self, lease_ms: int) -> tuple[float, int, int]:
-        """(monotonic start, acquiredAt, expiresAt) of a lease of ``lease_ms`` taken now."""
+        """(monotonic start, acquiredAt - also the ``:now`` its write judges by, expiresAt) of a
+        lease of ``lease_ms`` taken now."""
         c = self.client
         started = c._monotonic()
-        now, latest = c._stamp(started)
-        return started, now, latest + lease_ms
+        return started, self._earliest(started), c._stamp(started)[1] + lease_ms
 
     @property
     def _claim_window_ms(self) -> int:
@@ -179,6 +226,10 @@ class ReadWriteParticipant:
         nominal = options.poll_interval
         ticket: int | None = None
         seen: Mapping[str, Any] = {}
+        if c._aws_clock.bounds(c._monotonic()) is None:
+            # a fresh client (a Lambda's cold start): learn AWS's clock before the first write
+            # stamps a lease or judges one - a read's ``Date`` tells it
+            self._read(table_key)
         while True:
             if ticket is None:
                 lease, seen = self._fast(key, table_key, me, mode, options.lease_ms)
@@ -254,7 +305,7 @@ class ReadWriteParticipant:
         """The protocol's park transaction with a polling lease for a token; False: refused (my
         ticket may be admitted now, or was passed, or my row was marked left)."""
         c = self.client
-        until = c.now_ms() + int((row_lease_s + _ROW_MARGIN_S) * 1000)
+        until = self._latest() + int((row_lease_s + _ROW_MARGIN_S) * 1000)
         items = shared.park_transaction(
             c.table_name, table_key, ticket, mode,
             {":me": {"S": me}, ":token": {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}, ":lease": {"N": str(lease_ms)},
@@ -276,7 +327,7 @@ class ReadWriteParticipant:
         for _ in range(16):  # each round ends in a park, or changes the key (a reap, a handoff)
             item = self._read(table_key)
             served, tickets = fair.counters(item)
-            now = self.client.now_ms()
+            now = self._earliest()
             if self._granted(item, me, mode, ticket):
                 lease = self._claim(key, table_key, me, mode, ticket, lease_ms)
                 if lease is not None:
@@ -293,7 +344,7 @@ class ReadWriteParticipant:
                 continue
             expired = shared.expired_readers(item, now=now)
             if expired and (mode == WRITE or served < ticket - 1):
-                self._reap(table_key, me, expired[0])
+                self._reap(table_key, me, expired[0], readers=_number(item, shared.READERS))
                 continue
             if served < ticket - 1 and _writer_free(item, me=me, now=now):
                 self.handoff(table_key, me=me, start=served, tickets=tickets, stop_at=me)
@@ -343,21 +394,24 @@ class ReadWriteParticipant:
             self.handoff(table_key, me=me, start=ticket)
         return self._lease(key, table_key, me, mode, item, ticket=ticket, started=started, lease_ms=lease_ms)
 
-    def _reap(self, table_key: str, me: str, reader: str) -> None:
-        """REAP_READ an expired entry; the last one out runs the handoff (or frees the hold)."""
+    def _reap(self, table_key: str, me: str, reader: str, *, readers: int) -> None:
+        """REAP_READ (REAP_LAST: ``readers`` says it is the last) an expired entry; the last one
+        out runs the handoff. Refused: the next look decides."""
         try:
-            item = self._write(table_key, shared.REAP_READ, self._values(me), reader=reader, return_new=True)
+            item = self._write(table_key, shared.leave_write(readers, reap=True), self._values(me), reader=reader,
+                               return_new=True)
         except _Refused:
             return
         logger.info("lock %s: reaped the expired reader entry of %s", table_key, reader)
         self._after_last_reader(table_key, me, item)
 
     def _after_last_reader(self, table_key: str, me: str, item: Mapping[str, Any]) -> None:
-        """``readers`` reached 0 (``item``: ALL_NEW of the write): hand off, else free the hold."""
+        """``readers`` reached 0 (``item``: ALL_NEW of the write, which ended the shared hold):
+        hand off to whoever queues."""
         if _number(item, shared.READERS) != 0:
             return
-        served, tickets = fair.counters(item)
-        self.handoff(table_key, me=me, start=served, free_at_end=True)
+        served, _ = fair.counters(item)
+        self.handoff(table_key, me=me, start=served)
 
     def _leave(self, key: str, table_key: str, me: str, mode: str, ticket: int, lease_ms: int) -> Lease | None:
         """Give up my place (max wait spent): my row is marked left; granted meanwhile -> claim it;
@@ -365,36 +419,50 @@ class ReadWriteParticipant:
         c = self.client
         args = fair.arguments(fair.row_key(table_key, ticket), shared.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
         with contextlib.suppress(ClientError):
-            c.dynamodb.update_item(TableName=c.table_name, **args)
+            retry_conflicts(lambda: c.dynamodb.update_item(TableName=c.table_name, **args), sleep=c._sleep)
         item = self._read(table_key)
         if self._granted(item, me, mode, ticket):
             lease = self._claim(key, table_key, me, mode, ticket, lease_ms)
             if lease is not None:
                 return lease
         served, _ = fair.counters(item)
-        if served < ticket and _writer_free(item, me=me, now=c.now_ms()):
+        if served >= ticket:  # passed already: no handoff will skip (and delete) my row
+            self._drop_row(table_key, ticket)
+        elif _writer_free(item, me=me, now=self._earliest()):
             self.handoff(table_key, me=me, start=served)
         return None
 
     # -- release and refresh -----------------------------------------------------------------
 
     def release(self, lease: Lease) -> None:
-        """A reader: LEAVE_READ (the last one hands off or frees the hold). A writer: the handoff
-        from its ticket, releasing first if nobody is parked. :class:`LockLost` when the hold was
-        gone (reaped, or taken over) - never another holder's removed."""
+        """A reader: LEAVE_READ, or LEAVE_LAST as the last one (which ends the shared hold, then
+        hands off). A writer: the handoff from its ticket, releasing first if nobody is parked.
+        :class:`LockLost` when the hold was gone (reaped, or taken over) - never another
+        holder's removed."""
         table_key, me = lease.table_key, lease.owner
         if lease.shared:
-            try:
-                item = self._write(table_key, shared.LEAVE_READ, self._values(me), reader=me, return_new=True)
-            except _Refused as refused:
-                if not refused.retried:
-                    raise LockLost(f"{ERROR_LOST}: the shared hold of {me!r} on lock {table_key!r} is gone "
-                                   "(its lease ran out and it was reaped)") from None
-                item = self._read(table_key)  # my first attempt left: was I the last?
-            self._after_last_reader(table_key, me, item)
+            self._after_last_reader(table_key, me, self._leave_read(table_key, me))
             return
         if not self.handoff(table_key, me=me, start=lease.ticket or 0, fence=lease.fence):
             raise LockLost(f"{ERROR_LOST}: lock {table_key!r} is not held by {me!r} (fence {lease.fence})")
+
+    def _leave_read(self, table_key: str, me: str) -> Mapping[str, Any]:
+        """My entry removed (LEAVE_READ, or LEAVE_LAST if I am the last reader: a refusal's item
+        says which to try next); the lock item after it."""
+        write, retried = shared.LEAVE_READ, False
+        for _ in range(1_000):  # a refusal means the count moved since (a reader came or went)
+            try:
+                return self._write(table_key, write, self._values(me), reader=me, return_new=True)
+            except _Refused as refused:
+                retried = retried or refused.retried
+                item = refused.item
+            if shared.reader_attribute(me) not in item:
+                if not retried:
+                    raise LockLost(f"{ERROR_LOST}: the shared hold of {me!r} on lock {table_key!r} is gone "
+                                   "(its lease ran out and it was reaped)")
+                return item  # my earlier attempt removed it (its answer was lost): was I the last?
+            write = shared.leave_write(_number(item, shared.READERS))
+        raise AssertionError(f"lock {table_key!r}: the reader count kept moving for 1,000 leaves")
 
     def refresh(self, held: Lease, expires_at: int) -> dict:
         """Renew a hold: a reader's entry (CLAIM_READ, its REFRESH), a writer's lease (the mutex's
@@ -408,12 +476,11 @@ class ReadWriteParticipant:
 
     # -- the handoff (shared_protocol, step 4) ------------------------------------------------
 
-    def handoff(self, table_key: str, *, me: str, start: int, fence: int | None = None, free_at_end: bool = False,
+    def handoff(self, table_key: str, *, me: str, start: int, fence: int | None = None,
                 tickets: int | None = None, stop_at: str | None = None) -> bool:
         """Admit the waiters from ticket ``start`` + 1 on: every reader up to the next writer, or
         that writer. ``fence``: I am a writer holding the key with this fence (released here, at
-        the latest when nobody is parked); ``free_at_end``: I am the last reader (the shared hold
-        ends if nobody is admitted); ``tickets``: a helper's view of the last ticket out (a row
+        the latest when nobody is parked); ``tickets``: a helper's view of the last ticket out (a row
         that never came is marked, and skipped once its mark is old); ``stop_at``: a helper
         stops at its own row (it admits itself). False: a holding writer's release was refused
         on its first attempt (the key was not mine)."""
@@ -421,7 +488,7 @@ class ReadWriteParticipant:
         for _ in range(10_000):  # each round passes a ticket or ends
             row = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(table_key, c_ + 1)),
                                       ConsistentRead=True).get("Item")
-            state = fair.row_state(row, now=c.now_ms(), hole_ms=self._hole_ms)
+            state = fair.row_state(row, now=self._earliest(), hole_ms=self._hole_ms)
             if state in ("wake", "grant") and row is not None:
                 nxt = row[OWNER]["S"]
                 if nxt == stop_at:
@@ -431,7 +498,7 @@ class ReadWriteParticipant:
                     break
                 if state == "wake":
                     self._wake(row[fair.TOKEN]["S"])
-                holding, free_at_end, c_ = False, False, c_ + 1
+                holding, c_ = False, c_ + 1
                 if kind == WRITE:
                     return True
                 continue
@@ -442,11 +509,12 @@ class ReadWriteParticipant:
                 except _Refused:
                     break
                 c_ += 1
+                self._drop_row(table_key, c_)  # a waiter gone, or a hole: nobody else would delete it
                 continue
             if tickets is not None and c_ + 1 <= tickets and fair.READY not in (row or {}):
                 with contextlib.suppress(ClientError):  # refused: its waiter parked meanwhile
                     c.dynamodb.update_item(TableName=c.table_name, **fair.arguments(
-                        fair.row_key(table_key, c_ + 1), shared.MARK, {":since": {"N": str(c.now_ms())}}))
+                        fair.row_key(table_key, c_ + 1), shared.MARK, {":since": {"N": str(self._latest())}}))
                 break
             if holding:  # nobody parked: release, then read the row again (it may have parked meanwhile)
                 try:
@@ -463,9 +531,6 @@ class ReadWriteParticipant:
             except _Refused as refused:
                 if not refused.retried:
                     return False
-        if free_at_end:
-            with contextlib.suppress(_Refused):  # a reader entered meanwhile: the hold stays
-                self._write(table_key, shared.FREE_SHARED, self._values(me))
         return True
 
     def _grant(self, table_key: str, me: str, c_: int, row: Mapping[str, Any], kind: str) -> bool:
@@ -473,8 +538,8 @@ class ReadWriteParticipant:
         refusal whose write was applied after all (a lost response) counts as granted."""
         c = self.client
         nxt = row[OWNER]["S"]
-        now = c.now_ms()
-        until = now + self._claim_window_ms
+        now = self._earliest()
+        until = self._latest() + self._claim_window_ms
         grace = row.get(fair.GRACE_MS, {}).get("N", "0")
         values = {**self._values(me), ":now": {"N": str(now)}, ":next": {"S": nxt}, ":expiresAt": {"N": str(until)},
                   ":grace": {"N": grace}, ":prev": {"N": str(c_)}, ":ticket": {"N": str(c_ + 1)},

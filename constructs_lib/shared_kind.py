@@ -23,13 +23,13 @@ state machines: waiters park on a task token)::
     ``!presence!<owner>``); the release first deletes the row (Forget).
 
     Release of a writer: the handoff from its ticket, holding (its first grant or RELEASE frees
-    the key). Release of a reader: LEAVE_READ; the last reader runs the handoff (someone
-    queues) or FREE_SHARED. A reader that admitted itself runs the handoff before its work, so
+    the key). Release of a reader: LEAVE_READ, or LEAVE_LAST as the last one (which ends the
+    shared hold) and runs the handoff. A reader that admitted itself runs the handoff before its work, so
     the readers queued behind it go in too.
 
     Handoff (c: the last served ticket): read row c + 1 -> a parked reader: GRANT_READ, wake it,
     go on with c + 1 | a parked writer: GRANT_WRITE, wake it, stop | gone: SKIP, go on | nobody
-    parked: a holding writer RELEASEs and reads the row again; a last reader FREE_SHAREs; a
+    parked: a holding writer RELEASEs and reads the row again; a
     helper MARKs a row that never came.
 
 Every DynamoDB expression is the protocol module's; this module only wires them.
@@ -372,7 +372,7 @@ class SharedLockKind(Mutex):
                                           {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
                                           return_values="ALL_NEW", assign=admitted, outputs=f"{ENTRY}.input")
         claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        claim_on_leave.next(section.protected)
+        claim_on_leave.next(drop)  # (my row goes, as after any claim)
         leave.next(claim_on_leave)
         self._leave = leave
 
@@ -446,11 +446,17 @@ class SharedLockKind(Mutex):
         all_free = (f"({seen}.owner = '' or {seen}.owner = {me} or {lease_over} "
                     f"or ({seen}.owner = '{shared.SHARED}' and {seen}.readers = 0))")
         granted = (f"{seen}.mine" if self.mode == READ else f"({seen}.owner = {me} and {seen}.served = {ticket})")
-        reap = self._update("Reap", key, shared.REAP_READ, {**self._lock_values(me=me), ":minusOne": {"N": "-1"}},
-                            reader=f"{seen}.expired",
-                            return_values="ALL_NEW")
-        reap.add_catch(read, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        reap.next(read)
+        # (the last reader's removal ends the shared hold: REAP_LAST; refused, the next look decides)
+        reap = self._choice("ReapWhich")
+        for name, write in (("ReapLast", shared.REAP_LAST), ("Reap", shared.REAP_READ)):
+            task = self._update(name, key, write, {**self._lock_values(me=me), ":one": {"N": "1"},
+                                                   ":minusOne": {"N": "-1"}}, reader=f"{seen}.expired")
+            task.add_catch(read, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            task.next(read)
+            if write is shared.REAP_LAST:
+                self._when(reap, f"{seen}.readers <= 1", task)
+            else:
+                reap.otherwise(task)
         # (the helper then parks again: its park is refused if the handoff made it admissible)
         helper = self._build_handoff("Help", key=key, me=me, start=f"{seen}.served", holding=False, then=park,
                                      self_grant=admit, tickets=f"{seen}.tickets")
@@ -609,11 +615,10 @@ class SharedLockKind(Mutex):
 
     def _build_handoff(self, suffix: str, *, key: str, me: str, start: str, holding: bool,
                        then: Optional[sfn.State], self_grant: Optional[sfn.State] = None,
-                       tickets: Optional[str] = None, free_at_end: bool = False,
+                       tickets: Optional[str] = None,
                        lost: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
-        """Run the handoff from ticket ``start`` (the model's ``look`` .. ``free``): ``holding``,
-        I am a writer still holding the key; ``free_at_end``, I am the last reader (FREE_SHARED
-        when it stops); ``self_grant``, a helper's way to its own row; ``tickets``, a helper's
+        """Run the handoff from ticket ``start`` (the model's ``look`` .. ``release``): ``holding``,
+        I am a writer still holding the key; ``self_grant``, a helper's way to its own row; ``tickets``, a helper's
         view of the last ticket out (a row that never came is marked). Ends in ``then``."""
         s, f = self._section, self._vars()
         h = "$" + f["handoff"]
@@ -626,18 +631,16 @@ class SharedLockKind(Mutex):
 
         def look(state: str, first: bool) -> tasks.DynamoGetItem:
             c = start if first else f"{h}.c"
-            base = (f"{{'c': {start}, 'holding': {'true' if holding else 'false'}, "
-                    f"'free': {'true' if free_at_end else 'false'}}}" if first else h)
+            base = f"{{'c': {start}, 'holding': {'true' if holding else 'false'}}}" if first else h
             return self._get(f"{suffix}.{state}", self._row_key(key, f"{c} + 1"), {f["handoff"]: jsonata(
                 f"$merge([{base}, {{'row': {row}, 'st': {fair.row_state_expression(row, hole_ms=hole_ms)}}}])")})
 
         first, again = look("Look", True), look("LookAgain", False)
         # after a grant: the next ticket, and I hold nothing (a grant frees a writer runner)
-        step = f"$merge([{h}, {{'c': {h}.c + 1, 'holding': false, 'free': false}}])"
+        step = f"$merge([{h}, {{'c': {h}.c + 1, 'holding': false}}])"
 
-        # where a handoff goes when it stops: a holding writer releases and looks again; a last
-        # reader frees the shared hold
-        end = self._choice(f"{suffix}.End") if holding or free_at_end else end_state
+        # where a handoff goes when it stops: a holding writer releases and looks again
+        end = self._choice(f"{suffix}.End") if holding else end_state
         if holding:
             release = self._update(f"{suffix}.Release", key, shared.RELEASE_WRITE,
                                    {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
@@ -658,13 +661,6 @@ class SharedLockKind(Mutex):
             release.next(again)
             release_again.next(again)
             self._when(end, f"{h}.holding = true", release)
-        if free_at_end:
-            free = self._update(f"{suffix}.FreeShared", key, shared.FREE_SHARED,
-                                {":shared": {"S": shared.SHARED}, ":zero": {"N": "0"}})
-            free.add_catch(end_state, **catch_all)
-            free.next(end_state)
-            self._when(end, f"{h}.free = true", free)
-        if holding or free_at_end:
             end.otherwise(end_state)
 
         values = {**self._lock_values(me=me), ":one": {"N": "1"}, ":zero": {"N": "0"},
@@ -710,7 +706,7 @@ class SharedLockKind(Mutex):
 
         wake_reader = wake("WakeReader", again)
         stop = sfn.Pass.jsonata(s, f"{suffix}.Stopped", state_name=name("Stopped"), outputs=jsonata("$states.input"),
-                                assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false, 'free': false}}])")})
+                                assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])")})
         stop.next(end)
         wake_writer = wake("WakeWriter", stop)
         grant_read.next(wake_reader)
@@ -733,11 +729,17 @@ class SharedLockKind(Mutex):
                         outputs=jsonata("$states.input"))
             g.add_catch(end, **catch_all)
 
-        # (a skip keeps a writer runner's hold)
+        # (a skip keeps a writer runner's hold; the row skipped - a waiter gone, or a hole - is
+        # deleted: a served ticket's row is never read again, and nobody else would delete it)
         skip = self._update(f"{suffix}.Skip", key, shared.SKIP, values,
                             assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
         skip.add_catch(end, **catch_all)
-        skip.next(again)
+        drop_skipped = tasks.DynamoDeleteItem.jsonata(s, s._name(f"{suffix}.DropSkipped"), table=s.table,
+                                                      key=self._row_key(key, f"{h}.c"), outputs=jsonata("$states.input"))
+        retry_transient(drop_skipped)
+        drop_skipped.add_catch(again, **catch_all)
+        skip.next(drop_skipped)
+        drop_skipped.next(again)
 
         decide = self._choice(f"{suffix}.Next")
         if self_grant is not None:
@@ -762,35 +764,52 @@ class SharedLockKind(Mutex):
     # -- release ----------------------------------------------------------------------------
 
     def _build_leave_read(self, suffix: str, *, then: sfn.State, lost: Optional[sfn.State]) -> sfn.State:
-        """A reader leaves: LEAVE_READ; the last one runs the handoff (someone queues) or frees."""
+        """A reader leaves: LEAVE_READ while other readers hold; refused, LEAVE_LAST (the last
+        one: the shared hold ends in the same write); refused again, a read says which (the
+        count moved) or that my entry is gone (reaped: ``Lock.Lost``; or by my own attempt whose
+        answer was lost: go on). The last one runs the handoff."""
         s, v = self._section, self._section.variables
         lock = "$" + v["lock"]
         key, me = f"{lock}.key", f"{lock}.owner"
         item = "$states.result.Attributes"
+        values = {":one": {"N": "1"}, ":minusOne": {"N": "-1"}}
+        retried = {v["lock"]: jsonata(f"$merge([{lock}, {{'leaveRetried': true}}])")}  # an answer may be lost
 
-        def counts(item: str) -> dict:
+        def counts(item: str, mine: str = "false") -> dict:
             return {v["lock"]: jsonata(f"$merge([{lock}, {{'left': {{'readers': {_item_number(item, shared.READERS)}, "
-                                       f"'served': {_item_number(item, fair.SERVED)}}}}}])")}
-        leave = self._update(f"{suffix}", key, shared.LEAVE_READ, {":minusOne": {"N": "-1"}}, reader=me,
-                             return_values="ALL_NEW", assign={**counts(item), **s.held_assign()}, retry=False)
-        leave_again = self._update(f"{suffix}Again", key, shared.LEAVE_READ, {":minusOne": {"N": "-1"}}, reader=me,
-                                   return_values="ALL_NEW", assign={**counts(item), **s.held_assign()})
-        # a retry refused: my first attempt removed my entry - read the count
-        after = self._get(f"{suffix}Read", self._lock_key(key), counts("$states.result.Item"))
-        leave.add_catch(lost or then, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        leave.add_catch(leave_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
-        leave.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        leave_again.add_catch(after, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        leave_again.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        after.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+                                       f"'served': {_item_number(item, fair.SERVED)}, 'mine': {mine}}}}}])")}
+
+        def write(name: str, leave: protocol.LockWrite, *, again: bool) -> sfn.TaskStateBase:
+            return self._update(name, key, leave, values, reader=me, return_values="ALL_NEW",
+                                assign={**counts(item), **s.held_assign()}, retry=again)
+
+        leave, leave_again = write(suffix, shared.LEAVE_READ, again=False), write(f"{suffix}Again", shared.LEAVE_READ, again=True)
+        last, last_again = (write(f"{suffix}Last", shared.LEAVE_LAST, again=False),
+                            write(f"{suffix}LastAgain", shared.LEAVE_LAST, again=True))
+        read = self._get(f"{suffix}Read", self._lock_key(key),
+                         counts("$states.result.Item", f"$exists({_entry_of('$states.result.Item', me)})"))
+        which = self._choice(f"{suffix}Which")
+        self._when(which, f"{lock}.left.mine and {lock}.left.readers <= 1", last)
+        self._when(which, f"{lock}.left.mine", leave)
+        handed = self._choice(f"{suffix}.Last")
+        self._when(which, f"{lock}.leaveRetried = true", handed)  # my lost answer took it: was I the last?
+        which.otherwise(lost or then)  # gone, and no attempt of mine could have taken it: reaped
+        leave.add_catch(last, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        last.add_catch(read, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        for first, again in ((leave, leave_again), (last, last_again)):
+            first.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"),
+                            assign=retried)
+            again.add_catch(read, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        for t in (leave, leave_again, last, last_again, read):
+            t.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        read.next(which)
         handoff = self._build_handoff(f"{suffix}.Handoff", key=key, me=me, start=f"{lock}.left.served",
-                                      holding=False, then=then, free_at_end=True)
-        last = self._choice(f"{suffix}.Last")
-        # the last reader: hand off, or free the shared hold (FREE_SHARED at the handoff's end)
-        self._when(last, f"{lock}.left.readers = 0", handoff)
-        last.otherwise(then)
-        for t in (leave, leave_again, after):
-            t.next(last)
+                                      holding=False, then=then)
+        # the last reader (its write ended the shared hold): hand off to whoever queues
+        self._when(handed, f"{lock}.left.readers = 0", handoff)
+        handed.otherwise(then)
+        for t in (leave, leave_again, last, last_again):
+            t.next(handed)
         return leave
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:

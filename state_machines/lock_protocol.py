@@ -117,6 +117,11 @@ GENERATION = "redriveCount"
 CONDITION_FAILED = "DynamoDB.ConditionalCheckFailedException"
 #: The same, as an ``aws-sdk:dynamodb`` integration names it.
 SDK_CONDITION_FAILED = "DynamoDb.ConditionalCheckFailedException"
+#: DynamoDB's refusal of a write on an item that an ongoing transaction touches (a read/write
+#: waiter's park checks the lock item in one; a multi-key hold writes several): nothing was
+#: written; try again. botocore retries it in neither retry mode, so a Python client must
+#: ("Transaction conflict handling in DynamoDB", developer guide, transaction-apis.html).
+TRANSACTION_CONFLICT = "TransactionConflictException"
 #: Errors worth retrying with backoff: the write did not happen, or may be retried safely
 #: because the writes below are idempotent for the same owner.
 TRANSIENT_ERRORS = (
@@ -126,7 +131,7 @@ TRANSIENT_ERRORS = (
     "DynamoDB.InternalServerErrorException",
     "DynamoDB.InternalServerError",
     "DynamoDB.ServiceUnavailableException",
-    "DynamoDB.TransactionConflictException",
+    f"DynamoDB.{TRANSACTION_CONFLICT}",
 )
 #: Raised by Step Functions when a JSONata expression fails (key validation, the signals).
 QUERY_EVALUATION_ERROR = "States.QueryEvaluationError"

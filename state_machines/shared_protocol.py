@@ -69,13 +69,14 @@ with shared holders should give its writers this module's exclusive kind.
    * a parked **writer**: ``GRANT_WRITE`` (owner, claim-window lease, fence + 1,
      ``served = c + 1``) if the key is free of readers, wake it, stop; refused (readers hold):
      stop - the last reader to leave runs the handoff again;
-   * a waiter gone (``left``, or a hole mark a park timeout old): ``SKIP`` it, go on;
+   * a waiter gone (``left``, or a hole mark a park timeout old): ``SKIP`` it, delete its row
+     (nothing else would: a served ticket's row is never read, and its park is refused), go on;
    * nobody parked (a ticket whose waiter has not parked yet): stop - its park (3.) will be
      refused and it admits itself. A writer that still holds the key first RELEASEs it (the
      mutex's write) and **reads the row again**: that waiter may have parked between the
      read and the release, while the key was still held - the release is the write that
      makes it admissible, so the read must follow it (the model found this lost wake-up).
-     The last reader ends with ``FREE_SHARED`` (``owner`` removed: a mutex may enter).
+     (The last reader's leave ended the shared hold already: a mutex may enter.)
 
    A woken waiter confirms before its work (``CLAIM_READ`` / ``CLAIM_WRITE``: its own full
    lease, in place of the claim-window lease). So a grant whose wake-up failed (a stopped
@@ -83,10 +84,15 @@ with shared holders should give its writers this module's exclusive kind.
    expires by itself after the claim window unless its waiter finds it at its fallback and
    claims it: no revoke is needed, and no woken waiter can be revoked by mistake.
 5. **Leaving.** A writer runs the handoff from its ticket (its first grant or RELEASE frees the
-   key). A reader: ``LEAVE_READ`` (entry removed, ``readers - 1``, ``ALL_NEW``); at 0 readers
-   it runs the handoff if anyone queues, else ``FREE_SHARED``.
+   key). A reader: ``LEAVE_READ`` (entry removed, ``readers - 1``) while other readers hold,
+   ``LEAVE_LAST`` as the last one (entry *and* ``owner`` removed, ``readers`` 0: the shared hold
+   ends in the same write, so a reader stopped right after it never leaves a shared hold with
+   no reader - no entry, no lease, no execution - that would refuse a plain mutex forever);
+   refused, the other one (the refusal says which, or a read does); the last one then runs
+   the handoff (``ALL_NEW``: from ``served``).
 6. **Recovery, per holder.** A writer: the mutex's lease, RETIRE (janitor), liveness check and
-   presence, unchanged. A reader: its entry's lease - ``REAP_READ`` removes an entry whose
+   presence, unchanged. A reader: its entry's lease - ``REAP_READ`` (``REAP_LAST`` for the
+   last one, which ends the shared hold as ``LEAVE_LAST`` does) removes an entry whose
    ``expiresAt`` is past (then, at 0 readers, the handoff, as 5.); the liveness check's
    ``RETIRE_READER`` shortens it to the end of its execution plus its stop grace, for that
    acquisition only (``acquiredAt <= :endedAt``: a redriven reader that re-entered is not
@@ -108,8 +114,8 @@ with shared holders should give its writers this module's exclusive kind.
    timeout old).
 8. **Lost responses** (the write was applied, its answer lost; a retry must not count twice):
    FAST_READ and a self-admitting GRANT_READ -> ``CLAIM_READ`` (is my entry there?), else the
-   fast path again; a runner's GRANT -> read the lock item (granted: wake it); LEAVE_READ and
-   REAP_READ -> read ``readers`` (0: the handoff); ENQUEUE -> the ticket is a hole, take
+   fast path again; a runner's GRANT -> read the lock item (granted: wake it); LEAVE_* and
+   REAP_* -> read ``readers`` (0: the handoff); ENQUEUE -> the ticket is a hole, take
    another; FAST_WRITE, CLAIM_*, SKIP, MARK, the park: the same write again (idempotent, or
    refused harmlessly); a writer's RELEASE -> retry, never ``Lock.Lost`` on a retry.
 
@@ -196,8 +202,9 @@ def entry_value(*, expires_at: Any, acquired_at: Any, grace: Any) -> dict:
 #: No writer holds: the mutex may acquire (free, mine, a proven-stale holder's, a lease over),
 #: or readers hold. Values ``:me``, ``:stale``, ``:now``, ``:shared``.
 _WRITER_FREE = f"({ACQUIRE.condition}) OR #{OWNER} = :shared"
-#: Nobody holds: the mutex may acquire, or a shared hold has no reader left. Values as above
-#: plus ``:zero``.
+#: Nobody holds: the mutex may acquire, or a shared hold has no reader left (no write leaves one
+#: since the last reader's leave ends the hold: an item an earlier release left so). Values as
+#: above plus ``:zero``.
 _ALL_FREE = f"({ACQUIRE.condition}) OR (#{OWNER} = :shared AND #{READERS} = :zero)"
 _FREE = {READ: _WRITER_FREE, WRITE: _ALL_FREE}
 
@@ -256,13 +263,29 @@ CLAIM_WRITE = LockWrite(update=f"SET #{EXPIRES_AT} = :expiresAt",
                         condition=f"#{OWNER} = :me AND #{SERVED} = :ticket")
 
 _DROP_ENTRY = f"REMOVE {READER_PLACEHOLDER} ADD #{READERS} :minusOne"
-#: LEAVE_READ: my entry goes (``ALL_NEW``: at ``readers = 0`` I run the handoff or FREE_SHARED).
-#: Refused: it is gone - reaped (``Lock.Lost``), or by my own earlier attempt if this is a retry.
-LEAVE_READ = LockWrite(update=_DROP_ENTRY, condition=f"attribute_exists({READER_PLACEHOLDER})")
-#: REAP_READ: a reader entry whose lease is over goes (``ALL_NEW``, as LEAVE_READ).
-REAP_READ = LockWrite(update=_DROP_ENTRY, condition=f"{READER_PLACEHOLDER}.#{EXPIRES_AT} < :now")
-#: FREE_SHARED: a shared hold with no reader left ends (a mutex may acquire again).
-FREE_SHARED = LockWrite(update=f"REMOVE #{OWNER}", condition=f"#{OWNER} = :shared AND #{READERS} = :zero")
+#: The last entry's removal ends the shared hold too: no write ever leaves a shared hold with no
+#: reader (a plain mutex cannot see a reader count, and nothing would end it).
+_DROP_LAST = f"REMOVE {READER_PLACEHOLDER}, #{OWNER} ADD #{READERS} :minusOne"
+_OTHERS, _LAST = f"#{READERS} > :one", f"#{READERS} = :one"
+#: LEAVE_READ: my entry goes, other readers stay. LEAVE_LAST: my entry goes and with it the
+#: shared hold (``ALL_NEW``: I run the handoff from ``served``). Values ``:one``, ``:minusOne``.
+#: Refused: the other one holds (the item says which), or my entry is gone - reaped
+#: (``Lock.Lost``), or by my own earlier attempt if this is a retry.
+LEAVE_READ = LockWrite(update=_DROP_ENTRY, condition=f"attribute_exists({READER_PLACEHOLDER}) AND {_OTHERS}")
+LEAVE_LAST = LockWrite(update=_DROP_LAST, condition=f"attribute_exists({READER_PLACEHOLDER}) AND {_LAST}")
+#: REAP_READ / REAP_LAST: a reader entry whose lease is over goes (as LEAVE_READ / LEAVE_LAST).
+_OVER = f"{READER_PLACEHOLDER}.#{EXPIRES_AT} < :now"
+REAP_READ = LockWrite(update=_DROP_ENTRY, condition=f"{_OVER} AND {_OTHERS}")
+REAP_LAST = LockWrite(update=_DROP_LAST, condition=f"{_OVER} AND {_LAST}")
+
+
+def leave_write(readers: int, *, reap: bool = False) -> LockWrite:
+    """The write that removes one entry of a lock item counting ``readers`` (a reader's own
+    leave, or ``reap``: an expired one's removal): the last one's ends the shared hold."""
+    if reap:
+        return REAP_LAST if readers <= 1 else REAP_READ
+    return LEAVE_LAST if readers <= 1 else LEAVE_READ
+
 #: RETIRE_READER: the reader's execution ended at ``:endedAt``: its entry now lasts its stop
 #: grace from then (janitor, liveness check) - that acquisition only.
 RETIRE_READER = LockWrite(
@@ -406,7 +429,8 @@ def gone_transaction(table: str, key: str, row: str, *, reader: str | None, row_
 LOCK_WRITES = {
     "FAST_READ": FAST_READ, "FAST_WRITE": FAST_WRITE, "ENQUEUE_READ": ENQUEUE_READ, "ENQUEUE_WRITE": ENQUEUE_WRITE,
     "GRANT_READ": GRANT_READ, "GRANT_WRITE": GRANT_WRITE, "SKIP": SKIP, "CLAIM_READ": CLAIM_READ,
-    "CLAIM_WRITE": CLAIM_WRITE, "LEAVE_READ": LEAVE_READ, "REAP_READ": REAP_READ, "FREE_SHARED": FREE_SHARED,
+    "CLAIM_WRITE": CLAIM_WRITE, "LEAVE_READ": LEAVE_READ, "LEAVE_LAST": LEAVE_LAST, "REAP_READ": REAP_READ,
+    "REAP_LAST": REAP_LAST,
     "RETIRE_READER": RETIRE_READER, "RELEASE_WRITE": RELEASE_WRITE,
 }
 ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE, "DEQUEUE": DEQUEUE}
@@ -447,7 +471,7 @@ def readers_of(item: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def expired_readers(item: Mapping[str, Any], *, now: int) -> list[str]:
-    """The readers whose entry's lease is over (REAP_READ may remove them)."""
+    """The readers whose entry's lease is over (REAP_READ / REAP_LAST may remove them)."""
     return [owner for owner, entry in readers_of(item).items() if int(entry[EXPIRES_AT]["N"]) < now]
 
 

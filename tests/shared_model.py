@@ -5,7 +5,8 @@ running lock_protocol's ACQUIRE/RELEASE) taking the fast path, a ticket, a trans
 park, the handoff (read the next row; grant, wake, go on for readers; skip; stop), claims,
 the last reader's handoff, reaping an expired reader entry, the park's fallback and the
 handoff it runs for a head that does not move; crashes at every step, lost responses on
-every write, failed wake-ups, park timeouts, the janitor marking a stopped waiter's row
+every write, wake-ups delivered with their answer lost (``lost_wakes``: the waker sees a
+failure), failed wake-ups, park timeouts, the janitor marking a stopped waiter's row
 ``left`` (``janitor=False``: its events lost), and time passing (a dead holder's lease or
 reader entry ending - the lease, or the janitor's or liveness check's retire - a hole's mark
 ageing).
@@ -26,7 +27,12 @@ not wait for a queued writer), ``write_ignores_readers`` (a writer counts a shar
 free), ``park_unchecked`` (the park does not check the lock item), ``no_cascade`` (a handoff
 stops after the first reader it grants), ``leave_no_handoff`` (the last reader to leave runs
 no handoff), ``release_then_stop`` (a writer that read an empty row releases and stops: the
-first version of the protocol, whose lost wake-up the model found).
+first version of the protocol, whose lost wake-up the model found), ``revoke_failed_wake`` (a
+waker that saw its wake-up fail takes the grant back: wrong when only the answer was lost - the
+model's Step Functions fault), ``free_after_leave`` (the last
+reader's leave keeps the shared hold and a FREE_SHARED of its own ends it: the first version,
+whose shared hold with no reader - no entry, no lease - a reader stopped between the two left to
+refuse a plain mutex forever).
 
 :func:`explore_presence` (apart from the rest): one read/write hold's presence handshake
 (``PRESENT_ROW`` / ``DEPART_ROW`` / dismissal) against a waiter's probe and its retire
@@ -147,8 +153,11 @@ def _share(lock: Lock, reader: str, **more) -> Lock:
     return replace(lock, owner=SHARED, expired=False, readers=_n(lock.readers) + 1, **more).with_entry(reader, False)
 
 
-def _drop(lock: Lock, reader: str) -> Lock:
-    return replace(lock, readers=_n(lock.readers) - 1).with_entry(reader, None)
+def _drop(lock: Lock, reader: str, *, last: bool = False, variant: str = "") -> Lock:
+    """``reader``'s entry removed; ``last``: the last one, which ends the shared hold (but in
+    ``free_after_leave``, the first protocol's: a FREE_SHARED of its own follows)."""
+    dropped = replace(lock, readers=_n(lock.readers) - 1).with_entry(reader, None)
+    return replace(dropped, owner=None) if last and variant != "free_after_leave" else dropped
 
 
 def fast_read(lock: Lock, me: str, stale: str, variant: str = "") -> tuple[bool, Lock]:
@@ -193,13 +202,23 @@ def claim_write(lock: Lock, me: str, ticket: int) -> tuple[bool, Lock]:
 
 
 def leave_read(lock: Lock, me: str) -> tuple[bool, Lock]:
-    ok = lock.entry(me) is not None
+    ok = lock.entry(me) is not None and _n(lock.readers) > 1
     return ok, (_drop(lock, me) if ok else lock)
 
 
+def leave_last(lock: Lock, me: str, variant: str = "") -> tuple[bool, Lock]:
+    ok = lock.entry(me) is not None and lock.readers == 1
+    return ok, (_drop(lock, me, last=True, variant=variant) if ok else lock)
+
+
 def reap_read(lock: Lock, reader: str) -> tuple[bool, Lock]:
-    ok = lock.entry(reader) is True
+    ok = lock.entry(reader) is True and _n(lock.readers) > 1
     return ok, (_drop(lock, reader) if ok else lock)
+
+
+def reap_last(lock: Lock, reader: str, variant: str = "") -> tuple[bool, Lock]:
+    ok = lock.entry(reader) is True and lock.readers == 1
+    return ok, (_drop(lock, reader, last=True, variant=variant) if ok else lock)
 
 
 def free_shared(lock: Lock) -> tuple[bool, Lock]:
@@ -229,7 +248,7 @@ def park(row: Optional[Row], me: str, token: tuple, kind: str) -> tuple[bool, Ki
 # -- the participants -------------------------------------------------------------------------
 
 WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim", "reap")
-HANDOFF = ("look", "taken", "recheck", "wake")
+HANDOFF = ("look", "taken", "recheck", "wake", "revoke")
 #: The steps of a handoff and the release at its end (they read the handoff's fields).
 LOOP = HANDOFF + ("mark", "release", "release_retry", "free", "m_release")
 
@@ -272,6 +291,11 @@ class Model(FairModel):
     symmetry: bool = False
     #: the janitor marks a stopped waiter's row ``left`` (off: its events were lost)
     janitor: bool = True
+    #: a wake-up (SendTaskSuccess) that was delivered but whose answer is lost: the waker sees a
+    #: failure (one per participant, as a lost DynamoDB response; off: only real failures)
+    lost_wakes: bool = True
+    #: ``(name, proc) -> bool``: where a participant may crash (None: at every step)
+    crash_when: Optional[object] = None
     graph: dict = field(default_factory=dict)
 
     def names(self) -> tuple:
@@ -289,6 +313,10 @@ class Model(FairModel):
 
     def steps(self, s: State) -> Iterator[tuple[str, State]]:
         out = [(label, t) for label, t in super().steps(s) if not label.startswith("mark of")]
+        if self.crash_when is not None:
+            procs = dict(zip(self.names(), s.procs))
+            out = [(label, t) for label, t in out if " crashes at " not in label
+                   or self.crash_when(label.split()[0], procs[label.split()[0]])]
         dead = {n for n, p in zip(self.names(), s.procs) if p.pc == "dead"}
         for reader, over in s.lock.entries:
             if reader in dead and not over:
@@ -430,8 +458,8 @@ class Model(FairModel):
         elif p.pc == "claim":
             ok, after = claim_read(lock, me) if kind == READ else claim_write(lock, me, p.ticket)
             yield from w("claims", ok, after, self._enter(i), go("inspect"))
-        elif p.pc == "reap":
-            ok, after = reap_read(lock, p.nxt)
+        elif p.pc == "reap":  # (REAP_LAST if the look saw the last reader: refused, the next look decides)
+            ok, after = reap_last(lock, p.nxt, v) if _n(lock.readers) <= 1 else reap_read(lock, p.nxt)
             yield from w(f"reaps {p.nxt}", ok, after, go("inspect"), go("inspect"), on_lost=go("inspect"))
         elif p.pc == "cs":
             if kind == READ:
@@ -440,19 +468,34 @@ class Model(FairModel):
                 yield f"{me} leaves the work", go("m_release")(s)
             else:
                 yield f"{me} leaves the work", go("look", c=p.ticket, holding=True, then="done")(s)
-        elif p.pc == "leave":
+        elif p.pc == "leave":  # LEAVE_READ (others stay); refused: LEAVE_LAST
             ok, after = leave_read(lock, me)
-            last = v != "leave_no_handoff" and _n(after.readers) == 0
-            on_ok = go("look", c=_n(after.served), then="done", free_at_end=True) if last else go("done")
-            yield from w("leaves", ok, after if ok else self._lock_lost(s, me), on_ok, go("done"),
+            yield from w("leaves", ok, after, go("done"), go("leave_last"), on_lost=go("after_leave"))
+        elif p.pc == "leave_last":  # the last one: the shared hold ends with my entry; the handoff
+            ok, after = leave_last(lock, me, v)
+            yield from w("leaves last", ok, after, self._handoff_after_leave(go, after), go("leave_look"),
                          on_lost=go("after_leave"))
-        elif p.pc == "after_leave":  # my leave's response was lost: read the count
-            if _n(lock.readers) == 0 and v != "leave_no_handoff":
-                yield f"{me} finds no reader left", go("look", c=_n(lock.served), then="done", free_at_end=True)(s)
+        elif p.pc == "leave_look":  # both refused: the count moved, or my entry is gone (Lock.Lost)
+            if lock.entry(me) is None:
+                yield f"{me} finds its entry gone", go("done")(self._lock_lost(s, me))
             else:
-                yield f"{me} finds readers left", go("done")(s)
+                yield f"{me} reads the count", go("leave_last" if _n(lock.readers) <= 1 else "leave")(s)
+        elif p.pc == "after_leave":  # my leave's response was lost: read the count
+            yield f"{me} reads the count after its leave", self._handoff_after_leave(go, lock)(s)
         elif p.pc in HANDOFF + ("release", "release_retry", "mark", "free"):
             yield from self._handoff(s, i, me, p, stale, go, w)
+
+    def _after_wake(self, go, end, p: Proc):
+        """After a wake-up, delivered or not (the grant lapses unconfirmed after the claim window
+        unless its waiter claims it): past a reader, on to the next row; else the end."""
+        return go("look", c=p.c + 1) if p.row.kind == READ and self.variant != "no_cascade" else end
+
+    def _handoff_after_leave(self, go, lock: Lock):
+        """After a reader's leave: no reader left -> the handoff (then, in ``free_after_leave``,
+        FREE_SHARED); else done."""
+        if _n(lock.readers) == 0 and self.variant != "leave_no_handoff":
+            return go("look", c=_n(lock.served), then="done", free_at_end=self.variant == "free_after_leave")
+        return go("done")
 
     def _inspect(self, s: State, me: str, p: Proc, kind: str, stale: str, go):
         lock, served = s.lock, _n(s.lock.served)
@@ -496,8 +539,9 @@ class Model(FairModel):
                 granted = dict(nxt=nxt, holding=False, free_at_end=False)
                 yield from w(f"grants {nxt}", ok, after, go("wake", **granted), end,
                              on_lost=go("recheck", **granted), grant=(nxt, p.c + 1))
-            elif state == "skip":
+            elif state == "skip":  # (and deletes the row it passed: a served ticket's row is never read)
                 ok, after = skip(lock, me, stale, p.c)
+                after = replace(s, lock=after).with_row(p.c + 1, None) if ok else s
                 yield from w(f"skips {p.c + 1}", ok, after, go("look", c=p.c + 1), end, on_lost=go("look", c=p.c + 1))
             elif p.then == "inspect" and p.c + 1 <= _n(lock.tickets):  # a helper: a row that never came
                 yield from self._handoff(s, i, me, replace(p, pc="mark"), stale, go, w)
@@ -512,16 +556,25 @@ class Model(FairModel):
                 yield f"{me} rechecks: granted", go("wake")(s)
             else:
                 yield f"{me} rechecks: handled by another", end(s)
-        elif p.pc == "wake":
+        elif p.pc == "wake":  # SendTaskSuccess
             j = names.index(p.nxt)
             q = s.procs[j]
-            t = s
+            then = self._after_wake(go, end, p)
+            # what the waker does when it sees a failure: go on (``revoke_failed_wake``: revoke)
+            failed = go("revoke") if self.variant == "revoke_failed_wake" else then
             if q.pc == "parked" and p.row.token == (p.nxt, "current"):
-                label, t = f"{me} wakes {p.nxt}", self._set(s, j, replace(q, pc="claim"))
+                woken = self._set(s, j, replace(q, pc="claim"))
+                yield f"{me} wakes {p.nxt}", then(woken)
+                if self.lost_wakes and p.lost == 0:  # woken, but the answer is lost: a failure to the waker
+                    yield f"{me} wakes {p.nxt}, response lost", failed(self._set(woken, i, replace(p, lost=1)))
             else:
-                label = f"{me} wake of {p.nxt} fails"
-            go_on = p.row.kind == READ and self.variant != "no_cascade"
-            yield label, (go("look", c=p.c + 1) if go_on else end)(t)
+                yield f"{me} wake of {p.nxt} fails", failed(s)
+        elif p.pc == "revoke":  # (``revoke_failed_wake`` only) the grant taken back, later
+            if p.row.kind == READ and lock.entry(p.nxt) is not None:
+                lock = _drop(lock, p.nxt, last=_n(lock.readers) <= 1)
+            elif p.row.kind != READ and lock.owner == p.nxt:
+                lock = replace(lock, owner=None)
+            yield f"{me} revokes the grant of {p.nxt}", self._after_wake(go, end, p)(replace(s, lock=lock))
         elif p.pc == "release":  # then read the row again: a park may have come since I read it
             ok, after = release(lock, me, p.fence)
             again = go("look", holding=False) if self.variant != "release_then_stop" else go("done", holding=False)
@@ -564,11 +617,15 @@ class Model(FairModel):
             problems.append(f"readers = {s.lock.readers} but {len(s.lock.entries)} entries")
         if s.lock.entries and s.lock.owner != SHARED:
             problems.append(f"reader entries under owner {s.lock.owner}")
+        if s.lock.owner == SHARED and not s.lock.entries:  # no entry, no lease: a mutex would wait forever
+            problems.append("a shared hold with no reader")
         for n, p in zip(self.names(), s.procs):
             if n in inside and self.kind(n) == READ and p.fence != s.lock.fence:
                 problems.append(f"reader {n} read fence {p.fence}, the last writer's is {s.lock.fence}")
             if n in inside and self.kind(n) != READ and (s.lock.owner != n or s.lock.fence != p.fence):
                 problems.append(f"writer {n} at work without its exact hold")
+            if n in inside and self.kind(n) == READ and s.lock.entry(n) is None:
+                problems.append(f"reader {n} at work without its entry")
         if s.overtake and self.fifo:
             problems.append(s.overtake)
         if s.problem:

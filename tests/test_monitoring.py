@@ -386,11 +386,12 @@ def _run_kinds(cloud, app, runs: Runs) -> None:
             item = cloud.dynamodb.get_item(TableName=locks, Key=p.lock_item_key(f"keys#k-{tag}"), ConsistentRead=True)["Item"]
             _until(lambda: time.time() * 1000 > int(item[p.EXPIRES_AT]["N"]) + 100)
         if kind == "Shared":  # a reader's hold is its entry: taken away (as a reap does)
-            (reader,) = [o for o in shared_protocol.readers_of(cloud.dynamodb.get_item(
-                TableName=locks, Key=p.lock_item_key(f"rw#k-{tag}"), ConsistentRead=True)["Item"])
-                if o.startswith(holders[0] + "#")]
+            shared_item = cloud.dynamodb.get_item(TableName=locks, Key=p.lock_item_key(f"rw#k-{tag}"),
+                                                  ConsistentRead=True)["Item"]
+            (reader,) = [o for o in shared_protocol.readers_of(shared_item) if o.startswith(holders[0] + "#")]
             cloud.dynamodb.update_item(TableName=locks, **shared_protocol.arguments(
-                f"rw#k-{tag}", shared_protocol.LEAVE_READ, {":minusOne": {"N": "-1"}}, reader=reader))
+                f"rw#k-{tag}", shared_protocol.leave_write(int(shared_item[shared_protocol.READERS]["N"])),
+                {":one": {"N": "1"}, ":minusOne": {"N": "-1"}}, reader=reader))
         else:
             steal(holders[0], records if kind == "Record" else locks, owner, "inner#" if kind == "Nested" else "")
         # and a normal run on keys of its own (the nested workflow: released by both sections)

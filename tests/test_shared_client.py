@@ -368,3 +368,242 @@ def test_a_client_reader_queued_behind_a_workflow_writer_is_admitted_in_its_turn
     last = mixed.wait([late])[0]
     assert last.status == "SUCCEEDED" and last.output["probe"]["fence"] == lease.fence + 1
     assert mixed.probe(k).get("violations", 0) == 0 and mixed.free(k)
+
+
+# ---- clocks, on both backends: a client's lease ends for its holder before anyone may take over -----
+
+#: A whole second of epoch ms (DynamoDB's ``Date`` header has whole seconds).
+T0 = 1_700_000_000_000
+
+
+class Dated:
+    """A DynamoDB client whose responses carry the fake clock's true time in their ``Date``
+    header (AWS's clock, from which a client bounds its own) - the first ``dates`` of them
+    (None: all; the others carry none); ``seen`` (optional) is called with each UpdateItem's
+    arguments before it is sent."""
+
+    def __init__(self, client, clock, seen=None, dates: int | None = None) -> None:
+        self._client, self._clock, self._seen, self._dates = client, clock, seen, dates
+
+    def __getattr__(self, name):
+        from email.utils import formatdate
+
+        from botocore.exceptions import ClientError
+
+        method = getattr(self._client, name)
+
+        def date(response) -> None:
+            headers = response.setdefault("ResponseMetadata", {}).setdefault("HTTPHeaders", {})
+            headers.pop("date", None)
+            if self._dates is None or self._dates > 0:
+                headers["date"] = formatdate(self._clock.now / 1000, usegmt=True)
+                self._dates = None if self._dates is None else self._dates - 1
+
+        def call(*args, **kwargs):
+            if name == "update_item" and self._seen is not None:
+                self._seen(kwargs)
+            try:
+                response = method(*args, **kwargs)
+            except ClientError as error:
+                date(error.response)
+                raise
+            date(response)
+            return response
+
+        return call
+
+
+def skewed_client(mixed, clock, seconds: float, *, seen=None, dates: int | None = None) -> LockClient:
+    """A read/write client on the fake clock whose wall clock is ``seconds`` off true time."""
+    return LockClient(mixed.table("LocksTable"), namespace="rw", read_write=True,
+                      dynamodb=Dated(mixed.cloud.dynamodb, clock, seen, dates), stepfunctions=mixed.cloud.stepfunctions,
+                      clock=clock.skewed(seconds), monotonic=clock.monotonic, sleep=clock.sleep)
+
+
+def workflow_write(mixed, key: str, write, *, now_ms: int, reader: str | None = None) -> str:
+    """What a workflow writer's state writes (``FAST_WRITE``, ``REAP_LAST``...), judged by the
+    service clock (``$millis()`` = ``now_ms``). Returns its owner; refused: ``ClientError``."""
+    owner = f"arn:aws:states:us-east-1:123456789012:execution:Writer:run-{uuid.uuid4().hex[:6]}#{uuid.uuid4()}"
+    values = {":me": {"S": owner}, ":stale": {"S": owner}, ":now": {"N": str(now_ms)},
+              ":expiresAt": {"N": str(now_ms + 600_000)}, ":grace": {"N": "5000"}, ":one": {"N": "1"},
+              ":zero": {"N": "0"}, ":minusOne": {"N": "-1"}, ":shared": {"S": sp.SHARED}}
+    args = sp.arguments(p.namespaced("rw", key), write, {k: values[k] for k in write.value_names()}, reader=reader)
+    mixed.cloud.dynamodb.update_item(TableName=mixed.table("LocksTable"), **args)
+    return owner
+
+
+def test_a_fresh_client_60_s_behind_keeps_its_writer_lease_against_workflows(mixed):
+    """K1: a fresh client (a Lambda's cold start) 60 s behind, lease 30 s, stamped its first
+    lease on its own clock - ``expiresAt`` 30 s in AWS's past - and a workflow writer entered
+    2.2 s into its block. It now knows AWS's clock before it stamps: the workflows see the
+    lease it asked for, and the lease ends for its holder before they may take over."""
+    from botocore.exceptions import ClientError
+    from test_lock_client import FakeClock
+
+    k, clock = f"k-{uuid.uuid4().hex[:8]}", FakeClock(T0)
+    slow = skewed_client(mixed, clock, -60)
+    lease = slow.acquire(k, lease=30)
+    for seconds in (2.2, 27.7):
+        clock.advance(seconds)
+        with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+            workflow_write(mixed, k, sp.FAST_WRITE, now_ms=clock.now)
+        assert lease.check() > 0
+    clock.advance(0.2)
+    with pytest.raises(LockLost, match="ran out"):
+        lease.check()  # the holder stops first ...
+    with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+        workflow_write(mixed, k, sp.FAST_WRITE, now_ms=clock.now)  # ... while the workflows still wait
+    slow.release(lease)
+    assert mixed.free(k)
+
+
+def test_a_fresh_client_reader_60_s_behind_is_not_reaped_by_a_workflow_writer(mixed):
+    """K1, the reader: a workflow writer reaped the entry of a fresh client reader 60 s behind
+    (lease 30 s) 7.6 s into its block."""
+    from botocore.exceptions import ClientError
+    from test_lock_client import FakeClock
+
+    k, clock = f"k-{uuid.uuid4().hex[:8]}", FakeClock(T0)
+    slow = skewed_client(mixed, clock, -60)
+    lease = slow.acquire(k, shared=True, lease=30)
+    for seconds in (7.6, 22.3):
+        clock.advance(seconds)
+        with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+            workflow_write(mixed, k, sp.REAP_LAST, now_ms=clock.now, reader=lease.owner)
+        assert lease.check() > 0
+    clock.advance(0.2)
+    with pytest.raises(LockLost, match="ran out"):
+        lease.check()
+    with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+        workflow_write(mixed, k, sp.REAP_LAST, now_ms=clock.now, reader=lease.owner)
+    slow.release(lease)
+    assert mixed.free(k)
+
+
+def test_a_client_writer_whose_clock_runs_fast_reaps_a_readers_entry_only_after_its_lease_ended(mixed):
+    """K2: a waiter judged another client's lease by ``expiresAt < :now``, ``:now`` its clock
+    held within its bounds on AWS's - up to their upper end, about a second ahead of AWS's. A
+    writer 5 s fast reaped a reader's entry while the reader's ``check()`` said 0.999 s were
+    left. A client now judges a lease by the lower bound: never before AWS's clock is past it."""
+    from test_lock_client import FakeClock
+
+    k, clock = f"k-{uuid.uuid4().hex[:8]}", FakeClock(T0 + 999)
+    reader = skewed_client(mixed, clock, 0)
+    lease = reader.acquire(k, shared=True, lease=10)  # AWS's clock bounded tightly (a Date at .999)
+    reaps = []
+
+    def seen(update: dict) -> None:
+        if update.get("ConditionExpression") in (sp.REAP_READ.condition, sp.REAP_LAST.condition):
+            try:
+                left = lease.check()
+            except LockLost:
+                left = None
+            reaps.append((clock.now, left))
+
+    clock.advance(0.001)  # the writer's one Date at a whole second: its bounds are a second wide
+    fast = skewed_client(mixed, clock, 5, seen=seen, dates=1)
+    writer = fast.acquire(k, wait=60, poll_interval=0.05, max_poll_interval=0.1)
+    assert reaps, "the writer entered without reaping the reader's entry"
+    at, left = reaps[0]
+    assert left is None, f"reaped while the reader's check() said {left:.3f} s were left"
+    assert at > lease.expires_at  # and after the entry's end by AWS's clock
+    fast.release(writer)
+    with pytest.raises(LockLost, match="reaped"):
+        reader.release(lease)
+    assert mixed.free(k)
+
+
+# ---- TransactionConflictException: transient, retried on every client write (both backends) ------
+
+
+def _conflict(write, key: str, times: int = 1):
+    """DynamoDB's answer to an UpdateItem on an item a transaction is touching (a waiter's park
+    checks the lock item in one), on ``write`` of ``key`` - before it applies."""
+    from locked_workflow.testing.faults import Fault
+
+    return Fault("UpdateItem", "TransactionConflictException", times=times, when=lambda params: (
+        params.get("ConditionExpression") == write.condition and key in json.dumps(params.get("Key"))))
+
+
+@pytest.mark.parametrize("write", ["FAST_READ", "LEAVE_READ", "LEAVE_LAST"])
+def test_a_transaction_conflict_on_a_readers_write_is_retried(mixed, write):
+    """TC: a reader's FAST_READ raised at once, its LEAVE_READ raised a raw ClientError from
+    ``release()`` (a parked writer then waited out the reader's lease), its FREE_SHARED left the
+    key shared with no reader (the last reader's LEAVE_LAST ends the hold now). Each is now
+    retried as the transient error it is."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    stored = p.namespaced("rw", k)
+    with dynamodb_faults(_conflict(getattr(sp, write), stored, times=2)) as log:
+        lease = workflow_client(mixed).acquire(k, shared=True, wait=30)
+        workflow_client(mixed).release(lease)
+    assert log.injected == 2, log.calls  # (twice: the retry is not a single lucky one)
+    assert mixed.free(k)
+    writer = workflow_client(mixed).acquire(k)  # nothing left behind: a writer enters at once
+    workflow_client(mixed).release(writer)
+
+
+@pytest.mark.parametrize("kind", ["mutex", "fair", "writer"])
+def test_a_transaction_conflict_on_a_writers_acquire_and_release_is_retried(mixed, kind):
+    """TC for the other clients: the mutex's CLIENT_ACQUIRE / CLIENT_RELEASE, the fair lock's
+    FAST_ACQUIRE and RELEASE (its handoff), the read/write writer's FAST_WRITE and RELEASE_WRITE."""
+    from locked_workflow.testing.faults import dynamodb_faults
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    stored = p.namespaced("rw", k)
+    client = (workflow_client(mixed) if kind == "writer" else
+              LockClient(mixed.table("LocksTable"), namespace="rw", dynamodb=mixed.cloud.dynamodb,
+                         stepfunctions=mixed.cloud.stepfunctions, fair=kind == "fair"))
+    acquire, release = {"mutex": (p.CLIENT_ACQUIRE, p.CLIENT_RELEASE), "fair": (fp.FAST_ACQUIRE, p.RELEASE),
+                        "writer": (sp.FAST_WRITE, sp.RELEASE_WRITE)}[kind]
+    with dynamodb_faults(_conflict(acquire, stored), _conflict(release, stored)) as log:
+        lease = client.acquire(k, wait=30)
+        client.release(lease)
+    assert log.injected == 2, log.calls
+    assert p.OWNER not in mixed.lock(k)
+
+
+# ---- a reader stopped right after its leave: the key is free for a plain mutex (both backends) ----
+
+
+def test_a_reader_stopped_right_after_its_leave_leaves_the_key_to_a_plain_mutex(mixed):
+    """L1: a reader stopped between LEAVE_READ (its entry gone, ``readers`` 0) and FREE_SHARED
+    left ``{owner: shared, readers: 0}``: no entry, no lease, no execution - a plain mutex was
+    refused forever (a LockClient's ``LockTimeout``, a workflow's ``Lock.Timeout``). The last
+    reader's leave now ends the shared hold in the same write."""
+    from botocore.exceptions import ClientError
+
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    reader = workflow_client(mixed)
+    lease = reader.acquire(k, shared=True)
+    entry = sp.reader_attribute(lease.owner)
+    # every write that takes the entry away: its answer never comes (the reader stops there)
+    stop = Fault("UpdateItem", "InternalServerError", after_call=True, times=2, when=lambda params: (
+        entry in json.dumps(params.get("ExpressionAttributeNames")) and params["UpdateExpression"].startswith("REMOVE")))
+    with dynamodb_faults(stop), pytest.raises(ClientError, match="InternalServerError"):
+        reader.release(lease)
+    assert not sp.readers_of(mixed.lock(k))  # its entry is gone: the leave was written
+    mutex = LockClient(mixed.table("LocksTable"), namespace="rw", dynamodb=mixed.cloud.dynamodb)
+    mutex.release(mutex.acquire(k))  # at once (wait 0)
+    run = mixed.wait([mixed.start("Mutex", {"key": k, "workMs": 1})])[0]
+    assert run.status == "SUCCEEDED", run.cause
+    assert mixed.free(k)
+
+
+def test_waiters_that_give_up_leave_no_row_behind_on_a_drained_key(ddb):
+    """R1: a waiter that gives up marks its row ``left`` and the handoff skips it - and nothing
+    deleted it: six impatient readers and writers behind a writer left six rows on a drained key."""
+    writer = rw(ddb).acquire("k")
+    for shared in (True, False) * 3:
+        with pytest.raises(LockTimeout):
+            rw(ddb).acquire("k", shared=shared, wait=0.3, poll_interval=0.05)
+    rw(ddb).release(writer)  # the handoff skips the six
+    assert free(ddb)
+    served, tickets = fp.counters(item(ddb))
+    assert tickets == 6
+    left = [t for t in range(1, tickets + 1) if ddb.get_item(
+        TableName=TABLE, Key={"pk": {"S": fp.row_key("#k", t)}}, ConsistentRead=True).get("Item")]
+    assert left == []

@@ -63,6 +63,12 @@ class ReadWrite:
                                             Key={"pk": {"S": p.namespaced(NAMESPACE, key)}},
                                             ConsistentRead=True).get("Item", {})
 
+    def rows(self, key: str) -> list[int]:
+        """The tickets of ``key`` whose queue row is still there (a drained key has none)."""
+        stored = p.namespaced(NAMESPACE, key)
+        return [t for t in range(1, fp.counters(self.lock(key))[1] + 1) if self.cloud.dynamodb.get_item(
+            TableName=self.table("LocksTable"), Key={"pk": {"S": fp.row_key(stored, t)}}, ConsistentRead=True).get("Item")]
+
     def parked(self, key: str) -> list[str]:
         """The kinds of the waiters parked on the key, head first."""
         out = []
@@ -148,10 +154,11 @@ def test_an_uncontended_reader_enters_and_leaves_with_one_write_each(rw):
     k = new_key()
     result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
-    # one write to enter (FAST_READ), one to leave (LEAVE_READ), FREE_SHARED as the last reader
-    assert entered_states(result) == ["Lock", "Lock.Acquire", "ReaderProbe", "Lock.Release", "Lock.Release.Last?",
-                                      "Lock.Release.Handoff.Look", "Lock.Release.Handoff.Next?",
-                                      "Lock.Release.Handoff.End?", "Lock.Release.Handoff.FreeShared", "Lock.Released"]
+    # one write to enter (FAST_READ); to leave, LEAVE_READ (refused: no other reader), then the
+    # last reader's LEAVE_LAST, which ends the shared hold; the handoff's look at the queue
+    assert entered_states(result) == ["Lock", "Lock.Acquire", "ReaderProbe", "Lock.Release", "Lock.ReleaseLast",
+                                      "Lock.Release.Last?", "Lock.Release.Handoff.Look", "Lock.Release.Handoff.Next?",
+                                      "Lock.Released"]
     assert rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
 
 
@@ -229,6 +236,7 @@ def test_a_reader_that_gives_up_leaves_its_place_and_is_skipped(rw):
     assert (w.status, r.status) == ("SUCCEEDED", "SUCCEEDED")
     assert "Lock.Release.Skip" in entered_states(w)  # the handoff passed over the row left
     assert rw.probe(k)["entries"] == 2 and rw.free(k)
+    assert rw.rows(k) == []  # R1: and deleted it (a row left behind was never deleted)
 
 
 def test_a_plain_mutex_on_the_key_is_a_writer(rw):
@@ -257,16 +265,17 @@ def _lost(write, *, times: int = 1):
 
 def test_lost_responses_of_a_readers_enter_and_leave_count_it_once(rw):
     """A fast read whose response was lost rejoins its entry (a retry of the ADD would be
-    refused and loop); a leave whose response was lost reads the count and frees the key."""
+    refused and loop); a last reader's leave whose response was lost is refused when tried again
+    (its entry is gone), reads the count and hands off."""
     from locked_workflow.testing.faults import dynamodb_faults
 
     k = new_key()
-    with dynamodb_faults(_lost(sp.FAST_READ), _lost(sp.LEAVE_READ)) as log:
+    with dynamodb_faults(_lost(sp.FAST_READ), _lost(sp.LEAVE_LAST)) as log:
         result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
     assert log.injected == 2
     assert result.status == "SUCCEEDED", result.cause
     states = entered_states(result)
-    assert "Lock.Rejoin" in states and "Lock.ReleaseAgain" in states and "Lock.ReleaseRead" in states
+    assert "Lock.Rejoin" in states and "Lock.ReleaseLastAgain" in states and "Lock.ReleaseRead" in states
     assert rw.probe(k)["entries"] == 1 and rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
 
 
@@ -434,7 +443,7 @@ def test_a_stopped_reader_is_freed_by_its_lease_and_cancelled_branches_after_the
     # the stopped reader: its lease, then the reap
     result = rw.wait([reaper])[0]
     assert result.status == "SUCCEEDED", result.cause
-    assert "Lock.Reap" in entered_states(result)  # the writer at the head reaped the entry
+    assert "Lock.ReapLast" in entered_states(result)  # the writer at the head reaped the entry
     assert rw.probe(stopped).get("violations", 0) == 0 and rw.free(stopped)
 
 
@@ -450,7 +459,7 @@ def test_a_stopped_reader_is_recovered_by_the_janitor_after_its_stop_grace(rw):
              < int(entry[p.EXPIRES_AT]["N"]))  # retired: its entry now ends a stop grace after the stop
     result = rw.wait([rw.start("Writer", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
-    assert "Lock.Reap" in entered_states(result) and rw.free(k)
+    assert "Lock.ReapLast" in entered_states(result) and rw.free(k)
 
 
 def test_a_stopped_writer_woken_by_a_handoff_is_recovered_by_the_janitor(rw):
@@ -939,6 +948,23 @@ def test_a_waiter_parks_in_one_transaction_with_the_protocols_expressions(templa
         condition = arguments.get("ConditionExpression") if isinstance(arguments, dict) else None
         if condition and name.startswith(("Lock.", "CancelledReader.", "CancelledWriter.")):
             assert condition in spelled, name
+
+
+def test_every_dynamodb_task_of_the_lock_retries_a_transaction_conflict(template):
+    """TC: DynamoDB refuses a write on an item an ongoing transaction touches (a waiter's park
+    checks the lock item in one) with TransactionConflictException: every DynamoDB task of the
+    lock tries again - a Retry, or a Catch to the state that retries or rechecks it (never
+    only States.ALL, which gives up)."""
+    conflicts = {f"DynamoDB.{p.TRANSACTION_CONFLICT}", f"DynamoDb.{p.TRANSACTION_CONFLICT}"}
+    seen = 0
+    for machine in ("Reader", "Writer"):
+        for name, state in _states(_definition(template, machine)).items():
+            if not name.startswith("Lock.") or state["Type"] != "Task" or ":dynamodb:" not in state["Resource"]:
+                continue
+            handled = {e for r in state.get("Retry", []) + state.get("Catch", []) for e in r["ErrorEquals"]}
+            assert handled & conflicts, f"{machine}: {name} ({state['Resource']}) gives up on a conflict"
+            seen += 1
+    assert seen > 40
 
 
 def test_every_lock_state_goes_on_to_another_state(template):
