@@ -39,8 +39,9 @@ second less. Without ``Date`` headers (a stand-in client, an endpoint that sends
 are the client's clock: s seconds behind, it gives workflows a lease s seconds shorter - with
 s >= its lease they may take the lock at once - and the holder learns it at its next step
 (``Lease.check()`` after a heartbeat's renewal found it, ``refresh()``, the release). A fair
-lock (``fair=True``) judges leases with the fair writes' ``expiresAt < :now``, ``:now`` being
-that same held-to-AWS stamp. Mutual exclusion of *writes* rests on no clock: a holder that lost
+lock (``fair=True``) and a read/write one judge leases with their writes' ``expiresAt < :now``,
+``:now`` being the *earliest* time AWS's clock can show (:meth:`LockClient.earliest_ms`): no
+lease ends by that judgement before it ended for its holder. Mutual exclusion of *writes* rests on no clock: a holder that lost
 its lock still carries its fence, and a store that conditions writes on ``lastFence < :fence``
 refuses its late writes (see ``lambdas/apply_customer_update``).
 
@@ -565,6 +566,20 @@ class LockClient:
         headers put on AWS's clock (about a second wide) once it has seen one."""
         return self._stamp(self._monotonic())[0]
 
+    def earliest_ms(self, at: float | None = None) -> int:
+        """The earliest epoch ms AWS's clock can show (at monotonic ``at``; default: now): what
+        this client judges other participants' leases by (``:now`` of ``expiresAt < :now``).
+        Every participant stamps a lease from the latest time AWS's clock can show (a workflow
+        from AWS's clock itself), so none ends by this judgement before it ended for its holder.
+        With no bound known (no ``Date`` header seen), this client's clock."""
+        at = self._monotonic() if at is None else at
+        bounds = self._aws_clock.bounds(at)
+        return int(self._clock()) if bounds is None else math.floor(bounds[0])
+
+    def latest_ms(self) -> int:
+        """The latest epoch ms AWS's clock can show now: what a lease or a mark is stamped from."""
+        return self._stamp(self._monotonic())[1]
+
     def _stamp(self, at: float) -> tuple[int, int]:
         """At monotonic ``at``: (the epoch ms to stamp as now - this client's clock, held within
         the bounds on AWS's clock; the latest time AWS's clock can show - a lease stamped from it
@@ -775,10 +790,10 @@ class LockClient:
         return held
 
     def _try_fast_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
-        """A fair lock's fast path (nobody queues). Its condition judges ``expiresAt`` against
-        this client's clock (see the module notes on clocks)."""
+        """A fair lock's fast path (nobody queues). Its condition judges ``expiresAt`` against the
+        earliest time AWS's clock can show (see the module notes on clocks)."""
         started = self._monotonic()
-        now, latest = self._stamp(started)
+        now, latest = self.earliest_ms(started), self._stamp(started)[1]
         try:
             response = self._update(
                 table_key,
@@ -1071,7 +1086,7 @@ class LockClient:
 
     def _client_lease(self, seconds: float) -> dict:
         """My row's token while I queue: polling until now + ``seconds`` + a margin."""
-        until = self.now_ms() + int((seconds + fair.CLIENT_POLL_MARGIN_S) * 1000)
+        until = self.latest_ms() + int((seconds + fair.CLIENT_POLL_MARGIN_S) * 1000)
         return {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}
 
     def _row_update(self, row_key: str, write: LockWrite, values: Mapping[str, Any]) -> bool:
@@ -1087,7 +1102,7 @@ class LockClient:
     def _enqueue(self, table_key: str, me: str, lease_ms: int, *, lease_for_s: float) -> int | None:
         """Take a ticket and register my row (polling); None: refused - the lock is free with
         nobody queued (the fast path again)."""
-        now = self.now_ms()
+        now = self.earliest_ms()
         try:
             item = self._update(table_key, fair.ENQUEUE, {
                 ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)}, ":zero": {"N": "0"},
@@ -1109,7 +1124,7 @@ class LockClient:
     def _try_as_head(self, key: str, table_key: str, me: str, lease_ms: int, ticket: int) -> Lease:
         """GRANT to myself as the head of the queue (then drop my row)."""
         started = self._monotonic()
-        now, latest = self._stamp(started)
+        now, latest = self.earliest_ms(started), self._stamp(started)[1]
         try:
             item = self._update(table_key, fair.GRANT, {
                 ":me": {"S": me}, ":next": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)},
@@ -1137,7 +1152,7 @@ class LockClient:
         try claims it; skipped -> a new ticket; behind a free lock whose head does not move ->
         run the handoff for it; else keep my row's lease alive. Returns my ticket."""
         served, _ = fair.counters(item)
-        now = self.now_ms()
+        now = self.earliest_ms()
         owner = item.get(OWNER, {}).get("S")
         if owner == me and served == ticket:
             return ticket  # handed to me: the next try claims it
@@ -1190,7 +1205,7 @@ class LockClient:
         served, _ = fair.counters(item)
         if item.get(OWNER, {}).get("S") == me and served == ticket:
             return self.claim(table_key, table_key, me, ticket)
-        free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < self.now_ms()
+        free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < self.earliest_ms()
         if free and served < ticket:
             self.handoff(table_key, me=me, served=served, fence=None)
         return None
@@ -1214,14 +1229,14 @@ class LockClient:
             row_key = fair.row_key(table_key, c + 1)
             row = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
                                             ReturnValues="ALL_OLD").get("Attributes")
-            state = fair.row_state(row, now=self.now_ms(), hole_ms=hole_ms)
+            state = fair.row_state(row, now=self.earliest_ms(), hole_ms=hole_ms)
             if state in ("wake", "grant"):
                 nxt = row[OWNER]["S"]
-                now = self.now_ms()
                 try:
                     granted = self._update(table_key, fair.GRANT, {
-                        ":me": {"S": me}, ":next": {"S": nxt}, ":stale": {"S": me}, ":now": {"N": str(now)},
-                        ":expiresAt": {"N": str(now + int(row[fair.LEASE]["N"]))},
+                        ":me": {"S": me}, ":next": {"S": nxt}, ":stale": {"S": me},
+                        ":now": {"N": str(self.earliest_ms())},
+                        ":expiresAt": {"N": str(self.latest_ms() + int(row[fair.LEASE]["N"]))},
                         ":grace": {"N": row.get(fair.GRACE_MS, {}).get("N", "0")}, ":one": {"N": "1"},
                         ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}, return_new=True)["Attributes"]
                 except ClientError as error:
@@ -1238,7 +1253,7 @@ class LockClient:
                     self._sleep(self.claim_window)
                     again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
                                                       ReturnValues="ALL_OLD").get("Attributes")
-                    if fair.row_state(again, now=self.now_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
+                    if fair.row_state(again, now=self.earliest_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
                         if self._wake(again[fair.TOKEN]["S"], granted):
                             return
                         self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
@@ -1248,7 +1263,7 @@ class LockClient:
                 holding, c = False, c + 1
             elif state == "skip":
                 if not self._row_update(table_key, fair.SKIP, {
-                        ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.now_ms())},
+                        ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.earliest_ms())},
                         ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}):
                     return
                 c += 1
@@ -1259,7 +1274,7 @@ class LockClient:
                     holding = False
                     if fair.counters(item)[1] <= c:
                         return
-                since = (row or {}).get(fair.READY, {}).get("N") or str(self.now_ms())
+                since = (row or {}).get(fair.READY, {}).get("N") or str(self.latest_ms())
                 if self._row_update(row_key, fair.MARK, {":since": {"N": since}}):
                     item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
                                                   ConsistentRead=True).get("Item", {})

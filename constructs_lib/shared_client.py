@@ -170,20 +170,12 @@ class ReadWriteParticipant:
                 ":shared": {"S": shared.SHARED}, ":one": {"N": "1"}, ":zero": {"N": "0"}, ":minusOne": {"N": "-1"}}
 
     def _earliest(self, at: float | None = None) -> int:
-        """The earliest epoch ms AWS's clock can show (at monotonic ``at``; default: now) - what
-        this client judges leases by (``:now`` of the conditions, ``expiresAt < :now``): every
-        participant stamps a lease from the latest time AWS's clock can show (a workflow from
-        AWS's clock itself), so none ends by this judgement before it ended for its holder. With
-        no bound known (no ``Date`` header seen), this client's clock."""
-        c = self.client
-        at = c._monotonic() if at is None else at
-        bounds = c._aws_clock.bounds(at)
-        return int(c._clock()) if bounds is None else math.floor(bounds[0])
+        """What this client judges leases by: :meth:`LockClient.earliest_ms`."""
+        return self.client.earliest_ms(at)
 
     def _latest(self) -> int:
-        """The latest epoch ms AWS's clock can show now: what a lease or a mark is stamped from."""
-        c = self.client
-        return c._stamp(c._monotonic())[1]
+        """What a lease or a mark is stamped from: :meth:`LockClient.latest_ms`."""
+        return self.client.latest_ms()
 
     def _own(self, lease_ms: int) -> tuple[float, int, int]:
         """(monotonic start, acquiredAt - also the ``:now`` its write judges by, expiresAt) of a

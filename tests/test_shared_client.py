@@ -513,6 +513,29 @@ def test_a_client_writer_whose_clock_runs_fast_reaps_a_readers_entry_only_after_
     assert mixed.free(k)
 
 
+def test_a_fair_client_whose_clock_runs_fast_takes_a_clients_lock_only_after_its_lease_ended(mixed):
+    """K2, the fair client: it judged another client's lease by ``expiresAt < :now`` with
+    ``:now`` up to the upper end of its bounds on AWS's clock (about a second ahead), so a
+    client 5 s fast took a fair lock while its holder's ``check()`` still said time was left.
+    It now judges by the lower bound, as the read/write client does."""
+    from test_lock_client import FakeClock
+
+    def fair_client(seconds: float, *, dates: int | None) -> LockClient:
+        return LockClient(mixed.table("LocksTable"), namespace="rw", fair=True,
+                          dynamodb=Dated(mixed.cloud.dynamodb, clock, None, dates),
+                          stepfunctions=mixed.cloud.stepfunctions, clock=clock.skewed(seconds),
+                          monotonic=clock.monotonic, sleep=clock.sleep)
+
+    k, clock = f"k-{uuid.uuid4().hex[:8]}", FakeClock(T0 + 999)
+    lease = fair_client(0, dates=None).acquire(k, lease=10)  # AWS's clock bounded tightly
+    clock.advance(0.001)  # the waiter's one Date at a whole second: its bounds are a second wide
+    fast = fair_client(5, dates=1)
+    taken = fast.acquire(k, wait=60, poll_interval=0.05, max_poll_interval=0.1)
+    assert clock.now > lease.expires_at, f"taken {lease.expires_at - clock.now} ms before the lease ended"
+    assert taken.fence == lease.fence + 1
+    fast.release(taken)
+
+
 # ---- TransactionConflictException: transient, retried on every client write (both backends) ------
 
 
