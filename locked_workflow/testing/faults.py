@@ -21,6 +21,7 @@ DynamoDB Local, so it sees the state machines', the Lambdas' and the tests' own 
 
 from __future__ import annotations
 
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -105,3 +106,34 @@ def dynamodb_faults(*faults: Fault) -> Iterator[FaultLog]:
 
     with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
         yield log
+
+
+@dataclass(frozen=True)
+class CallingState:
+    """The Task state of a local execution that makes the current call (see :func:`calling_state`)."""
+
+    execution_arn: str
+    state_name: str
+    environment: Any  # the interpreter's Environment of the state (its branch's, in a Parallel)
+
+
+def calling_state() -> CallingState | None:
+    """The Task state, and its execution, whose call is running in this thread - ``None`` for a
+    call that no state makes (a Lambda's, a client's, the test's own). For ``when``/``then`` of a
+    :class:`Fault` that must hit one state's call: ``when=lambda p: (c := calling_state()) and
+    c.state_name == "Lock.Acquire"``. The local runtime runs every Task's attempt in a thread
+    of its own, in the interpreter's ``ExecutionState._eval_execution`` (moto's parser, ported
+    from LocalStack's); that frame holds the state and its environment."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_eval_execution":
+            state, env = frame.f_locals.get("self"), frame.f_locals.get("env")
+            name = getattr(state, "name", None)
+            try:
+                arn = env.states.context_object.context_object_data["Execution"]["Id"]
+            except (AttributeError, KeyError, TypeError):
+                arn = None
+            if isinstance(name, str) and isinstance(arn, str):
+                return CallingState(arn, name, env)
+        frame = frame.f_back
+    return None
