@@ -137,3 +137,56 @@ def calling_state() -> CallingState | None:
                 return CallingState(arn, name, env)
         frame = frame.f_back
     return None
+
+
+class FaultRegistry:
+    """Faults added and removed while the hook stays in place (:func:`fault_registry`): what
+    scenarios running side by side need, each placing its own faults on its own keys."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self._guard = threading.Lock()
+        #: Called with (service, operation, params) before every call (they must not call AWS).
+        self.observers: list[Callable[[str, str, dict], None]] = []
+
+    def add(self, fault: Fault) -> Fault:
+        with self._guard:
+            self._faults.append(fault)
+        return fault
+
+    def remove(self, fault: Fault) -> None:
+        with self._guard:
+            self._faults = [other for other in self._faults if other is not fault]
+
+    def due(self, service: str, operation: str, params: dict) -> Fault | None:
+        with self._guard:
+            for fault in self._faults:
+                if (fault.service, fault.operation) == (service, operation) and fault.injected < fault.times \
+                        and fault.when(params):
+                    fault.injected += 1
+                    return fault
+        return None
+
+
+@contextmanager
+def fault_registry() -> Iterator[FaultRegistry]:
+    """A :class:`FaultRegistry` whose faults apply (as :func:`dynamodb_faults`' do) to every
+    call of any service while the block runs."""
+    registry = FaultRegistry()
+    original = BaseClient._make_api_call
+
+    def _make_api_call(client: BaseClient, operation: str, params: dict) -> Any:
+        service = client.meta.service_model.service_name
+        for observe in list(registry.observers):
+            observe(service, operation, params)
+        fault = registry.due(service, operation, params)
+        if fault is None:
+            return original(client, operation, params)
+        if fault.after_call:
+            original(client, operation, params)
+        if fault.then is not None:
+            fault.then()
+        raise _error(fault.error_code, operation)
+
+    with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
+        yield registry

@@ -133,7 +133,9 @@ def write_name(operation: str, params: Mapping[str, Any]) -> str:
     ``+``-joined, for a transaction), else its operation (a read, an unconditional delete)."""
     global _WRITES
     if _WRITES is None:
-        _WRITES = {(w.update, w.condition): name for name, w in protocol_writes().items()}
+        _WRITES = {}
+        for name, write in protocol_writes().items():  # the first name of a write: the module's own
+            _WRITES.setdefault((write.update, write.condition), name)
     if operation == "TransactWriteItems":
         parts = []
         for entry in params.get("TransactItems", []):
