@@ -186,7 +186,24 @@ def fault_registry() -> Iterator[FaultRegistry]:
             original(client, operation, params)
         if fault.then is not None:
             fault.then()
-        raise _error(fault.error_code, operation)
+        raise _modeled_error(client, fault.error_code, operation, params)
 
     with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
         yield registry
+
+
+def _modeled_error(client: BaseClient, code: str, operation: str, params: dict) -> ClientError:
+    """:func:`_error` as botocore raises it: the service's modeled exception class for ``code``
+    (what Step Functions' ``aws-sdk`` integrations name their errors by: ``DynamoDb.<Class>``), and
+    a cancelled transaction's ``CancellationReasons`` (its first item in conflict).
+    https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html"""
+    error = _error(code, operation)
+    if code == "TransactionCanceledException":
+        reasons = [{"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}]
+        reasons += [{"Code": "None"}] * (len(params.get("TransactItems", [])) - 1)
+        error.response["CancellationReasons"] = reasons
+        error.response["Error"]["Message"] = (
+            "Transaction cancelled, please refer cancellation reasons for specific reasons "
+            f"[{', '.join(reason['Code'] for reason in reasons)}]")
+    modeled = client.exceptions.from_code(code)
+    return modeled(error.response, operation) if modeled is not ClientError else error

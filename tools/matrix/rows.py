@@ -175,6 +175,8 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-fair", "fair_protocol.RELEASE_ALONE", "dynamodb", "UpdateItem"),
     ("client-fair", "lock_protocol.CLIENT_RELEASE", "dynamodb", "UpdateItem"),
     ("client-fair", "lock_protocol.CLIENT_REFRESH", "dynamodb", "UpdateItem"),
+    ("client-fair", "lock_protocol.REFRESH", "dynamodb", "UpdateItem"),
+    ("client-fair", "lock_protocol.RELEASE", "dynamodb", "UpdateItem"),
     ("client-fair", "DeleteItem", "dynamodb", "DeleteItem"),
     ("client-fair", "GetItem", "dynamodb", "GetItem"),
     ("client-fair", "DescribeExecution", "stepfunctions", "DescribeExecution"),
@@ -195,14 +197,17 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-rw", "shared_protocol.REAP_READ", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.FREE_SHARED", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.RELEASE_WRITE", "dynamodb", "UpdateItem"),
-    ("client-rw", "shared_protocol.PARK_UNLESS", "dynamodb", "TransactWriteItems"),
+    ("client-rw", "shared_protocol.PARK+shared_protocol.PARK_UNLESS", "dynamodb", "TransactWriteItems"),
+    ("client-rw", "lock_protocol.RELEASE", "dynamodb", "UpdateItem"),
+    ("client-rw", "lock_protocol.REFRESH", "dynamodb", "UpdateItem"),
     ("client-rw", "DeleteItem", "dynamodb", "DeleteItem"),
     ("client-rw", "GetItem", "dynamodb", "GetItem"),
     ("client-rw", "SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
 ))
 
 #: Every call of the janitor (``lambdas/lock_janitor``): the history it reads, the lock item
-#: it reads before a retire, its retires, the presence rows it forgets, the entries it dequeues.
+#: it reads before a retire, its retires, the presence rows it forgets, the entries it dequeues
+#: (a fair waiter's: ``LockClient.leave_queue``, which may hand the lock on).
 JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) for call, service, operation in (
     ("GetExecutionHistory", "stepfunctions", "GetExecutionHistory"),
     ("GetItem", "dynamodb", "GetItem"),
@@ -210,6 +215,11 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     ("shared_protocol.RETIRE_GONE_READER", "dynamodb", "UpdateItem"),
     ("shared_protocol.FORGET_ROW", "dynamodb", "DeleteItem"),
     ("shared_protocol.DEQUEUE", "dynamodb", "UpdateItem"),
+    # a fair waiter's entry: the janitor leaves the queue as the fair client does (and hands on)
+    ("fair_protocol.LEAVE", "dynamodb", "UpdateItem"),
+    ("fair_protocol.GRANT", "dynamodb", "UpdateItem"),
+    ("DeleteItem", "dynamodb", "DeleteItem"),
+    ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
 ))
 
 

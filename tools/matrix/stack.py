@@ -25,8 +25,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-#: The probe's Lambda timeout (s): the stop grace is this + 5 s (``LockedWorkflow``'s default).
-PROBE_TIMEOUT_S = 3
+#: The probe's Lambda timeout (s): the stop grace is this + 5 s (``LockedWorkflow``'s default);
+#: room for a 2.5 s hold on a loaded machine.
+PROBE_TIMEOUT_S = 5
 #: A parked waiter's fallback (s), fair and read/write.
 PARK_TIMEOUT_S = 3
 #: Holders the semaphore admits at once.
