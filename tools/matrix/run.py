@@ -17,7 +17,9 @@ Exit status 1 when a cell found a violation.
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import threading
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +59,7 @@ def seeded_slice(cells: list[tuple[Row, Column]], size: int, seed: int) -> list[
 
 
 def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed: int, workers: int = 6,
-              lock_off: bool = False, progress: bool = False, prefix: str = "X") -> list:
+              lock_off: bool = False, progress: bool = False, prefix: str = "X", log: Path | None = None) -> list:
     """Run ``cells`` (each on keys of its own), ``workers`` at a time, one redrive reading at a
     time; the :class:`~tools.matrix.cells.CellResult` of each, in order."""
     from locked_workflow.testing.faults import fault_registry
@@ -67,6 +69,7 @@ def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed
     results: list = [None] * len(cells)
     run_id = f"{prefix}{random.Random(seed).randrange(36**4):04x}"
     saved = cloud.redrive_options.reevaluates_arguments
+    log_guard = threading.Lock()
     try:
         with fault_registry() as registry:
             for reading, reevaluate in READINGS.items():
@@ -82,6 +85,9 @@ def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed
                     results[index] = cell.run()
                     if progress:
                         print(f"  {results[index].describe()}", file=sys.stderr, flush=True)
+                    if log is not None:
+                        with log_guard, log.open("a") as out:
+                            out.write(json.dumps(_record(results[index])) + "\n")
 
                 with ThreadPoolExecutor(max_workers=workers) as pool:
                     for future in [pool.submit(one, i) for i in indexes]:
@@ -89,6 +95,27 @@ def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed
     finally:
         cloud.redrive_options.reevaluates_arguments = saved
     return results
+
+
+def _record(result: Any) -> dict:
+    """A cell's result as a line of the ``--log`` file (what ``--render`` reads back)."""
+    return {"kind": result.row.kind, "state": result.row.state, "service": result.row.service,
+            "operation": result.row.operation, "callback": result.row.callback, "column": result.column.name,
+            "verdict": result.verdict, "seconds": round(result.seconds, 1), "injected": result.injected,
+            "violations": {k: v for k, v in result.violations.items() if v}, "describe": result.describe()}
+
+
+def render_log(path: Path, title: str) -> str:
+    """The matrix of the cells a ``--log`` file holds (a run that is still going, or was cut short)."""
+    from types import SimpleNamespace
+
+    results = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        row = Row(record["kind"], record["state"], record["service"], record["operation"], record["callback"])
+        results.append(SimpleNamespace(row=row, column=table.COLUMN[record["column"]], verdict=record["verdict"],
+                                       seconds=record["seconds"], describe=lambda text=record["describe"]: text))
+    return render(results, title)
 
 
 def render(results: list, title: str) -> str:
@@ -129,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--negative-control", action="store_true", help="the workflows unlocked: must FAIL")
     parser.add_argument("--out", default="out/matrix.md")
+    parser.add_argument("--log", default="", help="append each cell's result to this JSON-lines file as it ends")
+    parser.add_argument("--render", default="", help="print the matrix of a --log file and exit")
     args = parser.parse_args(argv)
+    if args.render:
+        print(render_log(Path(args.render), f"cells of {args.render}"))
+        return 0
 
     from locked_workflow.testing import LocalCloud
     from locked_workflow.testing.synth import synth_app
@@ -144,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = [(row, column) for row, column in cells if column.name in args.columns.split(",")]
     if args.slice:
         cells = seeded_slice(cells, args.slice, args.seed)
+    else:  # every kind early on: a run cut short still shows all of them
+        random.Random(args.seed).shuffle(cells)
     print(f"MATRIX_SEED={args.seed}: {len(cells)} cells of {len(rows)} rows", flush=True)
     backends = ["moto", "dynamodb-local"] if args.backend == "both" else [args.backend]
     failed, out = False, []
@@ -151,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         with LocalCloud(backend) as cloud:
             app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
             started = time.time()
+            log = Path(f"{args.log}.{backend}") if args.log else None
             results = run_cells(cloud, app, cells, seed=args.seed, workers=args.workers,
-                                lock_off=args.negative_control, progress=True)
+                                lock_off=args.negative_control, progress=True, log=log)
             text = render(results, f"{backend}: {len(cells)} cells, seed {args.seed}, {time.time() - started:.0f} s "
                                    f"on {args.workers} workers")
             print(text, flush=True)
