@@ -182,6 +182,16 @@ class CellResult:
         return "\n".join(lines)
 
 
+def time_out(cloud: Any, execution_arn: str) -> None:
+    """End a running local execution TIMED_OUT now, as its ``TimeoutSeconds`` would: what the
+    interpreter does at the deadline (``Environment.set_timed_out``), then the end recorded at
+    once (as the runtime's ``patches/execution_end`` does for a stop; the state in flight runs
+    on, its events dropped)."""
+    worker = cloud.moto_execution(execution_arn).exec_worker
+    worker.env.set_timed_out()
+    worker._execution_communication.terminated()
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -265,7 +275,7 @@ class Cell:
                 return
             if column.then == "time out":
                 p.timed_out = True
-                cell.cloud.moto_execution(state.execution_arn).exec_worker.env.set_timed_out()
+                time_out(cell.cloud, state.execution_arn)
             else:
                 p.stopped, p.redrive = True, column.then == "stop, redrive"
                 cell.cloud.stop_execution(state.execution_arn, error=_STOPPED, cause="stopped by the fault matrix")

@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=["moto", "dynamodb-local", "both"], default="both")
     parser.add_argument("--kinds", default="", help="comma-separated row kinds (default: all)")
     parser.add_argument("--columns", default="", help="comma-separated fault columns (default: all)")
+    parser.add_argument("--rows", default="", help="comma-separated rows, e.g. shared:Lock.Claim (default: all)")
     parser.add_argument("--slice", type=int, default=0, help="run only this many cells, drawn by --seed")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=6)
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = all_rows(synthesized.template)
     if args.kinds:
         rows = [row for row in rows if row.kind in args.kinds.split(",")]
+    if args.rows:
+        rows = [row for row in rows if row.name in args.rows.split(",")]
     cells = table.cells(rows)
     if args.columns:
         cells = [(row, column) for row, column in cells if column.name in args.columns.split(",")]
