@@ -105,6 +105,7 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "shared_protocol.DEQUEUE": (["Reader", "Writer", "Reader"], "dead-waiter"),
     "fair_protocol.LEAVE": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.GRANT": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.CLAIM": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "DeleteItem": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "SendTaskSuccess": (["Fair", "Fair", "Fair"], "dead-waiter"),
 }

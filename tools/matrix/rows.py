@@ -218,6 +218,7 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     # a fair waiter's entry: the janitor leaves the queue as the fair client does (and hands on)
     ("fair_protocol.LEAVE", "dynamodb", "UpdateItem"),
     ("fair_protocol.GRANT", "dynamodb", "UpdateItem"),
+    ("fair_protocol.CLAIM", "dynamodb", "UpdateItem"),
     ("DeleteItem", "dynamodb", "DeleteItem"),
     ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
 ))
