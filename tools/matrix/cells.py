@@ -28,8 +28,8 @@ Invariants, every cell (each a list of violations, empty when it holds):
 - ``blocked``: after a participant ended abnormally (stopped, timed out, crashed), every
   other one still waiting enters or ends within its documented bound: the stop grace plus
   one liveness round (a polling waiter) or one park timeout (fair, read/write), or a
-  client's lease, plus :data:`SLACK_S` for a loaded machine; and every participant ends
-  within the cell's bound;
+  client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
+  :data:`SLACK_S` for a loaded machine; and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
   still parks anyone; rows besides the lock items: at most :data:`ROWS_PER_PARTICIPANT` per
   participant;
@@ -57,7 +57,7 @@ from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
 from tools.matrix.stack import PARK_TIMEOUT_S, PROBE_TIMEOUT_S, RECORD_KEY, SEMAPHORE_LIMIT
 from tools.matrix.table import CLIENT_KINDS, Column, situation
-from tools.stress import FAST, LIVENESS_ROUND_S, TRANSIENT_ERRORS
+from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
 
 #: The stop grace of every workflow here: the probe's timeout + 5 s (``LockedWorkflow``'s default).
 GRACE_S = PROBE_TIMEOUT_S + 5
@@ -565,21 +565,19 @@ class Cell:
             if not p.status or p.ended_ms > bound_end:
                 found.append(f"{p.role} {p.arn.rpartition(':')[2]} still running after {HARD_CAP_S} s")
         for dead in self.participants:
-            if not (dead.status in ("ABORTED", "TIMED_OUT", "CRASHED") or dead.redriven):
+            if not dead.abnormal:
                 continue
-            end = dead.ended_ms if not dead.redriven else (dead.redriven_ms or dead.ended_ms)
-            if dead.redriven:  # the execution ended (stopped) before its redrive: that end
-                end = dead.redriven_ms
+            end = dead.redriven_ms or dead.ended_ms  # a redriven one: its stop came just before its redrive
             lease_s = CLIENT_LEASE_S if dead.status == "CRASHED" else GRACE_S
             for waiter in self.participants:
-                if waiter is dead or waiter.started_ms > end or waiter.status in ("ABORTED", "TIMED_OUT", "CRASHED"):
-                    continue
-                if any(ms <= end for ms in waiter.entered_ms) and not waiter.document.get("fail"):
-                    if max(waiter.entered_ms) <= end:
-                        continue  # it had been in before the end: not waiting on the dead one
+                if waiter is dead or waiter.started_ms > end or waiter.ended_ms <= end \
+                        or waiter.status in ("ABORTED", "TIMED_OUT", "CRASHED"):
+                    continue  # it came later, was done by then, or ended abnormally itself
+                later = [ms for ms in waiter.entered_ms if ms > end]
+                if not later and any(ms <= end for ms in waiter.entered_ms):
+                    continue  # it was inside then: not waiting for the one that ended
                 round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
                 bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000)
-                later = [ms for ms in waiter.entered_ms if ms > end]
                 next_ms = later[0] if later else waiter.ended_ms
                 if next_ms - end > bound_ms:
                     found.append(f"{waiter.role} {waiter.arn.rpartition(':')[2]} waited {(next_ms - end) / 1000:.0f} s "
