@@ -67,6 +67,21 @@ def test_negative_control_a_new_state_or_a_dropped_row_is_reported(definitions, 
     assert table.uncovered(_rows(definitions)) == ["fair:Lock.Release.Wake: no situation in tools/matrix/table.py SITUATIONS"]
 
 
+def test_each_client_and_janitor_row_names_a_call_as_it_is_named():
+    """A declared call is named by the first spelling of its write (a write two protocols share,
+    e.g. shared_protocol.MARK = fair_protocol.MARK, is named once): a row under another name
+    would never match a call."""
+    writes = matrix_rows.protocol_writes()
+    for row in matrix_rows.CLIENT_CALLS + matrix_rows.JANITOR_CALLS:
+        for part in row.state.split("+"):
+            if part in writes:
+                write = writes[part]
+                body = {"UpdateExpression": write.update, "ConditionExpression": write.condition}
+                assert matrix_rows.call_row(row.kind, "UpdateItem", body) == part, row
+            else:  # a read, a plain delete, a Step Functions call, or a dict of writes
+                assert part == row.operation or any(name.startswith(f"{part}[") for name in writes), row
+
+
 def test_a_lambda_task_is_no_row_and_each_integration_is_named_as_botocore_names_it():
     definition = {"States": {
         "Work": {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke"},

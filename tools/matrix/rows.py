@@ -191,14 +191,13 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-rw", "shared_protocol.GRANT_READ", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.GRANT_WRITE", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.SKIP", "dynamodb", "UpdateItem"),
-    ("client-rw", "shared_protocol.MARK", "dynamodb", "UpdateItem"),
-    ("client-rw", "shared_protocol.LEAVE", "dynamodb", "UpdateItem"),
+    ("client-rw", "fair_protocol.MARK", "dynamodb", "UpdateItem"),  # shared_protocol.MARK: the same write
+    ("client-rw", "fair_protocol.LEAVE", "dynamodb", "UpdateItem"),  # shared_protocol.LEAVE: the same
     ("client-rw", "shared_protocol.LEAVE_READ", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.REAP_READ", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.FREE_SHARED", "dynamodb", "UpdateItem"),
-    ("client-rw", "shared_protocol.RELEASE_WRITE", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.PARK+shared_protocol.PARK_UNLESS", "dynamodb", "TransactWriteItems"),
-    ("client-rw", "lock_protocol.RELEASE", "dynamodb", "UpdateItem"),
+    ("client-rw", "lock_protocol.RELEASE", "dynamodb", "UpdateItem"),  # shared_protocol.RELEASE_WRITE
     ("client-rw", "lock_protocol.REFRESH", "dynamodb", "UpdateItem"),
     ("client-rw", "DeleteItem", "dynamodb", "DeleteItem"),
     ("client-rw", "GetItem", "dynamodb", "GetItem"),
