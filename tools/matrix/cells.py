@@ -42,6 +42,7 @@ import json
 import random
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -368,7 +369,9 @@ class Cell:
         try:
             target(p)
         except Exception as error:  # noqa: BLE001 - judged as the participant's outcome
-            p.status, p.error, p.cause = "FAILED", f"matrix error {type(error).__name__}", str(error)[:300]
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            p.status, p.error = "FAILED", f"matrix error {type(error).__name__}"
+            p.cause = f"{str(error)[:300]} (at {where.filename.rpartition('/')[2]}:{where.lineno} {where.name})"
         p.ended_ms = p.ended_ms or _now_ms()
 
     def _machine_arn(self, role: str) -> str:

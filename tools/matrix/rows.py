@@ -163,6 +163,7 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-mutex", "lock_protocol.CLIENT_TAKEOVER", "dynamodb", "UpdateItem"),
     ("client-mutex", "lock_protocol.CLIENT_REFRESH", "dynamodb", "UpdateItem"),
     ("client-mutex", "lock_protocol.CLIENT_RELEASE", "dynamodb", "UpdateItem"),
+    ("client-mutex", "GetItem", "dynamodb", "GetItem"),
     ("client-fair", "fair_protocol.FAST_ACQUIRE", "dynamodb", "UpdateItem"),
     ("client-fair", "fair_protocol.ENQUEUE", "dynamodb", "UpdateItem"),
     ("client-fair", "fair_protocol.PARK", "dynamodb", "UpdateItem"),
