@@ -176,6 +176,5 @@ def test_negative_control_the_locks_off_break_the_cells(deployed_matrix, synthes
 
     cloud, app = deployed_matrix
     acquire = next(row for row in run.all_rows(synthesized.template) if row.name == "mutex:Lock.Acquire")
-    cells = [(acquire, table.COLUMN["5xx"]), (acquire, table.COLUMN["throttle"])]
-    results = run.run_cells(cloud, app, cells, seed=5, workers=2, lock_off=True)
+    results = run.run_cells(cloud, app, [(acquire, table.COLUMN["5xx"])], seed=5, workers=1, lock_off=True)
     assert all(r.violations["alone"] or r.violations["lost update"] for r in results), [r.describe() for r in results]
