@@ -63,7 +63,10 @@ from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
 #: The stop grace of every workflow here: the probe's timeout + 5 s (``LockedWorkflow``'s default).
 GRACE_S = PROBE_TIMEOUT_S + 5
 #: A client's lease (s): a crashed client's lock is free after it; and how long it waits.
-CLIENT_LEASE_S, CLIENT_WAIT_S = 10, 90
+CLIENT_LEASE_S, CLIENT_WAIT_S = 20, 90
+#: A client's documented outcome when its hold outlasted its lease (a loaded machine): the lock
+#: was taken after the lease, and the release says so.
+LEASE_RAN_OUT = "LockLost (its lease ran out)"
 #: Added to every bound for a loaded machine (threads sharing one GIL on two cores).
 SLACK_S = 20
 #: Rows a participant may leave behind besides the lock items (a queue hole, a presence row).
@@ -434,9 +437,12 @@ class Cell:
                 client.release(lease)
                 p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
                 return
-            except LockLost:
+            except LockLost as lost:
                 if released_error is not None and released_error.response["Error"]["Code"] == "InternalServerError":
                     p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
+                    return
+                if p.entered_ms and _now_ms() - p.entered_ms[-1] > CLIENT_LEASE_S * 1000:
+                    p.status, p.error, p.cause = "FAILED", LEASE_RAN_OUT, str(lost)[:300]
                     return
                 raise
             except LockTimeout:
@@ -550,7 +556,7 @@ class Cell:
         asked = (p.document.get("fail") and p.error == "RuntimeError") or p.error in WORK_TIMEOUTS
         if p.is_client:
             return p.status == "SUCCEEDED" or asked or p.status == "CRASHED" and p.crashed or \
-                p.error == protocol.ERROR_TIMEOUT
+                p.error in (protocol.ERROR_TIMEOUT, LEASE_RAN_OUT)
         if p.status == "SUCCEEDED" or asked or p.error == protocol.ERROR_TIMEOUT:
             return True
         if p.error == record_protocol.ERROR_RECORD_TOO_LARGE:
