@@ -75,6 +75,9 @@ ROWS_PER_PARTICIPANT = 2
 HARD_CAP_S = 240
 #: Work of a participant (ms): contending, and holding while the situation acts.
 WORK_MS, HOLD_MS = (300, 700), 2500
+#: Contending: the first participant's work (ms), the others arriving behind it within
+#: :data:`CONTEND_ARRIVAL_S` (they wait, queue, park: their waits' and handoffs' states run).
+CONTEND_HOLD_MS, CONTEND_ARRIVAL_S = 1500, 0.6
 #: Errors an application retries when a client raises them (injected: botocore's retries are past).
 APP_RETRIED = set(TRANSIENT_ERRORS) | {"ServiceUnavailable"}
 
@@ -234,13 +237,15 @@ class Cell:
 
     def _document(self, role: str, index: int) -> dict:
         hold = self.base in ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker") and index == 0
-        work = HOLD_MS if hold else self.rng.randint(*WORK_MS)
+        work = HOLD_MS if hold else CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
         fail = self.base == "work-fails" and index == 0
         if role == "Transfer":  # overlapping pairs: (a, b), (b, c), (b, a)
             pair = [("a", "b"), ("b", "c"), ("b", "a")][index % 3]
             return {"from": self.key + pair[0], "to": self.key + pair[1], "workMs": work, "fail": fail}
         if role == "Record":
-            return {"key": self.key, "waitS": 3 if hold else 0}
+            return {"key": self.key, "waitS": 3 if hold else 1 if index == 0 else 0}
+        if role == "Nested" and self.row.state.startswith("Inner."):  # the inner section on a key of its own
+            return {"key": self.key, "innerKey": self.key + "i", "workMs": work, "fail": fail}
         return {"key": self.key, "workMs": work, "fail": fail}
 
     @property
@@ -249,7 +254,7 @@ class Cell:
             return []
         if any(p.role == "Transfer" for p in self.participants):
             return [self.key + suffix for suffix in "abc"]
-        return [self.key]
+        return [self.key] + [self.key + "i" for p in self.participants[:1] if "innerKey" in p.document]
 
     def _fault(self) -> Fault:
         row, column, cell = self.row, self.column, self
@@ -328,7 +333,7 @@ class Cell:
                 others = others[1:]
             for p in others:
                 threads.append(self._start(p))
-                time.sleep(self.rng.uniform(0.0, 0.15))
+                time.sleep(self.rng.uniform(0.0, CONTEND_ARRIVAL_S / max(1, len(others))))
             if self.base in ("dead-holder", "redrive"):
                 time.sleep(0.8)
                 self._stop(first, redrive=self.base == "redrive")

@@ -5,8 +5,8 @@ Every kind the product offers is here, each on a namespace of its own, and every
 rows are read from these definitions (:mod:`tools.matrix.rows`):
 
 - ``Mutex`` (``Lock.mutex``, namespace ``m``): beside another ``Mutex`` run and a
-  :class:`LockClient` on ``m``; ``Nested``: a section on the key nested in a section on the
-  same key (re-entered);
+  :class:`LockClient` on ``m``; ``Nested``: a section nested in a section on the same key
+  (re-entered), or on ``innerKey`` (the inner section's own states run);
 - ``Reader`` / ``Writer`` (``Lock.shared`` / ``Lock.exclusive``, namespace ``rw``), with
   ``RwMutex`` (a mutex on their keys counts as a writer) and a read/write client;
 - ``Fair`` (``Lock.fair``, namespace ``f``) with a fair client;
@@ -89,8 +89,8 @@ def build_stack(scope: Any, construct_id: str) -> Any:
             outputs=jsonata("$states.input"), retry_on_service_exceptions=False,
         )
 
-    def one_key(role: str | None = None, variable: str = "lock") -> dict:
-        payload = {"key": key, "fence": jsonata(f"${variable}.fence")}
+    def one_key(role: str | None = None, variable: str = "lock", at: str = key) -> dict:
+        payload = {"key": at, "fence": jsonata(f"${variable}.fence")}
         return {**payload, "role": role} if role else payload
 
     transfer_keys = jsonata("[$states.input.from, $states.input.to]")
@@ -116,12 +116,14 @@ def build_stack(scope: Any, construct_id: str) -> Any:
                 state_machine_name=f"{name}{suffix}",
             )
             names.append(f"{name}{suffix}")
-    # A section nested in a section on the same key (re-entered: the inner one passes through).
+    # A section nested in a section: on the same key (re-entered: the inner one passes through),
+    # or on another (``innerKey``: the inner section's own states run).
+    inner_key = jsonata("$exists($states.input.innerKey) ? $states.input.innerKey : $states.input.key")
     for suffix, timeout, wait in (("", TIMEOUT_S, MAX_WAIT_S), ("Timeout", SHORT_TIMEOUT_S, SHORT_WAIT_S)):
         inner = LockedSection(
-            stack, f"Inner{suffix}", lock=Lock.mutex(key), key_namespace="m", table=locks, wait_policy=FAST,
+            stack, f"Inner{suffix}", lock=Lock.mutex(inner_key), key_namespace="m", table=locks, wait_policy=FAST,
             max_wait=cdk.Duration.seconds(wait), lease=cdk.Duration.minutes(10), lock_variable="inner",
-            protected=probe(f"Inner{suffix}Probe", one_key("write", "inner")),
+            protected=probe(f"Inner{suffix}Probe", one_key("write", "inner", inner_key)),
         )
         outer = LockedSection(
             stack, f"Outer{suffix}", lock=Lock.mutex(key), key_namespace="m", table=locks, wait_policy=FAST,
