@@ -34,20 +34,14 @@ PARK_TIMEOUT_S = 3
 SEMAPHORE_LIMIT = 2
 #: The longest wait for a lock (s).
 MAX_WAIT_S = 90
-#: The state machines' timeout (s); the ``*Timeout`` twins time out after :data:`SHORT_TIMEOUT_S`
-#: (waiting :data:`SHORT_WAIT_S` at most).
+#: The state machines' timeout (s); a cell times an execution out where it needs to
+#: (``cells.time_out``), as its TimeoutSeconds would.
 TIMEOUT_S = 240
-SHORT_TIMEOUT_S, SHORT_WAIT_S = 8, 4
 #: The records table's partition key.
 RECORD_KEY = "recordId"
-#: Kind -> (namespace, state machine names of its workflows).
-NAMESPACES = {"mutex": "m", "nested": "m", "fair": "f", "semaphore": "sem", "multikey": "acct",
-              "shared": "rw", "exclusive": "rw", "record": ""}
 #: Kind -> the workflow of that kind (its definition gives the kind's rows).
 MACHINES = {"mutex": "Mutex", "nested": "Nested", "fair": "Fair", "semaphore": "Semaphore",
             "multikey": "Transfer", "shared": "Reader", "exclusive": "Writer", "record": "Record"}
-#: The twin of each kind whose state machine times out (its work outlasts it).
-TIMING_OUT = {kind: f"{name}Timeout" for kind, name in MACHINES.items()}
 
 
 def build_stack(scope: Any, construct_id: str) -> Any:
@@ -106,47 +100,40 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         "Transfer": (Lock.keys(transfer_keys), "acct",
                      lambda n: probe(n, {"keys": transfer_keys, "fences": jsonata(fences)})),
     }
-    names = []
     for name, (lock, namespace, work) in kinds.items():
-        for suffix, timeout, wait in (("", TIMEOUT_S, MAX_WAIT_S), ("Timeout", SHORT_TIMEOUT_S, SHORT_WAIT_S)):
-            LockedWorkflow(
-                stack, f"{name}{suffix}", lock=lock, key_namespace=namespace, protected=work(f"{name}{suffix}Probe"),
-                table=locks, wait_policy=FAST, max_wait=cdk.Duration.seconds(wait),
-                timeout=cdk.Duration.seconds(timeout), logging=False, tracing=False,
-                state_machine_name=f"{name}{suffix}",
-            )
-            names.append(f"{name}{suffix}")
+        LockedWorkflow(
+            stack, name, lock=lock, key_namespace=namespace, protected=work(f"{name}Probe"), table=locks,
+            wait_policy=FAST, max_wait=cdk.Duration.seconds(MAX_WAIT_S), timeout=cdk.Duration.seconds(TIMEOUT_S),
+            logging=False, tracing=False, state_machine_name=name,
+        )
     # A section nested in a section: on the same key (re-entered: the inner one passes through),
     # or on another (``innerKey``: the inner section's own states run).
     inner_key = jsonata("$exists($states.input.innerKey) ? $states.input.innerKey : $states.input.key")
-    for suffix, timeout, wait in (("", TIMEOUT_S, MAX_WAIT_S), ("Timeout", SHORT_TIMEOUT_S, SHORT_WAIT_S)):
-        inner = LockedSection(
-            stack, f"Inner{suffix}", lock=Lock.mutex(inner_key), key_namespace="m", table=locks, wait_policy=FAST,
-            max_wait=cdk.Duration.seconds(wait), lease=cdk.Duration.minutes(10), lock_variable="inner",
-            protected=probe(f"Inner{suffix}Probe", one_key("write", "inner", inner_key)),
-        )
-        outer = LockedSection(
-            stack, f"Outer{suffix}", lock=Lock.mutex(key), key_namespace="m", table=locks, wait_policy=FAST,
-            max_wait=cdk.Duration.seconds(wait), lease=cdk.Duration.minutes(10), lock_variable="outer",
-            protected=probe(f"Outer{suffix}Probe", one_key("write", "outer")).next(inner),
-        )
-        machine = sfn.StateMachine(
-            stack, f"Nested{suffix}Machine", state_machine_name=f"Nested{suffix}",
-            definition_body=sfn.DefinitionBody.from_chainable(outer), query_language=sfn.QueryLanguage.JSONATA,
-            timeout=cdk.Duration.seconds(timeout),
-        )
-        outer.recover_stale_holders(machine)
+    inner = LockedSection(
+        stack, "Inner", lock=Lock.mutex(inner_key), key_namespace="m", table=locks, wait_policy=FAST,
+        max_wait=cdk.Duration.seconds(MAX_WAIT_S), lease=cdk.Duration.minutes(10), lock_variable="inner",
+        protected=probe("InnerProbe", one_key("write", "inner", inner_key)),
+    )
+    outer = LockedSection(
+        stack, "Outer", lock=Lock.mutex(key), key_namespace="m", table=locks, wait_policy=FAST,
+        max_wait=cdk.Duration.seconds(MAX_WAIT_S), lease=cdk.Duration.minutes(10), lock_variable="outer",
+        protected=probe("OuterProbe", one_key("write", "outer")).next(inner),
+    )
+    machine = sfn.StateMachine(
+        stack, "NestedMachine", state_machine_name="Nested", definition_body=sfn.DefinitionBody.from_chainable(outer),
+        query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.seconds(TIMEOUT_S),
+    )
+    outer.recover_stale_holders(machine)
     # The lock on the record itself: the work increments the record's balance.
-    for suffix, timeout, wait in (("", TIMEOUT_S, MAX_WAIT_S), ("Timeout", SHORT_TIMEOUT_S, SHORT_WAIT_S)):
-        increment = sfn.Pass.jsonata(stack, f"Record{suffix}Work", outputs=jsonata(
-            "{'recordUpdate': {'set': {'balance': {'N': $string(($exists($lock.item.balance.N) "
-            "? $number($lock.item.balance.N) : 0) + 1)}}}}"))
-        hold = sfn.Wait.jsonata(stack, f"Record{suffix}Hold", time=sfn.WaitTime.seconds(jsonata("$states.input.waitS")))
-        LockedWorkflow(
-            stack, f"Record{suffix}", lock=Lock.on_record(records, key, must_exist=False), wait_policy=FAST,
-            protected=hold.next(increment), max_wait=cdk.Duration.seconds(wait),
-            timeout=cdk.Duration.seconds(timeout), logging=False, tracing=False, state_machine_name=f"Record{suffix}",
-        )
+    increment = sfn.Pass.jsonata(stack, "RecordWork", outputs=jsonata(
+        "{'recordUpdate': {'set': {'balance': {'N': $string(($exists($lock.item.balance.N) "
+        "? $number($lock.item.balance.N) : 0) + 1)}}}}"))
+    hold = sfn.Wait.jsonata(stack, "RecordHold", time=sfn.WaitTime.seconds(jsonata("$states.input.waitS")))
+    LockedWorkflow(
+        stack, "Record", lock=Lock.on_record(records, key, must_exist=False), wait_policy=FAST,
+        protected=hold.next(increment), max_wait=cdk.Duration.seconds(MAX_WAIT_S),
+        timeout=cdk.Duration.seconds(TIMEOUT_S), logging=False, tracing=False, state_machine_name="Record",
+    )
     # The negative control: the probe with no lock.
     sfn.StateMachine(
         stack, "UnlockedMachine", state_machine_name="Unlocked",
