@@ -147,6 +147,7 @@ class Participant:
     redriven: bool = False
     redriven_ms: int = 0
     crashed: bool = False
+    thread: str = ""  # a client's thread's name
     trail: list[str] = field(default_factory=list)
 
     @property
@@ -275,9 +276,9 @@ class Cell:
         def then() -> None:
             state = calling_state()
             if state is None:  # a client crashes right after its call
-                role = threading.current_thread().name.rpartition(":")[2]
+                name = threading.current_thread().name
                 for p in cell.participants:
-                    if p.role == role and p.is_client and f":{p.role}:" in f":{role}:":
+                    if p.is_client and p.thread == name:
                         p.crashed = True
                 return
             p = next((p for p in cell.participants if p.arn == state.execution_arn), None)
@@ -368,7 +369,8 @@ class Cell:
 
     def _start(self, p: Participant) -> threading.Thread:
         target = self._client if p.is_client else self._execution
-        thread = threading.Thread(target=self._guarded, args=(target, p), name=f"matrix:{self.id}:{p.role}", daemon=True)
+        p.thread = f"matrix:{self.id}:{p.role}:{self.participants.index(p)}"
+        thread = threading.Thread(target=self._guarded, args=(target, p), name=p.thread, daemon=True)
         p.started_ms = _now_ms()
         thread.start()
         return thread
