@@ -609,7 +609,8 @@ class Cell:
             if protocol.OWNER in item and protocol.EXPIRES_AT in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
                 found.append(f"{key} held by {item[protocol.OWNER]['S'][-60:]} for "
                              f"{(int(item[protocol.EXPIRES_AT]['N']) - now) / 1000:.0f} s more")
-            elif fair.TOKEN in item and "#" in key:
+            elif fair.TOKEN in item and "#" in key and not item[fair.TOKEN].get("S", "").startswith(
+                    fair.CLIENT_LEASE_PREFIX):  # (a client's row: its lease ends it - a row left, counted below)
                 found.append(f"{key} still parks {item.get(protocol.OWNER, {}).get('S', '?')[-60:]}")
             if protocol.FENCE not in item:
                 rows += 1
