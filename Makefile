@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat bench bench-variants bench-fair bench-fair-1000 bench-shared stress synth diagram clean
+.PHONY: deps demo test test-compat bench bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth diagram clean
 
 $(STAMP_PY): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -82,6 +82,13 @@ bench-shared: deps
 
 stress: deps
 	$(PY) -m tools.stress $(ARGS)
+
+# The fault matrix: every lock state of every kind (and every call of the clients and the
+# janitor) x every fault, each cell a scenario judged by the invariants, on both backends;
+# prints rows x faults (verdict, seconds) and writes out/matrix.md. A slice: ARGS="--slice 8 --seed 7";
+# must fail: ARGS=--negative-control
+matrix: deps
+	$(PY) -m tools.matrix.run $(ARGS)
 
 diagram: deps
 	$(PY) -m locked_workflow.constructs_lib.diagram --readme README.md

@@ -24,6 +24,7 @@ makes DynamoDB answer what it answers a request that meets a transaction in flig
 
 from __future__ import annotations
 
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -115,3 +116,104 @@ def dynamodb_faults(*faults: Fault) -> Iterator[FaultLog]:
 
     with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
         yield log
+
+
+@dataclass(frozen=True)
+class CallingState:
+    """The Task state of a local execution that makes the current call (see :func:`calling_state`)."""
+
+    execution_arn: str
+    state_name: str
+    environment: Any  # the interpreter's Environment of the state (its branch's, in a Parallel)
+
+
+def calling_state() -> CallingState | None:
+    """The Task state, and its execution, whose call is running in this thread - ``None`` for a
+    call that no state makes (a Lambda's, a client's, the test's own). For ``when``/``then`` of a
+    :class:`Fault` that must hit one state's call: ``when=lambda p: (c := calling_state()) and
+    c.state_name == "Lock.Acquire"``. The local runtime runs every Task's attempt in a thread
+    of its own, in the interpreter's ``ExecutionState._eval_execution`` (moto's parser, ported
+    from LocalStack's); that frame holds the state and its environment."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_eval_execution":
+            state, env = frame.f_locals.get("self"), frame.f_locals.get("env")
+            name = getattr(state, "name", None)
+            try:
+                arn = env.states.context_object.context_object_data["Execution"]["Id"]
+            except (AttributeError, KeyError, TypeError):
+                arn = None
+            if isinstance(name, str) and isinstance(arn, str):
+                return CallingState(arn, name, env)
+        frame = frame.f_back
+    return None
+
+
+class FaultRegistry:
+    """Faults added and removed while the hook stays in place (:func:`fault_registry`): what
+    scenarios running side by side need, each placing its own faults on its own keys."""
+
+    def __init__(self) -> None:
+        self._faults: list[Fault] = []
+        self._guard = threading.Lock()
+        #: Called with (service, operation, params) before every call (they must not call AWS).
+        self.observers: list[Callable[[str, str, dict], None]] = []
+
+    def add(self, fault: Fault) -> Fault:
+        with self._guard:
+            self._faults.append(fault)
+        return fault
+
+    def remove(self, fault: Fault) -> None:
+        with self._guard:
+            self._faults = [other for other in self._faults if other is not fault]
+
+    def due(self, service: str, operation: str, params: dict) -> Fault | None:
+        with self._guard:
+            for fault in self._faults:
+                if (fault.service, fault.operation) == (service, operation) and fault.injected < fault.times \
+                        and fault.when(params):
+                    fault.injected += 1
+                    return fault
+        return None
+
+
+@contextmanager
+def fault_registry() -> Iterator[FaultRegistry]:
+    """A :class:`FaultRegistry` whose faults apply (as :func:`dynamodb_faults`' do) to every
+    call of any service while the block runs."""
+    registry = FaultRegistry()
+    original = BaseClient._make_api_call
+
+    def _make_api_call(client: BaseClient, operation: str, params: dict) -> Any:
+        service = client.meta.service_model.service_name
+        for observe in list(registry.observers):
+            observe(service, operation, params)
+        fault = registry.due(service, operation, params)
+        if fault is None:
+            return original(client, operation, params)
+        if fault.after_call:
+            original(client, operation, params)
+        if fault.then is not None:
+            fault.then()
+        raise _modeled_error(client, fault.error_code, operation, params)
+
+    with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
+        yield registry
+
+
+def _modeled_error(client: BaseClient, code: str, operation: str, params: dict) -> ClientError:
+    """:func:`_error` as botocore raises it: the service's modeled exception class for ``code``
+    (what Step Functions' ``aws-sdk`` integrations name their errors by: ``DynamoDb.<Class>``), and
+    a cancelled transaction's ``CancellationReasons`` (its first item in conflict).
+    https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html"""
+    error = _error(code, operation)
+    if code == "TransactionCanceledException":
+        reasons = [{"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}]
+        reasons += [{"Code": "None"}] * (len(params.get("TransactItems", [])) - 1)
+        error.response["CancellationReasons"] = reasons
+        error.response["Error"]["Message"] = (
+            "Transaction cancelled, please refer cancellation reasons for specific reasons "
+            f"[{', '.join(reason['Code'] for reason in reasons)}]")
+    modeled = client.exceptions.from_code(code)
+    return modeled(error.response, operation) if modeled is not ClientError else error

@@ -1,0 +1,180 @@
+"""The fault matrix (``make matrix``): its rows are every lock state of every kind, read from
+the synthesized definitions, and every call of the clients and the janitor; a state without a
+row fails here. A seeded slice of its cells runs here too (``MATRIX_SEED``)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tools.matrix import rows as matrix_rows, table
+from tools.matrix.stack import MACHINES, build_stack
+
+
+@pytest.fixture(scope="module")
+def synthesized():
+    from locked_workflow.testing.synth import synth_app
+
+    return synth_app(lambda app: build_stack(app, "Matrix"))
+
+
+@pytest.fixture(scope="module")
+def definitions(synthesized):
+    return matrix_rows.definitions(synthesized.template, MACHINES)
+
+
+def _rows(definitions) -> list[matrix_rows.Row]:
+    return [row for kind, definition in definitions.items() for row in matrix_rows.task_rows(kind, definition)]
+
+
+def test_every_lock_state_of_every_kind_has_a_row_and_its_cells(definitions):
+    rows = _rows(definitions)
+    assert table.uncovered(rows) == []
+    assert {row.kind for row in rows} == set(MACHINES)
+    calls = {(row.service, row.operation, row.callback) for row in rows}
+    # what the walk must find: the lock's writes and reads, transactions, callbacks, Step Functions calls
+    assert {("dynamodb", "UpdateItem", False), ("dynamodb", "GetItem", False), ("dynamodb", "DeleteItem", False),
+            ("dynamodb", "TransactWriteItems", False), ("dynamodb", "TransactWriteItems", True),
+            ("dynamodb", "UpdateItem", True), ("dynamodb", "TransactGetItems", False),
+            ("stepfunctions", "SendTaskSuccess", False), ("stepfunctions", "DescribeExecution", False),
+            ("stepfunctions", "SendTaskHeartbeat", False)} <= calls
+    # states inside Parallel branches and Map item processors are rows too
+    names = {row.name for row in rows}
+    assert {"nested:Inner.Acquire", "multikey:Lock.ReleaseEachKey", "shared:Lock.Release.Handoff.FreeShared"} <= names
+    every = rows + list(matrix_rows.CLIENT_CALLS) + list(matrix_rows.JANITOR_CALLS)
+    cells = table.cells(every)
+    assert {column.name for _, column in cells} == {column.name for column in table.COLUMNS}
+    for row in every:  # each column applies, or says why not
+        for column in table.COLUMNS:
+            assert (row, column) in cells or table.not_applicable(row, column)
+    print(f"matrix: {len(every)} rows ({len(rows)} states, {len(every) - len(rows)} client and janitor calls), "
+          f"{len(cells)} cells")
+
+
+def test_negative_control_a_new_state_or_a_dropped_row_is_reported(definitions, monkeypatch):
+    """A state added to a kind (here inside a Parallel branch) has no cell until the table says
+    how to reach it; a row dropped from the table is reported the same way."""
+    changed = copy.deepcopy(definitions["nested"])
+    branch = next(state for state in changed["States"].values() if state.get("Branches"))["Branches"][0]
+    branch["States"]["Outer.Brand.New"] = {"Type": "Task", "Resource": "arn:aws:states:::dynamodb:updateItem", "End": True}
+    rows = [row for kind, d in {**definitions, "nested": changed}.items() for row in matrix_rows.task_rows(kind, d)]
+    assert table.uncovered(rows) == ["nested:Outer.Brand.New: no situation in tools/matrix/table.py SITUATIONS"]
+
+    situations = copy.deepcopy(table.SITUATIONS)
+    del situations["fair"]["Lock.Release.Wake"]
+    monkeypatch.setattr(table, "SITUATIONS", situations)
+    assert table.uncovered(_rows(definitions)) == ["fair:Lock.Release.Wake: no situation in tools/matrix/table.py SITUATIONS"]
+
+
+def test_each_client_and_janitor_row_names_a_call_as_it_is_named():
+    """A declared call is named by the first spelling of its write (a write two protocols share,
+    e.g. shared_protocol.MARK = fair_protocol.MARK, is named once): a row under another name
+    would never match a call."""
+    writes = matrix_rows.protocol_writes()
+    for row in matrix_rows.CLIENT_CALLS + matrix_rows.JANITOR_CALLS:
+        for part in row.state.split("+"):
+            if part in writes:
+                write = writes[part]
+                body = {"UpdateExpression": write.update, "ConditionExpression": write.condition}
+                assert matrix_rows.call_row(row.kind, "UpdateItem", body) == part, row
+            else:  # a read, a plain delete, a Step Functions call, or a dict of writes
+                assert part == row.operation or any(name.startswith(f"{part}[") for name in writes), row
+
+
+def test_a_lambda_task_is_no_row_and_each_integration_is_named_as_botocore_names_it():
+    definition = {"States": {
+        "Work": {"Type": "Task", "Resource": "arn:aws:states:::lambda:invoke"},
+        "Write": {"Type": "Task", "Resource": "arn:TOKEN:states:::aws-sdk:dynamodb:transactWriteItems.waitForTaskToken"},
+        "Wake": {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:sfn:sendTaskSuccess"},
+        "Map": {"Type": "Map", "ItemProcessor": {"States": {
+            "Read": {"Type": "Task", "Resource": "arn:aws:states:::dynamodb:getItem"}}}},
+    }}
+    assert matrix_rows.task_rows("k", definition) == [
+        matrix_rows.Row("k", "Write", "dynamodb", "TransactWriteItems", True),
+        matrix_rows.Row("k", "Wake", "stepfunctions", "SendTaskSuccess"),
+        matrix_rows.Row("k", "Read", "dynamodb", "GetItem"),
+    ]
+
+
+def _matrix_seed() -> int:
+    import datetime
+    import os
+
+    return int(os.environ.get("MATRIX_SEED") or datetime.date.today().toordinal())
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def deployed_matrix(request, synthesized):
+    from deployed import local_deployment
+
+    yield from local_deployment(request.param, synthesized)
+
+
+def test_every_call_of_the_clients_has_a_row(deployed_matrix):
+    """Each client mode, contended by a second client of its mode (a wait, a queue, a handoff,
+    a refresh), makes only calls the matrix has rows for; a call outside them is reported."""
+    import threading
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.testing.faults import fault_registry
+
+    cloud, app = deployed_matrix
+    locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
+    listed = {(row.kind, row.state) for row in matrix_rows.CLIENT_CALLS}
+    seen: set[tuple[str, str]] = set()
+
+    def observe(service: str, operation: str, params: dict) -> None:
+        name = threading.current_thread().name
+        if name.startswith("client-") and service in ("dynamodb", "stepfunctions"):
+            kind = name.rpartition(":")[0]
+            seen.add((kind, matrix_rows.call_row(kind, operation, params)))
+
+    def hold(kind: str, client: LockClient, shared: bool) -> None:
+        lease = client.acquire("k", wait=30, lease=5, shared=shared, poll_interval=0.05)
+        client.refresh(lease, lease=5)
+        threading.Event().wait(0.3)
+        client.release(lease)
+
+    with fault_registry() as registry:
+        registry.observers.append(observe)
+        for kind, options in (("client-mutex", {}), ("client-fair", {"fair": True}), ("client-rw", {"read_write": True})):
+            threads = []
+            for i in range(3):
+                client = LockClient(locks, namespace=kind.replace("-", ""), dynamodb=cloud.dynamodb,
+                                    stepfunctions=cloud.stepfunctions, **options)
+                shared = i == 2 and kind == "client-rw"
+                threads.append(threading.Thread(target=hold, name=f"{kind}:{i}", args=(kind, client, shared)))
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+    assert {kind for kind, _ in seen} == {"client-mutex", "client-fair", "client-rw"}
+    assert seen - listed == set(), "calls of a client with no row in tools/matrix/rows.py CLIENT_CALLS"
+    # negative control: a call no row names is reported
+    assert ("client-fair", "fair_protocol.TAKE_PARKED") not in listed
+
+
+def test_a_seeded_slice_of_the_matrix_keeps_every_invariant(deployed_matrix, synthesized):
+    """Six cells drawn by ``MATRIX_SEED`` (default: today's date - the slice changes every day;
+    set it to rerun a failing slice): every invariant holds in each. ``make matrix`` runs all."""
+    from tools.matrix import run
+
+    cloud, app = deployed_matrix
+    seed = _matrix_seed()
+    cells = run.seeded_slice(table.cells(run.all_rows(synthesized.template)), 6, seed)
+    results = run.run_cells(cloud, app, cells, seed=seed, workers=6)
+    print(f"MATRIX_SEED={seed}\n" + run.render(results, f"slice of seed {seed}"))
+    violated = [r.describe() for r in results if r.verdict.startswith("VIOLATED")]
+    assert not violated, f"MATRIX_SEED={seed} (rerun: MATRIX_SEED={seed} pytest {__file__}):\n" + "\n".join(violated)
+
+
+def test_negative_control_the_locks_off_break_the_cells(deployed_matrix, synthesized):
+    """The same cells with every workflow's lock switched off (the probe run unlocked): the
+    invariants must fail - else the matrix could not see a broken lock."""
+    from tools.matrix import run
+
+    cloud, app = deployed_matrix
+    acquire = next(row for row in run.all_rows(synthesized.template) if row.name == "mutex:Lock.Acquire")
+    results = run.run_cells(cloud, app, [(acquire, table.COLUMN["5xx"])], seed=5, workers=1, lock_off=True)
+    assert all(r.violations["alone"] or r.violations["lost update"] for r in results), [r.describe() for r in results]

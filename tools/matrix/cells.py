@@ -1,0 +1,619 @@
+"""One cell of the fault matrix: two or three participants on the cell's own key(s), the
+fault placed at the cell's row, the lock's invariants checked.
+
+A cell's participants mix what can share its key (:data:`PARTICIPANTS`): mutex workflows
+and a mutex client; a reader, a writer and a mutex on a read/write key (and a read/write
+client); fair workflows and a fair client; more semaphore holders than slots; transfers on
+overlapping pairs of keys; runs on one record. Its situation (:mod:`tools.matrix.table`)
+brings them into the row's state; the fault (:mod:`locked_workflow.testing.faults`) hits the
+first call of that state made by one of the cell's executions - :func:`faults.calling_state`
+names the state and the execution - or, for a client's or the janitor's row, the first such
+call of the cell's client or of the janitor on the cell's keys. "Then" (stop, time out,
+stop then redrive) acts on the execution that made the call; a client "stopped" right after
+its call crashes there (it never calls again, its lock is left to its lease).
+
+Invariants, every cell (each a list of violations, empty when it holds):
+
+- ``alone``: the probe never finds more holders inside than the kind admits (readers and
+  writers apart), at entry;
+- ``lost update``: the probe's counter equals its accepted writes; a record's balance counts
+  every run that succeeded (and at most those stopped besides);
+- ``fences``: a key's fences at entry strictly increase (a section re-entering its own hold
+  sees the same fence); a reader reads the last writer's fence (``staleReads``);
+- ``outcome``: every participant ends as its kind documents (SUCCEEDED; its work's error;
+  ``Lock.RecordTooLarge`` refused; ABORTED / TIMED_OUT when stopped / timed out and not
+  redriven; a client's lock timeout; a client crashed by the fault) - a raw injected error
+  reaching a client (but the transient ones an application retries) or ending an execution
+  is a violation;
+- ``blocked``: after a participant ended abnormally (stopped, timed out, crashed), every
+  other one still waiting enters or ends within its documented bound: the stop grace plus
+  one liveness round (a polling waiter) or one park timeout (fair, read/write), or a
+  client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
+  :data:`SLACK_S` for a loaded machine; and every participant ends within :data:`HARD_CAP_S`;
+- ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
+  still parks anyone; rows besides the lock items: at most :data:`ROWS_PER_PARTICIPANT` per
+  participant;
+- ``unlisted``: every call of a client or the janitor on the cell's keys has a row.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from locked_workflow.constructs_lib.lock_client import LockClient, LockError, LockLost, LockTimeout
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import record_protocol
+from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
+from tools.matrix import rows as matrix_rows
+from tools.matrix.rows import Row
+from tools.matrix.stack import PARK_TIMEOUT_S, PROBE_TIMEOUT_S, RECORD_KEY, SEMAPHORE_LIMIT
+from tools.matrix.table import CLIENT_KINDS, Column, situation
+from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
+
+#: The stop grace of every workflow here: the probe's timeout + 5 s (``LockedWorkflow``'s default).
+GRACE_S = PROBE_TIMEOUT_S + 5
+#: A client's lease (s): a crashed client's lock is free after it; and how long it waits.
+CLIENT_LEASE_S, CLIENT_WAIT_S = 20, 90
+#: A client's documented outcome when its hold outlasted its lease (a loaded machine): the lock
+#: was taken after the lease, and the release says so.
+LEASE_RAN_OUT = "LockLost (its lease ran out)"
+#: Added to every bound for a loaded machine (threads sharing one GIL on two cores).
+SLACK_S = 20
+#: Rows a participant may leave behind besides the lock items (a queue hole, a presence row).
+ROWS_PER_PARTICIPANT = 2
+#: The longest a cell's participant may run before the cell gives up on it (s).
+HARD_CAP_S = 240
+#: Work of a participant (ms): contending, and holding while the situation acts.
+WORK_MS, HOLD_MS = (300, 700), 2500
+#: Contending: the first participant's work (ms), the others arriving behind it within
+#: :data:`CONTEND_ARRIVAL_S` (they wait, queue, park: their waits' and handoffs' states run).
+CONTEND_HOLD_MS, CONTEND_ARRIVAL_S = 1500, 0.6
+#: Errors an application retries when a client raises them (injected: botocore's retries are past).
+APP_RETRIED = set(TRANSIENT_ERRORS) | {"ServiceUnavailable"}
+
+#: Per row kind and situation: the participants (workflow state machine names, or client
+#: roles ``client-mutex``, ``client-fair``, ``client-rw-read``, ``client-rw-write``).
+PARTICIPANTS: dict[str, list[str]] = {
+    "mutex": ["Mutex", "Mutex", "client-mutex"],
+    "nested": ["Nested", "Mutex", "client-mutex"],
+    "fair": ["Fair", "Fair", "client-fair"],
+    "semaphore": ["Semaphore"] * (SEMAPHORE_LIMIT + 1),
+    "multikey": ["Transfer", "Transfer", "Transfer"],
+    "shared": ["Reader", "Writer", "RwMutex"],
+    "exclusive": ["Writer", "Reader", "client-rw-read"],
+    "record": ["Record", "Record", "Record"],
+    "client-mutex": ["client-mutex", "Mutex", "client-mutex"],
+    "client-fair": ["client-fair", "Fair", "client-fair"],
+    "client-rw": ["client-rw-read", "Writer", "client-rw-write"],
+}
+#: The participants of a situation that needs other ones than its kind's.
+SITUATION_PARTICIPANTS: dict[tuple[str, str], list[str]] = {
+    ("fair", "client-waiter"): ["Fair", "client-fair", "Fair"],
+    ("shared", "client-waiter"): ["Reader", "client-rw-write", "Reader"],
+    ("exclusive", "client-waiter"): ["Writer", "client-rw-read", "Writer"],
+    ("client-fair", "client-waker"): ["client-fair", "Fair", "Fair"],
+    ("client-rw", "client-waker"): ["client-rw-write", "Reader", "Writer"],
+    ("client-mutex", "client-waker"): ["client-mutex", "Mutex", "client-mutex"],
+}
+#: The janitor's calls, each on the kind whose ended holder it recovers.
+JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
+    "shared_protocol.RETIRE_GONE_READER": (["Reader", "Writer", "Reader"], "dead-holder"),
+    "shared_protocol.FORGET_ROW": (["Reader", "Writer", "Reader"], "dead-holder"),
+    "shared_protocol.DEQUEUE": (["Reader", "Writer", "Reader"], "dead-waiter"),
+    "fair_protocol.LEAVE": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.GRANT": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.CLAIM": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "DeleteItem": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "SendTaskSuccess": (["Fair", "Fair", "Fair"], "dead-waiter"),
+}
+#: Namespaces of the participants' locks.
+NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
+             "client-rw-read": "rw", "client-rw-write": "rw", "Fair": "f", "client-fair": "f",
+             "Semaphore": "sem", "Transfer": "acct", "Record": ""}
+#: Roles whose waiters park (a park timeout bounds a handoff) rather than poll.
+PARKING = {"Fair", "Reader", "Writer", "client-fair", "client-rw-read", "client-rw-write"}
+_STOPPED = "Matrix.Stop"
+#: The work's function timeout, as the runtime reports it or as the probe names it.
+WORK_TIMEOUTS = ("Sandbox.Timedout", "TimedOut")
+
+#: The rows of the clients' and the janitor's calls.
+_LISTED = {(row.kind, row.state) for row in matrix_rows.CLIENT_CALLS + matrix_rows.JANITOR_CALLS}
+
+
+@dataclass
+class Participant:
+    role: str
+    document: dict
+    arn: str = ""
+    status: str = ""  # SUCCEEDED, FAILED, ABORTED, TIMED_OUT; a client: SUCCEEDED, FAILED, CRASHED
+    error: str | None = None
+    cause: str | None = None
+    started_ms: int = 0
+    ended_ms: int = 0
+    entered_ms: list[int] = field(default_factory=list)
+    stopped: bool = False  # by the situation or the fault (since its last redrive)
+    timed_out: bool = False
+    redrive: bool = False
+    redriven: bool = False
+    redriven_ms: int = 0
+    crashed: bool = False
+    thread: str = ""  # a client's thread's name
+    trail: list[str] = field(default_factory=list)
+
+    @property
+    def is_client(self) -> bool:
+        return self.role.startswith("client-")
+
+    @property
+    def abnormal(self) -> bool:
+        """Ended while it may have held its lock: stopped, timed out, crashed (or stopped, then redriven)."""
+        return self.status in ("ABORTED", "TIMED_OUT", "CRASHED") or self.redriven
+
+
+@dataclass
+class CellResult:
+    row: Row
+    column: Column
+    cell_id: str
+    situation: str
+    participants: list[Participant]
+    injected: int
+    seconds: float
+    violations: dict[str, list[str]]
+    unlisted: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if any(self.violations.values()):
+            return "VIOLATED" if self.injected else "VIOLATED*"
+        return "ok" if self.injected else "not reached"
+
+    def describe(self) -> str:
+        lines = [f"{self.row.name} x {self.column.name} [{self.cell_id}, {self.situation}]: {self.verdict} "
+                 f"({self.seconds:.0f} s, injected {self.injected})"]
+        for name, found in self.violations.items():
+            lines += [f"  {name}: {line}" for line in found[:3]]
+        if any(self.violations.values()):
+            for p in self.participants:
+                lines.append(f"    {p.role} {p.arn.rpartition(':')[2] or ''}: {p.status} {p.error or ''} "
+                             f"{(p.cause or '')[:160]} stopped={p.stopped} redriven={p.redriven} "
+                             f"trail: {' | '.join(p.trail[-8:])}")
+        return "\n".join(lines)
+
+
+def time_out(cloud: Any, execution_arn: str) -> None:
+    """End a running local execution TIMED_OUT now, as its ``TimeoutSeconds`` would: what the
+    interpreter does at the deadline (``Environment.set_timed_out``), then the end recorded at
+    once (as the runtime's ``patches/execution_end`` does for a stop; the state in flight runs
+    on, its events dropped)."""
+    worker = cloud.moto_execution(execution_arn).exec_worker
+    worker.env.set_timed_out()
+    worker._execution_communication.terminated()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _machine_of(arn: str) -> str:
+    return arn.split(":execution:", 1)[1].split(":", 1)[0] if ":execution:" in arn else ""
+
+
+class Cell:
+    """One (row, column) on its own keys, run by :meth:`run` on a deployed matrix stack."""
+
+    def __init__(self, cloud: Any, app: Any, registry: FaultRegistry, row: Row, column: Column, cell_id: str, *,
+                 seed: int, lock_off: bool = False) -> None:
+        self.cloud, self.app, self.registry = cloud, app, registry
+        self.row, self.column, self.id = row, column, cell_id
+        self.rng = random.Random(seed)
+        self.lock_off = lock_off  # the negative control: every workflow participant runs unlocked
+        self.situation = situation(row) or "contend"
+        roles = PARTICIPANTS[row.kind] if row.kind in PARTICIPANTS else None
+        if row.kind == "janitor":
+            roles, self.situation = JANITOR_SCENES.get(row.state, (PARTICIPANTS["mutex"], "dead-holder"))
+        parts = self.situation.split("+")
+        #: a state whose response is lost first (its retry is the row), and the situation besides
+        self.lost_first = next((part.partition(":")[2] for part in parts if part.startswith("after-lost:")), "")
+        self.base = next((part for part in parts if not part.startswith("after-lost:")), "contend")
+        roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
+        self.key = cell_id
+        self.participants = [Participant(role, self._document(role, index)) for index, role in enumerate(roles)]
+        self.unlisted: list[str] = []
+        self.tables = {name: next(v for k, v in app.resources.items() if k.startswith(prefix))
+                       for name, prefix in (("locks", "LocksTable"), ("probes", "Probes"), ("records", "Records"))}
+        self.probe_function = app.function_name("Probe")
+
+    # -- the scenario ---------------------------------------------------------------------------
+
+    def _document(self, role: str, index: int) -> dict:
+        hold = self.base in ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker") and index == 0
+        work = HOLD_MS if hold else CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
+        fail = self.base == "work-fails" and index == 0
+        if role == "Transfer":  # overlapping pairs: (a, b), (b, c), (b, a)
+            pair = [("a", "b"), ("b", "c"), ("b", "a")][index % 3]
+            return {"from": self.key + pair[0], "to": self.key + pair[1], "workMs": work, "fail": fail}
+        if role == "Record":
+            return {"key": self.key, "waitS": 3 if hold else 1 if index == 0 else 0}
+        if role == "Nested" and self.row.state.startswith("Inner."):  # the inner section on a key of its own
+            return {"key": self.key, "innerKey": self.key + "i", "workMs": work, "fail": fail}
+        return {"key": self.key, "workMs": work, "fail": fail}
+
+    @property
+    def probe_keys(self) -> list[str]:
+        if self.row.kind == "record" or all(p.role == "Record" for p in self.participants):
+            return []
+        if any(p.role == "Transfer" for p in self.participants):
+            return [self.key + suffix for suffix in "abc"]
+        return [self.key] + [self.key + "i" for p in self.participants[:1] if "innerKey" in p.document]
+
+    def _fault(self) -> Fault:
+        row, column, cell = self.row, self.column, self
+
+        def when(params: dict) -> bool:
+            state = calling_state()
+            if row.kind in CLIENT_KINDS:
+                name = threading.current_thread().name
+                return state is None and name.startswith(f"matrix:{cell.id}:{row.kind}") and \
+                    matrix_rows.call_row(row.kind, row.operation, params) == row.state
+            if row.kind == "janitor":
+                name = threading.current_thread().name
+                return state is None and name.startswith("lambda:") and "anitor" in name and \
+                    cell.id in json.dumps(params) and matrix_rows.call_row(row.kind, row.operation, params) == row.state
+            return state is not None and state.state_name == row.state and \
+                f":execution:{cell.machine}:{cell.id}-" in state.execution_arn
+
+        def then() -> None:
+            state = calling_state()
+            if state is None:  # a client crashes right after its call
+                name = threading.current_thread().name
+                for p in cell.participants:
+                    if p.is_client and p.thread == name:
+                        p.crashed = True
+                return
+            p = next((p for p in cell.participants if p.arn == state.execution_arn), None)
+            if p is None:
+                return
+            if column.then == "time out":
+                p.timed_out = True
+                time_out(cell.cloud, state.execution_arn)
+            else:
+                p.stopped, p.redrive = True, column.then == "stop, redrive"
+                cell.cloud.stop_execution(state.execution_arn, error=_STOPPED, cause="stopped by the fault matrix")
+
+        return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
+                     when=when, then=then if column.then else None)
+
+    def _lost_first(self) -> Fault:
+        """The lost response that leads to the row's state (``after-lost:<state>``)."""
+        cell, state_name = self, self.lost_first
+
+        def when(params: dict) -> bool:
+            state = calling_state()
+            return state is not None and state.state_name == state_name and \
+                f":execution:{cell.machine}:{cell.id}-" in state.execution_arn
+
+        return Fault("UpdateItem", "InternalServerError", after_call=True, when=when)  # (every release is one)
+
+    @property
+    def machine(self) -> str:
+        from tools.matrix.stack import MACHINES
+
+        return MACHINES.get(self.row.kind, "")
+
+    def run(self) -> CellResult:
+        started = time.monotonic()
+        if any(p.role == "Record" for p in self.participants):
+            padding = 200 if self.base == "refused" else 1
+            self.cloud.dynamodb.put_item(TableName=self.tables["records"], Item={
+                RECORD_KEY: {"S": self.key}, "balance": {"N": "0"}, "padding": {"S": "p" * (padding * 1024 - 100)}})
+        fault = self.registry.add(self._fault())
+        first_fault = self.registry.add(self._lost_first()) if self.lost_first else None
+        self.registry.observers.append(self._observe)
+        threads = []
+        try:
+            first, others = self.participants[0], self.participants[1:]
+            threads.append(self._start(first))
+            if self.base in ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker"):
+                self._wait_inside(first)
+            if self.base == "dead-waiter":
+                waiter = others[0]
+                threads.append(self._start(waiter))
+                time.sleep(1.2)
+                self._stop(waiter)
+                others = others[1:]
+            for p in others:
+                threads.append(self._start(p))
+                time.sleep(self.rng.uniform(0.0, CONTEND_ARRIVAL_S / max(1, len(others))))
+            if self.base in ("dead-holder", "redrive"):
+                time.sleep(0.8)
+                self._stop(first, redrive=self.base == "redrive")
+            for thread in threads:
+                thread.join(HARD_CAP_S)
+        finally:
+            self.registry.remove(fault)
+            if first_fault is not None:
+                self.registry.remove(first_fault)
+        self._settle()
+        self.registry.observers.remove(self._observe)
+        violations = self._judge()
+        return CellResult(self.row, self.column, self.id, self.situation, self.participants, fault.injected,
+                          time.monotonic() - started, violations, self.unlisted)
+
+    def _observe(self, service: str, operation: str, params: dict) -> None:
+        """Record the calls of the cell's clients and of the janitor on the cell's keys that
+        have no row (``unlisted``)."""
+        name = threading.current_thread().name
+        if service not in ("dynamodb", "stepfunctions") or calling_state() is not None:
+            return
+        if name.startswith("lambda:") and "anitor" in name:
+            kind = "janitor"
+        else:
+            kind = next((k for k in sorted(CLIENT_KINDS, key=len, reverse=True)
+                         if name.startswith(f"matrix:{self.id}:{k}")), None)
+        if kind is None or self.id not in json.dumps(params, default=str):
+            return
+        call = matrix_rows.call_row(kind, operation, params)
+        if (kind, call) not in _LISTED:
+            self.unlisted.append(f"{kind}: {operation} {call}")
+
+    def _start(self, p: Participant) -> threading.Thread:
+        target = self._client if p.is_client else self._execution
+        p.thread = f"matrix:{self.id}:{p.role}:{self.participants.index(p)}"
+        thread = threading.Thread(target=self._guarded, args=(target, p), name=p.thread, daemon=True)
+        p.started_ms = _now_ms()
+        thread.start()
+        return thread
+
+    def _guarded(self, target: Any, p: Participant) -> None:
+        try:
+            target(p)
+        except Exception as error:  # noqa: BLE001 - judged as the participant's outcome
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            p.status, p.error = "FAILED", f"matrix error {type(error).__name__}"
+            p.cause = f"{str(error)[:300]} (at {where.filename.rpartition('/')[2]}:{where.lineno} {where.name})"
+        p.ended_ms = p.ended_ms or _now_ms()
+
+    def _machine_arn(self, role: str) -> str:
+        name = "Unlocked" if self.lock_off and role not in ("Record", "Transfer") else role
+        return f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{name}"
+
+    def _execution(self, p: Participant) -> None:
+        cloud = self.cloud
+        index = self.participants.index(p)
+        p.arn = cloud.start_execution(self._machine_arn(p.role), p.document, name=f"{self.id}-{index}-{uuid.uuid4().hex[:8]}")
+        result = cloud.wait_for(p.arn, timeout=HARD_CAP_S)
+        while p.redrive and result.status in ("ABORTED", "FAILED", "TIMED_OUT"):
+            p.redrive = False
+            try:
+                cloud.stepfunctions.redrive_execution(executionArn=p.arn)
+            except ClientError as refused:
+                p.cause = f"redrive refused: {refused.response['Error']['Code']}"
+                break
+            p.redriven, p.redriven_ms, p.stopped, p.timed_out = True, _now_ms(), False, False
+            time.sleep(0.5)  # (the status reads RUNNING again at once; its end comes later)
+            result = cloud.wait_for(p.arn, timeout=HARD_CAP_S)
+        history = result.history
+        p.status, p.error, p.cause = result.status, result.error, result.cause or p.cause
+        p.entered_ms = [int(e["timestamp"].timestamp() * 1000) for e in history
+                        if (e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"].get("resourceType") == "lambda")
+                        or (e["type"] == "WaitStateEntered" and e["stateEnteredEventDetails"]["name"].endswith("Hold"))]
+        ends = [e for e in history if e["type"] in ("ExecutionSucceeded", "ExecutionFailed", "ExecutionAborted",
+                                                     "ExecutionTimedOut")]
+        p.ended_ms = int(ends[-1]["timestamp"].timestamp() * 1000) if ends else _now_ms()
+        from tools.stress import trail
+
+        p.trail = trail(history)
+
+    def _client(self, p: Participant) -> None:
+        mode = p.role.removeprefix("client-")
+        client = LockClient(self.tables["locks"], namespace=NAMESPACE[p.role], dynamodb=self.cloud.dynamodb,
+                            stepfunctions=self.cloud.stepfunctions, fair=mode == "fair",
+                            read_write=mode.startswith("rw"), claim_window=PARK_TIMEOUT_S)
+        owner = f"matrix{uuid.uuid4().hex[:12]}"
+        shared = mode == "rw-read"
+        deadline = time.monotonic() + CLIENT_WAIT_S
+        lease = None
+        lambda_client = self.cloud.client("lambda")
+        released_error: ClientError | None = None
+        work_error: str | None = None
+        while True:
+            try:
+                if lease is None:
+                    lease = client.acquire(self.key, owner=owner, lease=CLIENT_LEASE_S, shared=shared,
+                                           wait=max(0.0, deadline - time.monotonic()), max_poll_interval=1.0)
+                    p.entered_ms.append(_now_ms())
+                    payload = {"key": self.key, "workMs": p.document["workMs"], "fail": p.document["fail"],
+                               "fence": lease.fence, "role": "read" if shared else "write"}
+                    response = lambda_client.invoke(FunctionName=self.probe_function, Payload=json.dumps(payload).encode())
+                    body = response["Payload"].read()
+                    if response.get("FunctionError"):
+                        work_error = json.loads(body).get("errorType", "Unknown")
+                        if work_error == "Sandbox.Timedout":  # its handler runs on: wait until it is out
+                            self._wait_probe_left()
+                client.release(lease)
+                p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
+                return
+            except LockLost as lost:
+                if released_error is not None and released_error.response["Error"]["Code"] == "InternalServerError":
+                    p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
+                    return
+                if p.entered_ms and _now_ms() - p.entered_ms[-1] > CLIENT_LEASE_S * 1000:
+                    p.status, p.error, p.cause = "FAILED", LEASE_RAN_OUT, str(lost)[:300]
+                    return
+                raise
+            except LockTimeout:
+                p.status, p.error = "FAILED", protocol.ERROR_TIMEOUT
+                return
+            except LockError as error:
+                p.status, p.error, p.cause = "FAILED", type(error).__name__, str(error)[:300]
+                return
+            except ClientError as error:
+                if p.crashed:
+                    p.status = "CRASHED"
+                    return
+                code = error.response["Error"]["Code"]
+                if code not in APP_RETRIED or time.monotonic() > deadline + 60:
+                    p.status, p.error, p.cause = "FAILED", f"raw {code}", str(error)[:300]
+                    return
+                if lease is not None:
+                    released_error = error
+                time.sleep(0.2)
+
+    def _wait_probe_left(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            item = self.cloud.dynamodb.get_item(TableName=self.tables["probes"], Key={"pk": {"S": self.key}},
+                                                ConsistentRead=True).get("Item", {})
+            if int(item.get("inside", {}).get("N", "0")) <= 0:
+                return
+            time.sleep(0.1)
+
+    def _wait_inside(self, p: Participant, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if p.entered_ms or p.status:
+                return
+            if p.arn:
+                status = self.cloud.status(p.arn)
+                if status != "RUNNING":
+                    return
+                history = self.cloud.history(p.arn)
+                if any((e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"].get("resourceType") == "lambda")
+                       or (e["type"] == "WaitStateEntered" and e["stateEnteredEventDetails"]["name"].endswith("Hold"))
+                       for e in history):
+                    return
+            time.sleep(0.2)
+
+    def _stop(self, p: Participant, *, redrive: bool = False) -> None:
+        deadline = time.monotonic() + 30
+        while not p.arn and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if p.is_client or not p.arn or self.cloud.status(p.arn) != "RUNNING":
+            return
+        p.stopped, p.redrive = True, p.redrive or redrive
+        self.cloud.stop_execution(p.arn, error=_STOPPED, cause="stopped by the fault matrix's situation")
+
+    # -- after ----------------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Wait for every grace to pass (a stopped holder's lock is retired to its end + grace;
+        a crashed client's is free at its lease's end)."""
+        # (a work past its function timeout: the section retires its hold to the end + grace)
+        ends = [p.ended_ms for p in self.participants if p.abnormal or p.stopped or p.timed_out
+                or p.error in WORK_TIMEOUTS]
+        crashed = any(p.status == "CRASHED" for p in self.participants)
+        if ends:
+            until = max(ends) + (max(GRACE_S, CLIENT_LEASE_S if crashed else 0) + 2) * 1000
+            time.sleep(max(0.0, (until - _now_ms()) / 1000))
+
+    def _items(self) -> list[dict]:
+        items = []
+        for page in self.cloud.dynamodb.get_paginator("scan").paginate(TableName=self.tables["locks"], ConsistentRead=True):
+            items += [item for item in page["Items"] if self.id in json.dumps(item)]
+        return items
+
+    def _judge(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {name: [] for name in ("alone", "lost update", "fences", "outcome", "blocked",
+                                                             "left", "unlisted")}
+        limit = SEMAPHORE_LIMIT if self.row.kind == "semaphore" else 1
+        for key in self.probe_keys:
+            item = self.cloud.dynamodb.get_item(TableName=self.tables["probes"], Key={"pk": {"S": key}},
+                                                ConsistentRead=True).get("Item", {})
+            number = lambda name: int(item.get(name, {}).get("N", "0"))  # noqa: E731
+            seen = [int(v["N"]) for v in item.get("seen", {}).get("L", [])]
+            if number("violations") or (limit > 1 and any(s > limit for s in seen)):
+                found["alone"].append(f"{key}: {number('violations')} entries found another holder inside (seen {seen})")
+            if limit == 1 and number("counter") != number("accepted"):  # (a semaphore's holders share it)
+                found["lost update"].append(f"{key}: counter {number('counter')} != accepted {number('accepted')}")
+            fences = [int(v["N"]) for v in item.get("fences", {}).get("L", [])]
+            nested = self.row.kind == "nested" or any(p.role == "Nested" for p in self.participants)
+            if any(b < a or (b == a and not nested) for a, b in zip(fences, fences[1:])):
+                found["fences"].append(f"{key}: {fences}")
+            if number("staleReads"):
+                found["fences"].append(f"{key}: {number('staleReads')} reads of another fence than the last writer's")
+        if any(p.role == "Record" for p in self.participants):
+            record = self.cloud.dynamodb.get_item(TableName=self.tables["records"], Key={RECORD_KEY: {"S": self.key}},
+                                                  ConsistentRead=True).get("Item", {})
+            balance = int(record.get("balance", {}).get("N", "0"))
+            done = sum(p.status == "SUCCEEDED" for p in self.participants)
+            maybe = sum(p.status != "SUCCEEDED" for p in self.participants)
+            if not done <= balance <= done + maybe:
+                found["lost update"].append(f"record {self.key}: balance {balance}, {done} runs succeeded, {maybe} others")
+        for p in self.participants:
+            if not self._documented(p):
+                found["outcome"].append(f"{p.role} {p.arn.rpartition(':')[2]}: {p.status} {p.error} {(p.cause or '')[:200]}")
+        found["blocked"] = self._blocked()
+        found["left"] = self._left()
+        found["unlisted"] = sorted(set(self.unlisted))
+        return found
+
+    def _documented(self, p: Participant) -> bool:
+        # the work's own errors: the one it was asked for, its function timeout (a loaded machine)
+        asked = (p.document.get("fail") and p.error == "RuntimeError") or p.error in WORK_TIMEOUTS
+        if p.is_client:
+            return p.status == "SUCCEEDED" or asked or p.status == "CRASHED" and p.crashed or \
+                p.error in (protocol.ERROR_TIMEOUT, LEASE_RAN_OUT)
+        if p.status == "SUCCEEDED" or asked or p.error == protocol.ERROR_TIMEOUT:
+            return True
+        if p.error == record_protocol.ERROR_RECORD_TOO_LARGE:
+            return self.situation == "refused"
+        if p.status == "ABORTED":
+            return p.stopped
+        if p.status == "TIMED_OUT":
+            return p.timed_out
+        return False
+
+    def _blocked(self) -> list[str]:
+        found = []
+        bound_end = max(p.started_ms for p in self.participants) + HARD_CAP_S * 1000
+        for p in self.participants:
+            if not p.status or p.ended_ms > bound_end:
+                found.append(f"{p.role} {p.arn.rpartition(':')[2]} still running after {HARD_CAP_S} s")
+        for dead in self.participants:
+            if not dead.abnormal:
+                continue
+            end = dead.redriven_ms or dead.ended_ms  # a redriven one: its stop came just before its redrive
+            lease_s = CLIENT_LEASE_S if dead.status == "CRASHED" else GRACE_S
+            for waiter in self.participants:
+                if waiter is dead or waiter.started_ms > end or waiter.ended_ms <= end \
+                        or waiter.status in ("ABORTED", "TIMED_OUT", "CRASHED"):
+                    continue  # it came later, was done by then, or ended abnormally itself
+                later = [ms for ms in waiter.entered_ms if ms > end]
+                if not later and any(ms <= end for ms in waiter.entered_ms):
+                    continue  # it was inside then: not waiting for the one that ended
+                round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
+                bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000)
+                next_ms = later[0] if later else waiter.ended_ms
+                if next_ms - end > bound_ms:
+                    found.append(f"{waiter.role} {waiter.arn.rpartition(':')[2]} waited {(next_ms - end) / 1000:.0f} s "
+                                 f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
+                                 f"(bound {bound_ms / 1000:.0f} s)")
+        return found
+
+    def _left(self) -> list[str]:
+        now, found, rows = _now_ms(), [], 0
+        items = self._items()
+        for item in items:
+            key = item["pk"]["S"]
+            if protocol.OWNER in item and protocol.EXPIRES_AT in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
+                found.append(f"{key} held by {item[protocol.OWNER]['S'][-60:]} for "
+                             f"{(int(item[protocol.EXPIRES_AT]['N']) - now) / 1000:.0f} s more")
+            elif fair.TOKEN in item and "#" in key and not item[fair.TOKEN].get("S", "").startswith(
+                    fair.CLIENT_LEASE_PREFIX):  # (a client's row: its lease ends it - a row left, counted below)
+                found.append(f"{key} still parks {item.get(protocol.OWNER, {}).get('S', '?')[-60:]}")
+            if protocol.FENCE not in item:
+                rows += 1
+        if rows > ROWS_PER_PARTICIPANT * len(self.participants):
+            found.append(f"{rows} rows left besides the lock items (bound {ROWS_PER_PARTICIPANT} per participant)")
+        return found

@@ -1,0 +1,143 @@
+"""The fault matrix's stack: one workflow per lock kind around the probe Lambda, with the
+participants each kind shares its keys with.
+
+Every kind the product offers is here, each on a namespace of its own, and every kind's
+rows are read from these definitions (:mod:`tools.matrix.rows`):
+
+- ``Mutex`` (``Lock.mutex``, namespace ``m``): beside another ``Mutex`` run and a
+  :class:`LockClient` on ``m``; ``Nested``: a section nested in a section on the same key
+  (re-entered), or on ``innerKey`` (the inner section's own states run);
+- ``Reader`` / ``Writer`` (``Lock.shared`` / ``Lock.exclusive``, namespace ``rw``), with
+  ``RwMutex`` (a mutex on their keys counts as a writer) and a read/write client;
+- ``Fair`` (``Lock.fair``, namespace ``f``) with a fair client;
+- ``Semaphore`` (``Lock.semaphore``, limit :data:`SEMAPHORE_LIMIT`, namespace ``sem``): more
+  runs than slots;
+- ``Transfer`` (``Lock.keys``, namespace ``acct``): overlapping pairs of keys;
+- ``Record`` (``Lock.on_record``): the lock on the record, its work an increment.
+
+The probe counts holders inside at entry (readers and writers apart), the fences and a
+read-modify-write counter; ``Unlocked`` is the same work with no lock (the negative control).
+Every workflow keeps the default janitor (a status-change rule), so the janitor's writes run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+#: The probe's Lambda timeout (s): the stop grace is this + 5 s (``LockedWorkflow``'s default);
+#: room for a 2.5 s hold on a loaded machine.
+PROBE_TIMEOUT_S = 5
+#: A parked waiter's fallback (s), fair and read/write.
+PARK_TIMEOUT_S = 3
+#: Holders the semaphore admits at once.
+SEMAPHORE_LIMIT = 2
+#: The longest wait for a lock (s).
+MAX_WAIT_S = 90
+#: The state machines' timeout (s); a cell times an execution out where it needs to
+#: (``cells.time_out``), as its TimeoutSeconds would.
+TIMEOUT_S = 240
+#: The records table's partition key.
+RECORD_KEY = "recordId"
+#: Kind -> the workflow of that kind (its definition gives the kind's rows).
+MACHINES = {"mutex": "Mutex", "nested": "Nested", "fair": "Fair", "semaphore": "Semaphore",
+            "multikey": "Transfer", "shared": "Reader", "exclusive": "Writer", "record": "Record"}
+
+
+def build_stack(scope: Any, construct_id: str) -> Any:
+    """The matrix's stack (CDK imported here: the CLI imports it lazily)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
+    from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+
+    from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
+    from locked_workflow.constructs_lib.assets import lambda_code
+    from locked_workflow.state_machines.lock_protocol import jsonata
+    from tools.stress import FAST
+
+    stack = cdk.Stack(scope, construct_id)
+    locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
+    probes = dynamodb.Table(
+        stack, "Probes", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    records = dynamodb.Table(
+        stack, "Records", partition_key=dynamodb.Attribute(name=RECORD_KEY, type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
+    )
+    probe_fn = lambda_.Function(
+        stack, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+        code=lambda_code(Path(__file__).resolve().parents[2] / "lambdas" / "probe"),
+        timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
+        environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+    )
+    probes.grant_read_write_data(probe_fn)
+    key = jsonata("$states.input.key")
+    park = cdk.Duration.seconds(PARK_TIMEOUT_S)
+
+    def probe(construct_id: str, payload: dict) -> Any:
+        return tasks.LambdaInvoke.jsonata(
+            stack, construct_id, lambda_function=probe_fn,
+            payload=sfn.TaskInput.from_object({**payload, "workMs": jsonata("$states.input.workMs"),
+                                               "fail": jsonata("$exists($states.input.fail) and $states.input.fail")}),
+            outputs=jsonata("$states.input"), retry_on_service_exceptions=False,
+        )
+
+    def one_key(role: str | None = None, variable: str = "lock", at: str = key) -> dict:
+        payload = {"key": at, "fence": jsonata(f"${variable}.fence")}
+        return {**payload, "role": role} if role else payload
+
+    transfer_keys = jsonata("[$states.input.from, $states.input.to]")
+    fences = "$merge($each($lock.fences, function($v, $k) { {$substringAfter($k, '#'): $v} }))"
+    kinds = {
+        "Mutex": (Lock.mutex(key), "m", lambda n: probe(n, one_key("write"))),
+        "RwMutex": (Lock.mutex(key), "rw", lambda n: probe(n, one_key("write"))),
+        "Reader": (Lock.shared(key, park_timeout=park), "rw", lambda n: probe(n, one_key("read"))),
+        "Writer": (Lock.exclusive(key, park_timeout=park), "rw", lambda n: probe(n, one_key("write"))),
+        "Fair": (Lock.fair(key, park_timeout=park), "f", lambda n: probe(n, one_key())),
+        "Semaphore": (Lock.semaphore(key, limit=SEMAPHORE_LIMIT), "sem",
+                      lambda n: probe(n, {"key": key, "limit": SEMAPHORE_LIMIT})),
+        "Transfer": (Lock.keys(transfer_keys), "acct",
+                     lambda n: probe(n, {"keys": transfer_keys, "fences": jsonata(fences)})),
+    }
+    for name, (lock, namespace, work) in kinds.items():
+        LockedWorkflow(
+            stack, name, lock=lock, key_namespace=namespace, protected=work(f"{name}Probe"), table=locks,
+            wait_policy=FAST, max_wait=cdk.Duration.seconds(MAX_WAIT_S), timeout=cdk.Duration.seconds(TIMEOUT_S),
+            logging=False, tracing=False, state_machine_name=name,
+        )
+    # A section nested in a section: on the same key (re-entered: the inner one passes through),
+    # or on another (``innerKey``: the inner section's own states run).
+    inner_key = jsonata("$exists($states.input.innerKey) ? $states.input.innerKey : $states.input.key")
+    inner = LockedSection(
+        stack, "Inner", lock=Lock.mutex(inner_key), key_namespace="m", table=locks, wait_policy=FAST,
+        max_wait=cdk.Duration.seconds(MAX_WAIT_S), lease=cdk.Duration.minutes(10), lock_variable="inner",
+        protected=probe("InnerProbe", one_key("write", "inner", inner_key)),
+    )
+    outer = LockedSection(
+        stack, "Outer", lock=Lock.mutex(key), key_namespace="m", table=locks, wait_policy=FAST,
+        max_wait=cdk.Duration.seconds(MAX_WAIT_S), lease=cdk.Duration.minutes(10), lock_variable="outer",
+        protected=probe("OuterProbe", one_key("write", "outer")).next(inner),
+    )
+    machine = sfn.StateMachine(
+        stack, "NestedMachine", state_machine_name="Nested", definition_body=sfn.DefinitionBody.from_chainable(outer),
+        query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.seconds(TIMEOUT_S),
+    )
+    outer.recover_stale_holders(machine)
+    # The lock on the record itself: the work increments the record's balance.
+    increment = sfn.Pass.jsonata(stack, "RecordWork", outputs=jsonata(
+        "{'recordUpdate': {'set': {'balance': {'N': $string(($exists($lock.item.balance.N) "
+        "? $number($lock.item.balance.N) : 0) + 1)}}}}"))
+    hold = sfn.Wait.jsonata(stack, "RecordHold", time=sfn.WaitTime.seconds(jsonata("$states.input.waitS")))
+    LockedWorkflow(
+        stack, "Record", lock=Lock.on_record(records, key, must_exist=False), wait_policy=FAST,
+        protected=hold.next(increment), max_wait=cdk.Duration.seconds(MAX_WAIT_S),
+        timeout=cdk.Duration.seconds(TIMEOUT_S), logging=False, tracing=False, state_machine_name="Record",
+    )
+    # The negative control: the probe with no lock.
+    sfn.StateMachine(
+        stack, "UnlockedMachine", state_machine_name="Unlocked",
+        definition_body=sfn.DefinitionBody.from_chainable(probe("UnlockedProbe", {"key": key, "role": "write"})),
+        query_language=sfn.QueryLanguage.JSONATA, timeout=cdk.Duration.seconds(TIMEOUT_S),
+    )
+    return stack

@@ -1,0 +1,387 @@
+"""The fault matrix's table: its fault columns, which apply to which row (or why not), and the
+situation each workflow row's cells bring their participants into so the row's state runs.
+
+:data:`SITUATIONS` names every lock state of every kind, by hand: a state added to a kind
+(a new row of :mod:`tools.matrix.rows`) has no situation until someone says how to reach it,
+and :func:`uncovered` - run by ``tests/test_fault_matrix.py`` on every synth - reports it, so
+a new state cannot ship without a row in the matrix.
+
+Situations (:mod:`tools.matrix.cells` runs them):
+
+- ``contend``: two or three participants arrive together;
+- ``work-fails``: the first participant's work fails (the release after an error);
+- ``dead-holder``: the first participant is stopped inside its work while the others wait (the
+  liveness check, the takeover of an ended holder, a reader's reap);
+- ``dead-waiter``: a holder works while the second participant, queued, is stopped (holes in a
+  queue: mark, skip, revoke, a wake-up of an ended waiter);
+- ``client-waiter``: a workflow holds while the kind's :class:`LockClient` waits (a grant to a
+  polling waiter);
+- ``redrive``: the first participant is stopped inside its work and redriven (a resumed
+  holder retires the acquisition it cannot prove it still holds);
+- ``refused``: the record lock refuses its record (too large) and frees it;
+- ``after-lost:<state>``: the response of ``<state>``'s call is lost first (its retry, the row,
+  follows); ``work-fails+...``: with the first participant's work failing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from tools.matrix.rows import Row
+
+#: Kinds whose items a DynamoDB transaction writes (a read/write lock's park and abandon, a
+#: multi-key lock's acquire and release): a write there may meet ``TransactionConflictException``.
+TRANSACTIONAL_KINDS = frozenset({"shared", "exclusive", "multikey", "client-rw", "janitor"})
+#: Row kinds without an execution of their own.
+CLIENT_KINDS = frozenset({"client-mutex", "client-fair", "client-rw"})
+
+
+@dataclass(frozen=True)
+class Column:
+    """A fault: the error a call gets, whether it applied first, what happens right after it."""
+
+    name: str
+    error: str  # botocore's error code (a Step Functions call: :attr:`sfn_error`)
+    after_call: bool = False
+    then: str = ""  # "stop", "time out", "stop, redrive" - the caller's execution, right after the call
+    reading: str = "strict"  # the redrive reading the cell runs under
+    sfn_error: str = ""
+
+    def error_for(self, row: Row) -> str:
+        if row.operation == "TransactWriteItems" and self.error == "TransactionConflictException":
+            return "TransactionCanceledException"  # a transaction is cancelled by a conflict
+        return self.sfn_error if row.service == "stepfunctions" and self.sfn_error else self.error
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("5xx", "InternalServerError", sfn_error="ServiceUnavailable"),
+    Column("throttle", "ThrottlingException"),
+    Column("lost", "InternalServerError", after_call=True, sfn_error="ServiceUnavailable"),
+    Column("stop-after", "InternalServerError", after_call=True, then="stop", sfn_error="ServiceUnavailable"),
+    Column("timeout-after", "InternalServerError", after_call=True, then="time out", sfn_error="ServiceUnavailable"),
+    Column("redrive", "InternalServerError", after_call=True, then="stop, redrive", sfn_error="ServiceUnavailable"),
+    Column("redrive-reeval", "InternalServerError", after_call=True, then="stop, redrive", reading="reevaluate",
+           sfn_error="ServiceUnavailable"),
+    Column("conflict", "TransactionConflictException"),
+)
+COLUMN = {column.name: column for column in COLUMNS}
+
+
+def not_applicable(row: Row, column: Column) -> str:
+    """Why ``column`` does not apply to ``row`` ("" when it does)."""
+    if column.name == "conflict":
+        if not row.writes:
+            return "not a DynamoDB write (reads and Step Functions calls never meet a transaction conflict)"
+        if row.kind not in TRANSACTIONAL_KINDS:
+            return f"no transaction writes the items of a {row.kind} lock"
+    if row.kind == "janitor" and column.then:
+        return "the janitor is a Lambda with no execution: its crash right after a call is the lost response"
+    if row.kind in CLIENT_KINDS and column.then in ("time out", "stop, redrive"):
+        return "a client has no execution to time out or redrive (its crash right after a call: stop-after)"
+    return ""
+
+
+def cells(rows: Iterable[Row]) -> list[tuple[Row, Column]]:
+    """Every applicable (row, column) of ``rows``."""
+    return [(row, column) for row in rows for column in COLUMNS if not not_applicable(row, column)]
+
+
+def situation(row: Row) -> str | None:
+    """How a cell of ``row`` reaches its state (``None``: nobody said - the row is uncovered)."""
+    if row.kind in CLIENT_KINDS or row.kind == "janitor":
+        return "dead-holder" if row.kind == "janitor" else "client-" + ("contend" if row.service == "dynamodb" else "waker")
+    return SITUATIONS.get(row.kind, {}).get(row.state)
+
+
+def uncovered(rows: Iterable[Row]) -> list[str]:
+    """Rows with no cell definition (no situation), and situations of states that are gone."""
+    rows = list(rows)
+    missing = [f"{row.name}: no situation in tools/matrix/table.py SITUATIONS" for row in rows if situation(row) is None]
+    seen = {(row.kind, row.state) for row in rows}
+    kinds = {row.kind for row in rows}
+    stale = [f"{kind}:{state}: in SITUATIONS but no such state" for kind, states in SITUATIONS.items()
+             if kind in kinds for state in states if (kind, state) not in seen]
+    return missing + stale
+
+
+SITUATIONS: dict[str, dict[str, str]] = {
+    'mutex': {
+        'Lock.Acquire': 'contend',
+        'Lock.Inspect': 'dead-holder',
+        'Lock.ProbeHolder': 'dead-holder',
+        'Lock.Abandoned': 'dead-holder',
+        'Lock.DescribeHolder': 'dead-holder',
+        'Lock.ReleaseAfterError': 'work-fails',
+        'Lock.Retire': 'redrive',
+        'Lock.Release': 'contend',
+        'Lock.ReleaseAgain': 'after-lost:Lock.Release',
+    },
+    'nested': {
+        'Outer.Acquire': 'contend',
+        'Outer.Inspect': 'dead-holder',
+        'Outer.ProbeHolder': 'dead-holder',
+        'Outer.Abandoned': 'dead-holder',
+        'Outer.DescribeHolder': 'dead-holder',
+        'Inner.Acquire': 'contend',
+        'Inner.Inspect': 'dead-holder',
+        'Inner.ProbeHolder': 'dead-holder',
+        'Inner.Abandoned': 'dead-holder',
+        'Inner.DescribeHolder': 'dead-holder',
+        'Inner.Depart': 'contend',
+        'Inner.Departed': 'contend',
+        'Inner.Dismiss': 'contend',
+        'Inner.Presence': 'contend',
+        'Inner.PresenceUnsure': 'contend',
+        'Inner.ReleaseAfterError': 'work-fails',
+        'Inner.Retire': 'redrive',
+        'Inner.Release': 'contend',
+        'Inner.ReleaseAgain': 'after-lost:Inner.Release',
+        'Outer.Depart': 'contend',
+        'Outer.Departed': 'contend',
+        'Outer.Dismiss': 'contend',
+        'Outer.Presence': 'contend',
+        'Outer.PresenceUnsure': 'contend',
+        'Outer.ReleaseAfterError': 'work-fails',
+        'Outer.Retire': 'redrive',
+        'Outer.Release': 'contend',
+        'Outer.ReleaseAgain': 'after-lost:Outer.Release',
+    },
+    'fair': {
+        'Lock.Acquire': 'contend',
+        'Lock.Enqueue': 'contend',
+        'Lock.Requeue': 'dead-waiter',
+        'Lock.DescribeHolder': 'dead-holder',
+        'Lock.Park': 'contend',
+        'Lock.Inspect': 'dead-holder',
+        'Lock.Help.GrantPoller': 'client-waiter',
+        'Lock.Help.Take': 'contend',
+        'Lock.Help.TakeNext': 'dead-waiter',
+        'Lock.Help.Skip': 'dead-waiter',
+        'Lock.Help.Revoke': 'dead-waiter',
+        'Lock.Help.Retake': 'dead-waiter',
+        'Lock.Help.RetakeEarly': 'dead-waiter',
+        'Lock.Help.WakeAgainEarly': 'dead-waiter',
+        'Lock.Help.DescribeGrantee': 'dead-waiter',
+        'Lock.Help.Wake': 'contend',
+        'Lock.Help.Grant': 'contend',
+        'Lock.Help.Recheck': 'contend',
+        'Lock.Help.Nudge': 'dead-waiter',
+        'Lock.Help.WakeAgain': 'dead-waiter',
+        'Lock.Help.Mark': 'dead-waiter',
+        'Lock.Help.Served': 'dead-waiter',
+        'Lock.Help.Unmark': 'dead-waiter',
+        'Lock.AcquireHead': 'contend',
+        'Lock.DropRow': 'dead-waiter',
+        'Lock.Claim': 'contend',
+        'Lock.Leave': 'dead-waiter',
+        'Lock.ClaimOnLeave': 'dead-waiter',
+        'Lock.ReleaseAfterError.Take': 'work-fails',
+        'Lock.ReleaseAfterError.Grant': 'work-fails',
+        'Lock.ReleaseAfterError.TakeAny': 'work-fails',
+        'Lock.ReleaseAfterError.Release': 'work-fails',
+        'Lock.ReleaseAfterError.ReleaseQueuedAgain': 'work-fails+after-lost:Lock.ReleaseAfterError.ReleaseQueued',
+        'Lock.ReleaseAfterError.ReleaseQueued': 'work-fails',
+        'Lock.ReleaseAfterError.Mark': 'work-fails',
+        'Lock.ReleaseAfterError.Served': 'work-fails',
+        'Lock.ReleaseAfterError.Unmark': 'work-fails',
+        'Lock.ReleaseAfterError.TakeNext': 'work-fails',
+        'Lock.ReleaseAfterError.Skip': 'work-fails',
+        'Lock.ReleaseAfterError.Revoke': 'work-fails',
+        'Lock.ReleaseAfterError.Retake': 'work-fails',
+        'Lock.ReleaseAfterError.RetakeEarly': 'work-fails',
+        'Lock.ReleaseAfterError.WakeAgainEarly': 'work-fails',
+        'Lock.ReleaseAfterError.DescribeGrantee': 'work-fails',
+        'Lock.ReleaseAfterError.Wake': 'work-fails',
+        'Lock.ReleaseAfterError.Recheck': 'work-fails',
+        'Lock.ReleaseAfterError.Nudge': 'work-fails',
+        'Lock.ReleaseAfterError.WakeAgain': 'work-fails',
+        'Lock.ReleaseAfterError.GrantPoller': 'work-fails',
+        'Lock.Retire': 'redrive',
+        'Lock.Release.Take': 'contend',
+        'Lock.Release.Grant': 'contend',
+        'Lock.Release.TakeAny': 'dead-waiter',
+        'Lock.Release.Release': 'contend',
+        'Lock.Release.ReleaseQueuedAgain': 'after-lost:Lock.Release.ReleaseQueued',
+        'Lock.Release.ReleaseQueued': 'contend',
+        'Lock.Release.GrantPoller': 'client-waiter',
+        'Lock.Release.Skip': 'dead-waiter',
+        'Lock.Release.TakeNext': 'dead-waiter',
+        'Lock.Release.Revoke': 'dead-waiter',
+        'Lock.Release.Retake': 'dead-waiter',
+        'Lock.Release.RetakeEarly': 'dead-waiter',
+        'Lock.Release.WakeAgainEarly': 'dead-waiter',
+        'Lock.Release.DescribeGrantee': 'dead-waiter',
+        'Lock.Release.Wake': 'contend',
+        'Lock.Release.Recheck': 'contend',
+        'Lock.Release.Nudge': 'dead-waiter',
+        'Lock.Release.WakeAgain': 'dead-waiter',
+        'Lock.Release.Mark': 'dead-waiter',
+        'Lock.Release.Served': 'dead-waiter',
+        'Lock.Release.Unmark': 'dead-waiter',
+    },
+    'semaphore': {
+        'Lock.Acquire': 'contend',
+        'Lock.Inspect': 'dead-holder',
+        'Lock.ProbeHolder': 'dead-holder',
+        'Lock.Abandoned': 'dead-holder',
+        'Lock.DescribeHolder': 'dead-holder',
+        'Lock.ReleaseAfterError': 'work-fails',
+        'Lock.Retire': 'redrive',
+        'Lock.Release': 'contend',
+        'Lock.ReleaseAgain': 'after-lost:Lock.Release',
+    },
+    'multikey': {
+        'Lock.Acquire': 'contend',
+        'Lock.Inspect': 'dead-holder',
+        'Lock.ProbeHolder': 'dead-holder',
+        'Lock.Abandoned': 'dead-holder',
+        'Lock.DescribeHolder': 'dead-holder',
+        'Lock.ReadFences': 'contend',
+        'Lock.Release': 'contend',
+        'Lock.ReleaseEachKey': 'contend',
+        'Lock.ReleaseAfterError': 'work-fails',
+        'Lock.ReleaseEachAfterErrorKey': 'work-fails',
+        'Lock.RetireKey': 'redrive',
+    },
+    'shared': {
+        'Lock.Acquire': 'contend',
+        'Lock.Rejoin': 'dead-waiter',
+        'Lock.DropRow': 'dead-waiter',
+        'Lock.Claim': 'contend',
+        'Lock.Park': 'contend',
+        'Lock.Enqueue': 'contend',
+        'Lock.Requeue': 'dead-waiter',
+        'Lock.Inspect': 'dead-holder',
+        'Lock.Reap': 'dead-holder',
+        'Lock.RetireHolder': 'dead-holder',
+        'Lock.DescribeHolder': 'dead-holder',
+        'Lock.ReadPresence': 'dead-holder',
+        'Lock.ProbeHolder': 'dead-holder',
+        'Lock.RetireReader': 'dead-holder',
+        'Lock.AbandonReader': 'dead-holder',
+        'Lock.AbandonHolder': 'dead-holder',
+        'Lock.Admit': 'contend',
+        'Lock.Help.Look': 'contend',
+        'Lock.Help.LookAgain': 'contend',
+        'Lock.Help.WakeReader': 'contend',
+        'Lock.Help.GrantRead': 'contend',
+        'Lock.Help.Recheck': 'contend',
+        'Lock.Help.GrantWrite': 'contend',
+        'Lock.Help.WakeWriter': 'contend',
+        'Lock.Help.GrantWritePolling': 'client-waiter',
+        'Lock.Help.GrantReadPolling': 'client-waiter',
+        'Lock.Help.Skip': 'dead-waiter',
+        'Lock.Help.Mark': 'dead-waiter',
+        'Lock.Admitted.Look': 'contend',
+        'Lock.Admitted.LookAgain': 'contend',
+        'Lock.Admitted.WakeReader': 'contend',
+        'Lock.Admitted.GrantRead': 'contend',
+        'Lock.Admitted.Recheck': 'contend',
+        'Lock.Admitted.GrantWrite': 'contend',
+        'Lock.Admitted.WakeWriter': 'contend',
+        'Lock.Admitted.GrantWritePolling': 'client-waiter',
+        'Lock.Admitted.GrantReadPolling': 'client-waiter',
+        'Lock.Admitted.Skip': 'dead-waiter',
+        'Lock.Leave': 'dead-waiter',
+        'Lock.ClaimOnLeave': 'dead-waiter',
+        'Lock.Release': 'contend',
+        'Lock.ReleaseAgain': 'after-lost:Lock.Release',
+        'Lock.ReleaseRead': 'contend',
+        'Lock.Release.Handoff.FreeShared': 'contend',
+        'Lock.Release.Handoff.WakeWriter': 'contend',
+        'Lock.Release.Handoff.GrantWrite': 'contend',
+        'Lock.Release.Handoff.Look': 'contend',
+        'Lock.Release.Handoff.LookAgain': 'contend',
+        'Lock.Release.Handoff.WakeReader': 'contend',
+        'Lock.Release.Handoff.GrantRead': 'contend',
+        'Lock.Release.Handoff.Recheck': 'contend',
+        'Lock.Release.Handoff.GrantReadPolling': 'client-waiter',
+        'Lock.Release.Handoff.GrantWritePolling': 'client-waiter',
+        'Lock.Release.Handoff.Skip': 'dead-waiter',
+        'Lock.ReleaseAfterError': 'work-fails',
+        'Lock.ReleaseAfterErrorAgain': 'work-fails+after-lost:Lock.ReleaseAfterError',
+        'Lock.ReleaseAfterErrorRead': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.FreeShared': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.WakeWriter': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.Look': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.LookAgain': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.WakeReader': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.GrantRead': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.Recheck': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.GrantReadPolling': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.GrantWritePolling': 'work-fails',
+        'Lock.ReleaseAfterError.Handoff.Skip': 'work-fails',
+        'Lock.Retire': 'redrive',
+    },
+    'exclusive': {
+        'Lock.Acquire': 'contend',
+        'Lock.Enqueue': 'contend',
+        'Lock.Requeue': 'dead-waiter',
+        'Lock.Inspect': 'dead-holder',
+        'Lock.Reap': 'dead-holder',
+        'Lock.RetireHolder': 'dead-holder',
+        'Lock.DescribeHolder': 'dead-holder',
+        'Lock.ReadPresence': 'dead-holder',
+        'Lock.ProbeHolder': 'dead-holder',
+        'Lock.Park': 'contend',
+        'Lock.Help.WakeWriter': 'contend',
+        'Lock.Help.GrantWrite': 'contend',
+        'Lock.Help.Look': 'contend',
+        'Lock.Help.LookAgain': 'contend',
+        'Lock.Help.WakeReader': 'contend',
+        'Lock.Help.GrantRead': 'contend',
+        'Lock.Help.Recheck': 'contend',
+        'Lock.Help.GrantReadPolling': 'client-waiter',
+        'Lock.Help.GrantWritePolling': 'client-waiter',
+        'Lock.Help.Skip': 'dead-waiter',
+        'Lock.Admit': 'contend',
+        'Lock.DropRow': 'dead-waiter',
+        'Lock.Claim': 'contend',
+        'Lock.Leave': 'dead-waiter',
+        'Lock.ClaimOnLeave': 'dead-waiter',
+        'Lock.Release.Look': 'contend',
+        'Lock.Release.LookAgain': 'contend',
+        'Lock.Release.ReleaseAgain': 'after-lost:Lock.Release.Release',
+        'Lock.Release.Release': 'contend',
+        'Lock.Release.WakeWriter': 'contend',
+        'Lock.Release.GrantWrite': 'contend',
+        'Lock.Release.Recheck': 'contend',
+        'Lock.Release.GrantRead': 'contend',
+        'Lock.Release.WakeReader': 'contend',
+        'Lock.Release.GrantReadPolling': 'client-waiter',
+        'Lock.Release.GrantWritePolling': 'client-waiter',
+        'Lock.Release.Skip': 'dead-waiter',
+        'Lock.ReleaseAfterError.Look': 'work-fails',
+        'Lock.ReleaseAfterError.LookAgain': 'work-fails',
+        'Lock.ReleaseAfterError.ReleaseAgain': 'work-fails+after-lost:Lock.ReleaseAfterError.Release',
+        'Lock.ReleaseAfterError.Release': 'work-fails',
+        'Lock.ReleaseAfterError.WakeWriter': 'work-fails',
+        'Lock.ReleaseAfterError.GrantWrite': 'work-fails',
+        'Lock.ReleaseAfterError.Recheck': 'work-fails',
+        'Lock.ReleaseAfterError.GrantRead': 'work-fails',
+        'Lock.ReleaseAfterError.WakeReader': 'work-fails',
+        'Lock.ReleaseAfterError.GrantReadPolling': 'work-fails',
+        'Lock.ReleaseAfterError.GrantWritePolling': 'work-fails',
+        'Lock.ReleaseAfterError.Skip': 'work-fails',
+        'Lock.Retire': 'redrive',
+        'Lock.Help.Mark': 'dead-waiter',
+        'Lock.RetireReader': 'dead-holder',
+        'Lock.AbandonReader': 'dead-holder',
+        'Lock.AbandonHolder': 'dead-holder',
+    },
+    'record': {
+        'Lock.Acquire': 'contend',
+        'Lock.Inspect': 'dead-holder',
+        'Lock.ProbeHolder': 'dead-holder',
+        'Lock.Abandoned': 'dead-holder',
+        'Lock.DescribeHolder': 'dead-holder',
+        'Lock.ReadRecord': 'contend',
+        'Lock.Release': 'contend',
+        'Lock.ReleaseAfterError': 'work-fails',
+        'Lock.ReleaseAgain': 'after-lost:Lock.Release',
+        'Lock.Retire': 'redrive',
+        'Lock.FreeRefused': 'refused',
+    },
+}
