@@ -65,17 +65,15 @@ class FaultLog:
         return sum(f.injected for f in self.faults)
 
 
-def _error(client: BaseClient, code: str, operation: str) -> ClientError:
-    """The error botocore raises for ``code``: the service's modeled exception class where it
-    has one (as for a real response), so a Step Functions aws-sdk task names it
-    ``<Service>.<code>`` - a plain ``ClientError`` would surface as ``DynamoDb.DynamoDbException``,
-    which no Retry on a named error matches."""
+def _error(code: str, operation: str) -> ClientError:
     status = 400 if code.endswith(("ThroughputExceededException", "ThrottlingException", "RequestLimitExceeded")) else 500
-    response = {
-        "Error": {"Code": code, "Message": f"injected fault: {code}"},
-        "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": "injected-fault"},
-    }
-    return client.exceptions.from_code(code)(response, operation)
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": f"injected fault: {code}"},
+            "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": "injected-fault"},
+        },
+        operation,
+    )
 
 
 @contextmanager
@@ -112,7 +110,7 @@ def dynamodb_faults(*faults: Fault) -> Iterator[FaultLog]:
             log.calls.append((operation, fault.error_code))
             if fault.then is not None:
                 fault.then()
-        raise _error(client, fault.error_code, operation)
+        raise _modeled_error(client, fault.error_code, operation, params)
 
     with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
         yield log
