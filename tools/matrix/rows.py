@@ -196,7 +196,8 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-rw", "fair_protocol.LEAVE", "dynamodb", "UpdateItem"),  # shared_protocol.LEAVE: the same
     ("client-rw", "shared_protocol.LEAVE_READ", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.REAP_READ", "dynamodb", "UpdateItem"),
-    ("client-rw", "shared_protocol.FREE_SHARED", "dynamodb", "UpdateItem"),
+    ("client-rw", "shared_protocol.LEAVE_LAST", "dynamodb", "UpdateItem"),
+    ("client-rw", "shared_protocol.REAP_LAST", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.PARK+shared_protocol.PARK_UNLESS", "dynamodb", "TransactWriteItems"),
     ("client-rw", "lock_protocol.RELEASE", "dynamodb", "UpdateItem"),  # shared_protocol.RELEASE_WRITE
     ("client-rw", "lock_protocol.REFRESH", "dynamodb", "UpdateItem"),

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 #: The probe's Lambda timeout (s): the stop grace is this + 5 s (``LockedWorkflow``'s default);
-#: room for a 2.5 s hold on a loaded machine.
-PROBE_TIMEOUT_S = 5
+#: room for a 2.5 s hold on a loaded machine (5 s timed out under a load average of 10).
+PROBE_TIMEOUT_S = 10
 #: A parked waiter's fallback (s), fair and read/write.
 PARK_TIMEOUT_S = 3
 #: Holders the semaphore admits at once.
@@ -52,6 +52,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
 
     from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
     from locked_workflow.constructs_lib.assets import lambda_code
+    from locked_workflow.constructs_lib.monitoring import powertools_layer
     from locked_workflow.state_machines.lock_protocol import jsonata
     from tools.stress import FAST
 
@@ -70,6 +71,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         code=lambda_code(Path(__file__).resolve().parents[2] / "lambdas" / "probe"),
         timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
         environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
+        layers=[powertools_layer(stack)],  # what the handler imports (Powertools), as on AWS
     )
     probes.grant_read_write_data(probe_fn)
     key = jsonata("$states.input.key")
