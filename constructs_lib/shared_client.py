@@ -49,6 +49,7 @@ from locked_workflow.state_machines.lock_protocol import (
     ACQUIRED_AT,
     ERROR_LOST,
     ERROR_TIMEOUT,
+    ERROR_TOO_MANY_READERS,
     EXPIRES_AT,
     FENCE,
     OWNER,
@@ -74,6 +75,14 @@ _CONDITION_FAILED = "ConditionalCheckFailedException"
 _TRANSACTION_CANCELED = "TransactionCanceledException"
 #: A polling waiter's row lease lasts its next poll plus this margin (the fair client's).
 _ROW_MARGIN_S = fair.CLIENT_POLL_MARGIN_S
+
+
+class TooManyReaders(LockHeld):
+    """A reader refused, before any write of its own, because the key already has
+    ``shared_protocol.MAX_READERS`` readers (the lock item would grow past what a workflow's
+    state can return). ``item``: the lock item as the refusal found it."""
+
+    error = ERROR_TOO_MANY_READERS
 
 
 class _Refused(Exception):
@@ -167,7 +176,8 @@ class ReadWriteParticipant:
         """Values of the free conditions: ``:me``, ``:stale`` (nobody is known dead), ``:now``, ``:shared``,
         and the counters' ``:one``/``:zero``/``:minusOne``."""
         return {":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self._earliest())},
-                ":shared": {"S": shared.SHARED}, ":one": {"N": "1"}, ":zero": {"N": "0"}, ":minusOne": {"N": "-1"}}
+                ":shared": {"S": shared.SHARED}, ":one": {"N": "1"}, ":zero": {"N": "0"}, ":minusOne": {"N": "-1"},
+                **shared.MAX_READERS_VALUES}
 
     def _earliest(self, at: float | None = None) -> int:
         """What this client judges leases by: :meth:`LockClient.earliest_ms`."""
@@ -227,6 +237,8 @@ class ReadWriteParticipant:
                 lease, seen = self._fast(key, table_key, me, mode, options.lease_ms)
                 if lease is not None:
                     return lease
+                if mode == READ and shared.too_many_readers(seen):
+                    raise self._held(key, table_key, seen, TooManyReaders)
                 if options.wait_s == 0:
                     raise self._held(key, table_key, seen, LockHeld)
                 ticket = self._enqueue(table_key, me, mode)
@@ -260,6 +272,8 @@ class ReadWriteParticipant:
         who = f"{readers} reader(s)" if owner == shared.SHARED else repr(owner)
         served, tickets = fair.counters(item)
         prefix = f"{ERROR_TIMEOUT}: " if tail else ""
+        if error is TooManyReaders:
+            prefix, tail = f"{ERROR_TOO_MANY_READERS}: ", f", at most {shared.MAX_READERS} readers at once{tail}"
         held = error(f"{prefix}lock {table_key!r} is held by {who}, {tickets - served} queued{tail}", key=key,
                      holder=owner, expires_at=_number(item, EXPIRES_AT) if EXPIRES_AT in item else None)
         held.item = item
@@ -329,6 +343,12 @@ class ReadWriteParticipant:
                 self._drop_row(table_key, ticket)
                 return None, None
             free = (_writer_free if mode == READ else _all_free)(item, me=me, now=now)
+            if served == ticket - 1 and free and mode == READ and shared.too_many_readers(item):
+                # the head, refused by the cap (GRANT_READ): give my place up, unless granted meanwhile
+                lease = self._leave(key, table_key, me, mode, ticket, lease_ms)
+                if lease is not None:
+                    return lease, ticket
+                raise self._held(key, table_key, item, TooManyReaders, f" (ticket {ticket})")
             if served == ticket - 1 and free:
                 lease = self._admit(key, table_key, me, mode, ticket, lease_ms)
                 if lease is not None:

@@ -7,7 +7,9 @@ state machines: waiters park on a task token)::
                                            |--woken--> Claim (CLAIM_*) --> DropRow --> work
                                            |--refused (admissible)--> Admit (GRANT_* to me)
                                            |--park timeout--> Inspect (the fallback)
-       Inspect: granted -> Claim | passed -> Requeue | head of a free key -> Admit
+       (a reader whose Enqueue is refused: CountReaders -> at the cap, Fail Lock.TooManyReaders)
+       Inspect: granted -> Claim | passed -> Requeue | head of a free key -> Admit (a reader at
+                the cap: TooManyQueued -> Leave -> Lock.TooManyReaders)
                 | an expired reader holds back the head -> Reap | behind a head that does not
                 move, free of writers -> the handoff for it | a liveness check due (once a
                 round) -> ReadPresence (the suspect - the writer holder, else a reader entry in
@@ -167,7 +169,8 @@ class SharedLockKind(Mutex):
     def _lock_values(self, *, me: str, stale: Optional[str] = None) -> dict:
         """Values of the free conditions (WRITER_FREE / ALL_FREE): ``me`` is ACQUIRE's ``:me``."""
         return {":me": {"S": jsonata(me)}, ":stale": {"S": jsonata(stale or me)},
-                ":now": {"N": jsonata(protocol.NOW_EXPRESSION)}, ":shared": {"S": shared.SHARED}}
+                ":now": {"N": jsonata(protocol.NOW_EXPRESSION)}, ":shared": {"S": shared.SHARED},
+                **shared.MAX_READERS_VALUES}
 
     @staticmethod
     def _pick(write: protocol.LockWrite, values: dict) -> dict:
@@ -301,8 +304,10 @@ class SharedLockKind(Mutex):
         timeout = sfn.Fail.jsonata(
             section, "Timeout", state_name=section._name("Timeout"), error=protocol.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({section._max_wait_ms} ms)")
+        # (a reader refused by the cap: FAST_READ and ENQUEUE_READ are refused; a read tells)
+        crowded = self._build_crowded(otherwise=fast if section._max_wait_ms else timeout) if self.mode == READ else None
         if section._max_wait_ms == 0:
-            fast.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
+            fast.add_catch(crowded or timeout, errors=[protocol.CONDITION_FAILED])
             return fast, fast, fast
         failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section._name("QueueFailed"),
                                   error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"))
@@ -316,7 +321,7 @@ class SharedLockKind(Mutex):
             "Enqueue", key, shared.ENQUEUE_READ if self.mode == READ else shared.ENQUEUE_WRITE, values,
             return_values="ALL_NEW", outputs="$states.input",
             assign={f["ticket"]: jsonata(_item_number(result, fair.TICKETS))})
-        enqueue.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        enqueue.add_catch(crowded or fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         enqueue.add_catch(why, **on_error)
         fast.add_catch(enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
@@ -382,9 +387,13 @@ class SharedLockKind(Mutex):
         park.next(claim)
         park.add_catch(admit, errors=[multikey.TRANSACTION_CANCELED], outputs=jsonata("$states.input"))
 
-        # 6. the fallback
+        # 6. the fallback (a reader at the head of a key with no room for it gives up its place)
+        too_many = sfn.Pass.jsonata(section, "TooManyQueued", state_name=section._name("TooManyQueued"),
+                                    outputs=jsonata("$states.input"), assign={v["wait"]: jsonata(
+                                        f"$merge([${v['wait']}, {{'error': {self._too_many_error()}}}])")})
+        too_many.next(leave)
         inspect = self._build_inspect(key=key, me=me, ticket=ticket, claim=claim, requeue=requeue, admit=admit,
-                                      park=park)
+                                      park=park, too_many=too_many)
         waited = self._choice("WaitedEnough")
         self._when(waited, protocol.waited_enough_expression(v["wait"], section._max_wait_ms), leave)
         waited.otherwise(inspect)
@@ -401,6 +410,36 @@ class SharedLockKind(Mutex):
         else:
             admit.next(drop)
         return fast, fast, fast
+
+    @staticmethod
+    def _too_many_cause() -> str:
+        return (f"the key already has {shared.MAX_READERS} readers, as many as a read/write lock allows at once "
+                "(shared_protocol.MAX_READERS); nothing was written")
+
+    def _too_many_error(self) -> str:
+        """JSONata: the error object of a reader refused at the cap (as ``$states.errorOutput``)."""
+        return f"{{'Error': '{protocol.ERROR_TOO_MANY_READERS}', 'Cause': '{self._too_many_cause()}'}}"
+
+    def _build_crowded(self, *, otherwise: sfn.State) -> sfn.State:
+        """A reader whose first writes were refused: is the key at the cap (``readers`` >=
+        ``shared_protocol.MAX_READERS``, read alone - never the whole item, which may be large)?
+        Then ``Lock.TooManyReaders``, before any write of its own; else ``otherwise``."""
+        s = self._section
+        count = "$states.result.Item"
+        read = tasks.DynamoGetItem.jsonata(
+            s, s._name("CountReaders"), table=s.table, key=self._lock_key(f"{ENTRY}.key"), consistent_read=True,
+            projection_expression=[tasks.DynamoProjectionExpression().with_attribute("#r")],
+            expression_attribute_names={"#r": shared.READERS},
+            assign={self._vars()["seen"]: jsonata(f"{{'readers': {_item_number(count, shared.READERS)}}}")},
+            outputs=jsonata("$states.input"))
+        retry_transient(read)
+        read.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        refused = sfn.Fail.jsonata(s, "TooManyReaders", state_name=s._name("TooManyReaders"),
+                                   error=protocol.ERROR_TOO_MANY_READERS, cause=self._too_many_cause())
+        full = self._choice("Crowded")
+        self._when(full, f"${self._vars()['seen']}.readers >= {shared.MAX_READERS}", refused)
+        full.otherwise(otherwise)
+        return read.next(full)
 
     def _build_park(self, *, key: str, me: str, ticket: str) -> sfn.State:
         """My task token and kind on my row, unless my ticket may be admitted now or was passed
@@ -429,7 +468,8 @@ class SharedLockKind(Mutex):
         retry_transient_sdk(park)
         return park
 
-    def _build_inspect(self, *, key: str, me: str, ticket: str, claim, requeue, admit, park) -> sfn.State:
+    def _build_inspect(self, *, key: str, me: str, ticket: str, claim, requeue, admit, park,
+                       too_many: sfn.State) -> sfn.State:
         """The fallback: read the lock item and decide (the model's ``inspect``)."""
         f = self._vars()
         item, seen = "$states.result.Item", f"${f['seen']}"
@@ -463,6 +503,9 @@ class SharedLockKind(Mutex):
         decide = self._choice("Decide")
         self._when(decide, granted, claim)
         self._when(decide, f"{seen}.served >= {ticket}", requeue)
+        if self.mode == READ:  # the head, but GRANT_READ refuses it at the cap
+            self._when(decide, f"{seen}.served = {ticket} - 1 and {writer_free} and "
+                               f"{seen}.readers >= {shared.MAX_READERS}", too_many)
         self._when(decide, f"{seen}.served = {ticket} - 1 and {writer_free if self.mode == READ else all_free}", admit)
         # an expired reader entry holds back the head: me (a writer), or a head that does not move
         held_back = "true" if self.mode == WRITE else f"{seen}.served < {ticket} - 1"

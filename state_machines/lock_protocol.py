@@ -84,6 +84,10 @@ OWNER_SEPARATOR = "#"
 ERROR_INVALID_KEY = "Lock.InvalidKey"
 ERROR_TIMEOUT = "Lock.Timeout"
 ERROR_LOST = "Lock.Lost"
+#: A reader refused because the key already has as many readers as the read/write lock allows
+#: (``shared_protocol.MAX_READERS``): raised before any write, so the lock item never grows
+#: past a size whose ``ALL_NEW`` answer Step Functions could not return.
+ERROR_TOO_MANY_READERS = "Lock.TooManyReaders"
 #: The work branch's DEPART found the lock taken over (caught by the hold, which fails
 #: ``Lock.Lost``).
 SIGNAL_LOST_IN_HOLD = "Lock.LostInHold"

@@ -23,13 +23,12 @@ enter with **one** conditional write, and that write must both be refused by a w
 only the lock item can do atomically: the table has no sort key, so nothing else can count a
 key's readers) and record a lease that expires on its own, reader by reader. A reader item
 beside a count cannot be written in the same UpdateItem, and a count alone cannot tell which
-reader died. So the entry is the reader's hold; it is small - the owner (an execution ARN and a
-uuid, about 190 bytes) and three numbers, about 250 bytes - and only *holders* have one:
-waiters live in their rows, as in the fair lock, so nothing grows with the queue. The lock
-item is 1 KB with 2 concurrent readers and grows about 1 KB per 4 more (write units per write
-grow with it: the price of one-write entry); 400 KB (the item limit) is ~1,600 concurrent
-readers, and a Step Functions state that returns the whole item (``ALL_NEW``) is limited to
-256 KiB, ~1,000. The count makes every entry write idempotent-checkable: an entry is added
+reader died. So the entry is the reader's hold, and only *holders* have one: waiters live in their rows,
+as in the fair lock, so nothing grows with the queue. What does grow is the lock item, with the
+number of concurrent readers, and with it every lock-item write's units and every answer that
+returns the whole item (``ALL_NEW``, a GetItem): at most :data:`MAX_READERS` readers hold a key
+at once (derivation there); a reader past it is refused with ``Lock.TooManyReaders`` before it
+writes. The count makes every entry write idempotent-checkable: an entry is added
 only where none exists (``attribute_not_exists``) and removed only where one does, in the
 same write that moves ``readers``, so ``readers`` = the number of entries, always.
 
@@ -44,8 +43,9 @@ reader itself (it cannot see reader leases): the participants of this module do,
 with shared holders should give its writers this module's exclusive kind.
 
 1. **Fast paths** (nobody queues: ``served = tickets``).
-   ``FAST_READ``: the key is free of writers -> add my entry, ``readers + 1``, ``owner`` =
-   :data:`SHARED`. One write. ``FAST_WRITE``: the key is free of readers and writers (the
+   ``FAST_READ``: the key is free of writers and has room (:data:`MAX_READERS`) -> add my
+   entry, ``readers + 1``, ``owner`` = :data:`SHARED`. One write. (No room: ``ENQUEUE_READ``
+   is refused too; the reader reads ``readers`` and fails ``Lock.TooManyReaders``, unwritten.) ``FAST_WRITE``: the key is free of readers and writers (the
    mutex's ACQUIRE condition, or a shared hold with no reader left) -> the mutex's acquire.
 2. **Ticket.** ``ENQUEUE_READ`` / ``ENQUEUE_WRITE``: the fair lock's ticket, refused when my
    fast path would take the key now (try it again).
@@ -107,7 +107,9 @@ with shared holders should give its writers this module's exclusive kind.
    (4b.) left by an ended execution: the janitor deletes it after the retire
    (``FORGET_ROW``), unless registered after the end.
 7. **Fallback** (the fair lock's): a parked waiter looks by itself after its park timeout:
-   granted -> claim; passed -> queue again; the head -> admit itself if it may; an expired
+   granted -> claim; passed -> queue again; the head -> admit itself if it may (a reader at the
+   head of a key with no room - readers admitted meanwhile - gives up its place, LEAVE, and
+   fails ``Lock.TooManyReaders``: its GRANT_READ would be refused at every look); an expired
    reader entry holding back the head -> reap it; the head (not admissible) -> park again;
    behind a head that does not move on a key free of writers -> run the handoff for the head
    (a row that never came - a hole - is marked, ``MARK``, and skipped once the mark is a park
@@ -179,6 +181,29 @@ READ, WRITE = "read", "write"
 #: The placeholder of the reader entry a write touches (its name is the reader's attribute).
 READER_PLACEHOLDER = "#reader"
 
+#: The most readers that hold one key at once: the entry writes (``FAST_READ``,
+#: ``GRANT_READ``) are refused at this count, and ``ENQUEUE_READ`` too, so a reader that
+#: arrives at it takes no ticket and is refused (``Lock.TooManyReaders``,
+#: :data:`~locked_workflow.state_machines.lock_protocol.ERROR_TOO_MANY_READERS`) before any write.
+#:
+#: Derivation. Every state that returns the lock item whole - a reader's ``FAST_READ`` and
+#: ``CLAIM_READ``, every ``ENQUEUE_*`` (``ALL_NEW``), a waiter's look (GetItem) - fails with
+#: ``States.DataLimitExceeded``, which no Catch handles, once the item's JSON passes 262,144
+#: bytes, *after* its write landed ("Maximum input or output size for a task, state, or
+#: execution: 262,144 bytes of data as a UTF-8 encoded string",
+#: https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html); DynamoDB's item
+#: limit is 400 KB (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
+#: A reader entry with the longest owner AWS allows - an execution ARN in the longest partition
+#: with an 80-character state machine name and execution name (220 bytes), ``#`` and a uuid:
+#: 257 bytes - is 362 bytes of the answer's JSON (measured by ``tests/test_shared_lock.py``)
+#: and ~310 bytes of item (DynamoDB's sizing rules). 200 entries: ~73 KB of JSON (28 % of the
+#: task limit) and ~62 KB of item (16 % of DynamoDB's): headroom for the key (up to 2 KB), the
+#: counters and a writer's attributes, and for a factor of three in the size of an entry.
+#: The price at the cap: a lock-item write costs ~62 write units.
+MAX_READERS = 200
+#: The value of ``:maxReaders`` (every write whose condition counts the readers against the cap).
+MAX_READERS_VALUES = {":maxReaders": {"N": str(MAX_READERS)}}
+
 
 def reader_attribute(owner: str) -> str:
     """The lock item attribute holding the entry of the reader ``owner``."""
@@ -207,6 +232,8 @@ _WRITER_FREE = f"({ACQUIRE.condition}) OR #{OWNER} = :shared"
 #: above plus ``:zero``.
 _ALL_FREE = f"({ACQUIRE.condition}) OR (#{OWNER} = :shared AND #{READERS} = :zero)"
 _FREE = {READ: _WRITER_FREE, WRITE: _ALL_FREE}
+#: Room for one more reader entry (:data:`MAX_READERS`). Values ``:maxReaders``.
+_ROOM = f"(attribute_not_exists(#{READERS}) OR #{READERS} < :maxReaders)"
 
 #: The shared hold, as a write sets it (a writer whose lease was over is replaced whole).
 _SHARE = [f"#{OWNER} = :shared", f"{READER_PLACEHOLDER} = :entry"]
@@ -216,11 +243,11 @@ _UNWRITER = [f"#{ACQUIRED_AT}", f"#{EXPIRES_AT}", f"#{GRACE}"]
 # 3. The writes on the lock item
 # --------------------------------------------------------------------------------------
 
-#: FAST_READ: enter as a reader - free of writers and nobody queues. Values ``:me``,
-#: ``:stale``, ``:now``, ``:shared``, ``:entry``, ``:one``.
+#: FAST_READ: enter as a reader - free of writers, nobody queues, room for my entry. Values
+#: ``:me``, ``:stale``, ``:now``, ``:shared``, ``:entry``, ``:one``, ``:maxReaders``.
 FAST_READ = LockWrite(
     update=f"SET {', '.join(_SHARE)} REMOVE {', '.join(_UNWRITER)} ADD #{READERS} :one",
-    condition=f"attribute_not_exists({READER_PLACEHOLDER}) AND ({_WRITER_FREE}) AND {_NOBODY_QUEUES}",
+    condition=f"attribute_not_exists({READER_PLACEHOLDER}) AND ({_WRITER_FREE}) AND {_NOBODY_QUEUES} AND {_ROOM}",
 )
 #: FAST_WRITE: the mutex's acquire - free of readers and writers and nobody queues (or mine:
 #: a retry whose response was lost). Values as ACQUIRE's plus ``:shared``, ``:zero``.
@@ -229,17 +256,22 @@ FAST_WRITE = LockWrite(
     condition=f"#{OWNER} = :me OR (({_ALL_FREE}) AND {_NOBODY_QUEUES})",
 )
 #: ENQUEUE_*: the fair lock's ticket (``ALL_NEW``: ``tickets`` is mine), refused when my fast
-#: path would enter now. Values: those of the fast path's condition plus ``:zero``, ``:one``.
-ENQUEUE_READ = LockWrite(update=fair.ENQUEUE.update, condition=f"NOT (({_WRITER_FREE}) AND {_NOBODY_QUEUES})")
+#: path would enter now - and a reader's when the key has :data:`MAX_READERS` readers (so
+#: both of a reader's first writes are refused at the cap: it reads ``readers`` and fails
+#: ``Lock.TooManyReaders``). Values: those of the fast path's condition plus ``:zero``, ``:one``.
+ENQUEUE_READ = LockWrite(update=fair.ENQUEUE.update,
+                         condition=f"NOT (({_WRITER_FREE}) AND {_NOBODY_QUEUES}) AND {_ROOM}")
 ENQUEUE_WRITE = LockWrite(update=fair.ENQUEUE.update, condition=f"NOT (({_ALL_FREE}) AND {_NOBODY_QUEUES})")
 
 #: GRANT_READ: admit the reader ``#reader`` as ticket ``:ticket`` (``:prev`` = ``:ticket`` - 1),
 #: by whoever may pass the head - its holder ``:me`` (a writer, freed by this write), anyone
 #: while no writer holds - or the reader itself (``:me``, the head). ``:entry``: a claim-window
-#: lease for a reader woken by a handoff, its own lease when it admits itself.
+#: lease for a reader woken by a handoff, its own lease when it admits itself. Refused at
+#: :data:`MAX_READERS` readers (the handoff stops; the reader, the head, is refused
+#: ``Lock.TooManyReaders`` at its next look).
 GRANT_READ = LockWrite(
     update=f"SET {', '.join(_SHARE)}, #{SERVED} = :ticket REMOVE {', '.join(_UNWRITER)} ADD #{READERS} :one",
-    condition=f"attribute_not_exists({READER_PLACEHOLDER}) AND #{SERVED} = :prev AND ({_WRITER_FREE})",
+    condition=f"attribute_not_exists({READER_PLACEHOLDER}) AND #{SERVED} = :prev AND ({_WRITER_FREE}) AND {_ROOM}",
 )
 #: GRANT_WRITE: the key to the writer ``:next`` as ticket ``:ticket`` (the head itself:
 #: ``:next`` = ``:me``), free of readers and writers (or mine: a writer handing over). ``:expiresAt``:
@@ -468,6 +500,11 @@ def park_transaction(table: str, key: str, ticket: int, kind: str, row_values: M
 def readers_of(item: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """The reader entries of a lock item as boto3 returns it: owner -> ``{expiresAt, ...}``."""
     return {name[len(READER_PREFIX):]: value["M"] for name, value in item.items() if name.startswith(READER_PREFIX)}
+
+
+def too_many_readers(item: Mapping[str, Any]) -> bool:
+    """A lock item (as boto3 returns it) with no room for another reader (:data:`MAX_READERS`)."""
+    return int(item.get(READERS, {}).get("N", "0")) >= MAX_READERS
 
 
 def expired_readers(item: Mapping[str, Any], *, now: int) -> list[str]:

@@ -10,6 +10,7 @@ client queued behind workflows is admitted in its turn.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -630,3 +631,43 @@ def test_waiters_that_give_up_leave_no_row_behind_on_a_drained_key(ddb):
     left = [t for t in range(1, tickets + 1) if ddb.get_item(
         TableName=TABLE, Key={"pk": {"S": fp.row_key("#k", t)}}, ConsistentRead=True).get("Item")]
     assert left == []
+
+
+def test_a_polling_client_reader_at_the_head_of_a_key_at_the_reader_cap_gives_up_its_place_typed(mixed):
+    """A client reader queued while the key had room (a workflow writer ahead of it), at the head
+    once the key has no room: it marks its row left and raises ``TooManyReaders`` - never a
+    loop of refused grants until ``wait`` runs out, never an entry past the cap."""
+    from test_shared_lock import _aws_sized_owner, _fill_readers
+    from locked_workflow.constructs_lib.shared_client import TooManyReaders
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    stored = p.namespaced("rw", k)
+    fake = [_aws_sized_owner(i) for i in range(sp.MAX_READERS)]
+    _fill_readers(mixed, k, fake[:-1])
+    writer = mixed.start("Writer", {"key": k, "workMs": 1})  # ticket 1, held back by the readers
+    mixed.until(lambda: mixed.parked(k) == ["write"])
+    out: dict = {}
+
+    def read() -> None:
+        try:
+            out["lease"] = workflow_client(mixed).acquire(k, shared=True, wait=60)
+        except Exception as error:  # noqa: BLE001 - the test asserts on it
+            out["error"] = error
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    mixed.until(lambda: fp.counters(mixed.lock(k))[1] == 2)  # the reader's ticket: room for one more
+    _fill_readers(mixed, k, fake[-1:], write=p.LockWrite(update=sp.FAST_READ.update, condition=""))
+    mixed.cloud.stepfunctions.stop_execution(executionArn=writer)
+    row = mixed.cloud.dynamodb.get_item(TableName=mixed.table("LocksTable"), ConsistentRead=True,
+                                        Key={"pk": {"S": fp.row_key(stored, 1)}})["Item"]
+    with contextlib.suppress(mixed.cloud.dynamodb.exceptions.ConditionalCheckFailedException):
+        mixed.cloud.dynamodb.update_item(TableName=mixed.table("LocksTable"), **fp.arguments(
+            fp.row_key(stored, 1), sp.LEAVE, {":me": row[p.OWNER], ":one": {"N": "1"}}))
+    at_cap = mixed.lock(k)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert isinstance(out.get("error"), TooManyReaders), out
+    after = mixed.lock(k)
+    assert sp.readers_of(after) == sp.readers_of(at_cap) and int(after[sp.READERS]["N"]) == sp.MAX_READERS
+    assert mixed.parked(k) == []  # its place given up

@@ -13,6 +13,7 @@ completes): every wait is on a condition, never on time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -1081,3 +1082,104 @@ def test_the_holds_presence_and_the_probe_use_the_protocols_writes(template):
                 resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
                 assert resources and "*" not in resources, statement
     assert seen == token_actions
+
+
+# ---- the reader cap (shared_protocol.MAX_READERS) -------------------------------------------
+
+#: The longest owner AWS allows: an execution ARN in the longest partition, 80-character state
+#: machine and execution names, then ``#`` and a uuid (lock_protocol.NEW_OWNER_EXPRESSION).
+LONGEST_ARN = "arn:aws-us-gov:states:us-gov-west-1:123456789012:execution:" + "s" * 80 + ":"
+
+
+def _aws_sized_owner(i: int) -> str:
+    return f"{LONGEST_ARN}{i:0>80}{p.OWNER_SEPARATOR}{uuid.UUID(int=i)}"
+
+
+def _fill_readers(rw, k: str, owners: list[str], write=sp.FAST_READ) -> None:
+    """The entries of ``owners`` written (or, with LEAVE_READ, removed) by the protocol's own
+    write, one UpdateItem each, as a reader's enter (leave) writes it; far-future leases."""
+    now = int(time.time() * 1000)
+    values = {":me": {"S": "-"}, ":stale": {"S": "-"}, ":now": {"N": str(now)}, ":shared": {"S": sp.SHARED},
+              ":one": {"N": "1"}, ":minusOne": {"N": "-1"}, ":zero": {"N": "0"}, **sp.MAX_READERS_VALUES,
+              ":entry": sp.entry_value(expires_at=str(now + 3_600_000), acquired_at=str(now), grace="3600000")}
+    for owner in owners:
+        args = sp.arguments(p.namespaced(NAMESPACE, k), write,
+                            {n: v for n, v in values.items() if n in write.value_names()}, reader=owner)
+        rw.cloud.dynamodb.update_item(TableName=rw.table("LocksTable"), **args)
+
+
+def test_a_reader_past_the_reader_cap_is_refused_before_it_writes_and_a_writer_still_works(rw, record_property):
+    """H1: the lock item grows with its readers; past a size, every state returning it (a
+    reader's FAST_READ, a writer's ticket: ``ALL_NEW``) failed ``States.DataLimitExceeded`` -
+    uncatchable - after its write landed. At ``MAX_READERS`` readers a workflow reader and a
+    client reader are refused ``Lock.TooManyReaders``, the item unchanged; a writer queues,
+    parks and holds once the readers left. The negative control: one below the cap, a reader
+    enters (and its ALL_NEW answer, the item at the cap, fits)."""
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.constructs_lib.shared_client import TooManyReaders
+
+    k = new_key()
+    fake = [_aws_sized_owner(i) for i in range(sp.MAX_READERS - 1)]
+    _fill_readers(rw, k, fake)
+    # the negative control: one below the cap, a workflow reader enters (its gate: the cap's last)
+    holder = rw.start("ReaderHold", {"key": k, "gate": "r0", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "r0"))
+    at_cap = rw.lock(k)
+    assert int(at_cap[sp.READERS]["N"]) == len(sp.readers_of(at_cap)) == sp.MAX_READERS
+    entry_json = len(json.dumps({sp.reader_attribute(fake[0]): at_cap[sp.reader_attribute(fake[0])]},
+                                separators=(",", ":"))) - 2
+    item_json = len(json.dumps(at_cap, separators=(",", ":")))
+    record_property("entry_json_bytes", entry_json)
+    record_property("item_json_bytes_at_cap", item_json)
+    print(f"an AWS-sized reader entry: {entry_json} bytes of JSON; the item at the cap: {item_json} bytes")
+    assert item_json < 0.3 * 262_144, item_json  # the documented headroom
+
+    # past the cap: a workflow reader and a client reader refused, typed, nothing written
+    refused = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert (refused.status, refused.error) == ("FAILED", p.ERROR_TOO_MANY_READERS), (refused.error, refused.cause)
+    assert "ReaderProbe" not in entered_states(refused)
+    client = LockClient(rw.table("LocksTable"), namespace=NAMESPACE, read_write=True, dynamodb=rw.cloud.dynamodb,
+                        stepfunctions=rw.cloud.stepfunctions)
+    with pytest.raises(TooManyReaders) as raised:
+        client.acquire(k, shared=True, wait=5)
+    assert raised.value.error == p.ERROR_TOO_MANY_READERS
+    assert rw.lock(k) == at_cap
+
+    # a writer: its ticket's ALL_NEW (the item at the cap) fits; it parks, and holds once the readers left
+    writer = rw.start("Writer", {"key": k, "workMs": 1})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    _fill_readers(rw, k, fake, write=sp.LEAVE_READ)
+    rw.open(k, "r0")  # the last reader's leave hands the key to the writer
+    done = rw.wait([holder, writer])
+    assert [r.status for r in done] == ["SUCCEEDED", "SUCCEEDED"], [(r.error, r.cause) for r in done]
+    assert rw.free(k) and rw.rows(k) == []
+
+
+def test_a_queued_reader_at_the_head_of_a_key_at_the_reader_cap_gives_up_its_place_typed(rw):
+    """A reader queued while the key had room, at the head once it has none (readers admitted
+    meanwhile): its GRANT_READ is refused by the cap, so it leaves its row and fails
+    ``Lock.TooManyReaders`` - never a loop of refused grants, never an entry past the cap."""
+    k = new_key()
+    stored = p.namespaced(NAMESPACE, k)
+    fake = [_aws_sized_owner(i) for i in range(sp.MAX_READERS)]
+    _fill_readers(rw, k, fake[:-1])
+    writer = rw.start("Writer", {"key": k, "workMs": 1})  # ticket 1, held back by the readers
+    rw.until(lambda: rw.parked(k) == ["write"])
+    reader = rw.start("Reader", {"key": k, "workMs": 1})  # ticket 2: room for one more reader
+    rw.until(lambda: rw.parked(k) == ["write", "read"])
+    # a reader admitted meanwhile (its entry as an enter writes it): the key is at the cap
+    _fill_readers(rw, k, fake[-1:], write=p.LockWrite(update=sp.FAST_READ.update, condition=""))
+    # the writer goes (stopped; its row marked left, as the janitor's DEQUEUE does)
+    rw.cloud.stepfunctions.stop_execution(executionArn=writer)
+    row = rw.cloud.dynamodb.get_item(TableName=rw.table("LocksTable"), Key={"pk": {"S": fp.row_key(stored, 1)}},
+                                     ConsistentRead=True)["Item"]
+    args = fp.arguments(fp.row_key(stored, 1), sp.LEAVE, {":me": row[p.OWNER], ":one": {"N": "1"}})
+    with contextlib.suppress(rw.cloud.dynamodb.exceptions.ConditionalCheckFailedException):
+        rw.cloud.dynamodb.update_item(TableName=rw.table("LocksTable"), **args)
+    at_cap = rw.lock(k)
+    result = rw.wait([reader])[0]
+    assert (result.status, result.error) == ("FAILED", p.ERROR_TOO_MANY_READERS), (result.error, result.cause)
+    assert "Lock.TooManyQueued" in entered_states(result) and "ReaderProbe" not in entered_states(result)
+    after = rw.lock(k)
+    assert sp.readers_of(after) == sp.readers_of(at_cap) and int(after[sp.READERS]["N"]) == sp.MAX_READERS
+    assert rw.parked(k) == []  # its place given up

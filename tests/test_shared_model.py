@@ -284,7 +284,7 @@ def _values(write, a: dict) -> dict:
         ":minusOne": {"N": "-1"}, ":entry": entry, ":next": {"S": a["next"]}, ":prev": {"N": str(a["prev"])},
         ":ticket": {"N": str(a["prev"] + 1)}, ":fence": {"N": str(a["fence"])}, ":endedAt": {"N": str(a["ended"])},
         ":token": {"S": f"{a['me']}:current"}, ":lease": {"N": "60000"}, ":since": {"N": MARKS[a["since"]]},
-        ":kind": {"S": a["kind"]},
+        ":kind": {"S": a["kind"]}, **sp.MAX_READERS_VALUES,
     }
     return {k: values[k] for k in write.value_names()}
 
