@@ -254,6 +254,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Claim': 'contend',
         'Lock.Park': 'contend',
         'Lock.Enqueue': 'contend',
+        'Lock.CountReaders': 'contend',  # only at the reader cap (MAX_READERS): n/r until a cell fills a key
         'Lock.Requeue': 'dead-waiter',
         'Lock.Inspect': 'dead-holder',
         'Lock.Reap': 'dead-holder',
