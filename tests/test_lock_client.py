@@ -1328,7 +1328,9 @@ def test_wait_forever_waits_until_the_lock_is_free(alice, make_client, clock):
 
     assert lease.fence == 2 and len(polls) == 40 and max(polls) <= 2
     waiter.release(lease)
-    held = alice.acquire("k")  # (released by the sleep above after 40 polls)
+    # (released by the sleep above after 40 polls; a day's lease: 40 polls of 1-2 s could
+    # outlast the default 60 s one, and the waiter would take it over a poll early)
+    held = alice.acquire("k", lease=timedelta(days=1))
     polls.clear()
     with waiter.hold("k", wait=math.inf, poll_interval=0.1, max_poll_interval=2, backoff_rate=1e10) as inside:
         assert inside.fence == 4 and len(polls) == 40

@@ -27,6 +27,8 @@ def synthesized(tmp_path_factory):
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk import aws_stepfunctions_tasks as tasks
 
+    from locked_workflow.constructs_lib.monitoring import powertools_layer
+
     code = tmp_path_factory.mktemp("greeter")
     (code / "index.py").write_text(HANDLER)
 
@@ -45,6 +47,7 @@ def synthesized(tmp_path_factory):
             handler="index.handler",
             code=lambda_.Code.from_asset(str(code)),
             environment={"POWERTOOLS_SERVICE_NAME": "greeter"},
+            layers=[powertools_layer(stack)],  # the handler imports Powertools: as on AWS, a layer ships it
         )
         greet = tasks.LambdaInvoke.jsonata(
             stack, "Say", lambda_function=function, payload=sfn.TaskInput.from_object({"name": "{% $states.input.name %}"}),
