@@ -4,7 +4,10 @@ project against this checkout, where the installed metadata may predate the entr
 
 from __future__ import annotations
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (the floor): the dev extra installs tomli there
+    import tomli as tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

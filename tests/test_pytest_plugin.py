@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (the floor): the dev extra installs tomli there
+    import tomli as tomllib
 from pathlib import Path
 
 from plugin_entry import entry_point_site
