@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from aws_cdk import RemovalPolicy, Stack, Token, aws_dynamodb as dynamodb, aws_iam as iam
 from constructs import Construct
@@ -50,14 +51,18 @@ class LockTable(Construct):
         return self.table.grant(grantee, "dynamodb:UpdateItem")
 
 
-class KeyAttribute(NamedTuple):
+@dataclass(frozen=True)
+class KeyAttribute:
     """A key attribute of a table: its name and DynamoDB type (``"S"``, ``"N"``, ``"B"``)."""
 
     name: str
     type: str
 
 
-class KeySchema(NamedTuple):
+@dataclass(frozen=True)
+class KeySchema:
+    """A table's key, as read from its schema (:func:`key_schema`)."""
+
     partition: KeyAttribute
     sort: Optional[KeyAttribute]
 
