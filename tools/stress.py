@@ -92,7 +92,6 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator
 
 from botocore.exceptions import ClientError
@@ -164,28 +163,15 @@ READINGS = {"strict": False, "reevaluate": True}
 def build_stack(scope: Any, construct_id: str) -> Any:
     """The campaign's stack (CDK imported here: the module's CLI imports it lazily)."""
     import aws_cdk as cdk
-    from aws_cdk import aws_dynamodb as dynamodb, aws_lambda as lambda_
+    from aws_cdk import aws_dynamodb as dynamodb
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
-    from locked_workflow.constructs_lib.assets import lambda_code
-    from locked_workflow.constructs_lib.monitoring import powertools_layer
+    from locked_workflow import Lock, LockedSection, LockedWorkflow
     from locked_workflow.state_machines.lock_protocol import jsonata
+    from tools.probe_stack import probe_resources
 
     stack = cdk.Stack(scope, construct_id)
-    locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
-    probes = dynamodb.Table(
-        stack, "Probes", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST, removal_policy=cdk.RemovalPolicy.DESTROY,
-    )
-    probe_fn = lambda_.Function(
-        stack, "Probe", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
-        code=lambda_code(Path(__file__).resolve().parents[1] / "lambdas" / "probe"),
-        timeout=cdk.Duration.seconds(PROBE_TIMEOUT_S),
-        environment={"PROBE_TABLE": probes.table_name, "POWERTOOLS_TRACE_DISABLED": "true"},
-        layers=[powertools_layer(stack)],  # what the handler imports (Powertools), as on AWS
-    )
-    probes.grant_read_write_data(probe_fn)
+    locks, probe_fn = probe_resources(stack, timeout_s=PROBE_TIMEOUT_S)
 
     def probe(construct_id: str, fence: str, at: str = "$states.input") -> Any:
         """The probe on the work item at ``at`` (its key, work time and failure)."""
