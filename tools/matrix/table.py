@@ -105,18 +105,21 @@ def uncovered(rows: Iterable[Row]) -> list[str]:
     return missing + stale
 
 
+#: The states of a kind whose lock is one item taken and given back as the mutex's.
+_ONE_ITEM: dict[str, str] = {
+    'Lock.Acquire': 'contend',
+    'Lock.Inspect': 'dead-holder',
+    'Lock.ProbeHolder': 'dead-holder',
+    'Lock.Abandoned': 'dead-holder',
+    'Lock.DescribeHolder': 'dead-holder',
+    'Lock.ReleaseAfterError': 'work-fails',
+    'Lock.Retire': 'redrive',
+    'Lock.Release': 'contend',
+    'Lock.ReleaseAgain': 'after-lost:Lock.Release',
+}
+
 SITUATIONS: dict[str, dict[str, str]] = {
-    'mutex': {
-        'Lock.Acquire': 'contend',
-        'Lock.Inspect': 'dead-holder',
-        'Lock.ProbeHolder': 'dead-holder',
-        'Lock.Abandoned': 'dead-holder',
-        'Lock.DescribeHolder': 'dead-holder',
-        'Lock.ReleaseAfterError': 'work-fails',
-        'Lock.Retire': 'redrive',
-        'Lock.Release': 'contend',
-        'Lock.ReleaseAgain': 'after-lost:Lock.Release',
-    },
+    'mutex': _ONE_ITEM,
     'nested': {
         'Outer.Acquire': 'contend',
         'Outer.Inspect': 'dead-holder',
@@ -223,17 +226,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Release.Served': 'dead-waiter',
         'Lock.Release.Unmark': 'dead-waiter',
     },
-    'semaphore': {
-        'Lock.Acquire': 'contend',
-        'Lock.Inspect': 'dead-holder',
-        'Lock.ProbeHolder': 'dead-holder',
-        'Lock.Abandoned': 'dead-holder',
-        'Lock.DescribeHolder': 'dead-holder',
-        'Lock.ReleaseAfterError': 'work-fails',
-        'Lock.Retire': 'redrive',
-        'Lock.Release': 'contend',
-        'Lock.ReleaseAgain': 'after-lost:Lock.Release',
-    },
+    'semaphore': _ONE_ITEM,  # a slot is the mutex's lock item
     'multikey': {
         'Lock.Acquire': 'contend',
         'Lock.Inspect': 'dead-holder',
