@@ -11,6 +11,8 @@ from typing import Iterator
 from unittest import mock
 
 import boto3
+import pytest
+from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component import eval_component
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
@@ -80,15 +82,31 @@ def test_bare_moto_parses_the_definition_again_for_every_execution():
     assert len(parsed) == 3
 
 
-def test_runtime_parses_each_definition_once():
-    other = {"StartAt": "Other", "States": {"Other": {"Type": "Pass", "End": True}}}
-    with LocalCloud():
-        machines = [create_state_machine(PASS), create_state_machine(other, name="other")]
-        with counting_parses() as parsed:
-            arns = [start(machine) for machine in machines for _ in range(4)]
-            statuses = [wait_for_end(arn)["status"] for arn in arns]
-    assert statuses == ["SUCCEEDED"] * 8
-    assert sorted(parsed) == sorted([json.dumps(PASS), json.dumps(other)])
+def test_runtime_parses_each_definition_once_per_process():
+    """Created and started in one cloud, then in another (the other backend's deployment of the
+    same stack): each definition is parsed once, for its validation, and never again."""
+    tag = str(uuid.uuid4())  # definitions no earlier test of this process has parsed
+    ours = {**PASS, "Comment": tag}
+    other = {"Comment": tag, "StartAt": "Other", "States": {"Other": {"Type": "Pass", "End": True}}}
+    statuses = []
+    with counting_parses() as parsed:
+        for _ in range(2):
+            with LocalCloud():
+                machines = [create_state_machine(ours), create_state_machine(other, name="other")]
+                arns = [start(machine) for machine in machines for _ in range(4)]
+                statuses += [wait_for_end(arn)["status"] for arn in arns]
+    assert statuses == ["SUCCEEDED"] * 16
+    assert sorted(parsed) == sorted([json.dumps(ours), json.dumps(other)])
+
+
+def test_an_invalid_definition_is_refused_at_creation_and_not_kept():
+    broken = {"Comment": str(uuid.uuid4()), "StartAt": "Done", "States": {"Done": {"Type": "Bogus", "End": True}}}
+    with LocalCloud(), counting_parses() as parsed:
+        for _ in range(2):
+            with pytest.raises(ClientError) as refused:
+                create_state_machine(broken)
+            assert refused.value.response["Error"]["Code"] == "InvalidDefinition"
+    assert len(parsed) == 2  # a syntax error is parsed again each time, never served from the cache
 
 
 def test_executions_sharing_a_program_keep_their_own_retry_counts_and_data():

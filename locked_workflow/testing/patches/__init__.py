@@ -39,6 +39,7 @@ cancelled_branches         a failed branch's siblings run on: tokens open, no ..
 late_callbacks             SendTaskSuccess to a task that timed out succeeds, and its TaskSucceeded lands late
 parsed_definitions         every execution parses its definition again (~0.4 s of the interpreter for a fair lock)
 task_clients               every task creates a new boto3 client
+error_codes                the interpreter's API errors answer with an empty code (``InvalidDefinition`` is ``""``)
 =========================  ==========================================================
 """
 
@@ -53,6 +54,7 @@ from locked_workflow.testing.patches import (
     consumed_capacity,
     data_limit,
     dynamodb_validation,
+    error_codes,
     eventbridge_targets,
     execution_end,
     execution_logs,
@@ -122,5 +124,6 @@ def apply_all(
     terminal_errors.apply(stack)  # after heartbeat_timeout: wraps its ErrorEquals matching
     history_limit.apply(stack, history_event_limit)  # after execution_end and redrive: wraps theirs
     parsed_definitions.apply(stack)
+    error_codes.apply(stack)
     task_clients.apply(stack)
     cancelled_branches.apply(stack)  # last: its add_event filter, state eval and Map body wrap the others'

@@ -9,8 +9,13 @@ executions started together therefore hold it for ~13 s, and every execution alr
 sampling profiler during such a burst, 89 % of the time any thread held the GIL went to this
 parse. Starting an execution in Step Functions costs the executions already running nothing.
 
-Fix: parse each definition once per process, keyed by its exact text, and hand every execution
-the same program. The program is read-only while it runs: an execution's state (its variables,
+Moto's ``CreateStateMachine`` parses the definition too, to validate it (``_validate_definition``),
+and throws the program away: a stack of sixteen lock machines spent ~30 s of its local deploy
+there, parsing each definition a second time for its first execution, and once more per backend.
+
+Fix: parse each definition once per process (one cache for every ``LocalCloud`` of the process,
+so the same stack deployed on the two backends is parsed once), keyed by its exact text, for its
+validation at ``CreateStateMachine`` and for every execution: every execution gets the same program. The program is read-only while it runs: an execution's state (its variables,
 its retry counts, its workers) lives in its own ``Environment`` and the objects an evaluation
 creates, never on the components. The one exception is ``EvalComponent.heap_key``, the name
 under which a component keeps its per-execution state in the environment's heap (a Retrier's
@@ -30,6 +35,7 @@ from collections import OrderedDict
 from contextlib import ExitStack
 from unittest import mock
 
+from moto.stepfunctions.parser import models
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
@@ -62,16 +68,32 @@ class ProgramCache:
             return program
 
 
+#: The process's programs: every LocalCloud of the process shares them.
+PROGRAMS = ProgramCache()
+
+
+class _CachedParser:
+    """What moto's ``_validate_definition`` calls ``AmazonStateLanguageParser``: the same parse
+    (its errors raised as they are, for moto to map to ``InvalidDefinition``), kept."""
+
+    def __init__(self, cache: ProgramCache) -> None:
+        self._cache = cache
+
+    def parse(self, definition: str) -> tuple[EvalComponent, None]:
+        return self._cache.program(definition), None
+
+
 def _heap_key(self: EvalComponent) -> str:
     return f"{type(self).__name__}-{id(self)}"  # unique among live components, stable, never written
 
 
 def apply(stack: ExitStack, cache: ProgramCache | None = None) -> ProgramCache:
-    cache = cache or ProgramCache()
+    cache = cache or PROGRAMS
 
     def entrypoint(self: ExecutionWorker) -> EvalComponent:
         return cache.program(self._evaluation_details.state_machine_details.definition)
 
     stack.enter_context(mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint))
+    stack.enter_context(mock.patch.object(models, "AmazonStateLanguageParser", _CachedParser(cache)))
     stack.enter_context(mock.patch.object(EvalComponent, "heap_key", property(_heap_key)))
     return cache
