@@ -384,11 +384,22 @@ ABANDONED = LockWrite(
 #: How long a closed presence token must have been on the item before a waiter trusts it (ms).
 #: A registration attempt whose write was applied but whose response was lost fails, and Step
 #: Functions closes its token (whether a retry gets a new token is undocumented: assume it
-#: does). The presence branch then writes again - a retry (:data:`PRESENCE_RETRY`: at most
-#: 1 + 2 s of backoff) or DEPART (:data:`PRESENCE_UNSURE_RETRY`: at most 1 + 2 + 4 s), or
-#: fails its hold - well within this time; only then does a closed token mean a branch that
+#: does). The presence branch then writes again - a retry (:data:`PRESENCE_RETRY`: 1 + 2 s of
+#: backoff at most) or, once those failed, DEPART (:data:`PRESENCE_UNSURE_RETRY`: 1 + 2 + 4 s
+#: more), or fails its hold - within this time; only then does a closed token mean a branch that
 #: ended. A cancelled holder is found this long after it registered at the earliest.
+#: The number: in the worst case the first attempt's token closes, the registration's two
+#: retries fail before they apply, then DEPART's first three attempts do, and its fourth applies:
+#: 1 + 2 + 1 + 2 + 4 = 10 s of backoff and six calls, each allowed
+#: :data:`PRESENCE_CALL_ALLOWANCE_MS`: 19 s, rounded up
+#: (``tests/test_validation.py::test_the_presence_settle_outlasts_every_write_a_failed_registration_still_makes``
+#: keeps the two in step). Shorter would let a waiter retire a live holder whose registration
+#: was merely slow: that is two holders, so the settle errs long (it only delays the recovery of
+#: a cancelled holder).
 PRESENCE_SETTLE_MS = 20_000
+#: What one DynamoDB call of a Step Functions task is allowed to take, scheduling included, in
+#: :data:`PRESENCE_SETTLE_MS` (AWS documents no bound; a call is milliseconds when healthy).
+PRESENCE_CALL_ALLOWANCE_MS = 1_500
 #: Retry of the presence registration and of the DEPART after it failed (short: they bound
 #: :data:`PRESENCE_SETTLE_MS`).
 PRESENCE_RETRY = {"interval_s": 1, "backoff_rate": 2.0, "max_attempts": 2}

@@ -362,6 +362,30 @@ def test_a_section_holds_its_work_beside_a_presence_task_bounded_by_its_lease():
     assert {c["ErrorEquals"][0]: c["Next"] for c in hold["Catch"]}["Lock.LostInHold"] == "S.Lost"
 
 
+def _longest_backoff_ms(retry: dict) -> int:
+    """The longest a Retrier waits in all (FULL jitter waits at most the computed interval)."""
+    return sum(int(retry["IntervalSeconds"] * 1000 * retry["BackoffRate"] ** n) for n in range(retry["MaxAttempts"]))
+
+
+def test_the_presence_settle_outlasts_every_write_a_failed_registration_still_makes():
+    """Why PRESENCE_SETTLE_MS is 20 s (issue 25, D1): a registration whose write applied but
+    whose response was lost closes its token while its branch still has writes to make (the
+    retry, then DEPART); a waiter must not trust the closed token before the last of them could
+    land. The shared model (tests/shared_model.py, presence) checks the order abstractly; the
+    number is the synthesized retries' longest backoff plus an allowance per call."""
+    hold = _definition(_section_machine())["States"]["S"]["Branches"][0]["States"]["S.Hold"]
+    states = hold["Branches"][1]["States"]
+    (presence_retry,) = states["S.Presence"]["Retry"]
+    (unsure_retry,) = states["S.PresenceUnsure"]["Retry"]
+    # worst case: the first attempt's token closes; the registration's retries fail before they
+    # apply, then DEPART's first attempts do, and its last attempt applies: every backoff waited
+    calls = presence_retry["MaxAttempts"] + unsure_retry["MaxAttempts"] + 1
+    backoff_ms = _longest_backoff_ms(presence_retry) + _longest_backoff_ms(unsure_retry)
+    assert (backoff_ms, calls) == (10_000, 6)
+    bound_ms = backoff_ms + calls * lock_protocol.PRESENCE_CALL_ALLOWANCE_MS
+    assert bound_ms <= lock_protocol.PRESENCE_SETTLE_MS < bound_ms + lock_protocol.PRESENCE_CALL_ALLOWANCE_MS
+
+
 def test_a_section_without_cancellation_detection_runs_its_work_alone():
     states = _definition(_section_machine(detect_cancellation=False))["States"]["S"]["Branches"][0]["States"]
     assert "S.Hold" not in states and "S.Presence" not in json.dumps(states)
