@@ -286,6 +286,7 @@ class Runs:
     janitors: dict[str, str] = field(default_factory=dict)  # workflow -> its janitor function's name
     kinds: dict[str, dict] = field(default_factory=dict)  # kind -> run role -> how it ended
     lambda_client: Any = None
+    cloud: Any = None
 
     def of(self, role: str, execution: str | None = None) -> list[dict]:
         found = [json.loads(m) for m in self.lines[role]]
@@ -476,7 +477,7 @@ def _run_scenarios(cloud, app, backend: str) -> Runs:
     for name in sm:
         runs.lines[name] = _all_lines(logs, app.ref(f"{name}/Logs"))
     runs.janitors = {name: app.function_name(f"{name}/Janitor/Function") for name in sm}
-    runs.lambda_client = cloud.client("lambda")
+    runs.lambda_client, runs.cloud = cloud.client("lambda"), cloud
     return runs
 
 
@@ -537,15 +538,18 @@ def test_liveness_filters_count_every_check_and_only_the_check_that_found_the_ho
     assert not any(matches(synth.pattern("patient_monitoring", "LivenessTakeovers"), json.dumps(l)) for l in alive)
 
 
-def _janitor_metric(runs: Runs, workflow: str, detail: dict, capsys) -> tuple[str, Any]:
-    """Deliver ``detail`` to ``workflow``'s janitor; the namespace and JanitorRetires it published."""
+def _janitor_metric(runs: Runs, workflow: str, detail: dict, capfd) -> tuple[str, Any]:
+    """Deliver ``detail`` to ``workflow``'s janitor; the namespace and JanitorRetires it published
+    (in its log group, where Lambda puts the function's output: none of it in the test's)."""
     event = {"version": "0", "id": str(uuid.uuid4()), "source": "aws.states", "account": "123456789012",
              "detail-type": "Step Functions Execution Status Change", "time": "2026-01-01T00:00:00Z",
              "region": "us-east-1", "resources": [detail["executionArn"]], "detail": detail}
-    capsys.readouterr()
+    capfd.readouterr()
+    logged = len(runs.cloud.function_logs(runs.janitors[workflow]))
     response = runs.lambda_client.invoke(FunctionName=runs.janitors[workflow], Payload=json.dumps(event).encode())
     assert "FunctionError" not in response, response["Payload"].read()
-    (emf,) = _emitted(capsys)
+    assert not _emf(capfd.readouterr().out.splitlines())  # none of the function's output in the test's
+    (emf,) = _emf(runs.cloud.function_logs(runs.janitors[workflow])[logged:])
     (directive,) = emf["_aws"]["CloudWatchMetrics"]
     assert directive["Metrics"] == [{"Name": "JanitorRetires", "Unit": "Count"}]
     assert directive["Dimensions"] == [[]]  # none, as the monitoring's metric
@@ -553,13 +557,13 @@ def _janitor_metric(runs: Runs, workflow: str, detail: dict, capsys) -> tuple[st
     return directive["Namespace"], sum(retires) if isinstance(retires, list) else retires
 
 
-def test_janitor_counts_each_retired_lock_once_in_the_workflows_namespace(runs, synth, capsys):
+def test_janitor_counts_each_retired_lock_once_in_the_workflows_namespace(runs, synth, capfd):
     event = runs.status_events["retired_holder"]
-    assert _janitor_metric(runs, "Patient", event, capsys) == (synth.stack.patient_monitoring.namespace, 1)
+    assert _janitor_metric(runs, "Patient", event, capfd) == (synth.stack.patient_monitoring.namespace, 1)
     # negative controls: the same event again retires nothing more, and a run whose lock was
     # taken over before it ended leaves nothing to retire
-    assert _janitor_metric(runs, "Patient", event, capsys) == (synth.stack.patient_monitoring.namespace, 0)
-    assert _janitor_metric(runs, "Instant", runs.status_events["lost"], capsys) == (
+    assert _janitor_metric(runs, "Patient", event, capfd) == (synth.stack.patient_monitoring.namespace, 0)
+    assert _janitor_metric(runs, "Instant", runs.status_events["lost"], capfd) == (
         synth.stack.instant_monitoring.namespace, 0)
 
 
@@ -587,8 +591,13 @@ def metrics_function(monkeypatch, synth):
     return module, context
 
 
+def _emf(lines: list[str]) -> list[dict]:
+    """The CloudWatch embedded-metric-format documents among ``lines``."""
+    return [json.loads(l) for l in lines if l.startswith("{") and '"_aws"' in l]
+
+
 def _emitted(capsys) -> list[dict]:
-    return [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{") and '"_aws"' in l]
+    return _emf(capsys.readouterr().out.splitlines())
 
 
 def _expected_durations(runs: Runs, role: str) -> dict[str, list]:

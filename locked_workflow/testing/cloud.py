@@ -318,6 +318,17 @@ class LocalCloud:
             events.extend(response["events"])
         return events
 
+    def function_logs(self, function_name: str) -> list[str]:
+        """What the function wrote (``print``, ``logging``, Powertools, warnings), a line each, in
+        order: on AWS it goes to CloudWatch Logs, and so it does here, not to the test's output
+        (:mod:`locked_workflow.testing.function_logs`)."""
+        logs = self.client("logs")
+        group = f"/aws/lambda/{function_name}"
+        if not logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]:
+            return []
+        pages = logs.get_paginator("filter_log_events").paginate(logGroupName=group)
+        return [event["message"] for page in pages for event in page["events"]]
+
     def executions(self, state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
         kwargs = {"stateMachineArn": state_machine_arn}
         if status:

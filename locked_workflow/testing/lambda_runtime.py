@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from locked_workflow.testing import lambda_imports
+from locked_workflow.testing import function_logs, lambda_imports
 
 #: Variables every in-process function sees unless its own Environment overrides them.
 #: Tracing is off: there is no X-Ray daemon offline.
@@ -236,6 +236,17 @@ class InProcessFunction:
     layer_packages: frozenset[str] = frozenset()
     _handler_fn: Callable[[Any, Any], Any] | None = field(default=None, repr=False)
     _modules: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The log stream of the function's one execution environment (Lambda's naming).
+    log_stream: str = field(
+        default_factory=lambda: time.strftime("%Y/%m/%d", time.gmtime()) + f"/[$LATEST]{uuid.uuid4().hex}", repr=False)
+
+    @property
+    def log_group(self) -> str:
+        return f"/aws/lambda/{self.name}"
+
+    def output(self) -> function_logs.FunctionLog:
+        """Where the function's output goes: its log group, not the process's output."""
+        return function_logs.FunctionLog(self.region, self.account_id, self.log_group, self.log_stream)
 
     @property
     def arn(self) -> str:
@@ -250,7 +261,8 @@ class InProcessFunction:
                 "AWS_LAMBDA_FUNCTION_NAME": self.name,
                 "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory_mb),
-                "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{self.name}",
+                "AWS_LAMBDA_LOG_GROUP_NAME": self.log_group,
+                "AWS_LAMBDA_LOG_STREAM_NAME": self.log_stream,
                 "_HANDLER": self.handler,
             }
         )
@@ -291,7 +303,7 @@ class InProcessFunction:
             paths = [str(folder) for folder in folders]
             sys.path[0:0] = paths
             try:
-                with function_environment(self.runtime_environment()):
+                with function_environment(self.runtime_environment()), function_logs.function_output(self.output()):
                     module = importlib.import_module(module_name)
             except ImportError as error:
                 raise HandlerNotFoundError(
@@ -320,8 +332,8 @@ class InProcessFunction:
             invoked_function_arn=self.arn,
             memory_limit_in_mb=self.memory_mb,
             aws_request_id=str(uuid.uuid4()),
-            log_group_name=f"/aws/lambda/{self.name}",
-            log_stream_name=f"local/{uuid.uuid4().hex}",
+            log_group_name=self.log_group,
+            log_stream_name=self.log_stream,
             timeout_s=self.timeout_s,
         )
 
@@ -341,7 +353,7 @@ class InProcessFunction:
 
         def run() -> None:
             try:
-                with function_environment(self.runtime_environment()):
+                with function_environment(self.runtime_environment()), function_logs.function_output(self.output()):
                     result = handler(event, context)
                 outcome.append(Invocation(json.dumps(result).encode("utf-8")))
             except Exception as error:  # noqa: BLE001 - every error is the function's error

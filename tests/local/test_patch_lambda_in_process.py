@@ -373,3 +373,44 @@ def test_a_handler_may_import_only_its_asset_its_layers_and_the_runtime(tmp_path
         assert payloads[name]["errorType"] == "HandlerNotFoundError", payloads[name]
         assert f"{missing} (imported by index)" in payloads[name]["errorMessage"]
         assert "Runtime.ImportModuleError" in payloads[name]["errorMessage"]
+
+
+NOISY = '''
+import logging
+import sys
+import warnings
+
+log = logging.getLogger("noisy")
+log.addHandler(logging.StreamHandler(sys.stdout))  # bound at import, as Powertools' Logger is
+log.setLevel(logging.INFO)
+log.propagate = False
+print("cold start")
+
+
+def handler(event, context):
+    log.info("handled %s", event["n"])
+    print("to stderr", file=sys.stderr)
+    warnings.warn("No application metrics to publish", stacklevel=2)
+    return {"n": event["n"]}
+'''
+
+
+def test_a_functions_output_goes_to_its_log_group_not_the_tests_output(tmp_path, capfd, recwarn):
+    """On AWS a function's prints, log lines and warnings are CloudWatch Logs events of
+    /aws/lambda/<name>; the caller never sees them (issue 26, part 3.4: quiet tests)."""
+    lambda_folder(tmp_path, "Noisy", NOISY)
+    with LocalCloud() as cloud:
+        app = cloud.deploy(function_template({"Noisy": "Noisy"}), assets_dir=tmp_path)
+        name = app.function_name("Noisy")
+        payloads = [json.loads(cloud.client("lambda").invoke(FunctionName=name, Payload=json.dumps({"n": n}))
+                               ["Payload"].read()) for n in (1, 2)]
+        print("the test's own line")
+        lines = cloud.function_logs(name)
+    out, err = capfd.readouterr()
+    assert payloads == [{"n": 1}, {"n": 2}]
+    assert out == "the test's own line\n" and err == ""
+    assert not [w for w in recwarn if "metrics" in str(w.message)]
+    assert lines[0] == "cold start"
+    assert [line for line in lines if line.startswith("handled")] == ["handled 1", "handled 2"]
+    assert lines.count("to stderr") == 2
+    assert sum("UserWarning: No application metrics to publish" in line for line in lines) == 2

@@ -45,12 +45,15 @@ import threading
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 from unittest import mock
 
 from moto.stepfunctions.parser.api import HistoryEventType, LogLevel
 from moto.stepfunctions.parser.asl.eval.event.logging import is_logging_enabled_for
 from moto.stepfunctions.parser.backend.execution import Execution
+
+if TYPE_CHECKING:
+    from locked_workflow.testing.function_logs import FunctionLog
 
 #: Detail fields that are execution data: left out with ``includeExecutionData: false``.
 DATA_FIELDS = (
@@ -136,8 +139,9 @@ class ExecutionLog:
         write_line(self.target, self.log_stream, timestamp_ms, json.dumps(line, default=_text))
 
 
-def write_line(target: LogTarget, log_stream: str, timestamp_ms: int, message: str) -> None:
-    """Append one log event to ``target``'s group and ``log_stream``, creating them if needed."""
+def write_line(target: "LogTarget | FunctionLog", log_stream: str, timestamp_ms: int, message: str) -> None:
+    """Append one log event to ``target``'s group and ``log_stream``, creating them if needed
+    (a function's output too: :mod:`locked_workflow.testing.function_logs`)."""
     from moto.logs.models import logs_backends
 
     backend = logs_backends[target.account_id][target.region]

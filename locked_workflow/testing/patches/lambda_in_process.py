@@ -15,7 +15,8 @@ The function's ``Timeout`` holds: an invocation still running at it fails with
 ``Sandbox.Timedout`` at that moment, as Lambda's does; the handler thread itself cannot be
 stopped and runs on - stricter than AWS, which stops it (see ``lambda_runtime``).
 
-Also sets ``os.environ`` to a per-thread overlay (see ``lambda_runtime``) while active.
+Also sets ``os.environ`` to a per-thread overlay (see ``lambda_runtime``) while active, and
+sends each function's output to its log group (``function_logs``), not the process's output.
 
 Proof: ``tests/local/test_patch_lambda_in_process.py``.
 """
@@ -30,6 +31,7 @@ from unittest import mock
 
 from moto.awslambda.models import LambdaFunction
 
+from locked_workflow.testing import function_logs
 from locked_workflow.testing.lambda_runtime import FunctionRegistry, ThreadLocalEnviron
 
 
@@ -61,3 +63,4 @@ def apply(stack: ExitStack, registry: FunctionRegistry) -> None:
     stack.enter_context(mock.patch.object(LambdaFunction, "invoke", invoke))
     if not isinstance(os.environ, ThreadLocalEnviron):
         stack.enter_context(mock.patch.object(os, "environ", ThreadLocalEnviron(os.environ)))
+    function_logs.apply(stack)  # a function's output goes to its log group
