@@ -33,6 +33,7 @@ from typing import Any
 _EXPORTS = {
     "BACKENDS": "locked_workflow.testing.cloud",
     "ExecutionResult": "locked_workflow.testing.cloud",
+    "ExecutionsStillRunning": "locked_workflow.testing.cloud",
     "LocalCloud": "locked_workflow.testing.cloud",
     "active_cloud": "locked_workflow.testing.cloud",
     "Deployment": "locked_workflow.testing.deployer",

@@ -37,6 +37,9 @@ BACKENDS = ("moto", "dynamodb-local")
 DEFAULT_ACCOUNT_ID = "123456789012"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
+#: Progress of ``wait_all`` (INFO).
+_wait_log = logging.getLogger("locked_workflow.testing.wait")
+
 _ACTIVE_LOCK = threading.Lock()
 _active: "LocalCloud | None" = None
 
@@ -56,6 +59,15 @@ class ExecutionResult:
 
     def __getitem__(self, key: str) -> Any:  # result["status"] works too
         return getattr(self, key)
+
+
+class ExecutionsStillRunning(TimeoutError):
+    """``wait_for``/``wait_all`` timed out: names each execution still running and where it is."""
+
+    def __init__(self, timeout: float, whereabouts: list[str], waited_for: int) -> None:
+        self.whereabouts = whereabouts
+        super().__init__(f"{len(whereabouts)} of {waited_for} executions still running after {timeout:g} s: "
+                         + "; ".join(whereabouts))
 
 
 class LocalCloud:
@@ -278,15 +290,65 @@ class LocalCloud:
         return self.describe(execution_arn)["status"]
 
     def wait_for(self, execution_arn: str, timeout: float = 60.0, *, poll_s: float = 0.05) -> ExecutionResult:
-        """Wait until the execution ends; raises TimeoutError (naming its last status) if it does not."""
+        """Wait until the execution ends; raises :class:`ExecutionsStillRunning` (a
+        ``TimeoutError`` naming its status and the state it is in) if it does not."""
+        return self.wait_all([execution_arn], timeout, poll_s=poll_s)[0]
+
+    def wait_all(self, execution_arns: list[str], timeout: float = 120.0, *, poll_s: float = 0.05,
+                 progress_s: float = 10.0) -> list[ExecutionResult]:
+        """Wait until every execution ends, in the order given.
+
+        Every ``progress_s`` seconds logs how many are still running, and which (logger
+        ``locked_workflow.testing.wait``, INFO: ``--log-cli-level=INFO`` shows it live, and
+        pytest shows it with a failing test). At ``timeout``, raises
+        :class:`ExecutionsStillRunning` naming each execution still running, the state it
+        is in and for how long.
+        """
         deadline = time.monotonic() + timeout
-        while True:
-            description = self.describe(execution_arn)
-            if description["status"] in TERMINAL:
-                break
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{execution_arn} still {description['status']} after {timeout}s")
-            time.sleep(poll_s)
+        next_report = time.monotonic() + progress_s
+        ended: dict[str, dict[str, Any]] = {}
+        for arn in execution_arns:  # one at a time: a poll describes one execution, not all
+            while arn not in ended:
+                description = self.describe(arn)
+                if description["status"] in TERMINAL:
+                    ended[arn] = description
+                    break
+                now = time.monotonic()
+                if now >= deadline or now >= next_report:
+                    running = [a for a in execution_arns if a not in ended and self.status(a) not in TERMINAL]
+                    if now >= deadline:
+                        raise ExecutionsStillRunning(timeout, [self.whereabouts(a) for a in running], len(execution_arns))
+                    _wait_log.info("waiting for %d of %d executions: %s", len(running), len(execution_arns),
+                                   "; ".join(self.whereabouts(a) for a in running[:5]))
+                    next_report = now + progress_s
+                time.sleep(poll_s)
+        return [self._result(arn, ended[arn]) for arn in execution_arns]
+
+    def whereabouts(self, execution_arn: str) -> str:
+        """Where a running execution is: ``<name> RUNNING in state 'X' for 12.3 s`` (its history's
+        last state entered that has not exited, and the last event)."""
+        events = self.history(execution_arn)
+        status = self.describe(execution_arn)["status"]
+        open_states: list[tuple[str, Any]] = []
+        for event in events:
+            entered = event.get("stateEnteredEventDetails")
+            exited = event.get("stateExitedEventDetails")
+            if entered:
+                open_states.append((entered["name"], event["timestamp"]))
+            elif exited:
+                for n in range(len(open_states) - 1, -1, -1):
+                    if open_states[n][0] == exited["name"]:
+                        del open_states[n]
+                        break
+        name = execution_arn.rsplit(":", 1)[-1]
+        last = events[-1]["type"] if events else "no event"
+        if not open_states:
+            return f"{name} {status} (last event {last})"
+        state, since = open_states[-1]
+        seconds = time.time() - since.timestamp() if hasattr(since, "timestamp") else float("nan")
+        return f"{name} {status} in state {state!r} for {seconds:.1f} s (last event {last})"
+
+    def _result(self, execution_arn: str, description: dict[str, Any]) -> ExecutionResult:
         output = description.get("output")
         return ExecutionResult(
             arn=execution_arn,
@@ -298,10 +360,6 @@ class LocalCloud:
             start_date=description.get("startDate"),
             stop_date=description.get("stopDate"),
         )
-
-    def wait_all(self, execution_arns: list[str], timeout: float = 120.0) -> list[ExecutionResult]:
-        deadline = time.monotonic() + timeout
-        return [self.wait_for(arn, max(0.0, deadline - time.monotonic())) for arn in execution_arns]
 
     def stop_execution(self, execution_arn: str, *, error: str | None = None, cause: str | None = None) -> None:
         kwargs = {k: v for k, v in (("error", error), ("cause", cause)) if v is not None}

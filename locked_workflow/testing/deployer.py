@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,9 @@ from locked_workflow.testing.resolver import (
     deployment_order,
     matching_ids,
 )
+
+#: Progress of a deploy (INFO: start and end; DEBUG: each resource): ``--log-cli-level=INFO`` shows it live.
+_log = logging.getLogger("locked_workflow.testing.deploy")
 
 #: Types that do not affect execution offline; deployed as names only.
 SKIPPED_TYPES = frozenset(
@@ -182,8 +187,11 @@ class Deployer:
         self._assets = {k: Path(v) for k, v in (assets or {}).items()}
         self._layers: dict[str, Path | None] = {}  # layer version ARN -> content folder
         resources = template.get("Resources", {})
+        order = deployment_order(template)
+        started = time.monotonic()
+        _log.info("deploying %s: %d resources", stack_name, len(order))
 
-        for logical_id in deployment_order(template):
+        for n, logical_id in enumerate(order, 1):
             resource = resources[logical_id]
             resource_type = resource["Type"]
             condition = resource.get("Condition")
@@ -211,6 +219,9 @@ class Deployer:
             resolver.physical[logical_id] = physical
             deployment.resources[logical_id] = physical.ref
             deployment.attributes[logical_id] = dict(physical.attributes)
+            _log.debug("%s: %d/%d %s (%s) after %.1f s", stack_name, n, len(order), logical_id, resource_type,
+                       time.monotonic() - started)
+        _log.info("deployed %s: %d resources in %.1f s", stack_name, len(order), time.monotonic() - started)
         return deployment
 
     # -- DynamoDB -----------------------------------------------------------------------

@@ -224,3 +224,45 @@ def test_definition_object_with_substitutions(local_cloud):
 def test_unsupported_resource_types_are_named(local_cloud):
     with pytest.raises(UnsupportedResourceError, match=r"Topic \(AWS::Pipes::Pipe\)"):
         local_cloud.deploy({"Resources": {"Topic": {"Type": "AWS::Pipes::Pipe", "Properties": {}}}})
+
+
+WAITING = {
+    "StartAt": "Prepare",
+    "States": {
+        "Prepare": {"Type": "Pass", "Next": "Hold"},
+        "Hold": {"Type": "Wait", "Seconds": 30, "End": True},
+    },
+}
+
+
+def test_a_wait_that_times_out_names_each_execution_still_running_and_its_state(local_cloud, caplog):
+    """Issue 26, part 3.5: a hanging test says what it waits for - which executions, in which
+    state, for how long - and the deploy and the wait log their progress."""
+    import logging
+
+    from locked_workflow.testing import ExecutionsStillRunning
+
+    template = {"Resources": {
+        "Quick": {"Type": "AWS::StepFunctions::StateMachine", "Properties": {
+            "DefinitionString": json.dumps({"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}),
+            "RoleArn": "arn:aws:iam::123456789012:role/sfn"}},
+        "Slow": {"Type": "AWS::StepFunctions::StateMachine", "Properties": {
+            "DefinitionString": json.dumps(WAITING), "RoleArn": "arn:aws:iam::123456789012:role/sfn"}},
+    }}
+    with caplog.at_level(logging.INFO, logger="locked_workflow.testing"):
+        app = local_cloud.deploy(template)
+        quick = local_cloud.start_execution(app.state_machine_arn("Quick"))
+        slow = [local_cloud.start_execution(app.state_machine_arn("Slow")) for _ in range(2)]
+        with pytest.raises(ExecutionsStillRunning) as timed_out:
+            local_cloud.wait_all([quick, *slow], timeout=1.5, progress_s=0.5)
+    message = str(timed_out.value)
+    assert message.startswith("2 of 3 executions still running after 1.5 s: ")
+    assert [w.split(" ")[0] for w in timed_out.value.whereabouts] == [arn.rsplit(":", 1)[1] for arn in slow]
+    assert all(" RUNNING in state 'Hold' for " in w for w in timed_out.value.whereabouts)
+    assert quick.rsplit(":", 1)[1] not in message  # ended: not named
+    assert isinstance(timed_out.value, TimeoutError)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("deployed LocalStack: 2 resources in ") for m in logged)
+    assert any(m.startswith("waiting for 2 of 3 executions: ") and "'Hold'" in m for m in logged)
+    for arn in slow:
+        local_cloud.stop_execution(arn)
