@@ -7,13 +7,15 @@ top-level folders ``constructs_lib/``, ``state_machines/`` and ``lambdas/``, whi
 ``locked_workflow/__init__.py`` appends to its ``__path__`` at import (the wheel maps them
 under the package when it is built). Griffe reads, it does not import, so this hook lays the
 package out as the wheel does - a folder of symbolic links, ``build/api-src/locked_workflow/``
-- before the first page is rendered; ``mkdocs.yml`` points mkdocstrings there.
+- before mkdocstrings looks for it (``mkdocs.yml`` points mkdocstrings there).
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+
+from mkdocs.plugins import event_priority
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the package is laid out as the wheel has it (``mkdocs.yml``: mkdocstrings' ``paths``).
@@ -39,6 +41,7 @@ def lay_out_package(destination: Path = API_SOURCE) -> Path:
     return package
 
 
+@event_priority(100)  # before mkdocstrings' own on_config, which drops a search path not there
 def on_config(config, **kwargs):
     lay_out_package()
     return config
