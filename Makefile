@@ -91,23 +91,30 @@ matrix: deps
 	$(PY) -m tools.matrix.run $(ARGS)
 
 diagram: deps
-	$(PY) -m locked_workflow.constructs_lib.diagram --readme README.md
+	$(PY) -m locked_workflow.constructs_lib.diagram --readme docs/protocol.md
 
 synth: deps
 	npx cdk synth --quiet
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) node_modules cdk.out .pytest_cache
+	rm -rf $(VENV) $(COMPAT_VENV) $(DOCS_VENV) node_modules cdk.out .pytest_cache site
 
-# The API reference, generated from the docstrings by pdoc (the dev extra): build/api/index.html.
-# docs/build_api.py fails on any pdoc warning (a module that does not import, a name that does
-# not resolve, a docstring it cannot read).
-API_DIR := build/api
+# The documentation site (mkdocs.yml: the guides of docs/ and the API reference, which
+# mkdocstrings reads from the sources without importing them) into site/. A venv of its own with
+# the docs extra only (no CDK, moto or Node); --strict fails on a broken link or anchor, a page
+# missing from the nav, a missing snippet, or a docstring it cannot read.
+DOCS_VENV := .venv-docs
+STAMP_DOCS := $(DOCS_VENV)/.installed
 .PHONY: docs consumer-test
 
-docs: deps
-	rm -rf $(API_DIR)
-	$(PY) docs/build_api.py --output $(API_DIR)
+$(STAMP_DOCS): pyproject.toml
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	sed -n '/^docs = \[/,/^]/s/^ *"\([^"]*\)",*.*$$/\1/p' pyproject.toml > $(DOCS_VENV)/requirements.txt
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r $(DOCS_VENV)/requirements.txt
+	touch $@
+
+docs: $(STAMP_DOCS)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
 
 # The package as a user gets it: the wheel in a fresh venv outside the repository, the README's
 # quick start synthesized by the CDK CLI (aws-cdk@2) and its own offline test run there

@@ -1,7 +1,7 @@
 """Draw a state machine definition (ASL) as a Mermaid flowchart: ``make diagram``.
 
-GitHub renders a ``mermaid`` code block as a picture, so the README shows the example app's
-state machine drawn from its synthesized definition, between the markers
+GitHub and the docs site render a ``mermaid`` code block as a picture, so ``docs/protocol.md``
+shows the example app's state machine drawn from its synthesized definition, between the markers
 ``<!-- diagram:start -->`` and ``<!-- diagram:end -->``; ``make diagram`` rewrites them and a
 test keeps them equal to what this module draws.
 

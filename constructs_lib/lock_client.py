@@ -480,7 +480,8 @@ class LockClient:
         does; a release admits the next waiters. Not with ``fair``. Default: ``False``.
     :param stepfunctions: a boto3 Step Functions client for those wake-ups. Default:
         ``boto3.client("stepfunctions")``, created on first use.
-    :raises TypeError, ValueError: a bad argument (``"`x` must ..., got: ..."``).
+    :raises TypeError: an argument of the wrong type (``"`x` must ..., got: ..."``).
+    :raises ValueError: an argument of a bad value (the same form).
     """
 
     def __init__(
@@ -629,7 +630,8 @@ class LockClient:
         :param shared: a read/write client (``read_write=True``) only: enter as a reader, beside
             other readers (``lease.fence`` is the last writer's). Default: ``False`` (the writer).
         :raises InvalidLockKey: before any DynamoDB call.
-        :raises TypeError, ValueError: a bad argument, before any DynamoDB call.
+        :raises TypeError: an argument of the wrong type, before any DynamoDB call.
+        :raises ValueError: an argument of a bad value, before any DynamoDB call.
         :raises LockHeld: held by another owner and ``wait`` is 0.
         :raises LockTimeout: still held when ``wait`` ran out.
         """
@@ -891,7 +893,8 @@ class LockClient:
 
         :raises LockLost: the lock is no longer held by ``held.owner`` (``held.check()`` raises
             it from now on).
-        :raises TypeError, ValueError: a bad argument, before any DynamoDB call.
+        :raises TypeError: an argument of the wrong type, before any DynamoDB call.
+        :raises ValueError: an argument of a bad value, before any DynamoDB call.
         """
         for_ms = _lease_ms(lease)
         table_key = _stored_key(held)
@@ -965,7 +968,8 @@ class LockClient:
 
         :raises LockHeldInThisThread: another flow of this thread holds the key through this
             client (a wait would block the thread that flow needs).
-        :raises TypeError, ValueError: a bad argument, before any DynamoDB call.
+        :raises TypeError: an argument of the wrong type, before any DynamoDB call.
+        :raises ValueError: an argument of a bad value, before any DynamoDB call.
         """
         table_key = self.table_key(key)
         if owner is not None:

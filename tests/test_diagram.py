@@ -1,4 +1,4 @@
-"""The README's picture of the state machine is drawn from the synthesized definition."""
+"""The protocol page's picture of the state machine (docs/protocol.md) is drawn from the synthesized definition."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_every_state_and_edge_is_drawn():
     assert f'subgraph {n["Section"]}["Section (Parallel)"]' in text
 
 
-def test_the_readme_shows_the_example_app_as_drawn(example):
+def test_the_protocol_page_shows_the_example_app_as_drawn(example):
     definition = diagram.definition_of(example.template, "ApplyCustomerUpdatesStateMachine")
-    readme = (ROOT / "README.md").read_text()
-    assert diagram.readme_block(definition) in readme, "run `make diagram`"
+    page = (ROOT / "docs" / "protocol.md").read_text()
+    assert diagram.readme_block(definition) in page, "run `make diagram`"

@@ -145,9 +145,9 @@ def test_optional_dependencies_fail_with_the_extra_to_install(blocked):
         assert [l for l in lines if l.startswith("DEMO: AttributeError")]
 
 
-def test_the_readme_states_the_versions_that_are_tested():
-    readme = (ROOT / "README.md").read_text()
-    (section,) = re.findall(r"\n## Compatibility\n(.*?)\n## ", readme, flags=re.DOTALL)
+def test_the_docs_state_the_versions_that_are_tested():
+    guide = (ROOT / "docs" / "getting-started.md").read_text()
+    (section,) = re.findall(r"\n## Compatibility\n(.*?)\n## ", guide, flags=re.DOTALL)
     (floor,) = [re.search(r">=([\d.]+)", r)[1] for r in PYPROJECT["project"]["dependencies"] if r.startswith("aws-cdk-lib")]
     python_floor = PYPROJECT["project"]["requires-python"].removeprefix(">=")
     tooling = json.loads((ROOT / "package.json").read_text())["devDependencies"]

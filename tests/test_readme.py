@@ -1,6 +1,7 @@
 """The README and docs/ say what is true: the quick start synthesizes and its own test passes
-offline, the props tables match the constructors (names, types, defaults), and every link, file,
-make target and version they name exists."""
+offline, the props tables match the constructors (names, types, defaults), every link, anchor,
+file, make target and version they name exists, and the site's navigation lists every page.
+(The guides' other code blocks: tests/test_docs_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from aws_cdk.assertions import Match, Template
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
 
 spec = importlib.util.spec_from_file_location("readme_files", ROOT / ".ci" / "consumer" / "readme_files.py")
 readme_files_module = importlib.util.module_from_spec(spec)
@@ -33,10 +34,19 @@ def _readme() -> str:
     return README.read_text()
 
 
+def _page(name: str) -> str:
+    return (ROOT / "docs" / name).read_text()
+
+
 def _files() -> dict[str, str]:
-    """The files the README shows (``<!-- file: PATH -->`` before a block): the consumer test
-    (`make consumer-test`) builds its app from these very blocks."""
-    return readme_files_module.readme_files(_readme())
+    """The files the README and the guides show (``<!-- file: PATH -->`` before a block), each
+    once: the consumer test (`make consumer-test`) builds its app from the README's blocks."""
+    files: dict[str, str] = {}
+    for page in [README, *DOCS]:
+        shown = readme_files_module.readme_files(page.read_text())
+        assert not set(shown) & set(files), f"{page.name} shows a file another page shows: {set(shown) & set(files)}"
+        files.update(shown)
+    return files
 
 
 def _write(files: dict[str, str], folder: Path, *paths: str) -> None:
@@ -195,39 +205,39 @@ def _keyword_params(callable_) -> dict[str, inspect.Parameter]:
     return {n: p for n, p in inspect.signature(callable_).parameters.items() if n not in skip}
 
 
-@pytest.mark.parametrize("heading, dotted", [
-    ("### `LockedWorkflow`", "locked_workflow.constructs_lib.locked_workflow.LockedWorkflow"),
-    ("### `LockedSection`", "locked_workflow.constructs_lib.locked_section.LockedSection"),
-    ("### `LockTable`", "locked_workflow.constructs_lib.lock_table.LockTable"),
-    ("### `LockClient`", "locked_workflow.constructs_lib.lock_client.LockClient"),
-    ("### Monitoring", "locked_workflow.constructs_lib.monitoring.LockMonitoring"),
+@pytest.mark.parametrize("page, heading, dotted", [
+    ("constructs.md", "## `LockedWorkflow`", "locked_workflow.constructs_lib.locked_workflow.LockedWorkflow"),
+    ("constructs.md", "## `LockedSection`", "locked_workflow.constructs_lib.locked_section.LockedSection"),
+    ("constructs.md", "## `LockTable`", "locked_workflow.constructs_lib.lock_table.LockTable"),
+    ("python-clients.md", "## `LockClient`", "locked_workflow.constructs_lib.lock_client.LockClient"),
+    ("operating.md", "## Monitoring", "locked_workflow.constructs_lib.monitoring.LockMonitoring"),
 ])
-def test_every_prop_is_in_its_table_with_a_type_and_its_default(heading, dotted):
+def test_every_prop_is_in_its_table_with_a_type_and_its_default(page, heading, dotted):
     module_name, class_name = dotted.rsplit(".", 1)
     cls = getattr(importlib.import_module(module_name), class_name)
-    rows = _first_table(_section(_readme(), heading)) if heading != "### Monitoring" else _monitoring_props()
+    rows = _first_table(_section(_page(page), heading)) if heading != "## Monitoring" else _monitoring_props()
     _check_table(rows, _keyword_params(cls.__init__), heading)
 
 
 def _monitoring_props() -> dict[str, list[str]]:
-    section = _section(_readme(), "### Monitoring")
+    section = _section(_page("operating.md"), "## Monitoring")
     return _first_table(section[section.index("`LockMonitoring` props"):])
 
 
 def test_the_wait_policy_table_matches_the_dataclass():
     from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
-    rows = _first_table(_section(_readme(), "### `WaitPolicy`"))
+    rows = _first_table(_section(_page("constructs.md"), "## `WaitPolicy`"))
     fields = {f.name: f.default for f in dataclasses.fields(WaitPolicy)}
     _check_table(rows, fields, "WaitPolicy")
     signature = "WaitPolicy(" + ", ".join(f"{n}={v!r}" for n, v in fields.items()) + ")"
-    assert signature in _readme()
+    assert signature in _page("constructs.md")
 
 
 def test_the_lock_client_methods_are_as_documented():
     from locked_workflow.constructs_lib.lock_client import DEFAULT_LEASE, LockClient
 
-    section = _section(_readme(), "### `LockClient`")
+    section = _section(_page("python-clients.md"), "## `LockClient`")
     acquire = inspect.signature(LockClient.acquire).parameters
     row = next(l for l in section.splitlines() if l.startswith("| `acquire("))
     for name in ("owner", "wait", "poll_interval", "max_poll_interval", "backoff_rate"):
@@ -250,11 +260,11 @@ def _anchors(path: Path) -> set[str]:
     return {_slug(h) for h in re.findall(r"^#+ (.*)$", text, flags=re.MULTILINE)}
 
 
-@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_link_resolves(page):
     text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
     links = re.findall(r"\]\(([^)\s]+)\)", text)
-    assert links or page == README
+    assert links or page == README or page.parent.name == "api"
     for link in links:
         if re.match(r"[a-z]+://", link):
             continue
@@ -265,17 +275,74 @@ def test_every_link_resolves(page):
             assert anchor in _anchors(path), f"{page.name}: {link} names no heading of {path.name}"
 
 
-def test_the_docs_are_linked_from_the_readme():
-    for page in DOCS:
+def test_the_guides_are_linked_from_the_readme():
+    top = [p for p in DOCS if p.parent.name == "docs" and p.name != "index.md"]  # the site's home is the README's
+    for page in top:
         assert f"](docs/{page.name})" in _readme(), f"docs/{page.name} is not linked from the README"
-    assert {p.name for p in DOCS} >= {"protocol.md", "safety.md", "runtime.md", "benchmarks.md"}
+    assert {p.name for p in top} >= {"getting-started.md", "testing.md", "operating.md", "protocol.md",
+                                     "safety.md", "runtime.md", "benchmarks.md", "mutex.md", "fair-lock.md"}
 
 
-#: Paths the pages name that are not this repository's (`cdk init`'s test folder).
-NOT_OURS = {"tests/unit/conftest.py"}
+def _nav_pages() -> list[str]:
+    config = (ROOT / "mkdocs.yml").read_text()
+    return re.findall(r"^ +- (?:[^:\n]+: )?([\w/.-]+\.md)$", config[config.index("\nnav:"):], flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_the_site_navigation_lists_every_page_once():
+    nav = _nav_pages()
+    assert "getting-started.md" in nav and "api/index.md" in nav  # the control: the nav is read
+    assert sorted(nav) == sorted(str(p.relative_to(ROOT / "docs")) for p in DOCS), "mkdocs.yml's nav and docs/ differ"
+    assert len(nav) == len(set(nav))
+
+
+def test_make_docs_is_a_strict_build_in_a_docs_only_venv():
+    """`make docs`: the [docs] extra alone (no CDK, moto or Node) and `mkdocs build --strict`,
+    whose warnings (a broken link or anchor, a page outside the nav, an unreadable docstring)
+    fail the build; CI runs it."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {re.split(r"[\[<>=]", r)[0] for r in extras["docs"]} == {"mkdocs", "mkdocs-material", "mkdocstrings"}
+    assert not [r for r in extras["dev"] if r.startswith("pdoc")]
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^docs: (.*)\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
+    assert recipe[1].strip() == "$(STAMP_DOCS)" and "mkdocs build --strict" in recipe[2]
+    stamp = re.search(r"^\$\(STAMP_DOCS\): .*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)[1]
+    assert "$(DOCS_VENV)" in stamp and "pip install" in stamp and ".[dev]" not in stamp and "-e " not in stamp
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert re.search(r"^strict: true$", config, flags=re.MULTILINE)
+    for check in ("omitted_files", "absolute_links", "unrecognized_links", "anchors"):
+        assert re.search(rf"^  {check}: warn$", config, flags=re.MULTILINE), check
+    assert "check_paths: true" in config  # a snippet that names no file fails too
+    assert "make docs" in (ROOT / ".ci" / "run").read_text()
+
+
+SNIPPET = re.compile(r'^--8<-- "README\.md:([\w-]+)"$', flags=re.MULTILINE)
+
+
+def test_the_snippets_the_site_takes_from_the_readme_exist_and_link_nowhere_relative():
+    """A page includes a README section (``--8<-- "README.md:name"``, between the README's
+    ``[start:name]`` and ``[end:name]`` markers); its relative links would point elsewhere on
+    the site, so the included sections have none."""
+    used = {name for page in DOCS for name in SNIPPET.findall(page.read_text())}
+    assert {"what", "install", "quick-start", "lock-kinds"} <= used
+    for name in used:
+        section = re.search(rf"<!-- --8<-- \[start:{name}\] -->\n(.*?)<!-- --8<-- \[end:{name}\] -->",
+                            _readme(), flags=re.DOTALL)
+        assert section, f"README.md has no section {name!r}"
+        prose = re.sub(r"^```.*?^```", "", section[1], flags=re.MULTILINE | re.DOTALL)
+        relative = [link for link in re.findall(r"\]\(([^)\s]+)\)", prose) if not re.match(r"[a-z]+://", link)]
+        assert relative == [], f"README section {name!r} links {relative}"
+
+
+#: Paths the pages name that are not this repository's (`cdk init`'s test folder, the quick
+#: start app's test).
+NOT_OURS = {"tests/unit/conftest.py", "tests/test_updates.py"}
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_file_named_exists(page):
     """Backticked repository paths (`tests/test_fair_model.py`, `state_machines/`) exist."""
     named = re.findall(r"`((?:constructs_lib|state_machines|lambdas|tests|docs|\.ci)/[\w./-]*)`", page.read_text())
@@ -283,7 +350,7 @@ def test_every_file_named_exists(page):
         assert (ROOT / path).exists(), f"{page.name} names {path}, which does not exist"
 
 
-@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_make_target_named_exists(page):
     targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))
     named = set(re.findall(r"`make ([\w-]+)", page.read_text()))
@@ -309,19 +376,19 @@ def test_the_install_names_the_wheel_that_is_built():
     assert set(re.findall(r"locked_workflow-[\w.]+-py3-none-any\.whl", _readme())) == {wheel}
 
 
-def test_the_readme_is_for_users_first():
-    """The order issue 17 asks for; the design material lives in docs/."""
+def test_the_readme_is_short_and_for_users_first():
+    """Issue 26: what it is, install, the quick start, the lock kinds, links, under 250 lines;
+    the rest lives in the guides (docs/)."""
     headings = re.findall(r"^## (.*)$", re.sub(r"^```.*?^```", "", _readme(), flags=re.MULTILINE | re.DOTALL),
                           flags=re.MULTILINE)
-    order = ["Install", "Compatibility", "Quick start", "Props", "Testing your app", "Operating it"]
-    assert [h for h in headings if h in order] == order
-    assert headings.index("Developing this repository") > headings.index("Operating it")
+    assert headings == ["Install", "Quick start", "Lock kinds", "Documentation", "Developing this repository"]
+    assert len(_readme().splitlines()) < 250
 
 
 def test_the_lock_table_lists_every_factory_with_its_settings():
     from locked_workflow import Lock
 
-    rows = _first_table(_section(_readme(), "### `Lock`"))
+    rows = _first_table(_section(_page("constructs.md"), "## `Lock`"))
     factories = {name for name, member in vars(Lock).items() if isinstance(member, staticmethod)}
     assert factories == {"mutex", "fair", "semaphore", "keys", "on_record", "shared", "exclusive"}  # the control: they are found
     documented = {re.match(r"Lock\.(\w+)\(", name)[1]: cells for name, cells in rows.items()}
