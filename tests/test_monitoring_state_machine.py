@@ -183,3 +183,14 @@ def test_the_janitors_of_several_sections_are_summed_in_one_alarm():
         "Metrics": Match.array_with([Match.object_like({"Expression": "FILL(janitor0, 0) + FILL(janitor1, 0)"})]),
         "Threshold": 0,
     })
+
+
+def test_cfn_lint_reports_no_errors_in_the_hand_built_form():
+    import json
+
+    from cfnlint.api import lint
+
+    stack, machine, section = orders_stack()
+    LockMonitoring(stack, "OrdersMonitoring", state_machine=machine, sections=[section])
+    errors = [m for m in lint(json.dumps(Template.from_stack(stack).to_json())) if m.rule.id.startswith("E")]
+    assert errors == [], [str(m) for m in errors]
