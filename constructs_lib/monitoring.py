@@ -458,21 +458,25 @@ class LockMonitoring(Construct):
         once). Default: Sum."""
         return self.metric(JANITOR_RETIRES, **{"statistic": "Sum", **props})
 
-    def metric_janitor_failures(self, **props: Any) -> cloudwatch.Metric:
+    def metric_janitor_failures(self, **props: Any) -> cloudwatch.IMetric:
         """Janitor events that could not be handled - not delivered, or the recovery failed
         after Lambda's retries: the messages in the janitor's dead-letter queue. Default:
-        Maximum. Raises ``ValueError`` for a workflow without a janitor."""
+        Maximum. Several sections' janitors: the sum of their queues (a ``MathExpression``).
+        Raises ``ValueError`` for a workflow without a janitor."""
         if self.janitor is None:
-            raise ValueError("`metric_janitor_failures` needs a workflow with a janitor, got: janitor=False")
+            raise ValueError(
+                "`metric_janitor_failures` needs a workflow with a janitor (or a section's, from "
+                "recover_stale_holders), got: none"
+            )
         if len(self.janitors) == 1:
             return self.janitor.dead_letter_queue.metric_approximate_number_of_messages_visible(
                 **{"period": DEFAULT_METRIC_PERIOD, "statistic": "Maximum", **props}
             )
         # several sections' janitors: the sum of their queues (a queue without data counts 0)
-        period = props.pop("period", DEFAULT_METRIC_PERIOD)
+        period, statistic = props.pop("period", DEFAULT_METRIC_PERIOD), props.pop("statistic", "Maximum")
         queues = {
             f"janitor{n}": janitor.dead_letter_queue.metric_approximate_number_of_messages_visible(
-                period=period, statistic=props.pop("statistic", "Maximum") if n == 0 else "Maximum")
+                period=period, statistic=statistic)
             for n, janitor in enumerate(self.janitors)
         }
         return cloudwatch.MathExpression(

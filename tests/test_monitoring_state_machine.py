@@ -97,6 +97,8 @@ def test_a_section_without_a_janitor_has_no_janitor_alarm():
     stack, machine, section = orders_stack(recover=False)
     monitoring = LockMonitoring(stack, "M", state_machine=machine, sections=[section])
     assert monitoring.janitor is None and monitoring.janitor_failed_alarm is None
+    with pytest.raises(ValueError, match="needs a workflow with a janitor .or a section.s, from recover_stale_holders., got: none"):
+        monitoring.metric_janitor_failures()
     assert [a.node.id for a in monitoring.alarms] == ["LostAlarm", "TimeoutRateAlarm"]
 
 
@@ -183,6 +185,9 @@ def test_the_janitors_of_several_sections_are_summed_in_one_alarm():
         "Metrics": Match.array_with([Match.object_like({"Expression": "FILL(janitor0, 0) + FILL(janitor1, 0)"})]),
         "Threshold": 0,
     })
+    # one statistic for every queue
+    summed = monitoring.metric_janitor_failures(statistic="Sum")
+    assert {m.statistic for m in summed.using_metrics.values()} == {"Sum"}
 
 
 def test_cfn_lint_reports_no_errors_in_the_hand_built_form():
