@@ -371,7 +371,7 @@ def lock_tables(template: Mapping[str, Any], physical: Mapping[str, str]) -> lis
               if isinstance(resource, Mapping) and resource.get("Type") == "AWS::DynamoDB::Table"}
     marked = [logical for logical, r in tables.items() if p.LOCK_TABLE_METADATA in (r.get("Metadata") or {})]
     chosen = marked or [logical for logical, r in tables.items() if _keyed_as_lock_table(r.get("Properties") or {})]
-    return [physical[logical] for logical in chosen if logical in physical]
+    return [physical[logical] for logical in chosen if physical.get(logical)]  # (deployed ones)
 
 
 def _keyed_as_lock_table(properties: Mapping[str, Any]) -> bool:
