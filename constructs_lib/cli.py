@@ -53,6 +53,8 @@ class CliError(Exception):
 DUMMY_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 #: Region with ``--endpoint-url`` when none is configured or given.
 ENDPOINT_DEFAULT_REGION = "us-east-1"
+#: A missing key's namespaces are searched among this many lock items at most (a Scan).
+NAMESPACE_SCAN_ITEMS = 10_000
 #: Fail fast on an unreachable endpoint: botocore's default is 60 s per try, with retries.
 CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 3, "mode": "standard"}}
 
@@ -119,6 +121,26 @@ class Locks:
             if not start:
                 return items
 
+    def namespaces_of(self, key: str) -> tuple[list[str], bool]:
+        """The namespaces holding a lock item of ``key`` (semaphore slots too), sorted, from a
+        Scan bounded to :data:`NAMESPACE_SCAN_ITEMS` items read; and whether it read them all."""
+        found, start, read = set(), None, 0
+        while read < NAMESPACE_SCAN_ITEMS:
+            page = self.dynamodb.scan(
+                TableName=self.table, Limit=min(1000, NAMESPACE_SCAN_ITEMS - read),
+                **p.key_in_namespaces_scan(key), **({"ExclusiveStartKey": start} if start else {}),
+            )
+            read += page.get("ScannedCount", 0)
+            for item in page.get("Items", []):
+                if p.KEY_ATTRIBUTE in item and not _fair_row(item):
+                    parsed = parse_stored_key(item[p.KEY_ATTRIBUTE]["S"])
+                    if parsed["key"] == key:
+                        found.add(parsed["namespace"])
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return sorted(found), True
+        return sorted(found), False
+
     def get(self, stored_key: str) -> dict:
         return self.dynamodb.get_item(
             TableName=self.table, Key=p.lock_item_key(stored_key), ConsistentRead=True
@@ -165,7 +187,8 @@ def cmd_list(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
 
 
 def _read(locks: Locks, args: argparse.Namespace) -> tuple[str, dict]:
-    """The stored key and the lock item of ``args.key`` (a clear error when there is none)."""
+    """The stored key and the lock item of ``args.key`` (a clear error when there is none:
+    naming the namespaces that have the key, if any)."""
     stored = _stored(args)
     item = locks.get(stored)
     if not item:
@@ -173,6 +196,13 @@ def _read(locks: Locks, args: argparse.Namespace) -> tuple[str, dict]:
         hint = ""
         if args.slot is None and locks.get(sp.slot_key(stored, 0)):
             hint = ": it is a semaphore, give --slot N (`locks list` shows its slots)"
+        else:
+            namespaces, complete = locks.namespaces_of(args.key)
+            others = [n for n in namespaces if n != args.namespace]
+            if others:
+                searched = "" if complete else f", among the first {NAMESPACE_SCAN_ITEMS} items"
+                hint = (f"; the key is in namespace{'s' if len(others) > 1 else ''} "
+                        f"{', '.join(map(repr, others))}{searched} (give --namespace)")
         raise CliError(
             f"no lock item for key {args.key!r}{slot} in namespace {args.namespace!r} (table {locks.table}){hint}"
         )
@@ -332,6 +362,25 @@ def cmd_clear_head(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple
 # ---- plumbing -------------------------------------------------------------------------
 
 
+def lock_tables(template: Mapping[str, Any], physical: Mapping[str, str]) -> list[str]:
+    """The lock tables of a stack, by what they are: the tables of its ``LockTable`` constructs
+    (their :data:`~lock_protocol.LOCK_TABLE_METADATA`, whatever their ids), else its tables
+    keyed by the string partition key ``pk`` alone (a table passed to the constructs).
+    ``physical``: logical id -> physical id of the stack's resources."""
+    tables = {logical: resource for logical, resource in (template.get("Resources") or {}).items()
+              if isinstance(resource, Mapping) and resource.get("Type") == "AWS::DynamoDB::Table"}
+    marked = [logical for logical, r in tables.items() if p.LOCK_TABLE_METADATA in (r.get("Metadata") or {})]
+    chosen = marked or [logical for logical, r in tables.items() if _keyed_as_lock_table(r.get("Properties") or {})]
+    return [physical[logical] for logical in chosen if physical.get(logical)]  # (deployed ones)
+
+
+def _keyed_as_lock_table(properties: Mapping[str, Any]) -> bool:
+    """The table's key is the string partition key ``pk`` alone (as a LockTable's)."""
+    types = {d.get("AttributeName"): d.get("AttributeType") for d in properties.get("AttributeDefinitions") or []}
+    return (properties.get("KeySchema") == [{"AttributeName": p.KEY_ATTRIBUTE, "KeyType": "HASH"}]
+            and types.get(p.KEY_ATTRIBUTE) == "S")
+
+
 def _table_name(args: argparse.Namespace, session: Any) -> str:
     if args.table:
         return args.table
@@ -339,17 +388,36 @@ def _table_name(args: argparse.Namespace, session: Any) -> str:
         raise CliError("the lock table is unknown: give --table NAME or --stack STACK")
     cloudformation = _client(session, "cloudformation", args)
     try:
-        stack = cloudformation.describe_stacks(StackName=args.stack)["Stacks"][0]
-        for output in stack.get("Outputs", []):
-            if output["OutputKey"] == args.output or (args.output is None and "LockTable" in output["OutputKey"]):
-                return output["OutputValue"]
-        resources = cloudformation.describe_stack_resources(StackName=args.stack)["StackResources"]
+        if args.output is not None:
+            outputs = cloudformation.describe_stacks(StackName=args.stack)["Stacks"][0].get("Outputs", [])
+            for output in outputs:
+                if output["OutputKey"] == args.output:
+                    return output["OutputValue"]
+            raise CliError(f"stack {args.stack!r} has no output {args.output!r} (its outputs: "
+                           f"{', '.join(o['OutputKey'] for o in outputs) or 'none'})")
+        template = cloudformation.get_template(StackName=args.stack)["TemplateBody"]
+        physical, token = {}, None
+        while True:
+            page = cloudformation.list_stack_resources(StackName=args.stack, **({"NextToken": token} if token else {}))
+            physical.update({r["LogicalResourceId"]: r.get("PhysicalResourceId") for r in page["StackResourceSummaries"]})
+            token = page.get("NextToken")
+            if not token:
+                break
+    except CliError:
+        raise
     except Exception as error:
         raise CliError(f"cannot read stack {args.stack!r}: {_one_line(error)}") from None
-    tables = [r["PhysicalResourceId"] for r in resources
-              if r["ResourceType"] == "AWS::DynamoDB::Table" and "LockTable" in r["LogicalResourceId"]]
-    if len(tables) != 1:
-        raise CliError(f"stack {args.stack!r} has {len(tables)} lock tables ({tables}): give --table")
+    if isinstance(template, str):  # botocore decodes a JSON template; a YAML one stays text
+        try:
+            template = json.loads(template)
+        except ValueError:
+            raise CliError(f"stack {args.stack!r} has a template that is not JSON: give --table") from None
+    tables = lock_tables(template, physical)
+    if not tables:
+        raise CliError(f"stack {args.stack!r} has no lock table (a LockTable's, or one keyed by the string "
+                       f"partition key {p.KEY_ATTRIBUTE} alone): give --table")
+    if len(tables) > 1:
+        raise CliError(f"stack {args.stack!r} has {len(tables)} lock tables ({', '.join(sorted(tables))}): give --table")
     return tables[0]
 
 
@@ -394,15 +462,20 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(REFUSED)
 
 
+#: The ``--help`` description (plain text: the module's docstring is reStructuredText).
+DESCRIPTION = __doc__.splitlines()[0].replace("``", "")
+
+
 def parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--table", help="the lock table's name")
     common.add_argument("--stack", help="read the lock table from this CloudFormation stack")
-    common.add_argument("--output", help="the stack output holding the table name (default: one named *LockTable*)")
+    common.add_argument("--output", help="the stack output holding the table name (default: the stack's lock "
+                                          "table, found in its template)")
     common.add_argument("--region", help="AWS region (default: boto3's)")
     common.add_argument("--endpoint-url", help="DynamoDB endpoint (DynamoDB Local, say)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    root = _Parser(prog="locked-workflow", description=__doc__.splitlines()[0])
+    root = _Parser(prog="locked-workflow", description=DESCRIPTION)
     groups = root.add_subparsers(dest="group", required=True, parser_class=_Parser)
     locks = groups.add_parser("locks", help="inspect and free locks").add_subparsers(
         dest="command", required=True, parser_class=_Parser)

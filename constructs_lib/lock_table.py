@@ -16,7 +16,8 @@ class LockTable(Construct):
 
     Items are never deleted and carry no TTL attribute: the ``fence`` of a key must keep
     increasing forever. No index is needed: the janitor finds an ended execution's locks in
-    its history, which - unlike an index - cannot lag.
+    its history, which - unlike an index - cannot lag. The table resource carries the metadata
+    ``locked-workflow:lock-table``, by which the CLI's ``--stack`` finds it in a deployed stack.
 
     :param removal_policy: what happens to the table when the stack is deleted.
         Default: ``RemovalPolicy.RETAIN`` (deleting it would restart every fence).
@@ -45,6 +46,8 @@ class LockTable(Construct):
             ),
             removal_policy=removal_policy,
         )
+        # what the CLI's --stack looks for in a deployed stack's template
+        self.table.node.default_child.add_metadata(protocol.LOCK_TABLE_METADATA, {"partitionKey": protocol.KEY_ATTRIBUTE})
 
     def grant_lock_writes(self, grantee: iam.IGrantable) -> iam.Grant:
         """Allow ``grantee`` the conditional UpdateItem calls of acquire and release."""

@@ -319,6 +319,7 @@ class LockedSection(sfn.StateMachineFragment):
         self._construct_id = construct_id
         self._state_names: set[str] = set()  # every lock state's name (see _name)
         self._liveness_grants: list = []
+        self._janitor: Optional[LockJanitor] = None
 
         # (a fair lock's EXPRESS waiters poll: no task tokens there)
         self.detect_cancellation = detect_cancellation and self.kind.presence and not getattr(self.kind, "polling", False)
@@ -910,10 +911,17 @@ class LockedSection(sfn.StateMachineFragment):
         lease_check.warn_if_shorter(self, lease_s=self._lease_ms / 1000, run_s=run_s, run=run)
         names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
         self.grant_liveness_check(state_machine, *names)
-        return LockJanitor(
+        self._janitor = LockJanitor(
             self, "Janitor", table=self.table, watched=[state_machine], logging=logging, item=self.kind.item,
             fair=self.lock.is_fair, presence_rows=self.presence_rows,
         )
+        return self._janitor
+
+    @property
+    def janitor(self) -> Optional[LockJanitor]:
+        """The janitor :meth:`recover_stale_holders` created (``None`` before, or without it):
+        ``LockMonitoring(state_machine=..., sections=[...])`` reads it."""
+        return self._janitor
 
     @property
     def presence_rows(self) -> bool:

@@ -1,4 +1,5 @@
-"""LockMonitoring: metrics, alarms and a dashboard of a LockedWorkflow, from its execution logs.
+"""LockMonitoring: metrics, alarms and a dashboard of a LockedWorkflow - or of a state machine built
+around LockedSections - from its execution logs.
 
 Nothing is added to the state machine - no state, no transition, no write. Every number comes
 from the execution log lines Step Functions already writes (level ALL, with execution data),
@@ -63,6 +64,7 @@ from aws_cdk import (
     aws_lambda as lambda_,
     aws_logs as logs,
     aws_logs_destinations as destinations,
+    aws_stepfunctions as sfn,
 )
 from constructs import Construct
 
@@ -199,7 +201,8 @@ def synthesized_definition(state_machine: Any) -> dict:
 
 
 class LockMonitoring(Construct):
-    """Metrics, alarms and a dashboard of a :class:`~locked_workflow.constructs_lib.LockedWorkflow`.
+    """Metrics, alarms and a dashboard of a :class:`~locked_workflow.constructs_lib.LockedWorkflow`,
+    or of a state machine you built around :class:`~locked_workflow.constructs_lib.LockedSection` s.
 
     ::
 
@@ -207,12 +210,25 @@ class LockMonitoring(Construct):
         monitoring = LockMonitoring(self, "OrdersLock", workflow=workflow)
         monitoring.metric_wait_time(statistic="p99")      # cloudwatch.Metric
 
-    The workflow must log its executions (``LockedWorkflow(logging=True)``, the default: level
-    ALL with execution data). Metrics without events (e.g. no janitor, or an Express
+        # or: a bigger state machine with a section in it (logging level ALL, with execution data)
+        section.recover_stale_holders(machine)            # first: its janitor is read here
+        LockMonitoring(self, "OrdersLock", state_machine=machine, sections=[section])
+
+    Give exactly one of ``workflow`` and ``state_machine``. The state machine must log its
+    executions at level ALL with execution data (``LockedWorkflow(logging=True)``, the default;
+    a hand-built one: ``logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL,
+    include_execution_data=True)``). Metrics without events (e.g. no janitor, or an Express
     workflow's liveness checks) have no data.
 
     :param workflow: the locked workflow; read through its ``state_machine``,
         ``state_machine_name``, ``log_group``, ``section`` and ``janitor`` attributes.
+        Default: none (then ``state_machine``).
+    :param state_machine: a state machine of this app holding ``sections``; its log group is
+        read from its logging configuration, its name (the namespace's end) may be a token.
+        Every lock state in its definition counts, whatever section built it. Default: none.
+    :param sections: with ``state_machine``, its sections (at least one); the janitors their
+        ``recover_stale_holders`` created publish ``JanitorRetires`` here and have the janitor
+        alarm. Default: none.
     :param namespace: prefix of the metrics' namespace ``<namespace>/<state machine name>``.
         Default: ``"LockedWorkflow"``.
     :param alarm_lost: alarm when any run's lock was taken over before it released it
@@ -239,7 +255,9 @@ class LockMonitoring(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        workflow: Any,
+        workflow: Any = None,
+        state_machine: Optional[sfn.StateMachine] = None,
+        sections: Sequence[Any] = (),
         namespace: str = DEFAULT_NAMESPACE,
         alarm_lost: bool = True,
         timeout_rate_threshold: Optional[float] = DEFAULT_TIMEOUT_RATE_THRESHOLD,
@@ -252,7 +270,11 @@ class LockMonitoring(Construct):
         powertools_layer: Optional[lambda_.ILayerVersion] = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        log_group, section = _validate_workflow(workflow)
+        if workflow is not None and state_machine is not None:
+            raise ValueError("`workflow` or `state_machine` must be given (exactly one), got: both")
+        monitored = (_monitored_workflow(workflow, sections) if state_machine is None
+                     else _monitored_state_machine(self, state_machine, sections))
+        log_group = monitored.log_group
         for name, value in (("alarm_lost", alarm_lost), ("alarm_janitor_failures", alarm_janitor_failures),
                             ("dashboard", dashboard)):
             prop_types.boolean(name, value)
@@ -287,13 +309,16 @@ class LockMonitoring(Construct):
                 f"`dashboard_name` must be 1 to 255 letters, digits, - or _, got: {dashboard_name!r}"
             )
 
+        #: The monitored LockedWorkflow (None with ``state_machine``).
         self.workflow = workflow
-        self.state_machine = workflow.state_machine
+        self.state_machine = monitored.state_machine
+        #: Name of the monitored state machine (a token when CloudFormation generates it).
+        self.state_machine_name = monitored.name
         #: Namespace of every metric of this workflow.
-        self.namespace = f"{namespace}/{workflow.state_machine_name}"
+        self.namespace = f"{namespace}/{monitored.name}"
         self._period = alarm_period
         #: Every section's lock states, found in the synthesized definition.
-        self.lock_states = LockStates.of(synthesized_definition(workflow.state_machine))
+        self.lock_states = LockStates.of(monitored.definition)
         found = self.lock_states
 
         # -- counts: metric filters on the workflow's (and its janitor's) log group ----------
@@ -315,10 +340,12 @@ class LockMonitoring(Construct):
         }
         for name, pattern in self.filter_patterns.items():
             self._count(name, log_group, pattern)
-        #: The workflow's janitor (None without one): it publishes JanitorRetires here.
-        self.janitor = getattr(workflow, "janitor", None)
-        if self.janitor is not None:
-            self.janitor.publish_metrics_under(namespace)
+        #: The janitors of the workflow or of the sections: each publishes JanitorRetires here.
+        self.janitors: tuple = monitored.janitors
+        #: The first of ``janitors`` (None without one).
+        self.janitor = self.janitors[0] if self.janitors else None
+        for janitor in self.janitors:
+            janitor.publish_metrics_under(namespace)
 
         # -- durations: a subscription filter to the metrics function -------------------------
         self.metrics_function = self._metrics_function(powertools_layer)
@@ -347,7 +374,7 @@ class LockMonitoring(Construct):
                 self,
                 "LostAlarm",
                 alarm_description=(
-                    f"{protocol.ERROR_LOST}: a run of {workflow.state_machine_name} lost its lock to "
+                    f"{protocol.ERROR_LOST}: a run of {self.state_machine_name} lost its lock to "
                     "another holder before releasing it (its work may have overlapped another's)"
                 ),
                 threshold=0,
@@ -362,7 +389,7 @@ class LockMonitoring(Construct):
                 "TimeoutRateAlarm",
                 alarm_description=(
                     f"{protocol.ERROR_TIMEOUT}: more than {timeout_rate_threshold:.0%} of the runs of "
-                    f"{workflow.state_machine_name} started gave up waiting for the lock"
+                    f"{self.state_machine_name} started gave up waiting for the lock"
                 ),
                 threshold=float(timeout_rate_threshold),
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -375,7 +402,7 @@ class LockMonitoring(Construct):
                 self,
                 "JanitorFailedAlarm",
                 alarm_description=(
-                    f"The lock janitor of {workflow.state_machine_name} could not recover the locks of an "
+                    f"The lock janitor of {self.state_machine_name} could not recover the locks of an "
                     "ended execution (the event is in its dead-letter queue; the function's log names "
                     "the execution and the key): that lock stays held until its lease ends"
                 ),
@@ -431,14 +458,30 @@ class LockMonitoring(Construct):
         once). Default: Sum."""
         return self.metric(JANITOR_RETIRES, **{"statistic": "Sum", **props})
 
-    def metric_janitor_failures(self, **props: Any) -> cloudwatch.Metric:
+    def metric_janitor_failures(self, **props: Any) -> cloudwatch.IMetric:
         """Janitor events that could not be handled - not delivered, or the recovery failed
         after Lambda's retries: the messages in the janitor's dead-letter queue. Default:
-        Maximum. Raises ``ValueError`` for a workflow without a janitor."""
+        Maximum. Several sections' janitors: the sum of their queues (a ``MathExpression``).
+        Raises ``ValueError`` for a workflow without a janitor."""
         if self.janitor is None:
-            raise ValueError("`metric_janitor_failures` needs a workflow with a janitor, got: janitor=False")
-        return self.janitor.dead_letter_queue.metric_approximate_number_of_messages_visible(
-            **{"period": DEFAULT_METRIC_PERIOD, "statistic": "Maximum", **props}
+            raise ValueError(
+                "`metric_janitor_failures` needs a workflow with a janitor (or a section's, from "
+                "recover_stale_holders), got: none"
+            )
+        if len(self.janitors) == 1:
+            return self.janitor.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                **{"period": DEFAULT_METRIC_PERIOD, "statistic": "Maximum", **props}
+            )
+        # several sections' janitors: the sum of their queues (a queue without data counts 0)
+        period, statistic = props.pop("period", DEFAULT_METRIC_PERIOD), props.pop("statistic", "Maximum")
+        queues = {
+            f"janitor{n}": janitor.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=period, statistic=statistic)
+            for n, janitor in enumerate(self.janitors)
+        }
+        return cloudwatch.MathExpression(
+            expression=" + ".join(f"FILL({name}, 0)" for name in queues), using_metrics=queues, period=period,
+            **{"label": "Janitor failures", **props},
         )
 
     def metric_timeout_rate(self, **props: Any) -> cloudwatch.MathExpression:
@@ -491,7 +534,7 @@ class LockMonitoring(Construct):
         function = lambda_.Function(
             self,
             "MetricsFunction",
-            description=f"WaitTime and HoldTime of {self.workflow.state_machine_name}, from its execution logs",
+            description=f"WaitTime and HoldTime of {self.state_machine_name}, from its execution logs",
             runtime=lambda_.Runtime.PYTHON_3_13,
             handler="index.handler",
             code=lambda_code(LOCK_METRICS_CODE),
@@ -540,7 +583,7 @@ class LockMonitoring(Construct):
         board = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=name)
         board.add_widgets(
             cloudwatch.TextWidget(
-                markdown=f"## Lock of {self.workflow.state_machine_name}\nNamespace `{self.namespace}`",
+                markdown=f"## Lock of {self.state_machine_name}\nNamespace `{self.namespace}`",
                 width=24, height=2,
             )
         )
@@ -568,19 +611,80 @@ class LockMonitoring(Construct):
         return board
 
 
-def _validate_workflow(workflow: Any) -> tuple[logs.ILogGroup, Any]:
+@dataclass(frozen=True)
+class _Monitored:
+    """What the monitoring reads of a workflow, or of a hand-built state machine."""
+
+    state_machine: Any
+    name: str
+    log_group: logs.ILogGroup
+    definition: dict
+    janitors: tuple
+
+
+def _monitored_workflow(workflow: Any, sections: Sequence[Any]) -> _Monitored:
+    if workflow is None:
+        raise ValueError("`workflow` or `state_machine` must be given (exactly one), got: neither")
     for attribute in ("state_machine", "state_machine_name", "section"):
         if getattr(workflow, attribute, None) is None:
             raise ValueError(
                 f"`workflow` must be a LockedWorkflow (it has `{attribute}`), got: {type(workflow).__name__}"
             )
+    if sections:
+        raise ValueError(
+            "`sections` must be left unset with `workflow` (its section is read from it), got: "
+            f"{len(sections)} section{'s' if len(sections) != 1 else ''}"
+        )
     log_group = getattr(workflow, "log_group", None)
     if log_group is None:
         raise ValueError(
             "`workflow` must log its executions (LockedWorkflow(logging=True), the default): the "
             "metrics come from its execution logs, got: a workflow without a log group"
         )
-    return log_group, workflow.section
+    janitor = getattr(workflow, "janitor", None)
+    return _Monitored(workflow.state_machine, workflow.state_machine_name, log_group,
+                      synthesized_definition(workflow.state_machine), (janitor,) if janitor is not None else ())
+
+
+#: How a hand-built state machine must log (the message of its refusal).
+_LOGS_NEEDED = (
+    "`state_machine` must log its executions at level ALL with execution data "
+    "(logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True)): "
+    "the metrics come from its execution logs, got: "
+)
+
+
+def _monitored_state_machine(scope: Construct, state_machine: Any, sections: Sequence[Any]) -> _Monitored:
+    """A state machine of this app and its sections: its log group is the destination of its
+    logging configuration (level ALL with execution data, or refused)."""
+    from locked_workflow.constructs_lib.locked_section import LockedSection  # (it imports the janitor)
+
+    prop_types.instance("state_machine", state_machine, sfn.StateMachine, "an sfn.StateMachine of this app",
+                        required=True)
+    if isinstance(sections, (str, bytes)) or not isinstance(sections, Sequence) or not sections:
+        raise ValueError(f"`sections` must name the LockedSections of `state_machine` (at least one), got: {sections!r}")
+    for section in sections:
+        prop_types.instance("sections", section, LockedSection, "LockedSections", required=True)
+    resource = state_machine.node.default_child
+    definition = synthesized_definition(state_machine)
+    names = {name for name, _ in _all_states(definition.get("States", {}))}
+    for section in sections:
+        if section.section_state.state_id not in names:
+            raise ValueError(
+                "`sections` must be sections of `state_machine` (their states in its definition), got: "
+                f"{section.node.path!r} (no state {section.section_state.state_id!r} in it)"
+            )
+    config = resource.logging_configuration
+    destinations = getattr(config, "destinations", None) or []
+    if config is None or not destinations:
+        raise ValueError(_LOGS_NEEDED + "no execution logs")
+    if config.level != "ALL" or config.include_execution_data is not True:
+        data = "with" if config.include_execution_data is True else "without"
+        raise ValueError(_LOGS_NEEDED + f"level {config.level}, {data} execution data")
+    arn = destinations[0].cloud_watch_logs_log_group.log_group_arn
+    log_group = logs.LogGroup.from_log_group_arn(scope, "StateMachineLogs", arn)
+    janitors = tuple(dict.fromkeys(s.janitor for s in sections if s.janitor is not None))
+    return _Monitored(state_machine, state_machine.state_machine_name, log_group, definition, janitors)
 
 
 def powertools_layer(scope: Construct, construct_id: str = "Powertools") -> lambda_.ILayerVersion:

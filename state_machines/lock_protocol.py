@@ -148,6 +148,22 @@ def namespaced(namespace: str, key: str) -> str:
     return f"{namespace}{NAMESPACE_SEPARATOR}{key}"
 
 
+def key_in_namespaces_scan(key: str) -> dict:
+    """Scan arguments of the lock items whose stored key may be ``key`` in some namespace: those
+    that contain ``#<key>`` (DynamoDB has no ``ends_with``; the caller keeps the items whose
+    stored key parses to ``key``)."""
+    return {
+        "FilterExpression": "contains(#key, :suffix)",
+        "ExpressionAttributeNames": {"#key": KEY_ATTRIBUTE},
+        "ExpressionAttributeValues": {":suffix": {"S": f"{NAMESPACE_SEPARATOR}{key}"}},
+    }
+
+
+#: Metadata of a ``LockTable``'s ``AWS::DynamoDB::Table`` resource, by which the CLI's
+#: ``--stack`` finds it in the stack's template (whatever its construct id).
+LOCK_TABLE_METADATA = "locked-workflow:lock-table"
+
+
 def namespace_problem(namespace: Any) -> str:
     """What is wrong with a namespace ("" if nothing): the same rule for constructs and clients."""
     if not isinstance(namespace, str) or not NAMESPACE_PATTERN.fullmatch(namespace):

@@ -147,24 +147,57 @@ def test_clear_errors(cloud, table, capsys):
 
 
 class FakeCloudFormation:
-    """describe_stacks / describe_stack_resources of one stack (moto's CloudFormation needs
-    extras this project does not install; the lookup is what is tested)."""
+    """describe_stacks / get_template / list_stack_resources of one stack (moto's CloudFormation
+    needs extras this project does not install; the lookup is what is tested). ``physical``:
+    logical id -> physical id, served two to a page."""
 
-    def __init__(self, stack: str, table: str, outputs: list | None = None) -> None:
-        self.stack, self.table, self.outputs = stack, table, outputs or []
+    def __init__(self, stack: str, template: dict, physical: dict, outputs: list | None = None) -> None:
+        self.stack, self.template, self.physical, self.outputs = stack, template, physical, outputs or []
+
+    def _exists(self, name):
+        if name != self.stack:
+            raise RuntimeError(f"Stack with id {name} does not exist")
 
     def describe_stacks(self, StackName):
-        if StackName != self.stack:
-            raise RuntimeError(f"Stack with id {StackName} does not exist")
+        self._exists(StackName)
         return {"Stacks": [{"StackName": StackName, "Outputs": self.outputs}]}
 
-    def describe_stack_resources(self, StackName):
-        return {"StackResources": [
-            {"LogicalResourceId": "LockedLockTable1234", "ResourceType": "AWS::DynamoDB::Table",
-             "PhysicalResourceId": self.table},
-            {"LogicalResourceId": "Customers99", "ResourceType": "AWS::DynamoDB::Table",
-             "PhysicalResourceId": "customers"},
-        ]}
+    def get_template(self, StackName):
+        self._exists(StackName)
+        return {"TemplateBody": self.template}
+
+    def list_stack_resources(self, StackName, NextToken=None):
+        self._exists(StackName)
+        rows = [{"LogicalResourceId": k, "PhysicalResourceId": v,
+                 "ResourceType": self.template["Resources"][k]["Type"]} for k, v in self.physical.items()]
+        start = int(NextToken or 0)
+        page = {"StackResourceSummaries": rows[start:start + 2]}
+        if start + 2 < len(rows):
+            page["NextToken"] = str(start + 2)
+        return page
+
+
+def _synthesized(build) -> dict:
+    """The template of a stack ``build(stack)`` fills (a real synth: what CloudFormation holds)."""
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+    stack = cdk.Stack(cdk.App(), "Stack")
+    build(stack)
+    return Template.from_stack(stack).to_json()
+
+
+def _pk_table(stack, name):
+    """A table of the app's own that happens to have the lock table's key (pk, string)."""
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    return dynamodb.Table(stack, name, partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING))
+
+
+def _physical(template: dict, **names) -> dict:
+    """logical id -> physical name of each table, by the construct id its logical id starts with."""
+    return {logical: next(v for k, v in names.items() if logical.startswith(k))
+            for logical, r in template["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"}
 
 
 class FakeSession:
@@ -178,17 +211,61 @@ class FakeSession:
         return self.cloudformation
 
 
-def test_the_table_is_found_from_a_stack(cloud, table, capsys):
+@pytest.fixture(scope="module")
+def readme_stack_template() -> dict:
+    """The README's ``LockTable(self, "Locks")`` beside a table of the app's own with the same key."""
+    from locked_workflow import LockTable
+
+    return _synthesized(lambda stack: (LockTable(stack, "Locks"), _pk_table(stack, "Customers")))
+
+
+def test_the_table_is_found_from_a_stack(cloud, table, capsys, readme_stack_template):
+    """The README's ``LockTable(self, "Locks")`` (no "LockTable" in its id) is found by what it
+    is, not the customers table beside it, though that one has the same key."""
     LockClient(table, namespace="s", dynamodb=cloud.dynamodb).acquire("k", lease=60)
-    session = FakeSession(FakeCloudFormation("Updates", table))
-    code, out, _ = run(cloud, capsys, "locks", "list", "--stack", "Updates", "--json", session=session)
-    assert code == 0 and [r["key"] for r in json.loads(out)] == ["k"]  # the lock table, not the customers
-    with_output = FakeSession(FakeCloudFormation("Updates", "ignored", [{"OutputKey": "Locks", "OutputValue": table}]))
+    template = readme_stack_template
+    session = FakeSession(FakeCloudFormation(
+        "Updates", template, {**_physical(template, Locks=table, Customers="customers"), "Other1": "x", "Other2": "y"}))
+    template["Resources"].update({f"Other{n}": {"Type": "AWS::SQS::Queue"} for n in (1, 2)})  # a second page
+    code, out, err = run(cloud, capsys, "locks", "list", "--stack", "Updates", "--json", session=session)
+    assert (code, err) == (0, "") and [r["key"] for r in json.loads(out)] == ["k"]
+    with_output = FakeSession(FakeCloudFormation("Updates", template, {}, [{"OutputKey": "Locks", "OutputValue": table}]))
     code, out, _ = run(cloud, capsys, "locks", "list", "--stack", "Updates", "--output", "Locks", "--json",
                        session=with_output)
     assert code == 0 and len(json.loads(out)) == 1
+    code, _, err = run(cloud, capsys, "locks", "list", "--stack", "Updates", "--output", "Nope", session=with_output)
+    assert code == cli.FAILED and "stack 'Updates' has no output 'Nope' (its outputs: Locks)" in err
     code, _, err = run(cloud, capsys, "locks", "list", "--stack", "Missing", session=session)
     assert code == cli.FAILED and "cannot read stack 'Missing'" in err
+
+
+def test_a_stack_without_a_lock_table_construct_is_read_by_the_tables_key(capsys):
+    """A table passed to the constructs (no LockTable): the one keyed by pk (string) alone; two
+    lock tables, or none, name what was found and ask for --table."""
+    from aws_cdk import aws_dynamodb as dynamodb
+    from locked_workflow import LockTable
+
+    def own_tables(stack):
+        _pk_table(stack, "Existing")
+        dynamodb.Table(stack, "Orders", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+                       sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING))
+
+    one = _synthesized(own_tables)
+    physical = _physical(one, Existing="existing", Orders="orders")
+    assert cli.lock_tables(one, physical) == ["existing"]
+    two = _synthesized(lambda stack: (LockTable(stack, "Locks"), LockTable(stack, "More")))
+    assert sorted(cli.lock_tables(two, _physical(two, Locks="locks", More="more"))) == ["locks", "more"]
+    none = _synthesized(lambda stack: dynamodb.Table(
+        stack, "Orders", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.NUMBER)))
+    for template, names, expected in [
+        (two, {"Locks": "locks", "More": "more"}, "stack 'S' has 2 lock tables (locks, more): give --table"),
+        (none, {"Orders": "orders"}, "stack 'S' has no lock table (a LockTable's, or one keyed by the string "
+                                     "partition key pk alone): give --table"),
+    ]:
+        session = FakeSession(FakeCloudFormation("S", template, _physical(template, **names)))
+        code = cli.main(["locks", "list", "--stack", "S"], clients={"session": session, "dynamodb": object()})
+        _, err = capsys.readouterr()
+        assert code == cli.FAILED and err == f"error: {expected}\n"
 
 
 def _fair_queue(cloud, table, owners_and_tokens) -> None:
@@ -451,3 +528,32 @@ def test_a_reader_that_leaves_early_is_no_error(cloud, table, capsys, monkeypatc
     monkeypatch.setattr(cli, "_print", closed_pipe)
     code, out, err = run(cloud, capsys, "locks", "list", "--table", table)
     assert (code, out, err) == (0, "", "")
+
+
+@pytest.mark.parametrize("argv", [[], ["locks"], ["locks", "list"], ["locks", "show"], ["locks", "release"],
+                                  ["locks", "clear-head"]])
+def test_help_is_plain_text(capsys, argv):
+    """``--help`` shows no reStructuredText markup (the module's docstring is RST)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*argv, "--help"])
+    out, _ = capsys.readouterr()
+    assert exited.value.code == 0 and "usage: locked-workflow" in out
+    assert "``" not in out and ":class:" not in out and ":func:" not in out
+
+
+def test_show_without_the_right_namespace_names_the_namespaces_that_have_the_key(cloud, table, capsys):
+    from locked_workflow.constructs_lib.lock_client import LockClient as Client
+
+    for namespace in ("customer", "order"):
+        Client(table, namespace=namespace, dynamodb=cloud.dynamodb).acquire("42", lease=60)
+    Client(table, namespace="b", dynamodb=cloud.dynamodb).acquire("1#42", lease=60)  # b#1#42: not key 42
+    Client(table, namespace="c", dynamodb=cloud.dynamodb).acquire("142", lease=60)   # c#142: not key 42
+    code, _, err = run(cloud, capsys, "locks", "show", "42", "--table", table)
+    assert code == cli.FAILED and err == (
+        f"error: no lock item for key '42' in namespace '' (table {table}); the key is in namespaces "
+        "'customer', 'order' (give --namespace)\n")
+    code, _, err = run(cloud, capsys, "locks", "show", "42", "--namespace", "order", "--table", table, "--json")
+    assert code == 0
+    # a key in no namespace: the message says only what it always said
+    code, _, err = run(cloud, capsys, "locks", "show", "7", "--table", table)
+    assert code == cli.FAILED and err == f"error: no lock item for key '7' in namespace '' (table {table})\n"

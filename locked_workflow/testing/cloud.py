@@ -83,6 +83,10 @@ class LocalCloud:
             default bus when executions end. Default True; see :attr:`events`.
         dynamodb_local_dir: folder holding ``DynamoDBLocal.jar``. Default: found by
             ``dynamodb_local.find_emulator_dir``.
+        dynamodb_local_port: loopback port of the DynamoDB Local server (backend
+            ``"dynamodb-local"`` only): a fixed endpoint, ``http://127.0.0.1:<port>``, to
+            point another process at while a test runs - the lock CLI's ``--endpoint-url``,
+            say. Default: a free port (:attr:`dynamodb_endpoint_url` names it).
         interpreter_logs: keep moto's interpreter logging, which logs every failed
             state (caught or not) at ERROR level. Default False (the history has it all).
         redrive_reevaluates_arguments: a redriven Parallel's ``Arguments`` and Inline Map's
@@ -106,6 +110,7 @@ class LocalCloud:
         account_id: str = DEFAULT_ACCOUNT_ID,
         emit_status_events: bool = True,
         dynamodb_local_dir: Path | None = None,
+        dynamodb_local_port: int | None = None,
         interpreter_logs: bool = False,
         redrive_reevaluates_arguments: bool = False,
         redrive_restores_variables: bool = True,
@@ -114,6 +119,15 @@ class LocalCloud:
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if dynamodb_local_port is not None:
+            if isinstance(dynamodb_local_port, bool) or not isinstance(dynamodb_local_port, int) \
+                    or not 1 <= dynamodb_local_port <= 65535:
+                raise ValueError(f"`dynamodb_local_port` must be a TCP port from 1 to 65535, got: {dynamodb_local_port!r}")
+            if backend != "dynamodb-local":
+                raise ValueError(
+                    "`dynamodb_local_port` must be left unset with backend='moto' (moto's DynamoDB is in "
+                    f"this process, with no endpoint), got: {dynamodb_local_port}"
+                )
         self.task_token_length = task_tokens.validate_length(task_token_length)
         self.history_event_limit = history_limit.validate_limit(history_event_limit)
         self.backend = backend
@@ -131,6 +145,7 @@ class LocalCloud:
         self.functions = FunctionRegistry()
         self.deployments: list[Deployment] = []
         self._dynamodb_local_dir = dynamodb_local_dir
+        self._dynamodb_local_port = dynamodb_local_port
         self._dynamodb_local: DynamoDBLocal | None = None
         self._stack: ExitStack | None = None
         self._clients: dict[str, Any] = {}
@@ -149,7 +164,7 @@ class LocalCloud:
             from moto import mock_aws
 
             if self.backend == "dynamodb-local":
-                self._dynamodb_local = stack.enter_context(DynamoDBLocal(self._dynamodb_local_dir))
+                self._dynamodb_local = stack.enter_context(DynamoDBLocal(self._dynamodb_local_dir, port=self._dynamodb_local_port))
             stack.enter_context(
                 mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
             )

