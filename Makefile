@@ -26,12 +26,12 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat bench bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth diagram clean
+.PHONY: deps demo test test-compat test-runtime-range bench bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth diagram clean
 
-$(STAMP_PY): pyproject.toml
+$(STAMP_PY): pyproject.toml .ci/constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev]" -c .ci/constraints-dev.txt
 	touch $@
 
 $(STAMP_NPM): package.json package-lock.json
@@ -54,8 +54,13 @@ $(STAMP_COMPAT): pyproject.toml
 	rm -rf $(COMPAT_VENV)
 	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(COMPAT_VENV)/bin/python -m pip install --quiet -e ".[dev]" "aws-cdk-lib==$(CDK_FLOOR)"
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -e ".[dev]" "aws-cdk-lib==$(CDK_FLOOR)" -c .ci/constraints-dev.txt
 	touch $@
+
+# The runtime's suite (tests/local) on the floor and the newest of the moto and jsonata-python
+# ranges [local] accepts (.ci/runtime-range).
+test-runtime-range:
+	bash .ci/runtime-range
 
 test-compat: $(STAMP_NPM) $(STAMP_COMPAT)
 	$(COMPAT_VENV)/bin/python -c "import sys, importlib.metadata as m; \
@@ -97,7 +102,7 @@ synth: deps
 	npx cdk synth --quiet
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) $(DOCS_VENV) node_modules cdk.out .pytest_cache site
+	rm -rf $(VENV) $(COMPAT_VENV) $(DOCS_VENV) .venv-runtime-floor .venv-runtime-newest node_modules cdk.out .pytest_cache site
 
 # The documentation site (mkdocs.yml: the guides of docs/ and the API reference, which
 # mkdocstrings reads from the sources without importing them) into site/. A venv of its own with

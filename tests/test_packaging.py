@@ -224,3 +224,19 @@ def test_the_library_modules_import_each_other_without_a_cycle():
     assert graph["locked_workflow.constructs_lib.locked_workflow"]  # the control: imports are seen
     assert _import_cycles(graph) == []
     assert _import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]  # and a cycle would be
+
+
+def test_the_local_extra_accepts_a_range_of_moto_and_jsonata_and_ci_tests_both_ends():
+    """Issue 27, part 1: `[local]` installs beside the moto a project already has (any 5.2.x
+    from the floor): no exact pin of a widely used library; CI runs the runtime's suite on the
+    floor and the newest (.ci/runtime-range, which reads the floors from pyproject.toml)."""
+    local = PYPROJECT["project"]["optional-dependencies"]["local"]
+    assert not [r for r in local if "==" in r], local
+    (moto,) = [r for r in local if r.startswith("moto[")]
+    assert moto.endswith(">=5.2.0,<5.3")
+    script = (ROOT / ".ci" / "runtime-range").read_text()
+    reads = script[script.index("moto_extra="):script.index("test -n")]
+    floors = subprocess.run(["bash", "-c", reads + 'echo "$moto_extra $moto_floor $jsonata_floor"'], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert floors == ["moto[dynamodb,stepfunctions,events,sqs]", "5.2.0", "0.7"]
+    assert "make test-runtime-range" in (ROOT / ".ci" / "run").read_text()
