@@ -25,6 +25,23 @@ from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
 
 
+#: The test files that take longest (module setups plus calls, from the fresh-clone runs'
+#: durations), longest first. ``make test`` runs ``--dist loadfile``: xdist hands out whole files
+#: in collection order as its workers free up, so these go first and no long file starts last
+#: and runs alone while the other worker idles.
+LONGEST_FIRST = (
+    "test_shared_lock.py", "test_monitoring.py", "test_fault_matrix.py", "test_lock_safety.py",
+    "test_shared_client.py", "test_lock_variants.py", "test_stress.py", "test_fair_lock.py",
+    "test_section_outputs.py", "test_lock_record.py", "test_cli.py", "test_lock_recovery.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+
+
 @pytest.fixture
 def offline_aws_env(monkeypatch):
     """Fake credentials and no endpoint overrides: boto3 talks to moto's mocks only."""
