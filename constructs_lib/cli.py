@@ -33,6 +33,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Mapping, NoReturn, Sequence
 
+from locked_workflow.constructs_lib.key_schema import LOCK_TABLE_KEY, KeySchema
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import semaphore_protocol as sp
@@ -376,9 +377,7 @@ def lock_tables(template: Mapping[str, Any], physical: Mapping[str, str]) -> lis
 
 def _keyed_as_lock_table(properties: Mapping[str, Any]) -> bool:
     """The table's key is the string partition key ``pk`` alone (as a LockTable's)."""
-    types = {d.get("AttributeName"): d.get("AttributeType") for d in properties.get("AttributeDefinitions") or []}
-    return (properties.get("KeySchema") == [{"AttributeName": p.KEY_ATTRIBUTE, "KeyType": "HASH"}]
-            and types.get(p.KEY_ATTRIBUTE) == "S")
+    return KeySchema.parse(properties.get("KeySchema"), properties.get("AttributeDefinitions")) == LOCK_TABLE_KEY
 
 
 def _table_name(args: argparse.Namespace, session: Any) -> str:

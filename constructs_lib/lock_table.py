@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from aws_cdk import RemovalPolicy, Stack, Token, aws_dynamodb as dynamodb, aws_iam as iam
 from constructs import Construct
 
+from locked_workflow.constructs_lib.key_schema import LOCK_TABLE_KEY, KeyAttribute, KeySchema  # noqa: F401 (re-exported)
 from locked_workflow.state_machines import lock_protocol as protocol
 
 
@@ -54,32 +54,6 @@ class LockTable(Construct):
         return self.table.grant(grantee, "dynamodb:UpdateItem")
 
 
-@dataclass(frozen=True)
-class KeyAttribute:
-    """A key attribute of a table: its name and DynamoDB type (``"S"``, ``"N"``, ``"B"``)."""
-
-    name: str
-    type: str
-
-
-@dataclass(frozen=True)
-class KeySchema:
-    """A table's key, as read from its schema (:func:`key_schema`)."""
-
-    partition: KeyAttribute
-    sort: Optional[KeyAttribute]
-
-    def shown(self) -> str:
-        """``pk (string)``, or ``pk (string) and sort key sk (number)``."""
-        text = f"{self.partition.name} ({_TYPE_NAMES.get(self.partition.type, self.partition.type)})"
-        if self.sort is not None:
-            text += f" and sort key {self.sort.name} ({_TYPE_NAMES.get(self.sort.type, self.sort.type)})"
-        return text
-
-
-_TYPE_NAMES = {"S": "string", "N": "number", "B": "binary"}
-
-
 def key_schema(table: dynamodb.ITable) -> Optional[KeySchema]:
     """The key of a table this app defines - a ``dynamodb.Table`` or a ``dynamodb.TableV2``,
     read from the resource it synthesizes (``AWS::DynamoDB::Table`` / ``GlobalTable``:
@@ -89,16 +63,10 @@ def key_schema(table: dynamodb.ITable) -> Optional[KeySchema]:
     if not isinstance(resource, (dynamodb.CfnTable, dynamodb.CfnGlobalTable)):
         return None
     stack = Stack.of(table)
-    keys, definitions = stack.resolve(resource.key_schema), stack.resolve(resource.attribute_definitions)
-    if not isinstance(keys, list) or not isinstance(definitions, list):
+    schema = KeySchema.parse(stack.resolve(resource.key_schema), stack.resolve(resource.attribute_definitions))
+    if schema is None or Token.is_unresolved(schema.partition.name):
         return None
-    types = {d.get("attributeName"): d.get("attributeType") for d in definitions if isinstance(d, dict)}
-    found = {k.get("keyType"): k.get("attributeName") for k in keys if isinstance(k, dict)}
-    if not isinstance(found.get("HASH"), str) or Token.is_unresolved(found["HASH"]):
-        return None
-    partition = KeyAttribute(found["HASH"], str(types.get(found["HASH"])))
-    sort = KeyAttribute(found["RANGE"], str(types.get(found["RANGE"]))) if found.get("RANGE") else None
-    return KeySchema(partition, sort)
+    return schema
 
 
 def check_lock_table(name: str, table: dynamodb.ITable) -> None:
@@ -108,7 +76,7 @@ def check_lock_table(name: str, table: dynamodb.ITable) -> None:
     schema = key_schema(table)
     if schema is None:
         return
-    if schema.partition != KeyAttribute(protocol.KEY_ATTRIBUTE, "S") or schema.sort is not None:
+    if schema != LOCK_TABLE_KEY:
         raise ValueError(
             f"`{name}` must have the string partition key `{protocol.KEY_ATTRIBUTE}` and no sort key "
             f"(a LockTable has it), got: {schema.shown()}"
