@@ -82,3 +82,25 @@ def local_deployment(backend: str, synthesized):
     require_backend(backend)
     with LocalCloud(backend) as cloud:
         yield cloud, cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
+
+
+def backend_cloud(backend: str):
+    """A bare LocalCloud on ``backend`` (skipped where the backend is missing), for a module's
+    tests that need tables, not a stack: ``yield from backend_cloud(request.param)``."""
+    from locked_workflow.testing.pytest_plugin import require_backend
+
+    require_backend(backend)
+    with LocalCloud(backend) as cloud:
+        yield cloud
+
+
+def create_lock_table(cloud: LocalCloud, name: str) -> str:
+    """A table keyed as a lock table (the string partition key ``pk``), created anew."""
+    if name in cloud.dynamodb.list_tables()["TableNames"]:
+        cloud.dynamodb.delete_table(TableName=name)
+    cloud.dynamodb.create_table(
+        TableName=name, KeySchema=[{"AttributeName": p.KEY_ATTRIBUTE, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": p.KEY_ATTRIBUTE, "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name

@@ -20,22 +20,16 @@ WAIT_30S = {"QueryLanguage": "JSONata", "StartAt": "Hold",
 
 @pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
 def cloud(request):
-    from locked_workflow.testing import LocalCloud
-    from locked_workflow.testing.pytest_plugin import require_backend
+    from deployed import backend_cloud
 
-    require_backend(request.param)
-    with LocalCloud(request.param) as local:
-        yield local
+    yield from backend_cloud(request.param)
 
 
 @pytest.fixture
 def table(cloud):
-    name = f"locks-{uuid.uuid4().hex[:8]}"
-    cloud.dynamodb.create_table(
-        TableName=name, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
-    )
-    return name
+    from deployed import create_lock_table
+
+    return create_lock_table(cloud, f"locks-{uuid.uuid4().hex[:8]}")
 
 
 def run(cloud, capsys, *argv, **clients):

@@ -98,24 +98,16 @@ def test_the_stack_block_synthesizes(where, code, tmp_path):
 
 @pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
 def local_cloud(request):
-    from locked_workflow.testing import LocalCloud
-    from locked_workflow.testing.pytest_plugin import require_backend
+    from deployed import backend_cloud
 
-    require_backend(request.param)
-    with LocalCloud(request.param) as local:
-        yield local
+    yield from backend_cloud(request.param)
 
 
 @pytest.fixture
 def lock_table(local_cloud):
-    name = "Locks"
-    if name in local_cloud.dynamodb.list_tables()["TableNames"]:
-        local_cloud.dynamodb.delete_table(TableName=name)
-    local_cloud.dynamodb.create_table(
-        TableName=name, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST",
-    )
-    return name
+    from deployed import create_lock_table
+
+    return create_lock_table(local_cloud, "Locks")
 
 
 @pytest.mark.parametrize("where, code", blocks("run", "lock-client"), ids=[w for w, _ in blocks("run", "lock-client")])
