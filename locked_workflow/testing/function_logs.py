@@ -19,6 +19,8 @@ user's failing test, for instance. Here they go where Lambda puts them:
 * each line is one log event, in the stream ``YYYY/MM/DD/[$LATEST]<id>`` of that invocation's
   execution environment, written when the line ends (and what is left when the invocation
   ends). Read them with ``LocalCloud.function_logs(name)`` or CloudWatch Logs' API.
+
+Proof: ``tests/local/test_patch_lambda_in_process.py``.
 """
 
 from __future__ import annotations

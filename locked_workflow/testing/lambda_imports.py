@@ -20,6 +20,8 @@ that imports ``locked_workflow`` its asset does not carry would fail on AWS.
 
 A published layer (an ARN, no asset) is known offline only when it is the Powertools for AWS
 Lambda (Python) layer (:data:`POWERTOOLS_LAYER`); any other provides nothing here.
+
+Proof: ``tests/local/test_patch_lambda_in_process.py``.
 """
 
 from __future__ import annotations

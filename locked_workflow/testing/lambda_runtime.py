@@ -38,6 +38,8 @@ function's environment variables applied, and calls it with the event and a
   stop grace, fencing); ``get_remaining_time_in_millis`` reads 0 from the deadline on, so a
   handler that checks it can stop itself, as it would have been stopped on AWS.
 * Not modelled: memory, concurrency limits, cold-start reuse semantics.
+
+Proof: ``tests/local/test_patch_lambda_in_process.py``.
 """
 
 from __future__ import annotations

@@ -6,41 +6,9 @@ test's negative half fails and tells us to drop the module. Every module has an
 ``apply(stack, ...)`` that enters ``unittest.mock.patch`` contexts on ``stack``, so
 closing the stack restores bare moto.
 
-=========================  ==========================================================
-module                     gap
-=========================  ==========================================================
-serial_dynamodb            concurrent conditional writes can all win
-dynamodb_validation        item size counted twice on update; partial UpdateItems; invalid numbers and sets stored
-consumed_capacity          ReturnConsumedCapacity answered with constants, whatever the items' sizes
-transaction_conflicts      no TransactionConflictException, no TransactionConflict cancellation (a mode, off by default)
-execution_snapshot         a second execution of a state machine cannot start
-execution_output           DescribeExecution returns a string output unencoded
-state_machine_type         CreateStateMachine ignores type=EXPRESS
-unique_execution_names     unnamed executions all get ``...:execution:<sm>:None``
-jsonata_evaluator          no JSONata evaluator; unescaped string variables; errors
-service_shapes             task parameters/results not mapped to the API's shapes
-nested_states_errors       Parallel/Map turn a branch's States.* error into States.Runtime
-task_argument_errors       a task's Arguments error becomes e.g. DynamoDB.AmazonDynamoDBException
-parallel_argument_errors   a Parallel's Arguments error escapes the state's Catch
-lambda_in_process          Lambda needs Docker
-eventbridge_targets        rules cannot target state machines; Input/InputPath ignored
-execution_status_events    no ``Step Functions Execution Status Change`` events
-execution_end              StopExecution/timeout leave the execution RUNNING until its state ends
-redrive                    no RedriveExecution, no ``$states.context.Execution.RedriveCount``
-execution_logs             LoggingConfiguration ignored: no execution log lines in CloudWatch Logs
-field_names                a JSONata error's cause names an internal class, not the state's field
-heartbeat_timeout          a heartbeat timeout fails with States.Timeout, not States.HeartbeatTimeout
-task_failure_cause         SendTaskFailure drops its cause
-task_tokens                task tokens are 36-character uuids, not AWS-sized (~700 characters)
-data_limit                 no size quota on a state's input, a task's input or Assign
-terminal_errors            States.ALL catches States.DataLimitExceeded and States.Runtime
-history_limit              no 25,000-event history limit
-cancelled_branches         a failed branch's siblings run on: tokens open, no ...Aborted events
-late_callbacks             SendTaskSuccess to a task that timed out succeeds, and its TaskSucceeded lands late
-parsed_definitions         every execution parses its definition again (~0.4 s of the interpreter for a fair lock)
-task_clients               every task creates a new boto3 client
-error_codes                the interpreter's API errors answer with an empty code (``InvalidDefinition`` is ``""``)
-=========================  ==========================================================
+The list of these modules - for each, what AWS does, its page and the proof test - is the
+table "What the runtime models" of ``docs/runtime.md``, with the runtime's known gaps against
+AWS; ``tests/local/test_runtime_docs.py`` checks it against the modules and their docstrings.
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@ Fix: for ENABLED rules whose ``EventPattern`` matches (moto's own matcher), hand
 state-machine, Lambda and SQS targets to :class:`locked_workflow.testing.events.EventRouter`; other
 targets (logs, archives, buses, API destinations) keep moto's delivery.
 
+AWS: a rule sends each matching event to its targets, a state machine or a Lambda function
+among them (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-targets.html), with
+the target's ``Input``, ``InputPath`` or ``InputTransformer`` applied
+(https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-transform-target-input.html); "a
+disabled rule won't match any events"
+(https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_DisableRule.html).
+
 Proof: ``tests/local/test_patch_eventbridge_targets.py``.
 """
 

@@ -22,6 +22,11 @@ ignored); when an execution ends
 ABORTED or TIMED_OUT, append its closing event if the interpreter has not, and record
 nothing after it.
 
+AWS: ``StopExecution`` stops an execution
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_StopExecution.html);
+``DescribeExecution`` then reports it ``ABORTED`` (a timed-out one ``TIMED_OUT``) with its
+``stopDate`` (https://docs.aws.amazon.com/step-functions/latest/apireference/API_DescribeExecution.html).
+
 Proof: ``tests/local/test_patch_execution_end.py``.
 """
 

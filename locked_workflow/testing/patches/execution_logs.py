@@ -33,6 +33,12 @@ the service's format::
 The lines are in moto's CloudWatch Logs: ``cloud.client("logs").filter_log_events(...)``. No
 subscription filter or metric filter runs on them offline (the deployer skips both).
 
+AWS: a state machine with a ``loggingConfiguration`` logs its execution history events to
+the CloudWatch Logs group it names, filtered by ``level`` and with or without
+``includeExecutionData``
+(https://docs.aws.amazon.com/step-functions/latest/dg/cloudwatch-log-level.html,
+https://docs.aws.amazon.com/step-functions/latest/apireference/API_LoggingConfiguration.html).
+
 Proof: ``tests/local/test_patch_execution_logs.py``.
 """
 

@@ -7,6 +7,9 @@ that ends with ``null`` has no output at all.
 
 Fix: for executions of the interpreter, serialise the output value as JSON.
 
+AWS: ``DescribeExecution``'s ``output`` is "the JSON output data of the execution"
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_DescribeExecution.html).
+
 Proof: ``tests/local/test_patch_execution_output.py``.
 """
 

@@ -10,6 +10,10 @@ Fix: ``StateMachine.__deepcopy__`` returns a shallow snapshot with no executions
 snapshot only has to keep the definition, role and type the execution started with;
 ``update_state_machine`` rebinds those attributes rather than mutating them.
 
+AWS: a state machine runs any number of executions, each started by ``StartExecution``
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_StartExecution.html), up to the quota of open executions
+(https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html).
+
 Proof: ``tests/local/test_patch_execution_snapshot.py``.
 """
 

@@ -9,6 +9,11 @@ Fix: after moto records an execution's final status
 :meth:`locked_workflow.testing.events.EventRouter.execution_ended`, at most once per
 execution, which puts the event on the default bus (or drops it, when a test asks).
 
+AWS: Step Functions sends ``Step Functions Execution Status Change`` events of Standard
+workflows to the default event bus
+(https://docs.aws.amazon.com/step-functions/latest/dg/eventbridge-integration.html,
+https://docs.aws.amazon.com/eventbridge/latest/ref/events-ref-states.html).
+
 Proof: ``tests/local/test_patch_execution_status_events.py``.
 """
 

@@ -10,6 +10,10 @@ Fix: the template-value components (the parts of a field's JSON template) name n
 their own, so the field keeps the name of the state field that holds them; the few fields
 whose class name differs from the ASL name are renamed (``AssignDecl`` -> ``Assign``).
 
+AWS: a JSONata expression that fails raises ``States.QueryEvaluationError``
+(https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html); that its cause names the state's field
+(``Arguments``, ``Output``, ``Assign``) is what the service answers, not a documented format.
+
 Proof: ``tests/local/test_patch_field_names.py``.
 """
 

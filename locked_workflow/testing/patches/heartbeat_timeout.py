@@ -8,6 +8,11 @@ Fix: a heartbeat timeout fails the task with ``States.HeartbeatTimeout`` (its ``
 event says so); a Catch or Retry on ``States.Timeout`` still matches it, because Step Functions
 defines ``States.Timeout`` as covering both timeouts.
 
+AWS: ``States.HeartbeatTimeout`` is the error of a task that sent no heartbeat for
+``HeartbeatSeconds``, and ``States.Timeout`` covers it too
+(https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html;
+https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskHeartbeat.html).
+
 Proof: ``tests/local/test_patch_heartbeat_timeout.py``.
 """
 

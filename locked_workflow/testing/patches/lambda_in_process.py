@@ -18,6 +18,11 @@ stopped and runs on - stricter than AWS, which stops it (see ``lambda_runtime``)
 Also sets ``os.environ`` to a per-thread overlay (see ``lambda_runtime``) while active, and
 sends each function's output to its log group (``function_logs``), not the process's output.
 
+AWS: ``Invoke`` runs the function's handler with the event and returns its result, or the
+error it raised with ``X-Amz-Function-Error``
+(https://docs.aws.amazon.com/lambda/latest/api/API_Invoke.html); a Lambda task gets that error
+as its own (https://docs.aws.amazon.com/step-functions/latest/dg/connect-lambda.html).
+
 Proof: ``tests/local/test_patch_lambda_in_process.py``.
 """
 

@@ -14,6 +14,11 @@ nothing reaches the history (moto's own answer for a timed-out consumer raises a
 its ``TaskTimedOut()`` lacks a message). (A callback that lands while the timeout is being decided may
 still be accepted and ignored: a window of microseconds.)
 
+AWS: ``SendTaskSuccess``/``SendTaskFailure``/``SendTaskHeartbeat`` for a token whose task
+has closed fail with ``TaskTimedOut`` ("the task token has either expired or the task associated
+with the token has already been closed") or ``TaskDoesNotExist``
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskSuccess.html#API_SendTaskSuccess_Errors).
+
 Proof: ``tests/local/test_patch_late_callbacks.py``.
 """
 

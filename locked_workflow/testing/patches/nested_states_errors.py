@@ -10,6 +10,11 @@ chain in a single-branch Parallel is how the lock Catches every error of protect
 Fix: in those two places, build a ``StatesErrorName`` for the service's own error names
 and a ``CustomErrorName`` for the rest.
 
+AWS: if a branch fails, the Parallel state fails with that error, and its own Retry and Catch
+apply to it (https://docs.aws.amazon.com/step-functions/latest/dg/state-parallel.html, Error handling;
+https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html); only custom error names may not start with
+``States.``.
+
 Proof: ``tests/local/test_patch_nested_states_errors.py``.
 """
 

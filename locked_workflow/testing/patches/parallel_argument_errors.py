@@ -8,6 +8,10 @@ entry relies on it (``Lock.InvalidKey``, the redrive gate).
 
 Fix: evaluate the branches' input inside the same retry/catch handling as the branches.
 
+AWS: a Parallel state's Retry and Catch handle the state's failures
+(https://docs.aws.amazon.com/step-functions/latest/dg/state-parallel.html); an ``Arguments`` expression that fails is such a
+failure (``States.QueryEvaluationError``, https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html).
+
 Proof: ``tests/local/test_patch_parallel_argument_errors.py``.
 """
 

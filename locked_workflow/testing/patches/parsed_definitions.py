@@ -25,6 +25,9 @@ iterations already in bare moto) could each draw one, and one of them would late
 count under the other's name. Here the key is derived from the component's identity, the same
 in every thread, with nothing written.
 
+AWS: no AWS behaviour: a cost of the runtime. It keeps what a lock's timing on AWS assumes
+(no documented page says it): starting executions does not hold up the ones already running.
+
 Proof: ``tests/local/test_patch_parsed_definitions.py``.
 """
 

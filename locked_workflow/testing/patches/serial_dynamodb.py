@@ -9,6 +9,10 @@ Fix: one process-wide lock around ``DynamoHandler.call_action`` - the entry poin
 DynamoDB API call (boto3 clients of the test, of Step Functions tasks, of in-process
 Lambdas). Coarser than DynamoDB's per-item guarantee, and equally correct.
 
+AWS: a conditional write succeeds only if its condition holds against the item as it is
+when the write is applied - ``attribute_not_exists`` on the key prevents an overwrite
+(https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html#Expressions.ConditionExpressions.PreventingOverwrites).
+
 Proof: ``tests/local/test_patch_serial_dynamodb.py``.
 """
 

@@ -16,6 +16,11 @@ output shape; timestamps in results become epoch milliseconds (moto leaves ``dat
 objects that make ``DescribeExecution`` crash). Integrations whose API is already
 PascalCase (DynamoDB, SQS, Lambda...) keep their keys.
 
+AWS: "Parameters in Step Functions are expressed in PascalCase, even if the native service API is
+in camelCase", and a task's result is the API's response
+(https://docs.aws.amazon.com/step-functions/latest/dg/supported-services-awssdk.html;
+https://docs.aws.amazon.com/step-functions/latest/dg/connect-stepfunctions.html).
+
 Proof: ``tests/local/test_patch_service_shapes.py``.
 """
 

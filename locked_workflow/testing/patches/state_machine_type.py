@@ -7,6 +7,10 @@ emit no execution status events.
 
 Fix: record the requested type on the state machine (``type`` and ``sm_type``).
 
+AWS: ``CreateStateMachine``'s ``type`` is ``STANDARD`` (the default) or ``EXPRESS``
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_CreateStateMachine.html); Express workflows send no
+status change events (https://docs.aws.amazon.com/step-functions/latest/dg/eventbridge-integration.html).
+
 Proof: ``tests/local/test_patch_state_machine_type.py``.
 """
 

@@ -11,6 +11,11 @@ Fix: every task state's ``_from_error`` returns the failure event carried by a
 ``FailureEventException`` as is (what the base ``ExecutionState`` already does), and only
 maps real service exceptions.
 
+AWS: an error in evaluating a state's JSONata is ``States.QueryEvaluationError``
+(https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html); an integration's errors are
+the service's own, named ``ServiceName.ErrorName``
+(https://docs.aws.amazon.com/step-functions/latest/dg/supported-services-awssdk.html).
+
 Proof: ``tests/local/test_patch_task_argument_errors.py``.
 """
 

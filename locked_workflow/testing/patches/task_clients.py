@@ -14,6 +14,9 @@ the key: with DynamoDB Local the environment names its endpoint (``AWS_ENDPOINT_
 ``state_credentials`` is not: moto's own function ignores it too (every client uses the same
 fake keys). Faults and meters that patch ``BaseClient._make_api_call`` see every call as before.
 
+AWS: no AWS behaviour: a cost of the runtime. It keeps what a lock's timing on AWS assumes
+(no documented page says it): one execution's task calls do not hold up the others.
+
 Proof: ``tests/local/test_patch_task_clients.py``.
 """
 

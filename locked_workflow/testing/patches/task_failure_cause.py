@@ -5,6 +5,9 @@ drops the ``cause``, so the failed callback task's error output has ``"Cause": n
 
 Fix: the handler passes both.
 
+AWS: ``SendTaskFailure`` takes an ``error`` and a ``cause``
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskFailure.html), both in the failed task's error output.
+
 Proof: ``tests/local/test_patch_task_failure_cause.py``.
 """
 

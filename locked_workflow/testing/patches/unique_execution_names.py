@@ -9,6 +9,10 @@ without ``name``, ``arn:aws:states:::states:startExecution``, EventBridge target
 
 Fix: fill in ``name = uuid4()`` when none is given, like the service does.
 
+AWS: "If you don't provide a name for the execution, Step Functions automatically generates a
+universally unique identifier (UUID) as the execution name"
+(https://docs.aws.amazon.com/step-functions/latest/apireference/API_StartExecution.html).
+
 Proof: ``tests/local/test_patch_unique_execution_names.py``.
 """
 
