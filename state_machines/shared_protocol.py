@@ -43,9 +43,10 @@ shared hold over, so a mutex *waiter's liveness check* frees a shared hold whose
 gone (``shared_kind.shared_hold_sweep``): it reads the whole lock item, reaps an expired entry
 (REAP_READ / REAP_LAST), describes a reader's execution in turn and retires an ended one
 (RETIRE_READER), and frees a shared hold with no reader (FREE_EMPTY); then its next acquire
-takes the key. It does not probe a reader's presence row (a cancelled reader branch: its
-lease, or this module's waiters), and a ``LockClient`` mutex does not sweep: a key with shared
-holders should still give its writers this module's exclusive kind.
+takes the key; a plain ``LockClient`` refused by a shared hold reaps an expired entry or
+frees an empty hold the same way (``shared_client.ReadWriteParticipant.sweep_shared_hold``).
+Neither probes a reader's presence row (a cancelled reader branch: its lease, or this module's
+waiters): a key with shared holders should still give its writers this module's exclusive kind.
 
 1. **Fast paths** (nobody queues: ``served = tickets``).
    ``FAST_READ``: the key is free of writers and has room (:data:`MAX_READERS`) -> add my

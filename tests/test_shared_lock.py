@@ -842,13 +842,20 @@ def test_only_a_janitor_of_holds_with_presence_rows_may_delete_and_only_those_ro
 
 
 def test_a_stopped_writer_is_recovered_by_the_janitor(rw):
+    """The writer is stopped at its gate, before its work wrote: it moved the fence (1) without a
+    write, so the reader after it reads fence 1 while the probe's last write is none (0). That is
+    the fault matrix's ``staleReads`` with no fault injected (triaged: the probe's strict count,
+    not a defect); ``overtakenReads`` - a write during the read, or newer than the reader's fence -
+    is what the matrix judges, and stays 0."""
     k = new_key()
     writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
     rw.until(lambda: rw.gate_token(k, "w"))
     rw.cloud.stop_execution(writer)  # the janitor retires it: held for its stop grace, then free
     result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
     assert result.status == "SUCCEEDED", result.cause
-    assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) and rw.free(k)
+    assert probe_of(result)["fence"] == int(rw.lock(k)[p.FENCE]["N"]) == 1 and rw.free(k)
+    assert probe_of(result)["read"]["lastFence"] == [0, 0]
+    assert rw.probe(k).get("staleReads") == 1 and rw.probe(k).get("overtakenReads", 0) == 0
 
 
 def test_a_map_of_writer_sections_on_one_key_holds_one_at_a_time(rw):
