@@ -205,11 +205,11 @@ def test_the_probes_reader_check_counts_a_newer_write_not_a_writer_that_never_wr
     with mock_aws():
         probe = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(probe)
-        ddb = boto3.client("dynamodb")
-        ddb.create_table(TableName="Probes", KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        ddb, table = boto3.client("dynamodb"), f"Probes{last_fence}{fence}"  # (moto's state may be shared)
+        ddb.create_table(TableName=table, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
                          AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
-        ddb.put_item(TableName="Probes", Item={"pk": {"S": "k"}, "lastFence": {"N": str(last_fence)}})
-        probe._read("Probes", "k", fence, 0)
-        item = ddb.get_item(TableName="Probes", Key={"pk": {"S": "k"}})["Item"]
+        ddb.put_item(TableName=table, Item={"pk": {"S": "k"}, "lastFence": {"N": str(last_fence)}})
+        probe._read(table, "k", fence, 0)
+        item = ddb.get_item(TableName=table, Key={"pk": {"S": "k"}})["Item"]
     assert int(item.get("overtakenReads", {}).get("N", "0")) == overtaken
     assert int(item.get("staleReads", {}).get("N", "0")) == int(last_fence != fence)
