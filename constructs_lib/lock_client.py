@@ -668,6 +668,9 @@ class LockClient:
                 if held.takeover_in == 0 and due_again:  # e.g. a dead workflow's lease is over by AWS's
                     due_again -= 1  # clock, which this very refusal's response told
                     continue
+                if not self.fair and ReadWriteParticipant(self).sweep_shared_hold(
+                        table_key, me, getattr(held, "item", None) or {}):
+                    continue  # a read/write lock's readers that are gone: their shared hold freed
                 remaining = deadline - self._monotonic()
                 if wait_s == 0:
                     raise

@@ -73,6 +73,10 @@ class Mutex:
     presence = True
     #: ... on a row of its own instead (the janitor deletes an ended execution's rows).
     presence_rows = False
+    #: Its key may be a read/write lock's (``Lock.shared`` readers own it as a *shared hold*,
+    #: which ACQUIRE never takes over): its liveness check reads the whole lock item and frees
+    #: a shared hold whose readers are gone (:meth:`shared_hold_branches`).
+    meets_shared_holds = True
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key
@@ -140,6 +144,21 @@ class Mutex:
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         return section.build_mutex_release(lost, left)
 
+    def shared_hold_expression(self, section: "LockedSection", item: str) -> str:
+        """JSONata over the lock item a liveness check read: what it needs of a shared hold
+        there (null if none owns it; see ``shared_kind.shared_hold_expression``)."""
+        from locked_workflow.constructs_lib import shared_kind  # (it builds on this module)
+
+        turn = protocol.liveness_check_number_expression(section.variables["wait"], section.liveness_check_every)
+        return shared_kind.shared_hold_expression(item, turn)
+
+    def shared_hold_branches(self, section: "LockedSection", *, holder_variable: str,
+                             then: sfn.State) -> list:
+        """The liveness check's branches for a key a shared hold owns (``shared_kind.shared_hold_sweep``)."""
+        from locked_workflow.constructs_lib import shared_kind
+
+        return shared_kind.shared_hold_sweep(section, holder_variable=holder_variable, then=then)
+
     def presence_task(self, section: "LockedSection") -> tuple[str, dict]:
         """The hold's presence registration: (aws-sdk DynamoDB action, its arguments)."""
         return "updateItem", {
@@ -179,6 +198,8 @@ class Semaphore(Mutex):
     """``limit`` holders per key: a mutex on one of ``limit`` slots (see semaphore_protocol)."""
 
     name = "semaphore"
+    #: Its items are slots (``<key>#<slot>``): never a read/write lock's item.
+    meets_shared_holds = False
 
     def __init__(self, user_key: str, limit: int) -> None:
         super().__init__(user_key)
@@ -359,6 +380,9 @@ class RecordLock(Mutex):
     """The lock kept on the record it protects (see record_protocol)."""
 
     name = "record"
+    #: Its item is the user's record (a read/write lock never owns it), and its liveness
+    #: check must not read the record whole (a state's result is limited to 256 KiB).
+    meets_shared_holds = False
 
     def __init__(self, user_key: str, *, key_attribute: str, must_exist: bool) -> None:
         super().__init__(user_key)

@@ -418,17 +418,27 @@ class LockedSection(sfn.StateMachineFragment):
         """Inspect the lock; if its holder's execution ended longer than its grace ago, mark
         it stale. Every path goes through the Wait, so each round lets time pass."""
         v = self.variables
-        projection, projection_names = protocol.holder_projection(self.kind.item)
+        holder = protocol.holder_expression(self.kind.item)
+        if self.kind.meets_shared_holds:
+            # the whole lock item (a read/write lock's reader entries have names of their own:
+            # no projection can list them); a lock item is small, at most MAX_READERS entries
+            shared_hold = self.kind.shared_hold_expression(self, "$states.result.Item")
+            read = {"assign": {v["holder"]: jsonata(f"$merge([{holder}, {{'shared': {shared_hold}}}])")}}
+        else:
+            projection, projection_names = protocol.holder_projection(self.kind.item)
+            read = {
+                "projection_expression": [tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
+                "expression_attribute_names": projection_names,
+                "assign": {v["holder"]: jsonata(holder)},
+            }
         inspect = tasks.DynamoGetItem.jsonata(
             self,
             self._name("Inspect"),
             table=self.table,
             key={self.kind.item.key_attribute: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
             consistent_read=True,
-            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
-            expression_attribute_names=projection_names,
-            assign={v["holder"]: jsonata(protocol.holder_expression(self.kind.item))},
             outputs=jsonata("$states.input"),
+            **read,
         )
         retry_transient(inspect)
         inspect.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
@@ -451,6 +461,9 @@ class LockedSection(sfn.StateMachineFragment):
         describe.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
         describe.next(self._wait)
         is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self._name("HolderIsExecution?"))
+        if self.kind.meets_shared_holds:  # a shared hold (readers of a read/write lock) owns the key
+            for condition, state in self.kind.shared_hold_branches(self, holder_variable=v["holder"], then=self._wait):
+                is_execution.when(sfn.Condition.jsonata(jsonata(condition)), state)
         is_execution.when(
             sfn.Condition.jsonata(jsonata(protocol.holder_present_expression(v["holder"]))),
             self.probe_presence(describe, then=self._wait),

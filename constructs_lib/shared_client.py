@@ -406,16 +406,39 @@ class ReadWriteParticipant:
             self.handoff(table_key, me=me, start=ticket)
         return self._lease(key, table_key, me, mode, item, ticket=ticket, started=started, lease_ms=lease_ms)
 
-    def _reap(self, table_key: str, me: str, reader: str, *, readers: int) -> None:
+    def _reap(self, table_key: str, me: str, reader: str, *, readers: int) -> bool:
         """REAP_READ (REAP_LAST: ``readers`` says it is the last) an expired entry; the last one
-        out runs the handoff. Refused: the next look decides."""
+        out runs the handoff. Refused (False): the next look decides."""
         try:
             item = self._write(table_key, shared.leave_write(readers, reap=True), self._values(me), reader=reader,
                                return_new=True)
         except _Refused:
-            return
+            return False
         logger.info("lock %s: reaped the expired reader entry of %s", table_key, reader)
         self._after_last_reader(table_key, me, item)
+        return True
+
+    def sweep_shared_hold(self, table_key: str, me: str, item: Mapping[str, Any]) -> bool:
+        """A *plain* mutex client (a writer whose acquire never takes a shared hold over) refused
+        by the lock item ``item``: if a shared hold owns it, reap one reader entry whose lease is
+        over by the earliest time AWS's clock can show (``REAP_LAST`` for the last one, which ends
+        the hold and hands off to whoever queues), or free a shared hold with no reader left
+        (``FREE_EMPTY``: an item the first protocol's two-write leave left). True when it wrote:
+        try the acquire again at once. A live reader's entry is never touched; a reader whose
+        execution ended is reaped once the janitor's retire (or its lease) ended its entry."""
+        if item.get(OWNER, {}).get("S") != shared.SHARED:
+            return False
+        expired = shared.expired_readers(item, now=self._earliest())
+        if expired:
+            return self._reap(table_key, me, expired[0], readers=_number(item, shared.READERS))
+        if shared.readers_of(item):
+            return False
+        try:
+            self._write(table_key, shared.FREE_EMPTY, self._values(me))
+        except _Refused:
+            return False
+        logger.info("lock %s: freed a shared hold with no reader", table_key)
+        return True
 
     def _after_last_reader(self, table_key: str, me: str, item: Mapping[str, Any]) -> None:
         """``readers`` reached 0 (``item``: ALL_NEW of the write, which ended the shared hold):

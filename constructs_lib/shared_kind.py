@@ -75,12 +75,14 @@ def _expired_reader(item: str) -> str:
 _EXECUTION = ":execution:"
 
 
-def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
+def _suspect(item: str, owner: str, me: str, wait_variable: str, turn: Optional[str] = None) -> str:
     """JSONata: whose execution the fallback's liveness check asks about - ``{owner, reader,
     expiresAt, grace, acquiredAt}`` (its lease, stop grace and acquisition as read), or null: the writer holder (an execution's acquisition, not mine), else one of the reader
-    entries of executions whose lease runs, in turn (sorted, the ``rounds``-th modulo their
-    number: every reader is asked about within as many checks as there are readers)."""
+    entries of executions whose lease runs, in turn (sorted, the ``rounds``-th - or the
+    ``turn``-th - modulo their number: every reader is asked about within as many checks as
+    there are readers)."""
     prefix, execution = shared.READER_PREFIX, _EXECUTION
+    turn = turn or f"${wait_variable}.rounds"
     return (
         f"( $i := {item}; $o := {owner}; "
         f"$r := $sort($append([], $filter($keys($i), function($n) {{ $substring($n, 0, {len(prefix)}) = '{prefix}' "
@@ -88,7 +90,7 @@ def _suspect(item: str, owner: str, me: str, wait_variable: str) -> str:
         f"$o != '' and $o != '{shared.SHARED}' and $o != {me} and $contains($o, '{execution}') "
         f"? {{'owner': $o, 'reader': false, 'expiresAt': {_item_number('$i', protocol.EXPIRES_AT)}, "
         f"'grace': {_item_number('$i', protocol.GRACE)}, 'acquiredAt': {_item_number('$i', protocol.ACQUIRED_AT)}}} "
-        f": ($count($r) > 0 ? ( $n := $r[${wait_variable}.rounds % $count($r)]; $e := $lookup($i, $n).M; "
+        f": ($count($r) > 0 ? ( $n := $r[({turn}) % $count($r)]; $e := $lookup($i, $n).M; "
         f"{{'owner': $substringAfter($n, '{prefix}'), 'reader': true, "
         f"'expiresAt': $number($e.`{protocol.EXPIRES_AT}`.N), 'grace': {_item_number('$e', protocol.GRACE)}, "
         f"'acquiredAt': {_item_number('$e', protocol.ACQUIRED_AT)}}} ) "
@@ -102,6 +104,89 @@ def _presence_token(row: str, acquired: str) -> str:
     token, of, closed = (f"{row}.`{a}`" for a in (protocol.PRESENCE, protocol.PRESENCE_OF, protocol.PRESENCE_CLOSED))
     condition = protocol.probe_token_condition(token=token, of=of, closed=closed, acquired=acquired)
     return f"({condition}) ? {token}.S : null"
+
+
+def shared_hold_expression(item: str, turn: str) -> str:
+    """JSONata over a lock item ``item`` (DynamoDB JSON) read by a *plain mutex* waiter's
+    liveness check: null unless a shared hold owns it, else ``{readers, expired, suspect}`` -
+    the reader count, one reader entry whose lease is over (its owner, or ''), and the reader
+    entry of an execution to ask Step Functions about (``turn``-th in turn, as
+    :func:`_suspect`; null if none)."""
+    owner = _item_string(item, protocol.OWNER)
+    return (
+        f"({owner} = '{shared.SHARED}' ? {{'readers': {_item_number(item, shared.READERS)}, "
+        f"'expired': {_expired_reader(item)}, 'suspect': {_suspect(item, owner, chr(39) * 2, '', turn)}}} : null)"
+    )
+
+
+def shared_hold_sweep(section: "LockedSection", *, holder_variable: str, then: sfn.State) -> list[tuple[str, sfn.State]]:
+    """A plain mutex waiter's liveness check on a key a shared hold owns (readers of
+    ``Lock.shared`` / a read/write ``LockClient``; ``$<holder_variable>.shared``:
+    :func:`shared_hold_expression`, ``.key``: the item read): a mutex cannot take a shared
+    hold over (its ACQUIRE refuses ``owner = shared``), so without this a reader that ended
+    without leaving - stopped right after its claim, failed past its release - kept the key
+    from a plain mutex until this module's own participants came by, for ever if none did.
+    The branches (JSONata condition, first state) of the check's choice, each ending in
+    ``then``:
+
+    - a reader entry whose lease is over -> ``ReapReader`` (``REAP_READ``; ``ReapLastReader``,
+      ``REAP_LAST`` for the last one, which ends the shared hold: the next acquire takes the key);
+    - no reader entry (an item the first protocol's two-write leave left) -> ``FreeEmptyShared``
+      (``FREE_EMPTY``);
+    - else one reader entry of an execution in turn -> ``DescribeReader``
+      (``DescribeExecution``) -> ``ReaderEnded?`` -> ended, and its stop grace from its end is
+      sooner than its lease's end -> ``RetireEndedReader`` (``RETIRE_READER``: held for the
+      grace from its end, that acquisition only), reaped at a later round.
+
+    Every one of them runs on the check's rounds only: the mutex's uncontended path is
+    unchanged. Refused or failed: nothing changes, the next round looks again. A reader's
+    cancelled branch (its execution running on) is not probed here: its lease, the janitor
+    or this module's own waiters' presence probe end it."""
+    s, h = section, "$" + holder_variable
+    key = f"{h}.key"
+
+    def update(name: str, write: protocol.LockWrite, values: dict, reader: Optional[str]) -> sfn.State:
+        args = shared.arguments(jsonata(key), write, values, reader=reader and "")
+        if reader:  # the entry's attribute, evaluated at run time from the reader's owner
+            args["ExpressionAttributeNames"][shared.READER_PLACEHOLDER] = jsonata(shared.reader_attribute_expression(reader))
+        task = update_item_task(s, s._name(name), s.table, args, outputs=jsonata("$states.input"))
+        retry_transient(task)
+        task.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        return task.next(then)
+
+    now = {":now": {"N": jsonata(protocol.NOW_EXPRESSION)}}
+    counts = {":one": {"N": "1"}, ":minusOne": {"N": "-1"}}
+    expired = f"{h}.shared.expired"
+    reap_last = update("ReapLastReader", shared.REAP_LAST, {**now, **counts}, expired)
+    reap = update("ReapReader", shared.REAP_READ, {**now, **counts}, expired)
+    free = update("FreeEmptyShared", shared.FREE_EMPTY, {":shared": {"S": shared.SHARED}, ":zero": {"N": "0"}}, None)
+    stop = "$states.result.StopDate"
+    alive = " or ".join(f"$states.result.Status = '{status}'" for status in protocol.ALIVE_STATUSES)
+    ended = f"({alive} or $not($exists({stop}))) ? null : ($type({stop}) = 'number' ? {stop} : $toMillis({stop}))"
+    suspect = f"{h}.shared.suspect"
+    describe = JsonataCustomState(s, s._name("DescribeReader"), state_json={
+        "Type": "Task", "QueryLanguage": "JSONata",
+        "Resource": f"arn:{Stack.of(s).partition}:states:::aws-sdk:sfn:describeExecution",
+        "Arguments": {"ExecutionArn": jsonata(f"$substringBefore({suspect}.owner, '{protocol.OWNER_SEPARATOR}')")},
+        "Assign": {holder_variable: jsonata(f"$merge([{h}, {{'endedAt': {ended}}}])")},
+        "Output": jsonata("$states.input"),
+    })
+    describe.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+    retire = update("RetireEndedReader", shared.RETIRE_READER,
+                    {":endedAt": {"N": jsonata(f"$string({h}.endedAt)")}}, f"{suspect}.owner")
+    reader_ended = sfn.Choice.jsonata(s, "ReaderEnded", state_name=s._name("ReaderEnded?"))
+    # (a retire only ever shortens a lease: one that ends before the grace after the end is left to end by itself)
+    reader_ended.when(sfn.Condition.jsonata(jsonata(
+        f"$type({h}.endedAt) = 'number' and {h}.endedAt + {suspect}.grace < {suspect}.expiresAt")), retire)
+    reader_ended.otherwise(then)
+    describe.next(reader_ended)
+    held = f"$type({h}.shared) = 'object'"
+    return [
+        (f"{held} and {expired} != '' and {h}.shared.readers <= 1", reap_last),
+        (f"{held} and {expired} != ''", reap),
+        (f"{held} and {h}.shared.readers = 0", free),
+        (f"{held} and $type({suspect}) = 'object'", describe),
+    ]
 
 
 class SharedLockKind(Mutex):

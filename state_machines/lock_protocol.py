@@ -706,9 +706,12 @@ WAIT_LOOP_EVENT_BUDGET = 20_000
 EVENTS_PER_ROUND = 6
 #: History events of one acquire attempt: scheduled, started, failed.
 EVENTS_PER_ATTEMPT = 3
-#: History events a liveness check adds to its round: the inspect read (entered, scheduled,
-#: started, succeeded, exited), the holder choice (entered, exited), the describe call (5).
-EVENTS_PER_LIVENESS_CHECK = 12
+#: History events a liveness check adds to its round, at most: the inspect read (entered,
+#: scheduled, started, succeeded, exited), the holder choice (entered, exited), a call (5: the
+#: describe, or the presence probe), a choice (2) and a write (5: a presence probe's ABANDONED,
+#: or on a key a read/write lock's readers own, ``shared_kind.shared_hold_sweep``'s describe of a
+#: reader, its choice and its retire).
+EVENTS_PER_LIVENESS_CHECK = 19
 
 
 def worst_case_rounds(policy: WaitPolicy, max_wait_s: float) -> int:

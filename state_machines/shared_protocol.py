@@ -38,9 +38,15 @@ The existing **mutex** on the same key is a writer: its ACQUIRE is refused by a 
 janitor's RETIRE and ABANDONED never match it (it is not an execution, and they are
 conditioned on an exact owner). A mutex that finds the key free of readers and writers takes
 it at once, as a polling run does on a fair lock (it may barge ahead of the queue, and its
-release hands nothing off: the queue's fallback covers that). A mutex never reaps a dead
-reader itself (it cannot see reader leases): the participants of this module do, so a key
-with shared holders should give its writers this module's exclusive kind.
+release hands nothing off: the queue's fallback covers that). Its ACQUIRE never takes a
+shared hold over, so a mutex *waiter's liveness check* frees a shared hold whose readers are
+gone (``shared_kind.shared_hold_sweep``): it reads the whole lock item, reaps an expired entry
+(REAP_READ / REAP_LAST), describes a reader's execution in turn and retires an ended one
+(RETIRE_READER), and frees a shared hold with no reader (FREE_EMPTY); then its next acquire
+takes the key; a plain ``LockClient`` refused by a shared hold reaps an expired entry or
+frees an empty hold the same way (``shared_client.ReadWriteParticipant.sweep_shared_hold``).
+Neither probes a reader's presence row (a cancelled reader branch: its lease, or this module's
+waiters): a key with shared holders should still give its writers this module's exclusive kind.
 
 1. **Fast paths** (nobody queues: ``served = tickets``).
    ``FAST_READ``: the key is free of writers and has room (:data:`MAX_READERS`) -> add my
@@ -309,6 +315,17 @@ LEAVE_LAST = LockWrite(update=_DROP_LAST, condition=f"attribute_exists({READER_P
 _OVER = f"{READER_PLACEHOLDER}.#{EXPIRES_AT} < :now"
 REAP_READ = LockWrite(update=_DROP_ENTRY, condition=f"{_OVER} AND {_OTHERS}")
 REAP_LAST = LockWrite(update=_DROP_LAST, condition=f"{_OVER} AND {_LAST}")
+
+
+#: FREE_EMPTY: a shared hold with no reader entry left ends (``owner`` removed). No write of
+#: this module leaves one (the last entry's removal ends the hold in the same write), but an
+#: item the first protocol's two-write leave (``LEAVE_READ`` then ``FREE_SHARED``) left so
+#: would refuse a plain mutex for ever: a plain mutex waiter's liveness check frees it (this
+#: module's writers count it free: ``_ALL_FREE``). Values ``:shared``, ``:zero``.
+FREE_EMPTY = LockWrite(
+    update=f"REMOVE #{OWNER}",
+    condition=f"#{OWNER} = :shared AND (attribute_not_exists(#{READERS}) OR #{READERS} = :zero)",
+)
 
 
 def leave_write(readers: int, *, reap: bool = False) -> LockWrite:

@@ -184,3 +184,32 @@ def test_negative_control_the_locks_off_break_the_cells(deployed_matrix, synthes
     acquire = next(row for row in run.all_rows(synthesized.template) if row.name == "mutex:Lock.Acquire")
     results = run.run_cells(cloud, app, [(acquire, table.COLUMN["5xx"])], seed=5, workers=1, lock_off=True)
     assert all(r.violations["alone"] or r.violations["lost update"] for r in results), [r.describe() for r in results]
+
+
+@pytest.mark.parametrize("last_fence, fence, overtaken", [(3, 4, 0), (4, 4, 0), (5, 4, 1)])
+def test_the_probes_reader_check_counts_a_newer_write_not_a_writer_that_never_wrote(monkeypatch, last_fence, fence,
+                                                                                    overtaken):
+    """A writer that acquired (fence 4) and never wrote leaves ``lastFence`` at 3: the reader
+    admitted after it reads fence 4. That is ``staleReads`` (the suite's strict count, where no
+    writer stops), never ``overtakenReads`` (the matrix's violation); a write newer than the
+    reader's fence is (the negative control: 5 > 4)."""
+    import importlib.util
+    from pathlib import Path
+
+    import boto3
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "probe-test")
+    spec = importlib.util.spec_from_file_location("probe_index", Path(__file__).parents[1] / "lambdas/probe/index.py")
+    with mock_aws():
+        probe = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(probe)
+        ddb, table = boto3.client("dynamodb"), f"Probes{last_fence}{fence}"  # (moto's state may be shared)
+        ddb.create_table(TableName=table, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+        ddb.put_item(TableName=table, Item={"pk": {"S": "k"}, "lastFence": {"N": str(last_fence)}})
+        probe._read(table, "k", fence, 0)
+        item = ddb.get_item(TableName=table, Key={"pk": {"S": "k"}})["Item"]
+    assert int(item.get("overtakenReads", {}).get("N", "0")) == overtaken
+    assert int(item.get("staleReads", {}).get("N", "0")) == int(last_fence != fence)

@@ -16,7 +16,10 @@ BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Loc
                  "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
                  "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.MayStillRun?", "Lock.Retire",
-                 "Lock.ProbeHolder", "Lock.Abandoned"}
+                 "Lock.ProbeHolder", "Lock.Abandoned",
+                 # a shared hold of a read/write lock's readers on the key (shared_kind.shared_hold_sweep)
+                 "Lock.ReapLastReader", "Lock.ReapReader", "Lock.FreeEmptyShared", "Lock.DescribeReader",
+                 "Lock.ReaderEnded?", "Lock.RetireEndedReader"}
 OUTER_STATES = {"Lock", "Lock.EntryFailed?", "Lock.InvalidKey", "Lock.Failed"}
 
 
@@ -349,17 +352,24 @@ def test_liveness_check_takes_over_only_from_an_ended_execution_after_its_grace(
     inspect = states["Lock.Inspect"]
     assert inspect["Resource"].endswith(":states:::dynamodb:getItem")
     assert inspect["Arguments"]["ConsistentRead"] is True
-    # it reads the key, the owner, the grace and the presence token only: a bounded result,
-    # whatever else the item holds
-    assert inspect["Arguments"]["ProjectionExpression"] == "#lockKey,#owner,#grace,#acquiredAt,#presence,#presenceOf,#presenceClosed"
-    assert inspect["Arguments"]["ExpressionAttributeNames"] == {
-        "#lockKey": "pk", "#owner": "owner", "#grace": "grace", "#acquiredAt": "acquiredAt",
-        "#presence": "presence", "#presenceOf": "presenceOf", "#presenceClosed": "presenceClosed"}
+    # the whole lock item (a lock table's: at most MAX_READERS reader entries of a read/write
+    # lock's shared hold, whose names no projection can list; a lock on a record projects)
+    assert "ProjectionExpression" not in inspect["Arguments"]
+    assert "'shared':" in inspect["Assign"]["lockHolder"]
     assert inspect["Next"] == "Lock.HolderIsExecution?"
     assert _catches(inspect)["Lock.Wait"]["ErrorEquals"] == ["States.ALL"]  # waiting never fails on it
     is_execution = states["Lock.HolderIsExecution?"]
-    # a holder's presence token is probed first; a closed one retires its acquisition
-    assert [c["Next"] for c in is_execution["Choices"]] == ["Lock.ProbeHolder", "Lock.DescribeHolder"]
+    # a shared hold whose readers are gone is freed (reaped, an empty one freed, an ended
+    # reader retired); a holder's presence token is probed first; a closed one retires its acquisition
+    assert [c["Next"] for c in is_execution["Choices"]] == [
+        "Lock.ReapLastReader", "Lock.ReapReader", "Lock.FreeEmptyShared", "Lock.DescribeReader",
+        "Lock.ProbeHolder", "Lock.DescribeHolder"]
+    from locked_workflow.state_machines import shared_protocol as sp
+
+    for name, write in (("Lock.ReapLastReader", sp.REAP_LAST), ("Lock.ReapReader", sp.REAP_READ),
+                        ("Lock.FreeEmptyShared", sp.FREE_EMPTY), ("Lock.RetireEndedReader", sp.RETIRE_READER)):
+        assert states[name]["Arguments"]["ConditionExpression"] == write.condition, name
+        assert states[name]["Next"] == "Lock.Wait" and _catches(states[name])["Lock.Wait"]["ErrorEquals"] == ["States.ALL"]
     assert is_execution["Default"] == "Lock.Wait"
     probe = states["Lock.ProbeHolder"]
     assert probe["Resource"].endswith(":states:::aws-sdk:sfn:sendTaskHeartbeat") and probe["Next"] == "Lock.Wait"

@@ -206,6 +206,32 @@ def test_a_reader_that_gives_up_is_skipped_and_a_dead_readers_entry_is_reaped(dd
     assert free(ddb)
 
 
+def test_a_plain_mutex_client_reaps_a_dead_readers_entry_and_frees_an_empty_shared_hold(ddb):
+    """A plain ``LockClient`` (no ``read_write``) is a writer on a read/write key, and its acquire
+    never takes a shared hold over: a reader that died holding kept it out until its ``wait`` ran
+    out (``LockTimeout``), whatever the entry's lease. Now a refusal by a shared hold reaps an
+    entry whose lease is over (``REAP_LAST``) and frees a shared hold with no reader
+    (``FREE_EMPTY``: the first protocol's item). The control: a live reader is not reaped."""
+    plain = LockClient(TABLE, dynamodb=ddb, stepfunctions=_NoStepFunctions())
+    rw(ddb).acquire("k", shared=True, lease=1)  # dies holding: its entry's lease ends in 1 s
+    lease = plain.acquire("k", wait=20, poll_interval=0.1)
+    assert lease.fence == 1 and sp.readers_of(item(ddb)) == {}
+    plain.release(lease)
+    # the first protocol's two-write leave, stopped between them: a shared hold with no reader
+    ddb.put_item(TableName=TABLE, Item={"pk": {"S": "#e"}, p.OWNER: {"S": sp.SHARED}, sp.READERS: {"N": "0"},
+                                        p.FENCE: {"N": "3"}})
+    lease = plain.acquire("e", wait=20, poll_interval=0.1)
+    assert lease.fence == 4
+    plain.release(lease)
+    # a live reader: refused until it leaves, its entry untouched
+    reader = rw(ddb).acquire("k", shared=True, lease=60)
+    with pytest.raises(LockTimeout):
+        plain.acquire("k", wait=1.5, poll_interval=0.1)
+    assert list(sp.readers_of(item(ddb))) == [reader.owner]
+    rw(ddb).release(reader)
+    assert plain.acquire("k", wait=5, poll_interval=0.1).fence == 2
+
+
 def test_a_readers_heartbeat_keeps_its_entry_and_a_reaped_reader_learns_it_lost(ddb):
     client = rw(ddb)
     with client.hold("k", shared=True, lease=3, heartbeat=True) as lease:

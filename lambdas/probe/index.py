@@ -16,7 +16,9 @@ raise afterwards (a failing protected work).
 ``read`` - one of many readers: it also counts ``readersIn`` / ``writersIn`` by role, records
 the readers inside at its entry in ``readersSeen``, counts a ``violations`` when a writer is
 inside, and does no write: it reads ``lastFence`` (the fence of the last writer that wrote)
-and counts ``staleReads`` when its lock's fence differs from it.
+and counts ``staleReads`` when its lock's fence differs from it, ``overtakenReads`` when it
+changed during the read or is past the reader's fence (the fault matrix's check: a writer
+stopped before its write moves the fence without a write, which ``staleReads`` counts).
 """
 
 from __future__ import annotations
@@ -128,6 +130,12 @@ def _read(table: str, key: str, fence: int | None, work_ms: int, context: object
     if fence is not None and not before == after == fence:
         _update(table, key, "ADD staleReads :one", {":one": {"N": "1"}})
         logger.warning("a reader saw another fence", extra={"key": key, "fence": fence, "lastFence": [before, after]})
+    if fence is not None and (before != after or after > fence):
+        # a write during the read, or a write by a writer newer than the reader's fence: a
+        # reader that overlapped a writer, or was admitted with a stale fence. (A fence ahead of
+        # the last write is no violation: a writer that acquired and never wrote - stopped before
+        # its write, its work timed out, its grant expired unclaimed - moves the fence alone.)
+        _update(table, key, "ADD overtakenReads :one", {":one": {"N": "1"}})
     _update(table, key, "ADD readCount :one", {":one": {"N": "1"}})
     return {"lastFence": [before, after]}
 

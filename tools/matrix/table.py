@@ -118,9 +118,27 @@ _ONE_ITEM: dict[str, str] = {
     'Lock.ReleaseAgain': 'after-lost:Lock.Release',
 }
 
+#: A plain mutex waiter's liveness check on a key a read/write lock's readers own (a shared
+#: hold, ``shared_kind.shared_hold_sweep``): reached only on a read/write key, so n/r in the
+#: cells of these kinds (the ``shared`` cells' ``RwMutex`` runs them).
+_SHARED_HOLD: dict[str, str] = {
+    'ReapLastReader': 'dead-holder',
+    'ReapReader': 'dead-holder',
+    'FreeEmptyShared': 'dead-holder',
+    'DescribeReader': 'dead-holder',
+    'RetireEndedReader': 'dead-holder',
+}
+
+
+def _sweep(section: str) -> dict[str, str]:
+    return {f"{section}.{state}": situation for state, situation in _SHARED_HOLD.items()}
+
+
 SITUATIONS: dict[str, dict[str, str]] = {
-    'mutex': _ONE_ITEM,
+    'mutex': {**_ONE_ITEM, **_sweep('Lock')},
     'nested': {
+        **_sweep('Outer'),
+        **_sweep('Inner'),
         'Outer.Acquire': 'contend',
         'Outer.Inspect': 'dead-holder',
         'Outer.ProbeHolder': 'dead-holder',
@@ -239,6 +257,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.ReleaseAfterError': 'work-fails',
         'Lock.ReleaseEachAfterErrorKey': 'work-fails',
         'Lock.RetireKey': 'redrive',
+        **_sweep('Lock'),
     },
     'shared': {
         'Lock.Acquire': 'contend',
