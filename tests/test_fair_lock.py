@@ -628,6 +628,36 @@ def test_a_client_release_whose_wake_up_response_was_lost_never_takes_the_lock_b
     assert fair.drained(k) and fair.probe(k).get("rejected", 0) == 0
 
 
+def test_a_client_release_that_handed_the_lock_on_does_not_fail_on_a_later_step(fair):
+    """A client's release grants the lock to the parked workflow (the lock is no longer the
+    client's), its wake-up fails, and its REVOKE after the claim window is throttled past
+    botocore's retries. The release is done - the grantee's park timeout lets it find its
+    grant and confirm it, as after a failed wake-up - so ``release()`` returns: a raw error
+    would make the application retry a release whose lock has moved on, and the retry reports
+    ``LockLost`` (fault matrix: ``client-fair:fair_protocol.REVOKE`` x ``throttle``)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    lease = client(fair).acquire(k, lease=60)
+    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.queue(k))  # parked
+    unwoken = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions", times=2, when=not_the_gate)
+    throttled = Fault("UpdateItem", "ThrottlingException", when=lambda params: (
+        params.get("ConditionExpression"), params.get("UpdateExpression")) == (fp.REVOKE.condition, fp.REVOKE.update))
+    with dynamodb_faults(unwoken, throttled) as log:
+        try:
+            client(fair, claim_window=1).release(lease)
+            raised = None
+        except Exception as error:  # noqa: BLE001 - what the application would see
+            raised = error
+    assert throttled.injected == 1 and unwoken.injected >= 1, log.calls
+    assert raised is None, f"the release raised {type(raised).__name__}: {raised}"
+    result = fair.wait([waiter])[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["probe"]["fence"] == lease.fence + 1
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
+
+
 def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):
     import threading
 
