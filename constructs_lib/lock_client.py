@@ -1221,7 +1221,11 @@ class LockClient:
         """Hand the lock of ``table_key`` to the next live waiter (fair_protocol, step 4):
         ``me`` holds it with ticket ``served`` and fence ``fence`` (a release), or - ``fence``
         None - the lock is free and its head does not move (a waiter's fallback, the janitor,
-        an operator). Raises LockLost (via ClientError) when a release finds the lock not mine."""
+        an operator). Raises LockLost (via ClientError) when a release finds the lock not mine.
+        Once a release has granted the lock on (or released it), an error of a later step (a
+        wake-up, a revoke, the next row) ends the handoff without raising: the release is done,
+        and each waiter's own look at its park timeout finds its grant or the free lock (as the
+        workflows' handoff, whose later steps Catch every error)."""
         _text(table_key, "table_key")
         _text(me, "me")
         _count(served, "served")
@@ -1232,67 +1236,82 @@ class LockClient:
         holding = fence is not None
         hole_ms = int((_seconds(hole_s, "hole_s") if hole_s is not None else self.claim_window) * 1000)
         c = served
-        for _ in range(10_000):  # one row per round; each round passes a ticket or ends
-            row_key = fair.row_key(table_key, c + 1)
-            row = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
-                                            ReturnValues="ALL_OLD").get("Attributes")
-            state = fair.row_state(row, now=self.earliest_ms(), hole_ms=hole_ms)
-            if state in ("wake", "grant"):
-                nxt = row[OWNER]["S"]
-                try:
-                    granted = self._update(table_key, fair.GRANT, {
-                        ":me": {"S": me}, ":next": {"S": nxt}, ":stale": {"S": me},
-                        ":now": {"N": str(self.earliest_ms())},
-                        ":expiresAt": {"N": str(self.latest_ms() + int(row[fair.LEASE]["N"]))},
-                        ":grace": {"N": row.get(fair.GRACE_MS, {}).get("N", "0")}, ":one": {"N": "1"},
-                        ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}, return_new=True)["Attributes"]
-                except ClientError as error:
-                    if not _condition_failed(error):
-                        raise
-                    if holding:
-                        raise
-                    if state == "wake":
-                        self._nudge(row[fair.TOKEN]["S"])
-                    return
-                if state == "grant" or self._wake(row[fair.TOKEN]["S"], granted):
-                    return
-                if not self._grantee_ended(nxt):  # alive-looking: one claim window to confirm it
-                    self._sleep(self.claim_window)
-                    again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
-                                                      ReturnValues="ALL_OLD").get("Attributes")
-                    if fair.row_state(again, now=self.earliest_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
-                        if self._wake(again[fair.TOKEN]["S"], granted):
-                            return
-                        self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
-                if not self._row_update(table_key, fair.REVOKE, {
-                        ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
-                    return  # confirmed (claimed) meanwhile
-                holding, c = False, c + 1
-            elif state == "skip":
-                if not self._row_update(table_key, fair.SKIP, {
-                        ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.earliest_ms())},
-                        ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}):
-                    return
-                c += 1
-            else:  # nobody parked on the next ticket yet
-                if holding:
-                    item = self._update(table_key, RELEASE, {":me": {"S": me}, ":fence": {"N": str(fence)}},
-                                        return_new=True)["Attributes"]
-                    holding = False
-                    if fair.counters(item)[1] <= c:
+        passed = False  # (a release) the lock is no longer mine: granted to the next, or released
+        try:
+            for _ in range(10_000):  # one row per round; each round passes a ticket or ends
+                row_key = fair.row_key(table_key, c + 1)
+                row = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                                ReturnValues="ALL_OLD").get("Attributes")
+                state = fair.row_state(row, now=self.earliest_ms(), hole_ms=hole_ms)
+                if state in ("wake", "grant"):
+                    nxt = row[OWNER]["S"]
+                    try:
+                        granted = self._update(table_key, fair.GRANT, {
+                            ":me": {"S": me}, ":next": {"S": nxt}, ":stale": {"S": me},
+                            ":now": {"N": str(self.earliest_ms())},
+                            ":expiresAt": {"N": str(self.latest_ms() + int(row[fair.LEASE]["N"]))},
+                            ":grace": {"N": row.get(fair.GRACE_MS, {}).get("N", "0")}, ":one": {"N": "1"},
+                            ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}, return_new=True)["Attributes"]
+                    except ClientError as error:
+                        if not _condition_failed(error):
+                            raise
+                        if holding:
+                            raise
+                        if state == "wake":
+                            self._nudge(row[fair.TOKEN]["S"])
                         return
-                since = (row or {}).get(fair.READY, {}).get("N") or str(self.latest_ms())
-                if self._row_update(row_key, fair.MARK, {":since": {"N": since}}):
-                    item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
-                                                  ConsistentRead=True).get("Item", {})
-                    if fair.counters(item)[0] > c:  # served meanwhile: the mark is litter
-                        with contextlib.suppress(ClientError):
-                            self.dynamodb.delete_item(
-                                TableName=self.table_name, Key=lock_item_key(row_key),
-                                ConditionExpression=f"attribute_not_exists(#{fair.TOKEN})",
-                                ExpressionAttributeNames={f"#{fair.TOKEN}": fair.TOKEN})
-                    return
-                # its waiter parked meanwhile: take the row again
+                    passed = True
+                    if state == "grant" or self._wake(row[fair.TOKEN]["S"], granted):
+                        return
+                    if not self._grantee_ended(nxt):  # alive-looking: one claim window to confirm it
+                        self._sleep(self.claim_window)
+                        again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                                          ReturnValues="ALL_OLD").get("Attributes")
+                        if fair.row_state(again, now=self.earliest_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
+                            if self._wake(again[fair.TOKEN]["S"], granted):
+                                return
+                            self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
+                    if not self._row_update(table_key, fair.REVOKE, {
+                            ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
+                        return  # confirmed (claimed) meanwhile
+                    holding, c = False, c + 1
+                elif state == "skip":
+                    if not self._row_update(table_key, fair.SKIP, {
+                            ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.earliest_ms())},
+                            ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}):
+                        return
+                    c += 1
+                else:  # nobody parked on the next ticket yet
+                    if holding:
+                        item = self._update(table_key, RELEASE, {":me": {"S": me}, ":fence": {"N": str(fence)}},
+                                            return_new=True)["Attributes"]
+                        holding = False
+                        passed = True
+                        if fair.counters(item)[1] <= c:
+                            return
+                    since = (row or {}).get(fair.READY, {}).get("N") or str(self.latest_ms())
+                    if self._row_update(row_key, fair.MARK, {":since": {"N": since}}):
+                        item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                                      ConsistentRead=True).get("Item", {})
+                        if fair.counters(item)[0] > c:  # served meanwhile: the mark is litter
+                            with contextlib.suppress(ClientError):
+                                self.dynamodb.delete_item(
+                                    TableName=self.table_name, Key=lock_item_key(row_key),
+                                    ConditionExpression=f"attribute_not_exists(#{fair.TOKEN})",
+                                    ExpressionAttributeNames={f"#{fair.TOKEN}": fair.TOKEN})
+                        return
+                    # its waiter parked meanwhile: take the row again
+        except ClientError as error:
+            if fence is None or not passed:
+                raise
+            # a release that handed the lock on (or freed it) is done: what is left - a wake-up
+            # retried, a revoke, the next row, a mark - is also each waiter's own look at its
+            # park timeout. Raised, the caller would retry a release whose lock has moved on
+            # (LockLost); the workflows' handoff ends the same way (every later step Catches).
+            logger.warning("lock %s: handed on; the handoff after it stopped at %s: the next waiter "
+                           "finds its grant or the free lock by its own look", table_key,
+                           error.response.get("Error", {}).get("Code"))
+
 
     def _grantee_ended(self, owner: str) -> bool:
         execution = owner_execution(owner)

@@ -113,6 +113,15 @@ def _all_free(item: Mapping[str, Any], *, me: str, now: int) -> bool:
     return owner is None or owner == me or (EXPIRES_AT in item and _number(item, EXPIRES_AT) < now)
 
 
+def _handoff_stopped(table_key: str, error: ClientError) -> None:
+    """A release whose hold is over (left, handed on or freed) met an error in the rest of its
+    handoff: the release is done - raised, the caller would retry a release whose hold has gone
+    (``LockLost``) - and each waiter's own look at its park timeout admits it (the workflows'
+    handoff ends the same way: its later steps Catch every error)."""
+    logger.warning("lock %s: released; the handoff after it stopped at %s: the next waiters are admitted "
+                   "by their own look", table_key, error.response.get("Error", {}).get("Code"))
+
+
 class ReadWriteParticipant:
     """The read/write protocol's steps for one :class:`LockClient` (``read_write=True``)."""
 
@@ -476,7 +485,11 @@ class ReadWriteParticipant:
         holder's removed."""
         table_key, me = lease.table_key, lease.owner
         if lease.shared:
-            self._after_last_reader(table_key, me, self._leave_read(table_key, me))
+            item = self._leave_read(table_key, me)
+            try:
+                self._after_last_reader(table_key, me, item)
+            except ClientError as error:  # my hold is over: the release is done
+                _handoff_stopped(table_key, error)
             return
         if not self.handoff(table_key, me=me, start=lease.ticket or 0, fence=lease.fence):
             raise LockLost(f"{ERROR_LOST}: lock {table_key!r} is not held by {me!r} (fence {lease.fence})")
@@ -518,48 +531,58 @@ class ReadWriteParticipant:
         the latest when nobody is parked); ``tickets``: a helper's view of the last ticket out (a row
         that never came is marked, and skipped once its mark is old); ``stop_at``: a helper
         stops at its own row (it admits itself). False: a holding writer's release was refused
-        on its first attempt (the key was not mine)."""
+        on its first attempt (the key was not mine). Once a holding writer's hold is handed on
+        or freed, an error of a later step ends the handoff (True): :func:`_handoff_stopped`."""
         c, holding, c_ = self.client, fence is not None, start
-        for _ in range(10_000):  # each round passes a ticket or ends
-            row = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(table_key, c_ + 1)),
-                                      ConsistentRead=True).get("Item")
-            state = fair.row_state(row, now=self._earliest(), hole_ms=self._hole_ms)
-            if state in ("wake", "grant") and row is not None:
-                nxt = row[OWNER]["S"]
-                if nxt == stop_at:
+        try:
+            for _ in range(10_000):  # each round passes a ticket or ends
+                row = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(fair.row_key(table_key, c_ + 1)),
+                                          ConsistentRead=True).get("Item")
+                state = fair.row_state(row, now=self._earliest(), hole_ms=self._hole_ms)
+                if state in ("wake", "grant") and row is not None:
+                    nxt = row[OWNER]["S"]
+                    if nxt == stop_at:
+                        break
+                    kind = shared.row_kind(row)
+                    if not self._grant(table_key, me, c_, row, kind):
+                        break
+                    if state == "wake":
+                        self._wake(row[fair.TOKEN]["S"])
+                    holding, c_ = False, c_ + 1
+                    if kind == WRITE:
+                        return True
+                    continue
+                if state == "skip":
+                    try:
+                        self._write(table_key, shared.SKIP, {**self._values(me), ":prev": {"N": str(c_)},
+                                                             ":ticket": {"N": str(c_ + 1)}})
+                    except _Refused:
+                        break
+                    c_ += 1
+                    self._drop_row(table_key, c_)  # a waiter gone, or a hole: nobody else would delete it
+                    continue
+                if tickets is not None and c_ + 1 <= tickets and fair.READY not in (row or {}):
+                    with contextlib.suppress(ClientError):  # refused: its waiter parked meanwhile
+                        c.dynamodb.update_item(TableName=c.table_name, **fair.arguments(
+                            fair.row_key(table_key, c_ + 1), shared.MARK, {":since": {"N": str(self._latest())}}))
                     break
-                kind = shared.row_kind(row)
-                if not self._grant(table_key, me, c_, row, kind):
-                    break
-                if state == "wake":
-                    self._wake(row[fair.TOKEN]["S"])
-                holding, c_ = False, c_ + 1
-                if kind == WRITE:
-                    return True
-                continue
-            if state == "skip":
-                try:
-                    self._write(table_key, shared.SKIP, {**self._values(me), ":prev": {"N": str(c_)},
-                                                         ":ticket": {"N": str(c_ + 1)}})
-                except _Refused:
-                    break
-                c_ += 1
-                self._drop_row(table_key, c_)  # a waiter gone, or a hole: nobody else would delete it
-                continue
-            if tickets is not None and c_ + 1 <= tickets and fair.READY not in (row or {}):
-                with contextlib.suppress(ClientError):  # refused: its waiter parked meanwhile
-                    c.dynamodb.update_item(TableName=c.table_name, **fair.arguments(
-                        fair.row_key(table_key, c_ + 1), shared.MARK, {":since": {"N": str(self._latest())}}))
+                if holding:  # nobody parked: release, then read the row again (it may have parked meanwhile)
+                    try:
+                        self._write(table_key, shared.RELEASE_WRITE, {":me": {"S": me}, ":fence": {"N": str(fence)}})
+                    except _Refused as refused:
+                        if not refused.retried:
+                            return False
+                    holding = False
+                    continue
                 break
-            if holding:  # nobody parked: release, then read the row again (it may have parked meanwhile)
-                try:
-                    self._write(table_key, shared.RELEASE_WRITE, {":me": {"S": me}, ":fence": {"N": str(fence)}})
-                except _Refused as refused:
-                    if not refused.retried:
-                        return False
-                holding = False
-                continue
-            break
+        except ClientError as error:
+            if fence is None or holding:
+                raise
+            # my hold is handed on (a grant) or freed: the release is done; what is left (a wake-up,
+            # the next readers' grants, a skip, a mark) is also each waiter's own look
+            _handoff_stopped(table_key, error)
+            return True
+
         if holding:
             try:
                 self._write(table_key, shared.RELEASE_WRITE, {":me": {"S": me}, ":fence": {"N": str(fence)}})

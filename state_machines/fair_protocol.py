@@ -179,7 +179,13 @@ GRANT = LockWrite(
 #: (or the lock is not mine) - the handoff. Values as RELEASE.
 RELEASE_ALONE = LockWrite(update=RELEASE.update, condition=f"({RELEASE.condition}) AND {_NOBODY_QUEUES}")
 #: SKIP: pass over ticket ``:ticket`` (its waiter is gone); the holder, if any, keeps the lock.
-SKIP = LockWrite(update=f"SET #{SERVED} = :ticket", condition=_MAY_PASS)
+#: Idempotent: a retry whose first try applied (its response lost) finds ``:ticket`` passed and
+#: is not refused, so the handoff goes on (refused, a holding releaser would end its release
+#: still holding the lock, for the rest of its lease). Whoever may take the lock may find the
+#: ticket passed by another runner of the handoff: going on is as safe (every grant is
+#: conditioned on ``served``).
+SKIP = LockWrite(update=f"SET #{SERVED} = :ticket",
+                 condition=f"({ACQUIRE.condition}) AND (#{SERVED} = :prev OR #{SERVED} = :ticket)")
 #: CLAIM: the waiter ``:me`` the lock was handed to confirms it, before its work (woken, or
 #: finding itself the owner when it looks). A retry whose first try applied finds the same
 #: condition true (idempotent); refused: the grant was revoked (or its lease ended).

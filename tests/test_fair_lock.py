@@ -437,6 +437,37 @@ def test_a_delivered_wake_up_whose_response_was_lost_is_never_taken_back(fair):
     assert fair.drained(k)
 
 
+def test_a_release_whose_skip_response_was_lost_still_hands_the_lock_on(fair):
+    """The releaser's ``SKIP`` of a waiter gone (stopped; the janitor marked its row left)
+    applies, and its response is lost (a 5xx after the call). Its retry finds the ticket
+    passed already: that is its own skip, so the handoff goes on to the next waiter. Before,
+    the retry was refused and the handoff ended - the release's execution SUCCEEDED with the
+    lock still its own, blocking the key for the rest of its lease (fault matrix:
+    ``fair:Lock.Release.Skip`` x ``lost``)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder, (w1, w2) = queued(fair, k, waiters=2, machine="FairPatient")
+    fair.cloud.stepfunctions.stop_execution(executionArn=w1)
+    assert fair.cloud.wait_for(w1).status == "ABORTED"
+    fair.until(lambda: len(fair.queue(k)) == 1)  # the janitor marked w1's row left
+    lost = Fault("UpdateItem", "InternalServerError", after_call=True, when=lambda params: (
+        params.get("ConditionExpression"), params.get("UpdateExpression")) == (fp.SKIP.condition, fp.SKIP.update))
+    with dynamodb_faults(lost) as log:
+        fair.open(k)
+        held = fair.wait([holder])[0]
+        after_release = fair.lock(k).get(p.OWNER, {}).get("S", "")
+    assert log.injected == 1
+    assert held.status == "SUCCEEDED", (held.error, held.cause)
+    assert "Lock.Release.Skip" in [e.get("stateEnteredEventDetails", {}).get("name") for e in held.history]
+    assert not after_release.startswith(holder), f"the ended releaser still holds the lock: {after_release}"
+    r2 = fair.wait([w2])[0]
+    assert r2.status == "SUCCEEDED", (r2.error, r2.cause)
+    assert parks_timed_out(r2) == 0  # handed on by the release, not found by a fallback
+    assert fences_of([held, r2]) == sorted(fences_of([held, r2]))
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
 def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
     k = key()
     holder, (w1,) = queued(fair, k, waiters=1)
@@ -595,6 +626,36 @@ def test_a_client_release_whose_wake_up_response_was_lost_never_takes_the_lock_b
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert result.output["probe"]["fence"] == lease.fence + 1
     assert fair.drained(k) and fair.probe(k).get("rejected", 0) == 0
+
+
+def test_a_client_release_that_handed_the_lock_on_does_not_fail_on_a_later_step(fair):
+    """A client's release grants the lock to the parked workflow (the lock is no longer the
+    client's), its wake-up fails, and its REVOKE after the claim window is throttled past
+    botocore's retries. The release is done - the grantee's park timeout lets it find its
+    grant and confirm it, as after a failed wake-up - so ``release()`` returns: a raw error
+    would make the application retry a release whose lock has moved on, and the retry reports
+    ``LockLost`` (fault matrix: ``client-fair:fair_protocol.REVOKE`` x ``throttle``)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    lease = client(fair).acquire(k, lease=60)
+    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.queue(k))  # parked
+    unwoken = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions", times=2, when=not_the_gate)
+    throttled = Fault("UpdateItem", "ThrottlingException", when=lambda params: (
+        params.get("ConditionExpression"), params.get("UpdateExpression")) == (fp.REVOKE.condition, fp.REVOKE.update))
+    with dynamodb_faults(unwoken, throttled) as log:
+        try:
+            client(fair, claim_window=1).release(lease)
+            raised = None
+        except Exception as error:  # noqa: BLE001 - what the application would see
+            raised = error
+    assert throttled.injected == 1 and unwoken.injected >= 1, log.calls
+    assert raised is None, f"the release raised {type(raised).__name__}: {raised}"
+    result = fair.wait([waiter])[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.output["probe"]["fence"] == lease.fence + 1
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
 
 
 def test_a_client_queues_behind_workflows_and_is_granted_in_its_turn(fair):

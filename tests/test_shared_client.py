@@ -614,6 +614,34 @@ def test_a_transaction_conflict_on_a_writers_acquire_and_release_is_retried(mixe
     assert p.OWNER not in mixed.lock(k)
 
 
+def test_a_readers_release_whose_handoff_is_throttled_after_its_leave_still_returns(mixed):
+    """The last reader's ``LEAVE_LAST`` applied (its hold is over), then the handoff's
+    ``GRANT_WRITE`` to the parked workflow writer is throttled past botocore's retries. The
+    release is done: it returns, and the writer's own look at its park timeout admits it.
+    Before, ``release()`` raised the raw error, the application retried it, and the retry found
+    the reader's entry gone: ``LockLost`` (fault matrix: ``client-rw:shared_protocol.GRANT_WRITE``
+    x ``throttle``)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = f"k-{uuid.uuid4().hex[:8]}"
+    lease = workflow_client(mixed).acquire(k, shared=True)
+    writer = mixed.start("Writer", {"key": k, "workMs": 100})
+    mixed.until(lambda: mixed.parked(k) == ["write"])
+    throttled = Fault("UpdateItem", "ThrottlingException", when=lambda params: (
+        params.get("ConditionExpression"), params.get("UpdateExpression")) == (sp.GRANT_WRITE.condition, sp.GRANT_WRITE.update))
+    with dynamodb_faults(throttled):
+        try:
+            workflow_client(mixed).release(lease)
+            raised = None
+        except Exception as error:  # noqa: BLE001 - what the application would see
+            raised = error
+    assert throttled.injected == 1
+    assert raised is None, f"the release raised {type(raised).__name__}: {raised}"
+    result = mixed.wait([writer])[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert mixed.probe(k).get("violations", 0) == 0 and mixed.free(k)
+
+
 # ---- a reader stopped right after its leave: the key is free for a plain mutex (both backends) ----
 
 

@@ -22,6 +22,9 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    (``LockClient.leave_queue``: the clients' own fair writes); a read/write lock's, marked
    left (``shared_protocol.DEQUEUE``), so the next handoff skips it.
 
+Every write is tried again while DynamoDB answers ``TransactionConflictException`` (the item
+is in a transaction in flight - a read/write waiter's park, a multi-key transfer - and nothing
+was written; botocore does not retry it): ``client_lease.retry_conflicts``, the clients' own.
 Every expression comes from ``state_machines`` (deployed with this function): nothing is
 spelled twice. A failure it cannot get past raises :class:`RecoveryFailed`, naming the
 execution and the lock key it was at; the handler logs it as one line and re-raises, so
@@ -30,12 +33,14 @@ Lambda retries the event and then sends it to the dead-letter queue.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from aws_lambda_powertools import Tracer
 from botocore.exceptions import BotoCoreError, ClientError
 
+from locked_workflow.constructs_lib.client_lease import retry_conflicts
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -141,9 +146,11 @@ def history_events(stepfunctions: Any, execution_arn: str, *, page_size: int = H
 
 
 def _unless_refused(call: Any, **arguments: Any) -> dict | None:
-    """Make a conditional write; its response, or None when its condition refused it."""
+    """Make a conditional write (again while a transaction in flight on its item refuses it,
+    developer guide, "Transaction conflict handling in DynamoDB"); its response, or None when
+    its condition refused it."""
     try:
-        return call(**arguments)
+        return retry_conflicts(lambda: call(**arguments), sleep=time.sleep)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
             return None

@@ -330,7 +330,7 @@ class Cell:
             if self.base == "dead-waiter":
                 waiter = others[0]
                 threads.append(self._start(waiter))
-                time.sleep(1.2)
+                self._wait_parked(waiter)
                 self._stop(waiter)
                 others = others[1:]
             for p in others:
@@ -493,6 +493,26 @@ class Cell:
                 if any((e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"].get("resourceType") == "lambda")
                        or (e["type"] == "WaitStateEntered" and e["stateEnteredEventDetails"]["name"].endswith("Hold"))
                        for e in history):
+                    return
+            time.sleep(0.2)
+
+    def _wait_parked(self, p: Participant, timeout_s: float = 30) -> None:
+        """Until the workflow ``p`` has parked (a queue row of the cell's keys holds its task
+        token), has ended, or has entered its work (it never queued): a fixed 1.2 s let a
+        loaded machine stop it before it parked, so the janitor had no park to recover and the
+        cell's row was never called. A client: 1.2 s."""
+        if p.is_client:
+            time.sleep(1.2)
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if p.arn:
+                if self.cloud.status(p.arn) != "RUNNING" or any(
+                        fair.TOKEN in item and item.get(protocol.OWNER, {}).get("S", "").startswith(
+                            p.arn + protocol.OWNER_SEPARATOR) for item in self._items()):
+                    return
+                if any(e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"].get("resourceType") == "lambda"
+                       for e in self.cloud.history(p.arn)):
                     return
             time.sleep(0.2)
 

@@ -12,8 +12,8 @@ Situations (:mod:`tools.matrix.cells` runs them):
 - ``work-fails``: the first participant's work fails (the release after an error);
 - ``dead-holder``: the first participant is stopped inside its work while the others wait (the
   liveness check, the takeover of an ended holder, a reader's reap);
-- ``dead-waiter``: a holder works while the second participant, queued, is stopped (holes in a
-  queue: mark, skip, revoke, a wake-up of an ended waiter);
+- ``dead-waiter``: a holder works while the second participant, queued, is stopped once it
+  parked (holes in a queue: mark, skip, revoke, a wake-up of an ended waiter);
 - ``client-waiter``: a workflow holds while the kind's :class:`LockClient` waits (a grant to a
   polling waiter);
 - ``redrive``: the first participant is stopped inside its work and redriven (a resumed
