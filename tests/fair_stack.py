@@ -39,6 +39,15 @@ class FairStack(cdk.Stack):
                                 **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5)})
         probes.grant_write_data(holder.state_machine)
         machines.append(holder)
+        # the same with a park timeout no test outlasts (a waiter that must still be parked when
+        # its wake-up comes, on a loaded machine too)
+        patient_gate = token_gate(self, "PatientGate", table=probes, pk="'gate#' & $states.input.key")
+        patient_holder = LockedWorkflow(
+            self, "FairPatientHold", protected=patient_gate.next(self.probe("FairPatientHoldProbe")),
+            **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5),
+               "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S))})
+        probes.grant_write_data(patient_holder.state_machine)
+        machines.append(patient_holder)
         # the same with a park timeout no test outlasts: every handoff it sees is a wake-up
         machines.append(LockedWorkflow(self, "FairPatient", protected=self.probe("PatientProbe"),
                                        **{**fair, "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S))}))

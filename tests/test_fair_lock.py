@@ -412,7 +412,7 @@ def test_a_delivered_wake_up_whose_response_was_lost_is_never_taken_back(fair):
     k = key()
     holder = fair.start("FairHold", {"key": k, "workMs": 1})
     fair.until(lambda: p.OWNER in fair.lock(k))
-    w2 = fair.start("FairHold", {"key": k, "workMs": 1})
+    w2 = fair.start("FairPatientHold", {"key": k, "workMs": 1})  # still parked when its wake-up comes, however slow
     fair.until(lambda: len(fair.queue(k)) == 1)
     w3 = fair.start("Fair", {"key": k, "workMs": 1})
     fair.until(lambda: len(fair.queue(k)) == 2)
