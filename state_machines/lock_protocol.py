@@ -995,11 +995,54 @@ def resumed_expression() -> str:
     )
 
 
-def released_before_expiry_expression(lock_variable: str) -> str:
-    """JSONata (Choice after a *retried* release found the lock not mine): true when the lease
-    has not ended yet. Then nobody could have taken the lock over by expiry before my first
-    release attempt, which therefore succeeded and only its response was lost."""
-    return f"$millis() < ${lock_variable}.expiresAt"
+def work_done_expression(grace_ms: int) -> str:
+    """JSONata (the Assign of the protected work, when it succeeded): ``until``, now plus the
+    section's stop grace, and ``generation``, the execution's redrive count now. If the
+    execution stops from here on, nobody takes this acquisition over before ``until``: the
+    janitor, the liveness check and the presence probe all free a stopped holder's lock only
+    once its stop grace has passed since its end, which comes after this. (Work that ended
+    after a redrive - resumed in a Wait or Pass state, which are not guarded - says nothing of
+    when the stop was: its generation is not the acquisition's.)"""
+    return f"{{'until': $millis() + {int(grace_ms)}, {_jsonata_string(GENERATION)}: {REDRIVE_COUNT_EXPRESSION}}}"
+
+
+def redriven_since_acquired_expression(lock_variable: str) -> str:
+    """JSONata: the execution was redriven after the acquisition in ``$<lock_variable>`` was
+    made (its generation is not the execution's redrive count now), so a lock state resumed
+    here may repeat a write that had applied before the stop."""
+    lock = "$" + lock_variable
+    return f"$not($exists({lock}.{GENERATION}) and {lock}.{GENERATION} = {REDRIVE_COUNT_EXPRESSION})"
+
+
+def released_before_takeover_expression(lock_variable: str, done_variable: str) -> str:
+    """JSONata (Choice after a release found the lock not mine - a retry after a lost response,
+    or a release resumed by a redrive): true when nobody could have taken this acquisition over
+    yet, so the earlier attempt is what freed it and only its response was lost.
+
+    Without a redrive since the acquire, only the lease ends a live holder's acquisition
+    (``$<lock_variable>.expiresAt``). After one, the execution was stopped (or failed) in between,
+    and a stopped holder's lock is freed once its stop grace has passed since its end: before
+    ``$<done_variable>.until`` (:func:`work_done_expression`, assigned when the work succeeded,
+    in the acquisition's generation - before the stop; a release without it is not trusted). A redrive comes within 14 days of the end, usually much
+    later than the grace: then the release cannot tell, and the section fails ``Lock.Lost``
+    (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html)."""
+    lock, done = "$" + lock_variable, "$" + done_variable
+    return (
+        f"$millis() < {lock}.{EXPIRES_AT} and ($not({redriven_since_acquired_expression(lock_variable)}) "
+        f"or ($exists({done}.until) and {done}.{GENERATION} = {lock}.{GENERATION} and $millis() < {done}.until))"
+    )
+
+
+def resumed_release_applied_expression(lock_variable: str, done_variable: str) -> str:
+    """JSONata (Choice after a *first* release found the lock not mine): a redrive came since
+    the acquire, so this release is a rerun of one that may have applied before the stop (AWS
+    reruns the step the execution stopped in), and nobody could have taken the lock over yet
+    (:func:`released_before_takeover_expression`): the earlier run released it. Otherwise the
+    lock was taken over (``Lock.Lost``)."""
+    return (
+        f"{redriven_since_acquired_expression(lock_variable)} and "
+        f"{released_before_takeover_expression(lock_variable, done_variable)}"
+    )
 
 
 def rethrow_error_expression() -> str:

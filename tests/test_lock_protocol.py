@@ -306,6 +306,40 @@ def test_redriven_execution_is_sent_to_acquire_again_once_per_redrive():
         entry({"id": "1"}, redrive_count=2, lockRedrives=1)
 
 
+def test_a_release_found_not_mine_was_mine_only_before_anyone_could_take_it_over():
+    """After a lost response, the lease bounds a takeover; after a redrive since the acquire
+    (the execution stopped in between), also the work's end + the stop grace."""
+    now = int(time.time() * 1000)
+    check = p.released_before_takeover_expression("lock", "lockDone")
+
+    def released(*, generation: int, redrives: int, expires_in: int, done_in: int | None) -> bool:
+        lock = {"expiresAt": now + expires_in, p.GENERATION: generation}
+        done = {} if done_in is None else {"lockDone": {"until": now + done_in, p.GENERATION: generation}}
+        return evaluate(check, states={"context": {"Execution": {"RedriveCount": redrives}}}, lock=lock, **done)
+
+    assert released(generation=0, redrives=0, expires_in=60_000, done_in=None)  # a retry, lease on
+    assert not released(generation=0, redrives=0, expires_in=-1, done_in=None)  # lease over
+    assert released(generation=0, redrives=1, expires_in=60_000, done_in=5_000)  # redriven within the grace
+    assert not released(generation=0, redrives=1, expires_in=60_000, done_in=-1)  # grace over: cannot tell
+    assert not released(generation=0, redrives=1, expires_in=60_000, done_in=None)  # work's end unknown
+    assert not released(generation=1, redrives=2, expires_in=-1, done_in=5_000)  # lease over
+    # work that ended after the redrive (resumed in a Wait): its end says nothing of the stop
+    lock = {"expiresAt": now + 60_000, p.GENERATION: 0}
+    late = {"until": now + 5_000, p.GENERATION: 1}
+    assert not evaluate(check, states={"context": {"Execution": {"RedriveCount": 1}}}, lock=lock, lockDone=late)
+    resumed = p.redriven_since_acquired_expression("lock")
+    context = lambda n: {"context": {"Execution": {"RedriveCount": n}}}  # noqa: E731
+    assert evaluate(resumed, states=context(1), lock={p.GENERATION: 0})
+    assert not evaluate(resumed, states=context(1), lock={p.GENERATION: 1})
+    assert evaluate(resumed, states=context(0), lock={})  # no generation: not trusted
+    # a refused *first* release: released only if a redrive resumed it, within the bound
+    first = p.resumed_release_applied_expression("lock", "lockDone")
+    done = {"until": now + 5_000, p.GENERATION: 0}
+    assert evaluate(first, states=context(1), lock=lock, lockDone=done)
+    assert not evaluate(first, states=context(0), lock=lock, lockDone=done)  # not resumed: Lock.Lost
+    assert not evaluate(first, states=context(1), lock=lock, lockDone={**done, "until": now - 1})
+
+
 def test_entry_passes_through_an_enclosing_hold_of_the_same_key_only():
     outer = {"key": "c#1", "owner": f"{EXECUTION}#x", "fence": 4}
     assert entry({"id": "1"}, enclosing=["outer"], outer=outer)["reentered"] == outer

@@ -13,7 +13,7 @@ from locked_workflow.state_machines.lock_protocol import jsonata
 
 MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
-                 "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
+                 "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released", "Lock.ReleaseResumed?",
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
                  "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.MayStillRun?", "Lock.Retire",
                  "Lock.ProbeHolder", "Lock.Abandoned"}
@@ -207,9 +207,17 @@ def test_release_is_owner_conditioned_and_lost_lock_fails_typed(example):
     assert release["Arguments"]["ConditionExpression"] == p.RELEASE.condition
     assert "$lock.key" in release["Arguments"]["Key"]["pk"]["S"]
     assert release["End"] is True and release["Output"] == "{% $states.input %}"
-    assert _catches(release)["Lock.Lost"]["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert _catches(release)["Lock.ReleaseResumed?"]["ErrorEquals"] == [p.CONDITION_FAILED]
     assert _catches(release)["Lock.LeftReentered"]["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
-    assert states["Lock.Lost"]["Error"] == p.ERROR_LOST
+    # refused: Lock.Lost - unless a redrive resumed this release (its first run may have applied)
+    resumed = states["Lock.ReleaseResumed?"]
+    assert resumed["Choices"] == [{"Condition": jsonata(p.resumed_release_applied_expression("lock", "lockDone")),
+                                   "Next": "Lock.Released"}]
+    assert resumed["Default"] == "Lock.Lost" and states["Lock.Lost"]["Error"] == p.ERROR_LOST
+    released_before = states["Lock.ReleasedBefore?"]
+    assert released_before["Choices"][0]["Condition"] == jsonata(p.released_before_takeover_expression("lock", "lockDone"))
+    # the work's end + the stop grace (the Lambda's 30 s timeout + 5 s), assigned by the work's own state
+    assert states["Apply update"]["Assign"]["lockDone"] == jsonata(p.work_done_expression(35_000))
 
 
 def test_errors_release_then_rethrow_the_error_renaming_only_states_errors(example):
