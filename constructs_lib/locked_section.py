@@ -728,7 +728,8 @@ class LockedSection(sfn.StateMachineFragment):
         return release_after_error.next(rethrow)
 
     def _build_entry(self) -> sfn.Parallel:
-        """The section's Parallel: entry record, redrive gate, bad keys."""
+        """The section's Parallel: entry record, bad keys, and the way back in for a section
+        whose work refused to resume after a redrive."""
         v = self.variables
         section = _SectionState(
             self,
@@ -740,12 +741,6 @@ class LockedSection(sfn.StateMachineFragment):
             outputs=jsonata("$states.result[0]"),
         ).branch(self._start)
         entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self._name("EntryFailed?"))
-        entry_failed.when(
-            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REDRIVEN))),
-            section,
-            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
-            outputs=jsonata("$states.input.sectionInput"),
-        )
         entry_failed.when(
             sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.ERROR_INVALID_KEY))),
             sfn.Fail.jsonata(
@@ -764,7 +759,7 @@ class LockedSection(sfn.StateMachineFragment):
         entry_failed.when(  # a task of the work refused to resume after a redrive
             sfn.Condition.jsonata(jsonata(protocol.resumed_again_expression(v["redrives"]))),
             section,
-            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
+            assign={v["redrives"]: jsonata(protocol.redrives_after_restart_expression())},
             outputs=jsonata("$states.input.sectionInput"),
         )
         section.add_catch(
@@ -877,7 +872,6 @@ class LockedSection(sfn.StateMachineFragment):
         same_table = [s for s in enclosing if _same_table(s.table, self.table)]
         return protocol.section_entry_expression(
             key_expression_=self._key_expression,
-            redrives_variable=self.variables["redrives"],
             enclosing_lock_variables=[s.lock_variable for s in reversed(same_table)],
             grace_ms=grace_ms,
             key_field=self.kind.key_field,

@@ -99,9 +99,6 @@ ERROR_PRESENCE_UNKNOWN = "Lock.PresenceUnknown"
 #: leaves the section as ``Lock.States.Timeout``; the cause is JSON ``{"Error", "Cause"}``
 #: with the original pair.
 RERAISED_STATES_PREFIX = "Lock."
-#: Raised (inside the section's entry) when a redriven execution re-enters a section it was
-#: in before the redrive: it must acquire again before any protected work resumes.
-SIGNAL_REDRIVEN = "Lock.Redriven"
 #: Raised (inside the acquire/release arguments) by a section nested in a section holding the
 #: same key: re-entrant pass-through, no write.
 SIGNAL_REENTERED = "Lock.Reentered"
@@ -534,7 +531,6 @@ def holds_key_expression(variable: str, key: str = "$key") -> str:
 def section_entry_expression(
     *,
     key_expression_: str,
-    redrives_variable: str,
     enclosing_lock_variables: Sequence[str] = (),
     grace_ms: int = 0,
     key_field: str = "key",
@@ -543,10 +539,16 @@ def section_entry_expression(
 ) -> str:
     """JSONata for the Arguments of the section's Parallel: what its branch starts from.
 
-    1. The redrive gate: a redriven execution that re-enters the section (its protected work
-       or its wait was cut short) fails here with ``Lock.Redriven`` - caught, counted in
-       ``$<redrives_variable>``, and the section starts over with a new acquisition, so
-       nothing protected resumes without the lock.
+    1. No redrive gate. ``RedriveExecution`` reruns only the unsuccessful step of a failed
+       branch, never states that succeeded
+       (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html), and the
+       entry must not undo that when a redriven Parallel evaluates its Arguments again
+       (undocumented): a gate here that sent every redriven section to acquire again would run
+       again work that had succeeded - a lock on a record would write its update twice. A
+       resumed step is safe without it: the work's tasks refuse to resume
+       (:func:`resumed_guard_expression`, then the section acquires again), and the lock's own
+       states are owner-conditioned writes (a resumed release:
+       :func:`released_before_takeover_expression`).
     2. The stored key (``Lock.InvalidKey`` for a bad one, before any DynamoDB call), as
        ``$key`` under ``key_field`` (a multi-key lock: the stored keys, under ``keys``).
     3. The new acquisition's owner.
@@ -560,16 +562,12 @@ def section_entry_expression(
     The branch gets ``{input, <key_field>, owner, grace[, reentered], ...}``; the work gets
     ``input`` back.
     """
-    r = "$" + redrives_variable
-    redriven = raise_expression(SIGNAL_REDRIVEN, "'the execution was redriven; acquiring again'")
     reentered = "{}"
     for variable in reversed(list(enclosing_lock_variables)):
         reentered = f"({holds_same_lock(variable)} ? {{'reentered': ${variable}}} : {reentered})"
     extra = "".join(f", {_jsonata_string(k)}: {v}" for k, v in (extra_fields or {}).items())
     return (
-        f"( $redriven := {REDRIVE_COUNT_EXPRESSION} > ($exists({r}) ? {r} : 0); "
-        f"$redriven ? {redriven} : null; "
-        f"$key := {key_expression_}; "
+        f"( $key := {key_expression_}; "
         f"$merge([{{'input': $states.input, {_jsonata_string(key_field)}: $key, "
         f"'owner': {NEW_OWNER_EXPRESSION}, 'grace': {int(grace_ms)}, "
         f"{_jsonata_string(REQUESTED_AT)}: $millis(){extra}}}, {reentered}]) )"
@@ -592,8 +590,9 @@ def message_of_expression(error_name: str) -> str:
     return f"$contains({c}, {marker}) ? {marker} & $substringAfter({c}, {marker}) : {c}"
 
 
-def redrives_after_gate_expression() -> str:
-    """JSONata (the gate's Catch): the redrive count the section has started over for."""
+def redrives_after_restart_expression() -> str:
+    """JSONata (the Choice that sends a section whose work refused to resume back to its entry):
+    the redrive count the section has started over for."""
     return REDRIVE_COUNT_EXPRESSION
 
 
@@ -822,7 +821,7 @@ def resumed_guard_expression(lock_variable: str) -> str:
     (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html, "Redrive
     behavior of individual states"). A holder stopped inside its work and redriven would
     resume that task without the lock, which the janitor may meanwhile have handed to another
-    run. Whether a redriven Parallel evaluates its ``Arguments`` (the section's entry gate)
+    run. Whether a redriven Parallel evaluates its ``Arguments`` (the section's entry)
     again is undocumented, and whether variables keep their values across a redrive is not
     spelled out either: the guard needs neither. It compares the acquisition's generation
     with ``$states.context.Execution.RedriveCount``, which only a redrive changes, and fails

@@ -454,7 +454,7 @@ def _entered_after_redrive(result) -> list[str]:
     return [e["stateEnteredEventDetails"]["name"] for e in result.history[redriven:] if e["type"].endswith("StateEntered")]
 
 
-@pytest.mark.parametrize("reevaluates", [False], ids=["strict"])
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
 def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven_and_writes_once(records, reevaluates):
     """Fault matrix ``record:Lock.Release`` x ``redrive`` / ``redrive-reeval``. The release (with
     the update) applied, the run was stopped right after, another run took the record, then the
@@ -476,7 +476,7 @@ def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven_and
     assert f"{LW}{p.OWNER}" not in item
 
 
-@pytest.mark.parametrize("reevaluates", [False], ids=["strict"])
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
 def test_a_run_stopped_before_its_release_applied_is_lost_when_redriven_after_a_takeover(records, reevaluates):
     """The control of the one above: the release did *not* apply when the run was stopped, the
     record was taken over after the stop grace, then the run was redriven. Its update was never
@@ -489,7 +489,7 @@ def test_a_run_stopped_before_its_release_applied_is_lost_when_redriven_after_a_
     assert records.get(c)["balance"] == {"N": "1"}  # the second run's update only
 
 
-@pytest.mark.parametrize("reevaluates", [False], ids=["strict"])
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
 def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_released(records, reevaluates):
     """A redrive resumes the work's Wait (Wait and Pass states are not guarded), the work ends,
     and the release finds the record taken over during the stop. The work's end came after the
