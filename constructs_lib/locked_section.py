@@ -827,9 +827,10 @@ class LockedSection(sfn.StateMachineFragment):
 
     def _assign_work_done(self, rendered_section: dict, grace_ms: int) -> None:
         """The protected work, when it succeeds, assigns ``<lock_variable>Done``
-        (``lock_protocol.work_done_expression``: now + the stop grace), which a release resumed by
-        a redrive reads to tell its own earlier write from a takeover. In the work's own state
-        (the lock's Parallel, or the user's lone task): no state transition more."""
+        (``lock_protocol.work_done_expression``: now + the stop grace, and the redrive generation
+        it ended in), which a release resumed by a redrive reads to tell its own earlier write
+        from a takeover. In the work's own state (the lock's Parallel, or the user's lone task):
+        no state transition more."""
         (branch,) = rendered_section["Branches"]
         work = branch["States"][self.protected.state_id]
         assign = work.setdefault("Assign", {})
