@@ -579,7 +579,7 @@ class FairMutex(Mutex):
             if lost is not None:
                 released_before = sfn.Choice.jsonata(section, f"{suffix}.ReleasedBefore", state_name=name("ReleasedBefore?"))
                 released_before.when(sfn.Condition.jsonata(jsonata(
-                    protocol.released_before_expiry_expression(v["lock"]))), end).otherwise(lost)
+                    protocol.released_before_takeover_expression(v["lock"], v["done"]))), end).otherwise(lost)
                 release.add_catch(lost, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
                 release_again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
             else:

@@ -104,6 +104,7 @@ class _SectionState(sfn.Parallel):
             stack.pop()
         grace = self._section.stop_grace_ms(rendered)
         rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing, grace))
+        self._section._assign_work_done(rendered, grace)
         problem = self._section._concurrent_reentry_problem(rendered)
         if problem:
             raise ValueError(problem)
@@ -173,8 +174,8 @@ class LockedSection(sfn.StateMachineFragment):
         function's timeout, whatever its ``TimeoutSeconds``; other tasks: their
         ``TimeoutSeconds``) plus 5 s; 15 minutes if some task's longest run cannot be seen.
     :param lock_variable: name of the variable holding the lock (the section also uses
-        ``<name>Wait``, ``<name>Holder``, ``<name>Redrives``, ``<name>Lost``, ``<name>Presence``
-        and ``<name>Held``). Default: ``"lock"``.
+        ``<name>Wait``, ``<name>Holder``, ``<name>Redrives``, ``<name>Lost``, ``<name>Presence``,
+        ``<name>Held`` and ``<name>Done``). Default: ``"lock"``.
     :param liveness_check_every: on every this-many-th round of polls a waiter asks Step
         Functions whether the holder's execution still runs, and takes the lock over from one
         that ended longer than its stop grace ago; ``0`` leaves the states out. The check
@@ -313,6 +314,7 @@ class LockedSection(sfn.StateMachineFragment):
             "lost": f"{lock_variable}Lost",
             "presence": f"{lock_variable}Presence",
             "held": f"{lock_variable}Held",
+            "done": f"{lock_variable}Done",
         }
         self._key_expression = self.kind.key_expression(key_namespace)
         self._max_wait_ms = max_wait_ms
@@ -653,8 +655,9 @@ class LockedSection(sfn.StateMachineFragment):
         after_release: Optional[sfn.IChainable] = None,
     ) -> sfn.State:
         """The mutex's release. A failed condition means the lock is not mine - unless a retried
-        release follows one whose response was lost (then it was released before the lease
-        could end: see released_before_expiry_expression).
+        release follows one whose response was lost, or a redrive resumed a release whose first
+        run applied before the stop (then it was released before anyone could take it over: see
+        ``lock_protocol.released_before_takeover_expression``).
 
         ``release_task(state_name, first, assign)``: the release write (default: the mutex's
         RELEASE), with ``assign`` (:meth:`held_assign`); a query error of the first one goes to
@@ -670,17 +673,25 @@ class LockedSection(sfn.StateMachineFragment):
 
         release_task = release_task or mutex_release
         release = release_task(self._name("Release"), True, self.held_assign())
-        release.add_catch(lost, errors=[protocol.CONDITION_FAILED])
         release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata(query_error_outputs))
         again = release_task(self._name("ReleaseAgain"), False, self.held_assign())
         retry_transient(again)
         release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+        released = sfn.Succeed(self, "Released", state_name=self._name("Released"))
         released_before = sfn.Choice.jsonata(self, "ReleasedBefore", state_name=self._name("ReleasedBefore?"))
         released_before.when(
-            sfn.Condition.jsonata(jsonata(protocol.released_before_expiry_expression(v["lock"]))),
-            sfn.Succeed(self, "Released", state_name=self._name("Released")),
+            sfn.Condition.jsonata(jsonata(protocol.released_before_takeover_expression(v["lock"], v["done"]))),
+            released,
         ).otherwise(lost)
         again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        # a first release refused: the lock was taken over (Lock.Lost) - unless a redrive resumed
+        # this release, whose first run may have applied before the execution stopped
+        resumed = sfn.Choice.jsonata(self, "ReleaseResumed", state_name=self._name("ReleaseResumed?"))
+        resumed.when(
+            sfn.Condition.jsonata(jsonata(protocol.resumed_release_applied_expression(v["lock"], v["done"]))),
+            released,
+        ).otherwise(lost)
+        release.add_catch(resumed, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         if after_release is not None:  # (a fair lock: wake the next waiter)
             release.next(after_release)
             again.next(after_release)
@@ -731,7 +742,8 @@ class LockedSection(sfn.StateMachineFragment):
         return release_after_error.next(rethrow)
 
     def _build_entry(self) -> sfn.Parallel:
-        """The section's Parallel: entry record, redrive gate, bad keys."""
+        """The section's Parallel: entry record, bad keys, and the way back in for a section
+        whose work refused to resume after a redrive."""
         v = self.variables
         section = _SectionState(
             self,
@@ -743,12 +755,6 @@ class LockedSection(sfn.StateMachineFragment):
             outputs=jsonata("$states.result[0]"),
         ).branch(self._start)
         entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self._name("EntryFailed?"))
-        entry_failed.when(
-            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REDRIVEN))),
-            section,
-            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
-            outputs=jsonata("$states.input.sectionInput"),
-        )
         entry_failed.when(
             sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.ERROR_INVALID_KEY))),
             sfn.Fail.jsonata(
@@ -767,7 +773,7 @@ class LockedSection(sfn.StateMachineFragment):
         entry_failed.when(  # a task of the work refused to resume after a redrive
             sfn.Condition.jsonata(jsonata(protocol.resumed_again_expression(v["redrives"]))),
             section,
-            assign={v["redrives"]: jsonata(protocol.redrives_after_gate_expression())},
+            assign={v["redrives"]: jsonata(protocol.redrives_after_restart_expression())},
             outputs=jsonata("$states.input.sectionInput"),
         )
         section.add_catch(
@@ -833,6 +839,22 @@ class LockedSection(sfn.StateMachineFragment):
                 return message
         return ""
 
+    def _assign_work_done(self, rendered_section: dict, grace_ms: int) -> None:
+        """The protected work, when it succeeds, assigns ``<lock_variable>Done``
+        (``lock_protocol.work_done_expression``: now + the stop grace, and the redrive generation
+        it ended in), which a release resumed by a redrive reads to tell its own earlier write
+        from a takeover. In the work's own state (the lock's Parallel, or the user's lone task):
+        no state transition more."""
+        (branch,) = rendered_section["Branches"]
+        work = branch["States"][self.protected.state_id]
+        assign = work.setdefault("Assign", {})
+        if not isinstance(assign, dict) or self.variables["done"] in assign:
+            raise ValueError(
+                f"`protected` must leave its Assign an object without {self.variables['done']!r} (the lock "
+                f"assigns it), got: {assign!r}"
+            )
+        assign[self.variables["done"]] = jsonata(protocol.work_done_expression(grace_ms))
+
     def _guard_work(self, rendered_section: dict) -> None:
         """Make every task of the protected work check, before it runs, that this section's
         acquisition belongs to the execution's current redrive generation
@@ -865,7 +887,6 @@ class LockedSection(sfn.StateMachineFragment):
         same_table = [s for s in enclosing if _same_table(s.table, self.table)]
         return protocol.section_entry_expression(
             key_expression_=self._key_expression,
-            redrives_variable=self.variables["redrives"],
             enclosing_lock_variables=[s.lock_variable for s in reversed(same_table)],
             grace_ms=grace_ms,
             key_field=self.kind.key_field,

@@ -779,9 +779,17 @@ class SharedLockKind(Mutex):
                                          assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
                                                  **s.held_assign()})
             release.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
-            # a refused first release: the key was taken over (Lock.Lost); a retry's refusal is
-            # my own earlier release - look again either way
-            release.add_catch(lost or end_state, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            # a refused first release: the key was taken over (Lock.Lost) - unless a redrive reran
+            # a release that had applied (as the mutex's); a retry's refusal is my own earlier
+            # release - look again either way
+            refused: sfn.State = end_state
+            if lost is not None:
+                refused = self._choice(f"{suffix}.ReleaseResumed").when(
+                    sfn.Condition.jsonata(jsonata(protocol.resumed_release_applied_expression(
+                        s.variables["lock"], s.variables["done"]))),
+                    again, assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])")},
+                ).otherwise(lost)
+            release.add_catch(refused, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
             release.add_catch(end_state, **catch_all)
             release_again.add_catch(again, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
                                     assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])")})
@@ -920,7 +928,9 @@ class SharedLockKind(Mutex):
         self._when(which, f"{lock}.left.mine and {lock}.left.readers <= 1", last)
         self._when(which, f"{lock}.left.mine", leave)
         handed = self._choice(f"{suffix}.Last")
-        self._when(which, f"{lock}.leaveRetried = true", handed)  # my lost answer took it: was I the last?
+        # my lost answer took it, or my leave that a redrive reran had applied: was I the last?
+        self._when(which, f"{lock}.leaveRetried = true or "
+                          f"({protocol.resumed_release_applied_expression(v['lock'], v['done'])})", handed)
         which.otherwise(lost or then)  # gone, and no attempt of mine could have taken it: reaped
         leave.add_catch(last, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         last.add_catch(read, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))

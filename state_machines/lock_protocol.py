@@ -99,9 +99,6 @@ ERROR_PRESENCE_UNKNOWN = "Lock.PresenceUnknown"
 #: leaves the section as ``Lock.States.Timeout``; the cause is JSON ``{"Error", "Cause"}``
 #: with the original pair.
 RERAISED_STATES_PREFIX = "Lock."
-#: Raised (inside the section's entry) when a redriven execution re-enters a section it was
-#: in before the redrive: it must acquire again before any protected work resumes.
-SIGNAL_REDRIVEN = "Lock.Redriven"
 #: Raised (inside the acquire/release arguments) by a section nested in a section holding the
 #: same key: re-entrant pass-through, no write.
 SIGNAL_REENTERED = "Lock.Reentered"
@@ -561,7 +558,6 @@ def holds_key_expression(variable: str, key: str = "$key") -> str:
 def section_entry_expression(
     *,
     key_expression_: str,
-    redrives_variable: str,
     enclosing_lock_variables: Sequence[str] = (),
     grace_ms: int = 0,
     key_field: str = "key",
@@ -570,10 +566,16 @@ def section_entry_expression(
 ) -> str:
     """JSONata for the Arguments of the section's Parallel: what its branch starts from.
 
-    1. The redrive gate: a redriven execution that re-enters the section (its protected work
-       or its wait was cut short) fails here with ``Lock.Redriven`` - caught, counted in
-       ``$<redrives_variable>``, and the section starts over with a new acquisition, so
-       nothing protected resumes without the lock.
+    1. No redrive gate. ``RedriveExecution`` reruns only the unsuccessful step of a failed
+       branch, never states that succeeded
+       (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html), and the
+       entry must not undo that when a redriven Parallel evaluates its Arguments again
+       (undocumented): a gate here that sent every redriven section to acquire again would run
+       again work that had succeeded - a lock on a record would write its update twice. A
+       resumed step is safe without it: the work's tasks refuse to resume
+       (:func:`resumed_guard_expression`, then the section acquires again), and the lock's own
+       states are owner-conditioned writes (a resumed release:
+       :func:`released_before_takeover_expression`).
     2. The stored key (``Lock.InvalidKey`` for a bad one, before any DynamoDB call), as
        ``$key`` under ``key_field`` (a multi-key lock: the stored keys, under ``keys``).
     3. The new acquisition's owner.
@@ -587,16 +589,12 @@ def section_entry_expression(
     The branch gets ``{input, <key_field>, owner, grace[, reentered], ...}``; the work gets
     ``input`` back.
     """
-    r = "$" + redrives_variable
-    redriven = raise_expression(SIGNAL_REDRIVEN, "'the execution was redriven; acquiring again'")
     reentered = "{}"
     for variable in reversed(list(enclosing_lock_variables)):
         reentered = f"({holds_same_lock(variable)} ? {{'reentered': ${variable}}} : {reentered})"
     extra = "".join(f", {_jsonata_string(k)}: {v}" for k, v in (extra_fields or {}).items())
     return (
-        f"( $redriven := {REDRIVE_COUNT_EXPRESSION} > ($exists({r}) ? {r} : 0); "
-        f"$redriven ? {redriven} : null; "
-        f"$key := {key_expression_}; "
+        f"( $key := {key_expression_}; "
         f"$merge([{{'input': $states.input, {_jsonata_string(key_field)}: $key, "
         f"'owner': {NEW_OWNER_EXPRESSION}, 'grace': {int(grace_ms)}, "
         f"{_jsonata_string(REQUESTED_AT)}: $millis(){extra}}}, {reentered}]) )"
@@ -619,8 +617,9 @@ def message_of_expression(error_name: str) -> str:
     return f"$contains({c}, {marker}) ? {marker} & $substringAfter({c}, {marker}) : {c}"
 
 
-def redrives_after_gate_expression() -> str:
-    """JSONata (the gate's Catch): the redrive count the section has started over for."""
+def redrives_after_restart_expression() -> str:
+    """JSONata (the Choice that sends a section whose work refused to resume back to its entry):
+    the redrive count the section has started over for."""
     return REDRIVE_COUNT_EXPRESSION
 
 
@@ -852,7 +851,7 @@ def resumed_guard_expression(lock_variable: str) -> str:
     (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html, "Redrive
     behavior of individual states"). A holder stopped inside its work and redriven would
     resume that task without the lock, which the janitor may meanwhile have handed to another
-    run. Whether a redriven Parallel evaluates its ``Arguments`` (the section's entry gate)
+    run. Whether a redriven Parallel evaluates its ``Arguments`` (the section's entry)
     again is undocumented, and whether variables keep their values across a redrive is not
     spelled out either: the guard needs neither. It compares the acquisition's generation
     with ``$states.context.Execution.RedriveCount``, which only a redrive changes, and fails
@@ -1025,11 +1024,54 @@ def resumed_expression() -> str:
     )
 
 
-def released_before_expiry_expression(lock_variable: str) -> str:
-    """JSONata (Choice after a *retried* release found the lock not mine): true when the lease
-    has not ended yet. Then nobody could have taken the lock over by expiry before my first
-    release attempt, which therefore succeeded and only its response was lost."""
-    return f"$millis() < ${lock_variable}.expiresAt"
+def work_done_expression(grace_ms: int) -> str:
+    """JSONata (the Assign of the protected work, when it succeeded): ``until``, now plus the
+    section's stop grace, and ``generation``, the execution's redrive count now. If the
+    execution stops from here on, nobody takes this acquisition over before ``until``: the
+    janitor, the liveness check and the presence probe all free a stopped holder's lock only
+    once its stop grace has passed since its end, which comes after this. (Work that ended
+    after a redrive - resumed in a Wait or Pass state, which are not guarded - says nothing of
+    when the stop was: its generation is not the acquisition's.)"""
+    return f"{{'until': $millis() + {int(grace_ms)}, {_jsonata_string(GENERATION)}: {REDRIVE_COUNT_EXPRESSION}}}"
+
+
+def redriven_since_acquired_expression(lock_variable: str) -> str:
+    """JSONata: the execution was redriven after the acquisition in ``$<lock_variable>`` was
+    made (its generation is not the execution's redrive count now), so a lock state resumed
+    here may repeat a write that had applied before the stop."""
+    lock = "$" + lock_variable
+    return f"$not($exists({lock}.{GENERATION}) and {lock}.{GENERATION} = {REDRIVE_COUNT_EXPRESSION})"
+
+
+def released_before_takeover_expression(lock_variable: str, done_variable: str) -> str:
+    """JSONata (Choice after a release found the lock not mine - a retry after a lost response,
+    or a release resumed by a redrive): true when nobody could have taken this acquisition over
+    yet, so the earlier attempt is what freed it and only its response was lost.
+
+    Without a redrive since the acquire, only the lease ends a live holder's acquisition
+    (``$<lock_variable>.expiresAt``). After one, the execution was stopped (or failed) in between,
+    and a stopped holder's lock is freed once its stop grace has passed since its end: before
+    ``$<done_variable>.until`` (:func:`work_done_expression`, assigned when the work succeeded,
+    in the acquisition's generation - before the stop; a release without it is not trusted). A redrive comes within 14 days of the end, usually much
+    later than the grace: then the release cannot tell, and the section fails ``Lock.Lost``
+    (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html)."""
+    lock, done = "$" + lock_variable, "$" + done_variable
+    return (
+        f"$millis() < {lock}.{EXPIRES_AT} and ($not({redriven_since_acquired_expression(lock_variable)}) "
+        f"or ($exists({done}.until) and {done}.{GENERATION} = {lock}.{GENERATION} and $millis() < {done}.until))"
+    )
+
+
+def resumed_release_applied_expression(lock_variable: str, done_variable: str) -> str:
+    """JSONata (Choice after a *first* release found the lock not mine): a redrive came since
+    the acquire, so this release is a rerun of one that may have applied before the stop (AWS
+    reruns the step the execution stopped in), and nobody could have taken the lock over yet
+    (:func:`released_before_takeover_expression`): the earlier run released it. Otherwise the
+    lock was taken over (``Lock.Lost``)."""
+    return (
+        f"{redriven_since_acquired_expression(lock_variable)} and "
+        f"{released_before_takeover_expression(lock_variable, done_variable)}"
+    )
 
 
 def rethrow_error_expression() -> str:

@@ -276,7 +276,6 @@ EXECUTION = "arn:aws:states:us-east-1:1:execution:sm:run-1"
 def entry(input_document, *, redrive_count=0, enclosing=(), **variables):
     expression = p.section_entry_expression(
         key_expression_=p.key_expression("$states.input.id", "c"),
-        redrives_variable="lockRedrives",
         enclosing_lock_variables=list(enclosing),
     )
     context = {"Execution": {"Id": EXECUTION, "RedriveCount": redrive_count}}
@@ -298,12 +297,45 @@ def test_entry_refuses_a_bad_key():
         entry({})
 
 
-def test_redriven_execution_is_sent_to_acquire_again_once_per_redrive():
-    with pytest.raises(Exception, match=p.SIGNAL_REDRIVEN):
-        entry({"id": "1"}, redrive_count=1)
-    assert entry({"id": "1"}, redrive_count=1, lockRedrives=1)["key"] == "c#1"
-    with pytest.raises(Exception, match=p.SIGNAL_REDRIVEN):
-        entry({"id": "1"}, redrive_count=2, lockRedrives=1)
+def test_a_redriven_entry_is_not_gated():
+    """No redrive gate in the entry: a redriven Parallel that evaluates its Arguments again must
+    not send a section whose work had succeeded back to acquire (and work) again."""
+    assert entry({"id": "1"}, redrive_count=1)["key"] == "c#1"
+    assert entry({"id": "1"}, redrive_count=2, lockRedrives=1)["key"] == "c#1"
+
+
+def test_a_release_found_not_mine_was_mine_only_before_anyone_could_take_it_over():
+    """After a lost response, the lease bounds a takeover; after a redrive since the acquire
+    (the execution stopped in between), also the work's end + the stop grace."""
+    now = int(time.time() * 1000)
+    check = p.released_before_takeover_expression("lock", "lockDone")
+
+    def released(*, generation: int, redrives: int, expires_in: int, done_in: int | None) -> bool:
+        lock = {"expiresAt": now + expires_in, p.GENERATION: generation}
+        done = {} if done_in is None else {"lockDone": {"until": now + done_in, p.GENERATION: generation}}
+        return evaluate(check, states={"context": {"Execution": {"RedriveCount": redrives}}}, lock=lock, **done)
+
+    assert released(generation=0, redrives=0, expires_in=60_000, done_in=None)  # a retry, lease on
+    assert not released(generation=0, redrives=0, expires_in=-1, done_in=None)  # lease over
+    assert released(generation=0, redrives=1, expires_in=60_000, done_in=5_000)  # redriven within the grace
+    assert not released(generation=0, redrives=1, expires_in=60_000, done_in=-1)  # grace over: cannot tell
+    assert not released(generation=0, redrives=1, expires_in=60_000, done_in=None)  # work's end unknown
+    assert not released(generation=1, redrives=2, expires_in=-1, done_in=5_000)  # lease over
+    # work that ended after the redrive (resumed in a Wait): its end says nothing of the stop
+    lock = {"expiresAt": now + 60_000, p.GENERATION: 0}
+    late = {"until": now + 5_000, p.GENERATION: 1}
+    assert not evaluate(check, states={"context": {"Execution": {"RedriveCount": 1}}}, lock=lock, lockDone=late)
+    resumed = p.redriven_since_acquired_expression("lock")
+    context = lambda n: {"context": {"Execution": {"RedriveCount": n}}}  # noqa: E731
+    assert evaluate(resumed, states=context(1), lock={p.GENERATION: 0})
+    assert not evaluate(resumed, states=context(1), lock={p.GENERATION: 1})
+    assert evaluate(resumed, states=context(0), lock={})  # no generation: not trusted
+    # a refused *first* release: released only if a redrive resumed it, within the bound
+    first = p.resumed_release_applied_expression("lock", "lockDone")
+    done = {"until": now + 5_000, p.GENERATION: 0}
+    assert evaluate(first, states=context(1), lock=lock, lockDone=done)
+    assert not evaluate(first, states=context(0), lock=lock, lockDone=done)  # not resumed: Lock.Lost
+    assert not evaluate(first, states=context(1), lock=lock, lockDone={**done, "until": now - 1})
 
 
 def test_entry_passes_through_an_enclosing_hold_of_the_same_key_only():

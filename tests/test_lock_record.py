@@ -398,3 +398,118 @@ def test_a_refused_release_write_is_reraised_as_invalid_update_only_for_a_valida
         assert raised["Cause"] == f"{r.ERROR_INVALID_UPDATE}: DynamoDB refused the record update: {cause}"
     else:
         assert raised == {"Error": error, "Cause": cause}  # released, then re-raised as it was
+
+
+# --------------------------------------------------------------------------------------
+# A redrive after the release: the update lands once, the run ends released
+# --------------------------------------------------------------------------------------
+
+
+def _release_of(c: str):
+    """``when``: the release with the update of record ``c`` (an acquire has no REMOVE)."""
+    def when(params: dict) -> bool:
+        expression = params.get("UpdateExpression", "")
+        return params.get("Key", {}).get("customerId") == {"S": c} and "REMOVE" in expression and "SET" in expression
+    return when
+
+
+def _stopped_at_its_release_while_another_run_takes_the_record(records, c: str, *, applied: bool):
+    """A holder of ``c`` stopped right in its release (the write applied or not), and a second
+    run holding ``c`` after it (at once, or after the stop grace when the holder's write did not
+    apply). Returns (holder ARN, second run's ARN)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    records.put(c, balance=0)
+    arns: list[str] = []
+    stop = Fault("UpdateItem", "InternalServerError", after_call=applied, when=_release_of(c),
+                 then=lambda: records.cloud.stop_execution(arns[0]))
+    with dynamodb_faults(stop) as log:
+        arns.append(records.start("Increment", {"customerId": c, "waitS": 1}))
+        deadline = time.time() + 60
+        while f"{LW}{p.OWNER}" not in records.get(c):
+            assert time.time() < deadline, "the first run never held the record"
+            time.sleep(0.05)
+        arns.append(records.start("Increment", {"customerId": c, "waitS": 4}))
+        assert records.cloud.wait_for(arns[0], timeout=60).status == "ABORTED"
+    assert log.injected == 1
+    while not records.get(c).get(f"{LW}{p.OWNER}", {}).get("S", "").startswith(arns[1]):
+        assert time.time() < deadline + 30, "the second run never took the record"
+        time.sleep(0.05)
+    return arns[0], arns[1]
+
+
+def _redrive(records, arn: str, *, reevaluates: bool):
+    options = records.cloud.redrive_options
+    saved, options.reevaluates_arguments = options.reevaluates_arguments, reevaluates
+    try:
+        records.cloud.stepfunctions.redrive_execution(executionArn=arn)
+        time.sleep(0.5)  # (RUNNING again at once; its end comes later)
+        return records.cloud.wait_for(arn, timeout=120)
+    finally:
+        options.reevaluates_arguments = saved
+
+
+def _entered_after_redrive(result) -> list[str]:
+    redriven = next(i for i, e in enumerate(result.history) if e["type"] == "ExecutionRedriven")
+    return [e["stateEnteredEventDetails"]["name"] for e in result.history[redriven:] if e["type"].endswith("StateEntered")]
+
+
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
+def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven_and_writes_once(records, reevaluates):
+    """Fault matrix ``record:Lock.Release`` x ``redrive`` / ``redrive-reeval``. The release (with
+    the update) applied, the run was stopped right after, another run took the record, then the
+    stopped run was redriven. AWS reruns only the unsuccessful step - the release - never the
+    work that succeeded (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html);
+    whether the section's Parallel evaluates its Arguments again is undocumented (both readings).
+    The resumed release finds the record another run's: its own write had applied (nobody could
+    take over a stopped holder before its stop grace), so it ends released - not ``Lock.Lost`` -
+    and the section does not run again: the update lands once."""
+    c = customer()
+    holder, second = _stopped_at_its_release_while_another_run_takes_the_record(records, c, applied=True)
+    redriven = _redrive(records, holder, reevaluates=reevaluates)
+    assert (redriven.status, redriven.error) == ("SUCCEEDED", None), (redriven.error, redriven.cause)
+    assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
+    entered = _entered_after_redrive(redriven)
+    assert "Lock.Acquire" not in entered and "Work" not in entered, entered  # nothing that succeeded ran again
+    item = records.get(c)
+    assert item["balance"] == {"N": "2"} and item[f"{LW}{p.FENCE}"] == {"N": "2"}, item
+    assert f"{LW}{p.OWNER}" not in item
+
+
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
+def test_a_run_stopped_before_its_release_applied_is_lost_when_redriven_after_a_takeover(records, reevaluates):
+    """The control of the one above: the release did *not* apply when the run was stopped, the
+    record was taken over after the stop grace, then the run was redriven. Its update was never
+    written: the resumed release must fail ``Lock.Lost``, not claim it released."""
+    c = customer()
+    holder, second = _stopped_at_its_release_while_another_run_takes_the_record(records, c, applied=False)
+    redriven = _redrive(records, holder, reevaluates=reevaluates)
+    assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause)
+    assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
+    assert records.get(c)["balance"] == {"N": "1"}  # the second run's update only
+
+
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
+def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_released(records, reevaluates):
+    """A redrive resumes the work's Wait (Wait and Pass states are not guarded), the work ends,
+    and the release finds the record taken over during the stop. The work's end came after the
+    redrive, so it says nothing of when the stop was: ``Lock.Lost``, the update not written."""
+    c = customer()
+    records.put(c, balance=0)
+    holder = records.start("Increment", {"customerId": c, "waitS": 3})
+    deadline = time.time() + 60
+    while not any(e.get("stateEnteredEventDetails", {}).get("name") == "WorkWait" for e in records.cloud.history(holder)):
+        assert time.time() < deadline, "the first run never entered its work"
+        time.sleep(0.05)
+    records.cloud.stop_execution(holder)  # inside its 3 s Wait
+    assert records.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+    second = records.start("Increment", {"customerId": c, "waitS": 4})
+    while not records.get(c).get(f"{LW}{p.OWNER}", {}).get("S", "").startswith(second):
+        assert time.time() < deadline + 30, "the second run never took the record"
+        time.sleep(0.05)
+    redriven = _redrive(records, holder, reevaluates=reevaluates)
+    entered = _entered_after_redrive(redriven)
+    assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause, entered)
+    assert "Work" in entered  # it did resume its work
+    assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
+    assert records.get(c)["balance"] == {"N": "1"}  # the second run's update only

@@ -302,7 +302,7 @@ def _entered_after_redrive(safety, arn: str, state: str) -> bool:
 @pytest.mark.parametrize("reevaluates_arguments, restores_variables", [
     (False, True),   # the runtime's default: the reading hardest for a lock
     (False, False),  # variables lost on redrive: the guard finds no $lock
-    (True, True),    # the section's Arguments evaluated again: its entry gate fires first
+    (True, True),    # the section's Arguments evaluated again (no gate there: the guard refuses)
 ])
 def test_a_task_resumed_by_a_redrive_never_runs_without_the_lock(safety, reevaluates_arguments, restores_variables):
     """Issue 15.2.1: RedriveExecution resumes a branch at its unsuccessful step (the holder's

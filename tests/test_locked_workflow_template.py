@@ -13,7 +13,7 @@ from locked_workflow.state_machines.lock_protocol import jsonata
 
 MACHINE = "ApplyCustomerUpdatesStateMachine"
 BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Lock.Release", "Lock.Lost",
-                 "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released",
+                 "Lock.LeftReentered", "Lock.ReleaseAgain", "Lock.ReleasedBefore?", "Lock.Released", "Lock.ReleaseResumed?",
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
                  "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.MayStillRun?", "Lock.Retire",
                  "Lock.ProbeHolder", "Lock.Abandoned",
@@ -60,22 +60,21 @@ def test_section_entry_validates_the_key_and_draws_one_owner_per_acquisition(exa
     assert '"customer#" & $lockKey' in arguments and "$states.input.detail.customerId" in arguments
     assert "$states.context.Execution.Id & '#' & $uuid()" in arguments
     assert "'input': $states.input" in arguments
-    assert "RedriveCount" in arguments  # the redrive gate
+    assert "RedriveCount" not in arguments  # no redrive gate: a redrive reruns no work that succeeded
     (entry_failed,) = [c for c in section["Catch"]]
     assert entry_failed["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR, p.SIGNAL_RESUMED]
     # the error and the section's own input travel on: a redriven run re-enters with that input
     assert entry_failed["Output"] == "{% $merge([$states.errorOutput, {'sectionInput': $states.input}]) %}"
     states = example.definition(MACHINE)["States"]
     choice = states["Lock.EntryFailed?"]
-    assert [c["Next"] for c in choice["Choices"]] == ["Lock", "Lock.InvalidKey", "Lock"]
-    assert "lockRedrives" in choice["Choices"][0]["Assign"]
+    assert [c["Next"] for c in choice["Choices"]] == ["Lock.InvalidKey", "Lock"]
     # a task of the work that refused to resume after a redrive: enter again, once a redrive
-    assert choice["Choices"][2]["Condition"] == jsonata(p.resumed_again_expression("lockRedrives"))
-    assert "lockRedrives" in choice["Choices"][2]["Assign"]
-    assert choice["Choices"][0]["Output"] == "{% $states.input.sectionInput %}"
+    assert choice["Choices"][1]["Condition"] == jsonata(p.resumed_again_expression("lockRedrives"))
+    assert "lockRedrives" in choice["Choices"][1]["Assign"]
+    assert choice["Choices"][1]["Output"] == "{% $states.input.sectionInput %}"
     assert states["Lock.InvalidKey"]["Error"] == p.ERROR_INVALID_KEY
     # the section's own expression never contains the signal names contiguously
-    assert p.SIGNAL_REDRIVEN not in arguments and p.ERROR_INVALID_KEY not in arguments
+    assert p.ERROR_INVALID_KEY not in arguments
 
 
 def test_every_task_of_the_work_refuses_to_resume_without_the_lock(example):
@@ -210,9 +209,17 @@ def test_release_is_owner_conditioned_and_lost_lock_fails_typed(example):
     assert release["Arguments"]["ConditionExpression"] == p.RELEASE.condition
     assert "$lock.key" in release["Arguments"]["Key"]["pk"]["S"]
     assert release["End"] is True and release["Output"] == "{% $states.input %}"
-    assert _catches(release)["Lock.Lost"]["ErrorEquals"] == [p.CONDITION_FAILED]
+    assert _catches(release)["Lock.ReleaseResumed?"]["ErrorEquals"] == [p.CONDITION_FAILED]
     assert _catches(release)["Lock.LeftReentered"]["ErrorEquals"] == [p.QUERY_EVALUATION_ERROR]
-    assert states["Lock.Lost"]["Error"] == p.ERROR_LOST
+    # refused: Lock.Lost - unless a redrive resumed this release (its first run may have applied)
+    resumed = states["Lock.ReleaseResumed?"]
+    assert resumed["Choices"] == [{"Condition": jsonata(p.resumed_release_applied_expression("lock", "lockDone")),
+                                   "Next": "Lock.Released"}]
+    assert resumed["Default"] == "Lock.Lost" and states["Lock.Lost"]["Error"] == p.ERROR_LOST
+    released_before = states["Lock.ReleasedBefore?"]
+    assert released_before["Choices"][0]["Condition"] == jsonata(p.released_before_takeover_expression("lock", "lockDone"))
+    # the work's end + the stop grace (the Lambda's 30 s timeout + 5 s), assigned by the work's own state
+    assert states["Apply update"]["Assign"]["lockDone"] == jsonata(p.work_done_expression(35_000))
 
 
 def test_errors_release_then_rethrow_the_error_renaming_only_states_errors(example):

@@ -1292,3 +1292,43 @@ def test_a_queued_reader_at_the_head_of_a_key_at_the_reader_cap_gives_up_its_pla
     after = rw.lock(k)
     assert sp.readers_of(after) == sp.readers_of(at_cap) and int(after[sp.READERS]["N"]) == sp.MAX_READERS
     assert rw.parked(k) == []  # its place given up
+
+
+def test_a_reader_stopped_after_its_leave_applied_ends_released_when_redriven(rw):
+    """Fault matrix ``shared:Lock.Release`` x ``redrive``: a reader's leave (``LEAVE_READ``)
+    applied, the reader was stopped right after, the last reader left and a writer took the key;
+    then the stopped reader was redriven. AWS reruns the step it stopped in - the leave - and
+    nothing before it (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html).
+    Its entry is gone, but nobody could have reaped it yet (a stopped holder is freed only a stop
+    grace after its end): its own leave took it, so it ends released, not ``Lock.Lost``."""
+    from locked_workflow.testing.faults import Fault, calling_state, dynamodb_faults
+
+    k = new_key()
+    readers = [rw.start("ReaderHold", {"key": k, "gate": gate, "workMs": 1}) for gate in ("r1", "r2")]
+    rw.until(lambda: rw.gate_token(k, "r1") and rw.gate_token(k, "r2"))  # both read
+
+    def leave_of_the_first(params: dict) -> bool:
+        state = calling_state()
+        return state is not None and state.state_name == "Lock.Release" and state.execution_arn == readers[0]
+
+    stop = Fault("UpdateItem", "InternalServerError", after_call=True, when=leave_of_the_first,
+                 then=lambda: rw.cloud.stop_execution(readers[0]))
+    with dynamodb_faults(stop) as log:
+        rw.open(k, "r1")
+        assert rw.cloud.wait_for(readers[0], timeout=60).status == "ABORTED"
+    assert log.injected == 1
+    writer = rw.start("Writer", {"key": k, "workMs": 3000})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    rw.open(k, "r2")  # the last reader leaves and hands the key to the writer
+    rw.until(lambda: rw.lock(k).get(p.OWNER, {}).get("S", "").startswith(writer + "#"))
+    rw.cloud.stepfunctions.redrive_execution(executionArn=readers[0])
+    time.sleep(0.5)  # (RUNNING again at once; its end comes later)
+    redriven, second, w = rw.wait([readers[0], readers[1], writer])
+    assert (redriven.status, redriven.error) == ("SUCCEEDED", None), (redriven.error, redriven.cause)
+    assert (second.status, w.status) == ("SUCCEEDED", "SUCCEEDED"), (second.cause, w.cause)
+    redrive = next(i for i, e in enumerate(redriven.history) if e["type"] == "ExecutionRedriven")
+    resumed = [e["stateEnteredEventDetails"]["name"] for e in redriven.history[redrive:] if "stateEnteredEventDetails" in e]
+    assert "Lock.Acquire" not in resumed and "ReaderHoldProbe" not in resumed, resumed  # nothing ran again
+    probe = rw.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["counter"] == probe["accepted"]
+    rw.until(lambda: rw.free(k))

@@ -4,7 +4,7 @@ Gap (moto 5.2.1): ``StateParallel._eval_state`` evaluates the state's ``Argument
 or ``Parameters`` before its retry/catch loop, so a ``States.QueryEvaluationError`` raised
 there (``$error(...)``, a bad expression) escapes every Catch and fails the execution. Step
 Functions treats it as the state failing: its Retry and Catch apply. The lock section's
-entry relies on it (``Lock.InvalidKey``, the redrive gate).
+entry relies on it (``Lock.InvalidKey``).
 
 Fix: evaluate the branches' input inside the same retry/catch handling as the branches.
 

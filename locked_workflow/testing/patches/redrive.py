@@ -37,8 +37,8 @@ starts, so a test may change ``cloud.redrive_options`` between two redrives):
 
 * ``reevaluates_arguments`` (default ``False``): whether a redriven Parallel's ``Arguments``
   (``Parameters``) or an Inline Map's ``Items`` are evaluated again. By default they are not:
-  the state's branches get the value its first run computed, so a gate in ``Arguments`` (the
-  lock section's redrive gate) does not run and a resumed branch walks past it. With
+  the state's branches get the value its first run computed, so a gate in ``Arguments`` does
+  not run and a resumed branch walks past it. With
   ``True`` they are evaluated again (their errors and the state's Catch apply as on any
   entry), and a branch (iteration) that never left its first step starts again from its
   start with the new value; the others resume their unsuccessful step with its recorded
