@@ -309,7 +309,7 @@ class LockedSection(sfn.StateMachineFragment):
         self.variables = {
             "lock": lock_variable,
             "wait": f"{lock_variable}Wait",
-            "holder": f"{lock_variable}Holder",
+            "holder": f"{lock_variable}{protocol.HOLDER_SUFFIX}",
             "redrives": f"{lock_variable}Redrives",
             "lost": f"{lock_variable}Lost",
             "presence": f"{lock_variable}Presence",

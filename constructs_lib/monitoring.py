@@ -138,7 +138,8 @@ class LockStates:
         holder in their wait record (``lock_protocol.after_liveness_check_expression``).
     :param acquisitions: ``state -> (exit event type, lock variable)`` of the states that
         assign a lock record with its ``owner`` and ``acquiredAt`` (a re-entered section's
-        pass-through and later updates of the record do not: they copy it).
+        pass-through and later updates of the record do not: they copy it; nor does a waiter's
+        look at the holder, ``<lock variable>Holder``: another participant's record).
     :param releases: ``state -> (exit event type, held variable)`` of the releases, which
         assign ``<lock variable>Held`` (``lock_protocol.held_ms_expression``; a fair grant
         assigns it only when it hands on its own hold, else null).
@@ -164,13 +165,13 @@ class LockStates:
             if kind == "Task" and str(state.get("Resource", "")).endswith(":aws-sdk:sfn:describeExecution"):
                 checks.append(name)
                 for variable, value in assign.items():
-                    holder = variable[: -len("Wait")] + "Holder"
+                    holder = variable[: -len("Wait")] + protocol.HOLDER_SUFFIX
                     if variable.endswith("Wait") and value == protocol.jsonata(
                         protocol.after_liveness_check_expression(variable, holder)
                     ):
                         takeovers.append((name, variable))
             for variable, value in assign.items():
-                if (isinstance(value, str) and kind in EXIT_EVENTS
+                if (isinstance(value, str) and kind in EXIT_EVENTS and not variable.endswith(protocol.HOLDER_SUFFIX)
                         and f"'{protocol.OWNER}':" in value and f"'{protocol.ACQUIRED_AT}':" in value):
                     acquisitions[name] = (EXIT_EVENTS[kind], variable)
                 if (kind in EXIT_EVENTS and isinstance(value, str) and variable.endswith(HELD_SUFFIX)

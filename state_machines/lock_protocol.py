@@ -410,6 +410,9 @@ ABANDONED = LockWrite(
 #: was merely slow: that is two holders, so the settle errs long (it only delays the recovery of
 #: a cancelled holder).
 PRESENCE_SETTLE_MS = 20_000
+#: The section's variable for the holder a waiter found (``<lock variable>Holder``): another
+#: participant's record, never this section's acquisition.
+HOLDER_SUFFIX = "Holder"
 #: What one DynamoDB call of a Step Functions task is allowed to take, scheduling included, in
 #: :data:`PRESENCE_SETTLE_MS` (AWS documents no bound; a call is milliseconds when healthy).
 PRESENCE_CALL_ALLOWANCE_MS = 1_500

@@ -504,8 +504,9 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
         "Properties": {"DefinitionString": Match.any_value()}}))
     definitions = [json.dumps(m["Properties"]["DefinitionString"]) for m in fair_machine.values()]
     parked = [d for d in definitions if "updateItem.waitForTaskToken" in d]
-    # Fair, FairHold, FairPatient, FairNoJanitor, FairImpatient, FairCancelled (not EXPRESS, Polling, Unlocked)
-    assert len(parked) == 6
+    # Fair, FairHold, FairPatientHold, FairPatient, FairNoJanitor, FairImpatient, FairCancelled
+    # (not EXPRESS, Polling, Unlocked)
+    assert len(parked) == 7
     # the park timeout grows with the distance to the head (3 s here; FairPatient's 120 s)
     assert sum(f"$min([{fp.MAX_PARK_S}, 3 * $max([1, " in d for d in parked) == 5
 

@@ -54,7 +54,7 @@ def test_a_hand_built_state_machine_gets_the_workflows_metrics_alarms_and_janito
     # the section's lock states, found in the machine's definition (the other states are not)
     found = monitoring.lock_states
     assert (found.timeouts, found.lost, found.liveness_checks) == (
-        ("OrderLock.Timeout",), ("OrderLock.Lost",), ("OrderLock.DescribeHolder",))
+        ("OrderLock.Timeout",), ("OrderLock.Lost",), ("OrderLock.DescribeReader", "OrderLock.DescribeHolder"))
     assert set(found.acquisitions) == {"OrderLock.Acquire"} and set(found.releases) == {
         "OrderLock.Release", "OrderLock.ReleaseAfterError", "OrderLock.ReleaseAgain"}
     # four counts, as metric filters on the machine's own log group, in its namespace
