@@ -6,17 +6,23 @@ import boto3
 import pytest
 
 from locked_workflow.testing import LocalCloud
-from local_helpers import REGION, bare_moto, create_state_machine, gap_fixed_upstream
+from local_helpers import REGION, bare_moto, create_state_machine, gap_fixed_upstream, wait_until
 
 WAIT = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 1, "End": True}}}
+#: Long enough that the first execution is still waiting when the second one starts.
+WAITING = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 5, "End": True}}}
 
 
 def test_bare_moto_cannot_start_a_second_execution():
     gap_fixed_upstream((5, 2, 3), "StartExecution's copy of the state machine leaves its executions out")
     with bare_moto():
-        machine = create_state_machine(WAIT)
+        machine = create_state_machine(WAITING)
         sfn = boto3.client("stepfunctions", region_name=REGION)
-        sfn.start_execution(stateMachineArn=machine, name="first")
+        first = sfn.start_execution(stateMachineArn=machine, name="first")["executionArn"]
+        # the first execution's worker is running (its environment, and its locks, exist): on a
+        # loaded machine its thread may not have started yet when the second start comes
+        assert wait_until(lambda: any(e["type"] == "WaitStateEntered" for e in
+                                      sfn.get_execution_history(executionArn=first)["events"]), timeout=60)
         with pytest.raises(TypeError, match="pickle"):
             sfn.start_execution(stateMachineArn=machine, name="second")
 
