@@ -678,19 +678,17 @@ class LockedSection(sfn.StateMachineFragment):
         retry_transient(again)
         release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         released = sfn.Succeed(self, "Released", state_name=self._name("Released"))
-        released_before = sfn.Choice.jsonata(self, "ReleasedBefore", state_name=self._name("ReleasedBefore?"))
-        released_before.when(
-            sfn.Condition.jsonata(jsonata(protocol.released_before_takeover_expression(v["lock"], v["done"]))),
-            released,
-        ).otherwise(lost)
+
+        def released_if(construct_id: str, expression: str) -> sfn.Choice:
+            """A refused release: ``released`` when ``expression`` holds, else ``lost``."""
+            return sfn.Choice.jsonata(self, construct_id, state_name=self._name(f"{construct_id}?")).when(
+                sfn.Condition.jsonata(jsonata(expression)), released).otherwise(lost)
+
+        released_before = released_if("ReleasedBefore", protocol.released_before_takeover_expression(v["lock"], v["done"]))
         again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         # a first release refused: the lock was taken over (Lock.Lost) - unless a redrive resumed
         # this release, whose first run may have applied before the execution stopped
-        resumed = sfn.Choice.jsonata(self, "ReleaseResumed", state_name=self._name("ReleaseResumed?"))
-        resumed.when(
-            sfn.Condition.jsonata(jsonata(protocol.resumed_release_applied_expression(v["lock"], v["done"]))),
-            released,
-        ).otherwise(lost)
+        resumed = released_if("ReleaseResumed", protocol.resumed_release_applied_expression(v["lock"], v["done"]))
         release.add_catch(resumed, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         if after_release is not None:  # (a fair lock: wake the next waiter)
             release.next(after_release)

@@ -152,6 +152,7 @@ def apply(stack: ExitStack) -> None:
 def _unrouted(name: str) -> None:
     """Unwrap ``sys.<name>`` if it is still ours (a test runner may have put its own since)."""
     stream = getattr(sys, name)
-    while isinstance(stream, RoutedStream):
-        stream = stream.target
-    setattr(sys, name, stream) if isinstance(getattr(sys, name), RoutedStream) else None
+    if isinstance(stream, RoutedStream):
+        while isinstance(stream, RoutedStream):
+            stream = stream.target
+        setattr(sys, name, stream)
