@@ -12,10 +12,16 @@ package out as the wheel does - a folder of symbolic links, ``build/api-src/lock
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
+
+# mkdocs loads this file by its path, with no ``tools`` package on ``sys.path``: so its neighbour too.
+_spec = importlib.util.spec_from_file_location("docstring_roles", Path(__file__).with_name("docstring_roles.py"))
+_roles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_roles)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the package is laid out as the wheel has it (``mkdocs.yml``: mkdocstrings' ``paths``).
@@ -45,3 +51,8 @@ def lay_out_package(destination: Path = API_SOURCE) -> Path:
 def on_config(config, **kwargs):
     lay_out_package()
     return config
+
+
+def on_page_content(html, **kwargs):
+    """Each page's docstrings without the reST roles' names (``tools/docstring_roles.py``)."""
+    return _roles.plain_roles(html)
