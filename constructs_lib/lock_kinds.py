@@ -29,6 +29,7 @@ from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines import record_protocol as record
 from locked_workflow.state_machines import semaphore_protocol as semaphore
+from locked_workflow.state_machines.retry_policy import TRANSIENT_RETRY
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
 
 
@@ -494,12 +495,12 @@ def sdk_task(
 
 def retry_transient_sdk(state: sfn.TaskStateBase) -> None:
     """Retry the protocol's transient errors, as the aws-sdk integration names them."""
-    r = protocol.TRANSIENT_RETRY
+    r = TRANSIENT_RETRY
     state.add_retry(
         errors=list(multikey.TRANSIENT_ERRORS),
-        interval=Duration.seconds(r["interval_s"]),
-        backoff_rate=r["backoff_rate"],
-        max_attempts=r["max_attempts"],
-        max_delay=Duration.seconds(r["max_delay_s"]),
+        interval=Duration.seconds(r.interval_s),
+        backoff_rate=r.backoff_rate,
+        max_attempts=r.max_attempts,
+        max_delay=Duration.seconds(r.max_delay_s),
         jitter_strategy=sfn.JitterType.FULL,
     )
