@@ -496,7 +496,7 @@ class LockMonitoring(Construct):
                 "started": self.state_machine.metric_started(period=period, statistic="Sum"),
             },
             period=period,
-            **{"label": "Lock.Timeout rate", **props},
+            **{"label": f"{protocol.ERROR_TIMEOUT} rate", **props},
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -596,7 +596,7 @@ class LockMonitoring(Construct):
             cloudwatch.GraphWidget(
                 title="Runs and lock failures", width=12,
                 left=[self.state_machine.metric_started(statistic="Sum", label="Started"),
-                      self.metric_timeouts(label="Lock.Timeout"), self.metric_lost(label="Lock.Lost")],
+                      self.metric_timeouts(label=protocol.ERROR_TIMEOUT), self.metric_lost(label=protocol.ERROR_LOST)],
                 right=[self.metric_timeout_rate()],
             ),
             cloudwatch.GraphWidget(

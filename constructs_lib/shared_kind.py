@@ -51,6 +51,7 @@ from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines import shared_protocol as shared
+from locked_workflow.state_machines.errors import STATES_TIMEOUT
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
 
 READ, WRITE = shared.READ, shared.WRITE
@@ -482,7 +483,7 @@ class SharedLockKind(Mutex):
         waited = self._choice("WaitedEnough")
         self._when(waited, protocol.waited_enough_expression(v["wait"], section._max_wait_ms), leave)
         waited.otherwise(inspect)
-        park.add_catch(waited, errors=["States.Timeout"], outputs=jsonata("$states.input"),
+        park.add_catch(waited, errors=[STATES_TIMEOUT], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
         park.add_catch(leave, **on_error)
         for state in (admit, claim):

@@ -125,6 +125,12 @@ QUERY_EVALUATION_ERROR = "States.QueryEvaluationError"
 #: on: safe under both). After them the acquisition is retired - held for its stop grace from
 #: now - instead of released (https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html).
 MAY_STILL_RUN_ERRORS = ("States.Timeout", "States.HeartbeatTimeout", "Sandbox.Timedout")
+#: A task's ``TimeoutSeconds`` ran out (a parked waiter's park timeout: it looks by itself).
+STATES_TIMEOUT = MAY_STILL_RUN_ERRORS[0]
+#: A task's ``HeartbeatSeconds`` ran out.
+STATES_HEARTBEAT_TIMEOUT = MAY_STILL_RUN_ERRORS[1]
+#: A Lambda invocation hit its function's timeout.
+LAMBDA_TIMED_OUT = MAY_STILL_RUN_ERRORS[2]
 
 #: ``aws-sdk:sfn:*`` errors. ``SendTaskHeartbeat`` answers this for a task token whose task is
 #: over: the branch that registered it has ended - completed, failed, cancelled with its
@@ -143,38 +149,39 @@ WAKE_THROTTLED = "Sfn.ThrottlingException"
 
 class LockErrors:
     """The errors a locked section (``LockedWorkflow``, ``LockedSection``) fails with, for a
-    Catch around it - like aws-cdk's ``sfn.Errors``::
+    Catch around it - like aws-cdk's ``sfn.Errors``. A ``LockedSection`` in a Parallel::
 
-        section.add_catch(handle_busy, errors=[LockErrors.TIMEOUT])
+        locked = sfn.Parallel(self, "Locked").branch(section)
+        locked.add_catch(handle_busy, errors=[LockErrors.TIMEOUT])
 
     The section releases its lock before it fails (or, for an error of work that may still run,
     keeps it for its stop grace). The protected work's own errors leave the section unchanged,
     but for ``States.*`` ones: see :attr:`RERAISED_STATES_PREFIX`.
     """
 
-    #: The lock key (or keys) is missing, not a string, empty or too long (checked before any
-    #: DynamoDB call).
     INVALID_KEY = ERROR_INVALID_KEY
-    #: The lock was still held when ``max_wait`` ran out.
+    """The lock key (or keys) is missing, not a string, empty or too long (checked before any
+    DynamoDB call)."""
     TIMEOUT = ERROR_TIMEOUT
-    #: The lock was taken over while the work ran (its lease ended, or the holder was taken for
-    #: dead): the work ran, but maybe not alone - only fenced writes (``$lock.fence``) are safe.
+    """The lock was still held when ``max_wait`` ran out."""
     LOST = ERROR_LOST
-    #: A reader (``Lock.shared``) arrived when its key had as many readers as it may have.
+    """The lock was taken over while the work ran (its lease ended, or the holder was taken for
+    dead): the work ran, but maybe not alone - only fenced writes (``$lock.fence``) are safe."""
     TOO_MANY_READERS = ERROR_TOO_MANY_READERS
-    #: The section could not tell whether its work's branch was still present (``detect_cancellation``):
-    #: the work was stopped, and the lock is kept for its stop grace.
+    """A reader (``Lock.shared``) arrived when its key had as many readers as it may have."""
     PRESENCE_UNKNOWN = ERROR_PRESENCE_UNKNOWN
-    #: ``Lock.on_record(..., must_exist=True)``: no record has the key.
+    """The section could not tell whether its work's branch was still present
+    (``detect_cancellation``): the work was stopped, and the lock is kept for its stop grace."""
     RECORD_MISSING = ERROR_RECORD_MISSING
-    #: ``Lock.on_record``: the work's ``recordUpdate`` is malformed, or DynamoDB refused it.
+    """``Lock.on_record(..., must_exist=True)``: no record has the key."""
     INVALID_UPDATE = ERROR_INVALID_UPDATE
-    #: ``Lock.on_record``: the record is too large to read into ``$lock.item``.
+    """``Lock.on_record``: the work's ``recordUpdate`` is malformed, or DynamoDB refused it."""
     RECORD_TOO_LARGE = ERROR_RECORD_TOO_LARGE
-    #: Prefix of a ``States.*`` error of the work re-raised by the section (a Fail state may not
-    #: raise ``States.*``): ``States.Timeout`` leaves as ``Lock.States.Timeout``, its cause the
-    #: JSON ``{"Error", "Cause"}`` of the original.
+    """``Lock.on_record``: the record is too large to read into ``$lock.item``."""
     RERAISED_STATES_PREFIX = RERAISED_STATES_PREFIX
+    """Prefix of a ``States.*`` error of the work re-raised by the section (a Fail state may not
+    raise ``States.*``): ``States.Timeout`` leaves as ``Lock.States.Timeout``, its cause the
+    JSON ``{"Error", "Cause"}`` of the original."""
 
     @classmethod
     def all(cls) -> tuple[str, ...]:

@@ -103,6 +103,7 @@ from locked_workflow.constructs_lib.lock_client import LockClient, LockError, Lo
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import record_protocol
+from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE, LAMBDA_TIMED_OUT
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 #: The probe's Lambda timeout (s); the stop grace derived from it is this + 5 s.
@@ -152,7 +153,7 @@ CLIENT_LEASE_S, CLIENT_WAIT_S = 60, 60
 #: The work's own errors (the probe's requested failure; its function timeout, as the runtime
 #: reports it - ``Sandbox.Timedout`` - or as the probe names it when it stopped itself just
 #: before) and a waiter's timeout.
-ALLOWED_ERRORS = {"RuntimeError", "Sandbox.Timedout", "TimedOut", protocol.ERROR_TIMEOUT}
+ALLOWED_ERRORS = {"RuntimeError", LAMBDA_TIMED_OUT, "TimedOut", protocol.ERROR_TIMEOUT}
 #: Errors of an injected fault a client retries (botocore's own retries are past: the fault
 #: hook sits upstream of them).
 TRANSIENT_ERRORS = {"ThrottlingException", "InternalServerError"}
@@ -539,7 +540,7 @@ def _progress(history: list[dict]) -> tuple[int, int, bool]:
     events = timeline(history)
     refused = sum(
         event["type"] == "TaskFailed"
-        and event["taskFailedEventDetails"].get("error", "").endswith("ConditionalCheckFailedException")
+        and event["taskFailedEventDetails"].get("error", "").endswith(CONDITIONAL_CHECK_FAILED_CODE)
         for event in history
     )
     return sum(kind == "attempt" for _, kind, _ in events), refused, any(kind == "enter" for _, kind, _ in events)
@@ -648,7 +649,7 @@ class _Campaign:
         if not response.get("FunctionError"):
             return None
         error = json.loads(body).get("errorType", "Unknown")
-        if error == "Sandbox.Timedout":
+        if error == LAMBDA_TIMED_OUT:
             # AWS stops the handler at its timeout; the in-process runtime cannot and lets it
             # run on: a client that releases now would let the next holder in beside it. The
             # probe's own count of holders inside tells when it is over.

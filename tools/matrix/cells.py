@@ -54,6 +54,7 @@ from locked_workflow.constructs_lib.lock_client import LockClient, LockError, Lo
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import record_protocol
+from locked_workflow.state_machines.errors import LAMBDA_TIMED_OUT
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
@@ -125,7 +126,7 @@ NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "
 PARKING = {"Fair", "Reader", "Writer", "client-fair", "client-rw-read", "client-rw-write"}
 _STOPPED = "Matrix.Stop"
 #: The work's function timeout, as the runtime reports it or as the probe names it.
-WORK_TIMEOUTS = ("Sandbox.Timedout", "TimedOut")
+WORK_TIMEOUTS = (LAMBDA_TIMED_OUT, "TimedOut")
 
 #: The rows of the clients' and the janitor's calls.
 _LISTED = {(row.kind, row.state) for row in matrix_rows.CLIENT_CALLS + matrix_rows.JANITOR_CALLS}
@@ -440,7 +441,7 @@ class Cell:
                     body = response["Payload"].read()
                     if response.get("FunctionError"):
                         work_error = json.loads(body).get("errorType", "Unknown")
-                        if work_error == "Sandbox.Timedout":  # its handler runs on: wait until it is out
+                        if work_error == LAMBDA_TIMED_OUT:  # its handler runs on: wait until it is out
                             self._wait_probe_left()
                 client.release(lease)
                 p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
