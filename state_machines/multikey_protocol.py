@@ -30,8 +30,10 @@ import json
 from typing import Any, Sequence
 
 from locked_workflow.state_machines import lock_protocol as p
-from locked_workflow.state_machines.errors import SDK_TRANSIENT_ERRORS as TRANSIENT_ERRORS  # noqa: F401 - re-exported
-from locked_workflow.state_machines.errors import TRANSACTION_CANCELED  # noqa: F401 - re-exported
+from locked_workflow.state_machines.errors import ERROR_INVALID_KEY
+# re-exported: fair_mutex and locked_section read them here (errors.SDK_TRANSIENT_ERRORS is the name)
+from locked_workflow.state_machines.errors import SDK_TRANSIENT_ERRORS as TRANSIENT_ERRORS  # noqa: F401
+from locked_workflow.state_machines.errors import TRANSACTION_CANCELED  # noqa: F401
 from locked_workflow.state_machines.expressions import jsonata_string, utf8_bytes
 
 #: DynamoDB's limit on the actions of one transaction.
@@ -45,7 +47,7 @@ MAX_TOTAL_KEY_BYTES = 16 * 1024
 def keys_expression(user_expression: str, namespace: str) -> str:
     """The stored keys (distinct, sorted), or ``$error`` naming what is wrong."""
     prefix = jsonata_string(namespace + p.NAMESPACE_SEPARATOR)
-    invalid = p.raise_expression(p.ERROR_INVALID_KEY, "'the lock keys ' & $problem")
+    invalid = p.raise_expression(ERROR_INVALID_KEY, "'the lock keys ' & $problem")
     item_problem = p.key_problem_expression("$k", namespace)
     return (
         "( $lockKeys := (" + user_expression + "); "
