@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat test-runtime-range bench bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth diagram clean
+.PHONY: deps demo test test-compat test-runtime-range bench bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth templates-snapshot diagram clean
 
 $(STAMP_PY): pyproject.toml .ci/constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,13 @@ diagram: deps
 
 synth: deps
 	npx cdk synth --quiet
+
+# Every stack the tests and the example app build, as sorted JSON: before a refactoring
+# `make templates-snapshot` (into build/templates), after it `make templates-snapshot
+# ARGS=--check` proves each template byte-identical (tools/snapshot_templates.py).
+TEMPLATES_DIR ?= build/templates
+templates-snapshot: deps
+	$(PY) -m tools.snapshot_templates $(if $(filter --check,$(ARGS)),--check $(TEMPLATES_DIR) $(filter-out --check,$(ARGS)),$(TEMPLATES_DIR) $(ARGS))
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) $(DOCS_VENV) .venv-runtime-floor .venv-runtime-newest node_modules cdk.out .pytest_cache site

@@ -7,7 +7,8 @@ from typing import Optional
 from aws_cdk import Duration, aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from locked_workflow.state_machines.lock_protocol import TRANSIENT_RETRY, jsonata
+from locked_workflow.state_machines.expressions import jsonata
+from locked_workflow.state_machines.retry_policy import TRANSIENT_RETRY
 
 
 def attribute_value(value: dict) -> tasks.DynamoAttributeValue:
@@ -41,11 +42,11 @@ def update_item_props(arguments: dict) -> dict:
 def retry_transient(state: sfn.TaskStateBase) -> None:
     """Retry the protocol's transient DynamoDB errors on ``state``, with backoff and jitter."""
     state.add_retry(
-        errors=list(TRANSIENT_RETRY["errors"]),
-        interval=Duration.seconds(TRANSIENT_RETRY["interval_s"]),
-        backoff_rate=TRANSIENT_RETRY["backoff_rate"],
-        max_attempts=TRANSIENT_RETRY["max_attempts"],
-        max_delay=Duration.seconds(TRANSIENT_RETRY["max_delay_s"]),
+        errors=list(TRANSIENT_RETRY.errors),
+        interval=Duration.seconds(TRANSIENT_RETRY.interval_s),
+        backoff_rate=TRANSIENT_RETRY.backoff_rate,
+        max_attempts=TRANSIENT_RETRY.max_attempts,
+        max_delay=Duration.seconds(TRANSIENT_RETRY.max_delay_s),
         jitter_strategy=sfn.JitterType.FULL,
     )
 

@@ -27,13 +27,9 @@ from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
+from locked_workflow.state_machines.errors import SDK_CONDITION_FAILED  # the park is an aws-sdk call
+from locked_workflow.state_machines.errors import SIGNAL_LOOK as LOOK  # a nudge ends a park with it
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
-
-
-#: The aws-sdk integration's name of a refused condition (the park is an aws-sdk call).
-SDK_CONDITION_FAILED = "DynamoDb.ConditionalCheckFailedException"
-#: The error a nudge (``SendTaskFailure``) ends a park with: look by yourself.
-LOOK = "Lock.Look"
 
 
 def _item_number(item: str, name: str, default: str = "0") -> str:

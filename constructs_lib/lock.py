@@ -58,7 +58,8 @@ class Lock:
     def __init__(self) -> None:
         raise TypeError(
             "`Lock` values come from its factories: Lock.mutex(key), Lock.fair(key), "
-            "Lock.semaphore(key, limit=...), Lock.keys(keys) or Lock.on_record(table, key)"
+            "Lock.semaphore(key, limit=...), Lock.keys(keys), Lock.on_record(table, key), "
+            "Lock.shared(key) or Lock.exclusive(key)"
         )
 
     # -- the factories ------------------------------------------------------------------------

@@ -127,6 +127,7 @@ from botocore.exceptions import ClientError
 
 from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, _Refused
 from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE, SIGNAL_LOOK
 from locked_workflow.state_machines.lock_protocol import (
     ACQUIRED_AT,
     ALIVE_STATUSES,
@@ -166,7 +167,6 @@ MAX_POLL_INTERVAL_S = 3600.0
 #: How many held locks a client remembers watching (for takeovers); the oldest goes first.
 _WATCHED_LOCKS = 1024
 
-_CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
 from locked_workflow.constructs_lib.client_lease import (  # noqa: E402, F401 - re-exported
@@ -1341,7 +1341,7 @@ class LockClient:
 
     def _nudge(self, token: str) -> None:
         with contextlib.suppress(ClientError):
-            self.stepfunctions.send_task_failure(taskToken=token, error="Lock.Look",
+            self.stepfunctions.send_task_failure(taskToken=token, error=SIGNAL_LOOK,
                                                  cause="the lock moved on while this waiter's row was taken")
 
     def _update(
@@ -1446,7 +1446,7 @@ def _block_frame(frame: FrameType) -> FrameType:
 
 
 def _condition_failed(error: ClientError) -> bool:
-    return error.response.get("Error", {}).get("Code") == _CONDITION_FAILED
+    return error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE
 
 
 def _old_item(error: ClientError) -> Mapping[str, Any]:

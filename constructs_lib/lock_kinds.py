@@ -25,11 +25,13 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines import record_protocol as record
 from locked_workflow.state_machines import semaphore_protocol as semaphore
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
+from locked_workflow.state_machines.retry_policy import TRANSIENT_RETRY
 
 
 
@@ -68,7 +70,7 @@ class Mutex:
     #: Where the lock attributes live.
     item = protocol.LOCK_TABLE_ITEM
     #: The acquire's error when the lock is held (a poll).
-    refused = protocol.CONDITION_FAILED
+    refused = errors.CONDITION_FAILED
     #: The hold registers a presence token on its one lock item (``detect_cancellation``).
     presence = True
     #: ... on a row of its own instead (the janitor deletes an ended execution's rows).
@@ -128,7 +130,7 @@ class Mutex:
         v = section.variables
         reentered = sfn.Choice.jsonata(section, "Reentered", state_name=section._name("Reentered?"))
         reentered.when(
-            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.SIGNAL_REENTERED))),
+            sfn.Condition.jsonata(jsonata(protocol.entry_error_is(errors.SIGNAL_REENTERED))),
             sfn.Pass.jsonata(
                 section, "PassThrough", state_name=section._name("PassThrough"),
                 assign={v["lock"]: jsonata(protocol.reentered_lock_expression("$states.input.entry"))},
@@ -137,7 +139,7 @@ class Mutex:
         ).otherwise(section.rethrow)
         acquire.add_catch(
             reentered,
-            errors=[protocol.QUERY_EVALUATION_ERROR],
+            errors=[errors.QUERY_EVALUATION_ERROR],
             outputs=jsonata("$merge([$states.errorOutput, {'entry': $states.input}])"),
         )
 
@@ -189,7 +191,7 @@ class Mutex:
             outputs=jsonata("$states.input"),
         )
         retry_transient(retire)
-        retire.add_catch(then, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR],
+        retire.add_catch(then, errors=[errors.CONDITION_FAILED, errors.QUERY_EVALUATION_ERROR],
                          outputs=jsonata("$states.input"))
         return retire.next(then)
 
@@ -231,7 +233,7 @@ class MultiKey(Mutex):
 
     name = "multi-key"
     key_field = "keys"
-    refused = multikey.TRANSACTION_CANCELED
+    refused = errors.TRANSACTION_CANCELED
 
     def key_expression(self, namespace: str) -> str:
         return multikey.keys_expression(self.user_key, namespace)
@@ -293,7 +295,7 @@ class MultiKey(Mutex):
         retry_transient(one)
         one.add_catch(
             sfn.Succeed(section, f"{suffix}KeyRefused", state_name=section._name(f"{suffix}KeyRefused")),
-            errors=[protocol.CONDITION_FAILED] if count_lost else ["States.ALL"],
+            errors=[errors.CONDITION_FAILED] if count_lost else ["States.ALL"],
             outputs=jsonata(multikey.lost_expression() if count_lost else "{'lost': false}"),
         )
         lost = section.variables["lock"] + "Lost"
@@ -313,13 +315,13 @@ class MultiKey(Mutex):
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
             assign=section.held_assign(), output=jsonata("$states.input"),
         )
-        release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
+        release.add_catch(left, errors=[errors.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEach", count_lost=True)
         any_lost = sfn.Choice.jsonata(section, "AnyLost", state_name=section._name("AnyLost?"))
         any_lost.when(sfn.Condition.jsonata(jsonata(f"${v['lock']}Lost")), lost)
         any_lost.otherwise(sfn.Succeed(section, "Released", state_name=section._name("Released")))
         release.add_catch(
-            each.next(any_lost), errors=[multikey.TRANSACTION_CANCELED, *multikey.TRANSIENT_ERRORS],
+            each.next(any_lost), errors=[errors.TRANSACTION_CANCELED, *errors.SDK_TRANSIENT_ERRORS],
             outputs=jsonata("$states.input"),
         )
         return release
@@ -360,7 +362,7 @@ class MultiKey(Mutex):
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
             assign=section.held_assign(), output=jsonata("$states.input"),
         )
-        release.add_catch(rethrow, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
+        release.add_catch(rethrow, errors=[errors.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEachAfterError", count_lost=False)
         release.add_catch(
             each.next(rethrow),
@@ -429,7 +431,7 @@ class RecordLock(Mutex):
         )
         retry_transient(free)
         why = sfn.Choice.jsonata(section, "Refused", state_name=section._name("Refused?"))
-        for error in (record.ERROR_RECORD_MISSING, record.ERROR_RECORD_TOO_LARGE):
+        for error in (errors.ERROR_RECORD_MISSING, errors.ERROR_RECORD_TOO_LARGE):
             why.when(
                 sfn.Condition.jsonata(jsonata(protocol.entry_error_is(error))),
                 sfn.Fail.jsonata(section, error.split(".")[-1], state_name=section._name(error.split(".")[-1]),
@@ -439,7 +441,7 @@ class RecordLock(Mutex):
         free.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input.error"))
         free.next(why)
         read.add_catch(
-            free, errors=[protocol.QUERY_EVALUATION_ERROR],
+            free, errors=[errors.QUERY_EVALUATION_ERROR],
             outputs=jsonata(f"{{'stub': {record.refused_lock_expression()}, 'error': $states.errorOutput}}"),
         )
         section.after_acquire_failure(read)  # any other error of the read: release, then fail
@@ -465,11 +467,11 @@ class RecordLock(Mutex):
             })
             # DynamoDB refused the write (nothing written): release without it, then fail
             return state.add_catch(
-                section._release_after_error, errors=list(record.REFUSED_WRITE_ERRORS),
+                section._release_after_error, errors=list(errors.REFUSED_WRITE_ERRORS),
                 outputs=jsonata(record.refused_update_outputs_expression()),
             )
 
-        error = record.ERROR_INVALID_UPDATE
+        error = errors.ERROR_INVALID_UPDATE
         return section.build_mutex_release(
             lost, section._release_after_error, release_task=release_with_update,
             query_error_outputs=(
@@ -494,12 +496,12 @@ def sdk_task(
 
 def retry_transient_sdk(state: sfn.TaskStateBase) -> None:
     """Retry the protocol's transient errors, as the aws-sdk integration names them."""
-    r = protocol.TRANSIENT_RETRY
+    r = TRANSIENT_RETRY
     state.add_retry(
-        errors=list(multikey.TRANSIENT_ERRORS),
-        interval=Duration.seconds(r["interval_s"]),
-        backoff_rate=r["backoff_rate"],
-        max_attempts=r["max_attempts"],
-        max_delay=Duration.seconds(r["max_delay_s"]),
+        errors=list(errors.SDK_TRANSIENT_ERRORS),
+        interval=Duration.seconds(r.interval_s),
+        backoff_rate=r.backoff_rate,
+        max_attempts=r.max_attempts,
+        max_delay=Duration.seconds(r.max_delay_s),
         jitter_strategy=sfn.JitterType.FULL,
     )

@@ -70,6 +70,7 @@ from constructs import Construct
 
 from locked_workflow.constructs_lib import prop_types
 from locked_workflow.constructs_lib.assets import lambda_code
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 
 #: The Lambda's code: its own folder, deployed as the function's asset.
@@ -157,9 +158,9 @@ class LockStates:
         timeouts, lost, checks, takeovers, acquisitions, releases = [], [], [], [], {}, {}
         for name, state in _all_states(definition.get("States", {})):
             kind = state.get("Type")
-            if kind == "Fail" and state.get("Error") == protocol.ERROR_TIMEOUT:
+            if kind == "Fail" and state.get("Error") == errors.ERROR_TIMEOUT:
                 timeouts.append(name)
-            elif kind == "Fail" and state.get("Error") == protocol.ERROR_LOST:
+            elif kind == "Fail" and state.get("Error") == errors.ERROR_LOST:
                 lost.append(name)
             assign = state.get("Assign") or {}
             if kind == "Task" and str(state.get("Resource", "")).endswith(":aws-sdk:sfn:describeExecution"):
@@ -375,7 +376,7 @@ class LockMonitoring(Construct):
                 self,
                 "LostAlarm",
                 alarm_description=(
-                    f"{protocol.ERROR_LOST}: a run of {self.state_machine_name} lost its lock to "
+                    f"{errors.ERROR_LOST}: a run of {self.state_machine_name} lost its lock to "
                     "another holder before releasing it (its work may have overlapped another's)"
                 ),
                 threshold=0,
@@ -389,7 +390,7 @@ class LockMonitoring(Construct):
                 self,
                 "TimeoutRateAlarm",
                 alarm_description=(
-                    f"{protocol.ERROR_TIMEOUT}: more than {timeout_rate_threshold:.0%} of the runs of "
+                    f"{errors.ERROR_TIMEOUT}: more than {timeout_rate_threshold:.0%} of the runs of "
                     f"{self.state_machine_name} started gave up waiting for the lock"
                 ),
                 threshold=float(timeout_rate_threshold),
@@ -496,7 +497,7 @@ class LockMonitoring(Construct):
                 "started": self.state_machine.metric_started(period=period, statistic="Sum"),
             },
             period=period,
-            **{"label": "Lock.Timeout rate", **props},
+            **{"label": f"{errors.ERROR_TIMEOUT} rate", **props},
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -596,7 +597,7 @@ class LockMonitoring(Construct):
             cloudwatch.GraphWidget(
                 title="Runs and lock failures", width=12,
                 left=[self.state_machine.metric_started(statistic="Sum", label="Started"),
-                      self.metric_timeouts(label="Lock.Timeout"), self.metric_lost(label="Lock.Lost")],
+                      self.metric_timeouts(label=errors.ERROR_TIMEOUT), self.metric_lost(label=errors.ERROR_LOST)],
                 right=[self.metric_timeout_rate()],
             ),
             cloudwatch.GraphWidget(

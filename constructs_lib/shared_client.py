@@ -45,6 +45,7 @@ from botocore.exceptions import ClientError
 
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import shared_protocol as shared
+from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE, TRANSACTION_CANCELED_CODE
 from locked_workflow.state_machines.lock_protocol import (
     ACQUIRED_AT,
     ERROR_LOST,
@@ -71,8 +72,6 @@ from locked_workflow.constructs_lib.client_lease import (
 logger = logging.getLogger(__name__)
 
 READ, WRITE = shared.READ, shared.WRITE
-_CONDITION_FAILED = "ConditionalCheckFailedException"
-_TRANSACTION_CANCELED = "TransactionCanceledException"
 #: A polling waiter's row lease lasts its next poll plus this margin (the fair client's).
 _ROW_MARGIN_S = fair.CLIENT_POLL_MARGIN_S
 
@@ -156,7 +155,7 @@ class ReadWriteParticipant:
         try:
             response = retry_conflicts(attempt, sleep=c._sleep)
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
+            if error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE:
                 # botocore sent an attempt again: its first send may have been applied (a
                 # transaction conflict was not: nothing was written)
                 retried = any(a.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0 for a in answers)
@@ -331,7 +330,7 @@ class ReadWriteParticipant:
             c.dynamodb.transact_write_items(TransactItems=items)
             return True
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == _TRANSACTION_CANCELED:
+            if error.response.get("Error", {}).get("Code") == TRANSACTION_CANCELED_CODE:
                 return False
             raise
 

@@ -47,9 +47,9 @@ from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.fair_mutex import _item_number, _item_string
 from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex, retry_transient_sdk
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
-from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines import shared_protocol as shared
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
 
@@ -377,9 +377,9 @@ class SharedLockKind(Mutex):
                                 assign=entered("null"), outputs=f"{ENTRY}.input", retry=False)
             rejoin = self._update("Rejoin", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
                                   assign=entered("null"), outputs=f"{ENTRY}.input")
-            rejoin.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            rejoin.add_catch(fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
             rejoin.next(section.protected)
-            fast.add_catch(rejoin, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+            fast.add_catch(rejoin, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         else:
             fast = self._update("Acquire", key, shared.FAST_WRITE, values, return_values="ALL_NEW",
                                 assign=entered(_item_number(result, fair.SERVED)), outputs=f"{ENTRY}.input")
@@ -387,12 +387,12 @@ class SharedLockKind(Mutex):
         self._fast = fast
 
         timeout = sfn.Fail.jsonata(
-            section, "Timeout", state_name=section._name("Timeout"), error=protocol.ERROR_TIMEOUT,
+            section, "Timeout", state_name=section._name("Timeout"), error=errors.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({section._max_wait_ms} ms)")
         # (a reader refused by the cap: FAST_READ and ENQUEUE_READ are refused; a read tells)
         crowded = self._build_crowded(otherwise=fast if section._max_wait_ms else timeout) if self.mode == READ else None
         if section._max_wait_ms == 0:
-            fast.add_catch(crowded or timeout, errors=[protocol.CONDITION_FAILED])
+            fast.add_catch(crowded or timeout, errors=[errors.CONDITION_FAILED])
             return fast, fast, fast
         failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section._name("QueueFailed"),
                                   error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"))
@@ -406,9 +406,9 @@ class SharedLockKind(Mutex):
             "Enqueue", key, shared.ENQUEUE_READ if self.mode == READ else shared.ENQUEUE_WRITE, values,
             return_values="ALL_NEW", outputs="$states.input",
             assign={f["ticket"]: jsonata(_item_number(result, fair.TICKETS))})
-        enqueue.add_catch(crowded or fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        enqueue.add_catch(crowded or fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
         enqueue.add_catch(why, **on_error)
-        fast.add_catch(enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+        fast.add_catch(enqueue, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
         if rejoin is not None:
             rejoin.add_catch(why, **on_error)
@@ -470,7 +470,7 @@ class SharedLockKind(Mutex):
         park = self._build_park(key=key, me=me, ticket=ticket)
         enqueue.next(park)
         park.next(claim)
-        park.add_catch(admit, errors=[multikey.TRANSACTION_CANCELED], outputs=jsonata("$states.input"))
+        park.add_catch(admit, errors=[errors.TRANSACTION_CANCELED], outputs=jsonata("$states.input"))
 
         # 6. the fallback (a reader at the head of a key with no room for it gives up its place)
         too_many = sfn.Pass.jsonata(section, "TooManyQueued", state_name=section._name("TooManyQueued"),
@@ -482,11 +482,11 @@ class SharedLockKind(Mutex):
         waited = self._choice("WaitedEnough")
         self._when(waited, protocol.waited_enough_expression(v["wait"], section._max_wait_ms), leave)
         waited.otherwise(inspect)
-        park.add_catch(waited, errors=["States.Timeout"], outputs=jsonata("$states.input"),
+        park.add_catch(waited, errors=[errors.STATES_TIMEOUT], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
         park.add_catch(leave, **on_error)
         for state in (admit, claim):
-            state.add_catch(inspect, errors=[protocol.CONDITION_FAILED, *protocol.TRANSIENT_ERRORS],
+            state.add_catch(inspect, errors=[errors.CONDITION_FAILED, *errors.TRANSIENT_ERRORS],
                             outputs=jsonata("$states.input"))
             state.add_catch(leave, **on_error)
         if self.mode == READ:  # a reader admitted from the queue admits the readers behind it
@@ -503,7 +503,7 @@ class SharedLockKind(Mutex):
 
     def _too_many_error(self) -> str:
         """JSONata: the error object of a reader refused at the cap (as ``$states.errorOutput``)."""
-        return f"{{'Error': '{protocol.ERROR_TOO_MANY_READERS}', 'Cause': '{self._too_many_cause()}'}}"
+        return f"{{'Error': '{errors.ERROR_TOO_MANY_READERS}', 'Cause': '{self._too_many_cause()}'}}"
 
     def _build_crowded(self, *, otherwise: sfn.State) -> sfn.State:
         """A reader whose first writes were refused: is the key at the cap (``readers`` >=
@@ -520,7 +520,7 @@ class SharedLockKind(Mutex):
         retry_transient(read)
         read.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
         refused = sfn.Fail.jsonata(s, "TooManyReaders", state_name=s._name("TooManyReaders"),
-                                   error=protocol.ERROR_TOO_MANY_READERS, cause=self._too_many_cause())
+                                   error=errors.ERROR_TOO_MANY_READERS, cause=self._too_many_cause())
         full = self._choice("Crowded")
         self._when(full, f"${self._vars()['seen']}.readers >= {shared.MAX_READERS}", refused)
         full.otherwise(otherwise)
@@ -687,7 +687,7 @@ class SharedLockKind(Mutex):
             # task tokens cannot be scoped by IAM: the one resource is *
             iam_resources=["*"], outputs=jsonata("$states.input"))
         probe.next(park)  # accepted: the holding branch runs
-        probe.add_catch(describe, errors=[protocol.PRESENCE_GONE], outputs=jsonata("$states.input"),
+        probe.add_catch(describe, errors=[errors.PRESENCE_GONE], outputs=jsonata("$states.input"),
                         assign={f["seen"]: jsonata(f"$merge([{seen}, {{'gone': true}}])")})
         probe.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"))
         present = self._choice("HolderPresent")
@@ -778,7 +778,7 @@ class SharedLockKind(Mutex):
                                          {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
                                          assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
                                                  **s.held_assign()})
-            release.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+            release.add_catch(release_again, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
             # a refused first release: the key was taken over (Lock.Lost) - unless a redrive reran
             # a release that had applied (as the mutex's); a retry's refusal is my own earlier
             # release - look again either way
@@ -789,9 +789,9 @@ class SharedLockKind(Mutex):
                         s.variables["lock"], s.variables["done"]))),
                     again, assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])")},
                 ).otherwise(lost)
-            release.add_catch(refused, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            release.add_catch(refused, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
             release.add_catch(end_state, **catch_all)
-            release_again.add_catch(again, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+            release_again.add_catch(again, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"),
                                     assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])")})
             release_again.add_catch(end_state, **catch_all)
             release.next(again)
@@ -832,7 +832,7 @@ class SharedLockKind(Mutex):
                 # task tokens of service integrations cannot be scoped by IAM: the one resource is *
                 iam_resources=["*"], outputs=jsonata("$states.input"),
                 assign={f["handoff"]: jsonata(step)})
-            send.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0,
+            send.add_retry(errors=[errors.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0,
                            max_attempts=3, jitter_strategy=sfn.JitterType.FULL)
             # a failed wake-up: the grant is never worked under and lapses after the claim
             # window, unless its waiter finds it at its fallback
@@ -861,7 +861,7 @@ class SharedLockKind(Mutex):
         granted.otherwise(end)
         recheck.next(granted)
         for g in (grant_read, grant_write, grant_read_polling, grant_write_polling):
-            g.add_catch(recheck, errors=[protocol.CONDITION_FAILED, *protocol.TRANSIENT_ERRORS],
+            g.add_catch(recheck, errors=[errors.CONDITION_FAILED, *errors.TRANSIENT_ERRORS],
                         outputs=jsonata("$states.input"))
             g.add_catch(end, **catch_all)
 
@@ -932,12 +932,12 @@ class SharedLockKind(Mutex):
         self._when(which, f"{lock}.leaveRetried = true or "
                           f"({protocol.resumed_release_applied_expression(v['lock'], v['done'])})", handed)
         which.otherwise(lost or then)  # gone, and no attempt of mine could have taken it: reaped
-        leave.add_catch(last, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        last.add_catch(read, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        leave.add_catch(last, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        last.add_catch(read, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
         for first, again in ((leave, leave_again), (last, last_again)):
-            first.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"),
+            first.add_catch(again, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"),
                             assign=retried)
-            again.add_catch(read, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            again.add_catch(read, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
         for t in (leave, leave_again, last, last_again, read):
             t.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
         read.next(which)

@@ -89,6 +89,7 @@ import math
 import re
 from typing import Any, Iterable, Mapping
 
+from locked_workflow.state_machines.errors import WAKE_THROTTLED  # noqa: F401 - re-exported
 from locked_workflow.state_machines.lock_protocol import (
     ACQUIRE,
     ENTRY,
@@ -226,8 +227,8 @@ ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
 ROW_DELETES = {"TAKE_PARKED": TAKE_PARKED}
 
 #: Errors of ``SendTaskSuccess`` that mean the park it targets has ended (the waiter is gone,
-#: or looks by itself): the grant waits for a claim, then is revoked. Throttling is retried.
-WAKE_THROTTLED = "Sfn.ThrottlingException"
+#: or looks by itself): the grant waits for a claim, then is revoked. Throttling
+#: (``errors.WAKE_THROTTLED``) is retried.
 
 #: A parked waiter's fallback: it looks again after at most this long (times its distance to
 #: the head, up to :data:`MAX_PARK_S`). Default of the ``park_timeout`` prop.

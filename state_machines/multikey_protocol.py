@@ -30,6 +30,11 @@ import json
 from typing import Any, Sequence
 
 from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines.errors import ERROR_INVALID_KEY
+# re-exported: fair_mutex and locked_section read them here (errors.SDK_TRANSIENT_ERRORS is the name)
+from locked_workflow.state_machines.errors import SDK_TRANSIENT_ERRORS as TRANSIENT_ERRORS  # noqa: F401
+from locked_workflow.state_machines.errors import TRANSACTION_CANCELED  # noqa: F401
+from locked_workflow.state_machines.expressions import jsonata_string, utf8_bytes
 
 #: DynamoDB's limit on the actions of one transaction.
 MAX_KEYS = 100
@@ -37,15 +42,12 @@ MAX_KEYS = 100
 #: ``$lock`` variable (twice: ``keys`` and ``fences``) and the fences read, each a piece of
 #: state data Step Functions limits to 256 KiB - so a hold's own records stay far below it.
 MAX_TOTAL_KEY_BYTES = 16 * 1024
-#: Errors of the aws-sdk DynamoDB integration (``DynamoDb.*``, unlike the optimized one's).
-TRANSACTION_CANCELED = "DynamoDb.TransactionCanceledException"
-TRANSIENT_ERRORS = tuple(e.replace("DynamoDB.", "DynamoDb.") for e in p.TRANSIENT_ERRORS)
 
 
 def keys_expression(user_expression: str, namespace: str) -> str:
     """The stored keys (distinct, sorted), or ``$error`` naming what is wrong."""
-    prefix = p._jsonata_string(namespace + p.NAMESPACE_SEPARATOR)
-    invalid = p.raise_expression(p.ERROR_INVALID_KEY, "'the lock keys ' & $problem")
+    prefix = jsonata_string(namespace + p.NAMESPACE_SEPARATOR)
+    invalid = p.raise_expression(ERROR_INVALID_KEY, "'the lock keys ' & $problem")
     item_problem = p.key_problem_expression("$k", namespace)
     return (
         "( $lockKeys := (" + user_expression + "); "
@@ -57,7 +59,7 @@ def keys_expression(user_expression: str, namespace: str) -> str:
         ": ( $items := $filter($map($lockKeys, function($k, $i) { "
         f"( $q := {item_problem}; $q = '' ? '' : 'item ' & $string($i) & ' ' & $q ) "
         "}), function($m) { $m != '' }); $exists($items) ? $join($items, '; ') : '' ); "
-        f"$total := $sum($map($distinct($lockKeys), function($k) {{ {p._utf8_bytes(prefix + ' & $k')} }})); "
+        f"$total := $sum($map($distinct($lockKeys), function($k) {{ {utf8_bytes(prefix + ' & $k')} }})); "
         f"$problem := ($problem = '' and $total > {MAX_TOTAL_KEY_BYTES}) ? "
         f"'must be at most {MAX_TOTAL_KEY_BYTES} bytes of UTF-8 in all, with their namespace prefixes, got: ' "
         "& $string($total) & ' bytes' : $problem; "
@@ -110,13 +112,13 @@ def acquire_keys_expression(keys: str = "$key", inherited: str = "$inherited") -
 
 def _update(table_name: str, key: str, write: p.LockWrite, values: dict) -> str:
     """JSONata object: one ``Update`` action of a transaction (``key``, ``values``: JSONata)."""
-    entries = ", ".join(f"{p._jsonata_string(k)}: {v}" for k, v in values.items())
+    entries = ", ".join(f"{jsonata_string(k)}: {v}" for k, v in values.items())
     return (
         "{'Update': {"
-        f"'TableName': {p._jsonata_string(table_name)}, "
-        f"'Key': {{{p._jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': {key}}}}}, "
-        f"'UpdateExpression': {p._jsonata_string(write.update)}, "
-        f"'ConditionExpression': {p._jsonata_string(write.condition)}, "
+        f"'TableName': {jsonata_string(table_name)}, "
+        f"'Key': {{{jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': {key}}}}}, "
+        f"'UpdateExpression': {jsonata_string(write.update)}, "
+        f"'ConditionExpression': {jsonata_string(write.condition)}, "
         f"'ExpressionAttributeNames': {json.dumps(write.attribute_names())}, "
         f"'ExpressionAttributeValues': {{{entries}}}"
         "}}"
@@ -148,9 +150,9 @@ def read_fences_arguments(*, table_name: str) -> dict:
     names = {f"#{a}": a for a in (p.KEY_ATTRIBUTE, p.FENCE, p.ACQUIRED_AT, p.EXPIRES_AT)}
     get = (  # the attributes the hold's record reads, nothing else (a bounded result)
         "{'Get': {"
-        f"'TableName': {p._jsonata_string(table_name)}, "
-        f"'Key': {{{p._jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': $k}}}}, "
-        f"'ProjectionExpression': {p._jsonata_string(', '.join(names))}, "
+        f"'TableName': {jsonata_string(table_name)}, "
+        f"'Key': {{{jsonata_string(p.KEY_ATTRIBUTE)}: {{'S': $k}}}}, "
+        f"'ProjectionExpression': {jsonata_string(', '.join(names))}, "
         f"'ExpressionAttributeNames': {json.dumps(names)}"
         "}}"
     )
@@ -220,7 +222,7 @@ def present_arguments(*, table_name: str, lock_variable: str) -> dict:
     of its own) signals ``Lock.Reentered`` instead."""
     lock = "$" + lock_variable
     values = {
-        name: "{" + ", ".join(f"{p._jsonata_string(t)}: {p.unwrap_jsonata(v)}" for t, v in value.items()) + "}"
+        name: "{" + ", ".join(f"{jsonata_string(t)}: {p.unwrap_jsonata(v)}" for t, v in value.items()) + "}"
         for name, value in p.present_values(lock_variable).items()
     }
     _check_values(p.PRESENT, values)

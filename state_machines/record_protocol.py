@@ -53,12 +53,15 @@ from __future__ import annotations
 import json
 
 from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines.errors import (  # noqa: F401 - re-exported
+    ERROR_INVALID_UPDATE,
+    ERROR_RECORD_MISSING,
+    ERROR_RECORD_TOO_LARGE,
+    REFUSED_WRITE_ERRORS,
+)
 
 #: Prefix of the lock attributes on a record.
 PREFIX = "lw:"
-ERROR_RECORD_MISSING = "Lock.RecordMissing"
-ERROR_INVALID_UPDATE = "Lock.InvalidUpdate"
-ERROR_RECORD_TOO_LARGE = "Lock.RecordTooLarge"
 #: Largest record (KB, as DynamoDB counts write units) the section reads into ``$lock.item``:
 #: the record travels in the execution's state, whose every input, output and variable is
 #: limited to 256 KiB - half of it leaves room for the workflow's own data.
@@ -75,10 +78,8 @@ NUMBER_MAX_EXPONENT = 125
 NUMBER_MIN_EXPONENT = -130
 #: Nested attributes: levels below a top-level attribute, itself level 1.
 MAX_NESTING_LEVELS = 32
-#: How the optimized integration may name DynamoDB's refusal of the release's write: the
-#: exception's own name, or the SDK's generic one with ``Error Code: ValidationException`` in
-#: the cause. (Only a validation error means a bad update; any other is re-raised as is.)
-REFUSED_WRITE_ERRORS = ("DynamoDB.ValidationException", "DynamoDB.AmazonDynamoDBException")
+#: DynamoDB's refusal of the release's write (``errors.REFUSED_WRITE_ERRORS``) with this in the
+#: cause means a bad update; any other is re-raised as is.
 _VALIDATION_CODE = "Error Code: ValidationException"
 #: A number as DynamoDB reads one (checked to match the whole string: JavaScript's and
 #: Python's ``$`` disagree on a trailing newline; neither pattern can match an empty string,

@@ -190,7 +190,7 @@ READER_PLACEHOLDER = "#reader"
 #: The most readers that hold one key at once: the entry writes (``FAST_READ``,
 #: ``GRANT_READ``) are refused at this count, and ``ENQUEUE_READ`` too, so a reader that
 #: arrives at it takes no ticket and is refused (``Lock.TooManyReaders``,
-#: :data:`~locked_workflow.state_machines.lock_protocol.ERROR_TOO_MANY_READERS`) before any write.
+#: :data:`~locked_workflow.state_machines.errors.ERROR_TOO_MANY_READERS`) before any write.
 #:
 #: Derivation. Every state that returns the lock item whole - a reader's ``FAST_READ`` and
 #: ``CLAIM_READ``, every ``ENQUEUE_*`` (``ALL_NEW``), a waiter's look (GetItem) - fails with

@@ -82,7 +82,7 @@ def test_keys_up_to_2048_bytes_pass_counted_in_utf8(key):
 
 def test_utf8_byte_count_matches_python():
     for text in ["", "abc", "é", "\u20ac", "\U0001F600", "a%b#c d", "\u00e9\U0001F600x%"]:
-        assert evaluate(p._utf8_bytes("$t"), t=text) == len(text.encode("utf-8")), text
+        assert evaluate(p.utf8_bytes("$t"), t=text) == len(text.encode("utf-8")), text
 
 
 def test_owner_execution_is_the_arn_before_the_separator():
@@ -265,7 +265,7 @@ def test_acquire_arguments_return_the_new_item():
 
 def test_builder_refuses_values_that_do_not_match_the_expression():
     with pytest.raises(AssertionError, match="missing"):
-        p._update_item("k", p.RELEASE, {":me": {"S": "x"}})
+        p.update_item_arguments("k", p.RELEASE, {":me": {"S": "x"}})
 
 
 # ---- the section's entry: owner per acquisition, redrive gate, re-entrancy ---------------

@@ -260,8 +260,10 @@ def test_bad_lock_kind_settings_are_refused_by_the_kind(factory, args, kwargs, e
 def test_a_lock_is_a_value_made_by_its_factories():
     from locked_workflow import Lock
 
-    with pytest.raises(TypeError, match=r"`Lock` values come from its factories"):
+    with pytest.raises(TypeError, match=r"`Lock` values come from its factories") as refused:
         Lock()
+    factories = [n for n, v in vars(Lock).items() if isinstance(v, staticmethod) and not n.startswith("_")]
+    assert len(factories) == 7 and all(f"Lock.{n}(" in str(refused.value) for n in factories), factories
     key = p.jsonata("$states.input.k")
     assert Lock.mutex(key) == Lock.mutex(key) and Lock.mutex(key) != Lock.fair(key)
     assert Lock.semaphore(key, limit=3).kind == "semaphore" and Lock.keys(key).kind == "multi-key"

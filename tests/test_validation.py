@@ -25,6 +25,22 @@ def build(**overrides):
 
 
 @pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(first_interval=0), r"`first_interval` must be a whole number of seconds >= 1, got: 0"),
+        (dict(first_interval=2, max_interval=1), r"`max_interval` must be .*>= first_interval \(2\), got: 1"),
+        (dict(backoff_rate=0.5), r"`backoff_rate` must be between 1.0 and 10.0, got: 0.5"),
+        (dict(retries_per_round=21), r"`retries_per_round` must be a whole number from 0 to 20, got: 21"),
+        (dict(jitter="yes"), r"`jitter` must be True or False, got: 'yes'"),
+    ],
+)
+def test_a_wait_policy_validates_itself(fields, message):
+    with pytest.raises(ValueError, match=message):
+        WaitPolicy(**fields)
+    assert WaitPolicy() == WaitPolicy(first_interval=2)  # the defaults are valid
+
+
+@pytest.mark.parametrize(
     "overrides, message",
     [
         (dict(key_namespace="a b"), r"`key_namespace` must be at most 64 .*got: 'a b'"),
@@ -41,9 +57,6 @@ def build(**overrides):
             r"`max_wait` must be shorter than `timeout` \(600.0 s\), got: 600.0 s",
         ),
         (dict(lease=cdk.Duration.millis(10)), r"`lease` must be at least 1 second"),
-        (dict(wait_policy=WaitPolicy(first_interval=0)), r"`wait_policy.first_interval` must be a whole number of seconds >= 1, got: 0"),
-        (dict(wait_policy=WaitPolicy(first_interval=2, max_interval=1)), r"`wait_policy.max_interval` must be .*>= first_interval \(2\), got: 1"),
-        (dict(wait_policy=WaitPolicy(backoff_rate=0.5)), r"`wait_policy.backoff_rate` must be between 1.0 and 10.0, got: 0.5"),
         (
             dict(max_wait=cdk.Duration.hours(10), timeout=cdk.Duration.hours(12),
                  wait_policy=WaitPolicy(first_interval=1, backoff_rate=1.0, max_interval=1, jitter=False)),

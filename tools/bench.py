@@ -50,6 +50,7 @@ from typing import Any, Callable, Sequence
 
 from tools import scenario
 from tools.scenario import DOLLARS_PER_TRANSITION, LoadSummary, RunMetrics
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
@@ -195,7 +196,7 @@ def build_bench_stack(
         outputs=jsonata("$states.input"),
     )
     acquire.add_retry(
-        errors=[protocol.CONDITION_FAILED],
+        errors=[errors.CONDITION_FAILED],
         interval=Duration.seconds(BASELINE_RETRY["interval_s"]),
         backoff_rate=BASELINE_RETRY["backoff_rate"],
         max_attempts=BASELINE_RETRY["max_attempts"],
@@ -206,7 +207,7 @@ def build_bench_stack(
         state_name="Baseline.Wait",
         time=sfn.WaitTime.duration(Duration.seconds(BASELINE_LOOP_WAIT_S)),
     )
-    acquire.add_catch(wait, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+    acquire.add_catch(wait, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
     wait.next(acquire)
     release = tasks.DynamoUpdateItem.jsonata(
         stack,

@@ -51,6 +51,7 @@ from typing import Any, Sequence
 
 from tools import scenario
 from tools.bench import WORK_STATE, build_bench_stack, deploy_bench, table_markdown, table_text
+from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 LOCKS = {"Polling": "Ours", "Fair": "Fair", "Baseline": "Baseline"}
@@ -191,7 +192,7 @@ class CapacityMeter:
             try:
                 response = original(client, operation, params)
             except ClientError as error:
-                if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                if error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE:
                     meter._add(key, 1.0, write)
                 raise
             meter._add(key, float((response.get("ConsumedCapacity") or {}).get("CapacityUnits", 0)), write)

@@ -103,6 +103,13 @@ from locked_workflow.constructs_lib.lock_client import LockClient, LockError, Lo
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import record_protocol
+from locked_workflow.state_machines.errors import (
+    CONDITIONAL_CHECK_FAILED_CODE,
+    ERROR_LOST,
+    ERROR_RECORD_TOO_LARGE,
+    ERROR_TIMEOUT,
+    LAMBDA_TIMED_OUT,
+)
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
 
 #: The probe's Lambda timeout (s); the stop grace derived from it is this + 5 s.
@@ -152,7 +159,7 @@ CLIENT_LEASE_S, CLIENT_WAIT_S = 60, 60
 #: The work's own errors (the probe's requested failure; its function timeout, as the runtime
 #: reports it - ``Sandbox.Timedout`` - or as the probe names it when it stopped itself just
 #: before) and a waiter's timeout.
-ALLOWED_ERRORS = {"RuntimeError", "Sandbox.Timedout", "TimedOut", protocol.ERROR_TIMEOUT}
+ALLOWED_ERRORS = {"RuntimeError", LAMBDA_TIMED_OUT, "TimedOut", ERROR_TIMEOUT}
 #: Errors of an injected fault a client retries (botocore's own retries are past: the fault
 #: hook sits upstream of them).
 TRANSIENT_ERRORS = {"ThrottlingException", "InternalServerError"}
@@ -539,7 +546,7 @@ def _progress(history: list[dict]) -> tuple[int, int, bool]:
     events = timeline(history)
     refused = sum(
         event["type"] == "TaskFailed"
-        and event["taskFailedEventDetails"].get("error", "").endswith("ConditionalCheckFailedException")
+        and event["taskFailedEventDetails"].get("error", "").endswith(CONDITIONAL_CHECK_FAILED_CODE)
         for event in history
     )
     return sum(kind == "attempt" for _, kind, _ in events), refused, any(kind == "enter" for _, kind, _ in events)
@@ -648,7 +655,7 @@ class _Campaign:
         if not response.get("FunctionError"):
             return None
         error = json.loads(body).get("errorType", "Unknown")
-        if error == "Sandbox.Timedout":
+        if error == LAMBDA_TIMED_OUT:
             # AWS stops the handler at its timeout; the in-process runtime cannot and lets it
             # run on: a client that releases now would let the next holder in beside it. The
             # probe's own count of holders inside tells when it is over.
@@ -713,7 +720,7 @@ class _Campaign:
                         held["error"] = self.invoke_probe(item, lease.fence)
             except LockHeld:  # still held at the deadline (a wait of 0 once it passed)
                 run.waits.append(Wait(_stored_key(run.key), started, _now_ms()))
-                held["error"] = protocol.ERROR_TIMEOUT
+                held["error"] = ERROR_TIMEOUT
             except LockError as error:  # e.g. LockLost on release: no documented outcome
                 held["error"] = f"{type(error).__name__}: {error}"
             except ClientError as error:
@@ -764,7 +771,7 @@ class _Campaign:
                     pause = 0.1
                 if time.monotonic() + pause > deadline:
                     run.waits.append(Wait(_stored_key(item["key"]), started, _now_ms()))
-                    return protocol.ERROR_TIMEOUT
+                    return ERROR_TIMEOUT
                 await asyncio.sleep(pause)
 
         async def main() -> list[str | None]:
@@ -993,10 +1000,10 @@ def _judge(report: Report) -> dict[str, list[str]]:
             if run.shape == "Record":  # over the limit: refused, typed, whatever else happens
                 over = run.key in OVER_LIMIT_RECORDS
                 allowed = (run.status == "SUCCEEDED" and not over) or (run.status == "FAILED" and run.error in (
-                    {record_protocol.ERROR_RECORD_TOO_LARGE} if over else {protocol.ERROR_TIMEOUT}))
+                    {ERROR_RECORD_TOO_LARGE} if over else {ERROR_TIMEOUT}))
             allowed |= run.status == "ABORTED" and run.stopped
             allowed |= run.status == "TIMED_OUT" and run.shape == "Timeout"
-            allowed |= run.error == protocol.ERROR_LOST and run.shape == "Lease"
+            allowed |= run.error == ERROR_LOST and run.shape == "Lease"
         if not allowed:
             cause = f" ({run.cause[:300]})" if run.cause else ""
             waited = ", ".join(f"{w.stored_key} {(w.end_ms - w.start_ms) / 1000:.0f} s" for w in run.waits)
@@ -1120,7 +1127,7 @@ def summary(report: Report) -> str:
         "| records (KB): balance / runs succeeded / refused as too large | " + "; ".join(
             f"{key} ({RECORD_SIZES_KB[key]}): {balance} / "
             f"{sum(r.shape == 'Record' and r.key == key and r.status == 'SUCCEEDED' for r in report.runs)} / "
-            f"{sum(r.shape == 'Record' and r.key == key and r.error == record_protocol.ERROR_RECORD_TOO_LARGE for r in report.runs)}"
+            f"{sum(r.shape == 'Record' and r.key == key and r.error == ERROR_RECORD_TOO_LARGE for r in report.runs)}"
             for key, balance in sorted(report.records.items())) + " |",
         f"| fair queues of holes, locks of a cancelled section: passed by the next arrival; longest | {len(report.arrivals)}; "
         f"{max((s for _, s in report.arrivals), default=0):.1f} s (bound {NEXT_ARRIVAL_S} s) |",

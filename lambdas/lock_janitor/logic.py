@@ -45,6 +45,7 @@ from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import shared_protocol
+from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE
 
 try:  # imported as a package module (tests, the construct)
     from .settings import ENDED_WITHOUT_RELEASE, JanitorSettings
@@ -56,8 +57,6 @@ SERVICE = "lock-janitor"
 HISTORY_PAGE_SIZE = 1000
 #: Metric: acquisitions retired (each counted once: a duplicate event retires nothing more).
 JANITOR_RETIRES = "JanitorRetires"
-
-_CONDITION_FAILED = "ConditionalCheckFailedException"
 
 tracer = Tracer(service=SERVICE)
 
@@ -152,7 +151,7 @@ def _unless_refused(call: Any, **arguments: Any) -> dict | None:
     try:
         return retry_conflicts(lambda: call(**arguments), sleep=time.sleep)
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == _CONDITION_FAILED:
+        if error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE:
             return None
         raise
 

@@ -51,9 +51,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from locked_workflow.constructs_lib.lock_client import LockClient, LockError, LockLost, LockTimeout
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
-from locked_workflow.state_machines import record_protocol
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
@@ -125,7 +125,7 @@ NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "
 PARKING = {"Fair", "Reader", "Writer", "client-fair", "client-rw-read", "client-rw-write"}
 _STOPPED = "Matrix.Stop"
 #: The work's function timeout, as the runtime reports it or as the probe names it.
-WORK_TIMEOUTS = ("Sandbox.Timedout", "TimedOut")
+WORK_TIMEOUTS = (errors.LAMBDA_TIMED_OUT, "TimedOut")
 
 #: The rows of the clients' and the janitor's calls.
 _LISTED = {(row.kind, row.state) for row in matrix_rows.CLIENT_CALLS + matrix_rows.JANITOR_CALLS}
@@ -440,7 +440,7 @@ class Cell:
                     body = response["Payload"].read()
                     if response.get("FunctionError"):
                         work_error = json.loads(body).get("errorType", "Unknown")
-                        if work_error == "Sandbox.Timedout":  # its handler runs on: wait until it is out
+                        if work_error == errors.LAMBDA_TIMED_OUT:  # its handler runs on: wait until it is out
                             self._wait_probe_left()
                 client.release(lease)
                 p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
@@ -454,7 +454,7 @@ class Cell:
                     return
                 raise
             except LockTimeout:
-                p.status, p.error = "FAILED", protocol.ERROR_TIMEOUT
+                p.status, p.error = "FAILED", errors.ERROR_TIMEOUT
                 return
             except LockError as error:
                 p.status, p.error, p.cause = "FAILED", type(error).__name__, str(error)[:300]
@@ -588,10 +588,10 @@ class Cell:
         asked = (p.document.get("fail") and p.error == "RuntimeError") or p.error in WORK_TIMEOUTS
         if p.is_client:
             return p.status == "SUCCEEDED" or asked or p.status == "CRASHED" and p.crashed or \
-                p.error in (protocol.ERROR_TIMEOUT, LEASE_RAN_OUT)
-        if p.status == "SUCCEEDED" or asked or p.error == protocol.ERROR_TIMEOUT:
+                p.error in (errors.ERROR_TIMEOUT, LEASE_RAN_OUT)
+        if p.status == "SUCCEEDED" or asked or p.error == errors.ERROR_TIMEOUT:
             return True
-        if p.error == record_protocol.ERROR_RECORD_TOO_LARGE:
+        if p.error == errors.ERROR_RECORD_TOO_LARGE:
             return self.situation == "refused"
         if p.status == "ABORTED":
             return p.stopped
