@@ -36,7 +36,7 @@ from locked_workflow.constructs_lib.section_work import (
 )
 from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
 from locked_workflow.constructs_lib import lease_check, prop_types
-from locked_workflow.state_machines import fair_protocol
+from locked_workflow.state_machines import errors, fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines.lock_protocol import WaitPolicy, jsonata
@@ -49,28 +49,6 @@ _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
 #: How the docs spell a kind's factory (messages).
 _FACTORY = {"mutex": "mutex(key)", "fair": "fair(key)", "semaphore": "semaphore(key, limit=...)", "multi-key": "keys(keys)",
             "shared": "shared(key)", "exclusive": "exclusive(key)"}
-
-
-def _validate_wait_policy(policy: WaitPolicy) -> None:
-    if not isinstance(policy.first_interval, int) or policy.first_interval < 1:
-        raise ValueError(
-            "`wait_policy.first_interval` must be a whole number of seconds >= 1, "
-            f"got: {policy.first_interval!r}"
-        )
-    if not isinstance(policy.max_interval, int) or policy.max_interval < policy.first_interval:
-        raise ValueError(
-            "`wait_policy.max_interval` must be a whole number of seconds >= first_interval "
-            f"({policy.first_interval}), got: {policy.max_interval!r}"
-        )
-    if not isinstance(policy.retries_per_round, int) or not 0 <= policy.retries_per_round <= 20:
-        raise ValueError(
-            "`wait_policy.retries_per_round` must be a whole number from 0 to 20, "
-            f"got: {policy.retries_per_round!r}"
-        )
-    if not 1.0 <= float(policy.backoff_rate) <= 10.0:
-        raise ValueError(
-            f"`wait_policy.backoff_rate` must be between 1.0 and 10.0, got: {policy.backoff_rate!r}"
-        )
 
 
 # Sections being rendered, outermost first: a section rendered inside another one's branch
@@ -271,7 +249,6 @@ class LockedSection(sfn.StateMachineFragment):
         lease_ms = prop_types.concrete_ms("lease", lease)
         if lease_ms < 1000:
             raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
-        _validate_wait_policy(wait_policy)
         if max_wait is None and parks:  # wait as long as the history allows
             max_wait = Duration.seconds(fair_protocol.unlimited_wait_s(self.kind.park_timeout_s, history_event_budget))
         max_wait_ms = prop_types.concrete_ms("max_wait", max_wait)
@@ -617,7 +594,7 @@ class LockedSection(sfn.StateMachineFragment):
             multikey.TRANSACTION_CANCELED,
             protocol.SDK_CONDITION_FAILED,  # DEPART came first, or the lock is not mine any more
             protocol.QUERY_EVALUATION_ERROR,  # a re-entered hold
-            "States.Timeout", "States.HeartbeatTimeout",
+            errors.STATES_TIMEOUT, errors.STATES_HEARTBEAT_TIMEOUT,
         ])
         # the registration failed (it may have written a token that is closed now): DEPART rules
         # any token of this acquisition out; if even that fails, the hold ends (retired)
