@@ -567,16 +567,21 @@ class FairMutex(Mutex):
                         f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}}}])"),
                         **section.held_assign()})
 
-            # as the mutex's: a refused first release means the lock was taken over (Lock.Lost);
-            # only a retry after a transient error may find its own earlier release done
+            # as the mutex's: a refused first release means the lock was taken over (Lock.Lost),
+            # unless a redrive resumed this release, whose first run may have applied before the
+            # execution stopped; a retry after a transient error may find its own earlier release done
             release, release_again = release_task("ReleaseQueued"), release_task("ReleaseQueuedAgain")
             retry_transient(release_again)
             release.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
             if lost is not None:
-                released_before = sfn.Choice.jsonata(section, f"{suffix}.ReleasedBefore", state_name=name("ReleasedBefore?"))
-                released_before.when(sfn.Condition.jsonata(jsonata(
-                    protocol.released_before_takeover_expression(v["lock"], v["done"]))), end).otherwise(lost)
-                release.add_catch(lost, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+                def released_if(state_suffix: str, expression: str) -> sfn.Choice:
+                    """A refused release: ``end`` (released) when ``expression`` holds, else ``lost``."""
+                    return sfn.Choice.jsonata(section, f"{suffix}.{state_suffix}", state_name=name(f"{state_suffix}?")).when(
+                        sfn.Condition.jsonata(jsonata(expression)), end).otherwise(lost)
+
+                released_before = released_if("ReleasedBefore", protocol.released_before_takeover_expression(v["lock"], v["done"]))
+                resumed = released_if("ReleaseResumed", protocol.resumed_release_applied_expression(v["lock"], v["done"]))
+                release.add_catch(resumed, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
                 release_again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
             else:
                 for t in (release, release_again):

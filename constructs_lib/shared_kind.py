@@ -903,7 +903,9 @@ class SharedLockKind(Mutex):
         """A reader leaves: LEAVE_READ while other readers hold; refused, LEAVE_LAST (the last
         one: the shared hold ends in the same write); refused again, a read says which (the
         count moved) or that my entry is gone (reaped: ``Lock.Lost``; or by my own attempt whose
-        answer was lost: go on). The last one runs the handoff."""
+        answer was lost: go on). The last one runs the handoff. After
+        ``shared_protocol.MAX_LEAVE_ROUNDS`` reads whose next write was refused again, the entry
+        is retired (RETIRE_READER at now: it ends its stop grace from now) and the leave ends."""
         s, v = self._section, self._section.variables
         lock = "$" + v["lock"]
         key, me = f"{lock}.key", f"{lock}.owner"
@@ -911,9 +913,9 @@ class SharedLockKind(Mutex):
         values = {":one": {"N": "1"}, ":minusOne": {"N": "-1"}}
         retried = {v["lock"]: jsonata(f"$merge([{lock}, {{'leaveRetried': true}}])")}  # an answer may be lost
 
-        def counts(item: str, mine: str = "false") -> dict:
+        def counts(item: str, mine: str = "false", more: str = "") -> dict:
             return {v["lock"]: jsonata(f"$merge([{lock}, {{'left': {{'readers': {_item_number(item, shared.READERS)}, "
-                                       f"'served': {_item_number(item, fair.SERVED)}, 'mine': {mine}}}}}])")}
+                                       f"'served': {_item_number(item, fair.SERVED)}, 'mine': {mine}}}{more}}}])")}
 
         def write(name: str, leave: protocol.LockWrite, *, again: bool) -> sfn.TaskStateBase:
             return self._update(name, key, leave, values, reader=me, return_values="ALL_NEW",
@@ -922,9 +924,18 @@ class SharedLockKind(Mutex):
         leave, leave_again = write(suffix, shared.LEAVE_READ, again=False), write(f"{suffix}Again", shared.LEAVE_READ, again=True)
         last, last_again = (write(f"{suffix}Last", shared.LEAVE_LAST, again=False),
                             write(f"{suffix}LastAgain", shared.LEAVE_LAST, again=True))
-        read = self._get(f"{suffix}Read", self._lock_key(key),
-                         counts("$states.result.Item", f"$exists({_entry_of('$states.result.Item', me)})"))
+        # (each read counts a round: a write of mine was refused since the last one)
+        read = self._get(f"{suffix}Read", self._lock_key(key), counts(
+            "$states.result.Item", f"$exists({_entry_of('$states.result.Item', me)})",
+            f", 'leaveRounds': ($exists({lock}.leaveRounds) ? {lock}.leaveRounds : 0) + 1"))
         which = self._choice(f"{suffix}Which")
+        # the count moved between every read and write of mine, MAX_LEAVE_ROUNDS times: retire
+        # my entry (it ends its stop grace from now, then anyone may reap it) and stop
+        retire = self._update(f"{suffix}Retire", key, shared.RETIRE_READER,
+                              {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=me, assign=s.held_assign())
+        retire.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        retire.next(then)
+        self._when(which, f"{lock}.left.mine and {lock}.leaveRounds >= {shared.MAX_LEAVE_ROUNDS}", retire)
         self._when(which, f"{lock}.left.mine and {lock}.left.readers <= 1", last)
         self._when(which, f"{lock}.left.mine", leave)
         handed = self._choice(f"{suffix}.Last")

@@ -335,6 +335,14 @@ def leave_write(readers: int, *, reap: bool = False) -> LockWrite:
         return REAP_LAST if readers <= 1 else REAP_READ
     return LEAVE_LAST if readers <= 1 else LEAVE_READ
 
+#: A reader's leave whose write was refused this many times in a row, each time after a read of
+#: the count (another reader entered or left between my read and my write: LEAVE_READ and
+#: LEAVE_LAST condition on the count), stops trying: it RETIREs its entry at now (the entry ends
+#: its stop grace from now, and is reaped then as a stopped reader's: REAP_READ / REAP_LAST) and
+#: the release ends as if done. Without the cap, readers whose count moves between every read
+#: and write of mine would keep the loop going (a livelock) to the history limit. A round costs
+#: about 12 history events (a refused write, the read, the choice): 240 at the cap.
+MAX_LEAVE_ROUNDS = 20
 #: RETIRE_READER: the reader's execution ended at ``:endedAt``: its entry now lasts its stop
 #: grace from then (janitor, liveness check) - that acquisition only.
 RETIRE_READER = LockWrite(

@@ -17,6 +17,9 @@ PARK_TIMEOUT_S = 3
 PATIENT_PARK_TIMEOUT_S = 120
 #: The stop grace of the fair section a test cancels (FairCancelled).
 CANCELLED_STOP_GRACE_S = 5
+#: The stop graces of FairWait (a redrive within it can tell its own earlier release from a
+#: takeover) and FairWaitShortGrace (a stopped holder's lock is taken over after it).
+LONG_STOP_GRACE_S, SHORT_STOP_GRACE_S = 90, 4
 
 
 class FairStack(cdk.Stack):
@@ -56,6 +59,15 @@ class FairStack(cdk.Stack):
         # a waiter that gives up after 3 s
         machines.append(LockedWorkflow(self, "FairImpatient", protected=self.probe("ImpatientProbe"),
                                        **{**fair, "max_wait": cdk.Duration.seconds(3)}))
+        # the fair lock around a Wait of ``waitS`` seconds (a Wait is not guarded: a redrive
+        # resumes it): with a stop grace that outlasts a redrive test's stop, next holder and
+        # redrive on a loaded machine (the resumed release can tell its own earlier write), and
+        # with a short one (a stopped holder is taken over soon)
+        for name, grace in (("FairWait", LONG_STOP_GRACE_S), ("FairWaitShortGrace", SHORT_STOP_GRACE_S)):
+            wait_work = sfn.CustomState(self, f"{name}Work", state_json={
+                "Type": "Wait", "QueryLanguage": "JSONata", "Seconds": jsonata("$states.input.waitS")})
+            machines.append(LockedWorkflow(self, name, protected=wait_work,
+                                           **{**fair, "stop_grace": cdk.Duration.seconds(grace)}))
         # EXPRESS: no task tokens, so its waiters poll as the head of the same queue
         LockedWorkflow(self, "FairExpress", protected=self.probe("ExpressProbe"), wait_policy=FAST,
                        state_machine_type=sfn.StateMachineType.EXPRESS,

@@ -1,7 +1,7 @@
 """An executable model of the shared/exclusive lock (state_machines/shared_protocol.py) for
 exhaustive exploration: the lock item (owner, shared hold, reader count and entries, fence,
 ticket counters) and one row per ticket; readers and writers (and, optionally, a plain mutex
-running lock_protocol's ACQUIRE/RELEASE) taking the fast path, a ticket, a transactional
+running lock_protocol's ACQUIRE/RELEASE and its sweep of a shared hold) taking the fast path, a ticket, a transactional
 park, the handoff (read the next row; grant, wake, go on for readers; skip; stop), claims,
 the last reader's handoff, reaping an expired reader entry, the park's fallback and the
 handoff it runs for a head that does not move; crashes at every step, lost responses on
@@ -32,7 +32,8 @@ waker that saw its wake-up fail takes the grant back: wrong when only the answer
 model's Step Functions fault), ``free_after_leave`` (the last
 reader's leave keeps the shared hold and a FREE_SHARED of its own ends it: the first version,
 whose shared hold with no reader - no entry, no lease - a reader stopped between the two left to
-refuse a plain mutex forever).
+refuse a plain mutex forever), ``sweep_ignores_lease`` (the plain mutex's sweep of a shared hold
+reaps a reader entry whose lease is not over).
 
 :func:`explore_presence` (apart from the rest): one read/write hold's presence handshake
 (``PRESENT_ROW`` / ``DEPART_ROW`` / dismissal) against a waiter's probe and its retire
@@ -226,6 +227,22 @@ def free_shared(lock: Lock) -> tuple[bool, Lock]:
     return ok, (replace(lock, owner=None) if ok else lock)
 
 
+def free_empty(lock: Lock) -> tuple[bool, Lock]:
+    """FREE_EMPTY: a shared hold with no reader counted ends (its entries, if any, stay)."""
+    ok = lock.owner == SHARED and _n(lock.readers) == 0
+    return ok, (replace(lock, owner=None) if ok else lock)
+
+
+def sweep_reap(lock: Lock, reader: str, variant: str = "") -> tuple[bool, Lock]:
+    """The plain mutex's sweep of a shared hold reaps ``reader``'s entry: REAP_LAST if the
+    lock counts one reader, else REAP_READ (``sweep_ignores_lease``: any entry, its lease over
+    or not)."""
+    if variant == "sweep_ignores_lease":
+        ok = lock.entry(reader) is not None
+        return ok, (_drop(lock, reader, last=_n(lock.readers) <= 1) if ok else lock)
+    return reap_last(lock, reader, variant) if _n(lock.readers) <= 1 else reap_read(lock, reader)
+
+
 def retire_reader(lock: Lock, reader: str, acquired_before_end: bool, grace_over: bool) -> tuple[bool, Lock]:
     ok = lock.entry(reader) is not None and acquired_before_end
     return ok, (lock.with_entry(reader, grace_over) if ok else lock)
@@ -296,6 +313,8 @@ class Model(FairModel):
     lost_wakes: bool = True
     #: ``(name, proc) -> bool``: where a participant may crash (None: at every step)
     crash_when: Optional[object] = None
+    #: a plain mutex sweeps a shared hold that refuses it (off: the mutex before its sweep)
+    sweep: bool = True
     graph: dict = field(default_factory=dict)
 
     def names(self) -> tuple:
@@ -589,12 +608,27 @@ class Model(FairModel):
                          go(p.then, free_at_end=False))
 
     def _mutex_step(self, s: State, i: int, me: str, p: Proc, stale: str, go, w):
-        """A plain mutex (lock_protocol's ACQUIRE, polling; RELEASE, no handoff)."""
+        """A plain mutex (lock_protocol's ACQUIRE, polling; RELEASE, no handoff). While a shared
+        hold refuses it, its liveness rounds sweep the hold (``shared_kind.shared_hold_sweep``):
+        reap a reader entry whose lease is over, or end a shared hold with no reader
+        (FREE_EMPTY); without ``sweep``, none (a dead reader's key is then freed by this
+        protocol's own participants only). (Its retire of an ended reader's entry only brings
+        the entry's end closer: the dead reader's lease ending covers it.)"""
         lock = s.lock
         if p.pc == "acquire":
             ok = acquire_ok(lock, me, stale)
             after = replace(lock, owner=me, expired=False, fence=lock.fence + 1) if ok else lock
             yield from w("acquires (mutex)", ok, after, self._enter(i), go("acquire"))
+            if lock.owner == SHARED and self.sweep:
+                for reader, over in lock.entries:
+                    if over or self.variant == "sweep_ignores_lease":
+                        ok, after = sweep_reap(lock, reader, self.variant)
+                        yield from w(f"sweeps: reaps {reader}", ok, after, go("acquire"), go("acquire"),
+                                     on_lost=go("acquire"))
+                if not lock.entries:
+                    ok, after = free_empty(lock)
+                    yield from w("sweeps: frees the shared hold with no reader", ok, after, go("acquire"),
+                                 go("acquire"), on_lost=go("acquire"))
         elif p.pc == "m_release":
             ok, after = release(lock, me, p.fence)
             yield from w("releases (mutex)", ok, after if ok else self._lock_lost(s, me), go("done"), go("done"),

@@ -279,6 +279,34 @@ def test_janitor_retires_a_holder_with_a_200_kb_input_and_a_duplicate_event_chan
 
 
 @pytest.mark.filterwarnings("ignore:No application metrics to publish")  # a failed invocation
+def test_a_janitor_event_whose_first_invocation_fails_a_write_is_retried_by_lambda_and_retires_the_lock(deployed):
+    """Issue 25: the janitor's retire write fails with a 5xx that outlasted botocore's retries
+    (the fault sits above botocore's retry loop): that invocation fails. Lambda runs an
+    asynchronous invocation that failed twice more
+    (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html), and
+    the janitor's writes are idempotent: the retry retires the lock, within the stop grace."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    key = new_key("janitor-5xx")
+    stored = p.namespaced("main", key)
+    janitor = deployed.app.function_name("Main/Janitor/Function")
+    holder = start(deployed, "Main", update(key, work_ms=HELD_WORK_MS))
+    held = _acquisition_held_by(deployed, "main", key, holder)
+    before = len(deployed.cloud.async_invoke_options.of(janitor))
+    fails = Fault("UpdateItem", "InternalServerError", when=lambda params: (
+        params.get("UpdateExpression") == p.RETIRE_BY.update and stored in json.dumps(params.get("Key"))))
+    with dynamodb_faults(fails) as log:
+        stopped_ms = _stop(deployed, holder, deployed.cloud.events.status_events)
+        _wait_for_retire(deployed, "main", key, str(stopped_ms + GRACE_MS), timeout=GRACE_S)
+    assert log.injected == 1
+    retired = deployed.lock_item("main", key)
+    assert (retired[p.OWNER], retired[p.FENCE]) == (held[p.OWNER], held[p.FENCE])  # retired, not released
+    outcomes = [a.outcome for a in deployed.cloud.async_invoke_options.of(janitor)[before:]]
+    # the first invocation failed; Lambda's retry did it
+    assert "failed" in outcomes and "ok" in outcomes[outcomes.index("failed"):], outcomes
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")  # a failed invocation
 def test_janitor_reads_every_page_of_a_long_wait_before_the_stop(deployed):
     """The holder polled a held lock for a while (its acquire attempts fill the history) and
     then held it when it was stopped: read in pages of 5 events, the acquisition is on a late

@@ -336,6 +336,36 @@ def test_lost_responses_of_a_readers_enter_and_leave_count_it_once(rw):
     assert rw.probe(k)["entries"] == 1 and rw.free(k) and int(rw.lock(k)[sp.READERS]["N"]) == 0
 
 
+def test_a_readers_leave_refused_round_after_round_retires_its_entry_at_the_cap(rw):
+    """Issue 25: LEAVE_READ and LEAVE_LAST condition on the reader count, so a leave is refused
+    whenever another reader entered or left between its read and its write. Refused every time
+    (as under readers whose count moves between every read and write of mine), the leave loop
+    stops after ``shared_protocol.MAX_LEAVE_ROUNDS`` reads: the reader retires its entry (it
+    ends its stop grace from now, then is reaped as a stopped reader's) and its release ends;
+    the run succeeds (its work did). Before the cap it looped until the refusals stopped."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = new_key()
+    stored = p.namespaced(NAMESPACE, k)
+
+    def refused(write):
+        return Fault("UpdateItem", "ConditionalCheckFailedException", times=3 * sp.MAX_LEAVE_ROUNDS,
+                     when=lambda params: (params.get("ConditionExpression"), params.get("UpdateExpression"))
+                     == (write.condition, write.update) and params.get("Key") == {"pk": {"S": stored}})
+
+    with dynamodb_faults(refused(sp.LEAVE_READ), refused(sp.LEAVE_LAST)):
+        result = rw.wait([rw.start("Reader", {"key": k, "workMs": 1})])[0]
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    states = entered_states(result)
+    assert states.count("Lock.ReleaseRead") == sp.MAX_LEAVE_ROUNDS and states[-1] == "Lock.Released", states[-8:]
+    assert states.count("Lock.ReleaseRetire") == 1
+    retired_ms = next(e["timestamp"].timestamp() * 1000 for e in result.history
+                      if e.get("stateEnteredEventDetails", {}).get("name") == "Lock.ReleaseRetire")
+    (entry,) = sp.readers_of(rw.lock(k)).values()  # still there, its lease cut to the stop grace
+    grace_ms, expires_ms = int(entry[p.GRACE]["N"]), int(entry[p.EXPIRES_AT]["N"])
+    assert retired_ms + grace_ms - 1_000 <= expires_ms <= retired_ms + grace_ms + 5_000, (retired_ms, grace_ms, expires_ms)
+
+
 def test_a_lost_grant_response_and_a_lost_wake_up_strand_no_reader(rw):
     """The writer's handoff: its first grant's response is lost (it reads the lock item: granted
     by me - wake it); its second reader's wake-up is lost (the grant stands; that reader finds it

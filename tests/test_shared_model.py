@@ -106,12 +106,29 @@ def test_a_plain_mutex_is_refused_while_others_hold_and_enters_after_them(kinds)
     assert result["violation"] is None, model.violations
 
 
-def test_a_plain_mutex_alone_does_not_recover_a_dead_reader():
-    """The documented limit of mixing: a shared hold has no lease a mutex can see; a reader that
-    dies is reaped by the participants of this protocol (or the janitor and one of them)."""
-    result, model = explore(kinds="rm", lost_responses=False)
+def test_a_plain_mutex_alone_recovers_a_dead_reader_by_its_sweep_of_the_shared_hold():
+    """A shared hold has no lease a mutex's ACQUIRE can see; its liveness rounds sweep the hold
+    (``shared_kind.shared_hold_sweep``): a reader entry whose lease is over is reaped (the last
+    one's REAP_LAST ends the hold), a hold with no reader is freed (FREE_EMPTY). With every
+    fault, a dead reader never keeps a plain mutex out."""
+    result, model = explore(kinds="rm")
+    assert result["violation"] is None, model.violations  # (without the sweep: stuck, below)
+
+
+def test_negative_control_a_plain_mutex_without_its_sweep_does_not_recover_a_dead_reader():
+    """The mutex before its sweep: a reader that dies holding leaves a key a plain mutex alone
+    never gets - the model finds it stuck."""
+    result, model = explore(kinds="rm", lost_responses=False, sweep=False)
     assert result["violation"].startswith("stuck")
     assert "r1 crashes at cs" in model.violations[0][1]
+
+
+def test_negative_control_a_sweep_that_reaps_a_live_readers_entry_is_caught():
+    """``sweep_ignores_lease``: the mutex's sweep reaps a reader entry whose lease is not over -
+    the reader is still at work, and the mutex walks in beside it."""
+    result, model = explore(kinds="rm", crashes=False, lost_responses=False, variant="sweep_ignores_lease")
+    assert result["violation"] in ("writer m1 inside with ['r1']", "reader r1 at work without its entry"), model.violations
+    assert any("m1 sweeps: reaps r1" in label for label in model.violations[0][1])
 
 
 def _after_its_leave(name: str, proc) -> bool:
@@ -266,6 +283,7 @@ MODEL_WRITES = {
     "LEAVE_LAST": (False, "me", lambda it, a: m.leave_last(it, a["me"])),
     "REAP_READ": (False, "next", lambda it, a: m.reap_read(it, a["next"])),
     "REAP_LAST": (False, "next", lambda it, a: m.reap_last(it, a["next"])),
+    "FREE_EMPTY": (False, None, lambda it, a: m.free_empty(it)),
     "RETIRE_READER": (False, "next", lambda it, a: m.retire_reader(
         it, a["next"], a["ended"] >= ACQUIRED, a["ended"] + GRACE < NOW)),
     "RELEASE_WRITE": (False, None, lambda it, a: m.release(it, a["me"], a["fence"])),
@@ -382,7 +400,8 @@ def _conformance(ddb, writes: dict, cases: int = 40) -> dict:
     return check.seen
 
 
-ALL_WRITES = {**sp.LOCK_WRITES, "FENCED_WRITE_CHECK": sp.FENCED_WRITE_CHECK, "MARK": sp.MARK, "LEAVE": sp.LEAVE,
+ALL_WRITES = {**sp.LOCK_WRITES, "FREE_EMPTY": sp.FREE_EMPTY, "FENCED_WRITE_CHECK": sp.FENCED_WRITE_CHECK,
+              "MARK": sp.MARK, "LEAVE": sp.LEAVE,
               "DEQUEUE": sp.DEQUEUE,
               "PARK": sp.PARK}
 

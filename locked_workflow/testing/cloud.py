@@ -141,6 +141,9 @@ class LocalCloud:
         )
         #: Local EventBridge switches and delivery log (e.g. ``cloud.events.emit_status_events = False``).
         self.events = EventRouter(emit_status_events=emit_status_events)
+        #: How Lambda's retries of a failed asynchronous invocation are paced, and their log
+        #: (e.g. ``cloud.async_invoke_options.time_scale = 1 / 30``; see ``patches/async_invoke_retries``).
+        self.async_invoke_options = patches.async_invoke_retries.AsyncInvokeOptions()
         #: In-process Lambda functions by name.
         self.functions = FunctionRegistry()
         self.deployments: list[Deployment] = []
@@ -182,6 +185,7 @@ class LocalCloud:
                 router=self.events,
                 task_token_length=self.task_token_length,
                 history_event_limit=self.history_event_limit,
+                async_invoke_options=self.async_invoke_options,
             )
             patches.redrive.use_options(stack, self.redrive_options)
             stack.callback(self._stop_running_executions)  # runs first on exit

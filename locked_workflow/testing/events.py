@@ -10,7 +10,8 @@ matching included):
   accepted and ignored: local deliveries fail for deterministic reasons only. A Lambda
   function target is invoked asynchronously (``InvocationType=Event``) through the runtime's
   in-process functions: the delivery succeeds once the function accepts the event, and
-  the handler's own errors are the function's, not the rule's (no retry, no DLQ here).
+  the handler's own errors are the function's, not the rule's: Lambda retries them
+  (``patches/async_invoke_retries``).
 * **Execution status events**: when an execution of a Standard workflow ends
   (SUCCEEDED, FAILED, TIMED_OUT, ABORTED) an ``aws.states`` / ``Step Functions Execution
   Status Change`` event is put on the default bus of its account and region (Express

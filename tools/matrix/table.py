@@ -309,6 +309,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.ReleaseRead': 'contend',
         'Lock.ReleaseLast': 'contend',
         'Lock.ReleaseLastAgain': 'after-lost:Lock.ReleaseLast',
+        'Lock.ReleaseRetire': 'contend',  # only after MAX_LEAVE_ROUNDS refused leaves: n/r (test_shared_lock has its test)
         'Lock.Release.Handoff.WakeWriter': 'contend',
         'Lock.Release.Handoff.GrantWrite': 'contend',
         'Lock.Release.Handoff.Look': 'contend',
@@ -325,6 +326,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.ReleaseAfterErrorRead': 'work-fails',
         'Lock.ReleaseAfterErrorLast': 'work-fails',
         'Lock.ReleaseAfterErrorLastAgain': 'work-fails+after-lost:Lock.ReleaseAfterErrorLast',
+        'Lock.ReleaseAfterErrorRetire': 'work-fails',  # (as Lock.ReleaseRetire: n/r)
         'Lock.ReleaseAfterError.Handoff.WakeWriter': 'work-fails',
         'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails',
         'Lock.ReleaseAfterError.Handoff.Look': 'work-fails',

@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from locked_workflow.testing.events import EventRouter
 from locked_workflow.testing.lambda_runtime import FunctionRegistry
 from locked_workflow.testing.patches import (
+    async_invoke_retries,
     cancelled_branches,
     consumed_capacity,
     data_limit,
@@ -61,6 +62,7 @@ def apply_all(
     router: EventRouter,
     task_token_length: int = task_tokens.DEFAULT_LENGTH,
     history_event_limit: int = history_limit.DEFAULT_LIMIT,
+    async_invoke_options: async_invoke_retries.AsyncInvokeOptions | None = None,
 ) -> None:
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
     serial_dynamodb.apply(stack)
@@ -78,6 +80,7 @@ def apply_all(
     field_names.apply(stack)
     parallel_argument_errors.apply(stack)
     lambda_in_process.apply(stack, functions)
+    async_invoke_retries.apply(stack, async_invoke_options or async_invoke_retries.AsyncInvokeOptions())
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)
     stack.callback(router.close)  # held-back late copies die with the cloud, before moto

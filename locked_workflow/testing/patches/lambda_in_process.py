@@ -8,8 +8,9 @@ Fix: when the function is registered in the runtime's
 :class:`locked_workflow.testing.lambda_runtime.FunctionRegistry`, run its handler in-process
 instead. A raised exception sets the ``X-Amz-Function-Error`` header with an
 ``errorType`` payload, so Step Functions sees the exception's class name as the error.
-``InvocationType=Event`` runs the handler on a background thread. Unregistered functions
-keep moto's behaviour.
+``InvocationType=Event`` runs the handler on a background thread, with Lambda's retries of a
+function error (``patches/async_invoke_retries``). Unregistered functions keep moto's
+behaviour.
 
 The function's ``Timeout`` holds: an invocation still running at it fails with
 ``Sandbox.Timedout`` at that moment, as Lambda's does; the handler thread itself cannot be
@@ -30,13 +31,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from contextlib import ExitStack
 from unittest import mock
 
 from moto.awslambda.models import LambdaFunction
 
 from locked_workflow.testing import function_logs
+from locked_workflow.testing.patches import async_invoke_retries
 from locked_workflow.testing.lambda_runtime import FunctionRegistry, ThreadLocalEnviron
 
 
@@ -58,7 +59,7 @@ def apply(stack: ExitStack, registry: FunctionRegistry) -> None:
             body = body.decode("utf-8")
         event = json.loads(body) if body else {}
         if _header(request_headers, "X-Amz-Invocation-Type") == "Event":
-            threading.Thread(target=function.invoke, args=(event,), daemon=True).start()
+            async_invoke_retries.start(function, event, self)
             return b""
         result = function.invoke(event)
         if result.failed:
