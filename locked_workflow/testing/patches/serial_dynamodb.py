@@ -148,7 +148,7 @@ def plan_of(action: str, params: dict[str, Any], backend: Any) -> _Plan | None:
             writes_stream = action not in ("GetItem", "BatchGetItem", "TransactGetItems") and table.stream_shard is not None
             plan.table(table_name, exclusive or writes_stream)
             plan.items.add((table_name, partition))
-    except (_Unreadable, AttributeError, TypeError, KeyError):
+    except (_Unreadable, AttributeError, TypeError, KeyError, ValueError):
         return None
     return plan if plan.tables else None
 
