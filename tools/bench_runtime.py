@@ -54,6 +54,7 @@ CONCURRENT = 30
 BURST_THREADS = 30
 BURST_ROUNDS = 20
 PASS_STATES = 8
+ALONE_RUNS = 12
 
 
 # -- the measurements (each in a child process; only the standard library and the tree measured) --
@@ -129,7 +130,7 @@ def measure_states(work: Path) -> dict[str, float]:
         workflow = app.state_machine_arn("Passes")
         cloud.wait_for(cloud.start_execution(workflow, {"id": "warm-up"}), timeout=60)
         alone = []
-        for n in range(8):
+        for n in range(ALONE_RUNS):
             result = cloud.wait_for(cloud.start_execution(workflow, {"id": f"alone-{n}"}), timeout=60, poll_s=0.01)
             assert result.status == "SUCCEEDED", result
             alone.append(_per_state_ms(result.history))
