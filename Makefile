@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat test-runtime-range bench bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth templates-snapshot diagram clean
+.PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth templates-snapshot diagram clean
 
 $(STAMP_PY): pyproject.toml .ci/constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,13 @@ test-compat: $(STAMP_NPM) $(STAMP_COMPAT)
 
 bench: deps
 	$(PY) -m tools.bench $(ARGS)
+
+# The offline runtime's speed, this tree against a baseline commit, side by side in one run
+# (each in its own process; the baseline in a temporary git worktree): the README quick-start
+# test's steps, time per state entered, wake-up latency as the session grows to 1,000
+# executions, DynamoDB latency in a burst; prints both and the ratio. ARGS="--baseline REV"
+bench-runtime: deps
+	$(PY) -m tools.bench_runtime $(ARGS)
 
 bench-variants: deps
 	$(PY) -m tools.bench_variants $(ARGS)

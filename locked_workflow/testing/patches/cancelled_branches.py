@@ -98,6 +98,8 @@ from moto.stepfunctions.parser.asl.eval.program_state import ProgramRunning
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
+from locked_workflow.testing.patches import late_callbacks, unique_execution_names
+
 #: The event a state in flight leaves when it is cut short (Pass, Choice, Succeed and Fail
 #: states do not wait, and the service has no such event for them).
 ABORTED_EVENTS: tuple[tuple[type, HistoryEventType], ...] = (
@@ -343,9 +345,21 @@ def _stopping_iterations(original):  # type: ignore[no-untyped-def]
 # -- the task token API ----------------------------------------------------------------------
 
 
+def _indexed_execution(token: Any) -> Any:
+    """The execution ``token`` belongs to, found at once (``late_callbacks`` notes each callback
+    token's execution ARN, ``unique_execution_names`` each started execution), if it has its
+    environment; None: walk every execution as moto does (an activity token, an unknown one)."""
+    arn = late_callbacks.execution_arn_of(token)
+    execution = unique_execution_names.started(arn) if arn else None
+    if execution is None or execution.exec_worker is None or execution.exec_worker.env is None:
+        return None
+    return execution
+
+
 def _endpoint(backend: StepFunctionsParserBackend, token: str) -> tuple[Any, CallbackEndpoint | None]:
     """(execution, callback endpoint) of ``token``; TaskTimedOut if its task was closed here."""
-    for execution in backend._get_executions():
+    indexed = _indexed_execution(token)
+    for execution in [indexed] if indexed is not None else backend._get_executions():
         env = getattr(execution.exec_worker, "env", None) if execution.exec_worker else None
         endpoint = env.callback_pool_manager.get(token) if env is not None else None
         if endpoint is not None:
@@ -365,8 +379,11 @@ _TOKEN_CALL = threading.local()
 
 
 def _executions(original):  # type: ignore[no-untyped-def]
-    def _get_executions(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        executions = original(self, *args, **kwargs)
+    def _get_executions(self, execution_status=None):  # type: ignore[no-untyped-def]
+        indexed = _indexed_execution(getattr(_TOKEN_CALL, "token", None)) if getattr(_TOKEN_CALL, "on", False) else None
+        if indexed is not None:  # a token call: only the token's execution can hold it
+            return [indexed] if execution_status is None or execution_status == indexed.status else []
+        executions = original(self, execution_status)
         if getattr(_TOKEN_CALL, "on", False):
             executions = [e for e in executions if e.exec_worker is not None and e.exec_worker.env is not None]
         return executions
@@ -382,11 +399,11 @@ def _past_starting_executions(original, self, *args, **kwargs):  # type: ignore[
     the walk leaves it out. (It used to retry every 10 ms until no execution was starting: in
     a burst of starts a wake-up then waited seconds - 5 s measured by ``tools.bench_fair`` -
     for executions that had nothing to do with its token.) The retry stays as a fallback."""
-    _TOKEN_CALL.on = True
+    _TOKEN_CALL.on, _TOKEN_CALL.token = True, _token_of(args, kwargs)
     try:
         return _retrying_past_starting(original, self, *args, **kwargs)
     finally:
-        _TOKEN_CALL.on = False
+        _TOKEN_CALL.on, _TOKEN_CALL.token = False, None
 
 
 def _retrying_past_starting(original, self, *args, **kwargs):  # type: ignore[no-untyped-def]

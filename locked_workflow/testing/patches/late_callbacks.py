@@ -12,7 +12,8 @@ SendTaskSuccess, SendTaskFailure or SendTaskHeartbeat fails with ``TaskTimedOut`
 task ended without a callback (timed out, failed, cancelled), else ``TaskDoesNotExist``, and
 nothing reaches the history (moto's own answer for a timed-out consumer raises a TypeError:
 its ``TaskTimedOut()`` lacks a message). (A callback that lands while the timeout is being decided may
-still be accepted and ignored: a window of microseconds.)
+still be accepted and ignored: a window of microseconds.) Each callback token is also noted with
+its execution's ARN (:func:`execution_arn_of`), so a callback finds its execution at once.
 
 AWS: ``SendTaskSuccess``/``SendTaskFailure``/``SendTaskHeartbeat`` for a token whose task
 has closed fail with ``TaskTimedOut`` ("the task token has either expired or the task associated
@@ -48,6 +49,16 @@ class TaskDoesNotExist(AWSError):
 _CLOSED = "_locked_workflow_task_closed"
 
 
+#: Callback token -> the ARN of the execution whose task it belongs to.
+_TOKEN_EXECUTIONS: dict[str, str] = {}
+
+
+def execution_arn_of(token: str) -> str | None:
+    """The ARN of the execution that ``token``'s callback task belongs to (None if unknown:
+    an activity task's token, or a token this runtime never handed out)."""
+    return _TOKEN_EXECUTIONS.get(token) if isinstance(token, str) else None
+
+
 def _refuse(endpoint) -> None:  # type: ignore[no-untyped-def]
     closed = getattr(endpoint, _CLOSED, None)
     if closed == "timed out":
@@ -66,6 +77,9 @@ def apply(stack: ExitStack) -> None:
     def add(self, callback_id):  # type: ignore[no-untyped-def]
         endpoint = original_add(self, callback_id)
         current.endpoint = endpoint
+        env = getattr(current, "env", None)
+        if env is not None and isinstance(callback_id, str):
+            _TOKEN_EXECUTIONS[callback_id] = env.states.context_object.context_object_data["Execution"]["Id"]
         return endpoint
 
     def notify(self, callback_id, outcome):  # type: ignore[no-untyped-def]
@@ -82,13 +96,16 @@ def apply(stack: ExitStack) -> None:
 
     def _eval_body(self, env):  # type: ignore[no-untyped-def]
         current.endpoint = None
+        current.env = env
         try:
             original_eval_body(self, env)
         finally:
+            current.env = None
             endpoint, current.endpoint = getattr(current, "endpoint", None), None
             if endpoint is not None:
                 setattr(endpoint, _CLOSED, "timed out" if endpoint.get_outcome() is None else "ended")
 
+    stack.callback(_TOKEN_EXECUTIONS.clear)
     stack.enter_context(mock.patch.object(CallbackPoolManager, "add", add))
     stack.enter_context(mock.patch.object(CallbackPoolManager, "notify", notify))
     stack.enter_context(mock.patch.object(CallbackPoolManager, "heartbeat", heartbeat))

@@ -2,7 +2,7 @@
 
 Gap (moto 5.2.1 and DynamoDB Local 2026-05-28): neither ever answers
 ``TransactionConflictException``, nor cancels a transaction with a ``TransactionConflict``
-reason. moto runs every request alone (``patches/serial_dynamodb``), so no transaction is
+reason. moto orders the requests on an item (``patches/serial_dynamodb``), so no transaction is
 ever in flight when another request arrives; DynamoDB Local names the exception in its
 error table but no code path raises it (its jar holds the name only in that table and in
 the AWS SDK's model classes), and a burst of concurrent transactions and writes on one item

@@ -7,7 +7,9 @@ without ``name``, ``arn:aws:states:::states:startExecution``, EventBridge target
 (``ExecutionAlreadyExists``) or is mistaken for it, and an owner id built from
 ``$states.context.Execution.Id`` is shared by all of them.
 
-Fix: fill in ``name = uuid4()`` when none is given, like the service does.
+Fix: fill in ``name = uuid4()`` when none is given, like the service does. The wrapper also
+keeps every execution it started by ARN (a weak map, :func:`started`), so the task token calls
+find a token's execution at once instead of walking every execution of the session.
 
 AWS: "If you don't provide a name for the execution, Step Functions automatically generates a
 universally unique identifier (UUID) as the execution name"
@@ -19,23 +21,40 @@ Proof: ``tests/local/test_patch_unique_execution_names.py``.
 from __future__ import annotations
 
 import uuid
+import weakref
 from contextlib import ExitStack
+from typing import Any
 from unittest import mock
 
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+
+#: Execution ARN -> moto's execution object, of every execution started while the fix is on.
+_STARTED: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+
+
+def started(execution_arn: str) -> Any:
+    """moto's execution object of ``execution_arn`` (None if it was not started here)."""
+    return _STARTED.get(execution_arn)
 
 
 def apply(stack: ExitStack) -> None:
     original = StepFunctionsParserBackend.start_execution
 
     def start_execution(self, state_machine_arn, name=None, execution_input=None, trace_header=None):  # type: ignore[no-untyped-def]
-        return original(
+        execution = original(
             self,
             state_machine_arn,
             name=name or str(uuid.uuid4()),
             execution_input=execution_input,
             trace_header=trace_header,
         )
+        arn = getattr(execution, "execution_arn", None)
+        if isinstance(arn, str):
+            _STARTED[arn] = execution
+        return execution
+
+    stack.callback(_STARTED.clear)
 
     stack.enter_context(
         mock.patch.object(StepFunctionsParserBackend, "start_execution", start_execution)
