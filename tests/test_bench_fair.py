@@ -47,6 +47,7 @@ def test_a_small_slice_of_the_fair_benchmark():
         under = r["under_load"]
         assert under["floor"]["all"]["n"] >= 1 and under["runtime"]["process_cpu_cores"] > 0
         assert under["runtime"]["steady"]["ddb_request_ms"]["n"] + under["runtime"]["burst"]["ddb_request_ms"]["n"] > 0
+        assert under["runtime"]["steady"]["ddb_lock_wait_ms"]["n"] + under["runtime"]["burst"]["ddb_lock_wait_ms"]["n"] > 0
         assert under["runtime"]["burst"]["tick_late_ms"]["n"] + under["runtime"]["steady"]["tick_late_ms"]["n"] > 0
     fair = loads["Fair"]["under_load"]["handoff_parts"]
     grants = fair["burst"]["grant"]["n"] + fair["steady"]["grant"]["n"]

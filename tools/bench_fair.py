@@ -376,37 +376,24 @@ def measure_floor(cloud: Any, deployment: Any, stack: str, samples: int) -> list
 # ----------------------------------------------------------------------------------------
 
 
-class _TimedLock:
-    """A stand-in for a lock of ``patches.serial_dynamodb``: the same reentrant lock, which
-    notes how long each outermost acquisition waited and held it (bench instrumentation)."""
+def _timed_serialization(inner: Any, sink: "RuntimeMeter") -> Any:
+    """``patches.serial_dynamodb.run_serialized``, noting how long each request waited for its
+    item's locks and then held them (bench instrumentation)."""
 
-    def __init__(self, inner: Any, sink: "RuntimeMeter") -> None:
-        import threading
+    def run_serialized(action: str, params: Any, backend: Any, call: Any) -> Any:
+        asked, got = time.perf_counter(), []
 
-        self._inner, self._sink, self._local = inner, sink, threading.local()
+        def timed_call() -> Any:
+            got.append(time.perf_counter())
+            return call()
 
-    def __enter__(self) -> "_TimedLock":
-        depth = getattr(self._local, "depth", 0)
-        asked = time.perf_counter()
-        self._inner.acquire()
-        if depth == 0:
-            self._local.got = time.perf_counter()
-            self._local.wait = self._local.got - asked
-        self._local.depth = depth + 1
-        return self
+        try:
+            return inner(action, params, backend, timed_call)
+        finally:
+            if got:
+                sink.note_lock(got[0] - asked, time.perf_counter() - got[0])
 
-    def __exit__(self, *exc: Any) -> None:
-        self._local.depth -= 1
-        if self._local.depth == 0:
-            held = time.perf_counter() - self._local.got
-            self._sink.note_lock(self._local.wait, held)
-        self._inner.release()
-
-    def acquire(self, *args: Any, **kwargs: Any) -> bool:  # (the RLock interface, for other users)
-        return self._inner.acquire(*args, **kwargs)
-
-    def release(self) -> None:
-        self._inner.release()
+    return run_serialized
 
 
 class RuntimeMeter:
@@ -445,8 +432,8 @@ class RuntimeMeter:
         from locked_workflow.testing.patches import serial_dynamodb
 
         meter, original = self, BaseClient._make_api_call
-        self._patches = [mock.patch.object(serial_dynamodb, name, _TimedLock(getattr(serial_dynamodb, name), self))
-                         for name in ("DYNAMODB_REQUEST_LOCK",) if hasattr(serial_dynamodb, name)]
+        self._patches = [mock.patch.object(serial_dynamodb, "run_serialized",
+                                           _timed_serialization(serial_dynamodb.run_serialized, self))]
 
         def timed(client: Any, operation: str, params: dict) -> Any:
             service = client.meta.service_model.service_name
