@@ -57,14 +57,14 @@ from locked_workflow.state_machines import record_protocol
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
-from tools.matrix.stack import PARK_TIMEOUT_S, PROBE_TIMEOUT_S, RECORD_KEY, SEMAPHORE_LIMIT
-from tools.matrix.table import CLIENT_KINDS, Column, situation
+from tools.matrix.stack import PARK_TIMEOUT_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT, STOP_GRACE_S
+from tools.matrix.table import CLIENT_KINDS, COLUMN, Column, situation
 from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
 
-#: The stop grace of every workflow here: the probe's timeout + 5 s (``LockedWorkflow``'s default).
-GRACE_S = PROBE_TIMEOUT_S + 5
+#: The stop grace of every workflow here.
+GRACE_S = STOP_GRACE_S
 #: A client's lease (s): a crashed client's lock is free after it; and how long it waits.
-CLIENT_LEASE_S, CLIENT_WAIT_S = 20, 90
+CLIENT_LEASE_S, CLIENT_WAIT_S = 12, 90
 #: A client's documented outcome when its hold outlasted its lease (a loaded machine): the lock
 #: was taken after the lease, and the release says so.
 LEASE_RAN_OUT = "LockLost (its lease ran out)"
@@ -121,9 +121,27 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
              "client-rw-read": "rw", "client-rw-write": "rw", "Fair": "f", "client-fair": "f",
              "Semaphore": "sem", "Transfer": "acct", "Record": ""}
+NAMESPACE.update({f"{name}Section": NAMESPACE[name] for name in SECTIONS})
 #: Roles whose waiters park (a park timeout bounds a handoff) rather than poll.
-PARKING = {"Fair", "Reader", "Writer", "client-fair", "client-rw-read", "client-rw-write"}
+PARKING = {"Fair", "Reader", "Writer", "FairSection", "ReaderSection", "WriterSection", "client-fair", "client-rw-read",
+           "client-rw-write"}
 _STOPPED = "Matrix.Stop"
+#: Situations whose first participant holds long (:data:`HOLD_MS`) while the others act.
+HOLDING = ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker", "behind-dead-holder")
+#: (machine, state) -> its row, read from the deployed definition (a preparatory fault's call).
+_STATE_ROWS: dict[tuple[str, str], Row] = {}
+_STATE_ROWS_GUARD = threading.Lock()
+
+
+def _state_row(cloud: Any, machine_arn: str, machine: str, state: str) -> Row:
+    with _STATE_ROWS_GUARD:
+        if (machine, state) not in _STATE_ROWS:
+            definition = json.loads(cloud.stepfunctions.describe_state_machine(stateMachineArn=machine_arn)["definition"])
+            for found in matrix_rows.task_rows(machine, definition):
+                _STATE_ROWS[(machine, found.state)] = found
+        if (machine, state) not in _STATE_ROWS:
+            raise ValueError(f"`state` must be a Task of {machine} that calls DynamoDB or Step Functions, got: {state}")
+        return _STATE_ROWS[(machine, state)]
 #: The work's function timeout, as the runtime reports it or as the probe names it.
 WORK_TIMEOUTS = ("Sandbox.Timedout", "TimedOut")
 
@@ -214,20 +232,38 @@ class Cell:
     """One (row, column) on its own keys, run by :meth:`run` on a deployed matrix stack."""
 
     def __init__(self, cloud: Any, app: Any, registry: FaultRegistry, row: Row, column: Column, cell_id: str, *,
-                 seed: int, lock_off: bool = False) -> None:
+                 seed: int, lock_off: bool = False, situation_override: str = "") -> None:
         self.cloud, self.app, self.registry = cloud, app, registry
         self.row, self.column, self.id = row, column, cell_id
         self.rng = random.Random(seed)
         self.lock_off = lock_off  # the negative control: every workflow participant runs unlocked
-        self.situation = situation(row) or "contend"
+        self.situation = situation_override or situation(row) or "contend"
         roles = PARTICIPANTS[row.kind] if row.kind in PARTICIPANTS else None
-        if row.kind == "janitor":
+        if row.kind == "janitor" and not situation_override:
             roles, self.situation = JANITOR_SCENES.get(row.state, (PARTICIPANTS["mutex"], "dead-holder"))
         parts = self.situation.split("+")
-        #: a state whose response is lost first (its retry is the row), and the situation besides
-        self.lost_first = next((part.partition(":")[2] for part in parts if part.startswith("after-lost:")), "")
-        self.base = next((part for part in parts if not part.startswith("after-lost:")), "contend")
-        roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
+        self._machine = ""
+        #: preparatory faults, each ``(machine or "", state, column name)``: ``after-lost:<state>``
+        #: (its response lost first: its retry is the row) and ``pre:[<machine>/]<state>=<column>``
+        self.prepared: list[tuple[str, str, str]] = []
+        for part in parts:
+            if part.startswith("after-lost:"):
+                self.prepared.append(("", part.partition(":")[2], "lost"))
+            elif part.startswith("with:"):  # the participants, by role
+                roles = part[5:].split(",")
+            elif part.startswith("as:"):  # the row's state run by another machine of the same definition
+                self._machine = part[3:]
+            elif part.startswith("pre:"):
+                where, _, column = part[4:].partition("=")
+                machine, _, state = where.rpartition("/")
+                self.prepared.append((machine, state, column))
+        #: ``no-janitor``: the janitor cannot read an ended execution's history (it fails, as
+        #: when its retries ran out): the waiters' own liveness checks take over
+        self.no_janitor = "no-janitor" in parts
+        self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:"))
+                          and part != "no-janitor"), "contend")
+        if not any(part.startswith("with:") for part in parts):
+            roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
         self.key = cell_id
         self.participants = [Participant(role, self._document(role, index)) for index, role in enumerate(roles)]
         self.unlisted: list[str] = []
@@ -238,25 +274,28 @@ class Cell:
     # -- the scenario ---------------------------------------------------------------------------
 
     def _document(self, role: str, index: int) -> dict:
-        hold = self.base in ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker") and index == 0
+        hold = self.base in HOLDING and index == 0
         work = HOLD_MS if hold else CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
         fail = self.base == "work-fails" and index == 0
-        if role == "Transfer":  # overlapping pairs: (a, b), (b, c), (b, a)
+        if role.startswith("Transfer"):  # overlapping pairs: (a, b), (b, c), (b, a)
             pair = [("a", "b"), ("b", "c"), ("b", "a")][index % 3]
             return {"from": self.key + pair[0], "to": self.key + pair[1], "workMs": work, "fail": fail}
         if role == "Record":
             return {"key": self.key, "waitS": 3 if hold else 1 if index == 0 else 0}
         if role == "Nested" and self.row.state.startswith("Inner."):  # the inner section on a key of its own
-            return {"key": self.key, "innerKey": self.key + "i", "workMs": work, "fail": fail}
+            # (a second Nested: an outer key of its own, so the two meet at the inner section)
+            return {"key": self.key + (f"o{index}" if index else ""), "innerKey": self.key + "i", "workMs": work,
+                    "fail": fail}
         return {"key": self.key, "workMs": work, "fail": fail}
 
     @property
     def probe_keys(self) -> list[str]:
         if self.row.kind == "record" or all(p.role == "Record" for p in self.participants):
             return []
-        if any(p.role == "Transfer" for p in self.participants):
+        if any(p.role.startswith("Transfer") for p in self.participants):
             return [self.key + suffix for suffix in "abc"]
-        return [self.key] + [self.key + "i" for p in self.participants[:1] if "innerKey" in p.document]
+        return list(dict.fromkeys([self.key] + [key for p in self.participants if "innerKey" in p.document
+                                                for key in (p.document["key"], p.document["innerKey"])]))
 
     def _fault(self) -> Fault:
         row, column, cell = self.row, self.column, self
@@ -273,6 +312,14 @@ class Cell:
                     cell.id in json.dumps(params) and matrix_rows.call_row(row.kind, row.operation, params) == row.state
             return state is not None and state.state_name == row.state and \
                 f":execution:{cell.machine}:{cell.id}-" in state.execution_arn
+
+        return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
+                     when=when, then=self._then(column) if column.then else None)
+
+    def _then(self, column: Column) -> Any:
+        """What happens right after a call that ``column`` faults: the caller stopped, timed out
+        or stopped for a redrive (a client: it crashes there)."""
+        cell = self
 
         def then() -> None:
             state = calling_state()
@@ -292,25 +339,41 @@ class Cell:
                 p.stopped, p.redrive = True, column.then == "stop, redrive"
                 cell.cloud.stop_execution(state.execution_arn, error=_STOPPED, cause="stopped by the fault matrix")
 
-        return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
-                     when=when, then=then if column.then else None)
+        return then
 
-    def _lost_first(self) -> Fault:
-        """The lost response that leads to the row's state (``after-lost:<state>``)."""
-        cell, state_name = self, self.lost_first
+    def _prepared_fault(self, machine: str, state_name: str, column_name: str) -> Fault:
+        """A fault that brings the cell to its row: ``column_name``'s fault on the first call of
+        ``state_name`` by an execution of ``machine`` (default: the row's) of this cell - a
+        response lost first (the row is its retry), a wake-up that fails (the row is a later
+        step of the handoff), a stop right after a call."""
+        cell, machine = self, machine or self.machine
+        arn = f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{machine}"
+        row = _state_row(self.cloud, arn, machine, state_name)
+        column = COLUMN[column_name]
 
         def when(params: dict) -> bool:
             state = calling_state()
             return state is not None and state.state_name == state_name and \
-                f":execution:{cell.machine}:{cell.id}-" in state.execution_arn
+                f":execution:{machine}:{cell.id}-" in state.execution_arn
 
-        return Fault("UpdateItem", "InternalServerError", after_call=True, when=when)  # (every release is one)
+        return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
+                     when=when, then=self._then(column) if column.then else None)
+
+    def _no_janitor(self) -> Fault:
+        """The janitor's history reads of the cell's executions fail (``no-janitor``)."""
+        cell = self
+
+        def when(params: dict) -> bool:
+            name = threading.current_thread().name
+            return name.startswith("lambda:") and "anitor" in name and cell.id in params.get("executionArn", "")
+
+        return Fault("GetExecutionHistory", "ServiceUnavailable", times=100, service="stepfunctions", when=when)
 
     @property
     def machine(self) -> str:
         from tools.matrix.stack import MACHINES
 
-        return MACHINES.get(self.row.kind, "")
+        return self._machine or MACHINES.get(self.row.kind, "")
 
     def run(self) -> CellResult:
         started = time.monotonic()
@@ -319,13 +382,15 @@ class Cell:
             self.cloud.dynamodb.put_item(TableName=self.tables["records"], Item={
                 RECORD_KEY: {"S": self.key}, "balance": {"N": "0"}, "padding": {"S": "p" * (padding * 1024 - 100)}})
         fault = self.registry.add(self._fault())
-        first_fault = self.registry.add(self._lost_first()) if self.lost_first else None
+        prepared = [self.registry.add(self._prepared_fault(*spec)) for spec in self.prepared]
+        if self.no_janitor:
+            prepared.append(self.registry.add(self._no_janitor()))
         self.registry.observers.append(self._observe)
         threads = []
         try:
             first, others = self.participants[0], self.participants[1:]
             threads.append(self._start(first))
-            if self.base in ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker"):
+            if self.base in HOLDING:
                 self._wait_inside(first)
             if self.base == "dead-waiter":
                 waiter = others[0]
@@ -343,8 +408,8 @@ class Cell:
                 thread.join(HARD_CAP_S)
         finally:
             self.registry.remove(fault)
-            if first_fault is not None:
-                self.registry.remove(first_fault)
+            for other in prepared:
+                self.registry.remove(other)
         self._settle()
         self.registry.observers.remove(self._observe)
         violations = self._judge()
@@ -386,7 +451,7 @@ class Cell:
         p.ended_ms = p.ended_ms or _now_ms()
 
     def _machine_arn(self, role: str) -> str:
-        name = "Unlocked" if self.lock_off and role not in ("Record", "Transfer") else role
+        name = "Unlocked" if self.lock_off and role not in ("Record", "Transfer", "TransferSection") else role
         return f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{name}"
 
     def _execution(self, p: Participant) -> None:
@@ -528,15 +593,20 @@ class Cell:
     # -- after ----------------------------------------------------------------------------------
 
     def _settle(self) -> None:
-        """Wait for every grace to pass (a stopped holder's lock is retired to its end + grace;
-        a crashed client's is free at its lease's end)."""
+        """Wait until the cell's locks are left as they must be (nothing held, nothing parked:
+        :meth:`_left` finds nothing), or at most until every grace has passed (a stopped
+        holder's lock is retired to its end + grace; a crashed client's is free at its lease's
+        end) - then :meth:`_judge` reads what is left. Nothing the participants did can hold a
+        lock again once they all ended, so an early clean look is the settled state."""
         # (a work past its function timeout: the section retires its hold to the end + grace)
         ends = [p.ended_ms for p in self.participants if p.abnormal or p.stopped or p.timed_out
                 or p.error in WORK_TIMEOUTS]
         crashed = any(p.status == "CRASHED" for p in self.participants)
-        if ends:
-            until = max(ends) + (max(GRACE_S, CLIENT_LEASE_S if crashed else 0) + 2) * 1000
-            time.sleep(max(0.0, (until - _now_ms()) / 1000))
+        if not ends:
+            return
+        until = max(ends) + (max(GRACE_S, CLIENT_LEASE_S if crashed else 0) + 2) * 1000
+        while _now_ms() < until and self._left():
+            time.sleep(min(1.0, max(0.0, (until - _now_ms()) / 1000)))
 
     def _items(self) -> list[dict]:
         items = []
@@ -632,6 +702,9 @@ class Cell:
         for item in items:
             key = item["pk"]["S"]
             if protocol.OWNER in item and protocol.EXPIRES_AT in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
+                if self.no_janitor and any(p.abnormal and p.arn and p.arn.rpartition(":")[2] in item[protocol.OWNER]["S"]
+                                           for p in self.participants):
+                    continue  # with no janitor and no waiter left, an ended holder's lock waits for its lease
                 found.append(f"{key} held by {item[protocol.OWNER]['S'][-60:]} for "
                              f"{(int(item[protocol.EXPIRES_AT]['N']) - now) / 1000:.0f} s more")
             elif fair.TOKEN in item and "#" in key and not item[fair.TOKEN].get("S", "").startswith(

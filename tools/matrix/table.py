@@ -69,7 +69,10 @@ COLUMN = {column.name: column for column in COLUMNS}
 
 
 def not_applicable(row: Row, column: Column) -> str:
-    """Why ``column`` does not apply to ``row`` ("" when it does)."""
+    """Why ``column`` does not apply to ``row`` ("" when it does); every column of a row no
+    participant of the matrix can reach (:func:`unreachable`) says why."""
+    if unreachable(row):
+        return UNREACHABLE_WHY[unreachable(row)]
     if column.name == "conflict":
         if not row.writes:
             return "not a DynamoDB write (reads and Step Functions calls never meet a transaction conflict)"
@@ -94,14 +97,20 @@ def situation(row: Row) -> str | None:
     return SITUATIONS.get(row.kind, {}).get(row.state)
 
 
+def unreachable(row: Row) -> str:
+    """The key of :data:`UNREACHABLE_WHY` saying why no cell reaches ``row`` ("" when one does)."""
+    return UNREACHABLE.get(row.kind, {}).get(row.state, "")
+
+
 def uncovered(rows: Iterable[Row]) -> list[str]:
     """Rows with no cell definition (no situation), and situations of states that are gone."""
     rows = list(rows)
     missing = [f"{row.name}: no situation in tools/matrix/table.py SITUATIONS" for row in rows if situation(row) is None]
     seen = {(row.kind, row.state) for row in rows}
     kinds = {row.kind for row in rows}
-    stale = [f"{kind}:{state}: in SITUATIONS but no such state" for kind, states in SITUATIONS.items()
-             if kind in kinds for state in states if (kind, state) not in seen]
+    stale = [f"{kind}:{state}: in {name} but no such state" for name, table in (("SITUATIONS", SITUATIONS),
+                                                                               ("UNREACHABLE", UNREACHABLE))
+             for kind, states in table.items() if kind in kinds for state in states if (kind, state) not in seen]
     return missing + stale
 
 
@@ -411,4 +420,24 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Retire': 'redrive',
         'Lock.FreeRefused': 'refused',
     },
+}
+
+#: Why a row cannot be reached by any cell of this stack (:data:`UNREACHABLE`): its cells are
+#: not run, and the table prints the reason in place of ``n/r``.
+UNREACHABLE_WHY: dict[str, str] = {
+    "mutex key": "a plain mutex waiter's sweep of a read/write key's shared hold: this machine's keys are in a "
+                 "namespace no reader ever holds (the same states run in the mutex:Lock.* cells, on a read/write "
+                 "key as RwMutex)",
+    "legacy item": "frees `{owner: shared, readers: 0}` with no reader entry, the item the first protocol's "
+                   "two-write leave left (L1); today's last leave frees the hold in the same write, so no "
+                   "participant can write that item",
+    "no record section": "probes a holder's presence token: only a LockedSection registers one, and the matrix's "
+                         "record lock is a LockedWorkflow (presence off); tests/test_lock_record.py::"
+                         "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
+}
+UNREACHABLE: dict[str, dict[str, str]] = {
+    "mutex": {"Lock.FreeEmptyShared": "legacy item"},
+    "nested": {f"{section}.{state}": "mutex key" for section in ("Outer", "Inner") for state in _SHARED_HOLD},
+    "multikey": {f"Lock.{state}": "mutex key" for state in _SHARED_HOLD},
+    "record": {"Lock.ProbeHolder": "no record section", "Lock.Abandoned": "no record section"},
 }
