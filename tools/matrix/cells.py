@@ -30,7 +30,8 @@ Invariants, every cell (each a list of violations, empty when it holds):
   other one still waiting enters or ends within its documented bound: the stop grace plus
   one liveness round (a polling waiter) or one park timeout (fair, read/write), or a
   client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
-  :data:`SLACK_S` for a loaded machine; and every participant ends within :data:`HARD_CAP_S`;
+  :data:`SLACK_S` for a loaded machine, plus the holds of those that entered before it meanwhile
+  (it queued behind them); and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
   still parks anyone; rows besides the lock items: at most :data:`ROWS_PER_PARTICIPANT` per
   participant;
@@ -58,7 +59,7 @@ from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
 from tools.matrix.stack import PARK_TIMEOUT_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT, STOP_GRACE_S
-from tools.matrix.table import CLIENT_KINDS, COLUMN, Column, situation
+from tools.matrix.table import CLIENT_KINDS, COLUMN, SITUATIONS, Column, situation
 from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
 
 #: The stop grace of every workflow here.
@@ -91,7 +92,7 @@ PARTICIPANTS: dict[str, list[str]] = {
     "semaphore": ["Semaphore"] * (SEMAPHORE_LIMIT + 1),
     "multikey": ["Transfer", "Transfer", "Transfer"],
     "shared": ["Reader", "Writer", "RwMutex"],
-    "exclusive": ["Writer", "Reader", "client-rw-read"],
+    "exclusive": ["Writer", "Writer", "client-rw-read"],  # (a second writer: the waiting states are the kind's)
     "record": ["Record", "Record", "Record"],
     "client-mutex": ["client-mutex", "Mutex", "client-mutex"],
     "client-fair": ["client-fair", "Fair", "client-fair"],
@@ -239,7 +240,7 @@ class Cell:
         self.lock_off = lock_off  # the negative control: every workflow participant runs unlocked
         self.situation = situation_override or situation(row) or "contend"
         roles = PARTICIPANTS[row.kind] if row.kind in PARTICIPANTS else None
-        if row.kind == "janitor" and not situation_override:
+        if row.kind == "janitor" and not situation_override and row.state not in SITUATIONS.get("janitor", {}):
             roles, self.situation = JANITOR_SCENES.get(row.state, (PARTICIPANTS["mutex"], "dead-holder"))
         parts = self.situation.split("+")
         self._machine = ""
@@ -284,8 +285,9 @@ class Cell:
             return {"key": self.key, "waitS": 3 if hold else 1 if index == 0 else 0}
         if role == "Nested" and self.row.state.startswith("Inner."):  # the inner section on a key of its own
             # (a second Nested: an outer key of its own, so the two meet at the inner section)
+            # (its work fails in the inner section: the outer one's work went well)
             return {"key": self.key + (f"o{index}" if index else ""), "innerKey": self.key + "i", "workMs": work,
-                    "fail": fail}
+                    "fail": False, "innerFail": fail}
         return {"key": self.key, "workMs": work, "fail": fail}
 
     @property
@@ -514,7 +516,10 @@ class Cell:
                 if released_error is not None and released_error.response["Error"]["Code"] == "InternalServerError":
                     p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
                     return
-                if p.entered_ms and _now_ms() - p.entered_ms[-1] > CLIENT_LEASE_S * 1000:
+                # (counted from the write that took the lock: ``acquire`` may return seconds
+                # later on a loaded machine, so its return is too late a start)
+                taken_ms = lease.acquired_at if lease is not None else p.entered_ms[-1] if p.entered_ms else None
+                if taken_ms is not None and _now_ms() - taken_ms > CLIENT_LEASE_S * 1000:
                     p.status, p.error, p.cause = "FAILED", LEASE_RAN_OUT, str(lost)[:300]
                     return
                 raise
@@ -655,7 +660,8 @@ class Cell:
 
     def _documented(self, p: Participant) -> bool:
         # the work's own errors: the one it was asked for, its function timeout (a loaded machine)
-        asked = (p.document.get("fail") and p.error == "RuntimeError") or p.error in WORK_TIMEOUTS
+        asked = ((p.document.get("fail") or p.document.get("innerFail")) and p.error == "RuntimeError") \
+            or p.error in WORK_TIMEOUTS
         if p.is_client:
             return p.status == "SUCCEEDED" or asked or p.status == "CRASHED" and p.crashed or \
                 p.error in (protocol.ERROR_TIMEOUT, LEASE_RAN_OUT)
@@ -690,11 +696,27 @@ class Cell:
                 round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
                 bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000)
                 next_ms = later[0] if later else waiter.ended_ms
+                bound_ms += self._held_between(end, next_ms, dead, waiter)
                 if next_ms - end > bound_ms:
                     found.append(f"{waiter.role} {waiter.arn.rpartition(':')[2]} waited {(next_ms - end) / 1000:.0f} s "
                                  f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
                                  f"(bound {bound_ms / 1000:.0f} s)")
         return found
+
+    def _held_between(self, start_ms: int, end_ms: int, *skip: Participant) -> int:
+        """How long the participants but ``skip`` held the lock between ``start_ms`` and
+        ``end_ms`` (ms): a waiter queued behind them waits for them too (one whose work timed
+        out holds for the stop grace after its end)."""
+        held = 0
+        for other in self.participants:
+            if any(other is s for s in skip):
+                continue
+            for ms in other.entered_ms:
+                if start_ms < ms < end_ms:
+                    held += min(other.ended_ms or end_ms, end_ms) - ms
+                    if other.error in WORK_TIMEOUTS or other.abnormal:
+                        held += GRACE_S * 1000
+        return held
 
     def _left(self) -> list[str]:
         now, found, rows = _now_ms(), [], 0

@@ -73,8 +73,9 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     def probe(construct_id: str, payload: dict) -> Any:
         return tasks.LambdaInvoke.jsonata(
             stack, construct_id, lambda_function=probe_fn,
-            payload=sfn.TaskInput.from_object({**payload, "workMs": jsonata("$states.input.workMs"),
-                                               "fail": jsonata("$exists($states.input.fail) and $states.input.fail")}),
+            payload=sfn.TaskInput.from_object({"workMs": jsonata("$states.input.workMs"),
+                                               "fail": jsonata("$exists($states.input.fail) and $states.input.fail"),
+                                               **payload}),
             outputs=jsonata("$states.input"), retry_on_service_exceptions=False,
         )
 
@@ -122,7 +123,9 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     inner = LockedSection(
         stack, "Inner", lock=Lock.mutex(inner_key), key_namespace="m", table=locks, wait_policy=FAST,
         max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace, lease=cdk.Duration.minutes(10), lock_variable="inner",
-        protected=probe("InnerProbe", one_key("write", "inner", inner_key)),
+        protected=probe("InnerProbe", {**one_key("write", "inner", inner_key), "fail": jsonata(
+            "$exists($states.input.innerFail) ? $states.input.innerFail : ($exists($states.input.fail) and "
+            "$states.input.fail)")}),
     )
     outer = LockedSection(
         stack, "Outer", lock=Lock.mutex(key), key_namespace="m", table=locks, wait_policy=FAST,

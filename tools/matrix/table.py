@@ -21,6 +21,23 @@ Situations (:mod:`tools.matrix.cells` runs them):
 - ``refused``: the record lock refuses its record (too large) and frees it;
 - ``after-lost:<state>``: the response of ``<state>``'s call is lost first (its retry, the row,
   follows); ``work-fails+...``: with the first participant's work failing.
+
+A situation is ``+``-joined parts: one of the above, then any of
+
+- ``pre:[<machine>/]<state>=<column>``: a preparatory fault, placed as a column's (``5xx``,
+  ``lost``, ``stop-after`` ...) on the first call of ``<state>`` by an execution of
+  ``<machine>`` (default: the row's) of the cell: a wake-up that fails, a releaser stopped
+  between two writes - what a row of a rare path needs first;
+- ``no-janitor``: the janitor's history reads of the cell's executions fail, as when its
+  retries ran out, so the waiters' own liveness checks take over from an ended holder (a lock
+  no waiter is left for then waits for its lease: documented);
+- ``with:<role>,<role>,...``: the participants (``<kind>Section``: the kind as a
+  :class:`LockedSection`, whose hold registers a presence token the waiters probe);
+- ``as:<machine>``: the row's state run by another machine of the same definition (a mutex's
+  sweep of a shared hold: ``RwMutex``, the mutex on read/write keys).
+
+A row no situation of this stack can reach says why (:data:`UNREACHABLE`); its cells are not
+run.
 """
 
 from __future__ import annotations
@@ -93,6 +110,8 @@ def cells(rows: Iterable[Row]) -> list[tuple[Row, Column]]:
 def situation(row: Row) -> str | None:
     """How a cell of ``row`` reaches its state (``None``: nobody said - the row is uncovered)."""
     if row.kind in CLIENT_KINDS or row.kind == "janitor":
+        if row.state in SITUATIONS.get(row.kind, {}):
+            return SITUATIONS[row.kind][row.state]
         return "dead-holder" if row.kind == "janitor" else "client-" + ("contend" if row.service == "dynamodb" else "waker")
     return SITUATIONS.get(row.kind, {}).get(row.state)
 
@@ -253,7 +272,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Release.Served': 'dead-waiter',
         'Lock.Release.Unmark': 'dead-waiter',
     },
-    'semaphore': _ONE_ITEM,  # a slot is the mutex's lock item
+    'semaphore': dict(_ONE_ITEM),  # a slot is the mutex's lock item
     'multikey': {
         'Lock.Acquire': 'contend',
         'Lock.Inspect': 'dead-holder',
@@ -421,6 +440,49 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.FreeRefused': 'refused',
     },
 }
+
+#: Situations found by trying candidates per row that its first situation did not reach
+#: (``--log`` runs of the ``lost`` column on moto, 2026-11-27): each reached its row at least once.
+_FOUND: dict[str, dict[str, str]] = {
+    'client-mutex': {
+        'lock_protocol.CLIENT_TAKEOVER': 'dead-holder+with:Mutex,client-mutex,client-mutex',
+    },
+    'exclusive': {
+        'Lock.DropRow': 'dead-holder+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Enqueue': 'contend+with:Writer,Writer,Writer',
+        'Lock.Help.WakeWriter': 'dead-holder+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Inspect': 'contend+with:Writer,Writer,Writer',
+        'Lock.Park': 'contend+with:Writer,Writer,Writer',
+        'Lock.ReadPresence': 'contend+with:Writer,Writer,Writer',
+        'Lock.Release.WakeReader': 'contend+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.GrantWritePolling': 'work-fails+with:Writer,Reader,client-rw-write',
+        'Lock.ReleaseAfterError.Release': 'work-fails+with:Writer,Reader,client-rw-write',
+    },
+    'fair': {
+        'Lock.Abandoned': 'dead-holder+with:FairSection,Fair,Fair',
+        'Lock.AcquireHead': 'dead-holder+no-janitor+with:Fair,Fair,Fair',
+        'Lock.DropRow': 'contend+with:Fair,Fair,Fair+pre:Lock.Release.Wake=5xx',
+        'Lock.Help.Wake': 'dead-holder+no-janitor+with:Fair,Fair,Fair',
+        'Lock.ProbeHolder': 'dead-holder+with:FairSection,Fair,Fair',
+        'Lock.ReleaseAfterError.DescribeGrantee': 'work-fails+with:Fair,Fair,Fair+pre:Lock.ReleaseAfterError.Wake=5xx',
+    },
+    'multikey': {
+        'Lock.ProbeHolder': 'dead-holder+with:TransferSection,Transfer,Transfer',
+    },
+    'nested': {
+        'Inner.Inspect': 'contend+with:Nested,Nested,Mutex',
+    },
+    'shared': {
+        'Lock.Admit': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Admitted.GrantRead': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Admitted.Look': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Admitted.WakeReader': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Inspect': 'contend+with:Writer,Reader,Reader',
+        'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails+with:Reader,Writer,Writer',
+    },
+}
+for _kind, _states in _FOUND.items():
+    SITUATIONS.setdefault(_kind, {}).update(_states)
 
 #: Why a row cannot be reached by any cell of this stack (:data:`UNREACHABLE`): its cells are
 #: not run, and the table prints the reason in place of ``n/r``.
