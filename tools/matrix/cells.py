@@ -254,6 +254,8 @@ class Cell:
                 roles = part[5:].split(",")
             elif part.startswith("as:"):  # the row's state run by another machine of the same definition
                 self._machine = part[3:]
+            elif part.startswith("stop-others-at:"):  # the others stopped as <state>'s call fails
+                self.prepared.append(("", part.partition(":")[2], "stop-others"))
             elif part.startswith("pre:"):
                 where, _, column = part[4:].partition("=")
                 machine, _, state = where.rpartition("/")
@@ -261,7 +263,8 @@ class Cell:
         #: ``no-janitor``: the janitor cannot read an ended execution's history (it fails, as
         #: when its retries ran out): the waiters' own liveness checks take over
         self.no_janitor = "no-janitor" in parts
-        self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:"))
+        self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
+                                                                          "stop-others-at:"))
                           and part != "no-janitor"), "contend")
         if not any(part.startswith("with:") for part in parts):
             roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
@@ -351,7 +354,11 @@ class Cell:
         cell, machine = self, machine or self.machine
         arn = f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{machine}"
         row = _state_row(self.cloud, arn, machine, state_name)
-        column = COLUMN[column_name]
+        if column_name == "stop-others":  # the call fails before it applies, the others are stopped meanwhile
+            column, then = COLUMN["5xx"], self._stop_others
+        else:
+            column = COLUMN[column_name]
+            then = self._then(column) if column.then else None
 
         def when(params: dict) -> bool:
             state = calling_state()
@@ -359,7 +366,15 @@ class Cell:
                 f":execution:{machine}:{cell.id}-" in state.execution_arn
 
         return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
-                     when=when, then=self._then(column) if column.then else None)
+                     when=when, then=then)
+
+    def _stop_others(self) -> None:
+        """Stop every other running execution of the cell (``stop-others-at:<state>``): e.g. a
+        grantee stopped while its releaser's wake-up fails, so the janitor meets its grant."""
+        state = calling_state()
+        for p in self.participants:
+            if not p.is_client and p.arn and (state is None or p.arn != state.execution_arn):
+                self._stop(p)
 
     def _no_janitor(self) -> Fault:
         """The janitor's history reads of the cell's executions fail (``no-janitor``)."""
