@@ -454,6 +454,7 @@ _FOUND: dict[str, dict[str, str]] = {
         'Lock.Help.WakeWriter': 'dead-holder+no-janitor+with:Writer,Writer,Writer',
         'Lock.Inspect': 'contend+with:Writer,Writer,Writer',
         'Lock.Park': 'contend+with:Writer,Writer,Writer',
+        'Lock.ProbeHolder': 'dead-holder+with:WriterSection,Writer,Writer',
         'Lock.ReadPresence': 'contend+with:Writer,Writer,Writer',
         'Lock.Release.GrantWritePolling': 'contend+with:Writer,Reader,client-rw-write',
         'Lock.Release.WakeReader': 'contend+with:Writer,Writer,Reader',
@@ -481,6 +482,12 @@ _FOUND: dict[str, dict[str, str]] = {
     'multikey': {
         'Lock.ProbeHolder': 'dead-holder+with:TransferSection,Transfer,Transfer',
     },
+    'mutex': {
+        'Lock.Abandoned': 'dead-holder+no-janitor+with:Nested,Mutex,Mutex',
+        'Lock.ProbeHolder': 'dead-holder+with:Nested,Mutex,Mutex',
+        'Lock.ReapLastReader': 'dead-holder+as:RwMutex+with:Reader,RwMutex,RwMutex',
+        'Lock.RetireEndedReader': 'dead-holder+no-janitor+as:RwMutex+with:Reader,RwMutex,RwMutex',
+    },
     'nested': {
         'Inner.Inspect': 'contend+with:Nested,Nested,Mutex',
     },
@@ -490,6 +497,7 @@ _FOUND: dict[str, dict[str, str]] = {
         'Lock.Admitted.Look': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
         'Lock.Admitted.WakeReader': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
         'Lock.Inspect': 'contend+with:Writer,Reader,Reader',
+        'Lock.ProbeHolder': 'dead-holder+with:WriterSection,Reader,Reader',
         'Lock.ReadPresence': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
         'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails+with:Reader,Writer,Writer',
         'Lock.RetireHolder': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
