@@ -103,7 +103,8 @@ def _record(result: Any) -> dict:
     """A cell's result as a line of the ``--log`` file (what ``--render`` reads back)."""
     return {"kind": result.row.kind, "state": result.row.state, "service": result.row.service,
             "operation": result.row.operation, "callback": result.row.callback, "column": result.column.name,
-            "situation": result.situation, "verdict": result.verdict, "seconds": round(result.seconds, 1), "injected": result.injected,
+            "situation": result.situation, "verdict": result.verdict, "seconds": round(result.seconds, 1),
+            "injected": result.injected,
             "violations": {k: v for k, v in result.violations.items() if v}, "describe": result.describe(),
             "trails": [f"{p.role}: {p.status} {p.error or ''}: " + " | ".join(p.trail) for p in result.participants]}
 

@@ -99,7 +99,8 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     for name, (lock, namespace, work) in kinds.items():
         LockedWorkflow(
             stack, name, lock=lock(), key_namespace=namespace, protected=work(f"{name}Probe"), table=locks,
-            wait_policy=FAST, max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace, timeout=cdk.Duration.seconds(TIMEOUT_S),
+            wait_policy=FAST, max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace,
+            timeout=cdk.Duration.seconds(TIMEOUT_S),
             logging=False, tracing=False, state_machine_name=name,
         )
     # The same kinds as a LockedSection (``<name>Section``), whose hold registers its presence
