@@ -120,6 +120,9 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "fair_protocol.CLAIM": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "DeleteItem": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "SendTaskSuccess": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.SKIP": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.REVOKE": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.MARK": (["Fair", "Fair", "Fair"], "dead-waiter"),
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
