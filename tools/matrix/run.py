@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="", help="comma-separated rows, e.g. shared:Lock.Claim (default: all)")
     parser.add_argument("--slice", type=int, default=0, help="run only this many cells, drawn by --seed")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--negative-control", action="store_true", help="the workflows unlocked: must FAIL")
     parser.add_argument("--out", default="out/matrix.md")
     parser.add_argument("--log", default="", help="append each cell's result to this JSON-lines file as it ends")
