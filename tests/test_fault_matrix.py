@@ -67,6 +67,44 @@ def test_negative_control_a_new_state_or_a_dropped_row_is_reported(definitions, 
     assert table.uncovered(_rows(definitions)) == ["fair:Lock.Release.Wake: no situation in tools/matrix/table.py SITUATIONS"]
 
 
+def test_each_situation_names_states_and_roles_that_exist(synthesized, definitions):
+    """A situation's preparatory faults name Task states of the machine they hit, and its
+    participants and machines exist: a renamed state would make its cells fail to start. An
+    unreachable row runs no cell and says why in every column."""
+    from tools.matrix.cells import NAMESPACE
+    from tools.matrix.stack import SECTIONS
+
+    names = {*MACHINES.values(), "RwMutex", *(f"{name}Section" for name in SECTIONS)}
+    by_machine = matrix_rows.definitions(synthesized.template, {name: name for name in names})
+    calls = {(machine, row.state) for machine, d in by_machine.items() for row in matrix_rows.task_rows(machine, d)}
+    checked = 0
+    for kind, states in table.SITUATIONS.items():
+        for state, situation in states.items():
+            machine = MACHINES.get(kind, "")
+            for part in situation.split("+"):
+                if part.startswith("as:"):
+                    machine = part[3:]
+            for part in situation.split("+"):
+                target = ""
+                if part.startswith(("after-lost:", "stop-others-at:")):
+                    target = part.partition(":")[2]
+                elif part.startswith("pre:"):
+                    target = part[4:].partition("=")[0]
+                    assert part.partition("=")[2] in table.COLUMN, (kind, state, part)
+                elif part.startswith("with:"):
+                    assert set(part[5:].split(",")) <= set(NAMESPACE), (kind, state, part)
+                if target:
+                    on, _, name = target.rpartition("/")
+                    assert (on or machine, name) in calls, (kind, state, part)
+                    checked += 1
+            assert machine in names or kind in table.CLIENT_KINDS | {"janitor"}, (kind, state, machine)
+    assert checked > 20
+    unreachable = [row for row in _rows(definitions) if table.unreachable(row)]
+    assert unreachable and not [row for row, _ in table.cells(unreachable)]
+    assert all(table.not_applicable(row, column) == table.UNREACHABLE_WHY[table.unreachable(row)]
+               for row in unreachable for column in table.COLUMNS)
+
+
 def test_each_client_and_janitor_row_names_a_call_as_it_is_named():
     """A declared call is named by the first spelling of its write (a write two protocols share,
     e.g. shared_protocol.MARK = fair_protocol.MARK, is named once): a row under another name

@@ -30,7 +30,8 @@ Invariants, every cell (each a list of violations, empty when it holds):
   other one still waiting enters or ends within its documented bound: the stop grace plus
   one liveness round (a polling waiter) or one park timeout (fair, read/write), or a
   client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
-  :data:`SLACK_S` for a loaded machine; and every participant ends within :data:`HARD_CAP_S`;
+  :data:`SLACK_S` for a loaded machine, plus the holds of those that entered before it meanwhile
+  (it queued behind them); and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
   still parks anyone; rows besides the lock items: at most :data:`ROWS_PER_PARTICIPANT` per
   participant;
@@ -57,14 +58,17 @@ from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
-from tools.matrix.stack import PARK_TIMEOUT_S, PROBE_TIMEOUT_S, RECORD_KEY, SEMAPHORE_LIMIT
-from tools.matrix.table import CLIENT_KINDS, Column, situation
+from tools.matrix.stack import PARK_TIMEOUT_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT, STOP_GRACE_S
+from tools.matrix.table import CLIENT_KINDS, COLUMN, SITUATIONS, Column, situation
 from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
 
-#: The stop grace of every workflow here: the probe's timeout + 5 s (``LockedWorkflow``'s default).
-GRACE_S = PROBE_TIMEOUT_S + 5
+#: The stop grace of every workflow here.
+GRACE_S = STOP_GRACE_S
 #: A client's lease (s): a crashed client's lock is free after it; and how long it waits.
-CLIENT_LEASE_S, CLIENT_WAIT_S = 20, 90
+#: (longer than the probe's timeout with room for a loaded machine: a client does not check its
+#: lease while its probe runs, so a shorter one let a waiter in beside it - seen at 12 s, and
+#: at 20 s once under a load average of 20, its probe's invocation taking over 20 s)
+CLIENT_LEASE_S, CLIENT_WAIT_S = 30, 90
 #: A client's documented outcome when its hold outlasted its lease (a loaded machine): the lock
 #: was taken after the lease, and the release says so.
 LEASE_RAN_OUT = "LockLost (its lease ran out)"
@@ -91,7 +95,7 @@ PARTICIPANTS: dict[str, list[str]] = {
     "semaphore": ["Semaphore"] * (SEMAPHORE_LIMIT + 1),
     "multikey": ["Transfer", "Transfer", "Transfer"],
     "shared": ["Reader", "Writer", "RwMutex"],
-    "exclusive": ["Writer", "Reader", "client-rw-read"],
+    "exclusive": ["Writer", "Writer", "client-rw-read"],  # (a second writer: the waiting states are the kind's)
     "record": ["Record", "Record", "Record"],
     "client-mutex": ["client-mutex", "Mutex", "client-mutex"],
     "client-fair": ["client-fair", "Fair", "client-fair"],
@@ -116,14 +120,35 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "fair_protocol.CLAIM": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "DeleteItem": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "SendTaskSuccess": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.SKIP": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.REVOKE": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.MARK": (["Fair", "Fair", "Fair"], "dead-waiter"),
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
              "client-rw-read": "rw", "client-rw-write": "rw", "Fair": "f", "client-fair": "f",
              "Semaphore": "sem", "Transfer": "acct", "Record": ""}
+NAMESPACE.update({f"{name}Section": NAMESPACE[name] for name in SECTIONS})
 #: Roles whose waiters park (a park timeout bounds a handoff) rather than poll.
-PARKING = {"Fair", "Reader", "Writer", "client-fair", "client-rw-read", "client-rw-write"}
+PARKING = {"Fair", "Reader", "Writer", "FairSection", "ReaderSection", "WriterSection", "client-fair", "client-rw-read",
+           "client-rw-write"}
 _STOPPED = "Matrix.Stop"
+#: Situations whose first participant holds long (:data:`HOLD_MS`) while the others act.
+HOLDING = ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker", "behind-dead-holder")
+#: (machine, state) -> its row, read from the deployed definition (a preparatory fault's call).
+_STATE_ROWS: dict[tuple[str, str], Row] = {}
+_STATE_ROWS_GUARD = threading.Lock()
+
+
+def _state_row(cloud: Any, machine_arn: str, machine: str, state: str) -> Row:
+    with _STATE_ROWS_GUARD:
+        if (machine, state) not in _STATE_ROWS:
+            definition = json.loads(cloud.stepfunctions.describe_state_machine(stateMachineArn=machine_arn)["definition"])
+            for found in matrix_rows.task_rows(machine, definition):
+                _STATE_ROWS[(machine, found.state)] = found
+        if (machine, state) not in _STATE_ROWS:
+            raise ValueError(f"`state` must be a Task of {machine} that calls DynamoDB or Step Functions, got: {state}")
+        return _STATE_ROWS[(machine, state)]
 #: The work's function timeout, as the runtime reports it or as the probe names it.
 WORK_TIMEOUTS = (errors.LAMBDA_TIMED_OUT, "TimedOut")
 
@@ -214,20 +239,41 @@ class Cell:
     """One (row, column) on its own keys, run by :meth:`run` on a deployed matrix stack."""
 
     def __init__(self, cloud: Any, app: Any, registry: FaultRegistry, row: Row, column: Column, cell_id: str, *,
-                 seed: int, lock_off: bool = False) -> None:
+                 seed: int, lock_off: bool = False, situation_override: str = "") -> None:
         self.cloud, self.app, self.registry = cloud, app, registry
         self.row, self.column, self.id = row, column, cell_id
         self.rng = random.Random(seed)
         self.lock_off = lock_off  # the negative control: every workflow participant runs unlocked
-        self.situation = situation(row) or "contend"
+        self.situation = situation_override or situation(row) or "contend"
         roles = PARTICIPANTS[row.kind] if row.kind in PARTICIPANTS else None
-        if row.kind == "janitor":
+        if row.kind == "janitor" and not situation_override and row.state not in SITUATIONS.get("janitor", {}):
             roles, self.situation = JANITOR_SCENES.get(row.state, (PARTICIPANTS["mutex"], "dead-holder"))
         parts = self.situation.split("+")
-        #: a state whose response is lost first (its retry is the row), and the situation besides
-        self.lost_first = next((part.partition(":")[2] for part in parts if part.startswith("after-lost:")), "")
-        self.base = next((part for part in parts if not part.startswith("after-lost:")), "contend")
-        roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
+        self._machine = ""
+        #: preparatory faults, each ``(machine or "", state, column name)``: ``after-lost:<state>``
+        #: (its response lost first: its retry is the row) and ``pre:[<machine>/]<state>=<column>``
+        self.prepared: list[tuple[str, str, str]] = []
+        for part in parts:
+            if part.startswith("after-lost:"):
+                self.prepared.append(("", part.partition(":")[2], "lost"))
+            elif part.startswith("with:"):  # the participants, by role
+                roles = part[5:].split(",")
+            elif part.startswith("as:"):  # the row's state run by another machine of the same definition
+                self._machine = part[3:]
+            elif part.startswith("stop-others-at:"):  # the others stopped as <state>'s call fails
+                self.prepared.append(("", part.partition(":")[2], "stop-others"))
+            elif part.startswith("pre:"):
+                where, _, column = part[4:].partition("=")
+                machine, _, state = where.rpartition("/")
+                self.prepared.append((machine, state, column))
+        #: ``no-janitor``: the janitor cannot read an ended execution's history (it fails, as
+        #: when its retries ran out): the waiters' own liveness checks take over
+        self.no_janitor = "no-janitor" in parts
+        self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
+                                                                          "stop-others-at:"))
+                          and part != "no-janitor"), "contend")
+        if not any(part.startswith("with:") for part in parts):
+            roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
         self.key = cell_id
         self.participants = [Participant(role, self._document(role, index)) for index, role in enumerate(roles)]
         self.unlisted: list[str] = []
@@ -238,25 +284,29 @@ class Cell:
     # -- the scenario ---------------------------------------------------------------------------
 
     def _document(self, role: str, index: int) -> dict:
-        hold = self.base in ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker") and index == 0
+        hold = self.base in HOLDING and index == 0
         work = HOLD_MS if hold else CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
         fail = self.base == "work-fails" and index == 0
-        if role == "Transfer":  # overlapping pairs: (a, b), (b, c), (b, a)
+        if role.startswith("Transfer"):  # overlapping pairs: (a, b), (b, c), (b, a)
             pair = [("a", "b"), ("b", "c"), ("b", "a")][index % 3]
             return {"from": self.key + pair[0], "to": self.key + pair[1], "workMs": work, "fail": fail}
         if role == "Record":
             return {"key": self.key, "waitS": 3 if hold else 1 if index == 0 else 0}
         if role == "Nested" and self.row.state.startswith("Inner."):  # the inner section on a key of its own
-            return {"key": self.key, "innerKey": self.key + "i", "workMs": work, "fail": fail}
+            # (a second Nested: an outer key of its own, so the two meet at the inner section)
+            # (its work fails in the inner section: the outer one's work went well)
+            return {"key": self.key + (f"o{index}" if index else ""), "innerKey": self.key + "i", "workMs": work,
+                    "fail": False, "innerFail": fail}
         return {"key": self.key, "workMs": work, "fail": fail}
 
     @property
     def probe_keys(self) -> list[str]:
         if self.row.kind == "record" or all(p.role == "Record" for p in self.participants):
             return []
-        if any(p.role == "Transfer" for p in self.participants):
+        if any(p.role.startswith("Transfer") for p in self.participants):
             return [self.key + suffix for suffix in "abc"]
-        return [self.key] + [self.key + "i" for p in self.participants[:1] if "innerKey" in p.document]
+        return list(dict.fromkeys([self.key] + [key for p in self.participants if "innerKey" in p.document
+                                                for key in (p.document["key"], p.document["innerKey"])]))
 
     def _fault(self) -> Fault:
         row, column, cell = self.row, self.column, self
@@ -273,6 +323,14 @@ class Cell:
                     cell.id in json.dumps(params) and matrix_rows.call_row(row.kind, row.operation, params) == row.state
             return state is not None and state.state_name == row.state and \
                 f":execution:{cell.machine}:{cell.id}-" in state.execution_arn
+
+        return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
+                     when=when, then=self._then(column) if column.then else None)
+
+    def _then(self, column: Column) -> Any:
+        """What happens right after a call that ``column`` faults: the caller stopped, timed out
+        or stopped for a redrive (a client: it crashes there)."""
+        cell = self
 
         def then() -> None:
             state = calling_state()
@@ -292,25 +350,53 @@ class Cell:
                 p.stopped, p.redrive = True, column.then == "stop, redrive"
                 cell.cloud.stop_execution(state.execution_arn, error=_STOPPED, cause="stopped by the fault matrix")
 
-        return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
-                     when=when, then=then if column.then else None)
+        return then
 
-    def _lost_first(self) -> Fault:
-        """The lost response that leads to the row's state (``after-lost:<state>``)."""
-        cell, state_name = self, self.lost_first
+    def _prepared_fault(self, machine: str, state_name: str, column_name: str) -> Fault:
+        """A fault that brings the cell to its row: ``column_name``'s fault on the first call of
+        ``state_name`` by an execution of ``machine`` (default: the row's) of this cell - a
+        response lost first (the row is its retry), a wake-up that fails (the row is a later
+        step of the handoff), a stop right after a call."""
+        cell, machine = self, machine or self.machine
+        arn = f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{machine}"
+        row = _state_row(self.cloud, arn, machine, state_name)
+        if column_name == "stop-others":  # the call fails before it applies, the others are stopped meanwhile
+            column, then = COLUMN["5xx"], self._stop_others
+        else:
+            column = COLUMN[column_name]
+            then = self._then(column) if column.then else None
 
         def when(params: dict) -> bool:
             state = calling_state()
             return state is not None and state.state_name == state_name and \
-                f":execution:{cell.machine}:{cell.id}-" in state.execution_arn
+                f":execution:{machine}:{cell.id}-" in state.execution_arn
 
-        return Fault("UpdateItem", "InternalServerError", after_call=True, when=when)  # (every release is one)
+        return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
+                     when=when, then=then)
+
+    def _stop_others(self) -> None:
+        """Stop every other running execution of the cell (``stop-others-at:<state>``): e.g. a
+        grantee stopped while its releaser's wake-up fails, so the janitor meets its grant."""
+        state = calling_state()
+        for p in self.participants:
+            if not p.is_client and p.arn and (state is None or p.arn != state.execution_arn):
+                self._stop(p)
+
+    def _no_janitor(self) -> Fault:
+        """The janitor's history reads of the cell's executions fail (``no-janitor``)."""
+        cell = self
+
+        def when(params: dict) -> bool:
+            name = threading.current_thread().name
+            return name.startswith("lambda:") and "anitor" in name and cell.id in params.get("executionArn", "")
+
+        return Fault("GetExecutionHistory", "ServiceUnavailable", times=100, service="stepfunctions", when=when)
 
     @property
     def machine(self) -> str:
         from tools.matrix.stack import MACHINES
 
-        return MACHINES.get(self.row.kind, "")
+        return self._machine or MACHINES.get(self.row.kind, "")
 
     def run(self) -> CellResult:
         started = time.monotonic()
@@ -319,13 +405,15 @@ class Cell:
             self.cloud.dynamodb.put_item(TableName=self.tables["records"], Item={
                 RECORD_KEY: {"S": self.key}, "balance": {"N": "0"}, "padding": {"S": "p" * (padding * 1024 - 100)}})
         fault = self.registry.add(self._fault())
-        first_fault = self.registry.add(self._lost_first()) if self.lost_first else None
+        prepared = [self.registry.add(self._prepared_fault(*spec)) for spec in self.prepared]
+        if self.no_janitor:
+            prepared.append(self.registry.add(self._no_janitor()))
         self.registry.observers.append(self._observe)
         threads = []
         try:
             first, others = self.participants[0], self.participants[1:]
             threads.append(self._start(first))
-            if self.base in ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker"):
+            if self.base in HOLDING:
                 self._wait_inside(first)
             if self.base == "dead-waiter":
                 waiter = others[0]
@@ -343,8 +431,8 @@ class Cell:
                 thread.join(HARD_CAP_S)
         finally:
             self.registry.remove(fault)
-            if first_fault is not None:
-                self.registry.remove(first_fault)
+            for other in prepared:
+                self.registry.remove(other)
         self._settle()
         self.registry.observers.remove(self._observe)
         violations = self._judge()
@@ -386,7 +474,7 @@ class Cell:
         p.ended_ms = p.ended_ms or _now_ms()
 
     def _machine_arn(self, role: str) -> str:
-        name = "Unlocked" if self.lock_off and role not in ("Record", "Transfer") else role
+        name = "Unlocked" if self.lock_off and role not in ("Record", "Transfer", "TransferSection") else role
         return f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{name}"
 
     def _execution(self, p: Participant) -> None:
@@ -449,7 +537,10 @@ class Cell:
                 if released_error is not None and released_error.response["Error"]["Code"] == "InternalServerError":
                     p.status, p.error = ("FAILED", work_error) if work_error else ("SUCCEEDED", None)
                     return
-                if p.entered_ms and _now_ms() - p.entered_ms[-1] > CLIENT_LEASE_S * 1000:
+                # (counted from the write that took the lock: ``acquire`` may return seconds
+                # later on a loaded machine, so its return is too late a start)
+                taken_ms = lease.acquired_at if lease is not None else p.entered_ms[-1] if p.entered_ms else None
+                if taken_ms is not None and _now_ms() - taken_ms > CLIENT_LEASE_S * 1000:
                     p.status, p.error, p.cause = "FAILED", LEASE_RAN_OUT, str(lost)[:300]
                     return
                 raise
@@ -528,15 +619,20 @@ class Cell:
     # -- after ----------------------------------------------------------------------------------
 
     def _settle(self) -> None:
-        """Wait for every grace to pass (a stopped holder's lock is retired to its end + grace;
-        a crashed client's is free at its lease's end)."""
+        """Wait until the cell's locks are left as they must be (nothing held, nothing parked:
+        :meth:`_left` finds nothing), or at most until every grace has passed (a stopped
+        holder's lock is retired to its end + grace; a crashed client's is free at its lease's
+        end) - then :meth:`_judge` reads what is left. Nothing the participants did can hold a
+        lock again once they all ended, so an early clean look is the settled state."""
         # (a work past its function timeout: the section retires its hold to the end + grace)
         ends = [p.ended_ms for p in self.participants if p.abnormal or p.stopped or p.timed_out
                 or p.error in WORK_TIMEOUTS]
         crashed = any(p.status == "CRASHED" for p in self.participants)
-        if ends:
-            until = max(ends) + (max(GRACE_S, CLIENT_LEASE_S if crashed else 0) + 2) * 1000
-            time.sleep(max(0.0, (until - _now_ms()) / 1000))
+        if not ends:
+            return
+        until = max(ends) + (max(GRACE_S, CLIENT_LEASE_S if crashed else 0) + 2) * 1000
+        while _now_ms() < until and self._left():
+            time.sleep(min(1.0, max(0.0, (until - _now_ms()) / 1000)))
 
     def _items(self) -> list[dict]:
         items = []
@@ -585,7 +681,8 @@ class Cell:
 
     def _documented(self, p: Participant) -> bool:
         # the work's own errors: the one it was asked for, its function timeout (a loaded machine)
-        asked = (p.document.get("fail") and p.error == "RuntimeError") or p.error in WORK_TIMEOUTS
+        asked = ((p.document.get("fail") or p.document.get("innerFail")) and p.error == "RuntimeError") \
+            or p.error in WORK_TIMEOUTS
         if p.is_client:
             return p.status == "SUCCEEDED" or asked or p.status == "CRASHED" and p.crashed or \
                 p.error in (errors.ERROR_TIMEOUT, LEASE_RAN_OUT)
@@ -620,11 +717,27 @@ class Cell:
                 round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
                 bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000)
                 next_ms = later[0] if later else waiter.ended_ms
+                bound_ms += self._held_between(end, next_ms, dead, waiter)
                 if next_ms - end > bound_ms:
                     found.append(f"{waiter.role} {waiter.arn.rpartition(':')[2]} waited {(next_ms - end) / 1000:.0f} s "
                                  f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
                                  f"(bound {bound_ms / 1000:.0f} s)")
         return found
+
+    def _held_between(self, start_ms: int, end_ms: int, *skip: Participant) -> int:
+        """How long the participants but ``skip`` held the lock between ``start_ms`` and
+        ``end_ms`` (ms): a waiter queued behind them waits for them too (one whose work timed
+        out holds for the stop grace after its end)."""
+        held = 0
+        for other in self.participants:
+            if any(other is s for s in skip):
+                continue
+            for ms in other.entered_ms:
+                if start_ms < ms < end_ms:
+                    held += min(other.ended_ms or end_ms, end_ms) - ms
+                    if other.error in WORK_TIMEOUTS or other.abnormal:
+                        held += GRACE_S * 1000
+        return held
 
     def _left(self) -> list[str]:
         now, found, rows = _now_ms(), [], 0
@@ -632,6 +745,9 @@ class Cell:
         for item in items:
             key = item["pk"]["S"]
             if protocol.OWNER in item and protocol.EXPIRES_AT in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
+                if self.no_janitor and any(p.abnormal and p.arn and p.arn.rpartition(":")[2] in item[protocol.OWNER]["S"]
+                                           for p in self.participants):
+                    continue  # with no janitor and no waiter left, an ended holder's lock waits for its lease
                 found.append(f"{key} held by {item[protocol.OWNER]['S'][-60:]} for "
                              f"{(int(item[protocol.EXPIRES_AT]['N']) - now) / 1000:.0f} s more")
             elif fair.TOKEN in item and "#" in key and not item[fair.TOKEN].get("S", "").startswith(

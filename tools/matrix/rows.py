@@ -220,6 +220,9 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     ("fair_protocol.LEAVE", "dynamodb", "UpdateItem"),
     ("fair_protocol.GRANT", "dynamodb", "UpdateItem"),
     ("fair_protocol.CLAIM", "dynamodb", "UpdateItem"),
+    ("fair_protocol.SKIP", "dynamodb", "UpdateItem"),  # its handoff passes a waiter gone (seen by the matrix)
+    ("fair_protocol.REVOKE", "dynamodb", "UpdateItem"),
+    ("fair_protocol.MARK", "dynamodb", "DeleteItem"),  # its handoff's unmark: a delete under MARK's condition
     ("DeleteItem", "dynamodb", "DeleteItem"),
     ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
 ))

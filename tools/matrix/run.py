@@ -59,9 +59,11 @@ def seeded_slice(cells: list[tuple[Row, Column]], size: int, seed: int) -> list[
 
 
 def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed: int, workers: int = 6,
-              lock_off: bool = False, progress: bool = False, prefix: str = "X", log: Path | None = None) -> list:
+              lock_off: bool = False, progress: bool = False, prefix: str = "X", log: Path | None = None,
+              situations: list[str] | None = None) -> list:
     """Run ``cells`` (each on keys of its own), ``workers`` at a time, one redrive reading at a
-    time; the :class:`~tools.matrix.cells.CellResult` of each, in order."""
+    time; the :class:`~tools.matrix.cells.CellResult` of each, in order. ``situations``: one
+    per cell, in place of its row's (trying how to reach a row)."""
     from locked_workflow.testing.faults import fault_registry
     from tools.matrix.cells import Cell
 
@@ -81,7 +83,7 @@ def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed
                 def one(index: int) -> None:
                     row, column = cells[index]
                     cell = Cell(cloud, app, registry, row, column, f"{run_id}c{index:04d}", seed=seed * 100_003 + index,
-                                lock_off=lock_off)
+                                lock_off=lock_off, situation_override=situations[index] if situations else "")
                     results[index] = cell.run()
                     if progress:
                         print(f"  {results[index].describe()}", file=sys.stderr, flush=True)
@@ -101,8 +103,10 @@ def _record(result: Any) -> dict:
     """A cell's result as a line of the ``--log`` file (what ``--render`` reads back)."""
     return {"kind": result.row.kind, "state": result.row.state, "service": result.row.service,
             "operation": result.row.operation, "callback": result.row.callback, "column": result.column.name,
-            "verdict": result.verdict, "seconds": round(result.seconds, 1), "injected": result.injected,
-            "violations": {k: v for k, v in result.violations.items() if v}, "describe": result.describe()}
+            "situation": result.situation, "verdict": result.verdict, "seconds": round(result.seconds, 1),
+            "injected": result.injected,
+            "violations": {k: v for k, v in result.violations.items() if v}, "describe": result.describe(),
+            "trails": [f"{p.role}: {p.status} {p.error or ''}: " + " | ".join(p.trail) for p in result.participants]}
 
 
 def render_log(path: Path, title: str) -> str:
@@ -118,10 +122,12 @@ def render_log(path: Path, title: str) -> str:
     return render(results, title)
 
 
-def render(results: list, title: str) -> str:
+def render(results: list, title: str, rows: list | None = None) -> str:
     """The matrix as a Markdown table: a line per row, a column per fault; each cell its
-    verdict and seconds (``n/a`` where the fault does not apply, blank where it was not run)."""
+    verdict and seconds (``n/a`` where the fault does not apply, blank where it was not run);
+    a row no cell can reach (of ``rows``, the rows asked for) says why instead."""
     by_cell = {(r.row, r.column.name): r for r in results}
+    unreachable = [row for row in rows or [] if table.unreachable(row)]
     rows = list(dict.fromkeys(r.row for r in results))
     mark = {"ok": "ok", "not reached": "n/r", "VIOLATED": "**FAIL**", "VIOLATED*": "**FAIL***"}
     lines = [f"### {title}", "", "| row | " + " | ".join(c.name for c in COLUMNS) + " |",
@@ -135,11 +141,17 @@ def render(results: list, title: str) -> str:
             else:
                 cells.append(f"{mark[result.verdict]} {result.seconds:.0f}s")
         lines.append(f"| {row.name} | " + " | ".join(cells) + " |")
+    for row in unreachable:
+        lines.append(f"| {row.name} | " + " | ".join([f"unreachable ({table.unreachable(row)})"] * len(COLUMNS)) + " |")
     verdicts = [r.verdict for r in results]
     lines += ["", f"cells: {len(results)}; ok {verdicts.count('ok')}, not reached {verdicts.count('not reached')}, "
                   f"violated {sum(v.startswith('VIOLATED') for v in verdicts)} "
                   "(n/r: the scenario never made the row's call, so no fault was injected; FAIL*: a violation "
                   "without the fault)"]
+    if unreachable:
+        lines += ["", f"unreachable rows: {len(unreachable)} (no cell is run):"] + [
+            f"- {key}: {why}" for key, why in table.UNREACHABLE_WHY.items()
+            if any(table.unreachable(row) == key for row in unreachable)]
     violated = [r for r in results if r.verdict.startswith("VIOLATED")]
     if violated:
         lines += ["", "Violations:", "", "```"] + [r.describe() for r in violated] + ["```"]
@@ -192,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             results = run_cells(cloud, app, cells, seed=args.seed, workers=args.workers,
                                 lock_off=args.negative_control, progress=True, log=log)
             text = render(results, f"{backend}: {len(cells)} cells, seed {args.seed}, {time.time() - started:.0f} s "
-                                   f"on {args.workers} workers")
+                                   f"on {args.workers} workers", rows)
             print(text, flush=True)
             out.append(text)
             failed |= any(r.verdict.startswith("VIOLATED") for r in results)

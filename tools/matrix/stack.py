@@ -27,6 +27,11 @@ from typing import Any
 #: The probe's Lambda timeout (s): the stop grace is this + 5 s (``LockedWorkflow``'s default);
 #: room for a 2.5 s hold on a loaded machine (5 s timed out under a load average of 10).
 PROBE_TIMEOUT_S = 10
+#: Every lock's stop grace (s): the probe's timeout + 5 s, ``LockedWorkflow``'s default, written
+#: out so the cells know it. Not shorter: the runtime reports a timed-out invocation but cannot
+#: stop its thread, which runs on for a while on a loaded machine (+ 1 s let a waiter enter beside
+#: a probe that had timed out: shared:Lock.ReapLast x lost, the alone check).
+STOP_GRACE_S = PROBE_TIMEOUT_S + 5
 #: A parked waiter's fallback (s), fair and read/write.
 PARK_TIMEOUT_S = 3
 #: Holders the semaphore admits at once.
@@ -41,6 +46,9 @@ RECORD_KEY = "recordId"
 #: Kind -> the workflow of that kind (its definition gives the kind's rows).
 MACHINES = {"mutex": "Mutex", "nested": "Nested", "fair": "Fair", "semaphore": "Semaphore",
             "multikey": "Transfer", "shared": "Reader", "exclusive": "Writer", "record": "Record"}
+
+#: Kinds also deployed as a LockedSection, ``<name>Section`` (a holder with a presence token).
+SECTIONS = ("Fair", "Reader", "Writer", "Semaphore", "Transfer")
 
 
 def build_stack(scope: Any, construct_id: str) -> Any:
@@ -62,12 +70,14 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     )
     key = jsonata("$states.input.key")
     park = cdk.Duration.seconds(PARK_TIMEOUT_S)
+    grace = cdk.Duration.seconds(STOP_GRACE_S)
 
     def probe(construct_id: str, payload: dict) -> Any:
         return tasks.LambdaInvoke.jsonata(
             stack, construct_id, lambda_function=probe_fn,
-            payload=sfn.TaskInput.from_object({**payload, "workMs": jsonata("$states.input.workMs"),
-                                               "fail": jsonata("$exists($states.input.fail) and $states.input.fail")}),
+            payload=sfn.TaskInput.from_object({"workMs": jsonata("$states.input.workMs"),
+                                               "fail": jsonata("$exists($states.input.fail) and $states.input.fail"),
+                                               **payload}),
             outputs=jsonata("$states.input"), retry_on_service_exceptions=False,
         )
 
@@ -77,34 +87,52 @@ def build_stack(scope: Any, construct_id: str) -> Any:
 
     transfer_keys = jsonata("[$states.input.from, $states.input.to]")
     fences = "$merge($each($lock.fences, function($v, $k) { {$substringAfter($k, '#'): $v} }))"
-    kinds = {
-        "Mutex": (Lock.mutex(key), "m", lambda n: probe(n, one_key("write"))),
-        "RwMutex": (Lock.mutex(key), "rw", lambda n: probe(n, one_key("write"))),
-        "Reader": (Lock.shared(key, park_timeout=park), "rw", lambda n: probe(n, one_key("read"))),
-        "Writer": (Lock.exclusive(key, park_timeout=park), "rw", lambda n: probe(n, one_key("write"))),
-        "Fair": (Lock.fair(key, park_timeout=park), "f", lambda n: probe(n, one_key())),
-        "Semaphore": (Lock.semaphore(key, limit=SEMAPHORE_LIMIT), "sem",
+    kinds = {  # name -> (a lock of its kind, its namespace, its work)
+        "Mutex": (lambda: Lock.mutex(key), "m", lambda n: probe(n, one_key("write"))),
+        "RwMutex": (lambda: Lock.mutex(key), "rw", lambda n: probe(n, one_key("write"))),
+        "Reader": (lambda: Lock.shared(key, park_timeout=park), "rw", lambda n: probe(n, one_key("read"))),
+        "Writer": (lambda: Lock.exclusive(key, park_timeout=park), "rw", lambda n: probe(n, one_key("write"))),
+        "Fair": (lambda: Lock.fair(key, park_timeout=park), "f", lambda n: probe(n, one_key())),
+        "Semaphore": (lambda: Lock.semaphore(key, limit=SEMAPHORE_LIMIT), "sem",
                       lambda n: probe(n, {"key": key, "limit": SEMAPHORE_LIMIT})),
-        "Transfer": (Lock.keys(transfer_keys), "acct",
+        "Transfer": (lambda: Lock.keys(transfer_keys), "acct",
                      lambda n: probe(n, {"keys": transfer_keys, "fences": jsonata(fences)})),
     }
     for name, (lock, namespace, work) in kinds.items():
         LockedWorkflow(
-            stack, name, lock=lock, key_namespace=namespace, protected=work(f"{name}Probe"), table=locks,
-            wait_policy=FAST, max_wait=cdk.Duration.seconds(MAX_WAIT_S), timeout=cdk.Duration.seconds(TIMEOUT_S),
+            stack, name, lock=lock(), key_namespace=namespace, protected=work(f"{name}Probe"), table=locks,
+            wait_policy=FAST, max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace,
+            timeout=cdk.Duration.seconds(TIMEOUT_S),
             logging=False, tracing=False, state_machine_name=name,
         )
+    # The same kinds as a LockedSection (``<name>Section``), whose hold registers its presence
+    # (``LockedWorkflow`` turns it off): a holder the waiters of its key probe (:data:`SECTIONS`).
+    for name in SECTIONS:
+        lock, namespace, work = kinds[name]
+        section = LockedSection(
+            stack, f"{name}Section", lock=lock(), key_namespace=namespace, table=locks, wait_policy=FAST,
+            max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace, lease=cdk.Duration.minutes(10),
+            protected=work(f"{name}SectionProbe"),
+        )
+        machine = sfn.StateMachine(
+            stack, f"{name}SectionMachine", state_machine_name=f"{name}Section",
+            definition_body=sfn.DefinitionBody.from_chainable(section), query_language=sfn.QueryLanguage.JSONATA,
+            timeout=cdk.Duration.seconds(TIMEOUT_S),
+        )
+        section.recover_stale_holders(machine)
     # A section nested in a section: on the same key (re-entered: the inner one passes through),
     # or on another (``innerKey``: the inner section's own states run).
     inner_key = jsonata("$exists($states.input.innerKey) ? $states.input.innerKey : $states.input.key")
     inner = LockedSection(
         stack, "Inner", lock=Lock.mutex(inner_key), key_namespace="m", table=locks, wait_policy=FAST,
-        max_wait=cdk.Duration.seconds(MAX_WAIT_S), lease=cdk.Duration.minutes(10), lock_variable="inner",
-        protected=probe("InnerProbe", one_key("write", "inner", inner_key)),
+        max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace, lease=cdk.Duration.minutes(10), lock_variable="inner",
+        protected=probe("InnerProbe", {**one_key("write", "inner", inner_key), "fail": jsonata(
+            "$exists($states.input.innerFail) ? $states.input.innerFail : ($exists($states.input.fail) and "
+            "$states.input.fail)")}),
     )
     outer = LockedSection(
         stack, "Outer", lock=Lock.mutex(key), key_namespace="m", table=locks, wait_policy=FAST,
-        max_wait=cdk.Duration.seconds(MAX_WAIT_S), lease=cdk.Duration.minutes(10), lock_variable="outer",
+        max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace, lease=cdk.Duration.minutes(10), lock_variable="outer",
         protected=probe("OuterProbe", one_key("write", "outer")).next(inner),
     )
     machine = sfn.StateMachine(
@@ -119,7 +147,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     hold = sfn.Wait.jsonata(stack, "RecordHold", time=sfn.WaitTime.seconds(jsonata("$states.input.waitS")))
     LockedWorkflow(
         stack, "Record", lock=Lock.on_record(records, key, must_exist=False), wait_policy=FAST,
-        protected=hold.next(increment), max_wait=cdk.Duration.seconds(MAX_WAIT_S),
+        protected=hold.next(increment), max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace,
         timeout=cdk.Duration.seconds(TIMEOUT_S), logging=False, tracing=False, state_machine_name="Record",
     )
     # The negative control: the probe with no lock.

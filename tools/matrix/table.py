@@ -21,6 +21,23 @@ Situations (:mod:`tools.matrix.cells` runs them):
 - ``refused``: the record lock refuses its record (too large) and frees it;
 - ``after-lost:<state>``: the response of ``<state>``'s call is lost first (its retry, the row,
   follows); ``work-fails+...``: with the first participant's work failing.
+
+A situation is ``+``-joined parts: one of the above, then any of
+
+- ``pre:[<machine>/]<state>=<column>``: a preparatory fault, placed as a column's (``5xx``,
+  ``lost``, ``stop-after`` ...) on the first call of ``<state>`` by an execution of
+  ``<machine>`` (default: the row's) of the cell: a wake-up that fails, a releaser stopped
+  between two writes - what a row of a rare path needs first;
+- ``no-janitor``: the janitor's history reads of the cell's executions fail, as when its
+  retries ran out, so the waiters' own liveness checks take over from an ended holder (a lock
+  no waiter is left for then waits for its lease: documented);
+- ``with:<role>,<role>,...``: the participants (``<kind>Section``: the kind as a
+  :class:`LockedSection`, whose hold registers a presence token the waiters probe);
+- ``as:<machine>``: the row's state run by another machine of the same definition (a mutex's
+  sweep of a shared hold: ``RwMutex``, the mutex on read/write keys).
+
+A row no situation of this stack can reach says why (:data:`UNREACHABLE`); its cells are not
+run.
 """
 
 from __future__ import annotations
@@ -69,7 +86,10 @@ COLUMN = {column.name: column for column in COLUMNS}
 
 
 def not_applicable(row: Row, column: Column) -> str:
-    """Why ``column`` does not apply to ``row`` ("" when it does)."""
+    """Why ``column`` does not apply to ``row`` ("" when it does); every column of a row no
+    participant of the matrix can reach (:func:`unreachable`) says why."""
+    if unreachable(row):
+        return UNREACHABLE_WHY[unreachable(row)]
     if column.name == "conflict":
         if not row.writes:
             return "not a DynamoDB write (reads and Step Functions calls never meet a transaction conflict)"
@@ -90,8 +110,15 @@ def cells(rows: Iterable[Row]) -> list[tuple[Row, Column]]:
 def situation(row: Row) -> str | None:
     """How a cell of ``row`` reaches its state (``None``: nobody said - the row is uncovered)."""
     if row.kind in CLIENT_KINDS or row.kind == "janitor":
+        if row.state in SITUATIONS.get(row.kind, {}):
+            return SITUATIONS[row.kind][row.state]
         return "dead-holder" if row.kind == "janitor" else "client-" + ("contend" if row.service == "dynamodb" else "waker")
     return SITUATIONS.get(row.kind, {}).get(row.state)
+
+
+def unreachable(row: Row) -> str:
+    """The key of :data:`UNREACHABLE_WHY` saying why no cell reaches ``row`` ("" when one does)."""
+    return UNREACHABLE.get(row.kind, {}).get(row.state, "")
 
 
 def uncovered(rows: Iterable[Row]) -> list[str]:
@@ -100,8 +127,9 @@ def uncovered(rows: Iterable[Row]) -> list[str]:
     missing = [f"{row.name}: no situation in tools/matrix/table.py SITUATIONS" for row in rows if situation(row) is None]
     seen = {(row.kind, row.state) for row in rows}
     kinds = {row.kind for row in rows}
-    stale = [f"{kind}:{state}: in SITUATIONS but no such state" for kind, states in SITUATIONS.items()
-             if kind in kinds for state in states if (kind, state) not in seen]
+    stale = [f"{kind}:{state}: in {name} but no such state" for name, table in (("SITUATIONS", SITUATIONS),
+                                                                               ("UNREACHABLE", UNREACHABLE))
+             for kind, states in table.items() if kind in kinds for state in states if (kind, state) not in seen]
     return missing + stale
 
 
@@ -244,7 +272,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Release.Served': 'dead-waiter',
         'Lock.Release.Unmark': 'dead-waiter',
     },
-    'semaphore': _ONE_ITEM,  # a slot is the mutex's lock item
+    'semaphore': dict(_ONE_ITEM),  # a slot is the mutex's lock item
     'multikey': {
         'Lock.Acquire': 'contend',
         'Lock.Inspect': 'dead-holder',
@@ -413,4 +441,89 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Retire': 'redrive',
         'Lock.FreeRefused': 'refused',
     },
+}
+
+#: Situations found by trying candidates per row that its first situation did not reach
+#: (``--log`` runs of the ``lost`` column on moto, 2026-11-27): each reached its row at least once.
+_FOUND: dict[str, dict[str, str]] = {
+    'client-mutex': {
+        'lock_protocol.CLIENT_TAKEOVER': 'dead-holder+with:Mutex,client-mutex,client-mutex',
+    },
+    'exclusive': {
+        'Lock.DropRow': 'dead-holder+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Enqueue': 'contend+with:Writer,Writer,Writer',
+        'Lock.Help.Recheck': 'dead-holder+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Help.WakeWriter': 'dead-holder+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Inspect': 'contend+with:Writer,Writer,Writer',
+        'Lock.Park': 'contend+with:Writer,Writer,Writer',
+        'Lock.ProbeHolder': 'dead-holder+with:WriterSection,Writer,Writer',
+        'Lock.ReadPresence': 'contend+with:Writer,Writer,Writer',
+        'Lock.Release.GrantWritePolling': 'contend+with:Writer,Reader,client-rw-write',
+        'Lock.Release.WakeReader': 'contend+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.GrantWritePolling': 'work-fails+with:Writer,Reader,client-rw-write',
+        'Lock.ReleaseAfterError.Release': 'work-fails+with:Writer,Reader,client-rw-write',
+        'Lock.ReleaseAfterError.WakeWriter': 'work-fails+with:Writer,Writer,Reader',
+        'Lock.RetireHolder': 'dead-holder+no-janitor+with:Writer,Writer,Writer',
+    },
+    'fair': {
+        'Lock.Abandoned': 'dead-holder+with:FairSection,Fair,Fair',
+        'Lock.AcquireHead': 'dead-holder+no-janitor+with:Fair,Fair,Fair',
+        'Lock.Claim': 'dead-holder+with:Fair,Fair,Fair',
+        'Lock.DropRow': 'contend+with:Fair,Fair,Fair+pre:Lock.Release.Wake=5xx',
+        'Lock.Help.Retake': 'dead-holder+no-janitor+with:Fair,Fair,Fair',
+        'Lock.Help.Wake': 'dead-holder+no-janitor+with:Fair,Fair,Fair',
+        'Lock.ProbeHolder': 'dead-holder+with:FairSection,Fair,Fair',
+        'Lock.Release.Grant': 'contend+with:Fair,Fair,Fair+pre:Lock.Release.Wake=5xx',
+        'Lock.Release.Retake': 'contend+with:Fair,Fair,Fair+pre:Lock.Release.Wake=5xx',
+        'Lock.Release.RetakeEarly': 'contend+with:Fair,Fair,Fair+pre:Lock.Release.Wake=5xx',
+        'Lock.Release.Revoke': 'contend+with:Fair,Fair,Fair+stop-others-at:Lock.Release.Wake+pre:Lock.Release.DescribeGrantee=5xx',
+        'Lock.ReleaseAfterError.DescribeGrantee': 'work-fails+with:Fair,Fair,Fair+pre:Lock.ReleaseAfterError.Wake=5xx',
+        'Lock.ReleaseAfterError.Retake': 'work-fails+with:Fair,Fair,Fair+pre:Lock.ReleaseAfterError.Wake=5xx',
+        'Lock.ReleaseAfterError.Revoke': 'work-fails+with:Fair,Fair,Fair+pre:Lock.ReleaseAfterError.Wake=5xx',
+    },
+    'multikey': {
+        'Lock.ProbeHolder': 'dead-holder+with:TransferSection,Transfer,Transfer',
+    },
+    'mutex': {
+        'Lock.Abandoned': 'dead-holder+no-janitor+with:Nested,Mutex,Mutex',
+        'Lock.ProbeHolder': 'dead-holder+with:Nested,Mutex,Mutex',
+        'Lock.ReapLastReader': 'dead-holder+as:RwMutex+with:Reader,RwMutex,RwMutex',
+        'Lock.RetireEndedReader': 'dead-holder+no-janitor+as:RwMutex+with:Reader,RwMutex,RwMutex',
+    },
+    'nested': {
+        'Inner.Inspect': 'contend+with:Nested,Nested,Mutex',
+    },
+    'shared': {
+        'Lock.Admit': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Admitted.GrantRead': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Admitted.Look': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Admitted.WakeReader': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.Inspect': 'contend+with:Writer,Reader,Reader',
+        'Lock.ProbeHolder': 'dead-holder+with:WriterSection,Reader,Reader',
+        'Lock.ReadPresence': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+        'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails+with:Reader,Writer,Writer',
+        'Lock.RetireHolder': 'dead-holder+no-janitor+with:Writer,Reader,Reader',
+    },
+}
+for _kind, _states in _FOUND.items():
+    SITUATIONS.setdefault(_kind, {}).update(_states)
+
+#: Why a row cannot be reached by any cell of this stack (:data:`UNREACHABLE`): its cells are
+#: not run, and the table prints the reason in place of ``n/r``.
+UNREACHABLE_WHY: dict[str, str] = {
+    "mutex key": "a plain mutex waiter's sweep of a read/write key's shared hold: this machine's keys are in a "
+                 "namespace no reader ever holds (the same states run in the mutex:Lock.* cells, on a read/write "
+                 "key as RwMutex)",
+    "legacy item": "frees `{owner: shared, readers: 0}` with no reader entry, the item the first protocol's "
+                   "two-write leave left (L1); today's last leave frees the hold in the same write, so no "
+                   "participant can write that item",
+    "no record section": "probes a holder's presence token: only a LockedSection registers one, and the matrix's "
+                         "record lock is a LockedWorkflow (presence off); tests/test_lock_record.py::"
+                         "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
+}
+UNREACHABLE: dict[str, dict[str, str]] = {
+    "mutex": {"Lock.FreeEmptyShared": "legacy item"},
+    "nested": {f"{section}.{state}": "mutex key" for section in ("Outer", "Inner") for state in _SHARED_HOLD},
+    "multikey": {f"Lock.{state}": "mutex key" for state in _SHARED_HOLD},
+    "record": {"Lock.ProbeHolder": "no record section", "Lock.Abandoned": "no record section"},
 }
