@@ -15,7 +15,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from locked_workflow.constructs_lib.client_args import MAX_LEASE_MS
-from locked_workflow.constructs_lib.client_lease import Lease, LockLost, _Holding
+from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockLost
 from locked_workflow.state_machines.lock_item import ACQUIRED_AT, CLIENT_LEASE, EXPIRES_AT, OWNER
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class Heartbeat:
                                        daemon=True)
 
     def start(self) -> None:
-        holding = self._lease._holding
+        holding = self._lease.holding
         assert holding is not None
         with holding.mutex:
             holding.heartbeat = self
@@ -150,7 +150,7 @@ class Heartbeat:
             self.thread.join()
 
     def _run(self) -> None:
-        holding, current = self._lease._holding, self._lease
+        holding, current = self._lease.holding, self._lease
         assert holding is not None
         delay = self._half_of_what_is_left(holding)
         while not self._stopping.wait(delay):
@@ -167,6 +167,6 @@ class Heartbeat:
             delay = self._half_of_what_is_left(holding)
 
     @staticmethod
-    def _half_of_what_is_left(holding: _Holding) -> float:
+    def _half_of_what_is_left(holding: Holding) -> float:
         """Half of what is left of the lease (just renewed: half a lease), an eighth at least."""
         return max(holding.lease_ms / 8000, (holding.deadline - holding.monotonic()) / 2)

@@ -128,8 +128,13 @@ from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exp
     LockHeldInThisThread,
     LockLost,
     LockTimeout,
-    _Holding,
     retry_conflicts,
+)
+from locked_workflow.constructs_lib.client_lease import (
+    Holding,
+    condition_failed as _condition_failed,
+    lease_from_item as _lease,
+    old_item as _old_item,
 )
 from locked_workflow.constructs_lib.client_args import (  # noqa: F401 - re-exported
     DEFAULT_LEASE,
@@ -166,7 +171,7 @@ from locked_workflow.constructs_lib.client_clock import (
 )
 from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, _Refused
 from locked_workflow.state_machines import fair_protocol as fair
-from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE, SIGNAL_LOOK
+from locked_workflow.state_machines.errors import SIGNAL_LOOK
 from locked_workflow.state_machines.lock_protocol import (
     ACQUIRED_AT,
     ALIVE_STATUSES,
@@ -179,7 +184,6 @@ from locked_workflow.state_machines.lock_protocol import (
     ERROR_TIMEOUT,
     EXPIRES_AT,
     FENCE,
-    KEY_ATTRIBUTE,
     OWNER,
     OWNER_SEPARATOR,
     REFRESH,
@@ -479,13 +483,13 @@ class LockClient(ReentrantHolds):
             raise self._held(key, table_key, _old_item(error)) from None
         with self._watches_mutex:
             self._watches.pop(table_key, None)
-        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
+        return _lease(key, response["Attributes"], holding=Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def _stamped_right(self, lease: Lease) -> Lease:
         """``lease``, stamped again at once (a refresh) if it was stamped before this client knew
         AWS's clock and its own clock turned out off: else the workflows would judge its lease
         by that clock. Taken over meanwhile (by a workflow that did): a refusal."""
-        holding = lease._holding
+        holding = lease.holding
         assert holding is not None
         bounds = self._aws_clock.bounds(holding.started)
         if bounds is None:
@@ -579,7 +583,7 @@ class LockClient(ReentrantHolds):
             )
             held.item = old
             raise held from None
-        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
+        return _lease(key, response["Attributes"], holding=Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def release(self, lease: Lease) -> None:
         """Free the lock of ``lease``; the item and its fence stay. Stops the lease's heartbeat
@@ -593,7 +597,7 @@ class LockClient(ReentrantHolds):
         :raises TypeError: ``lease`` is not a :class:`Lease`, before any DynamoDB call.
         """
         table_key = _stored_key(lease)
-        holding = lease._holding
+        holding = lease.holding
         if holding is not None:
             holding.stop_heartbeat()
         if self._rw is not None:
@@ -653,7 +657,7 @@ class LockClient(ReentrantHolds):
         """
         for_ms = _lease_ms(lease)
         table_key = _stored_key(held)
-        holding = held._holding
+        holding = held.holding
         started = self._monotonic()
         written = holding.expires_at if holding is not None else held.expires_at
         expires_at = max(self._stamp(started)[1] + for_ms, written + 1)  # never an end written before
@@ -676,7 +680,7 @@ class LockClient(ReentrantHolds):
                 holding.lose(message)
             raise LockLost(message) from None
         if holding is None:
-            holding = _Holding(self._monotonic, started, for_ms, expires_at)
+            holding = Holding(self._monotonic, started, for_ms, expires_at)
         else:
             holding.renewed(started, for_ms, expires_at)
         if self._rw is not None:  # (a reader's item has no owner of its own: the lease is what it held)
@@ -835,7 +839,7 @@ class LockClient(ReentrantHolds):
             held.item = old
             raise held from None
         self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-        return _lease(key, item, holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
+        return _lease(key, item, holding=Holding(self._monotonic, started, lease_ms, latest + lease_ms))
 
     def _poll(self, table_key: str, me: str, lease_ms: int, ticket: int, item: Mapping[str, Any], *,
               lease_for_s: float) -> int:
@@ -874,7 +878,7 @@ class LockClient(ReentrantHolds):
             raise
         self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
         left_ms = min(max(0, int(item[EXPIRES_AT]["N"]) - latest), _MAX_LEASE_MS)
-        return _lease(key, item, holding=_Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"])))
+        return _lease(key, item, holding=Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"])))
 
     def leave_queue(self, row_key: str, me: str) -> Lease | None:
         """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
@@ -1077,27 +1081,3 @@ class LockClient(ReentrantHolds):
             f"{ERROR_LOST}: lock {table_key!r} is not held by {lease.owner!r} "
             f"(fence {lease.fence}): {state}"
         )
-
-
-def _condition_failed(error: ClientError) -> bool:
-    return error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE
-
-
-def _old_item(error: ClientError) -> Mapping[str, Any]:
-    """The item as it was when the condition failed (empty if it does not exist)."""
-    return error.response.get("Item") or {}
-
-
-def _lease(key: str, item: Mapping[str, Any], holding: _Holding | None = None) -> Lease:
-    """The lease of the acquisition ``item`` shows (``holding``: what its holder knows of it;
-    None: a lease built for an operator's release)."""
-    return Lease(
-        key=key,
-        table_key=item[KEY_ATTRIBUTE]["S"],
-        owner=item[OWNER]["S"],
-        fence=int(item[FENCE]["N"]),
-        acquired_at=int(item[ACQUIRED_AT]["N"]),
-        expires_at=int(item[EXPIRES_AT]["N"]),
-        ticket=int(item[fair.SERVED]["N"]) if fair.SERVED in item else None,
-        _holding=holding,
-    )

@@ -60,11 +60,11 @@ from locked_workflow.state_machines.lock_protocol import (
 )
 
 from locked_workflow.constructs_lib.client_lease import (
+    Holding,
     Lease,
     LockHeld,
     LockLost,
     LockTimeout,
-    _Holding,
     retry_conflicts,
 )
 
@@ -220,7 +220,7 @@ class ReadWriteParticipant:
             acquired_at, expires_at = int(entry[ACQUIRED_AT]["N"]), int(entry[EXPIRES_AT]["N"])
         else:
             acquired_at, expires_at = _number(item, ACQUIRED_AT), _number(item, EXPIRES_AT)
-        holding = _Holding(self.client._monotonic, started, lease_ms, expires_at)
+        holding = Holding(self.client._monotonic, started, lease_ms, expires_at)
         return Lease(key=key, table_key=table_key, owner=me, fence=_number(item, FENCE), acquired_at=acquired_at,
                      expires_at=expires_at, ticket=ticket, shared=mode == READ, _holding=holding)
 
