@@ -159,6 +159,7 @@ from locked_workflow.constructs_lib.client_blocks import (
     ReentrantHolds,
     block_frame as _block_frame,
 )
+from locked_workflow.constructs_lib.client_session import ClientSession
 from locked_workflow.constructs_lib.client_clock import (
     WATCHED_LOCKS as _WATCHED_LOCKS,
     AwsClock as _AwsClock,
@@ -169,7 +170,7 @@ from locked_workflow.constructs_lib.client_clock import (
     takeover_window_ms as _takeover_window_ms,
     wall_clock_ms as _wall_clock_ms,
 )
-from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, _Refused
+from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, Refused
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines.errors import SIGNAL_LOOK
 from locked_workflow.state_machines.lock_protocol import (
@@ -204,7 +205,7 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------
 
 
-class LockClient(ReentrantHolds):
+class LockClient(ClientSession, ReentrantHolds):
     """Acquire, refresh and release the locks of a lock table from Python.
 
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
@@ -293,22 +294,6 @@ class LockClient(ReentrantHolds):
         self.claim_window = window
         self._rw = ReadWriteParticipant(self) if read_write else None
 
-    @property
-    def dynamodb(self) -> Any:
-        if self._dynamodb is None:
-            import boto3
-
-            self._dynamodb = boto3.client("dynamodb")
-        return self._dynamodb
-
-    @property
-    def stepfunctions(self) -> Any:
-        if self._stepfunctions is None:
-            import boto3
-
-            self._stepfunctions = boto3.client("stepfunctions")
-        return self._stepfunctions
-
     def table_key(self, key: str) -> str:
         """The stored key of ``key`` (validated, namespaced; a fair key leaves room for its
         queue rows' keys)."""
@@ -317,36 +302,6 @@ class LockClient(ReentrantHolds):
             if problem:
                 raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
         return namespaced(self.namespace, validate_key(key, self.namespace))
-
-    def now_ms(self) -> int:
-        """The epoch ms this client stamps: its clock, held within the bounds DynamoDB's ``Date``
-        headers put on AWS's clock (about a second wide) once it has seen one."""
-        return self._stamp(self._monotonic())[0]
-
-    def earliest_ms(self, at: float | None = None) -> int:
-        """The earliest epoch ms AWS's clock can show (at monotonic ``at``; default: now): what
-        this client judges other participants' leases by (``:now`` of ``expiresAt < :now``).
-        Every participant stamps a lease from the latest time AWS's clock can show (a workflow
-        from AWS's clock itself), so none ends by this judgement before it ended for its holder.
-        With no bound known (no ``Date`` header seen), this client's clock."""
-        at = self._monotonic() if at is None else at
-        bounds = self._aws_clock.bounds(at)
-        return int(self._clock()) if bounds is None else math.floor(bounds[0])
-
-    def latest_ms(self) -> int:
-        """The latest epoch ms AWS's clock can show now: what a lease or a mark is stamped from."""
-        return self._stamp(self._monotonic())[1]
-
-    def _stamp(self, at: float) -> tuple[int, int]:
-        """At monotonic ``at``: (the epoch ms to stamp as now - this client's clock, held within
-        the bounds on AWS's clock; the latest time AWS's clock can show - a lease stamped from it
-        ends no sooner for the workflows than for its holder). Unknown bounds: the clock, twice."""
-        now = int(self._clock())
-        bounds = self._aws_clock.bounds(at)
-        if bounds is None:
-            return now, now
-        lo, hi = math.ceil(bounds[0]), math.ceil(bounds[1])
-        return min(max(now, lo), hi), hi
 
     # ----------------------------------------------------------------------------------
 
@@ -456,7 +411,7 @@ class LockClient(ReentrantHolds):
             return self._try_fast_acquire(key, table_key, me, lease_ms)
         watch = self._watched(table_key)
         started = self._monotonic()
-        now, latest = self._stamp(started)
+        now, latest = self.stamp(started)
         due = watch is not None and self._takeover_in(watch, started) <= 0
         values = {
             ":me": {"S": me},
@@ -554,7 +509,7 @@ class LockClient(ReentrantHolds):
         """A fair lock's fast path (nobody queues). Its condition judges ``expiresAt`` against the
         earliest time AWS's clock can show (see the module notes on clocks)."""
         started = self._monotonic()
-        now, latest = self.earliest_ms(started), self._stamp(started)[1]
+        now, latest = self.earliest_ms(started), self.stamp(started)[1]
         try:
             response = self._update(
                 table_key,
@@ -660,7 +615,7 @@ class LockClient(ReentrantHolds):
         holding = held.holding
         started = self._monotonic()
         written = holding.expires_at if holding is not None else held.expires_at
-        expires_at = max(self._stamp(started)[1] + for_ms, written + 1)  # never an end written before
+        expires_at = max(self.stamp(started)[1] + for_ms, written + 1)  # never an end written before
         try:
             if self._rw is not None:
                 item = self._rw.refresh(held, expires_at)
@@ -670,7 +625,7 @@ class LockClient(ReentrantHolds):
                     values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
                 item = self._update(table_key, REFRESH if self.fair else CLIENT_REFRESH, values,
                                     return_new=True)["Attributes"]
-        except (ClientError, _Refused) as error:
+        except (ClientError, Refused) as error:
             if isinstance(error, ClientError) and not _condition_failed(error):
                 raise
             message = (self._lost_message(held, table_key, _old_item(error)) if isinstance(error, ClientError) else
@@ -819,7 +774,7 @@ class LockClient(ReentrantHolds):
     def _try_as_head(self, key: str, table_key: str, me: str, lease_ms: int, ticket: int) -> Lease:
         """GRANT to myself as the head of the queue (then drop my row)."""
         started = self._monotonic()
-        now, latest = self.earliest_ms(started), self._stamp(started)[1]
+        now, latest = self.earliest_ms(started), self.stamp(started)[1]
         try:
             item = self._update(table_key, fair.GRANT, {
                 ":me": {"S": me}, ":next": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)},
@@ -868,7 +823,7 @@ class LockClient(ReentrantHolds):
             _text(value, name)
         _count(ticket, "ticket", least=1)
         started = self._monotonic()
-        latest = self._stamp(started)[1]
+        latest = self.stamp(started)[1]
         try:
             item = self._update(table_key, fair.CLAIM, {":me": {"S": me}, ":ticket": {"N": str(ticket)}},
                                 return_new=True)["Attributes"]
@@ -1031,43 +986,6 @@ class LockClient(ReentrantHolds):
         with contextlib.suppress(ClientError):
             self.stepfunctions.send_task_failure(taskToken=token, error=SIGNAL_LOOK,
                                                  cause="the lock moved on while this waiter's row was taken")
-
-    def _update(
-        self, table_key: str, write: LockWrite, values: Mapping[str, Any], *, return_new: bool = False,
-        return_old: bool = False, who: str | None = None, index: int | None = None, refused_ok: bool = False,
-    ) -> dict:
-        """One conditional UpdateItem of the protocol; on a failed condition the
-        ``ClientError`` carries the item as it was (``ReturnValuesOnConditionCheckFailure``).
-        ``who``/``index``: a fair lock's owner placeholder and queue place; ``refused_ok``: a
-        refused condition is no error (an enqueue retried after it succeeded)."""
-        if set(values) != set(write.value_names()):  # a programming error in this module
-            raise AssertionError(f"values {sorted(values)} do not fit {write}")
-        names = fair.attribute_names(write)
-        def attempt() -> dict:  # (tried again while a transaction on the item refuses it)
-            before = self._monotonic()
-            try:
-                response = self.dynamodb.update_item(
-                    TableName=self.table_name,
-                    Key=lock_item_key(table_key),
-                    UpdateExpression=write.update,
-                    ConditionExpression=write.condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=dict(values),
-                    ReturnValues="ALL_NEW" if return_new else "ALL_OLD" if return_old else "NONE",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as error:
-                self._aws_clock.sample(before, self._monotonic(), error.response)
-                raise
-            self._aws_clock.sample(before, self._monotonic(), response)
-            return response
-
-        try:
-            return retry_conflicts(attempt, sleep=self._sleep)
-        except ClientError as error:
-            if refused_ok and _condition_failed(error):
-                return {}
-            raise
 
     @staticmethod
     def _lost_message(lease: Lease, table_key: str, old: Mapping[str, Any]) -> str:
