@@ -98,6 +98,14 @@ Releases. A release whose first attempt succeeded but whose response was lost is
 botocore; if a waiter took the lock in between, the retry finds it not ours. When botocore
 did retry and the lease had not ended yet (the holder's view, :meth:`Lease.check`), nobody
 could have taken the lock over by expiry before our first attempt - so that attempt released it, and ``release`` returns normally.
+
+Layout. This module is the client's front (every name it always had imports from here); the
+client's parts live beside it, one concern each: :mod:`client_args` (the arguments, checked),
+:mod:`client_lease` (the lease, its holder's view, the errors), :mod:`client_clock` (the clocks
+and the heartbeat), :mod:`client_session` (the AWS clients, the stamps, the protocol's write),
+:mod:`client_takeover` (a plain mutex's attempt and its takeover), :mod:`client_fair` (the fair
+lock's queue), :mod:`client_blocks` (the re-entrancy of ``hold()``) and :mod:`shared_client` (the
+read/write lock).
 """
 
 from __future__ import annotations
