@@ -179,7 +179,7 @@ class Holding:
         self.expires_at = expires_at
         self.lost: str | None = None  # why the lock is known lost
         self.released = False
-        self.heartbeat: Any = None  # client_clock's Heartbeat, while one runs
+        self.heartbeat: Any = None  # client_clocks.Heartbeat, while one runs
 
     def __deepcopy__(self, memo: dict) -> "Holding":
         return self  # one acquisition, one view (``dataclasses.asdict(lease)`` shares it)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 from botocore.exceptions import ClientError
 
-from locked_workflow.constructs_lib.client_clock import AwsClock
+from locked_workflow.constructs_lib.client_clocks import AwsClock
 from locked_workflow.constructs_lib.client_lease import condition_failed as _condition_failed
 from locked_workflow.constructs_lib.client_lease import retry_conflicts
 from locked_workflow.state_machines import fair_protocol as fair

@@ -13,10 +13,10 @@ from typing import Any, Mapping
 
 from botocore.exceptions import ClientError
 
-from locked_workflow.constructs_lib.client_clock import WATCHED_LOCKS as _WATCHED_LOCKS
-from locked_workflow.constructs_lib.client_clock import Watch as _Watch
-from locked_workflow.constructs_lib.client_clock import takeover_note as _takeover_note
-from locked_workflow.constructs_lib.client_clock import takeover_window_ms as _takeover_window_ms
+from locked_workflow.constructs_lib.client_clocks import WATCHED_LOCKS as _WATCHED_LOCKS
+from locked_workflow.constructs_lib.client_clocks import Watch as _Watch
+from locked_workflow.constructs_lib.client_clocks import takeover_note as _takeover_note
+from locked_workflow.constructs_lib.client_clocks import takeover_window_ms as _takeover_window_ms
 from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockHeld, LockLost
 from locked_workflow.constructs_lib.client_lease import condition_failed as _condition_failed
 from locked_workflow.constructs_lib.client_lease import lease_from_item as _lease

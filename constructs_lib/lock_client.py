@@ -101,7 +101,7 @@ could have taken the lock over by expiry before our first attempt - so that atte
 
 Layout. This module is the client's front (every name it always had imports from here); the
 client's parts live beside it, one concern each: :mod:`client_args` (the arguments, checked),
-:mod:`client_lease` (the lease, its holder's view, the errors), :mod:`client_clock` (the clocks
+:mod:`client_lease` (the lease, its holder's view, the errors), :mod:`client_clocks` (the clocks
 and the heartbeat), :mod:`client_session` (the AWS clients, the stamps, the protocol's write),
 :mod:`client_takeover` (a plain mutex's attempt and its takeover), :mod:`client_fair` (the fair
 lock's queue), :mod:`client_blocks` (the re-entrancy of ``hold()``) and :mod:`shared_client` (the
@@ -145,7 +145,7 @@ from locked_workflow.constructs_lib.client_blocks import (
     ReentrantHolds,
     block_frame as _block_frame,
 )
-from locked_workflow.constructs_lib.client_clock import (
+from locked_workflow.constructs_lib.client_clocks import (
     AwsClock as _AwsClock,
     Heartbeat as _Heartbeat,
     Watch as _Watch,

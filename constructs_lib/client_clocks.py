@@ -12,14 +12,11 @@ import time
 from collections import deque
 from datetime import timedelta, timezone
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from locked_workflow.constructs_lib.client_args import MAX_LEASE_MS
 from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockLost
 from locked_workflow.state_machines.lock_item import ACQUIRED_AT, CLIENT_LEASE, EXPIRES_AT, OWNER
-
-if TYPE_CHECKING:
-    from locked_workflow.constructs_lib.lock_client import LockClient
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +127,9 @@ class Heartbeat:
     :meth:`Lease.check`, refresh or release raises :class:`LockLost`) and ends the thread; any
     other error is logged and the renewal tried again an eighth of a lease later."""
 
-    def __init__(self, client: "LockClient", lease: Lease) -> None:
+    def __init__(self, client: Any, lease: Lease) -> None:
+        """``client``: the LockClient that renews the lease (its ``refresh``; not imported here:
+        it imports this module)."""
         self._client = client
         self._lease = lease
         self._stopping = threading.Event()
