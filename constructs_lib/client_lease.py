@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, TypeVar
 
 from botocore.exceptions import ClientError
@@ -163,6 +163,11 @@ class Lease:
     def holding(self) -> "Holding | None":
         """What the holder knows of this acquisition (None: a lease built by hand)."""
         return self._holding
+
+    def with_holding(self, holding: "Holding") -> "Lease":
+        """This lease with ``holding`` as its holder's view (how a participant hands out a lease
+        it took or renewed)."""
+        return replace(self, _holding=holding)
 
 
 class Holding:

@@ -491,8 +491,8 @@ class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds):
         else:
             holding.renewed(started, for_ms, expires_at)
         if self._rw is not None:  # (a reader's item has no owner of its own: the lease is what it held)
-            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)), expires_at=expires_at,
-                           _holding=holding)
+            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)),
+                           expires_at=expires_at).with_holding(holding)
         return _lease(held.key, item, holding=holding)
 
     @contextmanager

@@ -222,7 +222,7 @@ class ReadWriteParticipant:
             acquired_at, expires_at = _number(item, ACQUIRED_AT), _number(item, EXPIRES_AT)
         holding = Holding(self.client.monotonic, started, lease_ms, expires_at)
         return Lease(key=key, table_key=table_key, owner=me, fence=_number(item, FENCE), acquired_at=acquired_at,
-                     expires_at=expires_at, ticket=ticket, shared=mode == READ, _holding=holding)
+                     expires_at=expires_at, ticket=ticket, shared=mode == READ).with_holding(holding)
 
     def _entry(self, acquired_at: int, expires_at: int) -> dict:
         return shared.entry_value(expires_at=str(expires_at), acquired_at=str(acquired_at), grace="0")
