@@ -224,7 +224,8 @@ def cmd_show(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
 
 
 def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
-    from locked_workflow.constructs_lib.lock_client import LockClient, LockLost, _lease
+    from locked_workflow.constructs_lib.client_lease import lease_from_item
+    from locked_workflow.constructs_lib.lock_client import LockClient, LockLost
 
     stored, item = _read(locks, args)
     shown = describe(item, now_ms)
@@ -251,7 +252,7 @@ def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[in
                         stepfunctions=locks.stepfunctions, fair=fair.TICKETS in item and not read_write,
                         read_write=read_write)
     try:
-        client.release(_lease(args.key, item))
+        client.release(lease_from_item(args.key, item))
     except LockLost:
         now = describe(locks.get(stored) or item, now_ms)
         raise CliError(

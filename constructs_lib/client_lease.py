@@ -1,6 +1,8 @@
 """What a :class:`~locked_workflow.constructs_lib.lock_client.LockClient` hands out: its errors
-and the :class:`Lease` of one acquisition (with the holder's own view of it, ``_Holding``); and
-how every participant retries a write a transaction refused (:func:`retry_conflicts`).
+and the :class:`Lease` of one acquisition (with the holder's own view of it, :class:`Holding`,
+and the lease a lock item shows, :func:`lease_from_item`); how every participant retries a write
+a transaction refused (:func:`retry_conflicts`) and tells a refused condition
+(:func:`condition_failed`, :func:`old_item`).
 
 A module of its own so that the participants of each lock kind (:mod:`lock_client`,
 :mod:`shared_client`) share these types without importing each other; ``lock_client``
@@ -11,17 +13,20 @@ from __future__ import annotations
 
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, TypeVar
 
 from botocore.exceptions import ClientError
 
-from locked_workflow.state_machines.lock_protocol import (
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines.errors import (
+    CONDITIONAL_CHECK_FAILED_CODE,
     ERROR_INVALID_KEY,
     ERROR_LOST,
     ERROR_TIMEOUT,
     TRANSACTION_CONFLICT,
 )
+from locked_workflow.state_machines.lock_item import ACQUIRED_AT, EXPIRES_AT, FENCE, KEY_ATTRIBUTE, OWNER
 
 _T = TypeVar("_T")
 #: Tries of one write while transactions on its item refuse it (a transaction lasts
@@ -130,7 +135,7 @@ class Lease:
     #: beside it; ``fence`` is then the last writer's - the version it reads - never a write fence
     shared: bool = False
     #: what the holder knows of this acquisition (shared by the leases refresh() returns)
-    _holding: "_Holding | None" = field(default=None, compare=False, repr=False)
+    _holding: "Holding | None" = field(default=None, compare=False, repr=False)
 
     def check(self) -> float:
         """Seconds left of this lease, else :class:`LockLost`. No DynamoDB call: cheap enough
@@ -154,8 +159,18 @@ class Lease:
             )
         return self._holding.check(self)
 
+    @property
+    def holding(self) -> "Holding | None":
+        """What the holder knows of this acquisition (None: a lease built by hand)."""
+        return self._holding
 
-class _Holding:
+    def with_holding(self, holding: "Holding") -> "Lease":
+        """This lease with ``holding`` as its holder's view (how a participant hands out a lease
+        it took or renewed)."""
+        return replace(self, _holding=holding)
+
+
+class Holding:
     """The holder's view of one acquisition: until when its lease runs on the client's
     monotonic clock, the latest lease length and ``expiresAt`` written, whether the lock is
     known lost or was released, and its heartbeat (if any)."""
@@ -169,9 +184,9 @@ class _Holding:
         self.expires_at = expires_at
         self.lost: str | None = None  # why the lock is known lost
         self.released = False
-        self.heartbeat: Any = None  # lock_client's _Heartbeat, while one runs
+        self.heartbeat: Any = None  # client_clocks.Heartbeat, while one runs
 
-    def __deepcopy__(self, memo: dict) -> "_Holding":
+    def __deepcopy__(self, memo: dict) -> "Holding":
         return self  # one acquisition, one view (``dataclasses.asdict(lease)`` shares it)
 
     def renewed(self, started: float, lease_ms: int, expires_at: int) -> None:
@@ -204,3 +219,27 @@ class _Holding:
             heartbeat, self.heartbeat = self.heartbeat, None
         if heartbeat is not None:
             heartbeat.stop()
+
+
+def condition_failed(error: ClientError) -> bool:
+    return error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE
+
+
+def old_item(error: ClientError) -> Mapping[str, Any]:
+    """The item as it was when the condition failed (empty if it does not exist)."""
+    return error.response.get("Item") or {}
+
+
+def lease_from_item(key: str, item: Mapping[str, Any], holding: Holding | None = None) -> Lease:
+    """The lease of the acquisition ``item`` shows (``holding``: what its holder knows of it;
+    None: a lease built for an operator's release)."""
+    return Lease(
+        key=key,
+        table_key=item[KEY_ATTRIBUTE]["S"],
+        owner=item[OWNER]["S"],
+        fence=int(item[FENCE]["N"]),
+        acquired_at=int(item[ACQUIRED_AT]["N"]),
+        expires_at=int(item[EXPIRES_AT]["N"]),
+        ticket=int(item[fair.SERVED]["N"]) if fair.SERVED in item else None,
+        _holding=holding,
+    )

@@ -98,16 +98,19 @@ Releases. A release whose first attempt succeeded but whose response was lost is
 botocore; if a waiter took the lock in between, the retry finds it not ours. When botocore
 did retry and the lease had not ended yet (the holder's view, :meth:`Lease.check`), nobody
 could have taken the lock over by expiry before our first attempt - so that attempt released it, and ``release`` returns normally.
+
+Layout. This module is the client's front (every name it always had imports from here); the
+client's parts live beside it, one concern each: :mod:`client_args` (the arguments, checked),
+:mod:`client_lease` (the lease, its holder's view, the errors), :mod:`client_clocks` (the clocks
+and the heartbeat), :mod:`client_session` (the AWS clients, the stamps, the protocol's write),
+:mod:`client_takeover` (a plain mutex's attempt and its takeover), :mod:`client_fair` (the fair
+lock's queue), :mod:`client_blocks` (the re-entrancy of ``hold()``) and :mod:`shared_client` (the
+read/write lock).
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import json
 import logging
-import math
-import numbers
 import os
 import random
 import socket
@@ -115,61 +118,43 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import timedelta, timezone
-from email.utils import parsedate_to_datetime
-from types import FrameType
-from typing import Any, Callable, Iterator, Mapping, NamedTuple
+from datetime import timedelta
+from typing import Any, Callable, Iterator, Mapping
 
 from botocore.exceptions import ClientError
 
-from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, _Refused
-from locked_workflow.state_machines import fair_protocol as fair
-from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE, SIGNAL_LOOK
-from locked_workflow.state_machines.lock_protocol import (
-    ACQUIRED_AT,
-    ALIVE_STATUSES,
-    CLIENT_ACQUIRE,
-    CLIENT_LEASE,
-    CLIENT_REFRESH,
-    CLIENT_RELEASE,
-    CLIENT_TAKEOVER,
-    ERROR_INVALID_KEY,
-    ERROR_LOST,
-    ERROR_TIMEOUT,
-    EXPIRES_AT,
-    FENCE,
-    KEY_ATTRIBUTE,
-    OWNER,
-    OWNER_SEPARATOR,
-    REFRESH,
-    RELEASE,
-    LockWrite,
-    key_problem,
-    lock_item_key,
-    namespace_problem,
-    namespaced,
-    owner_execution,
+from locked_workflow.constructs_lib.client_args import (  # noqa: F401 - re-exported
+    DEFAULT_LEASE,
+    MAX_LEASE,
+    MAX_POLL_INTERVAL_S,
+    validate_key,
 )
-
-logger = logging.getLogger(__name__)
-
-#: Default lease: how long a holder that dies without releasing blocks the key.
-DEFAULT_LEASE = timedelta(seconds=60)
-#: The longest lease a client takes: a longer one is a mistake (milliseconds given as seconds),
-#: and a dead holder's lock would stay taken for years.
-MAX_LEASE = timedelta(days=365)
-_MAX_LEASE_MS = int(MAX_LEASE.total_seconds() * 1000)
-#: The longest wait between two polls (s): a poll interval longer than this is a mistake too.
-MAX_POLL_INTERVAL_S = 3600.0
-#: How many held locks a client remembers watching (for takeovers); the oldest goes first.
-_WATCHED_LOCKS = 1024
-
-
-
-from locked_workflow.constructs_lib.client_lease import (  # noqa: E402, F401 - re-exported
+from locked_workflow.constructs_lib.client_args import (
+    AcquireOptions as _Options,
+    checked_boto3_client as _boto3_client,
+    checked_callable as _callable,
+    checked_lease_ms as _lease_ms,
+    checked_owner as _owner_checked,
+    checked_seconds as _seconds,
+    checked_stored_key as _stored_key,
+)
+from locked_workflow.constructs_lib.client_blocks import (
+    Block as _Block,
+    ReentrantHolds,
+    block_frame as _block_frame,
+)
+from locked_workflow.constructs_lib.client_clocks import (
+    AwsClock as _AwsClock,
+    Heartbeat as _Heartbeat,
+    Watch as _Watch,
+    monotonic_clock as _monotonic_clock,
+    takeover_note as _takeover_note,
+    wall_clock_ms as _wall_clock_ms,
+)
+from locked_workflow.constructs_lib.client_fair import FairQueue
+from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exported
     InvalidLockKey,
     Lease,
     LockError,
@@ -177,270 +162,30 @@ from locked_workflow.constructs_lib.client_lease import (  # noqa: E402, F401 - 
     LockHeldInThisThread,
     LockLost,
     LockTimeout,
-    _Holding,
     retry_conflicts,
 )
+from locked_workflow.constructs_lib.client_lease import (
+    Holding,
+    condition_failed as _condition_failed,
+    lease_from_item as _lease,
+    old_item as _old_item,
+)
+from locked_workflow.constructs_lib.client_session import ClientSession
+from locked_workflow.constructs_lib.client_takeover import Takeovers
+from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, Refused
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines.errors import ERROR_INVALID_KEY, ERROR_LOST, ERROR_TIMEOUT
+from locked_workflow.state_machines.lock_item import (
+    FENCE,
+    OWNER,
+    OWNER_SEPARATOR,
+    key_problem,
+    namespace_problem,
+    namespaced,
+)
+from locked_workflow.state_machines.lock_writes import CLIENT_REFRESH, CLIENT_RELEASE, REFRESH
 
-class _Heartbeat:
-    """Renews a held lease in a background thread, half a lease after the start of the last
-    renewal (seed 001's rule), with the lease it was taken or last renewed with, until stopped
-    (by the release). A renewal that finds the lock taken records it (the holder's next
-    :meth:`Lease.check`, refresh or release raises :class:`LockLost`) and ends the thread; any
-    other error is logged and the renewal tried again an eighth of a lease later."""
-
-    def __init__(self, client: "LockClient", lease: Lease) -> None:
-        self._client = client
-        self._lease = lease
-        self._stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"LockClient heartbeat {lease.table_key}",
-                                       daemon=True)
-
-    def start(self) -> None:
-        holding = self._lease._holding
-        assert holding is not None
-        with holding.mutex:
-            holding.heartbeat = self
-        self.thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if threading.current_thread() is not self.thread:
-            self.thread.join()
-
-    def _run(self) -> None:
-        holding, current = self._lease._holding, self._lease
-        assert holding is not None
-        delay = self._half_of_what_is_left(holding)
-        while not self._stopping.wait(delay):
-            lease_ms = holding.lease_ms
-            try:
-                current = self._client.refresh(current, lease=timedelta(milliseconds=lease_ms))
-            except LockLost as lost:
-                logger.warning("heartbeat of %s: %s", current.table_key, lost)
-                return
-            except Exception as error:  # noqa: BLE001 - a transient failure: try again soon
-                logger.warning("heartbeat of %s: renewal failed, trying again: %r", current.table_key, error)
-                delay = lease_ms / 8000
-                continue
-            delay = self._half_of_what_is_left(holding)
-
-    @staticmethod
-    def _half_of_what_is_left(holding: _Holding) -> float:
-        """Half of what is left of the lease (just renewed: half a lease), an eighth at least."""
-        return max(holding.lease_ms / 8000, (holding.deadline - holding.monotonic()) / 2)
-
-
-def validate_key(key: Any, namespace: str = "") -> str:
-    """``key`` if it is a valid lock key, else :class:`InvalidLockKey` naming the problem.
-
-    The same rules as the state machines' key validation.
-    """
-    problem = key_problem(key, namespace)
-    if problem:
-        raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
-    return key
-
-
-# --------------------------------------------------------------------------------------
-# Arguments: checked before any DynamoDB call
-# --------------------------------------------------------------------------------------
-
-
-def _number(value: Any, name: str, what: str) -> float:
-    """``value`` as a float if it is a real number (not a bool), else TypeError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"`{name}` must be {what}, got: {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond the float range: finite, and huge
-        return sys.float_info.max if value > 0 else -sys.float_info.max
-
-
-def _seconds(value: Any, name: str, *, forever: bool = False) -> float:
-    """``value`` - a ``timedelta`` or a number of seconds - in seconds: TypeError for anything
-    else (``None``, a bool, a string); ValueError for NaN, and for an infinity unless
-    ``forever`` (then ``math.inf``)."""
-    what = "a timedelta or a number of seconds" + (" (math.inf: no limit)" if forever else "")
-    seconds = value.total_seconds() if isinstance(value, timedelta) else _number(value, name, what)
-    if math.isnan(seconds) or (math.isinf(seconds) and not (forever and seconds > 0)):
-        raise ValueError(f"`{name}` must be {'a finite number' if not forever else 'a number'} of seconds, got: {value!r}")
-    return seconds
-
-
-def _lease_ms(value: Any, name: str = "lease") -> int:
-    seconds = _seconds(value, name)
-    millis = round(seconds * 1000) if abs(seconds) < 1e15 else math.copysign(1e18, seconds)
-    if not 1 <= millis <= _MAX_LEASE_MS:
-        raise ValueError(
-            f"`{name}` must be from 1 ms to {MAX_LEASE.days} days (a timedelta or seconds), got: {value!r}"
-        )
-    return int(millis)
-
-
-def _owner_checked(owner: Any) -> str:
-    """An owner given by the caller: a non-empty string without the separator (the client's own
-    acquisitions are ``<client owner>#<uuid4>``: no owner given by hand can be one of them)."""
-    message = f"`owner` must be a non-empty string without '{OWNER_SEPARATOR}', got: {owner!r}"
-    if not isinstance(owner, str):
-        raise TypeError(message)
-    if not owner or OWNER_SEPARATOR in owner:
-        raise ValueError(message)
-    return owner
-
-
-def _text(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"`{name}` must be a non-empty string, got: {value!r}")
-    if not value:
-        raise ValueError(f"`{name}` must be a non-empty string, got: {value!r}")
-    return value
-
-
-def _count(value: Any, name: str, *, least: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be an integer of at least {least}, got: {value!r}")
-    if value < least:
-        raise ValueError(f"`{name}` must be an integer of at least {least}, got: {value!r}")
-    return int(value)
-
-
-def _callable(value: Any, name: str, what: str) -> Any:
-    if value is not None and not callable(value):
-        raise TypeError(f"`{name}` must be {what} or None, got: {value!r}")
-    return value
-
-
-def _boto3_client(value: Any, name: str, service: str) -> Any:
-    """A boto3 client given by the caller (not probed: a stand-in may record every use)."""
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes, numbers.Number, Mapping)) or type(value).__name__.startswith(f"{service}."):
-        raise TypeError(
-            f"`{name}` must be a boto3 {service} client (boto3.client({service!r})), not a resource "
-            f"or a name, or None, got: {value!r}"
-        )
-    return value
-
-
-class _Options(NamedTuple):
-    """An acquire's options, checked."""
-
-    lease_ms: int
-    wait_s: float  # math.inf: no limit
-    poll_interval: float
-    max_poll_interval: float
-    backoff_rate: float
-
-    @classmethod
-    def of(cls, lease: Any, wait: Any, poll_interval: Any, max_poll_interval: Any, backoff_rate: Any) -> "_Options":
-        lease_ms = _lease_ms(lease)
-        wait_s = _seconds(wait, "wait", forever=True)
-        if wait_s < 0:
-            raise ValueError(f"`wait` must be 0 or more seconds (math.inf: no limit), got: {wait!r}")
-        first = _seconds(poll_interval, "poll_interval")
-        if not 0 < first <= MAX_POLL_INTERVAL_S:
-            raise ValueError(
-                f"`poll_interval` must be more than 0 and at most {MAX_POLL_INTERVAL_S:g} seconds, got: {poll_interval!r}"
-            )
-        cap = _seconds(max_poll_interval, "max_poll_interval")
-        if not first <= cap <= MAX_POLL_INTERVAL_S:
-            raise ValueError(
-                f"`max_poll_interval` must be from `poll_interval` ({first:g}) to {MAX_POLL_INTERVAL_S:g} "
-                f"seconds, got: {max_poll_interval!r}"
-            )
-        rate = _number(backoff_rate, "backoff_rate", "a number of at least 1")
-        if not 1 <= rate < math.inf:
-            raise ValueError(f"`backoff_rate` must be a finite number of at least 1, got: {backoff_rate!r}")
-        return cls(lease_ms, wait_s, first, cap, rate)
-
-
-def _monotonic_clock() -> float:
-    """Seconds of a clock that never jumps and, where the system has one (Linux' boot time
-    clock), also counts the time a suspended machine slept: a lease runs while its holder's
-    machine sleeps."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-if not hasattr(time, "CLOCK_BOOTTIME"):  # pragma: no cover - not Linux
-    _monotonic_clock = time.monotonic  # noqa: F811
-
-
-def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class _Watch(NamedTuple):
-    """A held lock as a client first saw it: its version (owner, fence, ``expiresAt``), how long
-    it must stay so before the client takes it over (s), since when (monotonic s), and whether
-    its lease was stamped by the service clock (a workflow's: no client lease for its owner)."""
-
-    version: tuple[str, str, str]
-    window_s: float
-    since: float
-    service_stamped: bool
-
-
-class _AwsClock:
-    """AWS's clock (epoch ms) as the ``Date`` header of DynamoDB's responses bounds it.
-
-    ``Date`` is the second in which DynamoDB made a response: one received between monotonic
-    times ``before`` and ``after`` puts AWS's time, at monotonic time ``t``, within
-    ``[date - after + t, date + 1 s - before + t]``. The bounds of the last samples are
-    intersected, each widened by :data:`DRIFT` of its age (a monotonic clock's rate error); a
-    sample that contradicts them (a clock stepped) replaces them. Without a sample (a stand-in
-    client, an endpoint that sends no ``Date``) nothing is known.
-    """
-
-    SAMPLES = 16
-    DRIFT = 1e-4
-
-    def __init__(self) -> None:
-        self._samples: deque[tuple[float, float, float]] = deque(maxlen=self.SAMPLES)  # (at, lo, hi), s / ms
-        self._mutex = threading.Lock()
-
-    def sample(self, before: float, after: float, response: Any) -> None:
-        try:
-            made = parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"])
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-            return
-        if made.tzinfo is None:
-            made = made.replace(tzinfo=timezone.utc)
-        date_ms = made.timestamp() * 1000
-        sample = (after, date_ms - after * 1000, date_ms + 1000 - before * 1000)
-        with self._mutex:
-            self._samples.append(sample)
-            bounds = self._bounds(after)
-            if bounds is None or bounds[0] > bounds[1]:
-                logger.info("DynamoDB's Date header contradicts the earlier ones (a clock stepped?): "
-                            "starting AWS's clock over")
-                self._samples.clear()
-                self._samples.append(sample)
-
-    def bounds(self, now: float) -> tuple[float, float] | None:
-        """(lowest, highest) epoch ms AWS's clock can show at monotonic ``now`` (s); None: unknown."""
-        with self._mutex:
-            return self._bounds(now)
-
-    def _bounds(self, now: float) -> tuple[float, float] | None:
-        if not self._samples:
-            return None
-        lo = max(low - self.DRIFT * abs(now - at) * 1000 for at, low, _ in self._samples)
-        hi = min(high + self.DRIFT * abs(now - at) * 1000 for at, _, high in self._samples)
-        return lo + now * 1000, hi + now * 1000
-
-
-def _takeover_window_ms(item: Mapping[str, Any]) -> tuple[int, bool]:
-    """How long a client watches the held lock ``item`` unchanged before it takes it over, and
-    whether the acquisition is a client's: its client lease (a client's acquisition), else
-    ``expiresAt - acquiredAt`` (one writer's stamps: its clock's offset cancels out; at least
-    what was left of the lease when it was written)."""
-    owner = item[OWNER]["S"]
-    lease = item.get(CLIENT_LEASE, {}).get("M", {})
-    if lease.get("owner", {}).get("S") == owner and "N" in lease.get("ms", {}):
-        return max(0, int(lease["ms"]["N"])), True
-    if "N" not in item.get(ACQUIRED_AT, {}):
-        return _MAX_LEASE_MS, False
-    return max(0, int(item[EXPIRES_AT]["N"]) - int(item[ACQUIRED_AT]["N"])), False
+logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------
@@ -448,7 +193,7 @@ def _takeover_window_ms(item: Mapping[str, Any]) -> tuple[int, bool]:
 # --------------------------------------------------------------------------------------
 
 
-class LockClient:
+class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds):
     """Acquire, refresh and release the locks of a lock table from Python.
 
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
@@ -537,22 +282,6 @@ class LockClient:
         self.claim_window = window
         self._rw = ReadWriteParticipant(self) if read_write else None
 
-    @property
-    def dynamodb(self) -> Any:
-        if self._dynamodb is None:
-            import boto3
-
-            self._dynamodb = boto3.client("dynamodb")
-        return self._dynamodb
-
-    @property
-    def stepfunctions(self) -> Any:
-        if self._stepfunctions is None:
-            import boto3
-
-            self._stepfunctions = boto3.client("stepfunctions")
-        return self._stepfunctions
-
     def table_key(self, key: str) -> str:
         """The stored key of ``key`` (validated, namespaced; a fair key leaves room for its
         queue rows' keys)."""
@@ -561,36 +290,6 @@ class LockClient:
             if problem:
                 raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lock key {problem}")
         return namespaced(self.namespace, validate_key(key, self.namespace))
-
-    def now_ms(self) -> int:
-        """The epoch ms this client stamps: its clock, held within the bounds DynamoDB's ``Date``
-        headers put on AWS's clock (about a second wide) once it has seen one."""
-        return self._stamp(self._monotonic())[0]
-
-    def earliest_ms(self, at: float | None = None) -> int:
-        """The earliest epoch ms AWS's clock can show (at monotonic ``at``; default: now): what
-        this client judges other participants' leases by (``:now`` of ``expiresAt < :now``).
-        Every participant stamps a lease from the latest time AWS's clock can show (a workflow
-        from AWS's clock itself), so none ends by this judgement before it ended for its holder.
-        With no bound known (no ``Date`` header seen), this client's clock."""
-        at = self._monotonic() if at is None else at
-        bounds = self._aws_clock.bounds(at)
-        return int(self._clock()) if bounds is None else math.floor(bounds[0])
-
-    def latest_ms(self) -> int:
-        """The latest epoch ms AWS's clock can show now: what a lease or a mark is stamped from."""
-        return self._stamp(self._monotonic())[1]
-
-    def _stamp(self, at: float) -> tuple[int, int]:
-        """At monotonic ``at``: (the epoch ms to stamp as now - this client's clock, held within
-        the bounds on AWS's clock; the latest time AWS's clock can show - a lease stamped from it
-        ends no sooner for the workflows than for its holder). Unknown bounds: the clock, twice."""
-        now = int(self._clock())
-        bounds = self._aws_clock.bounds(at)
-        if bounds is None:
-            return now, now
-        lo, hi = math.ceil(bounds[0]), math.ceil(bounds[1])
-        return min(max(now, lo), hi), hi
 
     # ----------------------------------------------------------------------------------
 
@@ -693,142 +392,6 @@ class LockClient:
                 logger.debug("lock %s held by %s; retrying in %.3f s", table_key, held.holder, delay)
                 self._sleep(delay)
 
-    def _try_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
-        """One attempt: CLIENT_ACQUIRE, or CLIENT_TAKEOVER of a lock watched unchanged for its
-        lease (a fair lock: FAST_ACQUIRE)."""
-        if self.fair:
-            return self._try_fast_acquire(key, table_key, me, lease_ms)
-        watch = self._watched(table_key)
-        started = self._monotonic()
-        now, latest = self._stamp(started)
-        due = watch is not None and self._takeover_in(watch, started) <= 0
-        values = {
-            ":me": {"S": me},
-            ":now": {"N": str(now)},
-            ":expiresAt": {"N": str(latest + lease_ms)},
-            ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
-            ":one": {"N": "1"},
-            ":clientLease": {"M": {"owner": {"S": me}, "ms": {"N": str(lease_ms)}}},
-        }
-        if due:
-            assert watch is not None
-            seen_owner, seen_fence, seen_expires_at = watch.version
-            values.update({":seenOwner": {"S": seen_owner}, ":seenFence": {"N": seen_fence},
-                           ":seenExpiresAt": {"N": seen_expires_at}})
-            logger.info("lock %s held by %s, unchanged for %.3f s (its lease: %g s; service-stamped: %s): "
-                        "taking it over", table_key, seen_owner, started - watch.since, watch.window_s,
-                        watch.service_stamped)
-        try:
-            response = self._update(table_key, CLIENT_TAKEOVER if due else CLIENT_ACQUIRE, values,
-                                    return_new=True)
-        except ClientError as error:
-            if not _condition_failed(error):
-                raise
-            raise self._held(key, table_key, _old_item(error)) from None
-        with self._watches_mutex:
-            self._watches.pop(table_key, None)
-        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
-
-    def _stamped_right(self, lease: Lease) -> Lease:
-        """``lease``, stamped again at once (a refresh) if it was stamped before this client knew
-        AWS's clock and its own clock turned out off: else the workflows would judge its lease
-        by that clock. Taken over meanwhile (by a workflow that did): a refusal."""
-        holding = lease._holding
-        assert holding is not None
-        bounds = self._aws_clock.bounds(holding.started)
-        if bounds is None:
-            return lease
-        if bounds[0] - 1 <= lease.acquired_at <= bounds[1] + 1:
-            with holding.mutex:  # AWS's clock may have been ahead of the stamp by this much
-                ahead_ms = max(0.0, bounds[1] - lease.acquired_at)
-                holding.deadline = min(holding.deadline, holding.started + (holding.lease_ms - ahead_ms) / 1000)
-            return lease
-        logger.warning("this client's clock is %+.3f s off AWS's (DynamoDB's Date header): lock %s is "
-                       "stamped again on AWS's clock", (lease.acquired_at - (bounds[0] + bounds[1]) / 2) / 1000,
-                       lease.table_key)
-        try:
-            return replace(self.refresh(lease, lease=timedelta(milliseconds=holding.lease_ms)), key=lease.key)
-        except LockLost as lost:
-            held = LockHeld(f"lock {lease.table_key!r} was taken over before it could be stamped on AWS's "
-                            f"clock: {lost}", key=lease.key)
-            raise held from None
-
-    def _watched(self, table_key: str) -> _Watch | None:
-        with self._watches_mutex:
-            return self._watches.get(table_key)
-
-    def _takeover_in(self, watch: _Watch, now: float) -> float:
-        """Seconds until this client may take the watched lock over (<= 0: now), if it stays
-        unchanged: once watched for its lease on this client's monotonic clock - or, for a lease
-        the service clock stamped (a workflow's), once AWS's clock is surely past its end, as
-        the workflows judge it (``expiresAt < $millis()``)."""
-        left = watch.since + watch.window_s - now
-        bounds = self._aws_clock.bounds(now) if watch.service_stamped else None
-        if bounds is not None:
-            left = min(left, (int(watch.version[2]) + 1 - bounds[0]) / 1000)
-        return left
-
-    def _held(self, key: str, table_key: str, old: Mapping[str, Any]) -> LockHeld:
-        """The refusal of an acquire by the lock item ``old``: watch it (a held lock whose
-        version is new starts its takeover window now, after the response that showed it)."""
-        holder = old.get(OWNER, {}).get("S")
-        expires_at = int(old[EXPIRES_AT]["N"]) if "N" in old.get(EXPIRES_AT, {}) else None
-        takeover_in = None
-        if holder is not None and expires_at is not None and "N" in old.get(FENCE, {}):
-            version = (holder, old[FENCE]["N"], old[EXPIRES_AT]["N"])
-            now = self._monotonic()
-            with self._watches_mutex:
-                watch = self._watches.get(table_key)
-                if watch is None or watch.version != version:
-                    self._watches.pop(table_key, None)
-                    window_ms, client_stamped = _takeover_window_ms(old)
-                    watch = _Watch(version, window_ms / 1000, now, service_stamped=not client_stamped)
-                    self._watches[table_key] = watch
-                    while len(self._watches) > _WATCHED_LOCKS:
-                        del self._watches[next(iter(self._watches))]
-            takeover_in = max(0.0, self._takeover_in(watch, now))
-        held = LockHeld(
-            f"lock {table_key!r} is held by {holder!r}{_takeover_note(takeover_in)}",
-            key=key, holder=holder, expires_at=expires_at, takeover_in=takeover_in,
-        )
-        held.item = old
-        return held
-
-    def _try_fast_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
-        """A fair lock's fast path (nobody queues). Its condition judges ``expiresAt`` against the
-        earliest time AWS's clock can show (see the module notes on clocks)."""
-        started = self._monotonic()
-        now, latest = self.earliest_ms(started), self._stamp(started)[1]
-        try:
-            response = self._update(
-                table_key,
-                fair.FAST_ACQUIRE,
-                {
-                    ":me": {"S": me},
-                    ":stale": {"S": me},  # no liveness check here: nobody is known dead
-                    ":now": {"N": str(now)},
-                    ":expiresAt": {"N": str(latest + lease_ms)},
-                    ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
-                    ":one": {"N": "1"},
-                    ":zero": {"N": "0"},
-                },
-                return_new=True,
-                who=me,
-            )
-        except ClientError as error:
-            if not _condition_failed(error):
-                raise
-            old = _old_item(error)
-            holder = old.get(OWNER, {}).get("S")
-            expires_at = int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None
-            held = LockHeld(
-                f"lock {table_key!r} is held by {holder!r} until {expires_at} (epoch ms)",
-                key=key, holder=holder, expires_at=expires_at,
-            )
-            held.item = old
-            raise held from None
-        return _lease(key, response["Attributes"], holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
-
     def release(self, lease: Lease) -> None:
         """Free the lock of ``lease``; the item and its fence stay. Stops the lease's heartbeat
         first (if any).
@@ -841,7 +404,7 @@ class LockClient:
         :raises TypeError: ``lease`` is not a :class:`Lease`, before any DynamoDB call.
         """
         table_key = _stored_key(lease)
-        holding = lease._holding
+        holding = lease.holding
         if holding is not None:
             holding.stop_heartbeat()
         if self._rw is not None:
@@ -901,10 +464,10 @@ class LockClient:
         """
         for_ms = _lease_ms(lease)
         table_key = _stored_key(held)
-        holding = held._holding
+        holding = held.holding
         started = self._monotonic()
         written = holding.expires_at if holding is not None else held.expires_at
-        expires_at = max(self._stamp(started)[1] + for_ms, written + 1)  # never an end written before
+        expires_at = max(self.stamp(started)[1] + for_ms, written + 1)  # never an end written before
         try:
             if self._rw is not None:
                 item = self._rw.refresh(held, expires_at)
@@ -914,7 +477,7 @@ class LockClient:
                     values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
                 item = self._update(table_key, REFRESH if self.fair else CLIENT_REFRESH, values,
                                     return_new=True)["Attributes"]
-        except (ClientError, _Refused) as error:
+        except (ClientError, Refused) as error:
             if isinstance(error, ClientError) and not _condition_failed(error):
                 raise
             message = (self._lost_message(held, table_key, _old_item(error)) if isinstance(error, ClientError) else
@@ -924,12 +487,12 @@ class LockClient:
                 holding.lose(message)
             raise LockLost(message) from None
         if holding is None:
-            holding = _Holding(self._monotonic, started, for_ms, expires_at)
+            holding = Holding(self._monotonic, started, for_ms, expires_at)
         else:
             holding.renewed(started, for_ms, expires_at)
         if self._rw is not None:  # (a reader's item has no owner of its own: the lease is what it held)
-            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)), expires_at=expires_at,
-                           _holding=holding)
+            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)),
+                           expires_at=expires_at).with_holding(holding)
         return _lease(held.key, item, holding=holding)
 
     @contextmanager
@@ -1016,370 +579,12 @@ class LockClient:
                 raise
         yield from self._run_block(table_key, _Block(held, here, None))
 
-    def _run_block(self, table_key: str, block: "_Block") -> Iterator[Lease]:
-        """Run one ``with hold()`` block: registered while open; an acquisition releases at
-        its end, a re-entered block checks that its acquisition outlived it."""
-        with self._blocks_mutex:
-            self._blocks.setdefault(table_key, []).append(block)
-        try:
-            yield block.lease
-        except BaseException as error:
-            problem = self._close_block(table_key, block)
-            if problem is not None:  # the block's error is the one that matters
-                what = "releasing the lock also failed" if block.taken is None else "the lock was not held to the end"
-                logger.warning("leaving the hold of %s: %s: %r", table_key, what, problem)
-                if hasattr(error, "add_note"):  # Python >= 3.11
-                    error.add_note(f"{what}: {problem!r}")
-            raise
-        problem = self._close_block(table_key, block)
-        if problem is not None:
-            raise problem
-
-    def _close_block(self, table_key: str, block: "_Block") -> Exception | None:
-        """Unregister ``block`` and, if it acquired, release; what went wrong, if anything
-        (:class:`LockLost`, or the release's own error)."""
-        with self._blocks_mutex:
-            blocks = self._blocks.get(table_key, [])
-            blocks.remove(block)
-            if not blocks:
-                self._blocks.pop(table_key, None)
-            outlived = block.taken is not None and block.taken.released
-            if block.taken is None:
-                block.released = True
-        if block.taken is not None:
-            if not outlived:
-                return None
-            return LockLost(
-                f"{ERROR_LOST}: lock {table_key!r} (fence {block.lease.fence}) was released by the "
-                f"block this nested hold() re-entered before the nested block ended (e.g. a generator "
-                f"suspended inside it was resumed later): the nested block ran partly without the lock"
-            )
-        try:
-            self.release(block.lease)
-        except Exception as error:  # noqa: BLE001 - the caller decides: raise it, or note it
-            return error
-        return None
-
-    def _enclosing(self, table_key: str, owner: str | None) -> tuple["_Block | None", bool]:
-        """The open block a new ``hold()`` here re-enters (or None), and whether another flow
-        of this thread holds the key (then a wait could never end). Call with the mutex held.
-
-        Re-entered: the innermost open block on the current call stack, unless a later block of
-        this thread is open beside it (a suspended generator's: interleaved, not nested)."""
-        thread = threading.current_thread()
-        blocks = [b for b in self._blocks.get(table_key, []) if not b.acquisition.released]
-        if not blocks:
-            return None, False
-        stack = set()
-        frame: FrameType | None = sys._getframe()
-        while frame is not None:
-            stack.add(id(frame))  # frames on the stack are alive: their ids are unique
-            frame = frame.f_back
-        enclosing = None
-        for index in range(len(blocks) - 1, -1, -1):
-            if id(blocks[index].frame) in stack:
-                beside = [b for b in blocks[index + 1:] if b.thread is thread]
-                if not beside and owner in (None, blocks[index].lease.owner):
-                    enclosing = blocks[index]
-                break
-        return enclosing, enclosing is None and any(b.thread is thread for b in blocks)
-
     # ----------------------------------------------------------------------------------
 
     def _owner(self, owner: str | None) -> str:
         if owner is None:
             return f"{self.owner}{OWNER_SEPARATOR}{uuid.uuid4()}"
         return _owner_checked(owner)
-
-    def _client_lease(self, seconds: float) -> dict:
-        """My row's token while I queue: polling until now + ``seconds`` + a margin."""
-        until = self.latest_ms() + int((seconds + fair.CLIENT_POLL_MARGIN_S) * 1000)
-        return {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}
-
-    def _row_update(self, row_key: str, write: LockWrite, values: Mapping[str, Any]) -> bool:
-        """A fair write on a queue row; False when its condition is refused."""
-        try:
-            self._update(row_key, write, values)
-            return True
-        except ClientError as error:
-            if _condition_failed(error):
-                return False
-            raise
-
-    def _enqueue(self, table_key: str, me: str, lease_ms: int, *, lease_for_s: float) -> int | None:
-        """Take a ticket and register my row (polling); None: refused - the lock is free with
-        nobody queued (the fast path again)."""
-        now = self.earliest_ms()
-        try:
-            item = self._update(table_key, fair.ENQUEUE, {
-                ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)}, ":zero": {"N": "0"},
-                ":one": {"N": "1"}}, return_new=True)["Attributes"]
-        except ClientError as error:
-            if _condition_failed(error):
-                return None
-            raise
-        ticket = int(item[fair.TICKETS]["N"])
-        self._park(table_key, me, lease_ms, ticket, lease_for_s)
-        return ticket
-
-    def _park(self, table_key: str, me: str, lease_ms: int, ticket: int, lease_for_s: float) -> bool:
-        """PARK (a lease for a token) on my row; False: my row is marked ready (or left)."""
-        return self._row_update(fair.row_key(table_key, ticket), fair.PARK, {
-            ":me": {"S": me}, ":token": self._client_lease(lease_for_s), ":lease": {"N": str(lease_ms)},
-            ":grace": {"N": "0"}})
-
-    def _try_as_head(self, key: str, table_key: str, me: str, lease_ms: int, ticket: int) -> Lease:
-        """GRANT to myself as the head of the queue (then drop my row)."""
-        started = self._monotonic()
-        now, latest = self.earliest_ms(started), self._stamp(started)[1]
-        try:
-            item = self._update(table_key, fair.GRANT, {
-                ":me": {"S": me}, ":next": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)},
-                ":expiresAt": {"N": str(latest + lease_ms)}, ":grace": {"N": "0"}, ":one": {"N": "1"},
-                ":prev": {"N": str(ticket - 1)}, ":ticket": {"N": str(ticket)}}, return_new=True)["Attributes"]
-        except ClientError as error:
-            if not _condition_failed(error):
-                raise
-            old = _old_item(error)
-            if old.get(OWNER, {}).get("S") == me and fair.counters(old)[0] == ticket:
-                lease = self.claim(key, table_key, me, ticket)  # handed to me: confirm it
-                if lease is not None:
-                    return lease
-            held = LockHeld(f"lock {table_key!r} is not mine yet (ticket {ticket})", key=key,
-                            holder=old.get(OWNER, {}).get("S"),
-                            expires_at=int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None)
-            held.item = old
-            raise held from None
-        self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-        return _lease(key, item, holding=_Holding(self._monotonic, started, lease_ms, latest + lease_ms))
-
-    def _poll(self, table_key: str, me: str, lease_ms: int, ticket: int, item: Mapping[str, Any], *,
-              lease_for_s: float) -> int:
-        """Between polls, from the lock item as my refused try saw it: handed to me -> the next
-        try claims it; skipped -> a new ticket; behind a free lock whose head does not move ->
-        run the handoff for it; else keep my row's lease alive. Returns my ticket."""
-        served, _ = fair.counters(item)
-        now = self.earliest_ms()
-        owner = item.get(OWNER, {}).get("S")
-        if owner == me and served == ticket:
-            return ticket  # handed to me: the next try claims it
-        if served >= ticket:  # skipped (my lease lapsed): queue again
-            self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-            return self._enqueue(table_key, me, lease_ms, lease_for_s=lease_for_s) or ticket
-        free = owner is None or int(item.get(EXPIRES_AT, {}).get("N", "0")) < now
-        if free and served < ticket - 1:
-            self.handoff(table_key, me=me, served=served, fence=None)
-        self._park(table_key, me, lease_ms, ticket, lease_for_s)
-        return ticket
-
-    def claim(self, key: str, table_key: str, me: str, ticket: int) -> Lease | None:
-        """CLAIM a lock handed to me (its handoff could not wake me: I poll); None: not mine.
-        The lease was stamped by whoever handed it over: its holder counts what is left of it by
-        this client's clock (a fair lock judges leases by the clients' clocks)."""
-        for name, value in (("key", key), ("table_key", table_key), ("me", me)):
-            _text(value, name)
-        _count(ticket, "ticket", least=1)
-        started = self._monotonic()
-        latest = self._stamp(started)[1]
-        try:
-            item = self._update(table_key, fair.CLAIM, {":me": {"S": me}, ":ticket": {"N": str(ticket)}},
-                                return_new=True)["Attributes"]
-        except ClientError as error:
-            if _condition_failed(error):
-                return None
-            raise
-        self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
-        left_ms = min(max(0, int(item[EXPIRES_AT]["N"]) - latest), _MAX_LEASE_MS)
-        return _lease(key, item, holding=_Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"])))
-
-    def leave_queue(self, row_key: str, me: str) -> Lease | None:
-        """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
-        ended execution's parks): mark the row left - only a row still there, never one a
-        handoff took - then, if the lock is free, hand it to the next waiter. Returns the
-        lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it)."""
-        _text(row_key, "row_key")
-        _text(me, "me")
-        ticket_text, _, table_key = row_key[len(fair.ROW_MARK):].partition(fair.ROW_MARK)
-        if not row_key.startswith(fair.ROW_MARK) or not ticket_text.isdigit() or not table_key:
-            raise ValueError(f"`row_key` must be a fair queue row's key ('!<ticket>!<stored key>'), got: {row_key!r}")
-        ticket = int(ticket_text)
-        row = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(row_key),
-                                     ConsistentRead=True).get("Item")
-        if row is not None and row.get(OWNER, {}).get("S") in (None, me):
-            self._row_update(row_key, fair.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
-        item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
-                                      ConsistentRead=True).get("Item", {})
-        served, _ = fair.counters(item)
-        if item.get(OWNER, {}).get("S") == me and served == ticket:
-            return self.claim(table_key, table_key, me, ticket)
-        free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < self.earliest_ms()
-        if free and served < ticket:
-            self.handoff(table_key, me=me, served=served, fence=None)
-        return None
-
-    def handoff(self, table_key: str, *, me: str, served: int, fence: int | None, hole_s: float | None = None) -> None:
-        """Hand the lock of ``table_key`` to the next live waiter (fair_protocol, step 4):
-        ``me`` holds it with ticket ``served`` and fence ``fence`` (a release), or - ``fence``
-        None - the lock is free and its head does not move (a waiter's fallback, the janitor,
-        an operator). Raises LockLost (via ClientError) when a release finds the lock not mine.
-        Once a release has granted the lock on (or released it), an error of a later step (a
-        wake-up, a revoke, the next row) ends the handoff without raising: the release is done,
-        and each waiter's own look at its park timeout finds its grant or the free lock (as the
-        workflows' handoff, whose later steps Catch every error)."""
-        _text(table_key, "table_key")
-        _text(me, "me")
-        _count(served, "served")
-        if fence is not None:
-            _count(fence, "fence", least=1)
-        if hole_s is not None and not 0 <= _seconds(hole_s, "hole_s") <= MAX_POLL_INTERVAL_S:
-            raise ValueError(f"`hole_s` must be from 0 to {MAX_POLL_INTERVAL_S:g} seconds, got: {hole_s!r}")
-        holding = fence is not None
-        hole_ms = int((_seconds(hole_s, "hole_s") if hole_s is not None else self.claim_window) * 1000)
-        c = served
-        passed = False  # (a release) the lock is no longer mine: granted to the next, or released
-        try:
-            for _ in range(10_000):  # one row per round; each round passes a ticket or ends
-                row_key = fair.row_key(table_key, c + 1)
-                row = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
-                                                ReturnValues="ALL_OLD").get("Attributes")
-                state = fair.row_state(row, now=self.earliest_ms(), hole_ms=hole_ms)
-                if state in ("wake", "grant"):
-                    nxt = row[OWNER]["S"]
-                    try:
-                        granted = self._update(table_key, fair.GRANT, {
-                            ":me": {"S": me}, ":next": {"S": nxt}, ":stale": {"S": me},
-                            ":now": {"N": str(self.earliest_ms())},
-                            ":expiresAt": {"N": str(self.latest_ms() + int(row[fair.LEASE]["N"]))},
-                            ":grace": {"N": row.get(fair.GRACE_MS, {}).get("N", "0")}, ":one": {"N": "1"},
-                            ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}, return_new=True)["Attributes"]
-                    except ClientError as error:
-                        if not _condition_failed(error):
-                            raise
-                        if holding:
-                            raise
-                        if state == "wake":
-                            self._nudge(row[fair.TOKEN]["S"])
-                        return
-                    passed = True
-                    if state == "grant" or self._wake(row[fair.TOKEN]["S"], granted):
-                        return
-                    if not self._grantee_ended(nxt):  # alive-looking: one claim window to confirm it
-                        self._sleep(self.claim_window)
-                        again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
-                                                          ReturnValues="ALL_OLD").get("Attributes")
-                        if fair.row_state(again, now=self.earliest_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
-                            if self._wake(again[fair.TOKEN]["S"], granted):
-                                return
-                            self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
-                    if not self._row_update(table_key, fair.REVOKE, {
-                            ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
-                        return  # confirmed (claimed) meanwhile
-                    holding, c = False, c + 1
-                elif state == "skip":
-                    if not self._row_update(table_key, fair.SKIP, {
-                            ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.earliest_ms())},
-                            ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}):
-                        return
-                    c += 1
-                else:  # nobody parked on the next ticket yet
-                    if holding:
-                        item = self._update(table_key, RELEASE, {":me": {"S": me}, ":fence": {"N": str(fence)}},
-                                            return_new=True)["Attributes"]
-                        holding = False
-                        passed = True
-                        if fair.counters(item)[1] <= c:
-                            return
-                    since = (row or {}).get(fair.READY, {}).get("N") or str(self.latest_ms())
-                    if self._row_update(row_key, fair.MARK, {":since": {"N": since}}):
-                        item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
-                                                      ConsistentRead=True).get("Item", {})
-                        if fair.counters(item)[0] > c:  # served meanwhile: the mark is litter
-                            with contextlib.suppress(ClientError):
-                                self.dynamodb.delete_item(
-                                    TableName=self.table_name, Key=lock_item_key(row_key),
-                                    ConditionExpression=f"attribute_not_exists(#{fair.TOKEN})",
-                                    ExpressionAttributeNames={f"#{fair.TOKEN}": fair.TOKEN})
-                        return
-                    # its waiter parked meanwhile: take the row again
-        except ClientError as error:
-            if fence is None or not passed:
-                raise
-            # a release that handed the lock on (or freed it) is done: what is left - a wake-up
-            # retried, a revoke, the next row, a mark - is also each waiter's own look at its
-            # park timeout. Raised, the caller would retry a release whose lock has moved on
-            # (LockLost); the workflows' handoff ends the same way (every later step Catches).
-            logger.warning("lock %s: handed on; the handoff after it stopped at %s: the next waiter "
-                           "finds its grant or the free lock by its own look", table_key,
-                           error.response.get("Error", {}).get("Code"))
-
-
-    def _grantee_ended(self, owner: str) -> bool:
-        execution = owner_execution(owner)
-        if execution is None:
-            return False
-        try:
-            status = self.stepfunctions.describe_execution(executionArn=execution)["status"]
-        except ClientError:
-            return False
-        return status not in ALIVE_STATUSES
-
-    def _wake(self, token: str, granted: Mapping[str, Any]) -> bool:
-        """Wake a parked waiter with its grant (it confirms it, CLAIM, then works); False: not
-        known to be delivered - its park has ended (stopped, cancelled, timed out), or any other
-        error, whose call may have been applied (a 5xx, a timeout; a retry of it then answers
-        ``TaskTimedOut``). The caller's REVOKE takes back only a grant not confirmed, so a
-        woken waiter at work keeps it either way."""
-        record = {"owner": granted[OWNER]["S"], "fence": int(granted[FENCE]["N"]),
-                  "acquiredAt": int(granted[ACQUIRED_AT]["N"]), "expiresAt": int(granted[EXPIRES_AT]["N"]),
-                  "served": int(granted[fair.SERVED]["N"])}
-        try:
-            self.stepfunctions.send_task_success(taskToken=token, output=json.dumps(record))
-            return True
-        except ClientError as error:
-            logger.info("wake-up not delivered: %s", error.response.get("Error", {}).get("Code"))
-            return False
-
-    def _nudge(self, token: str) -> None:
-        with contextlib.suppress(ClientError):
-            self.stepfunctions.send_task_failure(taskToken=token, error=SIGNAL_LOOK,
-                                                 cause="the lock moved on while this waiter's row was taken")
-
-    def _update(
-        self, table_key: str, write: LockWrite, values: Mapping[str, Any], *, return_new: bool = False,
-        return_old: bool = False, who: str | None = None, index: int | None = None, refused_ok: bool = False,
-    ) -> dict:
-        """One conditional UpdateItem of the protocol; on a failed condition the
-        ``ClientError`` carries the item as it was (``ReturnValuesOnConditionCheckFailure``).
-        ``who``/``index``: a fair lock's owner placeholder and queue place; ``refused_ok``: a
-        refused condition is no error (an enqueue retried after it succeeded)."""
-        if set(values) != set(write.value_names()):  # a programming error in this module
-            raise AssertionError(f"values {sorted(values)} do not fit {write}")
-        names = fair.attribute_names(write)
-        def attempt() -> dict:  # (tried again while a transaction on the item refuses it)
-            before = self._monotonic()
-            try:
-                response = self.dynamodb.update_item(
-                    TableName=self.table_name,
-                    Key=lock_item_key(table_key),
-                    UpdateExpression=write.update,
-                    ConditionExpression=write.condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=dict(values),
-                    ReturnValues="ALL_NEW" if return_new else "ALL_OLD" if return_old else "NONE",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as error:
-                self._aws_clock.sample(before, self._monotonic(), error.response)
-                raise
-            self._aws_clock.sample(before, self._monotonic(), response)
-            return response
-
-        try:
-            return retry_conflicts(attempt, sleep=self._sleep)
-        except ClientError as error:
-            if refused_ok and _condition_failed(error):
-                return {}
-            raise
 
     @staticmethod
     def _lost_message(lease: Lease, table_key: str, old: Mapping[str, Any]) -> str:
@@ -1393,84 +598,3 @@ class LockClient:
             f"{ERROR_LOST}: lock {table_key!r} is not held by {lease.owner!r} "
             f"(fence {lease.fence}): {state}"
         )
-
-
-def _stored_key(lease: Lease) -> str:
-    """The stored key a lease was acquired on (checked before any DynamoDB call)."""
-    if not isinstance(lease, Lease):
-        raise TypeError(f"`lease` must be a Lease (from acquire(), hold() or refresh()), got: {lease!r}")
-    if not isinstance(lease.table_key, str) or not lease.table_key:
-        raise InvalidLockKey(f"{ERROR_INVALID_KEY}: the lease has no stored key: {lease!r}")
-    return lease.table_key
-
-
-class _Block:
-    """One open ``with hold()`` block. ``frame`` runs the block (its ``with`` statement);
-    ``taken`` is the block whose acquisition a re-entered block shares (None: it acquired);
-    ``released`` (on an acquiring block) is set when that acquisition ends."""
-
-    __slots__ = ("lease", "frame", "taken", "thread", "released")
-
-    def __init__(self, lease: Lease, frame: FrameType, taken: "_Block | None") -> None:
-        self.lease = lease
-        self.frame = frame
-        self.taken = taken
-        self.thread = threading.current_thread()
-        self.released = False
-
-    @property
-    def acquisition(self) -> "_Block":
-        return self.taken or self
-
-
-_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
-
-
-def _in_contextlib(frame: FrameType) -> bool:
-    return frame.f_globals is vars(contextlib)
-
-
-def _block_frame(frame: FrameType) -> FrameType:
-    """The frame whose ``with`` statement runs a block, from a frame inside ``hold()``:
-    contextlib's own frames are skipped, and so is a generator that contextlib drives - a
-    ``@contextmanager`` (``hold()`` itself, or a user's wrapper), whose block is its caller's.
-    A generator that something else drives (``next()``, ``for``) keeps the block its own."""
-    while True:
-        back = frame.f_back
-        if back is None:
-            return frame
-        if _in_contextlib(frame) or (frame.f_code.co_flags & _GENERATOR_FLAGS and _in_contextlib(back)):
-            frame = back
-            continue
-        return frame
-
-
-def _condition_failed(error: ClientError) -> bool:
-    return error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE
-
-
-def _old_item(error: ClientError) -> Mapping[str, Any]:
-    """The item as it was when the condition failed (empty if it does not exist)."""
-    return error.response.get("Item") or {}
-
-
-def _lease(key: str, item: Mapping[str, Any], holding: _Holding | None = None) -> Lease:
-    """The lease of the acquisition ``item`` shows (``holding``: what its holder knows of it;
-    None: a lease built for an operator's release)."""
-    return Lease(
-        key=key,
-        table_key=item[KEY_ATTRIBUTE]["S"],
-        owner=item[OWNER]["S"],
-        fence=int(item[FENCE]["N"]),
-        acquired_at=int(item[ACQUIRED_AT]["N"]),
-        expires_at=int(item[EXPIRES_AT]["N"]),
-        ticket=int(item[fair.SERVED]["N"]) if fair.SERVED in item else None,
-        _holding=holding,
-    )
-
-
-def _takeover_note(takeover_in: float | None) -> str:
-    if takeover_in is None:
-        return ""
-    return (f"; this client takes it over if it stays unchanged for {takeover_in:.3f} s more "
-            "(its holder's lease, watched on this client's clock)")

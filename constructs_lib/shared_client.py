@@ -60,11 +60,11 @@ from locked_workflow.state_machines.lock_protocol import (
 )
 
 from locked_workflow.constructs_lib.client_lease import (
+    Holding,
     Lease,
     LockHeld,
     LockLost,
     LockTimeout,
-    _Holding,
     retry_conflicts,
 )
 
@@ -84,7 +84,7 @@ class TooManyReaders(LockHeld):
     error = ERROR_TOO_MANY_READERS
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A conditional write was refused; ``item``: the lock item as it was (maybe empty)."""
 
     def __init__(self, item: Mapping[str, Any], retried: bool) -> None:
@@ -133,7 +133,7 @@ class ReadWriteParticipant:
 
     def _write(self, key: str, write: LockWrite, values: Mapping[str, Any], *, reader: str | None = None,
                return_new: bool = False) -> dict:
-        """One conditional UpdateItem of the protocol; refused -> :class:`_Refused`."""
+        """One conditional UpdateItem of the protocol; refused -> :class:`Refused`."""
         c = self.client
         names = set(write.value_names())
         args = shared.arguments(key, write, {k: v for k, v in values.items() if k in names}, reader=reader,
@@ -141,34 +141,34 @@ class ReadWriteParticipant:
         answers: list[Mapping[str, Any]] = []  # every attempt's (a transaction conflict is tried again)
 
         def attempt() -> dict:
-            before = c._monotonic()
+            before = c.monotonic()
             try:
                 response = c.dynamodb.update_item(TableName=c.table_name,
                                                   ReturnValuesOnConditionCheckFailure="ALL_OLD", **args)
             except ClientError as error:
-                c._aws_clock.sample(before, c._monotonic(), error.response)
+                c.aws_clock.sample(before, c.monotonic(), error.response)
                 answers.append(error.response)
                 raise
-            c._aws_clock.sample(before, c._monotonic(), response)
+            c.aws_clock.sample(before, c.monotonic(), response)
             return response
 
         try:
-            response = retry_conflicts(attempt, sleep=c._sleep)
+            response = retry_conflicts(attempt, sleep=c.sleep)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") == CONDITIONAL_CHECK_FAILED_CODE:
                 # botocore sent an attempt again: its first send may have been applied (a
                 # transaction conflict was not: nothing was written)
                 retried = any(a.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0 for a in answers)
-                raise _Refused(error.response.get("Item") or {}, retried) from None
+                raise Refused(error.response.get("Item") or {}, retried) from None
             raise
         return response.get("Attributes", {})
 
     def _read(self, key: str) -> dict:
         """The lock item (a strongly consistent GetItem); its response's ``Date`` bounds AWS's clock."""
         c = self.client
-        before = c._monotonic()
+        before = c.monotonic()
         response = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(key), ConsistentRead=True)
-        c._aws_clock.sample(before, c._monotonic(), response)
+        c.aws_clock.sample(before, c.monotonic(), response)
         return response.get("Item", {})
 
     def _drop_row(self, key: str, ticket: int) -> None:
@@ -178,7 +178,7 @@ class ReadWriteParticipant:
         with contextlib.suppress(ClientError):
             retry_conflicts(lambda: c.dynamodb.delete_item(TableName=c.table_name,
                                                            Key=lock_item_key(fair.row_key(key, ticket))),
-                            sleep=c._sleep)
+                            sleep=c.sleep)
 
     def _values(self, me: str) -> dict:
         """Values of the free conditions: ``:me``, ``:stale`` (nobody is known dead), ``:now``, ``:shared``,
@@ -199,8 +199,8 @@ class ReadWriteParticipant:
         """(monotonic start, acquiredAt - also the ``:now`` its write judges by, expiresAt) of a
         lease of ``lease_ms`` taken now."""
         c = self.client
-        started = c._monotonic()
-        return started, self._earliest(started), c._stamp(started)[1] + lease_ms
+        started = c.monotonic()
+        return started, self._earliest(started), c.stamp(started)[1] + lease_ms
 
     @property
     def _claim_window_ms(self) -> int:
@@ -220,9 +220,9 @@ class ReadWriteParticipant:
             acquired_at, expires_at = int(entry[ACQUIRED_AT]["N"]), int(entry[EXPIRES_AT]["N"])
         else:
             acquired_at, expires_at = _number(item, ACQUIRED_AT), _number(item, EXPIRES_AT)
-        holding = _Holding(self.client._monotonic, started, lease_ms, expires_at)
+        holding = Holding(self.client.monotonic, started, lease_ms, expires_at)
         return Lease(key=key, table_key=table_key, owner=me, fence=_number(item, FENCE), acquired_at=acquired_at,
-                     expires_at=expires_at, ticket=ticket, shared=mode == READ, _holding=holding)
+                     expires_at=expires_at, ticket=ticket, shared=mode == READ).with_holding(holding)
 
     def _entry(self, acquired_at: int, expires_at: int) -> dict:
         return shared.entry_value(expires_at=str(expires_at), acquired_at=str(acquired_at), grace="0")
@@ -232,11 +232,11 @@ class ReadWriteParticipant:
     def acquire(self, key: str, table_key: str, me: str, options: Any, *, mode: str) -> Lease:
         """Enter as a reader (``mode`` READ) or a writer: the fast path, else a ticket and polls."""
         c = self.client
-        deadline = c._monotonic() + options.wait_s
+        deadline = c.monotonic() + options.wait_s
         nominal = options.poll_interval
         ticket: int | None = None
         seen: Mapping[str, Any] = {}
-        if c._aws_clock.bounds(c._monotonic()) is None:
+        if c.aws_clock.bounds(c.monotonic()) is None:
             # a fresh client (a Lambda's cold start): learn AWS's clock before the first write
             # stamps a lease or judges one - a read's ``Date`` tells it
             self._read(table_key)
@@ -255,7 +255,7 @@ class ReadWriteParticipant:
                 # a new ticket's first park waits no poll
                 delay = 0.0
             else:
-                delay = min(random.uniform(nominal / 2, nominal), max(0.0, deadline - c._monotonic()))
+                delay = min(random.uniform(nominal / 2, nominal), max(0.0, deadline - c.monotonic()))
                 nominal = min(options.max_poll_interval, nominal * options.backoff_rate)
             lease, ticket = self._poll(key, table_key, me, mode, ticket, options.lease_ms,
                                        row_lease_s=max(delay, options.max_poll_interval))
@@ -263,7 +263,7 @@ class ReadWriteParticipant:
                 return lease
             if ticket is None:
                 continue
-            if c._monotonic() >= deadline:
+            if c.monotonic() >= deadline:
                 lease = self._leave(key, table_key, me, mode, ticket, options.lease_ms)
                 if lease is not None:  # granted meanwhile: mine after all
                     return lease
@@ -271,7 +271,7 @@ class ReadWriteParticipant:
                 raise self._held(key, table_key, seen, LockTimeout,
                                  f" after waiting {options.wait_s:g} s (ticket {ticket})")
             logger.debug("lock %s: %s ticket %d waits; next look in %.3f s", table_key, mode, ticket, delay)
-            c._sleep(delay)
+            c.sleep(delay)
 
     @staticmethod
     def _held(key: str, table_key: str, item: Mapping[str, Any], error: type, tail: str = "") -> Exception:
@@ -297,7 +297,7 @@ class ReadWriteParticipant:
                 item = self._write(table_key, shared.FAST_READ, values, reader=me, return_new=True)
             else:
                 item = self._write(table_key, shared.FAST_WRITE, values, return_new=True)
-        except _Refused as refused:
+        except Refused as refused:
             if mode == READ and shared.reader_attribute(me) in refused.item:  # my retried entry
                 lease = self._claim(key, table_key, me, mode, None, lease_ms)
                 if lease is not None:
@@ -311,7 +311,7 @@ class ReadWriteParticipant:
         try:
             item = self._write(table_key, shared.ENQUEUE_READ if mode == READ else shared.ENQUEUE_WRITE,
                                self._values(me), return_new=True)
-        except _Refused:
+        except Refused:
             return None
         return fair.counters(item)[1]
 
@@ -390,7 +390,7 @@ class ReadWriteParticipant:
                 item = self._write(table_key, shared.CLAIM_READ, values, reader=me, return_new=True)
             else:
                 item = self._write(table_key, shared.CLAIM_WRITE, values, return_new=True)
-        except _Refused:
+        except Refused:
             return None
         if ticket is not None:
             self._drop_row(table_key, ticket)
@@ -407,7 +407,7 @@ class ReadWriteParticipant:
         try:
             item = self._write(table_key, shared.GRANT_READ if mode == READ else shared.GRANT_WRITE, values,
                                reader=me if mode == READ else None, return_new=True)
-        except _Refused:
+        except Refused:
             return None
         self._drop_row(table_key, ticket)
         if mode == READ:
@@ -420,7 +420,7 @@ class ReadWriteParticipant:
         try:
             item = self._write(table_key, shared.leave_write(readers, reap=True), self._values(me), reader=reader,
                                return_new=True)
-        except _Refused:
+        except Refused:
             return False
         logger.info("lock %s: reaped the expired reader entry of %s", table_key, reader)
         self._after_last_reader(table_key, me, item)
@@ -443,7 +443,7 @@ class ReadWriteParticipant:
             return False
         try:
             self._write(table_key, shared.FREE_EMPTY, self._values(me))
-        except _Refused:
+        except Refused:
             return False
         logger.info("lock %s: freed a shared hold with no reader", table_key)
         return True
@@ -462,7 +462,7 @@ class ReadWriteParticipant:
         c = self.client
         args = fair.arguments(fair.row_key(table_key, ticket), shared.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
         with contextlib.suppress(ClientError):
-            retry_conflicts(lambda: c.dynamodb.update_item(TableName=c.table_name, **args), sleep=c._sleep)
+            retry_conflicts(lambda: c.dynamodb.update_item(TableName=c.table_name, **args), sleep=c.sleep)
         item = self._read(table_key)
         if self._granted(item, me, mode, ticket):
             lease = self._claim(key, table_key, me, mode, ticket, lease_ms)
@@ -500,7 +500,7 @@ class ReadWriteParticipant:
         for _ in range(1_000):  # a refusal means the count moved since (a reader came or went)
             try:
                 return self._write(table_key, write, self._values(me), reader=me, return_new=True)
-            except _Refused as refused:
+            except Refused as refused:
                 retried = retried or refused.retried
                 item = refused.item
             if shared.reader_attribute(me) not in item:
@@ -513,7 +513,7 @@ class ReadWriteParticipant:
 
     def refresh(self, held: Lease, expires_at: int) -> dict:
         """Renew a hold: a reader's entry (CLAIM_READ, its REFRESH), a writer's lease (the mutex's
-        REFRESH). Returns the lock item after it; :class:`_Refused` when the hold is gone."""
+        REFRESH). Returns the lock item after it; :class:`Refused` when the hold is gone."""
         me = held.owner
         if held.shared:
             return self._write(held.table_key, shared.CLAIM_READ,
@@ -555,7 +555,7 @@ class ReadWriteParticipant:
                     try:
                         self._write(table_key, shared.SKIP, {**self._values(me), ":prev": {"N": str(c_)},
                                                              ":ticket": {"N": str(c_ + 1)}})
-                    except _Refused:
+                    except Refused:
                         break
                     c_ += 1
                     self._drop_row(table_key, c_)  # a waiter gone, or a hole: nobody else would delete it
@@ -568,7 +568,7 @@ class ReadWriteParticipant:
                 if holding:  # nobody parked: release, then read the row again (it may have parked meanwhile)
                     try:
                         self._write(table_key, shared.RELEASE_WRITE, {":me": {"S": me}, ":fence": {"N": str(fence)}})
-                    except _Refused as refused:
+                    except Refused as refused:
                         if not refused.retried:
                             return False
                     holding = False
@@ -585,7 +585,7 @@ class ReadWriteParticipant:
         if holding:
             try:
                 self._write(table_key, shared.RELEASE_WRITE, {":me": {"S": me}, ":fence": {"N": str(fence)}})
-            except _Refused as refused:
+            except Refused as refused:
                 if not refused.retried:
                     return False
         return True
@@ -605,7 +605,7 @@ class ReadWriteParticipant:
             self._write(table_key, shared.GRANT_READ if kind == READ else shared.GRANT_WRITE, values,
                         reader=nxt if kind == READ else None)
             return True
-        except _Refused as refused:
+        except Refused as refused:
             item = refused.item if not refused.retried else self._read(table_key)
             return fair.counters(item)[0] == c_ + 1 and self._granted(item, nxt, kind, c_ + 1)
 

@@ -1,0 +1,335 @@
+"""The fair lock's path of a :class:`~locked_workflow.constructs_lib.lock_client.LockClient`
+(``fair=True``; see :mod:`~locked_workflow.state_machines.fair_protocol`): the fast acquire when
+nobody queues, a ticket and a polled queue row (a client cannot park on a task token), the claim of
+a lock handed over, leaving the queue, and the handoff to the next waiter that a release runs
+(``SendTaskSuccess`` for a parked workflow).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any, Mapping
+
+from botocore.exceptions import ClientError
+
+from locked_workflow.constructs_lib.client_args import MAX_POLL_INTERVAL_S
+from locked_workflow.constructs_lib.client_args import MAX_LEASE_MS as _MAX_LEASE_MS
+from locked_workflow.constructs_lib.client_args import checked_count as _count
+from locked_workflow.constructs_lib.client_args import checked_seconds as _seconds
+from locked_workflow.constructs_lib.client_args import checked_text as _text
+from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockHeld
+from locked_workflow.constructs_lib.client_lease import condition_failed as _condition_failed
+from locked_workflow.constructs_lib.client_lease import lease_from_item as _lease
+from locked_workflow.constructs_lib.client_lease import old_item as _old_item
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines.errors import SIGNAL_LOOK
+from locked_workflow.state_machines.lock_item import (
+    ACQUIRED_AT,
+    ALIVE_STATUSES,
+    EXPIRES_AT,
+    FENCE,
+    OWNER,
+    lock_item_key,
+    owner_execution,
+)
+from locked_workflow.state_machines.lock_writes import RELEASE, LockWrite
+
+logger = logging.getLogger(__name__)
+
+
+class FairQueue:
+    """The fair lock's steps of a :class:`LockClient` (a base of it, beside its
+    :class:`~locked_workflow.constructs_lib.client_session.ClientSession`, whose clients, clocks
+    and ``_update`` they use); ``claim_window`` is set by the client."""
+
+    claim_window: float
+
+    def _try_fast_acquire(self, key: str, table_key: str, me: str, lease_ms: int) -> Lease:
+        """A fair lock's fast path (nobody queues). Its condition judges ``expiresAt`` against the
+        earliest time AWS's clock can show (see the module notes on clocks)."""
+        started = self._monotonic()
+        now, latest = self.earliest_ms(started), self.stamp(started)[1]
+        try:
+            response = self._update(
+                table_key,
+                fair.FAST_ACQUIRE,
+                {
+                    ":me": {"S": me},
+                    ":stale": {"S": me},  # no liveness check here: nobody is known dead
+                    ":now": {"N": str(now)},
+                    ":expiresAt": {"N": str(latest + lease_ms)},
+                    ":grace": {"N": "0"},  # no janitor retires a client's lock: its lease does
+                    ":one": {"N": "1"},
+                    ":zero": {"N": "0"},
+                },
+                return_new=True,
+                who=me,
+            )
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            old = _old_item(error)
+            holder = old.get(OWNER, {}).get("S")
+            expires_at = int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None
+            held = LockHeld(
+                f"lock {table_key!r} is held by {holder!r} until {expires_at} (epoch ms)",
+                key=key, holder=holder, expires_at=expires_at,
+            )
+            held.item = old
+            raise held from None
+        return _lease(key, response["Attributes"], holding=Holding(self._monotonic, started, lease_ms, latest + lease_ms))
+
+    def _client_lease(self, seconds: float) -> dict:
+        """My row's token while I queue: polling until now + ``seconds`` + a margin."""
+        until = self.latest_ms() + int((seconds + fair.CLIENT_POLL_MARGIN_S) * 1000)
+        return {"S": f"{fair.CLIENT_LEASE_PREFIX}{until}"}
+
+    def _row_update(self, row_key: str, write: LockWrite, values: Mapping[str, Any]) -> bool:
+        """A fair write on a queue row; False when its condition is refused."""
+        try:
+            self._update(row_key, write, values)
+            return True
+        except ClientError as error:
+            if _condition_failed(error):
+                return False
+            raise
+
+    def _enqueue(self, table_key: str, me: str, lease_ms: int, *, lease_for_s: float) -> int | None:
+        """Take a ticket and register my row (polling); None: refused - the lock is free with
+        nobody queued (the fast path again)."""
+        now = self.earliest_ms()
+        try:
+            item = self._update(table_key, fair.ENQUEUE, {
+                ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)}, ":zero": {"N": "0"},
+                ":one": {"N": "1"}}, return_new=True)["Attributes"]
+        except ClientError as error:
+            if _condition_failed(error):
+                return None
+            raise
+        ticket = int(item[fair.TICKETS]["N"])
+        self._park(table_key, me, lease_ms, ticket, lease_for_s)
+        return ticket
+
+    def _park(self, table_key: str, me: str, lease_ms: int, ticket: int, lease_for_s: float) -> bool:
+        """PARK (a lease for a token) on my row; False: my row is marked ready (or left)."""
+        return self._row_update(fair.row_key(table_key, ticket), fair.PARK, {
+            ":me": {"S": me}, ":token": self._client_lease(lease_for_s), ":lease": {"N": str(lease_ms)},
+            ":grace": {"N": "0"}})
+
+    def _try_as_head(self, key: str, table_key: str, me: str, lease_ms: int, ticket: int) -> Lease:
+        """GRANT to myself as the head of the queue (then drop my row)."""
+        started = self._monotonic()
+        now, latest = self.earliest_ms(started), self.stamp(started)[1]
+        try:
+            item = self._update(table_key, fair.GRANT, {
+                ":me": {"S": me}, ":next": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(now)},
+                ":expiresAt": {"N": str(latest + lease_ms)}, ":grace": {"N": "0"}, ":one": {"N": "1"},
+                ":prev": {"N": str(ticket - 1)}, ":ticket": {"N": str(ticket)}}, return_new=True)["Attributes"]
+        except ClientError as error:
+            if not _condition_failed(error):
+                raise
+            old = _old_item(error)
+            if old.get(OWNER, {}).get("S") == me and fair.counters(old)[0] == ticket:
+                lease = self.claim(key, table_key, me, ticket)  # handed to me: confirm it
+                if lease is not None:
+                    return lease
+            held = LockHeld(f"lock {table_key!r} is not mine yet (ticket {ticket})", key=key,
+                            holder=old.get(OWNER, {}).get("S"),
+                            expires_at=int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None)
+            held.item = old
+            raise held from None
+        self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
+        return _lease(key, item, holding=Holding(self._monotonic, started, lease_ms, latest + lease_ms))
+
+    def _poll(self, table_key: str, me: str, lease_ms: int, ticket: int, item: Mapping[str, Any], *,
+              lease_for_s: float) -> int:
+        """Between polls, from the lock item as my refused try saw it: handed to me -> the next
+        try claims it; skipped -> a new ticket; behind a free lock whose head does not move ->
+        run the handoff for it; else keep my row's lease alive. Returns my ticket."""
+        served, _ = fair.counters(item)
+        now = self.earliest_ms()
+        owner = item.get(OWNER, {}).get("S")
+        if owner == me and served == ticket:
+            return ticket  # handed to me: the next try claims it
+        if served >= ticket:  # skipped (my lease lapsed): queue again
+            self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
+            return self._enqueue(table_key, me, lease_ms, lease_for_s=lease_for_s) or ticket
+        free = owner is None or int(item.get(EXPIRES_AT, {}).get("N", "0")) < now
+        if free and served < ticket - 1:
+            self.handoff(table_key, me=me, served=served, fence=None)
+        self._park(table_key, me, lease_ms, ticket, lease_for_s)
+        return ticket
+
+    def claim(self, key: str, table_key: str, me: str, ticket: int) -> Lease | None:
+        """CLAIM a lock handed to me (its handoff could not wake me: I poll); None: not mine.
+        The lease was stamped by whoever handed it over: its holder counts what is left of it by
+        this client's clock (a fair lock judges leases by the clients' clocks)."""
+        for name, value in (("key", key), ("table_key", table_key), ("me", me)):
+            _text(value, name)
+        _count(ticket, "ticket", least=1)
+        started = self._monotonic()
+        latest = self.stamp(started)[1]
+        try:
+            item = self._update(table_key, fair.CLAIM, {":me": {"S": me}, ":ticket": {"N": str(ticket)}},
+                                return_new=True)["Attributes"]
+        except ClientError as error:
+            if _condition_failed(error):
+                return None
+            raise
+        self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
+        left_ms = min(max(0, int(item[EXPIRES_AT]["N"]) - latest), _MAX_LEASE_MS)
+        return _lease(key, item, holding=Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"])))
+
+    def leave_queue(self, row_key: str, me: str) -> Lease | None:
+        """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
+        ended execution's parks): mark the row left - only a row still there, never one a
+        handoff took - then, if the lock is free, hand it to the next waiter. Returns the
+        lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it)."""
+        _text(row_key, "row_key")
+        _text(me, "me")
+        ticket_text, _, table_key = row_key[len(fair.ROW_MARK):].partition(fair.ROW_MARK)
+        if not row_key.startswith(fair.ROW_MARK) or not ticket_text.isdigit() or not table_key:
+            raise ValueError(f"`row_key` must be a fair queue row's key ('!<ticket>!<stored key>'), got: {row_key!r}")
+        ticket = int(ticket_text)
+        row = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                     ConsistentRead=True).get("Item")
+        if row is not None and row.get(OWNER, {}).get("S") in (None, me):
+            self._row_update(row_key, fair.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
+        item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                      ConsistentRead=True).get("Item", {})
+        served, _ = fair.counters(item)
+        if item.get(OWNER, {}).get("S") == me and served == ticket:
+            return self.claim(table_key, table_key, me, ticket)
+        free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < self.earliest_ms()
+        if free and served < ticket:
+            self.handoff(table_key, me=me, served=served, fence=None)
+        return None
+
+    def handoff(self, table_key: str, *, me: str, served: int, fence: int | None, hole_s: float | None = None) -> None:
+        """Hand the lock of ``table_key`` to the next live waiter (fair_protocol, step 4):
+        ``me`` holds it with ticket ``served`` and fence ``fence`` (a release), or - ``fence``
+        None - the lock is free and its head does not move (a waiter's fallback, the janitor,
+        an operator). Raises LockLost (via ClientError) when a release finds the lock not mine.
+        Once a release has granted the lock on (or released it), an error of a later step (a
+        wake-up, a revoke, the next row) ends the handoff without raising: the release is done,
+        and each waiter's own look at its park timeout finds its grant or the free lock (as the
+        workflows' handoff, whose later steps Catch every error)."""
+        _text(table_key, "table_key")
+        _text(me, "me")
+        _count(served, "served")
+        if fence is not None:
+            _count(fence, "fence", least=1)
+        if hole_s is not None and not 0 <= _seconds(hole_s, "hole_s") <= MAX_POLL_INTERVAL_S:
+            raise ValueError(f"`hole_s` must be from 0 to {MAX_POLL_INTERVAL_S:g} seconds, got: {hole_s!r}")
+        holding = fence is not None
+        hole_ms = int((_seconds(hole_s, "hole_s") if hole_s is not None else self.claim_window) * 1000)
+        c = served
+        passed = False  # (a release) the lock is no longer mine: granted to the next, or released
+        try:
+            for _ in range(10_000):  # one row per round; each round passes a ticket or ends
+                row_key = fair.row_key(table_key, c + 1)
+                row = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                                ReturnValues="ALL_OLD").get("Attributes")
+                state = fair.row_state(row, now=self.earliest_ms(), hole_ms=hole_ms)
+                if state in ("wake", "grant"):
+                    nxt = row[OWNER]["S"]
+                    try:
+                        granted = self._update(table_key, fair.GRANT, {
+                            ":me": {"S": me}, ":next": {"S": nxt}, ":stale": {"S": me},
+                            ":now": {"N": str(self.earliest_ms())},
+                            ":expiresAt": {"N": str(self.latest_ms() + int(row[fair.LEASE]["N"]))},
+                            ":grace": {"N": row.get(fair.GRACE_MS, {}).get("N", "0")}, ":one": {"N": "1"},
+                            ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}, return_new=True)["Attributes"]
+                    except ClientError as error:
+                        if not _condition_failed(error):
+                            raise
+                        if holding:
+                            raise
+                        if state == "wake":
+                            self._nudge(row[fair.TOKEN]["S"])
+                        return
+                    passed = True
+                    if state == "grant" or self._wake(row[fair.TOKEN]["S"], granted):
+                        return
+                    if not self._grantee_ended(nxt):  # alive-looking: one claim window to confirm it
+                        self._sleep(self.claim_window)
+                        again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                                          ReturnValues="ALL_OLD").get("Attributes")
+                        if fair.row_state(again, now=self.earliest_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
+                            if self._wake(again[fair.TOKEN]["S"], granted):
+                                return
+                            self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
+                    if not self._row_update(table_key, fair.REVOKE, {
+                            ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
+                        return  # confirmed (claimed) meanwhile
+                    holding, c = False, c + 1
+                elif state == "skip":
+                    if not self._row_update(table_key, fair.SKIP, {
+                            ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.earliest_ms())},
+                            ":prev": {"N": str(c)}, ":ticket": {"N": str(c + 1)}}):
+                        return
+                    c += 1
+                else:  # nobody parked on the next ticket yet
+                    if holding:
+                        item = self._update(table_key, RELEASE, {":me": {"S": me}, ":fence": {"N": str(fence)}},
+                                            return_new=True)["Attributes"]
+                        holding = False
+                        passed = True
+                        if fair.counters(item)[1] <= c:
+                            return
+                    since = (row or {}).get(fair.READY, {}).get("N") or str(self.latest_ms())
+                    if self._row_update(row_key, fair.MARK, {":since": {"N": since}}):
+                        item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                                      ConsistentRead=True).get("Item", {})
+                        if fair.counters(item)[0] > c:  # served meanwhile: the mark is litter
+                            with contextlib.suppress(ClientError):
+                                self.dynamodb.delete_item(
+                                    TableName=self.table_name, Key=lock_item_key(row_key),
+                                    ConditionExpression=f"attribute_not_exists(#{fair.TOKEN})",
+                                    ExpressionAttributeNames={f"#{fair.TOKEN}": fair.TOKEN})
+                        return
+                    # its waiter parked meanwhile: take the row again
+        except ClientError as error:
+            if fence is None or not passed:
+                raise
+            # a release that handed the lock on (or freed it) is done: what is left - a wake-up
+            # retried, a revoke, the next row, a mark - is also each waiter's own look at its
+            # park timeout. Raised, the caller would retry a release whose lock has moved on
+            # (LockLost); the workflows' handoff ends the same way (every later step Catches).
+            logger.warning("lock %s: handed on; the handoff after it stopped at %s: the next waiter "
+                           "finds its grant or the free lock by its own look", table_key,
+                           error.response.get("Error", {}).get("Code"))
+
+
+    def _grantee_ended(self, owner: str) -> bool:
+        execution = owner_execution(owner)
+        if execution is None:
+            return False
+        try:
+            status = self.stepfunctions.describe_execution(executionArn=execution)["status"]
+        except ClientError:
+            return False
+        return status not in ALIVE_STATUSES
+
+    def _wake(self, token: str, granted: Mapping[str, Any]) -> bool:
+        """Wake a parked waiter with its grant (it confirms it, CLAIM, then works); False: not
+        known to be delivered - its park has ended (stopped, cancelled, timed out), or any other
+        error, whose call may have been applied (a 5xx, a timeout; a retry of it then answers
+        ``TaskTimedOut``). The caller's REVOKE takes back only a grant not confirmed, so a
+        woken waiter at work keeps it either way."""
+        record = {"owner": granted[OWNER]["S"], "fence": int(granted[FENCE]["N"]),
+                  "acquiredAt": int(granted[ACQUIRED_AT]["N"]), "expiresAt": int(granted[EXPIRES_AT]["N"]),
+                  "served": int(granted[fair.SERVED]["N"])}
+        try:
+            self.stepfunctions.send_task_success(taskToken=token, output=json.dumps(record))
+            return True
+        except ClientError as error:
+            logger.info("wake-up not delivered: %s", error.response.get("Error", {}).get("Code"))
+            return False
+
+    def _nudge(self, token: str) -> None:
+        with contextlib.suppress(ClientError):
+            self.stepfunctions.send_task_failure(taskToken=token, error=SIGNAL_LOOK,
+                                                 cause="the lock moved on while this waiter's row was taken")
