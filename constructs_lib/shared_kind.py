@@ -456,13 +456,15 @@ class SharedLockKind(Mutex):
         leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
         if self.mode == READ:
             claim_on_leave = self._update("ClaimOnLeave", key, shared.CLAIM_READ, values, reader=me,
-                                          return_values="ALL_NEW", assign=admitted, outputs=f"{ENTRY}.input")
+                                          return_values="ALL_NEW", assign=admitted)
         else:
             claim_on_leave = self._update("ClaimOnLeave", key, shared.CLAIM_WRITE,
                                           {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                                          return_values="ALL_NEW", assign=admitted, outputs=f"{ENTRY}.input")
+                                          return_values="ALL_NEW", assign=admitted)
         claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        claim_on_leave.next(drop)  # (my row goes, as after any claim)
+        # (my row goes, as after any claim: DropRow takes the entry, as from Claim and Admit, and
+        # unwraps the section's input itself)
+        claim_on_leave.next(drop)
         leave.next(claim_on_leave)
         self._leave = leave
 

@@ -119,9 +119,18 @@ def write_units_expression(result: str = "$states.result") -> str:
 
 def acquired_lock_expression(item: p.LockItem) -> str:
     """JSONata over the acquire's result (``UPDATED_NEW``: the lock's attributes only): ``$lock``
-    without the record yet, with ``recordKb``, the record's size as the write units tell it."""
+    without the record yet, with ``recordKb``, the record's size as the write units tell it.
+
+    Key and owner are the ones this acquire wrote (its entry's, as ``acquire_arguments`` sends
+    them), never read back: a retry after a lost response sets ``owner`` to the value it
+    already has, and ``UPDATED_NEW`` returns only "the updated attributes"
+    (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html#DDB-UpdateItem-request-ReturnValues):
+    moto leaves out an attribute a ``SET`` left unchanged, DynamoDB Local returns it. What is
+    read back changes on every attempt: the fence (``ADD``), ``acquiredAt`` and ``expiresAt``
+    (``$millis()``, evaluated by each attempt's arguments; a retry waits at least a second)."""
     lock = p.lock_variable_expression(item)
-    return f"$merge([{lock}, {{'key': {p.ENTRY}.key, 'recordKb': {write_units_expression()}}}])"
+    return (f"$merge([{lock}, {{'key': {p.ENTRY}.key, 'owner': {p.ENTRY}.owner, "
+            f"'recordKb': {write_units_expression()}}}])")
 
 
 def read_key_expression(lock_variable: str) -> str:

@@ -41,6 +41,10 @@ class SharedStack(cdk.Stack):
         machines.append(LockedWorkflow(self, "ReaderImpatient", lock=Lock.shared(key, park_timeout=park),
                                        protected=self.probe("ImpatientProbe", "read"),
                                        **{**common, "max_wait": cdk.Duration.seconds(3)}))
+        # the same, a writer (a claim on leave of either kind)
+        machines.append(LockedWorkflow(self, "WriterImpatient", lock=Lock.exclusive(key, park_timeout=park),
+                                       protected=self.probe("ImpatientWriterProbe", "write"),
+                                       **{**common, "max_wait": cdk.Duration.seconds(3)}))
         # a writer whose fallback asks nobody whether a holder still runs (liveness_check_every=0):
         # the negative control of the liveness check
         machines.append(LockedWorkflow(self, "WriterBlind", lock=Lock.exclusive(key, park_timeout=park),

@@ -454,6 +454,33 @@ def _entered_after_redrive(result) -> list[str]:
     return [e["stateEnteredEventDetails"]["name"] for e in result.history[redriven:] if e["type"].endswith("StateEntered")]
 
 
+def test_an_acquire_retried_after_its_response_was_lost_holds_and_releases_once(records):
+    """Fault matrix ``record:Lock.Acquire`` x ``lost``: the acquire applied, its response was
+    lost, the retry (same owner) applied again. ``UPDATED_NEW`` returns "the updated attributes"
+    (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html#DDB-UpdateItem-request-ReturnValues):
+    moto leaves out an attribute a SET left unchanged - the owner, here - and DynamoDB Local
+    returns it. The lock must hold under both readings: its owner is the one it wrote (its
+    entry's), never read back. Before the fix, on moto, the release sent ``":me": {}`` and the
+    run failed after ``Lock.ReleaseAfterError``."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    c = customer()
+    records.put(c, balance=3)
+
+    def acquire_of_c(params: dict) -> bool:
+        return params.get("Key", {}).get("customerId") == {"S": c} and " ADD " in params.get("UpdateExpression", "")
+
+    lost = Fault("UpdateItem", "InternalServerError", after_call=True, when=acquire_of_c)
+    with dynamodb_faults(lost) as log:
+        (result,) = records.run("Increment", [{"customerId": c, "waitS": 1}])
+    assert log.injected == 1
+    assert (result.status, result.error) == ("SUCCEEDED", None), (result.error, result.cause)
+    item = records.get(c)
+    assert item["balance"] == {"N": "4"}  # the work ran once and its release wrote
+    assert item[f"{LW}{p.FENCE}"] == {"N": "2"}  # both attempts applied (ADD): the fence moved twice
+    assert not [k for k in item if k.startswith(LW) and k != f"{LW}{p.FENCE}"]  # released
+
+
 @pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
 def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven_and_writes_once(records, reevaluates):
     """Fault matrix ``record:Lock.Release`` x ``redrive`` / ``redrive-reeval``. The release (with

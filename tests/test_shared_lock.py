@@ -240,6 +240,45 @@ def test_a_reader_that_gives_up_leaves_its_place_and_is_skipped(rw):
     assert rw.rows(k) == []  # R1: and deleted it (a row left behind was never deleted)
 
 
+@pytest.mark.parametrize("machine", ["ReaderImpatient", "WriterImpatient"])
+def test_a_waiter_granted_the_lock_as_it_gives_up_claims_it_runs_and_releases(rw, machine):
+    """Fault matrix finding (``client-rw:fair_protocol.LEAVE`` x ``lost``): a waiter whose
+    ``max_wait`` ran out is handed the lock before its ``LEAVE`` lands. Placed here: its first
+    ``LEAVE`` fails before applying and, meanwhile, the holder's release grants it the key; the
+    retried ``LEAVE`` applies, ``Lock.ClaimOnLeave`` claims the grant, and the run holds the lock:
+    it runs its work and releases (docs/shared-lock.md). Before the fix ``Lock.DropRow``
+    unwrapped the section's input a second time and failed ``States.QueryEvaluationError``,
+    holding the key it had just claimed."""
+    from locked_workflow.testing.faults import Fault, calling_state, dynamodb_faults
+
+    k = new_key()
+    writer = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 1})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    impatient = rw.start(machine, {"key": k, "workMs": 1})
+    rw.until(lambda: len(rw.parked(k)) == 1)
+
+    def leave_of_the_impatient(params: dict) -> bool:
+        state = calling_state()
+        return state is not None and state.state_name == "Lock.Leave" and state.execution_arn == impatient
+
+    def the_holder_hands_over() -> None:
+        rw.open(k, "w")
+        rw.until(lambda: rw.cloud.status(writer) != "RUNNING", timeout=120)
+
+    handed = Fault("UpdateItem", "InternalServerError", when=leave_of_the_impatient, then=the_holder_hands_over)
+    with dynamodb_faults(handed) as log:
+        w, late = rw.wait([writer, impatient])
+    assert log.injected == 1
+    assert w.status == "SUCCEEDED", w.cause
+    states = entered_states(late)
+    assert "Lock.ClaimOnLeave" in states, states[-12:]
+    assert (late.status, late.error) == ("SUCCEEDED", None), (late.error, late.cause)
+    assert probe_of(late)["fence"] >= probe_of(w)["fence"]
+    assert rw.probe(k)["entries"] == 2 and rw.probe(k).get("violations", 0) == 0
+    rw.until(lambda: rw.free(k))
+    assert rw.rows(k) == []
+
+
 def test_a_plain_mutex_on_the_key_is_a_writer(rw):
     k = new_key()
     reader = rw.start("ReaderHold", {"key": k, "gate": "r", "workMs": 1})
