@@ -497,7 +497,8 @@ class ReadWriteParticipant:
         """My entry removed (LEAVE_READ, or LEAVE_LAST if I am the last reader: a refusal's item
         says which to try next); the lock item after it."""
         write, retried = shared.LEAVE_READ, False
-        for _ in range(1_000):  # a refusal means the count moved since (a reader came or went)
+        item: Mapping[str, Any] = {}
+        for _ in range(shared.MAX_LEAVE_ROUNDS):  # a refusal: the count moved since (a reader came or went)
             try:
                 return self._write(table_key, write, self._values(me), reader=me, return_new=True)
             except Refused as refused:
@@ -509,7 +510,15 @@ class ReadWriteParticipant:
                                    "(its lease ran out and it was reaped)")
                 return item  # my earlier attempt removed it (its answer was lost): was I the last?
             write = shared.leave_write(_number(item, shared.READERS))
-        raise AssertionError(f"lock {table_key!r}: the reader count kept moving for 1,000 leaves")
+        # the count kept moving round after round (the state machine's cap, and its way out): my
+        # entry ends now (RETIRE_READER; a client's entry has no stop grace) and the next
+        # participant that meets it reaps it, as a stopped reader's - my hold is over either way
+        logger.warning("lock %s: the reader count moved at each of %d leaves; the entry of %s is retired",
+                       table_key, shared.MAX_LEAVE_ROUNDS, me)
+        with contextlib.suppress(Refused):  # refused: it is gone already (reaped)
+            return self._write(table_key, shared.RETIRE_READER, {":endedAt": {"N": str(self._latest())}},
+                               reader=me, return_new=True)
+        return item
 
     def refresh(self, held: Lease, expires_at: int) -> dict:
         """Renew a hold: a reader's entry (CLAIM_READ, its REFRESH), a writer's lease (the mutex's

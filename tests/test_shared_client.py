@@ -272,6 +272,39 @@ def test_a_lost_response_counts_a_readers_entry_and_leave_once(ddb):
     assert free(ddb)
 
 
+def test_a_readers_leave_refused_round_after_round_retires_its_entry_at_the_cap(ddb):
+    """Issue 25, as the state machine's leave: LEAVE_READ / LEAVE_LAST condition on the reader
+    count, so another reader that leaves before each of my LEAVE_READs and enters before each of
+    my LEAVE_LASTs refuses every one. After ``shared_protocol.MAX_LEAVE_ROUNDS`` refusals the
+    release retires my entry (it ends now: the next participant reaps it) and returns; before,
+    it looped 1,000 times and raised ``AssertionError``."""
+    connection = boto3.client("dynamodb")
+    others, leaves = [rw(ddb).acquire("k", shared=True)], []
+
+    def move_the_count(params, **_):
+        condition = params.get("ConditionExpression")
+        if condition == sp.LEAVE_READ.condition:  # I see 2 readers: the other one leaves first
+            leaves.append("read")
+            rw(ddb).release(others.pop())
+        elif condition == sp.LEAVE_LAST.condition:  # I see 1: another one enters first
+            leaves.append("last")
+            others.append(rw(ddb).acquire("k", shared=True))
+
+    connection.meta.events.register("provide-client-params.dynamodb.UpdateItem", move_the_count)
+    client = rw(connection)
+    lease = client.acquire("k", shared=True)
+    client.release(lease)  # returns: no LockLost, no AssertionError
+    assert len(leaves) == sp.MAX_LEAVE_ROUNDS and set(leaves) == {"read", "last"}, leaves
+    entry = sp.readers_of(item(ddb))[lease.owner]
+    assert int(entry[p.EXPIRES_AT]["N"]) <= int(time.time() * 1000) + 1_000  # retired: it ends now
+    for other in others:
+        rw(ddb).release(other)
+    writer = rw(ddb).acquire("k", wait=60, poll_interval=0.1)  # reaps my retired entry: no lease to wait out
+    assert sp.readers_of(item(ddb)) == {}
+    rw(ddb).release(writer)
+    assert free(ddb)
+
+
 def test_bad_arguments_are_refused_before_any_call(ddb):
     with pytest.raises(ValueError, match="`shared` must be False on a client without `read_write=True`"):
         LockClient(TABLE, dynamodb=ddb).acquire("k", shared=True)
