@@ -504,11 +504,12 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
         "Properties": {"DefinitionString": Match.any_value()}}))
     definitions = [json.dumps(m["Properties"]["DefinitionString"]) for m in fair_machine.values()]
     parked = [d for d in definitions if "updateItem.waitForTaskToken" in d]
-    # Fair, FairHold, FairPatientHold, FairPatient, FairNoJanitor, FairImpatient, FairCancelled
-    # (not EXPRESS, Polling, Unlocked)
-    assert len(parked) == 7
-    # the park timeout grows with the distance to the head (3 s here; FairPatient's 120 s)
-    assert sum(f"$min([{fp.MAX_PARK_S}, 3 * $max([1, " in d for d in parked) == 5
+    # Fair, FairHold, FairPatientHold, FairPatient, FairNoJanitor, FairImpatient, FairWait,
+    # FairWaitShortGrace, FairCancelled (not EXPRESS, Polling, Unlocked)
+    assert len(parked) == 9
+    # the park timeout grows with the distance to the head (3 s here; FairPatientHold's and
+    # FairPatient's 120 s)
+    assert sum(f"$min([{fp.MAX_PARK_S}, 3 * $max([1, " in d for d in parked) == 7
 
 
 def test_a_parked_waiter_whose_branch_was_cancelled_blocks_the_next_one_for_at_most_one_park_timeout(fair):

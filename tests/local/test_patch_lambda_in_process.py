@@ -295,11 +295,11 @@ def test_a_handler_importing_a_module_its_asset_lacks_is_refused_though_this_pro
 
 
 def test_an_asset_carrying_the_packages_files_unchanged_shares_the_process_modules(tmp_path):
-    folder = _package_folder(
-        tmp_path, "constructs_lib/__init__.py", "constructs_lib/client_lease.py",
-        "state_machines/__init__.py", "state_machines/lock_protocol.py", "state_machines/fair_protocol.py",
-        "state_machines/shared_protocol.py",
-    )
+    import locked_workflow
+
+    root = __import__("pathlib").Path(locked_workflow.__file__).resolve().parents[1]
+    protocol = sorted(f"state_machines/{path.name}" for path in (root / "state_machines").glob("*.py"))
+    folder = _package_folder(tmp_path, "constructs_lib/__init__.py", "constructs_lib/client_lease.py", *protocol)
     response, payload = _invoke_package_handler(tmp_path)
     assert "FunctionError" not in response, payload
     assert not payload["file"].startswith(str(folder))  # the process's own module: the same bytes
