@@ -29,7 +29,20 @@ check the ready mark), ``no_mark`` (a release leaves no mark for an unparked tic
 (the release's one-write path frees the lock while a ticket is out, and marks nothing),
 ``work_before_confirm`` (a woken waiter goes straight to its work, unconfirmed: the protocol
 before F1, whose releaser revoked a grant whose wake-up was delivered with its response lost),
-``revoke_at_once`` (no last look between a failed wake-up of a new park and the revoke).
+``revoke_at_once`` (no last look between a failed wake-up of a new park and the revoke),
+``janitor_drops_claim`` (the janitor drops the grant its look claims for a crashed waiter: the
+defect the fault matrix found).
+
+``janitor``: a crashed waiter's janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``,
+then :func:`hand_on`), whose two steps may land anywhere after the crash - between a release's
+grant to it and its revoke too: it marks the waiter's row left, then looks at the lock: granted
+to the waiter (its ticket), it claims the grant (the releaser's REVOKE is then refused) and, if
+the grant was made after the crash, hands it on as the waiter's release would (a grant made
+before it keeps its retire: the lease end below); a free lock whose head does not move, it
+hands on (the handoff for the head). Its Lambda is retried until done: it never crashes. With
+the janitor, the lease of a waiter granted after its crash never ends in the model (it is the
+whole lease, minutes: a liveness defect): a grant left held that way once everyone is done
+or crashed and the janitor is done is a violation (the next arrival would wait that lease).
 ``slow_confirm`` drops the timing assumption for the confirm: exclusion must hold anyway.
 """
 
@@ -181,6 +194,9 @@ class Proc:
     row: Optional[Row] = None
     nxt: Optional[str] = None
     nfence: int = 0
+    #: (``janitor``) a grant was made to me after I crashed; the janitor's progress for me
+    granted_dead: bool = False
+    jan: str = ""
 
 
 @dataclass(frozen=True)
@@ -228,6 +244,8 @@ class Model:
     coverage: bool = False
     #: check liveness too (off: exclusion and order only, e.g. with no fallback)
     check_liveness: bool = True
+    #: a crashed waiter's janitor (see the module's docstring)
+    janitor: bool = False
     violations: list = field(default_factory=list)
     crashed_at: set = field(default_factory=set)
     lost_at: set = field(default_factory=set)
@@ -242,15 +260,19 @@ class Model:
     def steps(self, s: State) -> Iterator[tuple[str, State]]:
         names = self.names()
         dead = {n for n, p in zip(names, s.procs) if p.pc == "dead"}
+        crashed = sum(1 for p in s.procs if p.pc == "dead" or p.jan == "done")
         for i, (me, p) in enumerate(zip(names, s.procs)):
+            if p.pc == "dead" and self.janitor:
+                yield from self._janitor(s, i, me, p)
             if p.pc in ("done", "dead"):
                 continue
-            if self.crashes and len(dead) < self.max_crashes:
+            if self.crashes and crashed < self.max_crashes and p.jan != "done":
                 yield f"{me} crashes at {p.pc}", self._set(s, i, replace(p, pc="dead"))
             stale = s.lock.owner if s.lock.owner in dead else me
             yield from self._step(s, i, me, p, stale)
         # time passes
-        if s.lock.owner in dead and not s.lock.expired:
+        if s.lock.owner in dead and not s.lock.expired and not (
+                self.janitor and s.procs[names.index(s.lock.owner)].granted_dead):
             yield "lease of dead holder ends", replace(s, lock=replace(s.lock, expired=True))
         for t, row in s.rows:
             # (a waiter that took its own row in a handoff run acts on it next: a step, not a
@@ -260,6 +282,30 @@ class Model:
                 None)
             if row.ready == "fresh" and holder is None:
                 yield f"mark of {t} ages", s.with_row(t, replace(row, ready="old"))
+
+    def _janitor(self, s: State, i: int, me: str, p: Proc):
+        """The janitor's steps for the crashed ``me``: LEAVE its row, then its look at the lock."""
+        if p.ticket is None or p.jan == "done":
+            return
+        if p.jan == "":
+            row = s.row(p.ticket)
+            t = s.with_row(p.ticket, leave(row, me)[1]) if row is not None and leave(row, me)[0] else s
+            yield f"janitor leaves {me}'s row", self._set(t, i, replace(p, jan="look"))
+            return
+        lock = s.lock
+        if lock.owner == me and lock.served == p.ticket:
+            ok, after = claim(lock, me, p.ticket)
+            t = replace(s, lock=after)
+            if p.granted_dead and self.variant != "janitor_drops_claim":  # hand_on: as my release
+                yield f"janitor claims {me}'s grant and hands it on", self._set(t, i, replace(
+                    p, pc="take_parked", c=p.ticket, holding=True, fence=after.fence, granted=True, jan="done"))
+            else:
+                yield f"janitor claims {me}'s grant", self._set(t, i, replace(p, jan="done"))
+        elif (lock.owner is None or lock.expired) and _n(lock.served) < p.ticket:
+            yield f"janitor hands {me}'s free lock to the head", self._set(s, i, replace(
+                p, pc="take", c=_n(lock.served), holding=False, granted=True, row=None, jan="done"))
+        else:
+            yield f"janitor finds {me} not granted", self._set(s, i, replace(p, jan="done"))
 
     @staticmethod
     def _void_tokens(s: State, me: str) -> State:
@@ -395,8 +441,12 @@ class Model:
                                        lambda t: self._grant_to(t, i, me), go("after_loop"))
             elif state == "wake":
                 ok, after = grant(lock, me, stale, p.row.owner, p.c)
+                granted = replace(s, lock=after)
+                j = names.index(p.row.owner)
+                if ok and s.procs[j].pc == "dead":  # a grant made after its waiter crashed
+                    granted = self._set(granted, j, replace(s.procs[j], granted_dead=True))
                 yield from self._write(
-                    s, i, me, p, f"grant {p.row.owner}", ok, replace(s, lock=after),
+                    s, i, me, p, f"grant {p.row.owner}", ok, granted,
                     go("wake", nxt=p.row.owner, nfence=after.fence), go("recheck", nxt=p.row.owner))
             elif state == "skip":
                 ok, after = skip(lock, me, stale, p.c)
@@ -476,6 +526,10 @@ class Model:
             problems.append(f"two holders: {inside}")
         if s.overtake and self.fifo:
             problems.append(s.overtake)
+        if self.janitor and s.lock.owner in names and not s.lock.expired:
+            owner = s.procs[names.index(s.lock.owner)]
+            if owner.granted_dead and owner.jan == "done" and all(p.pc in ("done", "dead") for p in s.procs):
+                problems.append(f"key left held by {s.lock.owner}, granted after its crash, once the janitor was done")
         return problems
 
     def explore(self, limit: int = 3_000_000) -> dict:

@@ -694,6 +694,72 @@ def dead_head(fair, k: str, owner: str, *, fence: int, token: str = f"{fp.CLIENT
         fp.TOKEN: {"S": token}, fp.LEASE: {"N": "60000"}, fp.GRACE_MS: {"N": "0"}})
 
 
+def test_a_waiter_stopped_as_the_release_grants_it_is_handed_on_by_the_janitor(fair):
+    """The waiter at the head is stopped just before the release grants it the lock
+    (``GRANT``), and the janitor's look lands between that ``GRANT`` and the release's
+    ``REVOKE`` (fault matrix: "fair key left held by a waiter that was stopped after the release
+    granted it the lock"). The janitor's ``leave_queue`` claims the grant for the ended waiter,
+    so the releaser's REVOKE is refused: the janitor must hand that lease on, never drop it. A
+    client queued behind gets the key within the stop grace and one park timeout (the bound
+    docs/fair-lock.md states), not at the ended waiter's lease; the grant was made after the
+    end, so no retire shortened it and its waiter never worked under it."""
+    import threading
+
+    from fair_stack import PARK_TIMEOUT_S
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder, (w1,) = queued(fair, k, waiters=1, machine="FairPatient")
+    got = {}
+
+    def acquire():
+        try:
+            got["lease"] = client(fair).acquire(k, wait=60, poll_interval=0.2)
+        except Exception as error:  # noqa: BLE001 - in the assertion's message
+            got["error"] = error
+
+    thread = threading.Thread(target=acquire)
+    thread.start()
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    events = fair.cloud.events
+    events.status_event_filter = lambda detail: detail["executionArn"] != w1  # the test delivers it
+    stopped = []
+
+    def stop_w1():  # just before the GRANT (retried) lands
+        fair.cloud.stepfunctions.stop_execution(executionArn=w1)
+        assert fair.cloud.wait_for(w1).status == "ABORTED"
+        stopped.append(time.time())
+
+    def janitor_runs():  # after the GRANT, before the releaser's REVOKE
+        (detail,) = [d for d in events.dropped_status_events if d["executionArn"] == w1]
+        event = {"version": "0", "id": str(uuid.uuid4()), "source": "aws.states",
+                 "detail-type": "Step Functions Execution Status Change", "account": "123456789012",
+                 "time": "2026-01-01T00:00:00Z", "region": "us-east-1", "resources": [w1], "detail": detail}
+        response = fair.cloud.client("lambda").invoke(
+            FunctionName=fair.app.function_name("FairPatient/Janitor/Function"), Payload=json.dumps(event).encode())
+        assert "FunctionError" not in response, response["Payload"].read()
+
+    granting = Fault("UpdateItem", "ProvisionedThroughputExceededException", then=stop_w1,
+                     when=lambda params: params.get("ConditionExpression") == fp.GRANT.condition
+                     and params["ExpressionAttributeValues"][":next"]["S"].startswith(w1))
+    unwoken = Fault("SendTaskSuccess", "TaskTimedOut", service="stepfunctions", when=not_the_gate, then=janitor_runs)
+    try:
+        with dynamodb_faults(granting, unwoken) as log:
+            fair.open(k)
+            held = fair.wait([holder])[0]
+            thread.join(90)
+    finally:
+        events.status_event_filter = None
+    assert granting.injected == 1 and unwoken.injected == 1, log.calls
+    assert held.status == "SUCCEEDED", (held.error, held.cause)
+    lease = got.get("lease")
+    assert lease is not None, f"the client never got the key ({got.get('error')!r}): {fair.lock(k)}"
+    grace_s = PROBE_TIMEOUT_S + 5  # at least FairPatient's derived stop grace
+    assert time.time() - stopped[0] <= grace_s + PARK_TIMEOUT_S + 5, time.time() - stopped[0]
+    assert lease.fence == held.output["probe"]["fence"] + 2  # w1's grant, then the client's
+    client(fair).release(lease)
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
+
 def test_a_dead_client_at_the_head_is_dequeued_by_a_waiter(fair):
     k = key()
     dead_head(fair, k, "client:gone#1", fence=4)

@@ -117,6 +117,24 @@ def test_negative_control_each_rendezvous_rule_is_needed_or_a_wake_up_is_lost(va
     assert model.explore()["violation"].startswith("stuck")
 
 
+def test_the_janitor_hands_on_a_grant_its_look_claims_for_a_waiter_granted_after_its_crash():
+    """The janitor's look (``leave_queue``) may land between a release's grant to a crashed
+    waiter and its revoke, claiming the grant (the revoke is then refused): it hands the grant
+    on, so no key is left held by a crashed waiter once everyone is done - under every fault."""
+    model = Model(participants=2, janitor=True)
+    result = model.explore()
+    assert result["violation"] is None, model.violations
+    assert result["states"] > 10_000
+
+
+def test_negative_control_a_janitor_dropping_the_grant_it_claims_leaves_the_key_held():
+    """The fault matrix's finding (the janitor before the fix): the release grants a crashed
+    waiter, its wake-up fails, the janitor claims the grant and drops it, the revoke is refused."""
+    model = Model(participants=2, janitor=True, variant="janitor_drops_claim", lost_responses=False, lost_wakes=False)
+    assert model.explore()["violation"].startswith("key left held by b")
+    trace = model.violations[0][1]
+    assert trace.index("janitor claims b's grant") < trace.index("a revoke b refused"), trace
+
 def test_negative_control_a_revoke_that_ignores_the_claim_admits_two():
     model = Model(participants=3, variant="revoke_ignores_claim", crashes=False, lost_responses=False, lost_wakes=False)
     assert model.explore()["violation"].startswith("two holders")

@@ -19,7 +19,8 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    retires: a row registered after the end - a redriven hold's - stays);
 4. takes every queue entry the execution parked (``fair_protocol.enqueues_in_history``) out
    of its queue: a fair lock's, waking the next waiter of a free lock
-   (``LockClient.leave_queue``: the clients' own fair writes); a read/write lock's, marked
+   (``LockClient.leave_queue``: the clients' own fair writes) - and handing on a grant made
+   to it after the end, which ``leave_queue`` claims for it (:func:`hand_on`); a read/write lock's, marked
    left (``shared_protocol.DEQUEUE``), so the next handoff skips it.
 
 Every write is tried again while DynamoDB answers ``TransactionConflictException`` (the item
@@ -41,6 +42,7 @@ from aws_lambda_powertools import Tracer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from locked_workflow.constructs_lib.client_lease import retry_conflicts
+from locked_workflow.constructs_lib.client_lease import Lease, LockLost
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -222,6 +224,22 @@ def dequeue(dynamodb: Any, settings: JanitorSettings, row_key: str, owner: str) 
     return _unless_refused(dynamodb.update_item, TableName=settings.table_name, **arguments) is not None
 
 
+def hand_on(client: LockClient, claimed: Lease | None, ended_at_ms: int) -> bool:
+    """A grant ``leave_queue`` claimed for the ended waiter (``claimed``; None: none): one made
+    after the end is handed on now (``LockClient.release``: the fair handoff, as a release).
+    Its waiter never worked under it - it could not confirm it (CLAIM) once ended - and its
+    releaser's REVOKE is refused once claimed: dropped, it would stay held for its whole lease.
+    One made at or before the end is left as the retire step left it (its waiter may have
+    confirmed it and started work: held for its stop grace). True when handed on."""
+    if claimed is None or claimed.acquired_at <= ended_at_ms:
+        return False
+    try:
+        client.release(claimed)
+    except LockLost:  # moved on meanwhile (its lease ended and another took it): nothing to hand on
+        return False
+    return True
+
+
 @tracer.capture_method
 def recover(
     ended: EndedExecution,
@@ -266,7 +284,7 @@ def recover(
                   if settings.fair else None)
         for row_key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
             if client is not None:
-                client.leave_queue(row_key, owner)
+                hand_on(client, client.leave_queue(row_key, owner), ended.ended_at_ms)
             elif not dequeue(dynamodb, settings, row_key, owner):
                 continue
             recovery.dequeued.append((row_key, owner))
