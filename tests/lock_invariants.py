@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Iterable, Optional
 
 from tools import scenario
@@ -11,7 +12,7 @@ from tools.scenario import CriticalSection, fence_order_violations, find_overlap
 from locked_workflow.state_machines.lock_protocol import CONDITION_FAILED
 
 __all__ = ["critical_sections", "fence_order_violations", "find_overlaps", "held_interval",
-           "overlaps_across_keys", "refused_acquires", "state_entered"]
+           "overlaps_across_keys", "redrive", "refused_acquires", "state_entered", "states_entered_after_redrive"]
 
 
 def state_entered(result) -> list[str]:
@@ -19,6 +20,25 @@ def state_entered(result) -> list[str]:
     return [
         e["stateEnteredEventDetails"]["name"] for e in result.history if e["type"].endswith("StateEntered")
     ]
+
+
+def redrive(cloud, arn: str, *, reevaluates: bool):
+    """Redrive ``arn`` under one reading of a redriven Parallel's ``Arguments`` (evaluated
+    again, or not: undocumented) and wait for its end; the runtime's reading is restored after."""
+    options = cloud.redrive_options
+    saved, options.reevaluates_arguments = options.reevaluates_arguments, reevaluates
+    try:
+        cloud.stepfunctions.redrive_execution(executionArn=arn)
+        time.sleep(0.5)  # (RUNNING again at once; its end comes later)
+        return cloud.wait_for(arn, timeout=120)
+    finally:
+        options.reevaluates_arguments = saved
+
+
+def states_entered_after_redrive(result) -> list[str]:
+    """Names of the states an execution entered since its (first) redrive, in order."""
+    redriven = next(i for i, e in enumerate(result.history) if e["type"] == "ExecutionRedriven")
+    return [e["stateEnteredEventDetails"]["name"] for e in result.history[redriven:] if e["type"].endswith("StateEntered")]
 
 
 def critical_sections(results: Iterable, state_name: str, key: Optional[str] = None) -> list[CriticalSection]:

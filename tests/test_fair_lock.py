@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from lock_invariants import redrive, states_entered_after_redrive
 from safety_stack import PROBE_TIMEOUT_S
 from locked_workflow.state_machines import fair_protocol as fp
 from locked_workflow.state_machines import lock_protocol as p
@@ -881,22 +882,6 @@ def _stopped_at_its_release_while_another_run_takes_the_key(fair, k: str, *, app
     return arns[0], arns[1]
 
 
-def _redrive(fair, arn: str, *, reevaluates: bool):
-    options = fair.cloud.redrive_options
-    saved, options.reevaluates_arguments = options.reevaluates_arguments, reevaluates
-    try:
-        fair.cloud.stepfunctions.redrive_execution(executionArn=arn)
-        time.sleep(0.5)  # (RUNNING again at once; its end comes later)
-        return fair.cloud.wait_for(arn, timeout=120)
-    finally:
-        options.reevaluates_arguments = saved
-
-
-def _entered_after_redrive(result) -> list[str]:
-    redriven = next(i for i, e in enumerate(result.history) if e["type"] == "ExecutionRedriven")
-    return [e["stateEnteredEventDetails"]["name"] for e in result.history[redriven:] if e["type"].endswith("StateEntered")]
-
-
 @pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
 def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven(fair, reevaluates):
     """The fair lock's release applied, the run was stopped right after, another run took the
@@ -908,8 +893,8 @@ def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven(fai
     not run again."""
     k = key("redrive")
     holder, second = _stopped_at_its_release_while_another_run_takes_the_key(fair, k, applied=True)
-    redriven = _redrive(fair, holder, reevaluates=reevaluates)
-    entered = _entered_after_redrive(redriven)
+    redriven = redrive(fair.cloud, holder, reevaluates=reevaluates)
+    entered = states_entered_after_redrive(redriven)
     assert (redriven.status, redriven.error) == ("SUCCEEDED", None), (redriven.error, redriven.cause, entered)
     assert "FairWaitWork" not in entered, entered  # nothing that succeeded ran again
     assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
@@ -922,7 +907,7 @@ def test_a_run_stopped_before_its_release_applied_is_lost_when_redriven_after_a_
     key was taken over after the stop grace, then the run was redriven: ``Lock.Lost``."""
     k = key("redrive")
     holder, second = _stopped_at_its_release_while_another_run_takes_the_key(fair, k, applied=False)
-    redriven = _redrive(fair, holder, reevaluates=reevaluates)
+    redriven = redrive(fair.cloud, holder, reevaluates=reevaluates)
     assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause)
     assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
     assert fair.drained(k)
@@ -941,8 +926,8 @@ def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_rel
     assert fair.cloud.wait_for(holder, timeout=60).status == "ABORTED"
     second = fair.start("FairWait", {"key": k, "waitS": 4})
     fair.until(lambda: _holds(fair, k, second), timeout=60)
-    redriven = _redrive(fair, holder, reevaluates=reevaluates)
-    entered = _entered_after_redrive(redriven)
+    redriven = redrive(fair.cloud, holder, reevaluates=reevaluates)
+    entered = states_entered_after_redrive(redriven)
     assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause, entered)
     assert "FairWaitShortGraceWork" in entered  # it did resume its work
     assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import record_protocol as r
+from lock_invariants import redrive, states_entered_after_redrive
 from safety_stack import fail_sibling
 
 LW = r.PREFIX
@@ -438,22 +439,6 @@ def _stopped_at_its_release_while_another_run_takes_the_record(records, c: str, 
     return arns[0], arns[1]
 
 
-def _redrive(records, arn: str, *, reevaluates: bool):
-    options = records.cloud.redrive_options
-    saved, options.reevaluates_arguments = options.reevaluates_arguments, reevaluates
-    try:
-        records.cloud.stepfunctions.redrive_execution(executionArn=arn)
-        time.sleep(0.5)  # (RUNNING again at once; its end comes later)
-        return records.cloud.wait_for(arn, timeout=120)
-    finally:
-        options.reevaluates_arguments = saved
-
-
-def _entered_after_redrive(result) -> list[str]:
-    redriven = next(i for i, e in enumerate(result.history) if e["type"] == "ExecutionRedriven")
-    return [e["stateEnteredEventDetails"]["name"] for e in result.history[redriven:] if e["type"].endswith("StateEntered")]
-
-
 def test_an_acquire_retried_after_its_response_was_lost_holds_and_releases_once(records):
     """Fault matrix ``record:Lock.Acquire`` x ``lost``: the acquire applied, its response was
     lost, the retry (same owner) applied again. ``UPDATED_NEW`` returns "the updated attributes"
@@ -493,10 +478,10 @@ def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven_and
     and the section does not run again: the update lands once."""
     c = customer()
     holder, second = _stopped_at_its_release_while_another_run_takes_the_record(records, c, applied=True)
-    redriven = _redrive(records, holder, reevaluates=reevaluates)
+    redriven = redrive(records.cloud, holder, reevaluates=reevaluates)
     assert (redriven.status, redriven.error) == ("SUCCEEDED", None), (redriven.error, redriven.cause)
     assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
-    entered = _entered_after_redrive(redriven)
+    entered = states_entered_after_redrive(redriven)
     assert "Lock.Acquire" not in entered and "Work" not in entered, entered  # nothing that succeeded ran again
     item = records.get(c)
     assert item["balance"] == {"N": "2"} and item[f"{LW}{p.FENCE}"] == {"N": "2"}, item
@@ -510,7 +495,7 @@ def test_a_run_stopped_before_its_release_applied_is_lost_when_redriven_after_a_
     written: the resumed release must fail ``Lock.Lost``, not claim it released."""
     c = customer()
     holder, second = _stopped_at_its_release_while_another_run_takes_the_record(records, c, applied=False)
-    redriven = _redrive(records, holder, reevaluates=reevaluates)
+    redriven = redrive(records.cloud, holder, reevaluates=reevaluates)
     assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause)
     assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
     assert records.get(c)["balance"] == {"N": "1"}  # the second run's update only
@@ -534,8 +519,8 @@ def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_rel
     while not records.get(c).get(f"{LW}{p.OWNER}", {}).get("S", "").startswith(second):
         assert time.time() < deadline + 30, "the second run never took the record"
         time.sleep(0.05)
-    redriven = _redrive(records, holder, reevaluates=reevaluates)
-    entered = _entered_after_redrive(redriven)
+    redriven = redrive(records.cloud, holder, reevaluates=reevaluates)
+    entered = states_entered_after_redrive(redriven)
     assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause, entered)
     assert "Work" in entered  # it did resume its work
     assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
