@@ -121,7 +121,7 @@ def test_the_janitor_hands_on_a_grant_its_look_claims_for_a_waiter_granted_after
     """The janitor's look (``leave_queue``) may land between a release's grant to a crashed
     waiter and its revoke, claiming the grant (the revoke is then refused): it hands the grant
     on, so no key is left held by a crashed waiter once everyone is done - under every fault."""
-    model = Model(participants=2, janitor=True)
+    model = Model(participants=2, janitor_look=True)
     result = model.explore()
     assert result["violation"] is None, model.violations
     assert result["states"] > 10_000
@@ -130,7 +130,7 @@ def test_the_janitor_hands_on_a_grant_its_look_claims_for_a_waiter_granted_after
 def test_negative_control_a_janitor_dropping_the_grant_it_claims_leaves_the_key_held():
     """The fault matrix's finding (the janitor before the fix): the release grants a crashed
     waiter, its wake-up fails, the janitor claims the grant and drops it, the revoke is refused."""
-    model = Model(participants=2, janitor=True, variant="janitor_drops_claim", lost_responses=False, lost_wakes=False)
+    model = Model(participants=2, janitor_look=True, variant="janitor_drops_claim", lost_responses=False, lost_wakes=False)
     assert model.explore()["violation"].startswith("key left held by b")
     trace = model.violations[0][1]
     assert trace.index("janitor claims b's grant") < trace.index("a revoke b refused"), trace
