@@ -41,8 +41,7 @@ from typing import Any, Callable, Iterator, Mapping
 from aws_lambda_powertools import Tracer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from locked_workflow.constructs_lib.client_lease import retry_conflicts
-from locked_workflow.constructs_lib.client_lease import Lease, LockLost
+from locked_workflow.constructs_lib.client_lease import Lease, LockLost, retry_conflicts
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
