@@ -168,7 +168,12 @@ def test_a_writer_queued_before_a_reader_goes_first_and_releases_every_reader_be
         client = rw(ddb)
         with client.hold("k", shared=shared, wait=60, poll_interval=0.05) as lease:
             inside.enter(name, shared)
-            time.sleep(0.2)
+            if shared:  # a reader stays until the three are in together (or 20 s: then they were not)
+                deadline = time.monotonic() + 20
+                while inside.readers_seen < 3 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            else:
+                time.sleep(0.2)
             inside.leave(name, shared)
         return lease
 
