@@ -3,7 +3,7 @@
 Each module's docstring names the gap and the test in ``tests/local/`` that shows the
 failure on bare moto and its absence with the fix; when moto fixes a gap upstream, that
 test's negative half fails and tells us to drop the module. Every module has an
-``apply(stack, ...)`` that enters ``unittest.mock.patch`` contexts on ``stack``, so
+``apply(stack, ...)`` that patches moto through ``locked_workflow.testing.seams`` on ``stack``, so
 closing the stack restores bare moto.
 
 The list of these modules - for each, what AWS does, its page and the proof test - is the

@@ -73,7 +73,6 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
-from unittest import mock
 
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser.api import ExecutionStatus, HistoryEventType, MapIterationEventDetails
@@ -99,6 +98,7 @@ from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from locked_workflow.testing.patches import late_callbacks, unique_execution_names
+from locked_workflow.testing.seams import patch_attribute
 
 #: The event a state in flight leaves when it is cut short (Pass, Choice, Succeed and Fail
 #: states do not wait, and the service has no such event for them).
@@ -441,7 +441,7 @@ def _heartbeat(original):  # type: ignore[no-untyped-def]
 
 def apply(stack: ExitStack) -> None:
     def patch(target: Any, name: str, value: Any) -> None:
-        stack.enter_context(mock.patch.object(target, name, value))
+        patch_attribute(stack, target, name, value, by=__name__)
 
     for name in ("set_ended", "set_error"):
         patch(Environment, name, _waking(getattr(Environment, name)))

@@ -36,7 +36,6 @@ import datetime
 import threading
 import time
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.core.responses import ActionResult
 from moto.stepfunctions.parser.api import (
@@ -53,6 +52,8 @@ from moto.stepfunctions.parser.backend.execution import (
     Execution,
 )
 from moto.stepfunctions.responses import StepFunctionResponse
+
+from locked_workflow.testing.seams import patch_attribute
 
 _ONCE = threading.Lock()
 #: How long StopExecution waits for a just-started execution's interpreter.
@@ -105,9 +106,8 @@ def _quiet_stopped_branch(original):  # type: ignore[no-untyped-def]
 def apply(stack: ExitStack) -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.branch_worker import BranchWorker
 
-    stack.enter_context(
-        mock.patch.object(BranchWorker, "_thread_routine", _quiet_stopped_branch(BranchWorker._thread_routine))
-    )
+    thread_routine = _quiet_stopped_branch(BranchWorker._thread_routine)
+    patch_attribute(stack, BranchWorker, "_thread_routine", thread_routine, by=__name__)
     original_stop = Execution.stop
     original_terminated = BaseExecutionWorkerCommunication.terminated
     original_add_event = EventManager.add_event
@@ -157,7 +157,7 @@ def apply(stack: ExitStack) -> None:
             return -1
         return original_add_event(self, *args, **kwargs)
 
-    stack.enter_context(mock.patch.object(Execution, "stop", stop))
-    stack.enter_context(mock.patch.object(BaseExecutionWorkerCommunication, "terminated", terminated))
-    stack.enter_context(mock.patch.object(EventManager, "add_event", add_event))
-    stack.enter_context(mock.patch.object(StepFunctionResponse, "stop_execution", stop_execution))
+    patch_attribute(stack, Execution, "stop", stop, by=__name__)
+    patch_attribute(stack, BaseExecutionWorkerCommunication, "terminated", terminated, by=__name__)
+    patch_attribute(stack, EventManager, "add_event", add_event, by=__name__)
+    patch_attribute(stack, StepFunctionResponse, "stop_execution", stop_execution, by=__name__)

@@ -16,11 +16,12 @@ Proof: ``tests/local/test_patch_execution_output.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.backend.execution import Execution
 from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
 from moto.stepfunctions.responses import StepFunctionResponse
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 def apply(stack: ExitStack) -> None:
@@ -33,4 +34,4 @@ def apply(stack: ExitStack) -> None:
             result.result["output"] = to_json_str(execution.output, separators=(",", ":"))
         return result
 
-    stack.enter_context(mock.patch.object(StepFunctionResponse, "describe_execution", describe_execution))
+    patch_attribute(stack, StepFunctionResponse, "describe_execution", describe_execution, by=__name__)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
 from locked_workflow.testing.events import TERMINAL_STATUSES, EventRouter
+from locked_workflow.testing.seams import patch_attribute
 
 _ONCE = threading.Lock()
 
@@ -44,6 +44,4 @@ def apply(stack: ExitStack, router: EventRouter) -> None:
             execution._local_status_event_sent = True
         router.execution_ended(execution)
 
-    stack.enter_context(
-        mock.patch.object(BaseExecutionWorkerCommunication, "terminated", terminated)
-    )
+    patch_attribute(stack, BaseExecutionWorkerCommunication, "terminated", terminated, by=__name__)

@@ -19,7 +19,6 @@ Proof: ``tests/local/test_patch_heartbeat_timeout.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.api import HistoryEventType, TaskTimedOutEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
@@ -29,6 +28,8 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task import StateTask
 from moto.stepfunctions.parser.asl.eval.callback.callback import HeartbeatTimeoutError
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+
+from locked_workflow.testing.seams import patch_attribute
 
 _HEARTBEAT = StatesErrorName(typ=StatesErrorNameType.StatesHeartbeatTimeout)
 _TIMEOUT = StatesErrorName(typ=StatesErrorNameType.StatesTimeout)
@@ -58,5 +59,5 @@ def apply(stack: ExitStack) -> None:
         original_matches(self, env)
         if env.stack[-1] is False and error_name == _HEARTBEAT and _TIMEOUT in self.error_names:
             env.stack[-1] = True  # States.Timeout covers heartbeat timeouts
-    stack.enter_context(mock.patch.object(StateTask, "_from_error", _from_error))
-    stack.enter_context(mock.patch.object(ErrorEqualsDecl, "_eval_body", _eval_body))
+    patch_attribute(stack, StateTask, "_from_error", _from_error, by=__name__)
+    patch_attribute(stack, ErrorEqualsDecl, "_eval_body", _eval_body, by=__name__)

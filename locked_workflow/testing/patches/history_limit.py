@@ -36,7 +36,6 @@ import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 from moto.stepfunctions.parser.api import (
     ExecutionFailedEventDetails,
@@ -50,6 +49,7 @@ from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from locked_workflow.testing.patches import redrive
 from locked_workflow.testing.patches.execution_end import CLOSING_EVENTS
+from locked_workflow.testing.seams import patch_attribute
 
 #: The service's hard quota on a Standard execution's history.
 DEFAULT_LIMIT = 25_000
@@ -120,6 +120,6 @@ def apply(stack: ExitStack, limit: int = DEFAULT_LIMIT) -> None:
         return original_redrive(execution)
 
     original_redrive = redrive.redrive
-    stack.enter_context(mock.patch.object(ExecutionWorker, "_get_evaluation_environment", _get_evaluation_environment))
-    stack.enter_context(mock.patch.object(redrive, "redrive", redrive_execution))
-    stack.enter_context(mock.patch.object(EventManager, "add_event", add_event))
+    patch_attribute(stack, ExecutionWorker, "_get_evaluation_environment", _get_evaluation_environment, by=__name__)
+    patch_attribute(stack, redrive, "redrive", redrive_execution, by=__name__)
+    patch_attribute(stack, EventManager, "add_event", add_event, by=__name__)

@@ -61,11 +61,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+import sys
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from unittest import mock
 
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
@@ -112,6 +112,8 @@ from moto.stepfunctions.parser.backend.execution import Execution
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.utils import TMP_THREADS
 from moto.stepfunctions.responses import StepFunctionResponse
+
+from locked_workflow.testing.seams import patch_attribute
 
 REDRIVABLE = (ExecutionStatus.FAILED, ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT)
 DATA_LIMIT_EXCEEDED = "States.DataLimitExceeded"
@@ -493,7 +495,7 @@ _options = RedriveOptions()
 
 def use_options(stack: ExitStack, options: RedriveOptions) -> None:
     """Redrives read ``options`` (at the start of each redrive) until ``stack`` closes."""
-    stack.enter_context(mock.patch(f"{__name__}._options", options))
+    patch_attribute(stack, sys.modules[__name__], "_options", options, by=__name__)
 
 
 def _with_redrive_fields(original):  # type: ignore[no-untyped-def]
@@ -583,7 +585,7 @@ def _redrive_execution(self):  # type: ignore[no-untyped-def]
 
 def apply(stack: ExitStack, options: RedriveOptions | None = None) -> None:
     def patch(target: Any, name: str, value: Any, **kwargs: Any) -> None:
-        stack.enter_context(mock.patch.object(target, name, value, **kwargs))
+        patch_attribute(stack, target, name, value, **kwargs, by=__name__)
 
     if options is not None:
         use_options(stack, options)

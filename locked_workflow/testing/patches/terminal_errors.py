@@ -29,11 +29,12 @@ Proof: ``tests/local/test_patch_terminal_errors.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: Errors that always end the execution.
 TERMINAL = (
@@ -51,4 +52,4 @@ def apply(stack: ExitStack) -> None:
         if error_name in TERMINAL:
             env.stack[-1] = False
 
-    stack.enter_context(mock.patch.object(ErrorEqualsDecl, "_eval_body", _eval_body))
+    patch_attribute(stack, ErrorEqualsDecl, "_eval_body", _eval_body, by=__name__)

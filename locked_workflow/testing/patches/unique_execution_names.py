@@ -24,9 +24,10 @@ import uuid
 import weakref
 from contextlib import ExitStack
 from typing import Any
-from unittest import mock
 
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 #: Execution ARN -> moto's execution object, of every execution started while the fix is on.
@@ -56,6 +57,4 @@ def apply(stack: ExitStack) -> None:
 
     stack.callback(_STARTED.clear)
 
-    stack.enter_context(
-        mock.patch.object(StepFunctionsParserBackend, "start_execution", start_execution)
-    )
+    patch_attribute(stack, StepFunctionsParserBackend, "start_execution", start_execution, by=__name__)
