@@ -9,9 +9,12 @@ attribute, module)`` for as long as the stack is open. :func:`active` lists the 
 
 The rule the runtime keeps (``tests/local/test_patch_registry.py`` applies it and checks, also
 by comparing every moto attribute with bare moto's, that nothing is patched around this door):
-each attribute is patched once, by one module. Where several gaps need the same moto method,
-one module owns its wrapper and calls the others' contributions as an ordered, declared list
-(:class:`Hooks`), so the order is in code, not in comments.
+each attribute is patched once, by one module. A module that wraps a moto method calls
+:func:`wrap` with a factory (the moto method in, the wrapped one out). Where several gaps wrap
+the same method, :data:`CHAINS` declares them, in order: that attribute gets one wrapper, this
+module's, which calls the contributions registered so far in the declared order whatever order
+the modules were applied in - so the order is in code, not in comments, and a proof test that
+applies one module alone gets its contribution alone.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ import threading
 from contextlib import ExitStack
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Generic, Iterator, MutableMapping, TypeVar
+from typing import Any, Callable, MutableMapping
 from unittest import mock
 
-__all__ = ["Hooks", "Patch", "active", "patch_attribute", "patch_item", "shared"]
+__all__ = ["CHAINS", "Patch", "active", "chains", "patch_attribute", "patch_item", "shared", "wrap"]
 
 _PREFIX = "locked_workflow.testing."
 
@@ -123,52 +126,116 @@ def shared(patches: list[Patch] | None = None) -> dict[str, list[str]]:
     return {found[0].label: [p.by for p in found] for found in by_key.values() if len(found) > 1}
 
 
-T = TypeVar("T", bound=Callable[..., Any])
+#: The moto attributes several gaps wrap: for each (``Class.attribute``), the modules whose
+#: contributions its one wrapper calls, outermost first - the first sees a call first and its
+#: result last, the last calls moto's own method.
+CHAINS: dict[str, tuple[str, ...]] = {
+    # a closed history takes nothing (execution_end), the history limit counts what it takes
+    # (history_limit), a cancelled branch's events are dropped before either (cancelled_branches)
+    "EventManager.add_event": ("patches.cancelled_branches", "patches.history_limit", "patches.execution_end"),
+    # the terminal errors are caught by nothing, not even States.Timeout's heartbeat reading
+    "ErrorEqualsDecl._eval_body": ("patches.terminal_errors", "patches.heartbeat_timeout"),
+    # the status event is sent once the execution has its status, before its history is closed
+    "BaseExecutionWorkerCommunication.terminated": ("patches.execution_end", "patches.execution_status_events"),
+    # the history budget is set on the environment the redrive run prepared
+    "ExecutionWorker._get_evaluation_environment": ("patches.history_limit", "patches.redrive"),
+    # the redrive fields are added to the description whose output is JSON text
+    "StepFunctionResponse.describe_execution": ("patches.redrive", "patches.execution_output"),
+    # a cancelled branch enters no state, not even one a redrive would record
+    "CommonStateField.eval": ("patches.cancelled_branches", "patches.redrive"),
+    "InlineIterationComponent._eval_body": ("patches.cancelled_branches", "patches.redrive"),
+    "IterationWorker._eval_job": ("patches.cancelled_branches", "patches.redrive"),
+    # a heartbeat timeout is a TaskTimedOut; an Arguments error keeps its failure event
+    "StateTask._from_error": ("patches.heartbeat_timeout", "patches.task_argument_errors"),
+    # a request DynamoDB refuses is not billed: validation first, the meter inside it
+    **{
+        f"DynamoHandler.{action}": ("patches.dynamodb_validation", "patches.consumed_capacity")
+        for action in ("put_item", "update_item", "delete_item", "get_item", "batch_write_item",
+                       "batch_get_item", "transact_write_items", "transact_get_items", "query", "scan")
+    },
+}
 
 
-class Hooks(Generic[T]):
-    """An ordered, declared list of contributions to one wrapper.
+def _chain_key(owner: Any, name: str) -> str:
+    short = owner.__name__.rsplit(".", 1)[-1] if isinstance(owner, ModuleType) else owner.__qualname__
+    return f"{short}.{name}"
 
-    The module owning a patched moto method declares the contributions it calls (by name, in
-    order) when it creates its ``Hooks``; each other module registers its function under one of
-    those names for as long as its stack is open. Iterating yields the registered ones in the
-    declared order. A name not declared, or registered twice, is refused.
-    """
 
-    def __init__(self, owner: str, *names: str) -> None:
-        if len(set(names)) != len(names) or not names:
-            raise ValueError(f"`names` must be distinct hook names, got: {names!r}")
-        self.owner = owner
-        self.names = names
-        self._hooks: dict[str, T] = {}
-        self._lock = threading.Lock()
-        self._snapshot: tuple[T, ...] = ()
+class _Chain:
+    """The one wrapper of a :data:`CHAINS` attribute and the contributions registered to it."""
 
-    def register(self, stack: ExitStack, name: str, hook: T) -> None:
-        """Contribute ``hook`` as ``name`` until ``stack`` closes."""
-        with self._lock:
-            if name not in self.names:
-                raise ValueError(f"`name` must be one of {self.names} of {self.owner}, got: {name!r}")
-            if name in self._hooks:
-                raise ValueError(f"{self.owner}: hook {name!r} is already registered")
-            self._hooks[name] = hook
-            self._refresh()
-        stack.callback(self._unregister, name)
+    def __init__(self, owner: Any, name: str, order: tuple[str, ...]) -> None:
+        self.owner, self.name, self.order = owner, name, order
+        self.original = getattr(owner, name)
+        self.factories: dict[str, Callable[[Any], Any]] = {}
+        self.call: Callable[..., Any] = self.original
+        chain = self
 
-    def _unregister(self, name: str) -> None:
-        with self._lock:
-            self._hooks.pop(name, None)
-            self._refresh()
+        def dispatch(*args: Any, **kwargs: Any) -> Any:
+            return chain.call(*args, **kwargs)
 
-    def _refresh(self) -> None:
-        self._snapshot = tuple(self._hooks[n] for n in self.names if n in self._hooks)
+        self.patch = Patch(owner, name, _module_name(__name__), f"{_owner_label(owner)}.{name}", dispatch)
+        self.patcher = mock.patch.object(owner, name, dispatch)
+
+    def compose(self) -> None:
+        call = self.original
+        for module in reversed(self.order):
+            if module in self.factories:
+                call = self.factories[module](call)
+        self.call = call
 
     def registered(self) -> list[str]:
-        """The names registered now, in the declared order."""
-        return [n for n in self.names if n in self._hooks]
+        return [module for module in self.order if module in self.factories]
 
-    def __iter__(self) -> Iterator[T]:
-        return iter(self._snapshot)
 
-    def __bool__(self) -> bool:
-        return bool(self._snapshot)
+_CHAINS: dict[tuple[int, str], _Chain] = {}
+
+
+def wrap(stack: ExitStack, owner: Any, name: str, wrapper: Callable[[Any], Any], *, by: str) -> None:
+    """Wrap ``owner.name`` until ``stack`` closes: ``wrapper(inner)`` returns what replaces it.
+
+    An attribute :data:`CHAINS` declares gets one wrapper that calls ``by``'s contribution at its
+    declared place; any other is patched with ``wrapper`` of the attribute as it is.
+
+    Args:
+        stack: the stack whose closing takes the contribution off.
+        owner: the class or module holding the attribute.
+        name: the attribute's name.
+        wrapper: the moto method in, the wrapped method out.
+        by: the patching module's ``__name__``.
+    """
+    module = _module_name(by)
+    order = CHAINS.get(_chain_key(owner, name))
+    if order is None:
+        patch_attribute(stack, owner, name, wrapper(getattr(owner, name)), by=by)
+        return
+    if module not in order:
+        raise ValueError(f"`by` must be one of {order} for {_chain_key(owner, name)}, got: {module!r}")
+    with _LOCK:
+        chain = _CHAINS.get((id(owner), name))
+        if chain is None:
+            chain = _CHAINS[(id(owner), name)] = _Chain(owner, name, order)
+            chain.patcher.start()
+            _ACTIVE.append(chain.patch)
+        if module in chain.factories:
+            raise ValueError(f"{chain.patch.label}: {module} already contributes")
+        chain.factories[module] = wrapper
+        chain.compose()
+    stack.callback(_withdraw, chain, module)
+
+
+def _withdraw(chain: _Chain, module: str) -> None:
+    with _LOCK:
+        del chain.factories[module]
+        if chain.factories:
+            chain.compose()
+            return
+        chain.patcher.stop()
+        _ACTIVE.remove(chain.patch)
+        del _CHAINS[(id(chain.owner), chain.name)]
+
+
+def chains() -> dict[str, list[str]]:
+    """Each chained attribute in force: its label and the contributing modules, in call order."""
+    with _LOCK:
+        return {chain.patch.label: chain.registered() for chain in _CHAINS.values()}

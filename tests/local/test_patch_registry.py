@@ -2,8 +2,9 @@
 
 Three checks of ``locked_workflow/testing/seams.py``'s rule (its docstring):
 
-* the runtime as ``LocalCloud`` applies it patches every ``(owner, attribute)`` once - apart
-  from the attributes still listed in :data:`SHARED_TODAY`, which the registry reports exactly;
+* the runtime as ``LocalCloud`` applies it patches every ``(owner, attribute)`` once; the moto
+  methods several gaps wrap (``seams.CHAINS``) get one wrapper calling every contribution in the
+  declared order;
 * nothing is patched around the registry: every moto (botocore, runtime) attribute that differs
   from bare moto's once the runtime is applied is one the registry recorded, and no runtime
   module calls ``unittest.mock`` or ``setattr`` on an imported name (read with ``ast``);
@@ -19,6 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import pytest
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 
 from locked_workflow.testing import LocalCloud, patches, seams
@@ -34,36 +36,6 @@ OUTSIDE = {
 #: ``setattr`` on an imported name the registry does not cover, and why.
 SETATTR_ALLOWED = {
     ("function_logs.py", "sys"): "routes sys.stdout/stderr per thread, installed on first use and kept",
-}
-#: Attributes patched by several modules today (label: modules in the order they apply); the
-#: rebuild on moto's seams empties it (issue 27).
-SHARED_TODAY: dict[str, list[str]] = {
-    "moto.dynamodb.responses.DynamoHandler.put_item": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.update_item": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.delete_item": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.get_item": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.batch_write_item": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.batch_get_item": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.transact_write_items": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.transact_get_items": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.query": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.dynamodb.responses.DynamoHandler.scan": ["patches.consumed_capacity", "patches.dynamodb_validation"],
-    "moto.stepfunctions.responses.StepFunctionResponse.describe_execution": ["patches.execution_output", "patches.redrive"],
-    "moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task.StateTask._from_error":
-        ["patches.task_argument_errors", "patches.heartbeat_timeout"],
-    "moto.stepfunctions.parser.backend.execution.BaseExecutionWorkerCommunication.terminated":
-        ["patches.execution_status_events", "patches.execution_end"],
-    "moto.stepfunctions.parser.asl.eval.event.event_manager.EventManager.add_event":
-        ["patches.execution_end", "patches.history_limit", "patches.cancelled_branches"],
-    "moto.stepfunctions.parser.backend.execution_worker.ExecutionWorker._get_evaluation_environment":
-        ["patches.redrive", "patches.history_limit"],
-    "moto.stepfunctions.parser.asl.component.state.state.CommonStateField.eval": ["patches.redrive", "patches.cancelled_branches"],
-    "moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.inline_iteration_component."
-    "InlineIterationComponent._eval_body": ["patches.redrive", "patches.cancelled_branches"],
-    "moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.iteration_worker.IterationWorker._eval_job":
-        ["patches.redrive", "patches.cancelled_branches"],
-    "moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl.ErrorEqualsDecl._eval_body":
-        ["patches.heartbeat_timeout", "patches.terminal_errors"],
 }
 #: The libraries whose attributes the runtime may patch.
 PREFIXES = ("moto.", "botocore.", "locked_workflow.testing", "warnings", "os")
@@ -143,8 +115,16 @@ def test_the_runtime_patches_each_attribute_once():
         applied = seams.active()
         shared = seams.shared()
     assert len(applied) > 50  # the runtime is applied, and the registry saw it
-    assert shared == SHARED_TODAY
+    assert shared == {}
     assert seams.active() == []  # closing the cloud took every patch off
+
+
+def test_each_chain_calls_every_contribution_in_its_declared_order():
+    with LocalCloud():
+        found = {label.rsplit(".", 2)[-2] + "." + label.rsplit(".", 1)[-1]: modules
+                 for label, modules in seams.chains().items()}
+    assert found == {key: list(order) for key, order in seams.CHAINS.items()}
+    assert seams.chains() == {}
 
 
 def test_nothing_is_patched_around_the_registry():
@@ -188,3 +168,39 @@ def _unrecorded(owner: Any, name: str) -> Any:
     from unittest import mock  # the negative control's own patch, not the runtime's
 
     return mock.patch.object(owner, name, lambda *a, **k: -1)
+
+
+class Machine:
+    """A stand-in for a moto class whose method two gaps wrap."""
+
+    def run(self) -> list[str]:
+        return ["moto"]
+
+
+def _adding(tag: str) -> Any:
+    return lambda original: lambda self: [tag, *original(self)]
+
+
+def test_a_chain_calls_its_contributions_in_the_declared_order_whatever_order_they_come_in(monkeypatch):
+    monkeypatch.setitem(seams.CHAINS, "Machine.run", ("patches.outer", "patches.inner"))
+    with ExitStack() as stack:
+        seams.wrap(stack, Machine, "run", _adding("outer"), by="patches.outer")
+        with ExitStack() as inner:
+            seams.wrap(inner, Machine, "run", _adding("inner"), by="patches.inner")  # applied last
+            assert Machine().run() == ["outer", "inner", "moto"]
+            assert seams.shared() == {}
+        assert Machine().run() == ["outer", "moto"]  # the inner one's stack closed
+        with pytest.raises(ValueError, match="`by` must be one of"):
+            seams.wrap(stack, Machine, "run", _adding("stray"), by="patches.stray")
+        with pytest.raises(ValueError, match="already contributes"):
+            seams.wrap(stack, Machine, "run", _adding("outer"), by="patches.outer")
+    assert Machine().run() == ["moto"] and "run" in vars(Machine) and seams.active() == []
+
+
+def test_without_a_declared_chain_two_wrappers_are_reported():
+    """Negative control: the same two contributions, undeclared, are two patches of one attribute."""
+    with ExitStack() as stack:
+        seams.wrap(stack, Machine, "run", _adding("outer"), by="patches.outer")
+        seams.wrap(stack, Machine, "run", _adding("inner"), by="patches.inner")
+        assert Machine().run() == ["inner", "outer", "moto"]  # the order they were applied in
+        assert seams.shared() == {f"{__name__}.Machine.run": ["patches.outer", "patches.inner"]}

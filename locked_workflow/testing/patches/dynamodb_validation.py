@@ -55,7 +55,7 @@ from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
 from moto.dynamodb.responses import DynamoHandler
 
-from locked_workflow.testing.seams import patch_attribute
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 #: DynamoDB's maximum item size: 400 KB, attribute names included.
 MAX_ITEM_BYTES = 400 * 1024
@@ -310,7 +310,7 @@ def _all_or_nothing(original: Callable[..., Item]) -> Callable[..., Item]:
 
 def apply(stack: ExitStack) -> None:
     for name, check in VALIDATED_ACTIONS.items():
-        patch_attribute(stack, DynamoHandler, name, _validated(getattr(DynamoHandler, name), check), by=__name__)
+        wrap(stack, DynamoHandler, name, lambda action, check=check: _validated(action, check), by=__name__)
     patch_attribute(stack, LimitedSizeDict, "__setitem__", _set_attribute, by=__name__)
     patch_attribute(stack, Table, "put_item", _sized_put(Table.put_item), by=__name__)
     execute = _sized_execute(UpdateExpressionExecutor.execute)

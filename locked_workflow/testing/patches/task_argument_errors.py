@@ -32,7 +32,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service impor
     state_task_service_factory,
 )
 
-from locked_workflow.testing.seams import patch_attribute
+from locked_workflow.testing.seams import wrap
 
 
 def _subclasses(cls: type) -> Iterator[type]:
@@ -53,4 +53,4 @@ def _passing_failure_events(original: Any) -> Any:
 def apply(stack: ExitStack) -> None:
     for cls in set(_subclasses(ExecutionState)):
         if "_from_error" in vars(cls):
-            patch_attribute(stack, cls, "_from_error", _passing_failure_events(vars(cls)["_from_error"]), by=__name__)
+            wrap(stack, cls, "_from_error", _passing_failure_events, by=__name__)

@@ -34,7 +34,7 @@ from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
 
-from locked_workflow.testing.seams import patch_attribute
+from locked_workflow.testing.seams import wrap
 
 #: Errors that always end the execution.
 TERMINAL = (
@@ -44,12 +44,13 @@ TERMINAL = (
 
 
 def apply(stack: ExitStack) -> None:
-    original = ErrorEqualsDecl._eval_body
+    def uncatchable(original):  # type: ignore[no-untyped-def]
+        def _eval_body(self, env):  # type: ignore[no-untyped-def]
+            error_name = env.stack[-1]
+            original(self, env)
+            if error_name in TERMINAL:
+                env.stack[-1] = False
 
-    def _eval_body(self, env):  # type: ignore[no-untyped-def]
-        error_name = env.stack[-1]
-        original(self, env)
-        if error_name in TERMINAL:
-            env.stack[-1] = False
+        return _eval_body
 
-    patch_attribute(stack, ErrorEqualsDecl, "_eval_body", _eval_body, by=__name__)
+    wrap(stack, ErrorEqualsDecl, "_eval_body", uncatchable, by=__name__)
