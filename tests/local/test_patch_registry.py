@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 
-from locked_workflow.testing import LocalCloud, patches, seams
+from locked_workflow.testing import LocalCloud, backend, patches, seams
 from locked_workflow.testing.events import EventRouter
 from locked_workflow.testing.lambda_runtime import FunctionRegistry
 
@@ -117,6 +117,26 @@ def test_the_runtime_patches_each_attribute_once():
     assert len(applied) > 50  # the runtime is applied, and the registry saw it
     assert shared == {}
     assert seams.active() == []  # closing the cloud took every patch off
+
+
+def test_the_backend_is_a_subclass_of_motos_installed_through_get_backend():
+    from moto.stepfunctions import responses
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    with LocalCloud() as cloud:
+        used = responses.get_backend(cloud.account_id, cloud.region)  # what moto's API answers from
+        overridden = backend.overrides()
+        patched_get_backend = [p.by for p in seams.active() if p.name == "get_backend"]
+    assert type(used).__mro__[1] is StepFunctionsParserBackend
+    assert overridden == {
+        "_get_executions": ["patches.cancelled_branches"],
+        "send_task_failure": ["patches.cancelled_branches"],
+        "send_task_heartbeat": ["patches.cancelled_branches"],
+        "send_task_success": ["patches.cancelled_branches"],
+        "start_execution": ["patches.unique_execution_names"],
+    }
+    assert patched_get_backend == ["backend"]
+    assert backend.overrides() == {}
 
 
 def test_each_chain_calls_every_contribution_in_its_declared_order():

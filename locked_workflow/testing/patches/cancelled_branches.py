@@ -97,6 +97,7 @@ from moto.stepfunctions.parser.asl.eval.program_state import ProgramRunning
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
+from locked_workflow.testing.backend import override
 from locked_workflow.testing.patches import late_callbacks, unique_execution_names
 from locked_workflow.testing.seams import patch_attribute, wrap
 
@@ -456,7 +457,7 @@ def apply(stack: ExitStack) -> None:
     wrapped(EventManager, "add_event", _recording)
     wrapped(IterationWorker, "_eval_job", _labelling_iterations)
     wrapped(InlineIterationComponent, "_eval_body", _stopping_iterations)
-    wrapped(StepFunctionsParserBackend, "send_task_heartbeat", _heartbeat)
-    wrapped(StepFunctionsParserBackend, "_get_executions", _executions)
+    override(stack, "send_task_heartbeat", _heartbeat, by=__name__)  # the backend subclass's
+    override(stack, "_get_executions", _executions, by=__name__)
     for name in ("send_task_success", "send_task_failure"):
-        wrapped(StepFunctionsParserBackend, name, _checking_closed)
+        override(stack, name, _checking_closed, by=__name__)
