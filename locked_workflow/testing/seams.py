@@ -14,7 +14,8 @@ each attribute is patched once, by one module. A module that wraps a moto method
 the same method, :data:`CHAINS` declares them, in order: that attribute gets one wrapper, this
 module's, which calls the contributions registered so far in the declared order whatever order
 the modules were applied in - so the order is in code, not in comments, and a proof test that
-applies one module alone gets its contribution alone.
+applies one module alone gets its contribution alone. moto's Step Functions backend is not
+patched at all: ``backend.py`` installs a subclass of it through moto's ``get_backend``.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ CHAINS: dict[str, tuple[str, ...]] = {
     "ExecutionWorker._get_evaluation_environment": ("patches.history_limit", "patches.redrive"),
     # the redrive fields are added to the description whose output is JSON text
     "StepFunctionResponse.describe_execution": ("patches.redrive", "patches.execution_output"),
-    # a cancelled branch enters no state, not even one a redrive would record
+    # the state (iteration) in flight is tracked, to be cancelled, around redrive's record of it
     "CommonStateField.eval": ("patches.cancelled_branches", "patches.redrive"),
     "InlineIterationComponent._eval_body": ("patches.cancelled_branches", "patches.redrive"),
     "IterationWorker._eval_job": ("patches.cancelled_branches", "patches.redrive"),
