@@ -33,7 +33,8 @@ import warnings
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, TextIO
-from unittest import mock
+
+from locked_workflow.testing.seams import patch_attribute
 
 _current = threading.local()
 
@@ -142,7 +143,7 @@ def apply(stack: ExitStack) -> None:
         log.write(warnings.formatwarning(str(message), category or UserWarning,
                                          frame.f_code.co_filename, frame.f_lineno))
 
-    stack.enter_context(mock.patch.object(warnings, "warn", warn))
+    patch_attribute(stack, warnings, "warn", warn, by=__name__)
     stack.callback(_unrouted, "stdout")
     stack.callback(_unrouted, "stderr")
     _routed("stdout")

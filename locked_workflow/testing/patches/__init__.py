@@ -3,8 +3,10 @@
 Each module's docstring names the gap and the test in ``tests/local/`` that shows the
 failure on bare moto and its absence with the fix; when moto fixes a gap upstream, that
 test's negative half fails and tells us to drop the module. Every module has an
-``apply(stack, ...)`` that enters ``unittest.mock.patch`` contexts on ``stack``, so
-closing the stack restores bare moto.
+``apply(stack, ...)`` that patches moto through ``locked_workflow.testing.seams`` on ``stack``, so
+closing the stack restores bare moto. No two modules patch the same attribute: where several
+gaps wrap one moto method, ``seams.CHAINS`` declares the order of their contributions, so the
+order of the calls below does not decide theirs.
 
 The list of these modules - for each, what AWS does, its page and the proof test - is the
 table "What the runtime models" of ``docs/runtime.md``, with the runtime's known gaps against
@@ -66,7 +68,7 @@ def apply_all(
 ) -> None:
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
     serial_dynamodb.apply(stack)
-    consumed_capacity.apply(stack)  # before dynamodb_validation: measures only requests it let through
+    consumed_capacity.apply(stack)
     dynamodb_validation.apply(stack)
     transaction_conflicts.apply(stack)  # dormant until transaction_conflicts(...) turns it on
     execution_snapshot.apply(stack)
@@ -84,7 +86,7 @@ def apply_all(
     eventbridge_targets.apply(stack, router)
     execution_status_events.apply(stack, router)
     stack.callback(router.close)  # held-back late copies die with the cloud, before moto
-    execution_end.apply(stack)  # after execution_status_events: wraps its terminated()
+    execution_end.apply(stack)
     redrive.apply(stack)
     execution_logs.apply(stack)
     heartbeat_timeout.apply(stack)
@@ -92,9 +94,9 @@ def apply_all(
     late_callbacks.apply(stack)
     task_tokens.apply(stack, task_token_length)
     data_limit.apply(stack)
-    terminal_errors.apply(stack)  # after heartbeat_timeout: wraps its ErrorEquals matching
-    history_limit.apply(stack, history_event_limit)  # after execution_end and redrive: wraps theirs
+    terminal_errors.apply(stack)
+    history_limit.apply(stack, history_event_limit)
     parsed_definitions.apply(stack)
     error_codes.apply(stack)
     task_clients.apply(stack)
-    cancelled_branches.apply(stack)  # last: its add_event filter, state eval and Map body wrap the others'
+    cancelled_branches.apply(stack)

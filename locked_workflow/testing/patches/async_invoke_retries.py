@@ -32,12 +32,14 @@ Proof: ``tests/local/test_patch_async_invoke_retries.py``.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: Lambda's waits before the first and the second retry of an asynchronous invocation (s).
 AWS_RETRY_DELAYS_S = (60.0, 120.0)
@@ -91,7 +93,7 @@ _options = AsyncInvokeOptions()
 
 def use_options(stack: ExitStack, options: AsyncInvokeOptions) -> None:
     """Asynchronous invocations read ``options`` (when each starts) until ``stack`` closes."""
-    stack.enter_context(mock.patch(f"{__name__}._options", options))
+    patch_attribute(stack, sys.modules[__name__], "_options", options, by=__name__)
 
 
 def event_invoke_limits(moto_function: Any) -> tuple[int, float]:

@@ -73,7 +73,6 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
-from unittest import mock
 
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser.api import ExecutionStatus, HistoryEventType, MapIterationEventDetails
@@ -98,7 +97,9 @@ from moto.stepfunctions.parser.asl.eval.program_state import ProgramRunning
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
+from locked_workflow.testing.backend import override
 from locked_workflow.testing.patches import late_callbacks, unique_execution_names
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 #: The event a state in flight leaves when it is cut short (Pass, Choice, Succeed and Fail
 #: states do not wait, and the service has no such event for them).
@@ -441,19 +442,22 @@ def _heartbeat(original):  # type: ignore[no-untyped-def]
 
 def apply(stack: ExitStack) -> None:
     def patch(target: Any, name: str, value: Any) -> None:
-        stack.enter_context(mock.patch.object(target, name, value))
+        patch_attribute(stack, target, name, value, by=__name__)
+
+    def wrapped(target: Any, name: str, wrapper: Any) -> None:
+        wrap(stack, target, name, wrapper, by=__name__)
 
     for name in ("set_ended", "set_error"):
-        patch(Environment, name, _waking(getattr(Environment, name)))
-    patch(Environment, "set_timed_out", _timing_out(Environment.set_timed_out))
-    patch(Environment, "set_stop", _cancelling(Environment.set_stop))
+        wrapped(Environment, name, _waking)
+    wrapped(Environment, "set_timed_out", _timing_out)
+    wrapped(Environment, "set_stop", _cancelling)
     patch(WaitFunction, "_wait_interval", _wait_interval)
-    patch(CommonStateField, "eval", _tracking_state(CommonStateField.eval))
-    patch(ExecutionState, "_evaluate_with_timeout", _interruptible(ExecutionState._evaluate_with_timeout))
-    patch(EventManager, "add_event", _recording(EventManager.add_event))
-    patch(IterationWorker, "_eval_job", _labelling_iterations(IterationWorker._eval_job))
-    patch(InlineIterationComponent, "_eval_body", _stopping_iterations(InlineIterationComponent._eval_body))
-    patch(StepFunctionsParserBackend, "send_task_heartbeat", _heartbeat(StepFunctionsParserBackend.send_task_heartbeat))
-    patch(StepFunctionsParserBackend, "_get_executions", _executions(StepFunctionsParserBackend._get_executions))
+    wrapped(CommonStateField, "eval", _tracking_state)
+    wrapped(ExecutionState, "_evaluate_with_timeout", _interruptible)
+    wrapped(EventManager, "add_event", _recording)
+    wrapped(IterationWorker, "_eval_job", _labelling_iterations)
+    wrapped(InlineIterationComponent, "_eval_body", _stopping_iterations)
+    override(stack, "send_task_heartbeat", _heartbeat, by=__name__)  # the backend subclass's
+    override(stack, "_get_executions", _executions, by=__name__)
     for name in ("send_task_success", "send_task_failure"):
-        patch(StepFunctionsParserBackend, name, _checking_closed(getattr(StepFunctionsParserBackend, name)))
+        override(stack, name, _checking_closed, by=__name__)

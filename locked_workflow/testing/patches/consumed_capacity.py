@@ -77,7 +77,6 @@ from abc import ABC, abstractmethod
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
-from unittest import mock
 
 from moto.cloudwatch.models import cloudwatch_backends
 from moto.core.exceptions import JsonRESTError
@@ -91,6 +90,7 @@ from moto.dynamodb.parsing.validators import UpdateExpressionValidator
 from moto.dynamodb.responses import DynamoHandler
 
 from locked_workflow.testing.patches.dynamodb_validation import item_size
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 #: One write unit covers an item of up to 1 KB; one read unit (strongly consistent) 4 KB.
 WRITE_UNIT_BYTES = 1024
@@ -549,12 +549,8 @@ def _metered(action: Callable[[Any], Any], meter_for: Callable[[DynamoHandler], 
 
 def apply(stack: ExitStack) -> None:
     for name, meter_for in METERS.items():
-        stack.enter_context(mock.patch.object(DynamoHandler, name, _metered(getattr(DynamoHandler, name), meter_for)))
-    stack.enter_context(mock.patch.object(
-        Table, "query",
-        _recording(Table.query, {"projection_expressions": None, "filter_expression": None, "filter_kwargs": {}}),
-    ))
-    stack.enter_context(mock.patch.object(
-        Table, "scan",
-        _recording(Table.scan, {"filters": {}, "filter_expression": None, "projection_expression": None}),
-    ))
+        wrap(stack, DynamoHandler, name, lambda action, meter_for=meter_for: _metered(action, meter_for), by=__name__)
+    query = _recording(Table.query, {"projection_expressions": None, "filter_expression": None, "filter_kwargs": {}})
+    patch_attribute(stack, Table, "query", query, by=__name__)
+    scan = _recording(Table.scan, {"filters": {}, "filter_expression": None, "projection_expression": None})
+    patch_attribute(stack, Table, "scan", scan, by=__name__)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 from contextlib import ExitStack
 from typing import Any
-from unittest import mock
 
 from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.assign.assign_decl import AssignDecl
@@ -55,6 +54,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_ac
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: The service's payload quota: 256 KiB of UTF-8 encoded JSON.
 MAX_BYTES = 262_144
@@ -120,15 +121,13 @@ def _assign_body(self, env):  # type: ignore[no-untyped-def]
 
 def apply(stack: ExitStack) -> None:
     for module in (state_module, state_task_service, state_task_lambda):
-        stack.enter_context(mock.patch.object(module, "is_within_size_quota", is_within_size_quota))
-    stack.enter_context(
-        mock.patch.object(CommonStateField, "_eval_body", _check_state_input(CommonStateField._eval_body))
-    )
+        patch_attribute(stack, module, "is_within_size_quota", is_within_size_quota, by=__name__)
+    patch_attribute(stack, CommonStateField, "_eval_body", _check_state_input(CommonStateField._eval_body), by=__name__)
     for cls, payload_of in (
         (StateTask, lambda parameters: parameters),
         (StateTaskActivity, lambda task_input: task_input),
         (StateTaskLambda, lambda parameters: parameters["Payload"]),
     ):
         patched = _check_task_input(cls.__dict__["_eval_parameters"], payload_of)
-        stack.enter_context(mock.patch.object(cls, "_eval_parameters", patched))
-    stack.enter_context(mock.patch.object(AssignDecl, "_eval_body", _assign_body))
+        patch_attribute(stack, cls, "_eval_parameters", patched, by=__name__)
+    patch_attribute(stack, AssignDecl, "_eval_body", _assign_body, by=__name__)

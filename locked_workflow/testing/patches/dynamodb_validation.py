@@ -47,7 +47,6 @@ import re
 from contextlib import ExitStack
 from decimal import Context, Decimal
 from typing import Any, Callable, Iterator, Mapping
-from unittest import mock
 
 from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
 from moto.dynamodb.models import DynamoDBBackend
@@ -55,6 +54,8 @@ from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
 from moto.dynamodb.responses import DynamoHandler
+
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 #: DynamoDB's maximum item size: 400 KB, attribute names included.
 MAX_ITEM_BYTES = 400 * 1024
@@ -309,10 +310,9 @@ def _all_or_nothing(original: Callable[..., Item]) -> Callable[..., Item]:
 
 def apply(stack: ExitStack) -> None:
     for name, check in VALIDATED_ACTIONS.items():
-        stack.enter_context(mock.patch.object(DynamoHandler, name, _validated(getattr(DynamoHandler, name), check)))
-    stack.enter_context(mock.patch.object(LimitedSizeDict, "__setitem__", _set_attribute))
-    stack.enter_context(mock.patch.object(Table, "put_item", _sized_put(Table.put_item)))
-    stack.enter_context(
-        mock.patch.object(UpdateExpressionExecutor, "execute", _sized_execute(UpdateExpressionExecutor.execute))
-    )
-    stack.enter_context(mock.patch.object(DynamoDBBackend, "update_item", _all_or_nothing(DynamoDBBackend.update_item)))
+        wrap(stack, DynamoHandler, name, lambda action, check=check: _validated(action, check), by=__name__)
+    patch_attribute(stack, LimitedSizeDict, "__setitem__", _set_attribute, by=__name__)
+    patch_attribute(stack, Table, "put_item", _sized_put(Table.put_item), by=__name__)
+    execute = _sized_execute(UpdateExpressionExecutor.execute)
+    patch_attribute(stack, UpdateExpressionExecutor, "execute", execute, by=__name__)
+    patch_attribute(stack, DynamoDBBackend, "update_item", _all_or_nothing(DynamoDBBackend.update_item), by=__name__)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import inspect
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser import api
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 def unnamed() -> list[type[AWSError]]:
@@ -31,4 +32,4 @@ def unnamed() -> list[type[AWSError]]:
 
 def apply(stack: ExitStack) -> None:
     for cls in unnamed():
-        stack.enter_context(mock.patch.object(cls, "TYPE", vars(cls)["code"], create=True))
+        patch_attribute(stack, cls, "TYPE", vars(cls)["code"], create=True, by=__name__)

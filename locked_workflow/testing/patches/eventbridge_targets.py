@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import copy
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.events.models import Rule
 
 from locked_workflow.testing.events import EventRouter, delivered_event
+from locked_workflow.testing.seams import patch_attribute
 
 ROUTED_SERVICES = frozenset({"states", "sqs", "lambda"})
 
@@ -51,4 +51,4 @@ def apply(stack: ExitStack, router: EventRouter) -> None:
             rest.targets = others
             original(rest, original_event, transform_input)
 
-    stack.enter_context(mock.patch.object(Rule, "send_to_targets", send_to_targets))
+    patch_attribute(stack, Rule, "send_to_targets", send_to_targets, by=__name__)

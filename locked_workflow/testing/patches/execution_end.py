@@ -36,7 +36,6 @@ import datetime
 import threading
 import time
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.core.responses import ActionResult
 from moto.stepfunctions.parser.api import (
@@ -53,6 +52,8 @@ from moto.stepfunctions.parser.backend.execution import (
     Execution,
 )
 from moto.stepfunctions.responses import StepFunctionResponse
+
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 _ONCE = threading.Lock()
 #: How long StopExecution waits for a just-started execution's interpreter.
@@ -105,28 +106,28 @@ def _quiet_stopped_branch(original):  # type: ignore[no-untyped-def]
 def apply(stack: ExitStack) -> None:
     from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.branch_worker import BranchWorker
 
-    stack.enter_context(
-        mock.patch.object(BranchWorker, "_thread_routine", _quiet_stopped_branch(BranchWorker._thread_routine))
-    )
+    thread_routine = _quiet_stopped_branch(BranchWorker._thread_routine)
+    patch_attribute(stack, BranchWorker, "_thread_routine", thread_routine, by=__name__)
     original_stop = Execution.stop
-    original_terminated = BaseExecutionWorkerCommunication.terminated
-    original_add_event = EventManager.add_event
     original_stop_execution = StepFunctionResponse.stop_execution
 
-    def terminated(self):  # type: ignore[no-untyped-def]
-        with _ONCE:
-            if getattr(self, "_local_terminated", False):
-                return
-            self._local_terminated = True
-        original_terminated(self)
-        execution = self.execution
-        if execution.exec_status == ExecutionStatus.ABORTED:
-            state = execution.exec_worker.env.program_state()
-            if isinstance(state, ProgramStopped):
-                execution.error = state.error or None
-                execution.cause = state.cause or None
-        if execution.exec_status in (ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT):
-            _close_history(execution)
+    def ending_once(original_terminated):  # type: ignore[no-untyped-def]
+        def terminated(self):  # type: ignore[no-untyped-def]
+            with _ONCE:
+                if getattr(self, "_local_terminated", False):
+                    return
+                self._local_terminated = True
+            original_terminated(self)
+            execution = self.execution
+            if execution.exec_status == ExecutionStatus.ABORTED:
+                state = execution.exec_worker.env.program_state()
+                if isinstance(state, ProgramStopped):
+                    execution.error = state.error or None
+                    execution.cause = state.cause or None
+            if execution.exec_status in (ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT):
+                _close_history(execution)
+
+        return terminated
 
     def stop(self, stop_date, error, cause):  # type: ignore[no-untyped-def]
         worker = self.exec_worker
@@ -152,12 +153,15 @@ def apply(stack: ExitStack) -> None:
         )
         return ActionResult({"stopDate": execution.stop_date or datetime.datetime.now(tz=datetime.timezone.utc)})
 
-    def add_event(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if getattr(self, "_local_closed", False):
-            return -1
-        return original_add_event(self, *args, **kwargs)
+    def unless_closed(original_add_event):  # type: ignore[no-untyped-def]
+        def add_event(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if getattr(self, "_local_closed", False):
+                return -1
+            return original_add_event(self, *args, **kwargs)
 
-    stack.enter_context(mock.patch.object(Execution, "stop", stop))
-    stack.enter_context(mock.patch.object(BaseExecutionWorkerCommunication, "terminated", terminated))
-    stack.enter_context(mock.patch.object(EventManager, "add_event", add_event))
-    stack.enter_context(mock.patch.object(StepFunctionResponse, "stop_execution", stop_execution))
+        return add_event
+
+    patch_attribute(stack, Execution, "stop", stop, by=__name__)
+    wrap(stack, BaseExecutionWorkerCommunication, "terminated", ending_once, by=__name__)
+    wrap(stack, EventManager, "add_event", unless_closed, by=__name__)
+    patch_attribute(stack, StepFunctionResponse, "stop_execution", stop_execution, by=__name__)

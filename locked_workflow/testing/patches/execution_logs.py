@@ -52,11 +52,12 @@ import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
-from unittest import mock
 
 from moto.stepfunctions.parser.api import HistoryEventType, LogLevel
 from moto.stepfunctions.parser.asl.eval.event.logging import is_logging_enabled_for
 from moto.stepfunctions.parser.backend.execution import Execution
+
+from locked_workflow.testing.seams import patch_attribute, patch_item
 
 if TYPE_CHECKING:
     from locked_workflow.testing.function_logs import FunctionLog
@@ -217,8 +218,7 @@ def _deploy_with_logging(original):  # type: ignore[no-untyped-def]
 def apply(stack: ExitStack) -> None:
     from locked_workflow.testing.deployer import Deployer
 
-    stack.enter_context(mock.patch.object(Execution, "__init__", _with_logging_session(Execution.__init__)))
+    patch_attribute(stack, Execution, "__init__", _with_logging_session(Execution.__init__), by=__name__)
     kind = "AWS::StepFunctions::StateMachine"
-    stack.enter_context(
-        mock.patch.dict(Deployer._HANDLERS, {kind: _deploy_with_logging(Deployer._HANDLERS[kind])})
-    )
+    patch_item(stack, Deployer._HANDLERS, kind, _deploy_with_logging(Deployer._HANDLERS[kind]), by=__name__,
+               label="Deployer._HANDLERS")

@@ -16,21 +16,23 @@ Proof: ``tests/local/test_patch_execution_output.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.backend.execution import Execution
 from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
 from moto.stepfunctions.responses import StepFunctionResponse
 
+from locked_workflow.testing.seams import wrap
+
 
 def apply(stack: ExitStack) -> None:
-    original = StepFunctionResponse.describe_execution
+    def json_output(original):  # type: ignore[no-untyped-def]
+        def describe_execution(self):  # type: ignore[no-untyped-def]
+            result = original(self)
+            execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
+            if isinstance(execution, Execution) and execution.status == "SUCCEEDED":
+                result.result["output"] = to_json_str(execution.output, separators=(",", ":"))
+            return result
 
-    def describe_execution(self):  # type: ignore[no-untyped-def]
-        result = original(self)
-        execution = self.stepfunction_backend.describe_execution(self._get_param("executionArn"))
-        if isinstance(execution, Execution) and execution.status == "SUCCEEDED":
-            result.result["output"] = to_json_str(execution.output, separators=(",", ":"))
-        return result
+        return describe_execution
 
-    stack.enter_context(mock.patch.object(StepFunctionResponse, "describe_execution", describe_execution))
+    wrap(stack, StepFunctionResponse, "describe_execution", json_output, by=__name__)

@@ -22,9 +22,10 @@ from __future__ import annotations
 import copy
 from contextlib import ExitStack
 from typing import Any
-from unittest import mock
 
 from moto.stepfunctions.models import StateMachine
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 def _snapshot(self: StateMachine, memo: dict[int, Any]) -> StateMachine:
@@ -34,6 +35,4 @@ def _snapshot(self: StateMachine, memo: dict[int, Any]) -> StateMachine:
 
 
 def apply(stack: ExitStack) -> None:
-    stack.enter_context(
-        mock.patch.object(StateMachine, "__deepcopy__", _snapshot, create=True)
-    )
+    patch_attribute(stack, StateMachine, "__deepcopy__", _snapshot, create=True, by=__name__)

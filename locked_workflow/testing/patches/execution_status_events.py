@@ -21,29 +21,28 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
 from locked_workflow.testing.events import TERMINAL_STATUSES, EventRouter
+from locked_workflow.testing.seams import wrap
 
 _ONCE = threading.Lock()
 
 
 def apply(stack: ExitStack, router: EventRouter) -> None:
-    original = BaseExecutionWorkerCommunication.terminated
+    def announcing(original):  # type: ignore[no-untyped-def]
+        def terminated(self):  # type: ignore[no-untyped-def]
+            original(self)
+            execution = self.execution
+            with _ONCE:
+                if getattr(execution, "_local_status_event_sent", False):
+                    return
+                if execution.exec_status is None or execution.exec_status.value not in TERMINAL_STATUSES:
+                    return
+                execution._local_status_event_sent = True
+            router.execution_ended(execution)
 
-    def terminated(self):  # type: ignore[no-untyped-def]
-        original(self)
-        execution = self.execution
-        with _ONCE:
-            if getattr(execution, "_local_status_event_sent", False):
-                return
-            if execution.exec_status is None or execution.exec_status.value not in TERMINAL_STATUSES:
-                return
-            execution._local_status_event_sent = True
-        router.execution_ended(execution)
+        return terminated
 
-    stack.enter_context(
-        mock.patch.object(BaseExecutionWorkerCommunication, "terminated", terminated)
-    )
+    wrap(stack, BaseExecutionWorkerCommunication, "terminated", announcing, by=__name__)

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from typing import Iterator
-from unittest import mock
 
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse import preprocessor  # noqa: F401 - loads every component
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: Components that are an ASL field under another name.
 ASL_FIELD_NAMES = {
@@ -64,6 +65,6 @@ def apply(stack: ExitStack) -> None:
     for cls in set(_subclasses(EvalComponent)):
         name = cls.__name__
         if name in ASL_FIELD_NAMES:
-            stack.enter_context(mock.patch.object(cls, "_field_name", _asl_name(ASL_FIELD_NAMES[name])))
+            patch_attribute(stack, cls, "_field_name", _asl_name(ASL_FIELD_NAMES[name]), by=__name__)
         elif any(part in name for part in _PARTS):
-            stack.enter_context(mock.patch.object(cls, "_field_name", _no_field))
+            patch_attribute(stack, cls, "_field_name", _no_field, by=__name__)

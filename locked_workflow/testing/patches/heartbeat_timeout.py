@@ -19,7 +19,6 @@ Proof: ``tests/local/test_patch_heartbeat_timeout.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.api import HistoryEventType, TaskTimedOutEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
@@ -30,33 +29,38 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task im
 from moto.stepfunctions.parser.asl.eval.callback.callback import HeartbeatTimeoutError
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
+from locked_workflow.testing.seams import wrap
+
 _HEARTBEAT = StatesErrorName(typ=StatesErrorNameType.StatesHeartbeatTimeout)
 _TIMEOUT = StatesErrorName(typ=StatesErrorNameType.StatesTimeout)
 
 
 def apply(stack: ExitStack) -> None:
-    original_from_error = StateTask._from_error
-    original_matches = ErrorEqualsDecl._eval_body
+    def timed_out_event(original_from_error):  # type: ignore[no-untyped-def]
+        def _from_error(self, env, ex):  # type: ignore[no-untyped-def]
+            if isinstance(ex, HeartbeatTimeoutError):
+                return FailureEvent(
+                    env=env,
+                    error_name=_HEARTBEAT,
+                    event_type=HistoryEventType.TaskTimedOut,
+                    event_details=EventDetails(
+                        taskTimedOutEventDetails=TaskTimedOutEventDetails(
+                            resourceType=self._get_sfn_resource_type(), resource=self._get_sfn_resource(),
+                            error=StatesErrorNameType.StatesHeartbeatTimeout.to_name(),
+                        )
+                    ),
+                )
+            return original_from_error(self, env, ex)
 
-    def _from_error(self, env, ex):  # type: ignore[no-untyped-def]
-        if isinstance(ex, HeartbeatTimeoutError):
-            return FailureEvent(
-                env=env,
-                error_name=_HEARTBEAT,
-                event_type=HistoryEventType.TaskTimedOut,
-                event_details=EventDetails(
-                    taskTimedOutEventDetails=TaskTimedOutEventDetails(
-                        resourceType=self._get_sfn_resource_type(), resource=self._get_sfn_resource(),
-                        error=StatesErrorNameType.StatesHeartbeatTimeout.to_name(),
-                    )
-                ),
-            )
-        return original_from_error(self, env, ex)
+        return _from_error
 
-    def _eval_body(self, env):  # type: ignore[no-untyped-def]
-        error_name = env.stack[-1]
-        original_matches(self, env)
-        if env.stack[-1] is False and error_name == _HEARTBEAT and _TIMEOUT in self.error_names:
-            env.stack[-1] = True  # States.Timeout covers heartbeat timeouts
-    stack.enter_context(mock.patch.object(StateTask, "_from_error", _from_error))
-    stack.enter_context(mock.patch.object(ErrorEqualsDecl, "_eval_body", _eval_body))
+    def timeout_matches_heartbeat(original_matches):  # type: ignore[no-untyped-def]
+        def _eval_body(self, env):  # type: ignore[no-untyped-def]
+            error_name = env.stack[-1]
+            original_matches(self, env)
+            if env.stack[-1] is False and error_name == _HEARTBEAT and _TIMEOUT in self.error_names:
+                env.stack[-1] = True  # States.Timeout covers heartbeat timeouts
+
+        return _eval_body
+    wrap(stack, StateTask, "_from_error", timed_out_event, by=__name__)
+    wrap(stack, ErrorEqualsDecl, "_eval_body", timeout_matches_heartbeat, by=__name__)

@@ -36,7 +36,6 @@ import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 from moto.stepfunctions.parser.api import (
     ExecutionFailedEventDetails,
@@ -50,6 +49,7 @@ from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from locked_workflow.testing.patches import redrive
 from locked_workflow.testing.patches.execution_end import CLOSING_EVENTS
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 #: The service's hard quota on a Standard execution's history.
 DEFAULT_LIMIT = 25_000
@@ -81,36 +81,39 @@ class _Budget:
 
 def apply(stack: ExitStack, limit: int = DEFAULT_LIMIT) -> None:
     validate_limit(limit)
-    original_environment = ExecutionWorker._get_evaluation_environment
-    original_add_event = EventManager.add_event
+    def budgeted_environment(original_environment):  # type: ignore[no-untyped-def]
+        def _get_evaluation_environment(self):  # type: ignore[no-untyped-def]
+            env = original_environment(self)
+            execution = self._execution_communication.execution
+            if env.execution_type == StateMachineType.STANDARD:
+                env.event_manager._event_id_gen._local_budget = _Budget(execution, limit)
+            return env
 
-    def _get_evaluation_environment(self):  # type: ignore[no-untyped-def]
-        env = original_environment(self)
-        execution = self._execution_communication.execution
-        if env.execution_type == StateMachineType.STANDARD:
-            env.event_manager._event_id_gen._local_budget = _Budget(execution, limit)
-        return env
+        return _get_evaluation_environment
 
-    def add_event(self, context, event_type, *args, **kwargs):  # type: ignore[no-untyped-def]
-        budget: _Budget | None = getattr(self._event_id_gen, "_local_budget", None)
-        if budget is None:
-            return original_add_event(self, context, event_type, *args, **kwargs)
-        with budget.lock:
-            next_id = self._event_id_gen._next_id
-            if budget.cut or next_id > budget.limit:  # the execution has ended
-                return -1
-            if next_id < budget.limit or event_type in CLOSING_EVENTS:
+    def counted(original_add_event):  # type: ignore[no-untyped-def]
+        def add_event(self, context, event_type, *args, **kwargs):  # type: ignore[no-untyped-def]
+            budget: _Budget | None = getattr(self._event_id_gen, "_local_budget", None)
+            if budget is None:
                 return original_add_event(self, context, event_type, *args, **kwargs)
-            budget.cut = True
-            details = failure(budget.limit)
-            event_id = original_add_event(
-                self, context, HistoryEventType.ExecutionFailed,
-                EventDetails(executionFailedEventDetails=details),
-            )
-        worker = budget.execution.exec_worker
-        worker.env.set_error(details)
-        worker._execution_communication.terminated()
-        return event_id
+            with budget.lock:
+                next_id = self._event_id_gen._next_id
+                if budget.cut or next_id > budget.limit:  # the execution has ended
+                    return -1
+                if next_id < budget.limit or event_type in CLOSING_EVENTS:
+                    return original_add_event(self, context, event_type, *args, **kwargs)
+                budget.cut = True
+                details = failure(budget.limit)
+                event_id = original_add_event(
+                    self, context, HistoryEventType.ExecutionFailed,
+                    EventDetails(executionFailedEventDetails=details),
+                )
+            worker = budget.execution.exec_worker
+            worker.env.set_error(details)
+            worker._execution_communication.terminated()
+            return event_id
+
+        return add_event
 
     def redrive_execution(execution):  # type: ignore[no-untyped-def]
         worker = execution.exec_worker
@@ -120,6 +123,6 @@ def apply(stack: ExitStack, limit: int = DEFAULT_LIMIT) -> None:
         return original_redrive(execution)
 
     original_redrive = redrive.redrive
-    stack.enter_context(mock.patch.object(ExecutionWorker, "_get_evaluation_environment", _get_evaluation_environment))
-    stack.enter_context(mock.patch.object(redrive, "redrive", redrive_execution))
-    stack.enter_context(mock.patch.object(EventManager, "add_event", add_event))
+    wrap(stack, ExecutionWorker, "_get_evaluation_environment", budgeted_environment, by=__name__)
+    patch_attribute(stack, redrive, "redrive", redrive_execution, by=__name__)
+    wrap(stack, EventManager, "add_event", counted, by=__name__)

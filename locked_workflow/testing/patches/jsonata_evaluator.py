@@ -44,7 +44,6 @@ import threading
 import uuid
 from contextlib import ExitStack
 from typing import Any, Mapping
-from unittest import mock
 
 import jsonata as jsonata_python
 from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
@@ -67,6 +66,8 @@ from moto.stepfunctions.parser.asl.eval import variable_store as moto_variable_s
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 from moto.stepfunctions.parser.asl.jsonata import jsonata as moto_jsonata
 from moto.stepfunctions.parser.asl.utils.encoding import to_json_str
+
+from locked_workflow.testing.seams import patch_attribute
 
 Jsonata = jsonata_python.Jsonata
 
@@ -222,21 +223,11 @@ def _raising_query_evaluation_errors(cls: type) -> Any:
 
 
 def apply(stack: ExitStack) -> None:
-    stack.enter_context(mock.patch.object(moto_jsonata, "_eval_jsonata", evaluate))
+    patch_attribute(stack, moto_jsonata, "_eval_jsonata", evaluate, by=__name__)
     for module in (moto_jsonata, moto_states, moto_variable_store):
-        stack.enter_context(
-            mock.patch.object(module, "encode_jsonata_variable_declarations", encode_variable_declarations)
-        )
-    stack.enter_context(
-        mock.patch.object(moto_variable_store.VariableStore, "get_assigned_variables", _assigned_variables)
-    )
-    stack.enter_context(
-        mock.patch.object(string_expression.StringJSONata, "_eval_body", _string_jsonata_eval_body)
-    )
-    stack.enter_context(
-        mock.patch.object(
-            string_expression.StringVariableSample,
+        patch_attribute(stack, module, "encode_jsonata_variable_declarations", encode_variable_declarations, by=__name__)
+    patch_attribute(stack, moto_variable_store.VariableStore, "get_assigned_variables", _assigned_variables, by=__name__)
+    patch_attribute(stack, string_expression.StringJSONata, "_eval_body", _string_jsonata_eval_body, by=__name__)
+    patch_attribute(stack, string_expression.StringVariableSample,
             "_eval_body",
-            _raising_query_evaluation_errors(string_expression.StringVariableSample),
-        )
-    )
+            _raising_query_evaluation_errors(string_expression.StringVariableSample), by=__name__)

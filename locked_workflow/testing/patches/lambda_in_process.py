@@ -32,13 +32,13 @@ from __future__ import annotations
 import json
 import os
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.awslambda.models import LambdaFunction
 
 from locked_workflow.testing import function_logs
 from locked_workflow.testing.patches import async_invoke_retries
 from locked_workflow.testing.lambda_runtime import FunctionRegistry, ThreadLocalEnviron
+from locked_workflow.testing.seams import patch_attribute
 
 
 def _header(headers, name):  # type: ignore[no-untyped-def]
@@ -66,7 +66,7 @@ def apply(stack: ExitStack, registry: FunctionRegistry) -> None:
             response_headers["x-amz-function-error"] = "Unhandled"
         return result.payload
 
-    stack.enter_context(mock.patch.object(LambdaFunction, "invoke", invoke))
+    patch_attribute(stack, LambdaFunction, "invoke", invoke, by=__name__)
     if not isinstance(os.environ, ThreadLocalEnviron):
-        stack.enter_context(mock.patch.object(os, "environ", ThreadLocalEnviron(os.environ)))
+        patch_attribute(stack, os, "environ", ThreadLocalEnviron(os.environ), by=__name__)
     function_logs.apply(stack)  # a function's output goes to its log group

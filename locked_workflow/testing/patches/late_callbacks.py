@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.core.exceptions import AWSError
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
     StateTaskServiceCallback,
 )
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackPoolManager
+
+from locked_workflow.testing.seams import patch_attribute
 
 class TaskTimedOut(AWSError):
     TYPE = "TaskTimedOut"
@@ -106,7 +107,7 @@ def apply(stack: ExitStack) -> None:
                 setattr(endpoint, _CLOSED, "timed out" if endpoint.get_outcome() is None else "ended")
 
     stack.callback(_TOKEN_EXECUTIONS.clear)
-    stack.enter_context(mock.patch.object(CallbackPoolManager, "add", add))
-    stack.enter_context(mock.patch.object(CallbackPoolManager, "notify", notify))
-    stack.enter_context(mock.patch.object(CallbackPoolManager, "heartbeat", heartbeat))
-    stack.enter_context(mock.patch.object(StateTaskServiceCallback, "_eval_body", _eval_body))
+    patch_attribute(stack, CallbackPoolManager, "add", add, by=__name__)
+    patch_attribute(stack, CallbackPoolManager, "notify", notify, by=__name__)
+    patch_attribute(stack, CallbackPoolManager, "heartbeat", heartbeat, by=__name__)
+    patch_attribute(stack, StateTaskServiceCallback, "_eval_body", _eval_body, by=__name__)

@@ -21,7 +21,6 @@ Proof: ``tests/local/test_patch_nested_states_errors.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import (
     ILLEGAL_CUSTOM_ERROR_PREFIX,
@@ -33,6 +32,8 @@ from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration import iteration_worker
 from moto.stepfunctions.parser.asl.component.state.exec.state_parallel import branches_decl
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 def error_name(error_name: str | None) -> ErrorName:
@@ -49,4 +50,4 @@ def error_name(error_name: str | None) -> ErrorName:
 
 def apply(stack: ExitStack) -> None:
     for module in (branches_decl, iteration_worker):
-        stack.enter_context(mock.patch.object(module, "CustomErrorName", error_name))
+        patch_attribute(stack, module, "CustomErrorName", error_name, by=__name__)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.asl.component.common.catch.catch_outcome import CatchOutcome
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
@@ -30,6 +29,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_parallel.state_par
     StateParallel,
 )
 from moto.stepfunctions.parser.api import HistoryEventType
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 def _eval_state(self, env):  # type: ignore[no-untyped-def]
@@ -63,4 +64,4 @@ def _eval_state(self, env):  # type: ignore[no-untyped-def]
 
 
 def apply(stack: ExitStack) -> None:
-    stack.enter_context(mock.patch.object(StateParallel, "_eval_state", _eval_state))
+    patch_attribute(stack, StateParallel, "_eval_state", _eval_state, by=__name__)

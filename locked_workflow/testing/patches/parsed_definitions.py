@@ -36,12 +36,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser import models
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: Programs kept (least recently used dropped): a test session's distinct definitions.
 CAPACITY = 256
@@ -96,7 +97,7 @@ def apply(stack: ExitStack, cache: ProgramCache | None = None) -> ProgramCache:
     def entrypoint(self: ExecutionWorker) -> EvalComponent:
         return cache.program(self._evaluation_details.state_machine_details.definition)
 
-    stack.enter_context(mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint))
-    stack.enter_context(mock.patch.object(models, "AmazonStateLanguageParser", _CachedParser(cache)))
-    stack.enter_context(mock.patch.object(EvalComponent, "heap_key", property(_heap_key)))
+    patch_attribute(stack, ExecutionWorker, "_get_evaluation_entrypoint", entrypoint, by=__name__)
+    patch_attribute(stack, models, "AmazonStateLanguageParser", _CachedParser(cache), by=__name__)
+    patch_attribute(stack, EvalComponent, "heap_key", property(_heap_key), by=__name__)
     return cache

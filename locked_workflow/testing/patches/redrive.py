@@ -61,11 +61,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+import sys
 import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from unittest import mock
 
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
@@ -112,6 +112,8 @@ from moto.stepfunctions.parser.backend.execution import Execution
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.utils import TMP_THREADS
 from moto.stepfunctions.responses import StepFunctionResponse
+
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 REDRIVABLE = (ExecutionStatus.FAILED, ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT)
 DATA_LIMIT_EXCEEDED = "States.DataLimitExceeded"
@@ -493,7 +495,7 @@ _options = RedriveOptions()
 
 def use_options(stack: ExitStack, options: RedriveOptions) -> None:
     """Redrives read ``options`` (at the start of each redrive) until ``stack`` closes."""
-    stack.enter_context(mock.patch(f"{__name__}._options", options))
+    patch_attribute(stack, sys.modules[__name__], "_options", options, by=__name__)
 
 
 def _with_redrive_fields(original):  # type: ignore[no-untyped-def]
@@ -583,22 +585,25 @@ def _redrive_execution(self):  # type: ignore[no-untyped-def]
 
 def apply(stack: ExitStack, options: RedriveOptions | None = None) -> None:
     def patch(target: Any, name: str, value: Any, **kwargs: Any) -> None:
-        stack.enter_context(mock.patch.object(target, name, value, **kwargs))
+        patch_attribute(stack, target, name, value, **kwargs, by=__name__)
+
+    def wrapped(target: Any, name: str, wrapper: Any) -> None:
+        wrap(stack, target, name, wrapper, by=__name__)
 
     if options is not None:
         use_options(stack, options)
-    patch(ExecutionWorker, "_get_evaluation_environment", _with_run(ExecutionWorker._get_evaluation_environment))
-    patch(Environment, "as_inner_frame_of", _inheriting_run(Environment.as_inner_frame_of))
-    patch(CommonStateField, "eval", _recording_entries(CommonStateField.eval))
+    wrapped(ExecutionWorker, "_get_evaluation_environment", _with_run)
+    wrapped(Environment, "as_inner_frame_of", _inheriting_run)
+    wrapped(CommonStateField, "eval", _recording_entries)
     for state in (StateParallel, StateMap):
-        patch(state, "_handle_retry", _first_attempt_only(state._handle_retry))
-    patch(Program, "eval", _resuming_program(Program.eval))
-    patch(Parargs, "_eval_body", _replaying(Parargs._eval_body, "parargs"))
-    patch(Items, "eval", _replaying(Items.eval, "items"))
+        wrapped(state, "_handle_retry", _first_attempt_only)
+    wrapped(Program, "eval", _resuming_program)
+    wrapped(Parargs, "_eval_body", lambda original: _replaying(original, "parargs"))
+    wrapped(Items, "eval", lambda original: _replaying(original, "items"))
     patch(branches_decl.BranchesDecl, "_eval_body", _branches)
-    patch(InlineIterationComponent, "_eval_body", _iterations)
-    patch(IterationWorker, "_eval_job", _recording_jobs(IterationWorker._eval_job))
+    wrapped(InlineIterationComponent, "_eval_body", lambda original: _iterations)  # replaces moto's
+    wrapped(IterationWorker, "_eval_job", _recording_jobs)
     for worker in (InlineItemProcessorWorker, InlineIteratorWorker):
-        patch(worker, "_eval_input", _resumed_input_kept(worker._eval_input))
-    patch(StepFunctionResponse, "describe_execution", _with_redrive_fields(StepFunctionResponse.describe_execution))
+        wrapped(worker, "_eval_input", _resumed_input_kept)
+    wrapped(StepFunctionResponse, "describe_execution", _with_redrive_fields)
     patch(StepFunctionResponse, "redrive_execution", _redrive_execution, create=True)

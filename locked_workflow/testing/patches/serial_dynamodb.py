@@ -42,9 +42,10 @@ import json
 import threading
 from contextlib import ExitStack
 from typing import Any, Iterator
-from unittest import mock
 
 from moto.dynamodb.responses import DynamoHandler
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: Requests on one item (or a few named items) of one or more tables.
 ITEM_REQUESTS = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem",
@@ -212,4 +213,4 @@ def apply(stack: ExitStack) -> None:
         return run_serialized(self._get_action(), getattr(self, "params", None) or {}, self.dynamodb_backend,
                               lambda: original(self))
 
-    stack.enter_context(mock.patch.object(DynamoHandler, "call_action", call_action))
+    patch_attribute(stack, DynamoHandler, "call_action", call_action, by=__name__)

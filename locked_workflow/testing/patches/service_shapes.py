@@ -30,7 +30,6 @@ import datetime
 import functools
 from contextlib import ExitStack
 from typing import Any
-from unittest import mock
 
 import botocore.session
 from botocore.model import ListShape, MapShape, OperationModel, Shape, StructureShape
@@ -39,6 +38,8 @@ from botocore.exceptions import UnknownServiceError
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service import (
     StateTaskService,
 )
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,9 +117,5 @@ def _normalise_response(self, response, boto_service_name=None, service_action_n
 
 
 def apply(stack: ExitStack) -> None:
-    stack.enter_context(
-        mock.patch.object(StateTaskService, "_normalise_parameters", _normalise_parameters)
-    )
-    stack.enter_context(
-        mock.patch.object(StateTaskService, "_normalise_response", _normalise_response)
-    )
+    patch_attribute(stack, StateTaskService, "_normalise_parameters", _normalise_parameters, by=__name__)
+    patch_attribute(stack, StateTaskService, "_normalise_response", _normalise_response, by=__name__)

@@ -17,9 +17,10 @@ Proof: ``tests/local/test_patch_state_machine_type.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.responses import StepFunctionResponse
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 def apply(stack: ExitStack) -> None:
@@ -33,4 +34,4 @@ def apply(stack: ExitStack) -> None:
             machine.type = machine.sm_type = requested
         return result
 
-    stack.enter_context(mock.patch.object(StepFunctionResponse, "create_state_machine", create_state_machine))
+    patch_attribute(stack, StepFunctionResponse, "create_state_machine", create_state_machine, by=__name__)

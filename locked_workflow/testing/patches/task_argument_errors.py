@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from typing import Any, Iterator
-from unittest import mock
 
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
     FailureEventException,
@@ -32,6 +31,8 @@ from moto.stepfunctions.parser.asl.component.state.exec.execute_state import Exe
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (  # noqa: F401 - loads every service
     state_task_service_factory,
 )
+
+from locked_workflow.testing.seams import wrap
 
 
 def _subclasses(cls: type) -> Iterator[type]:
@@ -52,6 +53,4 @@ def _passing_failure_events(original: Any) -> Any:
 def apply(stack: ExitStack) -> None:
     for cls in set(_subclasses(ExecutionState)):
         if "_from_error" in vars(cls):
-            stack.enter_context(
-                mock.patch.object(cls, "_from_error", _passing_failure_events(vars(cls)["_from_error"]))
-            )
+            wrap(stack, cls, "_from_error", _passing_failure_events, by=__name__)

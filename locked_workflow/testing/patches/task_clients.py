@@ -29,10 +29,11 @@ import threading
 from contextlib import ExitStack
 from types import ModuleType
 from typing import Any, Callable
-from unittest import mock
 
 import moto.stepfunctions.parser as sfn_parser
 from moto.stepfunctions.parser.asl.utils import boto_client
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: Environment variables that choose a client's endpoint (boto3 reads them at creation).
 _ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL",)
@@ -71,5 +72,5 @@ class TaskClients:
 def apply(stack: ExitStack) -> TaskClients:
     clients = TaskClients(boto_client.boto_client_for)
     for module in users():
-        stack.enter_context(mock.patch.object(module, "boto_client_for", clients.client))
+        patch_attribute(stack, module, "boto_client_for", clients.client, by=__name__)
     return clients

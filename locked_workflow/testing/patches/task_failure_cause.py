@@ -14,10 +14,11 @@ Proof: ``tests/local/test_patch_task_failure_cause.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.core.responses import EmptyResult
 from moto.stepfunctions.responses import StepFunctionResponse
+
+from locked_workflow.testing.seams import patch_attribute
 
 
 def apply(stack: ExitStack) -> None:
@@ -27,4 +28,4 @@ def apply(stack: ExitStack) -> None:
         )
         return EmptyResult()
 
-    stack.enter_context(mock.patch.object(StepFunctionResponse, "send_task_failure", send_task_failure))
+    patch_attribute(stack, StepFunctionResponse, "send_task_failure", send_task_failure, by=__name__)

@@ -25,9 +25,10 @@ import secrets
 import string
 import threading
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.asl.eval.states import ContextObject, TaskData
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: The API's bounds on a task token's length.
 MIN_LENGTH, MAX_LENGTH = 1, 2048
@@ -91,4 +92,4 @@ def apply(stack: ExitStack, length: int = DEFAULT_LENGTH) -> None:
         self.context_object_data["Task"] = TaskData(Token=token)
         return token
 
-    stack.enter_context(mock.patch.object(ContextObject, "update_task_token", update_task_token))
+    patch_attribute(stack, ContextObject, "update_task_token", update_task_token, by=__name__)

@@ -29,11 +29,12 @@ Proof: ``tests/local/test_patch_terminal_errors.py``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from unittest import mock
 
 from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import StatesErrorNameType
+
+from locked_workflow.testing.seams import wrap
 
 #: Errors that always end the execution.
 TERMINAL = (
@@ -43,12 +44,13 @@ TERMINAL = (
 
 
 def apply(stack: ExitStack) -> None:
-    original = ErrorEqualsDecl._eval_body
+    def uncatchable(original):  # type: ignore[no-untyped-def]
+        def _eval_body(self, env):  # type: ignore[no-untyped-def]
+            error_name = env.stack[-1]
+            original(self, env)
+            if error_name in TERMINAL:
+                env.stack[-1] = False
 
-    def _eval_body(self, env):  # type: ignore[no-untyped-def]
-        error_name = env.stack[-1]
-        original(self, env)
-        if error_name in TERMINAL:
-            env.stack[-1] = False
+        return _eval_body
 
-    stack.enter_context(mock.patch.object(ErrorEqualsDecl, "_eval_body", _eval_body))
+    wrap(stack, ErrorEqualsDecl, "_eval_body", uncatchable, by=__name__)

@@ -82,11 +82,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Hashable, Iterator
-from unittest import mock
 
 from boto3.dynamodb.types import TypeSerializer
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
+
+from locked_workflow.testing.seams import patch_attribute
 
 #: The exception of a single-item write that meets a transaction in flight.
 CONFLICT_ERROR = "TransactionConflictException"
@@ -282,7 +283,7 @@ def apply(stack: ExitStack) -> None:
             return original(client, operation, params)
         return mode.call(original, client, operation, params)
 
-    stack.enter_context(mock.patch.object(BaseClient, "_make_api_call", _make_api_call))
+    patch_attribute(stack, BaseClient, "_make_api_call", _make_api_call, by=__name__)
     with _HOOK.lock:
         _HOOK.installed += 1
 

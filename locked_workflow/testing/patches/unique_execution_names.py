@@ -7,7 +7,8 @@ without ``name``, ``arn:aws:states:::states:startExecution``, EventBridge target
 (``ExecutionAlreadyExists``) or is mistaken for it, and an owner id built from
 ``$states.context.Execution.Id`` is shared by all of them.
 
-Fix: fill in ``name = uuid4()`` when none is given, like the service does. The wrapper also
+Fix: fill in ``name = uuid4()`` when none is given, like the service does: an override of
+the runtime's backend subclass (``testing/backend``), calling moto's method. It also
 keeps every execution it started by ARN (a weak map, :func:`started`), so the task token calls
 find a token's execution at once instead of walking every execution of the session.
 
@@ -24,9 +25,8 @@ import uuid
 import weakref
 from contextlib import ExitStack
 from typing import Any
-from unittest import mock
 
-from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+from locked_workflow.testing.backend import override
 
 
 #: Execution ARN -> moto's execution object, of every execution started while the fix is on.
@@ -38,8 +38,8 @@ def started(execution_arn: str) -> Any:
     return _STARTED.get(execution_arn)
 
 
-def apply(stack: ExitStack) -> None:
-    original = StepFunctionsParserBackend.start_execution
+def _named(original):  # type: ignore[no-untyped-def]
+    """The backend's start_execution (``super()``'s is ``original``): a name whatever the caller gave."""
 
     def start_execution(self, state_machine_arn, name=None, execution_input=None, trace_header=None):  # type: ignore[no-untyped-def]
         execution = original(
@@ -54,8 +54,9 @@ def apply(stack: ExitStack) -> None:
             _STARTED[arn] = execution
         return execution
 
-    stack.callback(_STARTED.clear)
+    return start_execution
 
-    stack.enter_context(
-        mock.patch.object(StepFunctionsParserBackend, "start_execution", start_execution)
-    )
+
+def apply(stack: ExitStack) -> None:
+    stack.callback(_STARTED.clear)
+    override(stack, "start_execution", _named, by=__name__)
