@@ -193,10 +193,54 @@ def test_every_call_of_the_clients_has_a_row(deployed_matrix):
                 thread.start()
             for thread in threads:
                 thread.join(60)
+        _clients_check_workflow_holders(cloud, app, locks, registry)
     assert {kind for kind, _ in seen} == {"client-mutex", "client-fair", "client-rw"}
+    liveness = {"SendTaskHeartbeat", "lock_protocol.ABANDONED", "DescribeExecution", "lock_protocol.RETIRE_BY"}
+    assert {(kind, call) for kind in ("client-mutex", "client-fair") for call in liveness} <= seen
     assert seen - listed == set(), "calls of a client with no row in tools/matrix/rows.py CLIENT_CALLS"
     # negative control: a call no row names is reported
     assert ("client-fair", "fair_protocol.TAKE_PARKED") not in listed
+
+
+def _clients_check_workflow_holders(cloud, app, locks: str, registry) -> None:
+    """A mutex and a fair client each wait behind a workflow's hold written by hand: one whose
+    presence token answers ``TaskTimedOut`` (injected: its branch ended) - ABANDONED; one of an
+    execution that was stopped, no token - DescribeExecution, RETIRE_BY. Both holds have no
+    stop grace, so each client then takes its key (the liveness check's calls all run)."""
+    import threading
+    import time
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.state_machines import lock_protocol as p
+    from locked_workflow.testing.faults import Fault
+
+    stopped = cloud.start_execution(app.state_machine_arn("UnlockedMachine"), {"key": "none", "workMs": 1})
+    cloud.stop_execution(stopped)
+    now = int(time.time() * 1000)
+    for kind, options in (("client-mutex", {}), ("client-fair", {"fair": True})):
+        namespace = kind.replace("-", "")
+        for key, owner, presence in (("cancelled", "arn:aws:states:us-east-1:123456789012:execution:Gone:run#1", True),
+                                     ("stopped", f"{stopped}#1", False)):
+            item = {"pk": {"S": p.namespaced(namespace, key)}, p.OWNER: {"S": owner}, p.FENCE: {"N": "1"},
+                    p.ACQUIRED_AT: {"N": str(now - 60_000)}, p.EXPIRES_AT: {"N": str(now + 600_000)},
+                    p.GRACE: {"N": "0"}}
+            if presence:
+                item.update({p.PRESENCE: {"S": "a-closed-token"}, p.PRESENCE_OF: item[p.ACQUIRED_AT],
+                             p.PRESENCE_AT: item[p.ACQUIRED_AT]})
+            cloud.dynamodb.put_item(TableName=locks, Item=item)
+            closed = registry.add(Fault("SendTaskHeartbeat", "TaskTimedOut", service="stepfunctions", times=1,
+                                        when=lambda params: params.get("taskToken") == "a-closed-token"))
+            got = []
+            client = LockClient(locks, namespace=namespace, dynamodb=cloud.dynamodb,
+                                stepfunctions=cloud.stepfunctions, **options)
+            thread = threading.Thread(target=lambda: got.append(client.acquire(key, wait=30, lease=5, poll_interval=0.05)),
+                                      name=f"{kind}:{key}")
+            thread.start()
+            thread.join(60)
+            registry.remove(closed)
+            assert got and got[0].fence == 2, (kind, key, got)  # taken over, well before the hand-written lease
+            assert closed.injected == (1 if presence else 0)
+            client.release(got[0])
 
 
 def test_a_seeded_slice_of_the_matrix_keeps_every_invariant(deployed_matrix, synthesized):
