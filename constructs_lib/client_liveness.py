@@ -13,7 +13,8 @@ make it (``LockedSection``'s liveness check, the fair lock's park fallback):
   execution;
 * otherwise the holder's **execution**: ``DescribeExecution``; ended (not RUNNING nor
   PENDING_REDRIVE), ``RETIRE_BY`` its stop time plus its stop grace (never a later end than the
-  lease's), which a janitor would write too - the client needs no janitor.
+  lease's; an acquisition made after the end is left alone), as the janitor writes it - the
+  client needs no janitor.
 
 Either write only moves the lease's end, on that exact acquisition; the client then takes the
 lock through its ordinary attempt (a mutex's takeover of the watched item once AWS's clock is
@@ -108,9 +109,9 @@ class HolderLiveness:
         }
         try:
             item = self._update(table_key, ABANDONED, values, return_new=True)["Attributes"]
-        except ClientError as error:
-            if not _condition_failed(error):
-                raise
+        except (ClientError, BotoCoreError) as error:
+            if not (isinstance(error, ClientError) and _condition_failed(error)):
+                logger.info("lock %s: ABANDONED of %s failed (the next round tries again): %s", table_key, owner, error)
             return False  # its token is too young to trust yet, or the item moved on
         self.watch_written(table_key, item, window_s=int(item.get(GRACE, {}).get("N", "0")) / 1000, since=since)
         logger.info("lock %s: %s's branch ended without releasing (its presence token is closed): held "
@@ -127,14 +128,17 @@ class HolderLiveness:
         stopped = described.get("stopDate")
         if described.get("status") in ALIVE_STATUSES or stopped is None:
             return False
-        until = int(stopped.timestamp() * 1000) + int(item.get(GRACE, {}).get("N", "0"))
+        ended_ms = int(stopped.timestamp() * 1000)
+        if int(item[ACQUIRED_AT]["N"]) > ended_ms:
+            return False  # made after the end (a grant to a waiter that had ended): its granter's to take back
+        until = ended_ms + int(item.get(GRACE, {}).get("N", "0"))
         values = {":owner": {"S": owner}, ":acquiredAt": item[ACQUIRED_AT], ":until": {"N": str(until)}}
         since = self._monotonic()
         try:
             written = self._update(table_key, RETIRE_BY, values, return_new=True)["Attributes"]
-        except ClientError as error:
-            if not _condition_failed(error):
-                raise
+        except (ClientError, BotoCoreError) as error:
+            if not (isinstance(error, ClientError) and _condition_failed(error)):
+                logger.info("lock %s: RETIRE_BY of %s failed (the next round tries again): %s", table_key, owner, error)
             return False  # ends no later already, or the item moved on
         self.watch_written(table_key, written, window_s=int(item.get(GRACE, {}).get("N", "0")) / 1000, since=since)
         logger.info("lock %s: %s ended (%s) without releasing: its lease ends at its stop grace", table_key,

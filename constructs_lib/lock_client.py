@@ -225,8 +225,10 @@ class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantH
         many readers, ``acquire(key)`` as the one writer, in arrival order (see
         :mod:`shared_client`). Queued, the client polls its place as the fair lock's client
         does; a release admits the next waiters. Not with ``fair``. Default: ``False``.
-    :param stepfunctions: a boto3 Step Functions client for those wake-ups. Default:
-        ``boto3.client("stepfunctions")``, created on first use.
+    :param stepfunctions: a boto3 Step Functions client for those wake-ups, and for a waiter's
+        liveness check of a workflow holding its key (:mod:`client_liveness`: the probe of its
+        presence token, ``DescribeExecution``). Default: ``boto3.client("stepfunctions")``,
+        created on first use.
     :raises TypeError: an argument of the wrong type (``"`x` must ..., got: ..."``).
     :raises ValueError: an argument of a bad value (the same form).
     """
