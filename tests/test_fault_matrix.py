@@ -243,6 +243,48 @@ def _clients_check_workflow_holders(cloud, app, locks: str, registry) -> None:
             client.release(got[0])
 
 
+def test_a_stopped_semaphore_section_holder_that_acquired_on_a_retry_is_retired(deployed_matrix):
+    """Issue 25, the trial cell ``dead-holder+with:SemaphoreSection,Semaphore,Semaphore`` (moto,
+    no fault): the section's holder found both slots taken, acquired a slot on a retry of its
+    acquire state (an attempt sweeps to the next slot), was stopped at work, and kept that slot
+    for 581 s of its lease: no waiter was left, and the janitor did not retire it. Its slot must
+    be retired - its lease cut to the stop plus its stop grace."""
+    import time
+    import uuid
+
+    from deployed import wait_until
+    from locked_workflow.state_machines import lock_protocol as p
+    from locked_workflow.state_machines import semaphore_protocol as sp
+    from tools.matrix.stack import SEMAPHORE_LIMIT, STOP_GRACE_S
+
+    cloud, app = deployed_matrix
+    locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
+    k = f"semsection-{uuid.uuid4().hex[:8]}"
+    slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(SEMAPHORE_LIMIT)]
+
+    def items() -> list[dict]:
+        return [cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": s}}, ConsistentRead=True).get("Item", {})
+                for s in slots]
+
+    others = [cloud.start_execution(app.state_machine_arn("SemaphoreStateMachine"), {"key": k, "workMs": 2000})
+              for _ in range(SEMAPHORE_LIMIT)]
+    wait_until(lambda: all(p.OWNER in i for i in items()), timeout=60)  # every slot taken
+    holder = cloud.start_execution(app.state_machine_arn("SemaphoreSectionMachine"), {"key": k, "workMs": 6000})
+    wait_until(lambda: any(holder in i.get(p.OWNER, {}).get("S", "") for i in items()), timeout=60)
+    time.sleep(1)  # at work
+    cloud.stop_execution(holder)
+    stop_ms = int(time.time() * 1000)
+    assert [cloud.wait_for(o, timeout=120).status for o in others] == ["SUCCEEDED"] * SEMAPHORE_LIMIT
+    def retired() -> bool:
+        mine = [i for i in items() if holder in i.get(p.OWNER, {}).get("S", "")]
+        return not mine or int(mine[0][p.EXPIRES_AT]["N"]) <= stop_ms + STOP_GRACE_S * 1000 + 2_000
+
+    try:
+        wait_until(retired, timeout=30)
+    except AssertionError:
+        raise AssertionError(f"not retired: {items()}") from None
+
+
 def test_a_seeded_slice_of_the_matrix_keeps_every_invariant(deployed_matrix, synthesized):
     """Six cells drawn by ``MATRIX_SEED`` (default: :data:`SUITE_SEED`; set it to draw another
     slice or rerun a failing one): every invariant holds in each. ``make matrix`` runs all."""
