@@ -12,7 +12,8 @@ dependency: the client needs only boto3, which the runtime has. The files are fo
 the client's imports (:mod:`~locked_workflow.constructs_lib.code_closure`), as the janitor's
 bundle is, and copied at synth without Docker.
 
-In the function: ``from locked_workflow import LockClient``.
+In the function: ``from locked_workflow import LockClient``; grant it what the client calls
+with :func:`grant_lock_client`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from aws_cdk import RemovalPolicy, aws_lambda as lambda_
+from aws_cdk import RemovalPolicy, Stack, aws_dynamodb as dynamodb, aws_iam as iam, aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from locked_workflow.constructs_lib import code_closure, lock_client
 from locked_workflow.constructs_lib.assets import bundled_code
+from locked_workflow.constructs_lib.janitor import executions_of
 
 #: Where a Python layer's packages live in its content.
 LAYER_PYTHON_PATH = "python"
@@ -75,3 +78,51 @@ class LockClientLayer(Construct):
             description=description or "locked_workflow.LockClient and the lock protocols it imports (no CDK)",
             removal_policy=removal_policy,
         )
+
+
+#: The DynamoDB calls of every ``LockClient`` (the protocol's conditional writes, its reads, and
+#: a fair lock's queue rows), and of a read/write one's park transaction beside them.
+CLIENT_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+READ_WRITE_TABLE_ACTIONS = ("dynamodb:ConditionCheckItem",)
+
+
+def grant_lock_client(
+    grantee: iam.IGrantable,
+    *,
+    table: dynamodb.ITable,
+    holders: Sequence[sfn.IStateMachine] = (),
+    fair: bool = False,
+    read_write: bool = False,
+) -> None:
+    """Grant ``grantee`` (a function running a ``LockClient``) exactly what the client calls:
+
+    * on ``table``: ``GetItem``, ``UpdateItem``, ``DeleteItem`` (a read/write lock's park, a
+      ``TransactWriteItems``, adds ``ConditionCheckItem``);
+    * the waiter's liveness check of the workflows holding its keys (:mod:`client_liveness`):
+      ``states:DescribeExecution`` on the executions of ``holders`` (the state machines whose
+      sections share its keys), and ``states:SendTaskHeartbeat`` - the probe of a hold's
+      presence token - on ``*``: a task token is no IAM resource (the state machines' own probe
+      is granted the same way);
+    * with ``fair`` or ``read_write``: ``states:SendTaskSuccess`` / ``states:SendTaskFailure``
+      (a release's wake-up of a parked workflow), on ``*`` for the same reason.
+
+    Without the Step Functions part the client still works; it then waits out the lease of a
+    holder whose branch was cancelled or whose execution ended.
+
+    :param holders: the state machines whose executions may hold the client's keys. Default: none.
+    :param fair: the client is ``LockClient(fair=True)``. Default: ``False``.
+    :param read_write: the client is ``LockClient(read_write=True)``. Default: ``False``.
+    :raises TypeError: a flag that is not a bool.
+    """
+    for name, flag in (("fair", fair), ("read_write", read_write)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"`{name}` must be True or False, got: {flag!r}")
+    table.grant(grantee, *CLIENT_TABLE_ACTIONS, *(READ_WRITE_TABLE_ACTIONS if read_write else ()))
+    iam.Grant.add_to_principal(grantee=grantee, actions=["states:SendTaskHeartbeat"], resource_arns=["*"])
+    if holders:
+        names = [machine.state_machine_name for machine in holders]
+        iam.Grant.add_to_principal(grantee=grantee, actions=["states:DescribeExecution"],
+                                   resource_arns=executions_of(Stack.of(table), names))
+    if fair or read_write:
+        iam.Grant.add_to_principal(grantee=grantee, actions=["states:SendTaskSuccess", "states:SendTaskFailure"],
+                                   resource_arns=["*"])

@@ -97,6 +97,17 @@ class Takeovers:
                             f"clock: {lost}", key=lease.key)
             raise held from None
 
+    def watch_written(self, table_key: str, item: Mapping[str, Any], *, window_s: float, since: float) -> None:
+        """Watch ``item``, a version of a held lock this client wrote itself (its lease's end moved
+        by a liveness check: ABANDONED, RETIRE_BY), for ``window_s`` from monotonic ``since``
+        (taken before that write): the end was stamped at most that long after ``since`` on this
+        client's clock, so the takeover waits no longer than the stop grace - also where no
+        ``Date`` header tells AWS's clock."""
+        version = (item[OWNER]["S"], item[FENCE]["N"], item[EXPIRES_AT]["N"])
+        with self._watches_mutex:
+            self._watches.pop(table_key, None)
+            self._watches[table_key] = _Watch(version, window_s, since, service_stamped=True)
+
     def _watched(self, table_key: str) -> _Watch | None:
         with self._watches_mutex:
             return self._watches.get(table_key)

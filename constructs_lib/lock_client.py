@@ -103,7 +103,8 @@ Layout. This module is the client's front (every name it always had imports from
 client's parts live beside it, one concern each: :mod:`client_args` (the arguments, checked),
 :mod:`client_lease` (the lease, its holder's view, the errors), :mod:`client_clocks` (the clocks
 and the heartbeat), :mod:`client_session` (the AWS clients, the stamps, the protocol's write),
-:mod:`client_takeover` (a plain mutex's attempt and its takeover), :mod:`client_fair` (the fair
+:mod:`client_takeover` (a plain mutex's attempt and its takeover), :mod:`client_liveness` (a
+waiter's check of a workflow holder: its presence probe, its execution), :mod:`client_fair` (the fair
 lock's queue), :mod:`client_blocks` (the re-entrancy of ``hold()``) and :mod:`shared_client` (the
 read/write lock).
 """
@@ -170,6 +171,7 @@ from locked_workflow.constructs_lib.client_lease import (
     lease_from_item as _lease,
     old_item as _old_item,
 )
+from locked_workflow.constructs_lib.client_liveness import HolderLiveness
 from locked_workflow.constructs_lib.client_session import ClientSession
 from locked_workflow.constructs_lib.client_takeover import Takeovers
 from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, Refused
@@ -193,7 +195,7 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------
 
 
-class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds):
+class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantHolds):
     """Acquire, refresh and release the locks of a lock table from Python.
 
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
@@ -223,8 +225,10 @@ class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds):
         many readers, ``acquire(key)`` as the one writer, in arrival order (see
         :mod:`shared_client`). Queued, the client polls its place as the fair lock's client
         does; a release admits the next waiters. Not with ``fair``. Default: ``False``.
-    :param stepfunctions: a boto3 Step Functions client for those wake-ups. Default:
-        ``boto3.client("stepfunctions")``, created on first use.
+    :param stepfunctions: a boto3 Step Functions client for those wake-ups, and for a waiter's
+        liveness check of a workflow holding its key (:mod:`client_liveness`: the probe of its
+        presence token, ``DescribeExecution``). Default: ``boto3.client("stepfunctions")``,
+        created on first use.
     :raises TypeError: an argument of the wrong type (``"`x` must ..., got: ..."``).
     :raises ValueError: an argument of a bad value (the same form).
     """
@@ -276,6 +280,7 @@ class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds):
         self._blocks_mutex = threading.Lock()
         self._watches: dict[str, _Watch] = {}  # held locks watched for a takeover, per stored key
         self._watches_mutex = threading.Lock()
+        self._liveness_checked: dict[str, float] = {}  # last check of a workflow holder, per stored key
         self._aws_clock = _AwsClock()
         self.fair = fair
         self.read_write = read_write
@@ -370,6 +375,9 @@ class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds):
                 if not self.fair and ReadWriteParticipant(self).sweep_shared_hold(
                         table_key, me, getattr(held, "item", None) or {}):
                     continue  # a read/write lock's readers that are gone: their shared hold freed
+                if wait_s and self.holder_gone(table_key, getattr(held, "item", None) or {}):
+                    continue  # a workflow holder gone (its branch cancelled, its execution ended): its
+                    # lease now ends at its stop grace, which the next refusal shows
                 remaining = deadline - self._monotonic()
                 if wait_s == 0:
                     raise

@@ -5,6 +5,8 @@ execution ended longer than its stop grace ago).
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from locked_workflow.state_machines.expressions import ENTRY, jsonata_string
 from locked_workflow.state_machines.lock_item import (
     ACQUIRED_AT,
@@ -107,6 +109,20 @@ def probe_token_condition(*, token: str, of: str, closed: str, acquired: str) ->
         f"and $not($exists({closed}.N) and $number({closed}.N) >= {acquired}) "
         f"and {token}.S != {jsonata_string(NO_PRESENCE)}"
     )
+
+
+def presence_to_probe(item: Mapping[str, Any]) -> str | None:
+    """As :func:`holder_expression`'s ``presence`` (:func:`probe_token_condition`), over a lock
+    item as boto3 returns it: the held acquisition's presence token to probe, else None (free,
+    no token, another acquisition's, departed, or :data:`NO_PRESENCE`). The clients' reading."""
+    owner, acquired = item.get(OWNER, {}).get("S"), item.get(ACQUIRED_AT, {}).get("N")
+    token, of = item.get(PRESENCE, {}).get("S"), item.get(PRESENCE_OF, {}).get("N")
+    closed = item.get(PRESENCE_CLOSED, {}).get("N")
+    if owner is None or acquired is None or token is None or of is None or token == NO_PRESENCE:
+        return None
+    if int(of) != int(acquired) or (closed is not None and int(closed) >= int(acquired)):
+        return None
+    return token
 
 
 def holder_present_expression(holder_variable: str) -> str:

@@ -12,7 +12,7 @@ from tools.scenario import CriticalSection, fence_order_violations, find_overlap
 from locked_workflow.state_machines.lock_protocol import CONDITION_FAILED
 
 __all__ = ["critical_sections", "fence_order_violations", "find_overlaps", "held_interval",
-           "overlaps_across_keys", "redrive", "refused_acquires", "state_entered", "states_entered_after_redrive"]
+           "overlaps_across_keys", "presence_dated_back", "probe_as_client", "redrive", "refused_acquires", "state_entered", "states_entered_after_redrive", "HeartbeatCounter", "LeaseEndsSeen"]
 
 
 def state_entered(result) -> list[str]:
@@ -92,3 +92,72 @@ def park_round_events(result, protected_state: str, park_state: str = "Lock.Park
              if e.get("stateEnteredEventDetails", {}).get("name") in (park_state, protected_state)]
     names = [result.history[i]["stateEnteredEventDetails"]["name"] for i in marks]
     return [marks[n + 1] - marks[n] for n in range(len(marks) - 1) if names[n] == park_state]
+
+
+def presence_dated_back(cloud, table: str, stored_key: str) -> None:
+    """Date a hold's presence registration on ``stored_key`` ``PRESENCE_SETTLE_MS`` back, as a
+    hold at work that long would have it (conditioned on its token being there). The settle is
+    the state machines' tests' subject (``test_fair_lock``'s D1-fair case waits it out); a
+    client's case that waited it too would be 20 s longer."""
+    from locked_workflow.state_machines import lock_protocol as p
+
+    cloud.dynamodb.update_item(
+        TableName=table, Key={"pk": {"S": stored_key}},
+        UpdateExpression="SET #at = #at - :settle", ConditionExpression="attribute_exists(#token)",
+        ExpressionAttributeNames={"#at": p.PRESENCE_AT, "#token": p.PRESENCE},
+        ExpressionAttributeValues={":settle": {"N": str(p.PRESENCE_SETTLE_MS)}})
+
+
+class HeartbeatCounter:
+    """A Step Functions client that records when ``SendTaskHeartbeat`` was called (a client's
+    presence probes), otherwise ``stepfunctions`` itself."""
+
+    def __init__(self, stepfunctions) -> None:
+        self._stepfunctions, self.calls = stepfunctions, []
+
+    def __getattr__(self, name):
+        return getattr(self._stepfunctions, name)
+
+    def send_task_heartbeat(self, **kwargs):
+        self.calls.append(time.time())
+        return self._stepfunctions.send_task_heartbeat(**kwargs)
+
+
+class LeaseEndsSeen:
+    """``with LeaseEndsSeen(read, execution) as seen:`` every ``expiresAt`` the lock item (as
+    ``read()`` returns it) showed while ``execution`` held it, polled in a thread: a live
+    holder's never changes (an ABANDONED or RETIRE would shorten it)."""
+
+    def __init__(self, read, execution: str) -> None:
+        import threading
+
+        self.read, self.execution, self.seen = read, execution, set()
+        self._done, self._thread = threading.Event(), threading.Thread(target=self._watch)
+
+    def _watch(self) -> None:
+        from locked_workflow.state_machines import lock_protocol as p
+
+        while not self._done.is_set():
+            item = self.read()
+            if self.execution in item.get(p.OWNER, {}).get("S", ""):
+                self.seen.add(int(item[p.EXPIRES_AT]["N"]))
+            time.sleep(0.05)
+
+    def __enter__(self) -> set:
+        self._thread.start()
+        return self.seen
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def probe_as_client(cloud, app, key: str, fence: int) -> dict:
+    """A ``LockClient``'s protected work: the stack's probe Lambda (``Probe``) with the
+    client's fence - it counts the holders inside at entry, the client among them."""
+    import json
+
+    response = cloud.client("lambda").invoke(
+        FunctionName=app.function_name("Probe"), Payload=json.dumps({"key": key, "workMs": 100, "fence": fence}).encode())
+    assert "FunctionError" not in response, response["Payload"].read()
+    return json.loads(response["Payload"].read())

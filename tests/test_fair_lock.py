@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from lock_invariants import redrive, states_entered_after_redrive
+from lock_invariants import probe_as_client, redrive, states_entered_after_redrive
 from safety_stack import PROBE_TIMEOUT_S
 from locked_workflow.state_machines import fair_protocol as fp
 from locked_workflow.state_machines import lock_protocol as p
@@ -601,11 +601,68 @@ def test_a_holder_cancelled_by_a_sibling_is_probed_and_frees_the_key_after_its_s
 # ---- Python participants (LockClient(fair=True)) ---------------------------------------------
 
 
-def client(fair, **kwargs):
+def client(fair, stepfunctions=None, **kwargs):
     from locked_workflow.constructs_lib.lock_client import LockClient
 
     return LockClient(fair.table("LocksTable"), namespace="f", dynamodb=fair.cloud.dynamodb,
-                      stepfunctions=fair.cloud.stepfunctions, fair=True, **kwargs)
+                      stepfunctions=stepfunctions or fair.cloud.stepfunctions, fair=True, **kwargs)
+
+
+def _cancelled_fair_holder(fair, k: str) -> str:
+    """A FairCancelled holder at work (its gate) with its presence registered and dated past
+    the settle (lock_invariants.presence_dated_back)."""
+    from lock_invariants import presence_dated_back
+
+    holder = fair.start("FairCancelled", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.gate_token(k, "held") is not None, timeout=60)  # holds, at work (its gate)
+    fair.until(lambda: p.PRESENCE in fair.lock(k), timeout=60)  # its presence registered
+    presence_dated_back(fair.cloud, fair.table("LocksTable"), p.namespaced("f", k))
+    return holder
+
+
+def test_a_fair_client_waiting_behind_a_holder_cancelled_by_a_sibling_gets_the_lock_after_its_grace(fair):
+    """D1-fair for ``LockClient(fair=True)``: queued behind a hold whose branch was cancelled
+    (the execution RUNNING), the client probes the hold's presence token, writes ABANDONED and
+    takes the lock as the head after the stop grace - not at the 3-minute lease (before the
+    fix: ``LockTimeout`` after its 30 s wait)."""
+    from fair_stack import CANCELLED_STOP_GRACE_S
+
+    k = key()
+    cancelled = _cancelled_fair_holder(fair, k)
+    fair.fail_gate(f"sibling#{k}")  # the sibling fails: the holder's branch is cancelled at work
+    fair.until(lambda: any(e["type"] == "ParallelStateFailed" for e in fair.cloud.history(cancelled)), timeout=60)
+    started = time.time()
+    lease = client(fair).acquire(k, wait=30, lease=30)
+    waited = time.time() - started
+    assert fair.cloud.stepfunctions.describe_execution(executionArn=cancelled)["status"] == "RUNNING"
+    assert CANCELLED_STOP_GRACE_S - 1 <= waited < CANCELLED_STOP_GRACE_S + 10, waited  # (a round and slack)
+    print(f"the client got the key {waited:.1f} s after the cancel")
+    assert probe_as_client(fair.cloud, fair.app, k, lease.fence)["insideAtEntry"] == 1
+    client(fair).release(lease)
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1], probe  # (the holder never passed its gate)
+    assert lease.fence == 2
+    fair.cloud.stepfunctions.stop_execution(executionArn=cancelled)  # (it would idle on for 2 min)
+    fair.until(lambda: fair.drained(k), timeout=60)
+
+
+def test_negative_control_a_fair_client_never_takes_over_a_holder_whose_branch_runs(fair):
+    """The same hold at work, not cancelled: the client's probes are accepted, it never retires
+    the hold, and its wait ends in ``LockTimeout`` with the hold's lease untouched."""
+    from lock_invariants import HeartbeatCounter, LeaseEndsSeen
+    from locked_workflow.constructs_lib.lock_client import LockTimeout
+
+    k = key()
+    holder = _cancelled_fair_holder(fair, k)
+    held_until = int(fair.lock(k)[p.EXPIRES_AT]["N"])
+    heartbeats = HeartbeatCounter(fair.cloud.stepfunctions)
+    waiter = client(fair, heartbeats)
+    with LeaseEndsSeen(lambda: fair.lock(k), holder) as seen, pytest.raises(LockTimeout):
+        waiter.acquire(k, wait=8, lease=30)
+    assert len(heartbeats.calls) >= 2, heartbeats.calls  # probed (more than once) ...
+    assert seen == {held_until}, seen  # ... and never retired
+    assert holder in fair.lock(k)[p.OWNER]["S"] and p.PRESENCE_CLOSED not in fair.lock(k)
+    fair.cloud.stepfunctions.stop_execution(executionArn=holder)
 
 
 def test_a_client_release_wakes_the_parked_workflow(fair):

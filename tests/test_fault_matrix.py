@@ -193,10 +193,96 @@ def test_every_call_of_the_clients_has_a_row(deployed_matrix):
                 thread.start()
             for thread in threads:
                 thread.join(60)
+        _clients_check_workflow_holders(cloud, app, locks, registry)
     assert {kind for kind, _ in seen} == {"client-mutex", "client-fair", "client-rw"}
+    liveness = {"SendTaskHeartbeat", "lock_protocol.ABANDONED", "DescribeExecution", "lock_protocol.RETIRE_BY"}
+    assert {(kind, call) for kind in ("client-mutex", "client-fair") for call in liveness} <= seen
     assert seen - listed == set(), "calls of a client with no row in tools/matrix/rows.py CLIENT_CALLS"
     # negative control: a call no row names is reported
     assert ("client-fair", "fair_protocol.TAKE_PARKED") not in listed
+
+
+def _clients_check_workflow_holders(cloud, app, locks: str, registry) -> None:
+    """A mutex and a fair client each wait behind a workflow's hold written by hand: one whose
+    presence token answers ``TaskTimedOut`` (injected: its branch ended) - ABANDONED; one of an
+    execution that was stopped, no token - DescribeExecution, RETIRE_BY. Both holds have no
+    stop grace, so each client then takes its key (the liveness check's calls all run)."""
+    import threading
+    import time
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.state_machines import lock_protocol as p
+    from locked_workflow.testing.faults import Fault
+
+    stopped = cloud.start_execution(app.state_machine_arn("UnlockedMachine"), {"key": "none", "workMs": 1})
+    cloud.stop_execution(stopped)
+    now = int(time.time() * 1000)
+    for kind, options in (("client-mutex", {}), ("client-fair", {"fair": True})):
+        namespace = kind.replace("-", "")
+        for key, owner, presence in (("cancelled", "arn:aws:states:us-east-1:123456789012:execution:Gone:run#1", True),
+                                     ("stopped", f"{stopped}#1", False)):
+            item = {"pk": {"S": p.namespaced(namespace, key)}, p.OWNER: {"S": owner}, p.FENCE: {"N": "1"},
+                    p.ACQUIRED_AT: {"N": str(now - 60_000)}, p.EXPIRES_AT: {"N": str(now + 600_000)},
+                    p.GRACE: {"N": "0"}}
+            if presence:
+                item.update({p.PRESENCE: {"S": "a-closed-token"}, p.PRESENCE_OF: item[p.ACQUIRED_AT],
+                             p.PRESENCE_AT: item[p.ACQUIRED_AT]})
+            cloud.dynamodb.put_item(TableName=locks, Item=item)
+            closed = registry.add(Fault("SendTaskHeartbeat", "TaskTimedOut", service="stepfunctions", times=1,
+                                        when=lambda params: params.get("taskToken") == "a-closed-token"))
+            got = []
+            client = LockClient(locks, namespace=namespace, dynamodb=cloud.dynamodb,
+                                stepfunctions=cloud.stepfunctions, **options)
+            thread = threading.Thread(target=lambda: got.append(client.acquire(key, wait=30, lease=5, poll_interval=0.05)),
+                                      name=f"{kind}:{key}")
+            thread.start()
+            thread.join(60)
+            registry.remove(closed)
+            assert got and got[0].fence == 2, (kind, key, got)  # taken over, well before the hand-written lease
+            assert closed.injected == (1 if presence else 0)
+            client.release(got[0])
+
+
+def test_a_stopped_semaphore_section_holder_that_acquired_on_a_retry_is_retired(deployed_matrix):
+    """Issue 25, the trial cell ``dead-holder+with:SemaphoreSection,Semaphore,Semaphore`` (moto,
+    no fault): the section's holder found both slots taken, acquired a slot on a retry of its
+    acquire state (an attempt sweeps to the next slot), was stopped at work, and kept that slot
+    for 581 s of its lease: no waiter was left, and the janitor did not retire it. Its slot must
+    be retired - its lease cut to the stop plus its stop grace."""
+    import time
+    import uuid
+
+    from deployed import wait_until
+    from locked_workflow.state_machines import lock_protocol as p
+    from locked_workflow.state_machines import semaphore_protocol as sp
+    from tools.matrix.stack import SEMAPHORE_LIMIT, STOP_GRACE_S
+
+    cloud, app = deployed_matrix
+    locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
+    k = f"semsection-{uuid.uuid4().hex[:8]}"
+    slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(SEMAPHORE_LIMIT)]
+
+    def items() -> list[dict]:
+        return [cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": s}}, ConsistentRead=True).get("Item", {})
+                for s in slots]
+
+    others = [cloud.start_execution(app.state_machine_arn("SemaphoreStateMachine"), {"key": k, "workMs": 2000})
+              for _ in range(SEMAPHORE_LIMIT)]
+    wait_until(lambda: all(p.OWNER in i for i in items()), timeout=60)  # every slot taken
+    holder = cloud.start_execution(app.state_machine_arn("SemaphoreSectionMachine"), {"key": k, "workMs": 6000})
+    wait_until(lambda: any(holder in i.get(p.OWNER, {}).get("S", "") for i in items()), timeout=60)
+    time.sleep(1)  # at work
+    cloud.stop_execution(holder)
+    stop_ms = int(time.time() * 1000)
+    assert [cloud.wait_for(o, timeout=120).status for o in others] == ["SUCCEEDED"] * SEMAPHORE_LIMIT
+    def retired() -> bool:
+        mine = [i for i in items() if holder in i.get(p.OWNER, {}).get("S", "")]
+        return not mine or int(mine[0][p.EXPIRES_AT]["N"]) <= stop_ms + STOP_GRACE_S * 1000 + 2_000
+
+    try:
+        wait_until(retired, timeout=30)
+    except AssertionError:
+        raise AssertionError(f"not retired: {items()}") from None
 
 
 def test_a_seeded_slice_of_the_matrix_keeps_every_invariant(deployed_matrix, synthesized):

@@ -139,3 +139,48 @@ def test_the_layer_alone_gives_a_fresh_interpreter_the_client(tmp_path):
     (python / "locked_workflow" / "state_machines" / "lock_protocol.py").unlink()
     broken = run()
     assert broken.returncode != 0 and "lock_protocol" in broken.stderr
+
+
+def test_grant_lock_client_grants_what_the_client_calls_and_no_more():
+    """The liveness check's IAM (issue 25): ``states:DescribeExecution`` on the holders'
+    executions only, ``states:SendTaskHeartbeat`` on ``*`` (a task token is no IAM resource),
+    the wake-ups only for a fair or read/write client, the table's item calls only; never a
+    ``*`` action."""
+    from aws_cdk import aws_stepfunctions as sfn
+    from aws_cdk.assertions import Template
+
+    from locked_workflow.constructs_lib.client_layer import grant_lock_client
+    from locked_workflow.constructs_lib.janitor import executions_of
+    from template_iam import actions
+
+    expected = {}
+
+    def statements(**flags) -> list[dict]:
+        stack = cdk.Stack(cdk.App(), "Grants")
+        locks = LockTable(stack, "Locks")
+        holder = sfn.StateMachine(stack, "Holder", state_machine_name="Holder",
+                                  definition_body=sfn.DefinitionBody.from_chainable(sfn.Pass(stack, "P")))
+        function = lambda_.Function(stack, "Worker", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+                                    code=lambda_.Code.from_inline("def handler(e, c): pass"))
+        grant_lock_client(function, table=locks.table, holders=[holder], **flags)
+        expected["executions"] = stack.resolve(executions_of(stack, [holder.state_machine_name]))
+        template = Template.from_stack(stack).to_json()
+        role = next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+                    and "lambda" in json.dumps(r["Properties"]["AssumeRolePolicyDocument"]))
+        from template_iam import role_statements
+
+        return role_statements(template, role)
+
+    mutex = statements()
+    by_action = {a: s["Resource"] for s in mutex for a in actions(s)}
+    assert set(by_action) == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+                              "states:SendTaskHeartbeat", "states:DescribeExecution"}, by_action
+    assert by_action["states:SendTaskHeartbeat"] == "*"
+    assert [by_action["states:DescribeExecution"]] == expected["executions"]  # the holders' executions only
+    assert not any(a.endswith("*") for s in mutex for a in actions(s))
+    fair = {a for s in statements(fair=True) for a in actions(s)}
+    assert fair - set(by_action) == {"states:SendTaskSuccess", "states:SendTaskFailure"}
+    read_write = {a for s in statements(read_write=True) for a in actions(s)}
+    assert read_write - fair == {"dynamodb:ConditionCheckItem"}
+    with pytest.raises(TypeError, match="`fair` must be True or False, got: 'yes'"):
+        grant_lock_client(None, table=None, fair="yes")

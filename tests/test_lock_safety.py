@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from lock_invariants import HeartbeatCounter, LeaseEndsSeen, presence_dated_back, probe_as_client
 from safety_stack import PROBE_TIMEOUT_S, fail_sibling
 from locked_workflow.state_machines import lock_protocol as p
 
@@ -466,4 +467,72 @@ def test_negative_control_without_the_presence_a_cancelled_section_blocks_for_it
     assert int(lock[p.EXPIRES_AT]["N"]) / 1000 - time.time() > 8 * 60  # held for the lease
     assert safety.probe(k)["entries"] == 1
     safety.cloud.stop_execution(waiter)
+    safety.cloud.stop_execution(holder)
+
+
+# ---- a LockClient waiting behind a section cancelled by a sibling (issue 25, clients) ------
+
+def _safety_client(safety, stepfunctions=None):
+    from locked_workflow.constructs_lib.lock_client import LockClient
+
+    locks = next(v for k, v in safety.app.resources.items() if k.startswith("LocksTable"))
+    return LockClient(locks, namespace="s", dynamodb=safety.cloud.dynamodb,
+                      stepfunctions=stepfunctions or safety.cloud.stepfunctions), locks
+
+
+def test_a_client_waiting_behind_a_section_cancelled_by_a_sibling_gets_the_lock_after_its_grace(safety):
+    """A ``LockClient`` waiting behind a hold whose branch Step Functions cancelled (the
+    execution RUNNING, no Catch, no event) probes the hold's presence token as the state
+    machines' waiters do (``SendTaskHeartbeat``: ``TaskTimedOut``), writes ABANDONED (held for
+    the stop grace from now: the cancelled Lambda may still run) and takes the lock after it -
+    not at the 10-minute lease (before the fix: ``LockTimeout`` after its 40 s wait)."""
+    k = key("client-cancelled")
+    client, locks = _safety_client(safety)
+    holder = safety.cloud.start_execution(safety.arn("SeenCancelled"), {"key": k, "workMs": 3000, "siblingGate": k})
+    deadline = time.time() + 60
+    while (safety.probe(k).get("entries", 0) == 0 or p.PRESENCE not in safety.lock(k)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert safety.probe(k).get("entries", 0) == 1 and p.PRESENCE in safety.lock(k), safety.lock(k)
+    presence_dated_back(safety.cloud, locks, p.namespaced("s", k))
+    fail_sibling(safety.cloud, safety.app, k)  # the holder's branch is cancelled at work
+    cancelled = time.time()
+    lease = client.acquire(k, wait=40, lease=30)
+    waited = time.time() - cancelled
+    assert safety.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
+    grace_s = PROBE_TIMEOUT_S + 5  # SeenCancelled's derived stop grace
+    assert grace_s - 1 <= waited < grace_s + 10, waited  # its grace, not its lease (a round and slack)
+    print(f"the client got the key {waited:.1f} s after the cancel")
+    entered = probe_as_client(safety.cloud, safety.app, k, lease.fence)
+    assert entered["insideAtEntry"] == 1, entered  # the cancelled Lambda had ended
+    client.release(lease)
+    probe = safety.probe(k)
+    assert (probe["entries"], probe.get("violations", 0), probe["inside"]) == (2, 0, 0), probe
+    assert safety.lock(k)[p.FENCE] == {"N": "2"} and lease.fence == 2
+    safety.cloud.stop_execution(holder)
+
+
+def test_negative_control_a_client_never_takes_over_a_holder_whose_branch_runs(safety):
+    """The same hold, not cancelled, at work for 6 s with its registration dated past the
+    settle: the client's probes are accepted (the branch runs), so it waits for the release -
+    no ABANDONED, the holder releases its own acquisition, the client enters after it."""
+    k = key("client-alive")
+    heartbeats = HeartbeatCounter(safety.cloud.stepfunctions)
+    client, locks = _safety_client(safety, heartbeats)
+    holder = safety.cloud.start_execution(safety.arn("SeenCancelled"), {"key": k, "workMs": 6000, "siblingGate": k})
+    deadline = time.time() + 60
+    while (safety.probe(k).get("entries", 0) == 0 or p.PRESENCE not in safety.lock(k)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert safety.probe(k).get("entries", 0) == 1 and p.PRESENCE in safety.lock(k), safety.lock(k)
+    presence_dated_back(safety.cloud, locks, p.namespaced("s", k))
+    held_until = int(safety.lock(k)[p.EXPIRES_AT]["N"])
+    with LeaseEndsSeen(lambda: safety.lock(k), holder) as seen:
+        lease = client.acquire(k, wait=60, lease=30)
+    assert len(heartbeats.calls) >= 2, heartbeats.calls  # the client probed the live holder (more than once) ...
+    assert seen == {held_until}, seen  # ... and never retired it
+    entered = probe_as_client(safety.cloud, safety.app, k, lease.fence)
+    assert entered["insideAtEntry"] == 1, entered
+    client.release(lease)
+    probe = safety.probe(k)
+    assert (probe["entries"], probe.get("violations", 0), probe["inside"]) == (2, 0, 0), probe
+    assert lease.fence == 2
     safety.cloud.stop_execution(holder)

@@ -118,6 +118,31 @@ def test_a_stopped_semaphore_holder_frees_its_slot_after_its_grace(variants):
         variants.cloud.stepfunctions.stop_execution(executionArn=arn)
 
 
+def test_the_janitor_retires_a_stopped_semaphore_holders_slot_with_no_waiter_left(variants):
+    """Issue 25 (a matrix trial: a semaphore section's stopped holder kept its slot for 581 s
+    of its lease once its waiters had left). With nobody waiting - so no waiter's liveness
+    check - only the janitor can end the stopped holder's slot: its lease must end at the stop
+    plus its stop grace, whichever slot the holder took. (A workflow's holder here; the section
+    of the trial: ``tests/test_fault_matrix.py``.)"""
+    k = key("semjanitor")
+    slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(LIMIT)]
+    holders = [variants.start("SemaphoreHold", {"key": k, "holdS": 60, "workMs": 1}) for _ in range(LIMIT)]
+    wait_until(lambda: sum(p.OWNER in variants.lock(s) for s in slots) == LIMIT, timeout=60)
+    stopped = holders[0]
+    variants.cloud.stepfunctions.stop_execution(executionArn=stopped)
+    stop_ms = int(time.time() * 1000)
+
+    def held_by_stopped() -> dict:
+        return next(item for s in slots if stopped in (item := variants.lock(s)).get(p.OWNER, {}).get("S", ""))
+
+    grace_ms = int(held_by_stopped()[p.GRACE]["N"])  # the derived stop grace (the probe's timeout + 5 s)
+    wait_until(lambda: int(held_by_stopped()[p.EXPIRES_AT]["N"]) <= stop_ms + grace_ms + 2_000, timeout=30)
+    live = next(item for s in slots if holders[1] in (item := variants.lock(s)).get(p.OWNER, {}).get("S", ""))
+    assert int(live[p.EXPIRES_AT]["N"]) > stop_ms + 60_000  # the live holder's slot is untouched
+    for arn in holders[1:]:
+        variants.cloud.stepfunctions.stop_execution(executionArn=arn)
+
+
 def test_semaphore_slots_held_by_cancelled_branches_free_after_their_grace(variants):
     """Every slot held by a Map iteration that Step Functions cancelled (a sibling branch
     failed, the user caught it, the execution runs on): a waiter probes the slots' presence

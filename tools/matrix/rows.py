@@ -164,6 +164,11 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-mutex", "lock_protocol.CLIENT_REFRESH", "dynamodb", "UpdateItem"),
     ("client-mutex", "lock_protocol.CLIENT_RELEASE", "dynamodb", "UpdateItem"),
     ("client-mutex", "GetItem", "dynamodb", "GetItem"),
+    # a waiter's liveness check of a workflow holder (constructs_lib/client_liveness.py)
+    ("client-mutex", "SendTaskHeartbeat", "stepfunctions", "SendTaskHeartbeat"),
+    ("client-mutex", "lock_protocol.ABANDONED", "dynamodb", "UpdateItem"),
+    ("client-mutex", "DescribeExecution", "stepfunctions", "DescribeExecution"),
+    ("client-mutex", "lock_protocol.RETIRE_BY", "dynamodb", "UpdateItem"),
     ("client-fair", "fair_protocol.FAST_ACQUIRE", "dynamodb", "UpdateItem"),
     ("client-fair", "fair_protocol.ENQUEUE", "dynamodb", "UpdateItem"),
     ("client-fair", "fair_protocol.PARK", "dynamodb", "UpdateItem"),
@@ -180,7 +185,10 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-fair", "lock_protocol.RELEASE", "dynamodb", "UpdateItem"),
     ("client-fair", "DeleteItem", "dynamodb", "DeleteItem"),
     ("client-fair", "GetItem", "dynamodb", "GetItem"),
-    ("client-fair", "DescribeExecution", "stepfunctions", "DescribeExecution"),
+    ("client-fair", "DescribeExecution", "stepfunctions", "DescribeExecution"),  # a grantee's; a holder's too
+    ("client-fair", "SendTaskHeartbeat", "stepfunctions", "SendTaskHeartbeat"),
+    ("client-fair", "lock_protocol.ABANDONED", "dynamodb", "UpdateItem"),
+    ("client-fair", "lock_protocol.RETIRE_BY", "dynamodb", "UpdateItem"),
     ("client-fair", "SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
     ("client-fair", "SendTaskFailure", "stepfunctions", "SendTaskFailure"),
     ("client-rw", "shared_protocol.FAST_READ", "dynamodb", "UpdateItem"),

@@ -508,6 +508,26 @@ _FOUND: dict[str, dict[str, str]] = {
 for _kind, _states in _FOUND.items():
     SITUATIONS.setdefault(_kind, {}).update(_states)
 
+#: A client waiter's liveness check of a workflow holder stopped at work: a section's (its
+#: presence token closed: the probe, then ABANDONED - refused while the token is younger than
+#: the settle, the call made all the same), or a workflow's without a token, no janitor (the
+#: execution described: RETIRE_BY its stop + grace).
+_CLIENT_LIVENESS: dict[str, dict[str, str]] = {
+    'client-mutex': {
+        'SendTaskHeartbeat': 'dead-holder+with:Nested,client-mutex,client-mutex',
+        'lock_protocol.ABANDONED': 'dead-holder+with:Nested,client-mutex,client-mutex',
+        'DescribeExecution': 'dead-holder+no-janitor+with:Mutex,client-mutex,client-mutex',
+        'lock_protocol.RETIRE_BY': 'dead-holder+no-janitor+with:Mutex,client-mutex,client-mutex',
+    },
+    'client-fair': {
+        'SendTaskHeartbeat': 'dead-holder+with:FairSection,client-fair,client-fair',
+        'lock_protocol.ABANDONED': 'dead-holder+with:FairSection,client-fair,client-fair',
+        'lock_protocol.RETIRE_BY': 'dead-holder+no-janitor+with:Fair,client-fair,client-fair',
+    },
+}
+for _kind, _states in _CLIENT_LIVENESS.items():
+    SITUATIONS.setdefault(_kind, {}).update(_states)
+
 #: Why a row cannot be reached by any cell of this stack (:data:`UNREACHABLE`): its cells are
 #: not run, and the table prints the reason in place of ``n/r``.
 UNREACHABLE_WHY: dict[str, str] = {
