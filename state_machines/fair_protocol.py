@@ -337,11 +337,14 @@ def superseded_ticket_expression(ticket: str, served: str, waiters: int) -> str:
     return f"(({ticket}) - {int(waiters)} > ({served}) ? ({ticket}) - {int(waiters)} : 0)"
 
 
+#: The cause of ``Lock.Superseded``, before the newer run's execution ARN.
+SUPERSEDED_CAUSE = "superseded by a newer run queued on the same key: "
+
+
 def superseded_cause_expression(by_owner: str) -> str:
     """JSONata: the cause ``Lock.Superseded`` carries - the newer run's execution (its owner's
     execution ARN: :data:`lock_protocol.OWNER_SEPARATOR`)."""
-    return (f"'superseded by a newer run queued on the same key: ' & "
-            f"$substringBefore({by_owner}, '{OWNER_SEPARATOR}')")
+    return f"'{SUPERSEDED_CAUSE}' & $substringBefore({by_owner}, '{OWNER_SEPARATOR}')"
 
 
 def queue_full_cause(waiters: int) -> str:

@@ -33,6 +33,13 @@ def enqueue_newest(lock, me: str, stale: str):
     return True, after, ticket, (ticket - 1 if ticket - 1 > after.served else None)
 
 
+def enqueue_bounded(lock, me: str, stale: str, served: int, bound: int):
+    """ENQUEUE_BOUNDED (``keep_oldest``): ENQUEUE while ``served`` is as read and ``tickets < bound``."""
+    ok = (not (acquire_ok(lock, me, stale) and nobody_queues(lock)) and lock.served is not None
+          and lock.served == served and lock.tickets is not None and lock.tickets < bound)
+    return ok, (replace(lock, tickets=lock.tickets + 1) if ok else lock)
+
+
 def jump(lock, me: str, stale: str, prev: int):
     """JUMP: (ok, lock after)."""
     ok = acquire_ok(lock, me, stale) and lock.served is not None and prev <= lock.served <= lock.cut and lock.cut > prev
@@ -40,9 +47,19 @@ def jump(lock, me: str, stale: str, prev: int):
 
 
 class CoalescingModel(Model):
-    def __init__(self, **kwargs) -> None:
+    """``lossy``: the writes (label words) whose response may be lost (None: every write, as the
+    base model; a few keep 3 participants' space to seconds)."""
+
+    def __init__(self, *, lossy: tuple | None = None, **kwargs) -> None:
         kwargs.setdefault("fifo", False)
         super().__init__(**kwargs)
+        self.lossy = lossy
+
+    def _write(self, s, i, me, p, label, ok, after, on_ok, on_refused):
+        if self.lossy is None or any(word in label for word in self.lossy):
+            yield from super()._write(s, i, me, p, label, ok, after, on_ok, on_refused)
+        else:
+            yield f"{me} {label} {'ok' if ok else 'refused'}", (on_ok if ok else on_refused)(after)
 
     def check(self, s: State) -> list[str]:
         problems = super().check(s)
@@ -73,7 +90,8 @@ class CoalescingModel(Model):
             sfree = after.owner is None or after.expired
             nxt = "sup_take" if sup else ("inspect" if sfree else "park")
             yield f"{me} enqueue ok", go(nxt, ticket=ticket, sup=sup, sfree=sfree)(t)
-            if self.lost_responses and p.lost == 0:  # the retry takes another ticket
+            if self.lost_responses and p.lost == 0 and (self.lossy is None or "enqueue" in self.lossy):
+                # (the retry takes another ticket)
                 yield f"{me} enqueue response lost", go("enqueue", lost=1)(t)
         elif p.pc == "sup_take":  # take the superseded ticket's row (a DeleteItem returning it)
             row = s.row(p.sup)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_fair_lock import fair, fair_synth, key  # noqa: F401 - the fair stack's fixtures
+from test_fair_lock import client, fair, fair_synth, key  # noqa: F401 - the fair stack's fixtures
 from tools.bench_fair import tickets_and_fences
 from locked_workflow import LockErrors
 from locked_workflow.state_machines import fair_protocol as fp
@@ -88,6 +88,53 @@ def test_keep_oldest_refuses_newcomers_to_a_full_queue_and_keeps_the_queued_one(
     probe = fair.probe(k)
     assert probe["seen"] == [1, 1] and probe["counter"] == 2 and probe["fences"] == sorted(probe["fences"])
     assert fair.drained(k)
+
+
+def test_a_fair_client_queued_on_a_coalescing_key_is_superseded_with_a_typed_error(fair):
+    """A ``LockClient(fair=True)`` queues without superseding anyone (it does not know the
+    key's queue limit), and is superseded like a workflow: the next run arriving behind it
+    ends its wait with ``LockSuperseded`` (``Lock.Superseded``), its row gone."""
+    import threading
+
+    from locked_workflow.constructs_lib.lock_client import LockSuperseded
+
+    k = key("client")
+    holder = fair.start("FairNewest", {"key": k, "workMs": 1, "hold": True})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    raised = []
+
+    def wait_as_client():
+        try:
+            client(fair).acquire(k, wait=60, lease=30, poll_interval=0.1)
+        except LockSuperseded as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=wait_as_client)
+    thread.start()
+    fair.until(lambda: fp.counters(fair.lock(k))[1] == 1)  # the client has its ticket
+    newest = fair.start("FairNewest", {"key": k, "workMs": 1})
+    thread.join(60)
+    assert len(raised) == 1 and raised[0].error == LockErrors.SUPERSEDED and raised[0].key == k, raised
+    assert newest in raised[0].holder  # the newer run, by its owner
+    fair.open(k)
+    assert [r.status for r in fair.wait([holder, newest])] == ["SUCCEEDED"] * 2
+    assert fair.probe(k)["counter"] == 2 and fair.drained(k)
+
+
+def test_a_fair_client_release_passes_superseded_tickets_and_wakes_the_newest(fair):
+    """A client holds a coalescing key; a run queues and parks, a newer one supersedes it. The
+    client's release passes the superseded ticket (JUMP) and hands the lock to the newest."""
+    k = key("client-release")
+    lease = client(fair).acquire(k, lease=60)
+    first = fair.start("FairNewest", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    newest = fair.start("FairNewest", {"key": k, "workMs": 1})
+    assert fair.wait([first], timeout=60)[0].error == LockErrors.SUPERSEDED
+    fair.until(lambda: len(fair.queue(k)) == 1)  # the newest parked
+    client(fair).release(lease)
+    result = fair.wait([newest])[0]
+    assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == lease.fence + 1
+    assert fair.probe(k)["counter"] == 1 and fair.drained(k)
 
 
 @pytest.mark.parametrize("waiters", [0, -1, 1.5, True, 33])
