@@ -137,7 +137,7 @@ def test_a_fair_client_release_passes_superseded_tickets_and_wakes_the_newest(fa
     assert fair.probe(k)["counter"] == 1 and fair.drained(k)
 
 
-@pytest.mark.parametrize("waiters", [0, -1, 1.5, True, 33])
+@pytest.mark.parametrize("waiters", [0, -1, 1.5, True, 1001, "1"])
 def test_queue_limits_are_validated_at_synth(waiters):
     from locked_workflow import QueueLimit
 

@@ -40,14 +40,14 @@ def test_three_participants_with_a_crash_at_every_step_never_grant_a_superseded_
 
 
 def test_three_participants_with_lost_write_responses_never_grant_a_superseded_ticket():
-    """A lost response (applied, then retried) of the writes coalescing adds or conditions: the
-    ticket write that moves ``cut`` (its retry takes another ticket, superseding the first),
-    JUMP and GRANT (every write: over 400,000 states - ``lossy=None``, by hand)."""
+    """A lost response (applied, then retried) of the writes coalescing adds or conditions: JUMP
+    and GRANT (the release's RELEASE_ALONE too, as the base model). Every write's, the ticket
+    write's included: over 400,000 states (``lossy=None``, by hand)."""
     model = CoalescingModel(participants=3, fallback=False, crashes=False, lost_responses=True, lost_wakes=False,
-                            check_liveness=False, coverage=True, lossy=("jump", "grant", "enqueue"))
+                            check_liveness=False, coverage=True, lossy=("jump", "grant"))
     result = model.explore()
     assert result["violation"] is None, model.violations
-    assert any("jump response lost" in label for label in model.lost_at), model.lost_at
+    assert {"X jump response lost", "X grant X response lost"} <= model.lost_at, model.lost_at
 
 
 def test_negative_control_a_grant_without_the_cut_grants_a_superseded_waiter():
