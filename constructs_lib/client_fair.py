@@ -279,8 +279,6 @@ class FairQueue:
                             ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
                         return  # confirmed (claimed) meanwhile
                     holding, c = False, c + 1
-                elif (jumped := self._jump(table_key, me, c)) is not None:  # superseded tickets ahead
-                    c = jumped
                 elif state == "skip":
                     if not self._row_update(table_key, fair.SKIP, {
                             ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.earliest_ms())},
