@@ -78,6 +78,15 @@ lock, and the rows *how to wake* it.
    ``lease:<epoch ms>`` in their row's token (refreshed by each poll's ``PARK``) and poll
    ``ACQUIRE_HEAD`` / the lock item.
 
+8. **Coalescing** (``queue=QueueLimit.keep_newest(n)``): ``ENQUEUE_NEWEST`` also moves ``cut``
+   to my ticket - ``n`` in the ticket's own write; the ticket ``t - n`` is superseded by it iff
+   still ahead of ``served`` in its answer, and ``GRANT`` refuses tickets ``<= cut``: granted
+   or superseded, decided on the one lock item. The newer run takes that ticket's row and wakes
+   a parked waiter with ``Lock.Superseded``; a coalescing park is a transaction with
+   ``PARK_UNLESS_CUT``; a waiter that looks and finds ``cut >= ticket`` ends superseded; the
+   handoff passes superseded tickets with ``JUMP``. ``keep_oldest(n)``: ``ENQUEUE_BOUNDED``
+   after a read, else ``Lock.QueueFull`` (:mod:`tests.fair_coalesce_model` model-checks it).
+
 Every write here is spelled once; :mod:`tests.test_fair_model` model-checks the steps
 (crashes, lost responses, failed wake-ups and park timeouts included) and checks the model's
 reading of each write against DynamoDB itself.
