@@ -19,12 +19,12 @@ from locked_workflow.constructs_lib.client_args import MAX_LEASE_MS as _MAX_LEAS
 from locked_workflow.constructs_lib.client_args import checked_count as _count
 from locked_workflow.constructs_lib.client_args import checked_seconds as _seconds
 from locked_workflow.constructs_lib.client_args import checked_text as _text
-from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockHeld
+from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockHeld, LockSuperseded
 from locked_workflow.constructs_lib.client_lease import condition_failed as _condition_failed
 from locked_workflow.constructs_lib.client_lease import lease_from_item as _lease
 from locked_workflow.constructs_lib.client_lease import old_item as _old_item
 from locked_workflow.state_machines import fair_protocol as fair
-from locked_workflow.state_machines.errors import SIGNAL_LOOK
+from locked_workflow.state_machines.errors import ERROR_SUPERSEDED, SIGNAL_LOOK
 from locked_workflow.state_machines.lock_item import (
     ACQUIRED_AT,
     ALIVE_STATUSES,
@@ -153,6 +153,12 @@ class FairQueue:
         owner = item.get(OWNER, {}).get("S")
         if owner == me and served == ticket:
             return ticket  # handed to me: the next try claims it
+        cut = int(item.get(fair.CUT, {}).get("N", "0"))
+        if cut >= ticket:  # a coalescing key: a newer run superseded my ticket (never grantable now)
+            self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
+            by = item.get(fair.CUT_BY, {}).get("S")
+            raise LockSuperseded(f"{ERROR_SUPERSEDED}: ticket {ticket} of lock {table_key!r}: {fair.SUPERSEDED_CAUSE}{by}",
+                                 key=table_key, holder=by)
         if served >= ticket:  # skipped (my lease lapsed): queue again
             self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
             return self._enqueue(table_key, me, lease_ms, lease_for_s=lease_for_s) or ticket
@@ -245,6 +251,14 @@ class FairQueue:
                     except ClientError as error:
                         if not _condition_failed(error):
                             raise
+                        old = _old_item(error)
+                        if int(old.get(fair.CUT, {}).get("N", "0")) >= c + 1:  # superseded (coalescing)
+                            if state == "wake":
+                                self._supersede(row[fair.TOKEN]["S"], old.get(fair.CUT_BY, {}).get("S", ""))
+                            jumped = self._jump(table_key, me, c)
+                            if jumped is not None:
+                                c = jumped
+                                continue
                         if holding:
                             raise
                         if state == "wake":
@@ -277,6 +291,11 @@ class FairQueue:
                                             return_new=True)["Attributes"]
                         holding = False
                         passed = True
+                        if int(item.get(fair.CUT, {}).get("N", "0")) > c:  # superseded tickets ahead
+                            jumped = self._jump(table_key, me, c)
+                            if jumped is not None:
+                                c = jumped
+                                continue
                         if fair.counters(item)[1] <= c:
                             return
                     since = (row or {}).get(fair.READY, {}).get("N") or str(self.latest_ms())
@@ -328,6 +347,27 @@ class FairQueue:
         except ClientError as error:
             logger.info("wake-up not delivered: %s", error.response.get("Error", {}).get("Code"))
             return False
+
+    def _jump(self, table_key: str, me: str, c: int) -> int | None:
+        """JUMP (a coalescing key): pass every superseded ticket after ``c``; the new ``served``,
+        or None when no superseded ticket lies ahead (or the lock is not mine to pass)."""
+        try:
+            item = self._update(table_key, fair.JUMP, {
+                ":me": {"S": me}, ":stale": {"S": me}, ":now": {"N": str(self.earliest_ms())},
+                ":prev": {"N": str(c)}}, return_new=True)["Attributes"]
+        except ClientError as error:
+            if _condition_failed(error):
+                return None
+            raise
+        return fair.counters(item)[0]
+
+    def _supersede(self, token: str, by: str) -> None:
+        """Wake a parked waiter whose ticket was superseded (``Lock.Superseded``); its response
+        lost or its park ended, it finds out when it looks."""
+        with contextlib.suppress(ClientError):
+            self.stepfunctions.send_task_failure(
+                taskToken=token, error=ERROR_SUPERSEDED,
+                cause=fair.SUPERSEDED_CAUSE + (owner_execution(by) or by))
 
     def _nudge(self, token: str) -> None:
         with contextlib.suppress(ClientError):

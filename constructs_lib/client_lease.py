@@ -23,6 +23,7 @@ from locked_workflow.state_machines.errors import (
     CONDITIONAL_CHECK_FAILED_CODE,
     ERROR_INVALID_KEY,
     ERROR_LOST,
+    ERROR_SUPERSEDED,
     ERROR_TIMEOUT,
     TRANSACTION_CONFLICT,
 )
@@ -91,6 +92,14 @@ class LockTimeout(LockHeld):
     """The lock was still held when the caller's ``wait`` ran out."""
 
     error = ERROR_TIMEOUT
+
+
+class LockSuperseded(LockHeld):
+    """A fair client queued on a coalescing key (``Lock.fair(key, queue=QueueLimit.keep_newest(n))``)
+    was superseded by a newer run queued behind it before its turn came: it left the queue
+    without the lock. ``holder`` names the newer run (its owner)."""
+
+    error = ERROR_SUPERSEDED
 
 
 class LockHeldInThisThread(LockHeld):

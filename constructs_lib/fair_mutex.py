@@ -19,14 +19,16 @@ from __future__ import annotations
 
 from typing import Optional
 
-from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from aws_cdk import Duration, Stack, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex
+from locked_workflow.constructs_lib.queue_limit import QueueLimit
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
+from locked_workflow.state_machines.errors import ERROR_QUEUE_FULL, ERROR_SUPERSEDED, TRANSACTION_CANCELED
 from locked_workflow.state_machines.errors import SDK_CONDITION_FAILED  # the park is an aws-sdk call
 from locked_workflow.state_machines.errors import SIGNAL_LOOK as LOOK  # a nudge ends a park with it
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
@@ -40,17 +42,37 @@ def _item_string(item: str, name: str) -> str:
     return f"($exists({item}.`{name}`.S) ? {item}.`{name}`.S : '')"
 
 
+class _ParkTask(tasks.CallAwsService):
+    """An aws-sdk ``.waitForTaskToken`` task whose ``TimeoutSeconds`` is a JSONata expression
+    (the park timeout grows with the distance to the head: ``fair.park_timeout_expression``)."""
+
+    timeout_expression: str = ""
+
+    def to_state_json(self, *args):
+        rendered = dict(super().to_state_json(*args))
+        rendered["TimeoutSeconds"] = self.timeout_expression
+        return rendered
+
+
 class FairMutex(Mutex):
     """One holder per key, granted in ticket order, handed off directly to the next waiter."""
 
     name = "fair"
     builds_own_wait_path = True
 
-    def __init__(self, user_key: str, *, park_timeout_s: int, polling: bool = False) -> None:
+    def __init__(self, user_key: str, *, park_timeout_s: int, polling: bool = False,
+                 queue: Optional[QueueLimit] = None) -> None:
         super().__init__(user_key)
         self.park_timeout_s = park_timeout_s
         #: EXPRESS: no task tokens - poll as the head, keeping a lease on the queue place
         self.polling = polling
+        #: the bound on the queue per key (None: unbounded)
+        self.queue = queue
+
+    @property
+    def supersedes(self) -> bool:
+        """Coalescing (``QueueLimit.keep_newest``): a newcomer supersedes the oldest waiter."""
+        return self.queue is not None and self.queue.supersedes
 
     def key_expression(self, namespace: str) -> str:
         # the rows' keys add up to ROW_KEY_RESERVE_BYTES to the stored key
@@ -60,7 +82,8 @@ class FairMutex(Mutex):
 
     def _vars(self, section: "LockedSection") -> dict:
         v = section.variables
-        return {"ticket": v["lock"] + "Ticket", "seen": v["lock"] + "Seen", "handoff": v["lock"] + "Handoff"}
+        return {"ticket": v["lock"] + "Ticket", "seen": v["lock"] + "Seen", "handoff": v["lock"] + "Handoff",
+                "superseded": v["lock"] + "Superseded"}
 
     def _row(self, key: str, ticket: str) -> dict:
         return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(fair.row_key_expression(key, ticket))})}
@@ -122,17 +145,9 @@ class FairMutex(Mutex):
         ticket = f"${f['ticket']}"
 
         # the ticket (refused: the lock is free with nobody queued - the fast path again)
-        enqueue = update_item_task(
-            section, section._name("Enqueue"), section.table,
-            fair.arguments(jsonata(f"{ENTRY}.key"), fair.ENQUEUE,
-                           {k: self._values[k] for k in fair.ENQUEUE.value_names()}, return_values="ALL_NEW"),
-            assign={f["ticket"]: jsonata(_item_number("$states.result.Attributes", fair.TICKETS)),
-                    f["seen"]: jsonata(f"{{'served': {_item_number('$states.result.Attributes', fair.SERVED)}}}")},
-        )
-        retry_transient(enqueue)
-        enqueue.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        enqueue, to_queue = self._build_enqueue(fast, left)
         enqueue.add_catch(left, **self._on_error)
-        fast.add_catch(enqueue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
+        fast.add_catch(to_queue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
 
         # leaving (max_wait spent, or an error while queued): mark my row left; granted
@@ -157,7 +172,7 @@ class FairMutex(Mutex):
         claim = self._claim("Claim", ticket)
         claim.next(drop)
         requeue = self._delete_row("Requeue", f"{ENTRY}.key", ticket)
-        requeue.next(enqueue)
+        requeue.next(to_queue)
 
         if self.polling:
             wait_again = self._build_polling(head)
@@ -166,6 +181,8 @@ class FairMutex(Mutex):
         inspect = self._build_inspect(claim=claim, requeue=requeue, head=head, wait_again=wait_again)
         if not self.polling:  # the park ends by a timeout (look, or leave) or a nudge (look)
             park = self._park
+            if self.supersedes:  # a newer run superseded me (its wake-up): leave, never work
+                park.add_catch(self._superseded(jsonata("$states.input.Cause")), errors=[ERROR_SUPERSEDED])
             park.add_catch(inspect, errors=[LOOK], outputs=jsonata("$states.input"))
             park.add_catch(self._waited_enough(inspect), errors=["States.Timeout"], outputs=jsonata("$states.input"),
                            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
@@ -173,8 +190,100 @@ class FairMutex(Mutex):
         for state in (head, claim) + ((self._confirm,) if not self.polling else ()):
             state.add_catch(self._inspect_state, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
             state.add_catch(self._leave, **self._on_error)
-        requeue.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        enqueue.next(self._first_wait)
+        requeue.add_catch(to_queue, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        enqueue.next(self._build_supersede(self._first_wait) if self.supersedes else self._first_wait)
+
+    def _build_enqueue(self, fast: sfn.TaskStateBase, left: sfn.State) -> tuple:
+        """The ticket: ENQUEUE (ENQUEUE_NEWEST with ``keep_newest``; ENQUEUE_BOUNDED after a read of
+        the lock item with ``keep_oldest``). Returns (the enqueue, the state a refused fast path goes to)."""
+        section, f = self._section, self._vars(self._section)
+        result = "$states.result.Attributes"
+        write, values = fair.ENQUEUE, {k: self._values[k] for k in fair.ENQUEUE.value_names()}
+        assign = {f["ticket"]: jsonata(_item_number(result, fair.TICKETS)),
+                  f["seen"]: jsonata(f"{{'served': {_item_number(result, fair.SERVED)}}}")}
+        if self.supersedes:
+            write, values = fair.ENQUEUE_NEWEST, {**values, ":kept": {"N": str(self.queue.waiters - 1)}}
+            free = f"($not($exists({result}.`{protocol.OWNER}`.S)) or {_item_number(result, protocol.EXPIRES_AT)} < $millis())"
+            assign[f["superseded"]] = jsonata(
+                f"{{'ticket': {fair.superseded_ticket_expression(_item_number(result, fair.TICKETS), _item_number(result, fair.SERVED), self.queue.waiters)}, "
+                f"'free': {free}}}")
+        elif self.queue is not None:
+            write = fair.ENQUEUE_BOUNDED
+            values = {**values, ":served": {"N": jsonata(f"$string(${f['seen']}.served)")},
+                      ":bound": {"N": jsonata(f"$string(${f['seen']}.served + {self.queue.waiters})")}}
+        enqueue = update_item_task(
+            section, section._name("Enqueue"), section.table,
+            fair.arguments(jsonata(f"{ENTRY}.key"), write, values, return_values="ALL_NEW"), assign=assign)
+        retry_transient(enqueue)
+        if self.queue is None or self.supersedes:
+            enqueue.add_catch(fast, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            return enqueue, enqueue
+        # keep_oldest: count the queue (a consistent read), then enqueue only if it is not full as
+        # read - refused, it was full (QueueFull) or it moved on (count again)
+        item = "$states.result.Item"
+        count = tasks.DynamoGetItem.jsonata(
+            section, section._name("CountQueue"), table=section.table,
+            key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(f"{ENTRY}.key")})}, consistent_read=True,
+            assign={f["seen"]: jsonata(
+                f"{{'served': {_item_number(item, fair.SERVED)}, 'tickets': {_item_number(item, fair.TICKETS)}, "
+                f"'free': ($not($exists({item}.`{protocol.OWNER}`.S)) or {_item_number(item, protocol.EXPIRES_AT)} < $millis())}}")},
+            outputs=jsonata("$states.input"))
+        retry_transient(count)
+        full = sfn.Fail.jsonata(section, "QueueFull", state_name=section._name("QueueFull"), error=ERROR_QUEUE_FULL,
+                                cause=fair.queue_full_cause(self.queue.waiters))
+        seen = f"${f['seen']}"
+        room = sfn.Choice.jsonata(section, "Room", state_name=section._name("Room?"))
+        room.when(sfn.Condition.jsonata(jsonata(f"{seen}.free and {seen}.served = {seen}.tickets")), fast)
+        room.when(sfn.Condition.jsonata(jsonata(f"{seen}.tickets - {seen}.served >= {self.queue.waiters}")), full)
+        room.otherwise(enqueue)
+        count.next(room)
+        count.add_catch(left, **self._on_error)
+        enqueue.add_catch(count, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        return enqueue, count
+
+    def _build_supersede(self, then: sfn.State) -> sfn.State:
+        """After ENQUEUE_NEWEST: the ticket it superseded (if any) - take its row (a DeleteItem
+        returning it) and wake a parked waiter with ``Lock.Superseded`` (its response lost or
+        not: the ticket's fate was decided by ENQUEUE_NEWEST). Then ``then`` (my park) - or, when
+        the enqueue found the lock free, look first (the release that freed it may have marked
+        the ticket I superseded ready: nobody else would hand the lock on)."""
+        section, f = self._section, self._vars(self._section)
+        sup = f"${f['superseded']}"
+        take = tasks.DynamoDeleteItem.jsonata(
+            section, section._name("TakeSuperseded"), table=section.table,
+            key=self._row(f"{ENTRY}.key", f"{sup}.ticket"), return_values=tasks.DynamoReturnValues.ALL_OLD,
+            assign={f["superseded"]: jsonata(f"$merge([{sup}, {{'row': $states.result.Attributes}}])")},
+            outputs=jsonata("$states.input"))
+        retry_transient(take)
+        wake = tasks.CallAwsService.jsonata(
+            section, section._name("WakeSuperseded"), service="sfn", action="sendTaskFailure",
+            parameters={"TaskToken": jsonata(f"{sup}.row.token.S"), "Error": ERROR_SUPERSEDED,
+                        "Cause": jsonata(fair.superseded_cause_expression(f"{ENTRY}.owner"))},
+            iam_action="states:SendTaskFailure", iam_resources=["*"], outputs=jsonata("$states.input"))
+        wake.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
+                       jitter_strategy=sfn.JitterType.FULL)
+        after = sfn.Choice.jsonata(section, "FreeAtEnqueue", state_name=section._name("FreeAtEnqueue?"))
+        after.when(sfn.Condition.jsonata(jsonata(f"{sup}.free")), self._inspect_state).otherwise(then)
+        for t in (take, wake):
+            t.add_catch(after, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        wake.next(after)
+        parked = sfn.Choice.jsonata(section, "SupersededParked", state_name=section._name("SupersededParked?"))
+        parked.when(sfn.Condition.jsonata(jsonata(
+            f"$exists({sup}.row.token.S) and $substring({sup}.row.token.S, 0, {len(fair.CLIENT_LEASE_PREFIX)}) "
+            f"!= '{fair.CLIENT_LEASE_PREFIX}'")), wake).otherwise(after)
+        take.next(parked)
+        supersedes = sfn.Choice.jsonata(section, "Supersedes", state_name=section._name("Supersedes?"))
+        supersedes.when(sfn.Condition.jsonata(jsonata(f"{sup}.ticket > 0")), take).otherwise(after)
+        return supersedes
+
+    def _superseded(self, cause: str, suffix: str = "") -> sfn.State:
+        """My ticket was superseded: drop my row (if any), then fail ``Lock.Superseded``."""
+        section, f = self._section, self._vars(self._section)
+        fail = sfn.Fail.jsonata(section, f"Superseded{suffix}", state_name=section._name(f"Superseded{suffix}"),
+                                error=ERROR_SUPERSEDED, cause=cause)
+        drop = self._delete_row(f"DropSuperseded{suffix}", f"{ENTRY}.key", f"${f['ticket']}")
+        drop.add_catch(fail, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        return drop.next(fail)
 
     def _grant_arguments(self, *, key: str, me: str, nxt: str, stale: str, prev: str, expires: str, grace: str) -> dict:
         return fair.arguments(jsonata(key), fair.GRANT, {
@@ -196,20 +305,26 @@ class FairMutex(Mutex):
         args.pop("ReturnValues")
         args["Key"] = {protocol.KEY_ATTRIBUTE: {"S": jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket))}}
         max_wait_ms = section._max_wait_ms
-        park = JsonataCustomState(section, section._name("Park"), state_json={
-            "Type": "Task",
-            "QueryLanguage": "JSONata",
-            "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
-            "Arguments": {"TableName": section.table.table_name, **args},
-            "TimeoutSeconds": jsonata(fair.park_timeout_expression(
-                park_timeout_s=self.park_timeout_s, distance=f"({ticket} - ${f['seen']}.served)",
-                wait_variable=v["wait"], max_wait_ms=max_wait_ms)),
-            "Output": jsonata("$states.input"),  # (the entry record, for the confirm)
-        })
+        timeout = jsonata(fair.park_timeout_expression(
+            park_timeout_s=self.park_timeout_s, distance=f"({ticket} - ${f['seen']}.served)",
+            wait_variable=v["wait"], max_wait_ms=max_wait_ms))
+        if self.supersedes:
+            park = self._park_unless_superseded(args, ticket, timeout)
+        else:
+            park = JsonataCustomState(section, section._name("Park"), state_json={
+                "Type": "Task",
+                "QueryLanguage": "JSONata",
+                "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
+                "Arguments": {"TableName": section.table.table_name, **args},
+                "TimeoutSeconds": timeout,
+                "Output": jsonata("$states.input"),  # (the entry record, for the confirm)
+            })
         park.add_retry(errors=list(multikey.TRANSIENT_ERRORS), interval=Duration.seconds(protocol.TRANSIENT_RETRY["interval_s"]),
                        backoff_rate=2.0, max_attempts=protocol.TRANSIENT_RETRY["max_attempts"],
                        jitter_strategy=sfn.JitterType.FULL)
-        park.add_catch(head, errors=[SDK_CONDITION_FAILED], outputs=jsonata("$states.input"))
+        # refused (the ticket was marked ready, or passed - or, coalescing, superseded): try as the head
+        park.add_catch(head, errors=[TRANSACTION_CANCELED if self.supersedes else SDK_CONDITION_FAILED],
+                       outputs=jsonata("$states.input"))
         # woken = granted, unconfirmed: CLAIM it before the work. The releaser cannot tell a
         # wake-up whose response was lost from one that failed, and revokes an unconfirmed
         # grant after its claim window; CLAIM and REVOKE are serialized on the lock item, so
@@ -220,6 +335,29 @@ class FairMutex(Mutex):
         self._confirm = confirm
         self._park = park
         self._first_wait = park
+        return park
+
+    def _park_unless_superseded(self, row_args: dict, ticket: str, timeout: str) -> sfn.TaskStateBase:
+        """A coalescing waiter's park: PARK on my row and PARK_UNLESS_CUT on the lock item, in one
+        transaction (``transactWriteItems.waitForTaskToken``; each item needs its action:
+        ``UpdateItem``, ``ConditionCheckItem``)."""
+        section = self._section
+        table = section.table.table_name
+        check = fair.arguments(jsonata(f"{ENTRY}.key"), fair.PARK_UNLESS_CUT,
+                               {":ticket": {"N": jsonata(f"$string({ticket})")}})
+        del check["ReturnValues"], check["UpdateExpression"]
+        park = _ParkTask(
+            section, section._name("Park"), query_language=sfn.QueryLanguage.JSONATA,
+            service="dynamodb", action="transactWriteItems",
+            parameters={"TransactItems": [{"ConditionCheck": {"TableName": table, **check}},
+                                          {"Update": {"TableName": table, **row_args}}]},
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            iam_action="dynamodb:UpdateItem", iam_resources=[section.table.table_arn],
+            additional_iam_statements=[iam.PolicyStatement(actions=["dynamodb:ConditionCheckItem"],
+                                                           resources=[section.table.table_arn])],
+            outputs=jsonata("$states.input"),
+        )
+        park.timeout_expression = timeout
         return park
 
     def _build_polling(self, head: sfn.State) -> sfn.State:
@@ -272,7 +410,8 @@ class FairMutex(Mutex):
             assign={
                 f["seen"]: jsonata(
                     f"{{'owner': {_item_string(item, protocol.OWNER)}, 'expiresAt': {_item_number(item, protocol.EXPIRES_AT)}, "
-                    f"'served': {_item_number(item, fair.SERVED)}, 'tickets': {_item_number(item, fair.TICKETS)}}}"),
+                    f"'served': {_item_number(item, fair.SERVED)}, 'tickets': {_item_number(item, fair.TICKETS)}, "
+                    f"'cut': {_item_number(item, fair.CUT)}, 'cutBy': {_item_string(item, fair.CUT_BY)}}}"),
                 v["holder"]: jsonata(protocol.holder_expression()),
             },
             outputs=jsonata("$states.input"),
@@ -286,6 +425,9 @@ class FairMutex(Mutex):
                                      holding=False, then=read, stale=stale, self_grant=head)
         look = sfn.Choice.jsonata(section, "Decide", state_name=section._name("Decide?"))
         look.when(sfn.Condition.jsonata(jsonata(f"{seen}.owner = {ENTRY}.owner and {seen}.served = {ticket}")), claim)
+        if self.supersedes:  # not granted, and superseded (GRANT can never grant my ticket now)
+            look.when(sfn.Condition.jsonata(jsonata(f"{seen}.cut >= {ticket}")),
+                      self._superseded(jsonata(fair.superseded_cause_expression(f"{seen}.cutBy")), "OnLook"))
         look.when(sfn.Condition.jsonata(jsonata(f"{seen}.served >= {ticket}")), requeue)
         look.when(sfn.Condition.jsonata(jsonata(f"{seen}.served = {ticket} - 1 and {free}")), head)
         look.when(sfn.Condition.jsonata(jsonata(free)), helper)
@@ -374,6 +516,19 @@ class FairMutex(Mutex):
         # else the full handoff from ``first`` (take whatever row is there, then decide)
         first = take("TakeAny" if holding else "Take", start, True)
         again = take("TakeNext", f"{h}.c", False)
+        # coalescing: pass every superseded ticket at once (JUMP) before a skip, a mark or a
+        # release's mark, and after a refused grant of one (its waiter woken: superseded)
+        jump = no_jump = None
+        if self.supersedes:
+            jump = update_item_task(section, name("Jump"), section.table, fair.arguments(jsonata(key), fair.JUMP, {
+                ":me": {"S": jsonata(me)}, ":stale": {"S": jsonata(stale)}, ":now": {"N": jsonata(protocol.NOW_EXPRESSION)},
+                ":prev": {"N": jsonata(f"$string({h}.c)")}}, return_values="ALL_NEW"),
+                assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {_item_number(row, fair.SERVED)}}}])")})
+            retry_transient(jump)
+            no_jump = sfn.Choice.jsonata(section, f"{suffix}.NoJump", state_name=name("NoJump?"))
+            jump.add_catch(no_jump, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            jump.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            jump.next(again)
         quick = None
         if holding:
             quick = tasks.DynamoDeleteItem.jsonata(
@@ -405,6 +560,8 @@ class FairMutex(Mutex):
         retry_transient(grant)
         poller = update_item_task(section, name("GrantPoller"), section.table, grant_args, assign=held or None)
         retry_transient(poller)
+        if jump is not None:
+            poller.add_catch(jump, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         poller.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
         poller.next(end)
         skip = update_item_task(section, name("Skip"), section.table, fair.arguments(jsonata(key), fair.SKIP, {
@@ -506,6 +663,8 @@ class FairMutex(Mutex):
             key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}, consistent_read=True,
             assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record.replace(row, '$states.result.Item')}, "
                                           f"'handed': {_item_string('$states.result.Item', fair.HANDED)}, "
+                                          f"'cut': {_item_number('$states.result.Item', fair.CUT)}, "
+                                          f"'cutBy': {_item_string('$states.result.Item', fair.CUT_BY)}, "
                                           f"'served': {_item_number('$states.result.Item', fair.SERVED)}}}])")},
             outputs=jsonata("$states.input"))
         retry_transient(recheck)
@@ -520,7 +679,20 @@ class FairMutex(Mutex):
         mine = sfn.Choice.jsonata(section, f"{suffix}.GrantedByMe", state_name=name("GrantedByMe?"))
         mine.when(sfn.Condition.jsonata(jsonata(
             f"{h}.grant.owner = {nxt} and {h}.served = {h}.c + 1 and {h}.handed = {me}")), woken).otherwise(nudge)
-        recheck.next(mine)
+        if jump is None:
+            recheck.next(mine)
+        else:  # the ticket I took was superseded: wake its waiter so (its response lost or not), pass it
+            wake_superseded = tasks.CallAwsService.jsonata(
+                section, f"{suffix}.WakeSuperseded", state_name=name("WakeSuperseded"), service="sfn",
+                action="sendTaskFailure",
+                parameters={"TaskToken": jsonata(f"{h}.row.token.S"), "Error": ERROR_SUPERSEDED,
+                            "Cause": jsonata(fair.superseded_cause_expression(f"{h}.cutBy"))},
+                iam_action="states:SendTaskFailure", iam_resources=["*"], outputs=jsonata("$states.input"))
+            wake_superseded.add_catch(jump, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            wake_superseded.next(jump)
+            cut = sfn.Choice.jsonata(section, f"{suffix}.Superseded", state_name=name("Superseded?"))
+            cut.when(sfn.Condition.jsonata(jsonata(f"{h}.cut >= {h}.c + 1")), wake_superseded).otherwise(mine)
+            recheck.next(cut)
         grant.add_catch(recheck, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         grant.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
 
@@ -555,6 +727,10 @@ class FairMutex(Mutex):
             decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'wake' and {nxt} = {me}")), self_grant)
         decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'wake'")), grant)
         decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'grant'")), poller)
+        if jump is not None:
+            decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip' or {h}.st = 'mark'")), jump)
+            no_jump.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip'")), skip)
+            no_jump.when(sfn.Condition.jsonata(jsonata(f"{h}.st != 'mark'")), end)
         decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip'")), skip)
         if holding:
             v = section.variables
@@ -564,7 +740,8 @@ class FairMutex(Mutex):
                     section, name(state_suffix), section.table,
                     {**protocol.release_arguments(lock_variable=v["lock"]), "ReturnValues": "ALL_NEW"},
                     assign={f["handoff"]: jsonata(
-                        f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}}}])"),
+                        f"$merge([{h}, {{'holding': false, 'tickets': {_item_number(row, fair.TICKETS)}, "
+                        f"'cut': {_item_number(row, fair.CUT)}}}])"),
                         **section.held_assign()})
 
             # as the mutex's: a refused first release means the lock was taken over (Lock.Lost),
@@ -589,10 +766,14 @@ class FairMutex(Mutex):
             for t in (release, release_again):
                 t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
             queued = sfn.Choice.jsonata(section, f"{suffix}.Queued", state_name=name("Queued?"))
+            if jump is not None:  # superseded tickets ahead: pass them (the lock is free now) and go on
+                queued.when(sfn.Condition.jsonata(jsonata(f"{h}.cut > {h}.c")), jump)
             queued.when(sfn.Condition.jsonata(jsonata(f"{h}.tickets > {h}.c")), mark).otherwise(end)
             release.next(queued)
             release_again.next(queued)
             decide.when(sfn.Condition.jsonata(jsonata(f"{h}.holding = true")), release)
+            if no_jump is not None:
+                no_jump.when(sfn.Condition.jsonata(jsonata(f"{h}.holding = true")), release)
 
             # nobody queues: the release is one write (a refused one: a ticket is out, or the
             # lock is not mine - the full handoff, whose RELEASE tells a lost lock)
@@ -613,6 +794,8 @@ class FairMutex(Mutex):
             quick.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
             quick.next(grant)
         decide.otherwise(mark)
+        if no_jump is not None:
+            no_jump.otherwise(mark)
         for t in (first, again):
             t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
             t.next(decide)

@@ -5,6 +5,7 @@ spells choices (``Schedule.rate(...)``, ``Code.from_asset(...)``)::
 
     Lock.mutex("{% $states.input.detail.customerId %}")
     Lock.fair("{% $states.input.detail.customerId %}", park_timeout=Duration.seconds(30))
+    Lock.fair("{% $states.input.detail.customerId %}", queue=QueueLimit.keep_newest(1))  # coalescing
     Lock.semaphore("{% $states.input.region %}", limit=5)
     Lock.keys("{% [$states.input.from, $states.input.to] %}")
     Lock.on_record(customers, "{% $states.input.customerId %}", must_exist=True)
@@ -28,6 +29,7 @@ from locked_workflow.constructs_lib import prop_types
 from locked_workflow.constructs_lib.fair_mutex import FairMutex
 from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
+from locked_workflow.constructs_lib.queue_limit import QueueLimit
 from locked_workflow.constructs_lib.shared_kind import SharedLockKind
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -76,7 +78,8 @@ class Lock:
         return _MutexLock(_key(key))
 
     @staticmethod
-    def fair(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT, polling: bool = False) -> "Lock":
+    def fair(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT, polling: bool = False,
+             queue: Optional[QueueLimit] = None) -> "Lock":
         """One holder per key, granted in arrival order: waiters take a ticket and park on a
         task token (``.waitForTaskToken``) in a queue row of their own; the release hands the
         lock to the head of the queue in the same write and wakes it (``SendTaskSuccess``).
@@ -92,11 +95,18 @@ class Lock:
             their place alive with a lease (``wait_policy`` applies): what an EXPRESS state
             machine needs, which cannot park on a task token. ``LockedWorkflow`` sets it for
             EXPRESS. Default: ``False``.
+        :param queue: bound the runs queued per key: ``QueueLimit.keep_newest(n)`` (coalescing:
+            one more supersedes the oldest queued, which ends ``Lock.Superseded``) or
+            ``QueueLimit.keep_oldest(n)`` (one more is refused: ``Lock.QueueFull``). Every
+            participant of a key must use the same ``queue``. Default: ``None`` (unbounded).
         """
         park_timeout_s = _park_timeout_s(park_timeout)
         if not isinstance(polling, bool):
             raise TypeError(f"`polling` must be True or False, got: {polling!r}")
-        return _FairLock(_key(key), park_timeout_s, polling)
+        if queue is not None and not isinstance(queue, QueueLimit):
+            raise TypeError(
+                f"`queue` must be a QueueLimit (QueueLimit.keep_newest(n), QueueLimit.keep_oldest(n)) or None, got: {queue!r}")
+        return _FairLock(_key(key), park_timeout_s, polling, queue)
 
     @staticmethod
     def semaphore(key: str, *, limit: int) -> "Lock":
@@ -233,6 +243,7 @@ class _FairLock(_Value):
     key: str
     park_timeout_s: int
     polling: bool
+    queue: Optional[QueueLimit]
     kind = "fair"
 
     @property
@@ -240,10 +251,10 @@ class _FairLock(_Value):
         return True
 
     def builder(self) -> Mutex:
-        return FairMutex(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling)
+        return FairMutex(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling, queue=self.queue)
 
     def for_express(self) -> "Lock":
-        return _FairLock(self.key, self.park_timeout_s, True)
+        return _FairLock(self.key, self.park_timeout_s, True, self.queue)
 
 
 @dataclass(frozen=True, init=False)

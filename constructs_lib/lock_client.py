@@ -162,6 +162,7 @@ from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exp
     LockHeld,
     LockHeldInThisThread,
     LockLost,
+    LockSuperseded,
     LockTimeout,
     retry_conflicts,
 )
@@ -396,7 +397,11 @@ class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantH
                     delay = held.takeover_in + 0.001  # a takeover is due: be there
                 nominal = min(options.max_poll_interval, nominal * options.backoff_rate)
                 if queued is not None:
-                    queued = self._poll(table_key, me, lease_ms, queued, held.item, lease_for_s=delay)
+                    try:
+                        queued = self._poll(table_key, me, lease_ms, queued, held.item, lease_for_s=delay)
+                    except LockSuperseded as superseded:  # (a coalescing key) the caller's key, not the stored one
+                        superseded.key = key
+                        raise
                 logger.debug("lock %s held by %s; retrying in %.3f s", table_key, held.holder, delay)
                 self._sleep(delay)
 

@@ -30,6 +30,7 @@ if not (_HERE / "constructs_lib").is_dir() and (_HERE.parent / "constructs_lib" 
 _EXPORTS = {
     "Lock": "locked_workflow.constructs_lib.lock",
     "LockTable": "locked_workflow.constructs_lib.lock_table",
+    "QueueLimit": "locked_workflow.constructs_lib.queue_limit",
     "LockedSection": "locked_workflow.constructs_lib.locked_section",
     "LockedWorkflow": "locked_workflow.constructs_lib.locked_workflow",
     "WaitPolicy": "locked_workflow.state_machines.wait_policy",

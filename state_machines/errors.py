@@ -44,6 +44,13 @@ ERROR_RECORD_MISSING = "Lock.RecordMissing"
 ERROR_INVALID_UPDATE = "Lock.InvalidUpdate"
 #: A lock on the record: the record is larger than the section reads into ``$lock.item``.
 ERROR_RECORD_TOO_LARGE = "Lock.RecordTooLarge"
+#: A fair waiter of a coalescing lock (``QueueLimit.keep_newest``) was superseded by a newer run
+#: queued on its key before its turn came: it never entered its work. The cause names the
+#: newer run's execution.
+ERROR_SUPERSEDED = "Lock.Superseded"
+#: A run of a fair lock with ``QueueLimit.keep_oldest(n)`` arrived when ``n`` runs already
+#: queued on its key: refused before it queued (no ticket, no row).
+ERROR_QUEUE_FULL = "Lock.QueueFull"
 #: Prefix given to a ``States.*`` error of the protected work when the section re-raises it
 #: (a Fail state may not use the reserved ``States.`` prefix): ``States.Timeout`` of the work
 #: leaves the section as ``Lock.States.Timeout``; the cause is JSON ``{"Error", "Cause"}``
@@ -178,6 +185,12 @@ class LockErrors:
     """``Lock.on_record``: the work's ``recordUpdate`` is malformed, or DynamoDB refused it."""
     RECORD_TOO_LARGE = ERROR_RECORD_TOO_LARGE
     """``Lock.on_record``: the record is too large to read into ``$lock.item``."""
+    SUPERSEDED = ERROR_SUPERSEDED
+    """``Lock.fair(key, queue=QueueLimit.keep_newest(n))``: a newer run queued on the key before
+    this one's turn came; it never entered its work. The cause names the newer run's execution."""
+    QUEUE_FULL = ERROR_QUEUE_FULL
+    """``Lock.fair(key, queue=QueueLimit.keep_oldest(n))``: ``n`` runs already queued on the key;
+    this one was refused without queuing."""
     RERAISED_STATES_PREFIX = RERAISED_STATES_PREFIX
     """Prefix of a ``States.*`` error of the work re-raised by the section (a Fail state may not
     raise ``States.*``): ``States.Timeout`` leaves as ``Lock.States.Timeout``, its cause the

@@ -78,6 +78,15 @@ lock, and the rows *how to wake* it.
    ``lease:<epoch ms>`` in their row's token (refreshed by each poll's ``PARK``) and poll
    ``ACQUIRE_HEAD`` / the lock item.
 
+8. **Coalescing** (``queue=QueueLimit.keep_newest(n)``): ``ENQUEUE_NEWEST`` also moves ``cut``
+   to my ticket - ``n`` in the ticket's own write; the ticket ``t - n`` is superseded by it iff
+   still ahead of ``served`` in its answer, and ``GRANT`` refuses tickets ``<= cut``: granted
+   or superseded, decided on the one lock item. The newer run takes that ticket's row and wakes
+   a parked waiter with ``Lock.Superseded``; a coalescing park is a transaction with
+   ``PARK_UNLESS_CUT``; a waiter that looks and finds ``cut >= ticket`` ends superseded; the
+   handoff passes superseded tickets with ``JUMP``. ``keep_oldest(n)``: ``ENQUEUE_BOUNDED``
+   after a read, else ``Lock.QueueFull`` (:mod:`tests.fair_coalesce_model` model-checks it).
+
 Every write here is spelled once; :mod:`tests.test_fair_model` model-checks the steps
 (crashes, lost responses, failed wake-ups and park timeouts included) and checks the model's
 reading of each write against DynamoDB itself.
@@ -98,6 +107,7 @@ from locked_workflow.state_machines.lock_protocol import (
     KEY_ATTRIBUTE,
     NOW_EXPRESSION,
     OWNER,
+    OWNER_SEPARATOR,
     RELEASE,
     LockWrite,
     ScheduledTask,
@@ -145,6 +155,13 @@ def _update(write: str, *, set_: Iterable[str] = (), remove: Iterable[str] = ())
     return " ".join(f"{k} {clauses[k]}" for k in ("SET", "REMOVE", "ADD", "DELETE") if k in clauses)
 
 
+#: Coalescing (``queue=QueueLimit.keep_newest(n)``, lock item): tickets up to ``cut`` not granted
+#: by then are superseded - GRANT refuses them forever - and ``cutBy`` is the owner of the run
+#: whose arrival moved ``cut`` last (a newer run than every superseded one).
+CUT, CUT_BY = "cut", "cutBy"
+#: Ticket ``:ticket`` is not superseded (a GRANT's, and a coalescing park's, condition).
+_NOT_CUT = f"(attribute_not_exists(#{CUT}) OR #{CUT} < :ticket)"
+
 #: Nobody queues: no ticket out beyond the last grant.
 _NOBODY_QUEUES = f"(attribute_not_exists(#{TICKETS}) OR #{SERVED} = #{TICKETS})"
 _START_COUNTERS = [f"#{SERVED} = if_not_exists(#{SERVED}, :zero)", f"#{TICKETS} = if_not_exists(#{TICKETS}, :zero)"]
@@ -173,7 +190,7 @@ GRANT = LockWrite(
         f"SET #{OWNER} = :next, #acquiredAt = :now, #{EXPIRES_AT} = :expiresAt, #grace = :grace, "
         f"#{SERVED} = :ticket, #{HANDED} = :me ADD #{FENCE} :one"
     ),
-    condition=_MAY_PASS,
+    condition=f"{_MAY_PASS} AND {_NOT_CUT}",
 )
 #: RELEASE_ALONE: the release when nobody queues (RELEASE's condition, plus no ticket out
 #: beyond the last grant): the whole release of an uncontended run. Refused: a ticket is out
@@ -218,11 +235,50 @@ TAKE_PARKED = LockWrite(update="", condition=(
 LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
                   condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me")
 
+#: ENQUEUE_NEWEST (``keep_newest(n)``): ENQUEUE that also supersedes the oldest queued waiter
+#: when ``n`` wait already - in the same write, so the count is exact under any concurrency:
+#: ``cut`` = my ticket - ``n`` (``:kept`` = ``n`` - 1; ``cut`` only grows, as ``tickets`` does).
+#: ``ALL_NEW``: my ticket ``t`` and ``served``; ticket ``t - n`` is superseded by me iff
+#: ``t - n > served`` (:func:`superseded_ticket_expression`) - else it was granted (or passed)
+#: before this write, and GRANT, conditioned on ``cut``, can never grant it after. Values as
+#: ENQUEUE's, plus ``:kept``.
+ENQUEUE_NEWEST = LockWrite(
+    update=(f"{ENQUEUE.update}, #{CUT} = if_not_exists(#{TICKETS}, :zero) - :kept, #{CUT_BY} = :me"),
+    condition=ENQUEUE.condition,
+)
+#: ENQUEUE_BOUNDED (``keep_oldest(n)``): ENQUEUE only while fewer than ``n`` wait, read as the
+#: lock item was read (``:served``; ``:bound`` = that ``served`` + ``n``): refused, the lock
+#: item is read again - ``n`` wait: ``Lock.QueueFull``, else it moved on: try again. Values as
+#: ENQUEUE's, plus ``:served``, ``:bound``.
+ENQUEUE_BOUNDED = LockWrite(
+    update=ENQUEUE.update,
+    condition=f"({ENQUEUE.condition}) AND #{SERVED} = :served AND #{TICKETS} < :bound",
+)
+#: JUMP: pass every superseded ticket at once (``served`` = ``cut``) - whoever may pass
+#: ticket ``:prev`` + 1 (ACQUIRE's condition), when ``cut`` is beyond it. Never moves
+#: ``served`` back (``served <= cut``); a retry whose first try applied finds
+#: ``served = cut > :prev`` and applies again (idempotent). ``ALL_NEW``: the new ``served``.
+#: Values as ACQUIRE's condition's, plus ``:prev``.
+JUMP = LockWrite(
+    update=f"SET #{SERVED} = #{CUT}",
+    condition=f"({ACQUIRE.condition}) AND #{SERVED} >= :prev AND #{SERVED} <= #{CUT} AND #{CUT} > :prev",
+)
+#: PARK_UNLESS_CUT: the lock item's ConditionCheck beside a coalescing waiter's PARK, in one
+#: transaction: my ticket ``:ticket`` is not superseded. The rendezvous of a supersede: a park
+#: committed before ENQUEUE_NEWEST superseded its ticket is found by the newer run, which takes
+#: the row (a DeleteItem returning it) and wakes its token with ``Lock.Superseded``
+#: (``SendTaskFailure``); a park after it is refused, and its waiter looks (INSPECT finds
+#: ``cut >= ticket``: superseded). Values ``:ticket``.
+PARK_UNLESS_CUT = LockWrite(update="", condition=_NOT_CUT)
+
 #: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
 #: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).
 LOCK_WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "GRANT": GRANT, "SKIP": SKIP, "CLAIM": CLAIM,
-               "REVOKE": REVOKE, "RELEASE": RELEASE, "RELEASE_ALONE": RELEASE_ALONE}
+               "REVOKE": REVOKE, "RELEASE": RELEASE, "RELEASE_ALONE": RELEASE_ALONE,
+               "ENQUEUE_NEWEST": ENQUEUE_NEWEST, "ENQUEUE_BOUNDED": ENQUEUE_BOUNDED, "JUMP": JUMP}
 ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
+#: Conditions of the lock item checked in a transaction beside a row's write.
+LOCK_CHECKS = {"PARK_UNLESS_CUT": PARK_UNLESS_CUT}
 #: Conditional deletes of a row (DeleteItem, ``ALL_OLD``).
 ROW_DELETES = {"TAKE_PARKED": TAKE_PARKED}
 
@@ -282,6 +338,28 @@ TAKE_PARKED_VALUES = {":polling": {"S": CLIENT_LEASE_PREFIX}}
 
 
 # -- JSONata pieces (the service evaluates these) ---------------------------------------------
+
+
+def superseded_ticket_expression(ticket: str, served: str, waiters: int) -> str:
+    """JSONata: the ticket ENQUEUE_NEWEST (my ``ticket``, ``served`` as it returned) superseded
+    - ``ticket - waiters`` - or 0 when none (that ticket was granted or passed before)."""
+    return f"(({ticket}) - {int(waiters)} > ({served}) ? ({ticket}) - {int(waiters)} : 0)"
+
+
+#: The cause of ``Lock.Superseded``, before the newer run's execution ARN.
+SUPERSEDED_CAUSE = "superseded by a newer run queued on the same key: "
+
+
+def superseded_cause_expression(by_owner: str) -> str:
+    """JSONata: the cause ``Lock.Superseded`` carries - the newer run's execution (its owner's
+    execution ARN: :data:`lock_protocol.OWNER_SEPARATOR`)."""
+    return f"'{SUPERSEDED_CAUSE}' & $substringBefore({by_owner}, '{OWNER_SEPARATOR}')"
+
+
+def queue_full_cause(waiters: int) -> str:
+    """The cause ``Lock.QueueFull`` carries."""
+    return (f"{int(waiters)} run(s) already queue on this key (QueueLimit.keep_oldest({int(waiters)})): "
+            "this run was refused without queuing")
 
 
 def park_timeout_expression(*, park_timeout_s: int, distance: str, wait_variable: str, max_wait_ms: int | None) -> str:

@@ -66,6 +66,7 @@ class Lock:
     served: Optional[int] = None   # None: the attribute is absent
     tickets: Optional[int] = None
     handed: Optional[str] = None   # who handed the lock over (unconfirmed), else None
+    cut: int = 0                   # coalescing (fair_coalesce_model): tickets <= cut are superseded
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,8 @@ def may_pass(lock: Lock, me: str, stale: str, prev: int) -> bool:
     return acquire_ok(lock, me, stale) and lock.served is not None and lock.served == prev
 
 
-def grant(lock: Lock, me: str, stale: str, nxt: str, prev: int) -> tuple[bool, Lock]:
-    ok = may_pass(lock, me, stale, prev)
+def grant(lock: Lock, me: str, stale: str, nxt: str, prev: int, variant: str = "") -> tuple[bool, Lock]:
+    ok = may_pass(lock, me, stale, prev) and (variant == "grant_ignores_cut" or lock.cut < prev + 1)
     return ok, (replace(lock, owner=nxt, expired=False, served=prev + 1, handed=me, fence=lock.fence + 1) if ok else lock)
 
 
@@ -197,6 +198,12 @@ class Proc:
     #: (``janitor_look``) a grant was made to me after I crashed; the janitor's progress for me
     granted_dead: bool = False
     jan: str = ""
+    #: (coalescing) the ticket my enqueue superseded, the lock was free at my enqueue, my JUMP
+    #: was refused at this row, I ended superseded
+    sup: Optional[int] = None
+    sfree: bool = False
+    jumped: bool = False
+    superseded: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,8 @@ class State:
     procs: tuple
     grants: tuple = ()     # (name, ticket or None for a fast grant) in grant order
     overtake: str = ""     # a grant passed a live queued waiter
+    superseded: frozenset = frozenset()  # (coalescing) tickets an enqueue superseded
+    both: str = ""         # (coalescing) a superseded ticket was granted
 
     def row(self, t: int) -> Optional[Row]:
         return dict(self.rows).get(t)
@@ -387,7 +396,7 @@ class Model:
             if self.fallback:
                 yield f"{me} park times out", go("inspect")(s)
         elif p.pc == "acq_head":
-            ok, after = grant(lock, me, stale, me, p.ticket - 1)
+            ok, after = grant(lock, me, stale, me, p.ticket - 1, v)
             yield from self._write(s, i, me, p, "acquire as head", ok, replace(s, lock=after),
                                    lambda t: self._grant_to(t, i, me), go("inspect"))
         elif p.pc == "inspect":  # the fallback (and a refused acquire's confirm): read the lock
@@ -438,11 +447,11 @@ class Model:
         elif p.pc == "taken":
             state = row_state(p.row)
             if state == "wake" and p.row.owner == me:  # my own row (a helper reached itself)
-                ok, after = grant(lock, me, stale, me, p.c)
+                ok, after = grant(lock, me, stale, me, p.c, v)
                 yield from self._write(s, i, me, p, "acquire as head", ok, replace(s, lock=after),
                                        lambda t: self._grant_to(t, i, me), go("after_loop"))
             elif state == "wake":
-                ok, after = grant(lock, me, stale, p.row.owner, p.c)
+                ok, after = grant(lock, me, stale, p.row.owner, p.c, v)
                 granted = replace(s, lock=after)
                 if ok and self.janitor_look and s.procs[names.index(p.row.owner)].pc == "dead":
                     j = names.index(p.row.owner)  # a grant made after its waiter crashed

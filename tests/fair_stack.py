@@ -7,7 +7,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from locked_workflow import Lock, LockedWorkflow
+from locked_workflow import Lock, LockedWorkflow, QueueLimit
 from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources, token_gate
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -54,6 +54,19 @@ class FairStack(cdk.Stack):
         # the same with a park timeout no test outlasts: every handoff it sees is a wake-up
         machines.append(LockedWorkflow(self, "FairPatient", protected=self.probe("PatientProbe"),
                                        **{**fair, "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S))}))
+        # coalescing (``queue=``): a run holds at the gate when its input says ``hold`` (the burst's
+        # first holder, released by the test), else runs the probe
+        for name, limit in (("FairNewest", QueueLimit.keep_newest(1)), ("FairOldest", QueueLimit.keep_oldest(1))):
+            gate_then_probe = token_gate(self, f"{name}Gate", table=probes, pk="'gate#' & $states.input.key")
+            gate_then_probe.next(self.probe(f"{name}HoldProbe"))
+            work = sfn.Choice.jsonata(self, f"{name}Hold").when(
+                sfn.Condition.jsonata(jsonata("$exists($states.input.hold)")), gate_then_probe,
+            ).otherwise(self.probe(f"{name}Probe"))
+            coalescing = LockedWorkflow(self, name, protected=work, **{
+                **fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5),
+                "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S), queue=limit)})
+            probes.grant_write_data(coalescing.state_machine)
+            machines.append(coalescing)
         # the same without a janitor: a stopped waiter is dequeued by the others' park fallback
         machines.append(LockedWorkflow(self, "FairNoJanitor", protected=self.probe("NoJanitorProbe"), janitor=False, **fair))
         # a waiter that gives up after 3 s

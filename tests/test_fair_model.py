@@ -22,6 +22,7 @@ import random
 
 import pytest
 
+from fair_coalesce_model import enqueue_bounded, enqueue_newest, jump
 from fair_model import (Lock, Model, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release,
                         release_alone, revoke, skip, take_parked)
 from locked_workflow.state_machines import fair_protocol as f
@@ -162,6 +163,8 @@ def _lock_to_dynamodb(key: str, lock: Lock) -> dict:
             out[name] = {"N": str(value)}
     if lock.handed:
         out[f.HANDED] = {"S": lock.handed}
+    if lock.cut:
+        out[f.CUT] = {"N": str(lock.cut)}
     return out
 
 
@@ -169,7 +172,8 @@ def _lock_from_dynamodb(raw: dict) -> Lock:
     owner = raw.get(p.OWNER, {}).get("S")
     number = lambda name: int(raw[name]["N"]) if name in raw else None  # noqa: E731
     return Lock(owner=owner, expired=bool(owner) and int(raw[p.EXPIRES_AT]["N"]) < NOW, fence=int(raw[p.FENCE]["N"]),
-                served=number(f.SERVED), tickets=number(f.TICKETS), handed=raw.get(f.HANDED, {}).get("S"))
+                served=number(f.SERVED), tickets=number(f.TICKETS), handed=raw.get(f.HANDED, {}).get("S"),
+                cut=number(f.CUT) or 0)
 
 
 def _row_to_dynamodb(key: str, row: Row) -> dict:
@@ -198,7 +202,8 @@ def _locks(rng: random.Random):
         served = None if tickets is None else rng.randint(0, tickets)
         owner = rng.choice([None, "a", "b", "x"])
         yield Lock(owner=owner, expired=bool(owner) and rng.random() < 0.3, fence=rng.randint(0, 3), served=served,
-                   tickets=tickets, handed=rng.choice([None, "a", "b"]) if owner else None)
+                   tickets=tickets, handed=rng.choice([None, "a", "b"]) if owner else None,
+                   cut=rng.choice([0, 0, 1, 2]) if tickets else 0)
 
 
 def _rows(rng: random.Random):
@@ -225,6 +230,10 @@ MODEL_WRITES = {
     "PARK": (True, lambda it, a: park(it, a["me"], (a["me"], "current"))),
     "MARK": (True, lambda it, a: mark(it, a["since"])),
     "LEAVE": (True, lambda it, a: leave(it, a["me"])),
+    # coalescing (tests/fair_coalesce_model.py): keep_newest(1), keep_oldest's bounded ticket, JUMP
+    "ENQUEUE_NEWEST": (False, lambda it, a: enqueue_newest(it, a["me"], a["stale"])[:2]),
+    "ENQUEUE_BOUNDED": (False, lambda it, a: enqueue_bounded(it, a["me"], a["stale"], a["served"], a["bound"])),
+    "JUMP": (False, lambda it, a: jump(it, a["me"], a["stale"], a["prev"])),
 }
 
 
@@ -234,7 +243,8 @@ def _values(write, a: dict) -> dict:
         ":expiresAt": {"N": str(NOW + 60_000)}, ":grace": {"N": "5000"}, ":one": {"N": "1"}, ":zero": {"N": "0"},
         ":next": {"S": a["next"]}, ":prev": {"N": str(a["prev"])}, ":ticket": {"N": str(a["prev"] + 1)},
         ":fence": {"N": str(a["fence"])}, ":token": {"S": f"{a['me']}:current"}, ":lease": {"N": "60000"},
-        ":since": {"N": MARKS[a["since"]]}, **f.TAKE_PARKED_VALUES,
+        ":since": {"N": MARKS[a["since"]]}, ":kept": {"N": "0"}, ":served": {"N": str(a["served"])},
+        ":bound": {"N": str(a["bound"])}, **f.TAKE_PARKED_VALUES,
     }
     return {k: values[k] for k in write.value_names()}
 
@@ -251,7 +261,8 @@ def _compare(ddb, writes: dict, cases: int = 80) -> dict:
             on_row, model = MODEL_WRITES[name]
             item = next(rows) if on_row else next(locks)
             a = {"me": rng.choice(NAMES), "stale": rng.choice(NAMES + ("x",)), "next": rng.choice(NAMES),
-                 "prev": rng.randint(0, 2), "since": rng.choice(["fresh", "old"])}
+                 "prev": rng.randint(0, 2), "since": rng.choice(["fresh", "old"]), "served": rng.randint(0, 2),
+                 "bound": rng.randint(1, 3)}
             a["fence"] = rng.choice([item.fence, item.fence + 1]) if not on_row else 0
             if name == "REVOKE" and not on_row and rng.random() < 0.5:  # often the grant itself
                 a["next"], a["me"] = item.owner or "a", item.handed or "a"

@@ -92,6 +92,7 @@ PARTICIPANTS: dict[str, list[str]] = {
     "mutex": ["Mutex", "Mutex", "client-mutex"],
     "nested": ["Nested", "Mutex", "client-mutex"],
     "fair": ["Fair", "Fair", "client-fair"],
+    "coalesce": ["FairNewest", "FairNewest", "FairNewest"],
     "semaphore": ["Semaphore"] * (SEMAPHORE_LIMIT + 1),
     "multikey": ["Transfer", "Transfer", "Transfer"],
     "shared": ["Reader", "Writer", "RwMutex"],
@@ -126,11 +127,11 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
-             "client-rw-read": "rw", "client-rw-write": "rw", "Fair": "f", "client-fair": "f",
+             "client-rw-read": "rw", "client-rw-write": "rw", "Fair": "f", "client-fair": "f", "FairNewest": "fn",
              "Semaphore": "sem", "Transfer": "acct", "Record": ""}
 NAMESPACE.update({f"{name}Section": NAMESPACE[name] for name in SECTIONS})
 #: Roles whose waiters park (a park timeout bounds a handoff) rather than poll.
-PARKING = {"Fair", "Reader", "Writer", "FairSection", "ReaderSection", "WriterSection", "client-fair", "client-rw-read",
+PARKING = {"Fair", "FairNewest", "Reader", "Writer", "FairSection", "ReaderSection", "WriterSection", "client-fair", "client-rw-read",
            "client-rw-write"}
 _STOPPED = "Matrix.Stop"
 #: Situations whose first participant holds long (:data:`HOLD_MS`) while the others act.
@@ -690,6 +691,8 @@ class Cell:
             return True
         if p.error == errors.ERROR_RECORD_TOO_LARGE:
             return self.situation == "refused"
+        if p.error == errors.ERROR_SUPERSEDED:  # (coalescing: a newer run queued behind it)
+            return p.role == "FairNewest"
         if p.status == "ABORTED":
             return p.stopped
         if p.status == "TIMED_OUT":

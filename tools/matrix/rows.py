@@ -191,6 +191,8 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-fair", "lock_protocol.RETIRE_BY", "dynamodb", "UpdateItem"),
     ("client-fair", "SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
     ("client-fair", "SendTaskFailure", "stepfunctions", "SendTaskFailure"),
+    # a coalescing key (QueueLimit.keep_newest): its handoff passes superseded tickets
+    ("client-fair", "fair_protocol.JUMP", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.FAST_READ", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.FAST_WRITE", "dynamodb", "UpdateItem"),
     ("client-rw", "shared_protocol.ENQUEUE_READ", "dynamodb", "UpdateItem"),
@@ -231,6 +233,8 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     ("fair_protocol.SKIP", "dynamodb", "UpdateItem"),  # its handoff passes a waiter gone (seen by the matrix)
     ("fair_protocol.REVOKE", "dynamodb", "UpdateItem"),
     ("fair_protocol.MARK", "dynamodb", "DeleteItem"),  # its handoff's unmark: a delete under MARK's condition
+    ("fair_protocol.JUMP", "dynamodb", "UpdateItem"),  # its handoff on a coalescing key (superseded tickets)
+    ("SendTaskFailure", "stepfunctions", "SendTaskFailure"),  # ... and a superseded waiter's wake-up
     ("DeleteItem", "dynamodb", "DeleteItem"),
     ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
 ))

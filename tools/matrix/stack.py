@@ -10,6 +10,8 @@ rows are read from these definitions (:mod:`tools.matrix.rows`):
 - ``Reader`` / ``Writer`` (``Lock.shared`` / ``Lock.exclusive``, namespace ``rw``), with
   ``RwMutex`` (a mutex on their keys counts as a writer) and a read/write client;
 - ``Fair`` (``Lock.fair``, namespace ``f``) with a fair client;
+- ``FairNewest`` (``Lock.fair(key, queue=QueueLimit.keep_newest(1))``, namespace ``fn``): a
+  run arriving behind a queued one supersedes it (``Lock.Superseded``, a documented outcome);
 - ``Semaphore`` (``Lock.semaphore``, limit :data:`SEMAPHORE_LIMIT`, namespace ``sem``): more
   runs than slots;
 - ``Transfer`` (``Lock.keys``, namespace ``acct``): overlapping pairs of keys;
@@ -45,7 +47,8 @@ TIMEOUT_S = 240
 RECORD_KEY = "recordId"
 #: Kind -> the workflow of that kind (its definition gives the kind's rows).
 MACHINES = {"mutex": "Mutex", "nested": "Nested", "fair": "Fair", "semaphore": "Semaphore",
-            "multikey": "Transfer", "shared": "Reader", "exclusive": "Writer", "record": "Record"}
+            "multikey": "Transfer", "shared": "Reader", "exclusive": "Writer", "record": "Record",
+            "coalesce": "FairNewest"}
 
 #: Kinds also deployed as a LockedSection, ``<name>Section`` (a holder with a presence token).
 SECTIONS = ("Fair", "Reader", "Writer", "Semaphore", "Transfer")
@@ -57,7 +60,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     from aws_cdk import aws_dynamodb as dynamodb
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from locked_workflow import Lock, LockedSection, LockedWorkflow
+    from locked_workflow import Lock, LockedSection, LockedWorkflow, QueueLimit
     from locked_workflow.state_machines.lock_protocol import jsonata
     from tools.probe_stack import probe_resources
     from tools.stress import FAST
@@ -93,6 +96,8 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         "Reader": (lambda: Lock.shared(key, park_timeout=park), "rw", lambda n: probe(n, one_key("read"))),
         "Writer": (lambda: Lock.exclusive(key, park_timeout=park), "rw", lambda n: probe(n, one_key("write"))),
         "Fair": (lambda: Lock.fair(key, park_timeout=park), "f", lambda n: probe(n, one_key())),
+        "FairNewest": (lambda: Lock.fair(key, park_timeout=park, queue=QueueLimit.keep_newest(1)), "fn",
+                       lambda n: probe(n, one_key())),
         "Semaphore": (lambda: Lock.semaphore(key, limit=SEMAPHORE_LIMIT), "sem",
                       lambda n: probe(n, {"key": key, "limit": SEMAPHORE_LIMIT})),
         "Transfer": (lambda: Lock.keys(transfer_keys), "acct",

@@ -42,6 +42,7 @@ run.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -528,6 +529,32 @@ _CLIENT_LIVENESS: dict[str, dict[str, str]] = {
 for _kind, _states in _CLIENT_LIVENESS.items():
     SITUATIONS.setdefault(_kind, {}).update(_states)
 
+
+def _as_coalescing(situation: str) -> str:
+    """A fair row's situation for the coalescing fair lock's machine (``FairNewest``)."""
+    return re.sub(r"\bFair(Section)?\b", "FairNewest", situation)
+
+
+#: The coalescing fair lock (``FairNewest``, ``QueueLimit.keep_newest(1)``): the fair lock's states,
+#: reached as the fair lock's by its own runs (the third of a contended cell supersedes the
+#: second), and its own: the newcomer's take and wake-up of the ticket it superseded; the
+#: superseded waiter's exits (woken; or its park refused, or its look - the newcomer stopped
+#: right after taking its row, its token lost with it); the handoff's JUMP; and a releaser's
+#: wake-up of a superseded waiter whose row it took first (the newcomer's take slowed).
+SITUATIONS['coalesce'] = {
+    **{state: _as_coalescing(situation) for state, situation in SITUATIONS['fair'].items()},
+    'Lock.TakeSuperseded': 'contend',
+    'Lock.WakeSuperseded': 'contend',
+    'Lock.DropSuperseded': 'contend',
+    'Lock.DropSupersededOnLook': 'contend+pre:Lock.TakeSuperseded=stop-after',
+    'Lock.Release.Jump': 'contend',
+    'Lock.Release.WakeSuperseded': 'contend+pre:Lock.TakeSuperseded=throttle',
+    'Lock.ReleaseAfterError.Jump': 'work-fails',
+    'Lock.ReleaseAfterError.WakeSuperseded': 'work-fails+pre:Lock.TakeSuperseded=throttle',
+    'Lock.Help.Jump': 'dead-holder+no-janitor',
+    'Lock.Help.WakeSuperseded': 'dead-holder+no-janitor+pre:Lock.TakeSuperseded=throttle',
+}
+
 #: Why a row cannot be reached by any cell of this stack (:data:`UNREACHABLE`): its cells are
 #: not run, and the table prints the reason in place of ``n/r``.
 UNREACHABLE_WHY: dict[str, str] = {
@@ -537,6 +564,11 @@ UNREACHABLE_WHY: dict[str, str] = {
     "legacy item": "frees `{owner: shared, readers: 0}` with no reader entry, the item the first protocol's "
                    "two-write leave left (L1); today's last leave frees the hold in the same write, so no "
                    "participant can write that item",
+    "no coalescing section": "probes a holder's presence token: only a LockedSection registers one, and the "
+                             "matrix's coalescing lock is a LockedWorkflow (presence off); the same states of "
+                             "the fair lock run in the fair:Lock.* cells (FairSection)",
+    "no coalescing poller": "grants a polling waiter (a LockClient, an EXPRESS run): the matrix's coalescing "
+                            "participants park; the same state of the fair lock runs in the fair:Lock.* cells",
     "no record section": "probes a holder's presence token: only a LockedSection registers one, and the matrix's "
                          "record lock is a LockedWorkflow (presence off); tests/test_lock_record.py::"
                          "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
@@ -546,4 +578,6 @@ UNREACHABLE: dict[str, dict[str, str]] = {
     "nested": {f"{section}.{state}": "mutex key" for section in ("Outer", "Inner") for state in _SHARED_HOLD},
     "multikey": {f"Lock.{state}": "mutex key" for state in _SHARED_HOLD},
     "record": {"Lock.ProbeHolder": "no record section", "Lock.Abandoned": "no record section"},
+    "coalesce": {"Lock.ProbeHolder": "no coalescing section", "Lock.Abandoned": "no coalescing section",
+                 **{f"Lock.{run}.GrantPoller": "no coalescing poller" for run in ("Release", "ReleaseAfterError", "Help")}},
 }

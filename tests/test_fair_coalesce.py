@@ -1,0 +1,146 @@
+"""Coalescing on the fair lock (``Lock.fair(key, queue=QueueLimit...)``), on both DynamoDB
+backends: a burst on one key collapses to the run at work plus the newest queued one
+(``keep_newest``), or refuses newcomers to a full queue (``keep_oldest``). The plain fair lock
+on the same burst is the negative control (it runs the work once per run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_fair_lock import client, fair, fair_synth, key  # noqa: F401 - the fair stack's fixtures
+from tools.bench_fair import tickets_and_fences
+from locked_workflow import LockErrors
+from locked_workflow.state_machines import fair_protocol as fp
+from locked_workflow.state_machines import lock_protocol as p
+
+#: The burst: a holder at work, then this many more runs started together on its key.
+BURST = 19
+
+
+def burst(fair, machine: str, holder_machine: str, *, work_ms: int, settled, runs: int = BURST) -> tuple:
+    """A holder holds ``k`` at its gate; ``runs`` runs are started together on ``k``; once
+    ``settled(results so far)`` holds, the gate opens. Returns (key, holder's result, the
+    burst's arns and results)."""
+    k = key("burst")
+    holder = fair.start(holder_machine, {"key": k, "workMs": 1, "hold": True})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    arns = [fair.start(machine, {"key": k, "workMs": work_ms}) for _ in range(runs)]
+    fair.until(lambda: settled(k, arns), timeout=90)
+    fair.open(k)
+    results = fair.wait([holder] + arns)
+    return k, results[0], arns, results[1:]
+
+
+def ended(fair, arns) -> int:
+    return sum(1 for a in arns if fair.cloud.status(a) != "RUNNING")
+
+
+def test_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_only(fair):
+    # the gate opens once the burst has queued (BURST tickets out) and all but one ended
+    k, holder, arns, results = burst(
+        fair, "FairNewest", "FairNewest", work_ms=1000,
+        settled=lambda k, arns: fp.counters(fair.lock(k))[1] == BURST and ended(fair, arns) == BURST - 1)
+    assert holder.status == "SUCCEEDED", (holder.error, holder.cause)
+    won = [r for r in results if r.status == "SUCCEEDED"]
+    superseded = [r for r in results if r.status != "SUCCEEDED"]
+    assert len(won) == 1 and len(superseded) == BURST - 1, [(r.status, r.error) for r in results]
+    # the one that ran is the newest (the last ticket); every other one ended superseded, its
+    # cause naming a newer run (an execution of the burst that took a later ticket)
+    ticket_of = {a: tickets_and_fences(r.history)[0] for a, r in zip(arns, results)}
+    newest = max(arns, key=lambda a: ticket_of[a])
+    assert won[0].arn == newest and ticket_of[newest] == [BURST]
+    for a, r in zip(arns, results):
+        if a == newest:
+            continue
+        assert r.error == LockErrors.SUPERSEDED, (r.error, r.cause)
+        by = next(b for b in arns if b in r.cause)
+        assert ticket_of[by][0] > ticket_of[a][0], (r.cause, ticket_of[a])
+        # it never entered its work, and no park of it ran into its (2 min) timeout: woken
+        assert not any((e.get("stateEnteredEventDetails") or {}).get("name", "").endswith("Probe")
+                       for e in r.history)
+        assert not any(e["type"] == "TaskTimedOut" for e in r.history)
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1, 1] and probe["counter"] == 2
+    assert probe["fences"] == sorted(probe["fences"]) and len(set(probe["fences"])) == 2
+    assert fair.drained(k)
+
+
+def test_negative_control_the_plain_fair_lock_runs_the_work_for_every_run(fair):
+    runs = 5  # (enough to fail the burst's "the work ran twice")
+    k, holder, _, results = burst(fair, "Fair", "FairHold", work_ms=1, runs=runs,
+                                  settled=lambda k, arns: fp.counters(fair.lock(k))[1] == runs)
+    assert [r.status for r in [holder] + results] == ["SUCCEEDED"] * (runs + 1)
+    assert fair.probe(k)["counter"] == runs + 1
+
+
+def test_keep_oldest_refuses_newcomers_to_a_full_queue_and_keeps_the_queued_one(fair):
+    k = key("oldest")
+    holder = fair.start("FairOldest", {"key": k, "workMs": 1, "hold": True})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    first = fair.start("FairOldest", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    newcomers = [fair.start("FairOldest", {"key": k, "workMs": 1}) for _ in range(3)]
+    refused = fair.wait(newcomers, timeout=60)
+    assert [r.error for r in refused] == [LockErrors.QUEUE_FULL] * 3, [(r.error, r.cause) for r in refused]
+    assert fair.queue(k) and fp.counters(fair.lock(k)) == (0, 1)  # the queued one keeps its place
+    fair.open(k)
+    assert [r.status for r in fair.wait([holder, first])] == ["SUCCEEDED"] * 2
+    probe = fair.probe(k)
+    assert probe["seen"] == [1, 1] and probe["counter"] == 2 and probe["fences"] == sorted(probe["fences"])
+    assert fair.drained(k)
+
+
+def test_a_fair_client_queued_on_a_coalescing_key_is_superseded_with_a_typed_error(fair):
+    """A ``LockClient(fair=True)`` queues without superseding anyone (it does not know the
+    key's queue limit), and is superseded like a workflow: the next run arriving behind it
+    ends its wait with ``LockSuperseded`` (``Lock.Superseded``), its row gone."""
+    import threading
+
+    from locked_workflow.constructs_lib.lock_client import LockSuperseded
+
+    k = key("client")
+    holder = fair.start("FairNewest", {"key": k, "workMs": 1, "hold": True})
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    raised = []
+
+    def wait_as_client():
+        try:
+            client(fair).acquire(k, wait=60, lease=30, poll_interval=0.1)
+        except LockSuperseded as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=wait_as_client)
+    thread.start()
+    fair.until(lambda: fp.counters(fair.lock(k))[1] == 1)  # the client has its ticket
+    newest = fair.start("FairNewest", {"key": k, "workMs": 1})
+    thread.join(60)
+    assert len(raised) == 1 and raised[0].error == LockErrors.SUPERSEDED and raised[0].key == k, raised
+    assert newest in raised[0].holder  # the newer run, by its owner
+    fair.open(k)
+    assert [r.status for r in fair.wait([holder, newest])] == ["SUCCEEDED"] * 2
+    assert fair.probe(k)["counter"] == 2 and fair.drained(k)
+
+
+def test_a_fair_client_release_passes_superseded_tickets_and_wakes_the_newest(fair):
+    """A client holds a coalescing key; a run queues and parks, a newer one supersedes it. The
+    client's release passes the superseded ticket (JUMP) and hands the lock to the newest."""
+    k = key("client-release")
+    lease = client(fair).acquire(k, lease=60)
+    first = fair.start("FairNewest", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    newest = fair.start("FairNewest", {"key": k, "workMs": 1})
+    assert fair.wait([first], timeout=60)[0].error == LockErrors.SUPERSEDED
+    fair.until(lambda: len(fair.queue(k)) == 1)  # the newest parked
+    client(fair).release(lease)
+    result = fair.wait([newest])[0]
+    assert result.status == "SUCCEEDED" and result.output["probe"]["fence"] == lease.fence + 1
+    assert fair.probe(k)["counter"] == 1 and fair.drained(k)
+
+
+@pytest.mark.parametrize("waiters", [0, -1, 1.5, True, 1001, "1"])
+def test_queue_limits_are_validated_at_synth(waiters):
+    from locked_workflow import QueueLimit
+
+    for make in (QueueLimit.keep_newest, QueueLimit.keep_oldest):
+        with pytest.raises((TypeError, ValueError), match="`waiters` must be"):
+            make(waiters)
