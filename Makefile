@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth templates-snapshot diagram clean
+.PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-coalesce bench-shared stress matrix synth templates-snapshot diagram clean
 
 $(STAMP_PY): pyproject.toml .ci/constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -89,6 +89,11 @@ bench-fair: deps
 # FIFO grants, no overlap, fences in order, nothing left queued
 bench-fair-1000: deps
 	$(PY) -m tools.bench_fair --thousand $(ARGS)
+
+# Flow control per key: a burst of 20 runs on one key under the polling, fair and coalescing
+# (QueueLimit.keep_newest(1)) locks, side by side: work runs, transitions and dollars per event.
+bench-coalesce: deps
+	$(PY) -m tools.bench_coalesce $(ARGS)
 
 bench-shared: deps
 	$(PY) -m tools.bench_shared $(ARGS)
