@@ -13,6 +13,11 @@ Timeouts             ``FailStateEntered`` of a Fail state whose ``Error`` is    
                      ``Lock.Timeout`` (every section's ``<id>.Timeout``)
 Lost                 ``FailStateEntered`` of a Fail state whose ``Error`` is         filter
                      ``Lock.Lost`` (every section's ``<id>.Lost``)
+Superseded           ``FailStateEntered`` of a Fail state whose ``Error`` is         filter
+                     ``Lock.Superseded`` (a coalescing fair lock's,
+                     ``QueueLimit.keep_newest``; only where the machine has one)
+QueueFull            ``FailStateEntered`` of a Fail state whose ``Error`` is         filter
+                     ``Lock.QueueFull`` (``QueueLimit.keep_oldest``; likewise)
 LivenessChecks       ``TaskStateEntered`` of a ``describeExecution`` task            filter
 LivenessTakeovers    ``TaskStateExited`` of a section's liveness check whose wait    filter
                      record now names a stale holder (an ended execution, grace over)
@@ -93,6 +98,8 @@ HOLD_TIME = "HoldTime"
 HELD_SUFFIX = "Held"
 TIMEOUTS = "Timeouts"
 LOST = "Lost"
+SUPERSEDED = "Superseded"
+QUEUE_FULL = "QueueFull"
 LIVENESS_CHECKS = "LivenessChecks"
 LIVENESS_TAKEOVERS = "LivenessTakeovers"
 JANITOR_RETIRES = "JanitorRetires"
@@ -134,6 +141,8 @@ class LockStates:
 
     :param timeouts: Fail states whose ``Error`` is ``Lock.Timeout``.
     :param lost: Fail states whose ``Error`` is ``Lock.Lost``.
+    :param superseded: Fail states whose ``Error`` is ``Lock.Superseded``.
+    :param queue_full: Fail states whose ``Error`` is ``Lock.QueueFull``.
     :param liveness_checks: tasks calling ``sfn:describeExecution``.
     :param takeovers: ``(state, wait variable)`` of the liveness checks that mark a stale
         holder in their wait record (``lock_protocol.after_liveness_check_expression``).
@@ -152,16 +161,19 @@ class LockStates:
     takeovers: tuple = ()
     acquisitions: Mapping[str, tuple] = field(default_factory=dict)
     releases: Mapping[str, tuple] = field(default_factory=dict)
+    superseded: tuple = ()
+    queue_full: tuple = ()
 
     @classmethod
     def of(cls, definition: Mapping[str, Any]) -> "LockStates":
         timeouts, lost, checks, takeovers, acquisitions, releases = [], [], [], [], {}, {}
+        superseded, queue_full = [], []
+        fails = {errors.ERROR_TIMEOUT: timeouts, errors.ERROR_LOST: lost,
+                 errors.ERROR_SUPERSEDED: superseded, errors.ERROR_QUEUE_FULL: queue_full}
         for name, state in _all_states(definition.get("States", {})):
             kind = state.get("Type")
-            if kind == "Fail" and state.get("Error") == errors.ERROR_TIMEOUT:
-                timeouts.append(name)
-            elif kind == "Fail" and state.get("Error") == errors.ERROR_LOST:
-                lost.append(name)
+            if kind == "Fail" and state.get("Error") in fails:
+                fails[state["Error"]].append(name)
             assign = state.get("Assign") or {}
             if kind == "Task" and str(state.get("Resource", "")).endswith(":aws-sdk:sfn:describeExecution"):
                 checks.append(name)
@@ -178,7 +190,8 @@ class LockStates:
                 if (kind in EXIT_EVENTS and isinstance(value, str) and variable.endswith(HELD_SUFFIX)
                         and protocol.held_ms_expression(variable[: -len(HELD_SUFFIX)]) in value):
                     releases[name] = (EXIT_EVENTS[kind], variable)
-        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions, releases)
+        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions, releases,
+                   tuple(superseded), tuple(queue_full))
 
 
 def _all_states(states: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -340,6 +353,10 @@ class LockMonitoring(Construct):
                 else _is("$.type", NO_EVENT)
             ),
         }
+        # a coalescing fair lock's outcomes: counted where the machine has their Fail states
+        for name, states in ((SUPERSEDED, found.superseded), (QUEUE_FULL, found.queue_full)):
+            if states:
+                self.filter_patterns[name] = states_filter("FailStateEntered", states)
         for name, pattern in self.filter_patterns.items():
             self._count(name, log_group, pattern)
         #: The janitors of the workflow or of the sections: each publishes JanitorRetires here.
@@ -445,6 +462,16 @@ class LockMonitoring(Construct):
     def metric_lost(self, **props: Any) -> cloudwatch.Metric:
         """Runs whose lock was taken over before they released it (``Lock.Lost``). Default: Sum."""
         return self.metric(LOST, **{"statistic": "Sum", **props})
+
+    def metric_superseded(self, **props: Any) -> cloudwatch.Metric:
+        """Queued runs a newer run superseded (``Lock.Superseded``, ``QueueLimit.keep_newest``):
+        counted only when the machine has such a lock. Default: Sum."""
+        return self.metric(SUPERSEDED, **{"statistic": "Sum", **props})
+
+    def metric_queue_full(self, **props: Any) -> cloudwatch.Metric:
+        """Runs refused by a full queue (``Lock.QueueFull``, ``QueueLimit.keep_oldest``): counted
+        only when the machine has such a lock. Default: Sum."""
+        return self.metric(QUEUE_FULL, **{"statistic": "Sum", **props})
 
     def metric_liveness_checks(self, **props: Any) -> cloudwatch.Metric:
         """Waiters' checks whether the holder's execution still runs. Default: Sum."""
@@ -582,6 +609,7 @@ class LockMonitoring(Construct):
                 left=[metric(statistic=s, label=s) for s in ("p50", "p90", "Maximum")],
             )
 
+        found = self.lock_states
         board = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=name)
         board.add_widgets(
             cloudwatch.TextWidget(
@@ -597,7 +625,9 @@ class LockMonitoring(Construct):
             cloudwatch.GraphWidget(
                 title="Runs and lock failures", width=12,
                 left=[self.state_machine.metric_started(statistic="Sum", label="Started"),
-                      self.metric_timeouts(label=errors.ERROR_TIMEOUT), self.metric_lost(label=errors.ERROR_LOST)],
+                      self.metric_timeouts(label=errors.ERROR_TIMEOUT), self.metric_lost(label=errors.ERROR_LOST),
+                      *([self.metric_superseded(label=errors.ERROR_SUPERSEDED)] if found.superseded else []),
+                      *([self.metric_queue_full(label=errors.ERROR_QUEUE_FULL)] if found.queue_full else [])],
                 right=[self.metric_timeout_rate()],
             ),
             cloudwatch.GraphWidget(

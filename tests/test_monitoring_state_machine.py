@@ -199,3 +199,34 @@ def test_cfn_lint_reports_no_errors_in_the_hand_built_form():
     LockMonitoring(stack, "OrdersMonitoring", state_machine=machine, sections=[section])
     errors = [m for m in lint(json.dumps(Template.from_stack(stack).to_json())) if m.rule.id.startswith("E")]
     assert errors == [], [str(m) for m in errors]
+
+
+def _fair_workflow_stack(queue):
+    from locked_workflow import LockedWorkflow, QueueLimit
+
+    stack = cdk.Stack(cdk.App(), "Coalesced")
+    limit = {"newest": QueueLimit.keep_newest(1), "oldest": QueueLimit.keep_oldest(2), None: None}[queue]
+    workflow = LockedWorkflow(stack, "Sync", lock=Lock.fair("{% $states.input.customerId %}", queue=limit),
+                              protected=sfn.Pass.jsonata(stack, "Work"))
+    monitoring = LockMonitoring(stack, "SyncMonitoring", workflow=workflow)
+    return Template.from_stack(stack), monitoring
+
+
+@pytest.mark.parametrize("queue, metric, found", [("newest", "Superseded", "superseded"),
+                                                   ("oldest", "QueueFull", "queue_full")])
+def test_a_coalescing_fair_lock_counts_its_superseded_or_refused_runs(queue, metric, found):
+    template, monitoring = _fair_workflow_stack(queue)
+    states = getattr(monitoring.lock_states, found)
+    assert states  # its Fail states, found in the definition by their Error
+    template.has_resource_properties("AWS::Logs::MetricFilter", {
+        "FilterPattern": Match.string_like_regexp(f'"FailStateEntered".*"{states[0]}"'),
+        "MetricTransformations": [Match.object_like({"MetricName": metric})],
+    })
+
+
+def test_negative_control_a_plain_fair_lock_has_neither_count():
+    template, monitoring = _fair_workflow_stack(None)
+    assert monitoring.lock_states.superseded == () and monitoring.lock_states.queue_full == ()
+    names = [t["MetricName"] for f in template.find_resources("AWS::Logs::MetricFilter").values()
+             for t in f["Properties"]["MetricTransformations"]]
+    assert "Superseded" not in names and "QueueFull" not in names and "Timeouts" in names
