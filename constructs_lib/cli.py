@@ -317,14 +317,18 @@ def _fair_row(item: Mapping[str, Any]) -> bool:
 
 def fair_waiters(locks: Locks, stored: str, item: Mapping[str, Any]) -> list[dict]:
     """The waiters of the fair lock ``item``, head first: each queued ticket's row - parked,
-    polling, left, ready (freed for a waiter that has not parked yet) or a hole (no row)."""
+    polling, left, ready (freed for a waiter that has not parked yet) or a hole (no row); on a
+    coalescing key (``QueueLimit.keep_newest``), a ticket at or below the item's cut is
+    superseded (a newer run took its place; the handoff passes it)."""
     waiters = []
     tickets = fair.queued_tickets(item)
+    cut = int(item.get(fair.CUT, {}).get("N", "0"))
     for ticket in list(tickets)[:SHOWN_WAITERS]:
         row = locks.get(fair.row_key(stored, ticket))
         owner = row.get(p.OWNER, {}).get("S")
         token = row.get(fair.TOKEN, {}).get("S", "")
-        waits = ("left" if fair.LEFT in row else "polling" if token.startswith(fair.CLIENT_LEASE_PREFIX)
+        waits = ("superseded" if ticket <= cut else "left" if fair.LEFT in row
+                 else "polling" if token.startswith(fair.CLIENT_LEASE_PREFIX)
                  else "parked" if token else "ready" if fair.READY in row else "not parked yet")
         waiters.append({"ticket": ticket, "owner": owner, "execution": p.owner_execution(owner), "waits": waits})
     if len(tickets) > SHOWN_WAITERS:

@@ -295,6 +295,21 @@ def test_show_lists_a_fair_locks_waiters_in_order_and_how_each_waits(cloud, tabl
     assert [r["key"] for r in json.loads(out) if r["namespace"] == "fair"] == ["q"]  # rows are no locks
 
 
+def test_show_marks_the_tickets_a_coalescing_key_superseded(cloud, table, capsys):
+    """On a ``QueueLimit.keep_newest`` key the item's cut names the last superseded ticket: the
+    rows at or below it wait for nothing (the handoff passes them); a plain fair key has no cut
+    (the test above: the same rows show parked)."""
+    from locked_workflow.state_machines import fair_protocol as fp
+
+    LockClient(table, namespace="fair", dynamodb=cloud.dynamodb, fair=True).acquire("q", lease=60)
+    older, newest = "arn:aws:states:us-east-1:123456789012:execution:m:a#1", "arn:aws:states:us-east-1:123456789012:execution:m:b#2"
+    _fair_queue(cloud, table, [(older, "token-a"), (newest, "token-b")])
+    cloud.dynamodb.update_item(TableName=table, Key={"pk": {"S": "fair#q"}}, UpdateExpression="SET #c = :one",
+                               ExpressionAttributeNames={"#c": fp.CUT}, ExpressionAttributeValues={":one": {"N": "1"}})
+    code, out, _ = run(cloud, capsys, "locks", "show", "q", "--namespace", "fair", "--table", table, "--json")
+    assert code == 0 and [w["waits"] for w in json.loads(out)["waiters"]] == ["superseded", "parked"]
+
+
 def test_a_forced_release_of_a_fair_lock_hands_it_to_the_next_waiter(cloud, table, capsys):
     from locked_workflow.state_machines import fair_protocol as fp
 
