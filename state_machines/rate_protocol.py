@@ -1,0 +1,214 @@
+"""The rate limit: at most ``limit`` entries per key in any window of ``period``, top to bottom.
+
+A rate limit admits runs instead of holding them: nothing is released, and a run that was
+admitted never blocks another one but by the permit it spent. Its state is one item per key,
+``~rate~<stored key>`` (never a mutex key: namespaces cannot contain ``~``; never a semaphore
+slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admission times:
+
+- :data:`ADMISSIONS` - ``n``, how many entries were admitted so far (the fence: ``$lock.fence``
+  is the admission's number, ``n`` after it, strictly increasing per key);
+- ``permit<i>`` (:func:`permit_attribute`) - slot ``i = n mod limit`` holds the time of
+  admission ``n - limit``, the permit admission ``n`` reuses;
+- :data:`ADMITTED_AT` - the time of the latest admission.
+
+1. Admit (:data:`ADMIT`): one conditional UpdateItem per admitted entry. Admission ``n``
+   stamps ``:now`` (the Step Functions service clock, ``$millis()``) into slot ``n mod limit``
+   and ``admittedAt`` and sets the count to ``n + 1``, on the condition that the count is
+   still ``n`` (nobody was admitted since the run read it), the slot's time is at or before
+   ``:now - period`` (``:cutoff``, computed in the same evaluation as ``:now``) and
+   ``admittedAt`` is at or before ``:now`` (stamps never go back).
+2. Why that is exact: stamps increase with ``n`` (the last clause), and admission ``n`` is at
+   least ``period`` after admission ``n - limit`` (the second). Any ``limit + 1`` admissions
+   have numbers ``m < ... < M`` with ``M - m >= limit``, so
+   ``t(M) >= t(M - limit) + period >= t(m) + period``: no window of length ``period`` holds
+   more than ``limit`` of them. Nothing depends on a token bucket's refill arithmetic - a
+   generic cell rate algorithm with a burst of ``limit`` lets the next entry in one emission
+   interval after a burst, ``limit + 1`` entries in a window.
+3. Refused (someone was admitted first, or the slot is not free yet): read the item again
+   (strongly consistent GetItem; ``ReturnValuesOnConditionCheckFailure`` is not surfaced by the
+   optimized integration's error, so the answer is not relied on), and compute the permit's
+   time: ``max(slot + period, admittedAt)`` (:func:`seen_expression`). A Wait state waits
+   until then, rounded up to the whole second (a Wait's ``Seconds`` is an integer:
+   https://docs.aws.amazon.com/step-functions/latest/dg/state-wait.html), then admits - no
+   fixed-interval polling. A permit past the run's ``max_wait`` fails it at once with
+   ``Lock.Timeout``.
+4. A run is refused only when another entry was admitted since its read (or the clock of the
+   admitting host is behind ``admittedAt``): its rounds are bounded by the admissions within
+   its ``max_wait`` (:func:`worst_case_events`, checked at synth against the history budget).
+
+A ``LockClient`` spends the same permits with the same write (``LockClient.admit``), on its
+own clock made conservative with DynamoDB's ``Date`` bounds: it stamps the upper bound of
+the service time and judges the slot with the lower one (see :func:`client_values`).
+"""
+
+from __future__ import annotations
+
+from locked_workflow.state_machines.expressions import ENTRY, jsonata_string
+from locked_workflow.state_machines.lock_item import REQUESTED_AT, GENERATION
+from locked_workflow.state_machines.lock_writes import LockWrite
+from locked_workflow.state_machines.expressions import REDRIVE_COUNT_EXPRESSION
+
+#: Marks a rate item's key: ``~rate~<stored key>``.
+RATE_MARK = "~rate~"
+#: Entries admitted so far (N): the next admission's number is this + 1.
+ADMISSIONS = "admissions"
+#: Epoch ms of the latest admission (N).
+ADMITTED_AT = "admittedAt"
+#: Prefix of the ring's slots (``permit0`` ... ``permit<limit-1>``).
+PERMIT_PREFIX = "permit"
+#: Largest ``limit``: the item holds one slot per permit (about 20 bytes each; a read of the
+#: item must stay small - a state's result is limited to 256 KiB - and a write costs the
+#: whole item's size, 1 WCU per KB).
+MAX_LIMIT = 1000
+#: Shortest and longest ``period`` (whole seconds: a Wait waits whole seconds).
+MIN_PERIOD_S = 1
+MAX_PERIOD_S = 86_400
+
+#: Admit: admission ``:n`` (the count read) takes the permit of slot ``#slot`` (``permit<n mod
+#: limit>``) when it was last used at or before ``:cutoff`` (``:now - period``), and stamps
+#: ``:now`` - never before the latest stamp. ``attribute_not_exists(#admissions)``: a key never
+#: admitted (its item is never deleted, so a count once written stays).
+#: Values: ``:now``, ``:cutoff``, ``:n``, ``:next`` (N, ``:n + 1``).
+ADMIT = LockWrite(
+    update=f"SET #slot = :now, #{ADMITTED_AT} = :now, #{ADMISSIONS} = :next",
+    condition=(
+        f"(#{ADMISSIONS} = :n OR attribute_not_exists(#{ADMISSIONS})) "
+        f"AND (attribute_not_exists(#slot) OR #slot <= :cutoff) "
+        f"AND (attribute_not_exists(#{ADMITTED_AT}) OR #{ADMITTED_AT} <= :now)"
+    ),
+)
+
+#: The fields of the wait variable (``$<lock>Wait``) between the read and the admit.
+SEEN_N, PERMIT_AT, SINCE, ROUNDS = "n", "permitAt", "since", "rounds"
+
+
+def reserve_bytes() -> int:
+    """Bytes the mark adds to a stored key: the key limit is that much shorter."""
+    return len(RATE_MARK.encode())
+
+
+def rate_key(stored_key: str) -> str:
+    """The rate item of ``stored_key`` (Python; JSONata: :func:`rate_key_expression`)."""
+    return RATE_MARK + stored_key
+
+
+def rate_key_expression(stored_key: str = f"{ENTRY}.key") -> str:
+    return f"{jsonata_string(RATE_MARK)} & {stored_key}"
+
+
+def permit_attribute(n: int, limit: int) -> str:
+    """The slot admission ``n`` (0-based: the count before it) uses."""
+    return f"{PERMIT_PREFIX}{int(n) % int(limit)}"
+
+
+def attribute_names(slot: str) -> dict[str, str]:
+    """ADMIT's ``ExpressionAttributeNames``, ``#slot`` standing for ``slot`` (maybe JSONata)."""
+    names = ADMIT.attribute_names()
+    names["#slot"] = slot
+    return names
+
+
+# -- the state machine's JSONata --------------------------------------------------------------
+
+
+def seen_expression(*, wait_variable: str, limit: int, period_ms: int, item: str = "$states.result.Item") -> str:
+    """JSONata over a consistent GetItem of the rate item: the wait variable with the count
+    read (``n``) and the time its permit frees (``permitAt``: the slot's time + period, or the
+    latest stamp if later; 0 for a slot never used), its first read's time (``since``: the
+    section's entry) and rounds counted."""
+    w = "$" + wait_variable
+    return (
+        f"( $i := {item}; "
+        f"$n := $exists($i.`{ADMISSIONS}`.N) ? $number($i.`{ADMISSIONS}`.N) : 0; "
+        f"$slot := $exists($i) ? $lookup($i, '{PERMIT_PREFIX}' & $string($n % {int(limit)})) : null; "
+        f"$free := $exists($slot.N) ? $number($slot.N) + {int(period_ms)} : 0; "
+        f"$last := $exists($i.`{ADMITTED_AT}`.N) ? $number($i.`{ADMITTED_AT}`.N) : 0; "
+        f"$w := $type({w}) = 'object' ? {w} : {{'{SINCE}': {ENTRY}.{REQUESTED_AT}, '{ROUNDS}': 0}}; "
+        f"$merge([$w, {{'{SEEN_N}': $n, '{PERMIT_AT}': $max([$free, $last]), '{ROUNDS}': $w.{ROUNDS} + 1}}]) )"
+    )
+
+
+def permit_due_expression(wait_variable: str) -> str:
+    """JSONata (Choice condition): the permit read is free now - admit."""
+    return f"${wait_variable}.{PERMIT_AT} <= $millis()"
+
+
+def past_max_wait_expression(wait_variable: str, max_wait_ms: int) -> str:
+    """JSONata (Choice condition): the permit frees after the run's ``max_wait`` ends."""
+    w = "$" + wait_variable
+    return f"{w}.{PERMIT_AT} > {w}.{SINCE} + {int(max_wait_ms)}"
+
+
+def wait_seconds_expression(wait_variable: str) -> str:
+    """JSONata (a Wait's ``Seconds``): until the permit frees, rounded up to the second."""
+    return f"$max([0, $ceil((${wait_variable}.{PERMIT_AT} - $millis()) / 1000)])"
+
+
+def admit_values_expression(*, wait_variable: str, period_ms: int) -> str:
+    """JSONata (ADMIT's ``ExpressionAttributeValues``, one evaluation: ``:now`` and ``:cutoff``
+    come from one ``$millis()``)."""
+    w = "$" + wait_variable
+    return (
+        f"( $now := $millis(); {{"
+        f"':now': {{'N': $string($now)}}, ':cutoff': {{'N': $string($now - {int(period_ms)})}}, "
+        f"':n': {{'N': $string({w}.{SEEN_N})}}, ':next': {{'N': $string({w}.{SEEN_N} + 1)}}}} )"
+    )
+
+
+def admit_slot_expression(*, wait_variable: str, limit: int) -> str:
+    """JSONata (``#slot``): the slot of the admission the run read."""
+    return f"'{PERMIT_PREFIX}' & $string(${wait_variable}.{SEEN_N} % {int(limit)})"
+
+
+def lock_variable_expression(of: str = "$states.result.Attributes") -> str:
+    """JSONata over ADMIT's ``UPDATED_NEW``: the ``$lock`` record the work reads - ``key`` (the
+    rate item's), ``owner``, ``fence`` (the admission's number), ``acquiredAt`` (its stamp)."""
+    return (
+        f"{{'key': {rate_key_expression()}, 'owner': {ENTRY}.owner, "
+        f"'fence': $number({of}.`{ADMISSIONS}`.N), 'acquiredAt': $number({of}.`{ADMITTED_AT}`.N), "
+        f"{jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}, "
+        f"{jsonata_string(GENERATION)}: {REDRIVE_COUNT_EXPRESSION}}}"
+    )
+
+
+#: History events of one refused round: the refused ADMIT (entered, scheduled, started,
+#: failed, exited), the read (5), the decision (2) and the Wait (2).
+EVENTS_PER_ROUND = 14
+
+
+def worst_case_rounds(*, limit: int, period_s: float, max_wait_s: float) -> int:
+    """Rounds of a run that waits ``max_wait_s``: one per entry admitted before it in that
+    time (each refuses it once at most), plus its own."""
+    return int(limit) * (int(max_wait_s // period_s) + 2) + 1
+
+
+def worst_case_events(*, limit: int, period_s: float, max_wait_s: float) -> int:
+    return EVENTS_PER_ROUND * worst_case_rounds(limit=limit, period_s=period_s, max_wait_s=max_wait_s)
+
+
+# -- Python participants (the client, the CLI) ------------------------------------------------
+
+
+def permit_at_ms(item: dict, *, limit: int, period_ms: int) -> tuple[int, int]:
+    """``(n, permitAt)`` of a rate item in DynamoDB JSON (``{}``: never admitted) - the rule of
+    :func:`seen_expression`, for Python participants."""
+    n = int(item[ADMISSIONS]["N"]) if ADMISSIONS in item else 0
+    slot = item.get(permit_attribute(n, limit))
+    free = int(slot["N"]) + int(period_ms) if slot else 0
+    last = int(item[ADMITTED_AT]["N"]) if ADMITTED_AT in item else 0
+    return n, max(free, last)
+
+
+def client_values(*, n: int, stamp_ms: int, judged_now_ms: int, period_ms: int) -> dict:
+    """ADMIT's values for a Python participant. It cannot read the service clock: it stamps
+    ``stamp_ms``, an upper bound of the service time when the write applies, and judges the
+    slot with ``judged_now_ms``, a lower bound (``:cutoff = judged_now - period``). Then every
+    stamp is at or after its entry's true time, each admission is at least ``period`` after the
+    stamp of the one ``limit`` before it, and the stamps increase: the proof of the module's
+    point 2 holds for the true times."""
+    return {
+        ":now": {"N": str(int(stamp_ms))},
+        ":cutoff": {"N": str(int(judged_now_ms) - int(period_ms))},
+        ":n": {"N": str(int(n))},
+        ":next": {"N": str(int(n) + 1)},
+    }
