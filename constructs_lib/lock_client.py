@@ -154,6 +154,7 @@ from locked_workflow.constructs_lib.client_clocks import (
     wall_clock_ms as _wall_clock_ms,
 )
 from locked_workflow.constructs_lib.client_fair import FairQueue
+from locked_workflow.constructs_lib.client_rate import Admission, RateAdmissions  # noqa: F401 - re-exported
 from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exported
     InvalidLockKey,
     Lease,
@@ -193,7 +194,7 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------
 
 
-class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds):
+class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds, RateAdmissions):
     """Acquire, refresh and release the locks of a lock table from Python.
 
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.

@@ -894,8 +894,8 @@ class LockedSection(sfn.StateMachineFragment):
         """Let ``state_machine`` (which runs this section) describe the executions of the
         state machines named ``holders`` - the only IAM the liveness check needs. A separate
         policy, so a state machine may name itself without a dependency cycle."""
-        if not self.liveness_check_every or not holders or state_machine.role is None:
-            return
+        if not self.liveness_check_every or not holders or state_machine.role is None or not self.kind.holds:
+            return  # (a rate limit holds nothing: its waiters never ask about a holder)
         stack = Stack.of(self)
         iam.Policy(
             self,

@@ -50,6 +50,7 @@ class RateLimit(Mutex):
     #: Nothing is held: no presence to register, no read/write lock's item.
     presence = False
     meets_shared_holds = False
+    holds = False
 
     def __init__(self, user_key: str, *, limit: int, period_ms: int) -> None:
         super().__init__(user_key)

@@ -12,33 +12,33 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
 - :data:`ADMITTED_AT` - the time of the latest admission.
 
 1. Admit (:data:`ADMIT`): one conditional UpdateItem per admitted entry. Admission ``n``
-   stamps ``:now`` (the Step Functions service clock, ``$millis()``) into slot ``n mod limit``
-   and ``admittedAt`` and sets the count to ``n + 1``, on the condition that the count is
-   still ``n`` (nobody was admitted since the run read it), the slot's time is at or before
-   ``:now - period`` (``:cutoff``, computed in the same evaluation as ``:now``) and
-   ``admittedAt`` is at or before ``:now`` (stamps never go back).
-2. Why that is exact: stamps increase with ``n`` (the last clause), and admission ``n`` is at
-   least ``period`` after admission ``n - limit`` (the second). Any ``limit + 1`` admissions
-   have numbers ``m < ... < M`` with ``M - m >= limit``, so
-   ``t(M) >= t(M - limit) + period >= t(m) + period``: no window of length ``period`` holds
-   more than ``limit`` of them. Nothing depends on a token bucket's refill arithmetic - a
-   generic cell rate algorithm with a burst of ``limit`` lets the next entry in one emission
-   interval after a burst, ``limit + 1`` entries in a window.
+   stamps ``:now`` into slot ``n mod limit`` and ``admittedAt`` and sets the count to
+   ``n + 1``, on the condition that the count is still ``n`` (nobody was admitted since the
+   run read it), the slot's time is at or before ``:cutoff`` and ``admittedAt`` is at or
+   before ``:now`` (stamps never go back). A workflow judges with its service clock
+   (``$millis()``, once: ``:cutoff = now - period``) and stamps ``max(now, admittedAt read)``.
+2. Why that is exact. Every stamp is at or after its entry's time ``T`` (the clock when it
+   judged), and ``T(n) >= stamp(n - limit) + period`` (the slot clause; the slot holds the
+   stamp of admission ``n - limit``); stamps increase with ``n`` (the last clause). Any
+   ``limit + 1`` admissions have numbers ``m < ... < M`` with ``M - m >= limit``, so
+   ``T(M) >= stamp(M - limit) + period >= stamp(m) + period >= T(m) + period``: no window of
+   length ``period`` holds more than ``limit`` of them. A generic cell rate algorithm with a
+   burst of ``limit`` is not exact this way: it lets the next entry in one emission interval
+   after a burst, ``limit + 1`` entries in a window.
 3. Refused (someone was admitted first, or the slot is not free yet): read the item again
    (strongly consistent GetItem; ``ReturnValuesOnConditionCheckFailure`` is not surfaced by the
    optimized integration's error, so the answer is not relied on), and compute the permit's
-   time: ``max(slot + period, admittedAt)`` (:func:`seen_expression`). A Wait state waits
+   time: the slot's stamp + ``period`` (:func:`seen_expression`). A Wait state waits
    until then, rounded up to the whole second (a Wait's ``Seconds`` is an integer:
    https://docs.aws.amazon.com/step-functions/latest/dg/state-wait.html), then admits - no
    fixed-interval polling. A permit past the run's ``max_wait`` fails it at once with
    ``Lock.Timeout``.
-4. A run is refused only when another entry was admitted since its read (or the clock of the
-   admitting host is behind ``admittedAt``): its rounds are bounded by the admissions within
+4. A run is refused only when another entry was admitted since its read: its rounds are bounded by the admissions within
    its ``max_wait`` (:func:`worst_case_events`, checked at synth against the history budget).
 
 A ``LockClient`` spends the same permits with the same write (``LockClient.admit``), on its
-own clock made conservative with DynamoDB's ``Date`` bounds: it stamps the upper bound of
-the service time and judges the slot with the lower one (see :func:`client_values`).
+own clock made conservative with DynamoDB's ``Date`` bounds: it judges the slot with the
+lower bound of the service time and stamps the upper one (see :func:`client_values`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ ADMIT = LockWrite(
 )
 
 #: The fields of the wait variable (``$<lock>Wait``) between the read and the admit.
-SEEN_N, PERMIT_AT, SINCE, ROUNDS = "n", "permitAt", "since", "rounds"
+SEEN_N, PERMIT_AT, LAST, SINCE, ROUNDS = "n", "permitAt", "last", "since", "rounds"
 
 
 def reserve_bytes() -> int:
@@ -113,8 +113,8 @@ def attribute_names(slot: str) -> dict[str, str]:
 
 def seen_expression(*, wait_variable: str, limit: int, period_ms: int, item: str = "$states.result.Item") -> str:
     """JSONata over a consistent GetItem of the rate item: the wait variable with the count
-    read (``n``) and the time its permit frees (``permitAt``: the slot's time + period, or the
-    latest stamp if later; 0 for a slot never used), its first read's time (``since``: the
+    read (``n``), the time its permit frees (``permitAt``: the slot's stamp + period; 0 for a
+    slot never used), the latest stamp (``last``), its first read's time (``since``: the
     section's entry) and rounds counted."""
     w = "$" + wait_variable
     return (
@@ -124,7 +124,7 @@ def seen_expression(*, wait_variable: str, limit: int, period_ms: int, item: str
         f"$free := $exists($slot.N) ? $number($slot.N) + {int(period_ms)} : 0; "
         f"$last := $exists($i.`{ADMITTED_AT}`.N) ? $number($i.`{ADMITTED_AT}`.N) : 0; "
         f"$w := $type({w}) = 'object' ? {w} : {{'{SINCE}': {ENTRY}.{REQUESTED_AT}, '{ROUNDS}': 0}}; "
-        f"$merge([$w, {{'{SEEN_N}': $n, '{PERMIT_AT}': $max([$free, $last]), '{ROUNDS}': $w.{ROUNDS} + 1}}]) )"
+        f"$merge([$w, {{'{SEEN_N}': $n, '{PERMIT_AT}': $free, '{LAST}': $last, '{ROUNDS}': $w.{ROUNDS} + 1}}]) )"
     )
 
 
@@ -145,12 +145,12 @@ def wait_seconds_expression(wait_variable: str) -> str:
 
 
 def admit_values_expression(*, wait_variable: str, period_ms: int) -> str:
-    """JSONata (ADMIT's ``ExpressionAttributeValues``, one evaluation: ``:now`` and ``:cutoff``
-    come from one ``$millis()``)."""
+    """JSONata (ADMIT's ``ExpressionAttributeValues``, one evaluation: ``:cutoff`` and ``:now``
+    come from one ``$millis()``; the stamp never before the latest one read)."""
     w = "$" + wait_variable
     return (
         f"( $now := $millis(); {{"
-        f"':now': {{'N': $string($now)}}, ':cutoff': {{'N': $string($now - {int(period_ms)})}}, "
+        f"':now': {{'N': $string($max([$now, {w}.{LAST}]))}}, ':cutoff': {{'N': $string($now - {int(period_ms)})}}, "
         f"':n': {{'N': $string({w}.{SEEN_N})}}, ':next': {{'N': $string({w}.{SEEN_N} + 1)}}}} )"
     )
 
@@ -189,23 +189,22 @@ def worst_case_events(*, limit: int, period_s: float, max_wait_s: float) -> int:
 # -- Python participants (the client, the CLI) ------------------------------------------------
 
 
-def permit_at_ms(item: dict, *, limit: int, period_ms: int) -> tuple[int, int]:
-    """``(n, permitAt)`` of a rate item in DynamoDB JSON (``{}``: never admitted) - the rule of
-    :func:`seen_expression`, for Python participants."""
+def permit_at_ms(item: dict, *, limit: int, period_ms: int) -> tuple[int, int, int]:
+    """``(n, permitAt, last)`` of a rate item in DynamoDB JSON (``{}``: never admitted) - the
+    rule of :func:`seen_expression`, for Python participants."""
     n = int(item[ADMISSIONS]["N"]) if ADMISSIONS in item else 0
     slot = item.get(permit_attribute(n, limit))
     free = int(slot["N"]) + int(period_ms) if slot else 0
     last = int(item[ADMITTED_AT]["N"]) if ADMITTED_AT in item else 0
-    return n, max(free, last)
+    return n, free, last
 
 
 def client_values(*, n: int, stamp_ms: int, judged_now_ms: int, period_ms: int) -> dict:
-    """ADMIT's values for a Python participant. It cannot read the service clock: it stamps
-    ``stamp_ms``, an upper bound of the service time when the write applies, and judges the
-    slot with ``judged_now_ms``, a lower bound (``:cutoff = judged_now - period``). Then every
-    stamp is at or after its entry's true time, each admission is at least ``period`` after the
-    stamp of the one ``limit`` before it, and the stamps increase: the proof of the module's
-    point 2 holds for the true times."""
+    """ADMIT's values for a Python participant. It cannot read the service clock: it judges the
+    slot with ``judged_now_ms``, a lower bound of the service time (``:cutoff = judged_now -
+    period``), and stamps ``stamp_ms``, an upper bound of it and at least the latest stamp read.
+    Then its entry's true time is at least ``period`` after the stamp of the admission ``limit``
+    before it, and its stamp is at or after that true time: the module's point 2 holds."""
     return {
         ":now": {"N": str(int(stamp_ms))},
         ":cutoff": {"N": str(int(judged_now_ms) - int(period_ms))},

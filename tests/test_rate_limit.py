@@ -17,6 +17,7 @@ from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import rate_protocol as rate
 from locked_workflow.state_machines.lock_protocol import jsonata
 from rate_stack import LIMIT, PERIOD_S, WORK
+from tools.rate_checks import crowded_windows
 
 PERIOD_MS = PERIOD_S * 1000
 #: A refused run's entry after its permit freed: the Wait rounds up to the second, plus the
@@ -66,11 +67,11 @@ def test_the_admit_write_is_spelled_once_and_names_what_it_uses():
     assert rate.ADMIT.value_names() == (":now", ":next", ":n", ":cutoff")
     assert set(rate.attribute_names("permit0")) == {"#slot", f"#{rate.ADMITTED_AT}", f"#{rate.ADMISSIONS}"}
     assert rate.rate_key(p.namespaced("r", "k")) == "~rate~r#k"
-    # the Python reading of an item is the state machine's: slot n mod limit, + period, or the last stamp
+    # the Python reading of an item is the state machine's: slot n mod limit + period, the last stamp
     item = {rate.ADMISSIONS: {"N": "4"}, "permit1": {"N": "1000"}, rate.ADMITTED_AT: {"N": "9000"}}
-    assert rate.permit_at_ms(item, limit=3, period_ms=6000) == (4, 9000)
-    assert rate.permit_at_ms(item, limit=3, period_ms=10_000) == (4, 11_000)
-    assert rate.permit_at_ms({}, limit=3, period_ms=6000) == (0, 0)
+    assert rate.permit_at_ms(item, limit=3, period_ms=6000) == (4, 7000, 9000)
+    assert rate.permit_at_ms(item, limit=4, period_ms=6000) == (4, 0, 9000)  # slot 0: never used
+    assert rate.permit_at_ms({}, limit=3, period_ms=6000) == (0, 0, 0)
 
 
 # ---- runs -----------------------------------------------------------------------------------
@@ -110,13 +111,6 @@ class Limits:
 
 def key(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"
-
-
-def crowded_windows(times_ms: list[float], *, limit: int, period_ms: float) -> list[tuple[float, float]]:
-    """Pairs of times ``limit`` apart (sorted) closer than ``period_ms``: each is a window of
-    ``period_ms`` holding more than ``limit`` of them."""
-    t = sorted(times_ms)
-    return [(t[i], t[i + limit]) for i in range(len(t) - limit) if t[i + limit] - t[i] < period_ms]
 
 
 def work_entered_ms(result) -> float:
@@ -198,3 +192,51 @@ def test_a_permit_past_max_wait_fails_at_once_with_lock_timeout(limits):
     assert spent < PERIOD_S / 2, spent
     # its permit was not spent: the key's count is still LIMIT
     assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == LIMIT
+
+
+# ---- a LockClient spends the same permits -----------------------------------------------------
+
+
+def _client(limits, **options):
+    from locked_workflow.constructs_lib.lock_client import LockClient
+
+    table = next(v for k, v in limits.app.resources.items() if k.startswith("LocksTable"))
+    return LockClient(table, namespace="r", dynamodb=limits.cloud.dynamodb, **options)
+
+
+def test_a_client_and_the_workflows_spend_the_same_permits(limits):
+    from locked_workflow.constructs_lib.lock_client import LockTimeout
+
+    k = key("client")
+    client = _client(limits)
+    admitted = [client.admit(k, limit=LIMIT, period=PERIOD_S) for _ in range(LIMIT)]
+    assert [a.number for a in admitted] == [1, 2, 3]
+    with pytest.raises(LockTimeout):  # the key's permits are spent: no wait allowed, nothing spent
+        client.admit(k, limit=LIMIT, period=PERIOD_S, wait=0)
+    (run,) = limits.wait([limits.start("Rate", k)])
+    assert run.status == "SUCCEEDED", (run.error, run.cause)
+    # the workflow waited for the client's first permit to free, and counted on from it
+    assert run.output["fence"] == LIMIT + 1
+    assert run.output["admittedAt"] >= admitted[0].admitted_at + PERIOD_MS
+    assert run.output["admittedAt"] - (admitted[0].admitted_at + PERIOD_MS) <= LATE_S * 1000
+    # and the client waits for the workflow's permit in turn, exactly (a computed sleep)
+    slept = []
+    waiting = _client(limits, sleep=lambda s: (slept.append(s), __import__("time").sleep(s)))
+    later = waiting.admit(k, limit=LIMIT, period=PERIOD_S, wait=PERIOD_S * 2)
+    assert later.number == LIMIT + 2 and len(slept) >= 1 and sum(slept) <= PERIOD_S + 2
+    stamps = [a.admitted_at for a in admitted] + [run.output["admittedAt"], later.admitted_at]
+    assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
+
+
+def test_a_client_whose_clock_runs_ahead_admits_by_dynamodbs_clock_not_its_own(limits):
+    from locked_workflow.constructs_lib.lock_client import LockTimeout
+
+    k = key("skew")
+    runs = limits.wait([limits.start("Rate", k) for _ in range(LIMIT)])
+    assert [r.status for r in runs] == ["SUCCEEDED"] * LIMIT
+    ahead = _client(limits, clock=lambda: __import__("time").time() * 1000 + 10 * PERIOD_MS)
+    # by its own clock every permit freed long ago; by DynamoDB's Date headers none has
+    with pytest.raises(LockTimeout):
+        ahead.admit(k, limit=LIMIT, period=PERIOD_S, wait=0)
+    item = limits.item(p.namespaced("r", k))
+    assert int(item[rate.ADMISSIONS]["N"]) == LIMIT
