@@ -222,9 +222,12 @@ def test_a_client_and_the_workflows_spend_the_same_permits(limits):
     # and the client waits for the workflow's permit in turn, exactly (a computed sleep)
     slept = []
     waiting = _client(limits, sleep=lambda s: (slept.append(s), __import__("time").sleep(s)))
-    later = waiting.admit(k, limit=LIMIT, period=PERIOD_S, wait=PERIOD_S * 2)
-    assert later.number == LIMIT + 2 and len(slept) >= 1 and sum(slept) <= PERIOD_S + 2
-    stamps = [a.admitted_at for a in admitted] + [run.output["admittedAt"], later.admitted_at]
+    later = [waiting.admit(k, limit=LIMIT, period=PERIOD_S, wait=PERIOD_S * 2) for _ in range(LIMIT)]
+    assert [a.number for a in later] == [LIMIT + 2, LIMIT + 3, LIMIT + 4]
+    # the last one reuses the workflow's permit: it slept until then, by DynamoDB's clock bounds
+    assert len(slept) >= 1 and sum(slept) <= PERIOD_S + 2, slept
+    assert later[-1].admitted_at >= run.output["admittedAt"] + PERIOD_MS
+    stamps = [a.admitted_at for a in admitted + later] + [run.output["admittedAt"]]
     assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
 
 
@@ -240,3 +243,28 @@ def test_a_client_whose_clock_runs_ahead_admits_by_dynamodbs_clock_not_its_own(l
         ahead.admit(k, limit=LIMIT, period=PERIOD_S, wait=0)
     item = limits.item(p.namespaced("r", k))
     assert int(item[rate.ADMISSIONS]["N"]) == LIMIT
+
+
+def test_the_cli_shows_a_keys_rate_state_and_lists_it_without_a_holder(limits, capsys):
+    import json
+
+    from locked_workflow.constructs_lib import cli
+
+    k = key("cli")
+    client = _client(limits)
+    admitted = [client.admit(k, limit=LIMIT, period=PERIOD_S) for _ in range(LIMIT)]
+    table = next(v for name, v in limits.app.resources.items() if name.startswith("LocksTable"))
+    clients = {"dynamodb": limits.cloud.dynamodb, "stepfunctions": limits.cloud.stepfunctions}
+    argv = ["locks", "rate", k, "--namespace", "r", "--table", table, "--period", str(PERIOD_S), "--json"]
+    assert cli.main([*argv, "--limit", str(LIMIT)], clients=clients) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["admissions"] == LIMIT and shown["inLastPeriod"] == LIMIT and len(shown["lastAdmissions"]) == LIMIT
+    # the next permit: the first admission's, one period on (not "now": all are spent)
+    assert shown["nextPermit"] == cli._iso(admitted[0].admitted_at + PERIOD_MS)
+    assert cli.main(["locks", "list", "--table", table, "--namespace", "r", "--json"], clients=clients) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["key"] == k]
+    assert [(r["slot"], r["state"], r["admissions"]) for r in rows] == [("rate", "rate", LIMIT)]
+    assert cli.main(["locks", "list", "--table", table, "--held", "--json"], clients=clients) == 0
+    assert k not in capsys.readouterr().out  # nothing is held
+    assert cli.main(["locks", "list", "--table", table], clients=clients) == 0
+    assert f"r#{k} rate limit: {LIMIT} admissions" in capsys.readouterr().out
