@@ -26,6 +26,7 @@ def admission_stamps(history: Iterable[Mapping[str, Any]], admit_state: str = "L
         if event["type"].endswith("StateEntered"):
             state = event["stateEnteredEventDetails"]["name"]
         elif event["type"] == "TaskSucceeded" and state == admit_state:
-            output = json.loads(event["taskSucceededEventDetails"]["output"])
-            stamps.append(int(output["Attributes"][rate.ADMITTED_AT]["N"]))
+            attributes = json.loads(event["taskSucceededEventDetails"]["output"]).get("Attributes", {})
+            if rate.ADMITTED_AT in attributes:  # (another kind's state of that name: not an ADMIT)
+                stamps.append(int(attributes[rate.ADMITTED_AT]["N"]))
     return stamps

@@ -502,7 +502,7 @@ class Cell:
         p.entered_ms = [int(e["timestamp"].timestamp() * 1000) for e in history
                         if (e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"].get("resourceType") == "lambda")
                         or (e["type"] == "WaitStateEntered" and e["stateEnteredEventDetails"]["name"].endswith("Hold"))]
-        p.admitted_ms = admission_stamps(history)
+        p.admitted_ms = admission_stamps(history) if p.role == "Rate" else []
         ends = [e for e in history if e["type"] in ("ExecutionSucceeded", "ExecutionFailed", "ExecutionAborted",
                                                      "ExecutionTimedOut")]
         p.ended_ms = int(ends[-1]["timestamp"].timestamp() * 1000) if ends else _now_ms()
