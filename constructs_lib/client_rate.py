@@ -3,17 +3,15 @@
 workflows' ``Lock.rate`` on the same key, with the same write
 (:data:`~locked_workflow.state_machines.rate_protocol.ADMIT`).
 
-A client cannot read the Step Functions service clock: it judges a permit free with the
-*earliest* time AWS's clock can show and stamps its admission with the *latest* (DynamoDB's
-``Date`` headers bound AWS's clock, about a second wide: ``ClientSession.earliest_ms`` /
-``latest_ms``), so clock skew can only make it wait longer, never admit early (the proof:
-``rate_protocol.client_values``). A stamp ahead of the true time delays the entry that reuses
-its permit by as much (up to the width of the bounds).
+A client cannot read the Step Functions service clock: it reserves its entry time from the
+*earliest* time AWS's clock can show (DynamoDB's ``Date`` headers bound AWS's clock, about a
+second wide: ``ClientSession.earliest_ms``) and enters once that earliest time has reached its
+reservation, so its true entry is never before it, whatever its own clock's skew (the proof:
+``rate_protocol.client_values``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Mapping
@@ -53,7 +51,8 @@ class RateAdmissions:
 
         :param limit: entries per window, 1 to 1000: the workflows' ``limit``.
         :param period: the window, whole seconds (a timedelta or a number). Default: 60 s.
-        :param wait: how long to wait for a permit. Default: 0 (not at all).
+        :param wait: how long to wait for a permit (plus, at most, the width of the clock
+            bounds, about a second, when the latest reservation is that far ahead). Default: 0.
         :raises LockTimeout: the next permit comes after ``wait`` (nothing was spent).
         :raises InvalidLockKey: a bad key (before any DynamoDB call).
         """
@@ -75,24 +74,26 @@ class RateAdmissions:
         while True:
             n, permit_at, last = rate.permit_at_ms(item, limit=limit, period_ms=period_ms)
             early = self.earliest_ms()
-            if permit_at > early:  # not free by the earliest time AWS's clock can show
-                delay = (permit_at - early) / 1000
-                if self.monotonic() + delay > deadline:
-                    raise LockTimeout(
-                        f"the rate limit of {key!r} ({limit} per {period_s:g} s) has its next permit in "
-                        f"{delay:.1f} s, after `wait` ({wait_s:g} s)", key=key)
-                self.sleep(delay)
-                continue
-            stamp = max(self.latest_ms(), math.ceil(early), last)
+            reserved = max(early, permit_at, last)
+            delay = (reserved - early) / 1000
+            # (a wait within the bounds' width is the clock's uncertainty, not a wait for a permit:
+            # the latest reservation, another participant's, may be that far ahead of `early`)
+            width = max(0, self.latest_ms() - early) / 1000
+            if self.monotonic() + delay > deadline + width:
+                raise LockTimeout(
+                    f"the rate limit of {key!r} ({limit} per {period_s:g} s) has its next permit in "
+                    f"{delay:.1f} s, after `wait` ({wait_s:g} s)", key=key)
             try:
-                self._admit(item_key, n, limit, rate.client_values(
-                    n=n, stamp_ms=stamp, judged_now_ms=self.earliest_ms(), period_ms=period_ms))
+                self._admit(item_key, n, limit, rate.client_values(n=n, reserved_ms=reserved, period_ms=period_ms))
             except ClientError as error:
                 if not condition_failed(error):
                     raise
-                item = old_item(error)  # another entry came first (or the clock bounds moved)
+                item = old_item(error)  # another entry was admitted since the read
                 continue
-            return Admission(key=key, number=n + 1, admitted_at=stamp)
+            # enter once the earliest time AWS's clock can show has reached the reservation
+            while (left := reserved - self.earliest_ms()) > 0:
+                self.sleep(left / 1000)
+            return Admission(key=key, number=n + 1, admitted_at=reserved)
 
     def rate_item(self, key: str) -> Mapping[str, Any]:
         """The rate item of ``key`` as it is (consistent read; ``{}``: never admitted)."""

@@ -185,12 +185,13 @@ class Lock:
     def rate(key: str, *, limit: int, period: Duration = Duration.minutes(1)) -> "Lock":
         """A rate limit per key: at most ``limit`` entries per key in any window of ``period``
         (checked on the Step Functions service clock), e.g. 10 calls of a partner API per
-        minute. An entry is admitted by one conditional write on the key's rate item; a run
-        that finds no permit free waits exactly until the next one frees (a computed Wait,
-        rounded up to the second, no polling) and fails with ``Lock.Timeout`` if that is past
-        its ``max_wait``. Nothing is held while the work runs, so nothing is released, and
-        runs admitted together work side by side. ``$lock.fence`` is the admission's number
-        (strictly increasing per key), ``$lock.acquiredAt`` its time. A ``LockClient`` spends
+        minute. An entry is admitted by one conditional write on the key's rate item, which
+        reserves its entry time - now, or when the next permit frees; the run waits exactly
+        until then (a computed Wait, rounded up to the second, no polling), and fails at once
+        with ``Lock.Timeout`` if that is past its ``max_wait``. Nothing is held while the work
+        runs, so nothing is released, and runs admitted together work side by side.
+        ``$lock.fence`` is the admission's number (strictly increasing per key),
+        ``$lock.acquiredAt`` its reserved time. A ``LockClient`` spends
         the same permits (``LockClient.admit``). See
         :mod:`locked_workflow.state_machines.rate_protocol`.
 

@@ -1,10 +1,10 @@
 """The rate limit kind (``Lock.rate``): at most ``limit`` entries per key in any window of
 ``period`` - :mod:`locked_workflow.state_machines.rate_protocol`. Its states::
 
-    Read (GetItem) -> Due? --permit free--> Admit (ADMIT) --> the work --> Released
-                         |--permit past max_wait--> Timeout (Lock.Timeout)
-                         \\--> Wait (until the permit) --> Admit
-    Admit refused (another entry came first) --> Read
+    Read (GetItem) -> InTime? --> Admit (ADMIT: reserves the entry time) --> Turn (Wait until
+                          |                                               then) --> the work --> Released
+                          \\--the time to reserve is past max_wait--> Timeout (Lock.Timeout)
+    Admit refused (another entry was admitted since the read) --> Read
 
 Nothing is held, so nothing is released: the work's end (success or error) writes nothing,
 and no stale holder can block a key (no janitor, liveness check or lease is involved).
@@ -92,7 +92,8 @@ class RateLimit(Mutex):
             expression_attribute_values={name: attribute_value({"N": "0"}) for name in rate.ADMIT.value_names()},
             return_values=tasks.DynamoReturnValues.UPDATED_NEW,
             values_expression=rate.admit_values_expression(wait_variable=v["wait"], period_ms=self.period_ms),
-            assign={v["lock"]: jsonata(rate.lock_variable_expression()), v["wait"]: jsonata("null")},
+            assign={v["lock"]: jsonata(rate.lock_variable_expression(wait_variable=v["wait"], limit=self.limit)),
+                    v["wait"]: jsonata("null")},
             outputs=jsonata(f"{ENTRY}.input"),
         )
         retry_transient(admit)
@@ -102,16 +103,16 @@ class RateLimit(Mutex):
             cause=f"the key's next permit comes after max_wait ({max_wait_ms} ms): more than {self.limit} "
                   f"entries per {self.period_ms} ms were asked for",
         )
-        wait = JsonataCustomState(section, section._name("Wait"), state_json={
+        turn = JsonataCustomState(section, section._name("Turn"), state_json={
             "Type": "Wait", "QueryLanguage": "JSONata",
-            "Seconds": jsonata(rate.wait_seconds_expression(v["wait"])),
+            "Seconds": jsonata(rate.turn_seconds_expression(v["lock"])),
         })
-        due = sfn.Choice.jsonata(section, "Due", state_name=section._name("Due?"))
-        due.when(sfn.Condition.jsonata(jsonata(rate.permit_due_expression(v["wait"]))), admit)
-        due.when(sfn.Condition.jsonata(jsonata(rate.past_max_wait_expression(v["wait"], max_wait_ms))), timeout)
-        due.otherwise(wait.next(admit))
-        read.next(due)
-        return read, admit, admit
+        in_time = sfn.Choice.jsonata(section, "InTime", state_name=section._name("InTime?"))
+        in_time.when(sfn.Condition.jsonata(jsonata(rate.past_max_wait_expression(v["wait"], max_wait_ms))), timeout)
+        in_time.otherwise(admit)
+        read.next(in_time)
+        admit.next(turn)
+        return read, admit, turn
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         return sfn.Succeed(section, "Released", state_name=section._name("Released"))

@@ -11,34 +11,35 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
   admission ``n - limit``, the permit admission ``n`` reuses;
 - :data:`ADMITTED_AT` - the time of the latest admission.
 
-1. Admit (:data:`ADMIT`): one conditional UpdateItem per admitted entry. Admission ``n``
-   stamps ``:now`` into slot ``n mod limit`` and ``admittedAt`` and sets the count to
-   ``n + 1``, on the condition that the count is still ``n`` (nobody was admitted since the
-   run read it), the slot's time is at or before ``:cutoff`` and ``admittedAt`` is at or
-   before ``:now`` (stamps never go back). A workflow judges with its service clock
-   (``$millis()``, once: ``:cutoff = now - period``) and stamps ``max(now, admittedAt read)``.
-2. Why that is exact. Every stamp is at or after its entry's time ``T`` (the clock when it
-   judged), and ``T(n) >= stamp(n - limit) + period`` (the slot clause; the slot holds the
-   stamp of admission ``n - limit``); stamps increase with ``n`` (the last clause). Any
-   ``limit + 1`` admissions have numbers ``m < ... < M`` with ``M - m >= limit``, so
-   ``T(M) >= stamp(M - limit) + period >= stamp(m) + period >= T(m) + period``: no window of
-   length ``period`` holds more than ``limit`` of them. A generic cell rate algorithm with a
-   burst of ``limit`` is not exact this way: it lets the next entry in one emission interval
-   after a burst, ``limit + 1`` entries in a window.
-3. Refused (someone was admitted first, or the slot is not free yet): read the item again
-   (strongly consistent GetItem; ``ReturnValuesOnConditionCheckFailure`` is not surfaced by the
-   optimized integration's error, so the answer is not relied on), and compute the permit's
-   time: the slot's stamp + ``period`` (:func:`seen_expression`). A Wait state waits
-   until then, rounded up to the whole second (a Wait's ``Seconds`` is an integer:
-   https://docs.aws.amazon.com/step-functions/latest/dg/state-wait.html), then admits - no
-   fixed-interval polling. A permit past the run's ``max_wait`` fails it at once with
-   ``Lock.Timeout``.
-4. A run is refused only when another entry was admitted since its read: its rounds are bounded by the admissions within
-   its ``max_wait`` (:func:`worst_case_events`, checked at synth against the history budget).
+1. Reserve (:data:`ADMIT`): one conditional UpdateItem per admitted entry. A run reads the
+   item (strongly consistent GetItem), and admission ``n`` reserves the entry time
+   ``T = max(now, slot + period, admittedAt)`` - ``slot``: the stamp of admission ``n - limit``
+   in slot ``n mod limit`` - writing ``T`` into that slot and ``admittedAt`` and the count
+   ``n + 1``, on the condition that the count is still ``n`` (so the slot is what the run
+   read), the slot is at or before ``:cutoff = T - period`` and ``admittedAt`` at or before
+   ``T`` (both implied by the read; spelled out, so the write alone carries the rule). The run
+   then waits until ``T`` (a Wait state, computed, rounded up to the second: a Wait's
+   ``Seconds`` is an integer, https://docs.aws.amazon.com/step-functions/latest/dg/state-wait.html)
+   and enters its work: no polling, and no herd - the waiters hold their places, each its
+   own permit, in the order they were admitted.
+2. Why that is exact. The reserved times increase with ``n`` (the last clause) and
+   ``T(n) >= T(n - limit) + period`` (the slot clause). Any ``limit + 1`` admissions have
+   numbers ``m < ... < M`` with ``M - m >= limit``, so
+   ``T(M) >= T(M - limit) + period >= T(m) + period``: no window of length ``period`` holds more
+   than ``limit`` reserved entry times, and every run enters at or after its own. (A generic
+   cell rate algorithm with a burst of ``limit`` is not exact this way: it lets the next entry
+   in one emission interval after a burst, ``limit + 1`` entries in a window.)
+3. Refused (another run was admitted since the read): read again and reserve the next
+   permit. A run is refused only once per admission made between its read and its write, so
+   its rounds are bounded (:func:`worst_case_events`, checked at synth against the history
+   budget). A reservation past the run's ``max_wait`` is not made: the run fails at once with
+   ``Lock.Timeout``. A run stopped while it waits for its time has spent its permit: the
+   limit is under-used, never exceeded.
 
 A ``LockClient`` spends the same permits with the same write (``LockClient.admit``), on its
-own clock made conservative with DynamoDB's ``Date`` bounds: it judges the slot with the
-lower bound of the service time and stamps the upper one (see :func:`client_values`).
+own clock made conservative with DynamoDB's ``Date`` bounds: it reserves from the earliest
+time AWS's clock can show and enters once that has reached its time (see
+:func:`client_values`).
 """
 
 from __future__ import annotations
@@ -64,11 +65,11 @@ MAX_LIMIT = 1000
 MIN_PERIOD_S = 1
 MAX_PERIOD_S = 86_400
 
-#: Admit: admission ``:n`` (the count read) takes the permit of slot ``#slot`` (``permit<n mod
-#: limit>``) when it was last used at or before ``:cutoff`` (``:now - period``), and stamps
-#: ``:now`` - never before the latest stamp. ``attribute_not_exists(#admissions)``: a key never
+#: Admit: admission ``:n`` (the count read) reserves the entry time ``:now`` in slot ``#slot``
+#: (``permit<n mod limit>``), whose last reservation is at or before ``:cutoff`` (``:now -
+#: period``), never before the latest one. ``attribute_not_exists(#admissions)``: a key never
 #: admitted (its item is never deleted, so a count once written stays).
-#: Values: ``:now``, ``:cutoff``, ``:n``, ``:next`` (N, ``:n + 1``).
+#: Values: ``:now`` (the reserved time), ``:cutoff``, ``:n``, ``:next`` (N, ``:n + 1``).
 ADMIT = LockWrite(
     update=f"SET #slot = :now, #{ADMITTED_AT} = :now, #{ADMISSIONS} = :next",
     condition=(
@@ -128,29 +129,31 @@ def seen_expression(*, wait_variable: str, limit: int, period_ms: int, item: str
     )
 
 
-def permit_due_expression(wait_variable: str) -> str:
-    """JSONata (Choice condition): the permit read is free now - admit."""
-    return f"${wait_variable}.{PERMIT_AT} <= $millis()"
+def reserved_time_expression(wait_variable: str, now: str = "$millis()") -> str:
+    """JSONata: the entry time the next admission reserves - now, or later when the permit read
+    frees later, never before the latest reservation."""
+    w = "$" + wait_variable
+    return f"$max([{now}, {w}.{PERMIT_AT}, {w}.{LAST}])"
 
 
 def past_max_wait_expression(wait_variable: str, max_wait_ms: int) -> str:
-    """JSONata (Choice condition): the permit frees after the run's ``max_wait`` ends."""
-    w = "$" + wait_variable
-    return f"{w}.{PERMIT_AT} > {w}.{SINCE} + {int(max_wait_ms)}"
+    """JSONata (Choice condition): the time to reserve is after the run's ``max_wait`` ends."""
+    return f"{reserved_time_expression(wait_variable)} > ${wait_variable}.{SINCE} + {int(max_wait_ms)}"
 
 
-def wait_seconds_expression(wait_variable: str) -> str:
-    """JSONata (a Wait's ``Seconds``): until the permit frees, rounded up to the second."""
-    return f"$max([0, $ceil((${wait_variable}.{PERMIT_AT} - $millis()) / 1000)])"
+def turn_seconds_expression(lock_variable: str) -> str:
+    """JSONata (a Wait's ``Seconds``, after the admission): until the reserved time, rounded up
+    to the second."""
+    return f"$max([0, $ceil((${lock_variable}.acquiredAt - $millis()) / 1000)])"
 
 
 def admit_values_expression(*, wait_variable: str, period_ms: int) -> str:
-    """JSONata (ADMIT's ``ExpressionAttributeValues``, one evaluation: ``:cutoff`` and ``:now``
-    come from one ``$millis()``; the stamp never before the latest one read)."""
+    """JSONata (ADMIT's ``ExpressionAttributeValues``, one evaluation: ``:now``, the reserved
+    time, and ``:cutoff`` from one ``$millis()``)."""
     w = "$" + wait_variable
     return (
-        f"( $now := $millis(); {{"
-        f"':now': {{'N': $string($max([$now, {w}.{LAST}]))}}, ':cutoff': {{'N': $string($now - {int(period_ms)})}}, "
+        f"( $t := {reserved_time_expression(wait_variable)}; {{"
+        f"':now': {{'N': $string($t)}}, ':cutoff': {{'N': $string($t - {int(period_ms)})}}, "
         f"':n': {{'N': $string({w}.{SEEN_N})}}, ':next': {{'N': $string({w}.{SEEN_N} + 1)}}}} )"
     )
 
@@ -160,25 +163,29 @@ def admit_slot_expression(*, wait_variable: str, limit: int) -> str:
     return f"'{PERMIT_PREFIX}' & $string(${wait_variable}.{SEEN_N} % {int(limit)})"
 
 
-def lock_variable_expression(of: str = "$states.result.Attributes") -> str:
+def lock_variable_expression(*, wait_variable: str, limit: int, of: str = "$states.result.Attributes") -> str:
     """JSONata over ADMIT's ``UPDATED_NEW``: the ``$lock`` record the work reads - ``key`` (the
-    rate item's), ``owner``, ``fence`` (the admission's number), ``acquiredAt`` (its stamp)."""
+    rate item's), ``owner``, ``fence`` (the admission's number), ``acquiredAt`` (its reserved
+    entry time, read from its slot: the slot's value always changes - ``admittedAt`` may not,
+    and an attribute whose value did not change may be left out of ``UPDATED_NEW``)."""
+    slot = f"$lookup({of}, {admit_slot_expression(wait_variable=wait_variable, limit=limit)})"
     return (
         f"{{'key': {rate_key_expression()}, 'owner': {ENTRY}.owner, "
-        f"'fence': $number({of}.`{ADMISSIONS}`.N), 'acquiredAt': $number({of}.`{ADMITTED_AT}`.N), "
+        f"'fence': $number({of}.`{ADMISSIONS}`.N), 'acquiredAt': $number({slot}.N), "
         f"{jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}, "
         f"{jsonata_string(GENERATION)}: {REDRIVE_COUNT_EXPRESSION}}}"
     )
 
 
 #: History events of one refused round: the refused ADMIT (entered, scheduled, started,
-#: failed, exited), the read (5), the decision (2) and the Wait (2).
+#: failed, exited), the read (5) and the decision (2); 2 more for the last round's Wait.
 EVENTS_PER_ROUND = 14
 
 
 def worst_case_rounds(*, limit: int, period_s: float, max_wait_s: float) -> int:
-    """Rounds of a run that waits ``max_wait_s``: one per entry admitted before it in that
-    time (each refuses it once at most), plus its own."""
+    """Rounds of a run whose reservation is at most ``max_wait_s`` away: one per entry admitted
+    between its reads and its write (each refuses it once at most; at most ``limit`` per
+    ``period_s`` of reservations ahead of it), plus its own."""
     return int(limit) * (int(max_wait_s // period_s) + 2) + 1
 
 
@@ -199,15 +206,14 @@ def permit_at_ms(item: dict, *, limit: int, period_ms: int) -> tuple[int, int, i
     return n, free, last
 
 
-def client_values(*, n: int, stamp_ms: int, judged_now_ms: int, period_ms: int) -> dict:
-    """ADMIT's values for a Python participant. It cannot read the service clock: it judges the
-    slot with ``judged_now_ms``, a lower bound of the service time (``:cutoff = judged_now -
-    period``), and stamps ``stamp_ms``, an upper bound of it and at least the latest stamp read.
-    Then its entry's true time is at least ``period`` after the stamp of the admission ``limit``
-    before it, and its stamp is at or after that true time: the module's point 2 holds."""
+def client_values(*, n: int, reserved_ms: int, period_ms: int) -> dict:
+    """ADMIT's values for a Python participant, which reserves ``reserved_ms``: the earliest time
+    AWS's clock can show, or later (the permit read, the latest reservation). It enters only
+    once that earliest time has reached it, so its true entry is at or after its reservation,
+    as a workflow's: the module's point 2 holds for every participant."""
     return {
-        ":now": {"N": str(int(stamp_ms))},
-        ":cutoff": {"N": str(int(judged_now_ms) - int(period_ms))},
+        ":now": {"N": str(int(reserved_ms))},
+        ":cutoff": {"N": str(int(reserved_ms) - int(period_ms))},
         ":n": {"N": str(int(n))},
         ":next": {"N": str(int(n) + 1)},
     }
