@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-shared stress matrix synth templates-snapshot diagram clean
+.PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-shared bench-rate stress matrix synth templates-snapshot diagram clean
 
 $(STAMP_PY): pyproject.toml .ci/constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -91,6 +91,11 @@ bench-fair-1000: deps
 
 bench-shared: deps
 	$(PY) -m tools.bench_shared $(ARGS)
+
+# The rate limit: a burst of 200 runs on one key at 10 per minute (about 20 minutes; a quick
+# look: ARGS="--runs 30 --limit 5 --period 6").
+bench-rate: deps
+	$(PY) -m tools.bench_rate $(ARGS)
 
 stress: deps
 	$(PY) -m tools.stress $(ARGS)

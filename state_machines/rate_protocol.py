@@ -23,7 +23,8 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
    and enters its work: no polling, and no herd - the waiters hold their places, each its
    own permit, in the order they were admitted.
 2. Why that is exact. The reserved times increase with ``n`` (the last clause) and
-   ``T(n) >= T(n - limit) + period`` (the slot clause). Any ``limit + 1`` admissions have
+   ``T(n) >= T(n - limit) + period`` (the slot clause; ``+ ENTRY_MARGIN_MS`` even, so that the
+   entries, each less than a second after its time, keep the limit too). Any ``limit + 1`` admissions have
    numbers ``m < ... < M`` with ``M - m >= limit``, so
    ``T(M) >= T(M - limit) + period >= T(m) + period``: no window of length ``period`` holds more
    than ``limit`` reserved entry times, and every run enters at or after its own. (A generic
@@ -61,6 +62,19 @@ PERMIT_PREFIX = "permit"
 #: item must stay small - a state's result is limited to 256 KiB - and a write costs the
 #: whole item's size, 1 WCU per KB).
 MAX_LIMIT = 1000
+#: What a permit's reuse adds to ``period`` (ms): a run waits for its time in whole seconds
+#: (a Wait's ``Seconds``), so it enters up to a second after it; with admission ``n`` reserved
+#: at least ``period`` + this after admission ``n - limit``, the work's *entries* keep the limit
+#: too, not only the reserved times (whatever delay a scheduler adds on top aside). It costs
+#: ``1 s / period`` of the rate: 1.7 % at a minute.
+ENTRY_MARGIN_MS = 1000
+
+
+def spacing_ms(period_ms: int) -> int:
+    """How far apart admission ``n`` and admission ``n - limit`` are reserved, at least."""
+    return int(period_ms) + ENTRY_MARGIN_MS
+
+
 #: Shortest and longest ``period`` (whole seconds: a Wait waits whole seconds).
 MIN_PERIOD_S = 1
 MAX_PERIOD_S = 86_400
@@ -122,7 +136,7 @@ def seen_expression(*, wait_variable: str, limit: int, period_ms: int, item: str
         f"( $i := {item}; "
         f"$n := $exists($i.`{ADMISSIONS}`.N) ? $number($i.`{ADMISSIONS}`.N) : 0; "
         f"$slot := $exists($i) ? $lookup($i, '{PERMIT_PREFIX}' & $string($n % {int(limit)})) : null; "
-        f"$free := $exists($slot.N) ? $number($slot.N) + {int(period_ms)} : 0; "
+        f"$free := $exists($slot.N) ? $number($slot.N) + {spacing_ms(period_ms)} : 0; "
         f"$last := $exists($i.`{ADMITTED_AT}`.N) ? $number($i.`{ADMITTED_AT}`.N) : 0; "
         f"$w := $type({w}) = 'object' ? {w} : {{'{SINCE}': {ENTRY}.{REQUESTED_AT}, '{ROUNDS}': 0}}; "
         f"$merge([$w, {{'{SEEN_N}': $n, '{PERMIT_AT}': $free, '{LAST}': $last, '{ROUNDS}': $w.{ROUNDS} + 1}}]) )"
@@ -153,7 +167,7 @@ def admit_values_expression(*, wait_variable: str, period_ms: int) -> str:
     w = "$" + wait_variable
     return (
         f"( $t := {reserved_time_expression(wait_variable)}; {{"
-        f"':now': {{'N': $string($t)}}, ':cutoff': {{'N': $string($t - {int(period_ms)})}}, "
+        f"':now': {{'N': $string($t)}}, ':cutoff': {{'N': $string($t - {spacing_ms(period_ms)})}}, "
         f"':n': {{'N': $string({w}.{SEEN_N})}}, ':next': {{'N': $string({w}.{SEEN_N} + 1)}}}} )"
     )
 
@@ -201,7 +215,7 @@ def permit_at_ms(item: dict, *, limit: int, period_ms: int) -> tuple[int, int, i
     rule of :func:`seen_expression`, for Python participants."""
     n = int(item[ADMISSIONS]["N"]) if ADMISSIONS in item else 0
     slot = item.get(permit_attribute(n, limit))
-    free = int(slot["N"]) + int(period_ms) if slot else 0
+    free = int(slot["N"]) + spacing_ms(period_ms) if slot else 0
     last = int(item[ADMITTED_AT]["N"]) if ADMITTED_AT in item else 0
     return n, free, last
 
@@ -213,7 +227,7 @@ def client_values(*, n: int, reserved_ms: int, period_ms: int) -> dict:
     as a workflow's: the module's point 2 holds for every participant."""
     return {
         ":now": {"N": str(int(reserved_ms))},
-        ":cutoff": {"N": str(int(reserved_ms) - int(period_ms))},
+        ":cutoff": {"N": str(int(reserved_ms) - spacing_ms(period_ms))},
         ":n": {"N": str(int(n))},
         ":next": {"N": str(int(n) + 1)},
     }
