@@ -257,3 +257,20 @@ def test_the_cli_shows_a_keys_rate_state_and_lists_it_without_a_holder(limits, c
     assert k not in capsys.readouterr().out  # nothing is held
     assert cli.main(["locks", "list", "--table", table], clients=clients) == 0
     assert f"r#{k} rate limit: {LIMIT} admissions" in capsys.readouterr().out
+
+
+def test_monitoring_finds_the_rate_limits_wait_and_timeout_by_what_they_do(rate_synth):
+    """``LockMonitoring`` reads a rate limit as every kind: its ADMIT assigns the lock record
+    (``WaitTime`` = reserved time - the section's entry: the wait for a permit), its Timeout
+    fails ``Lock.Timeout`` (``Timeouts``); nothing is held, so no release (no ``HoldTime``)."""
+    import json
+
+    from locked_workflow.constructs_lib.monitoring import LockStates
+
+    (definition,) = [r["Properties"]["DefinitionString"] for k, r in rate_synth.template["Resources"].items()
+                     if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("RateStateMachine")]
+    text = "".join(p if isinstance(p, str) else "TOKEN" for p in definition["Fn::Join"][1])
+    states = LockStates.of(json.loads(text))
+    assert states.timeouts == ("Lock.Timeout",)
+    assert set(states.acquisitions) == {"Lock.Admit"} and states.releases == {}
+    assert states.liveness_checks == ()
