@@ -44,7 +44,7 @@ DEFAULT_PARK_TIMEOUT = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S)
 class Lock:
     """What a locked section locks, and how: one value per lock kind, made by the factories
     :meth:`mutex`, :meth:`fair`, :meth:`semaphore`, :meth:`keys`, :meth:`on_record`,
-    :meth:`shared` and :meth:`exclusive`.
+    :meth:`shared`, :meth:`exclusive` and :meth:`rate`.
 
     Every kind is exclusive per key (but the semaphore, ``limit`` holders per key), fenced
     (``$lock.fence`` strictly increases per key), recovered (lease, janitor, liveness check,
@@ -61,7 +61,7 @@ class Lock:
         raise TypeError(
             "`Lock` values come from its factories: Lock.mutex(key), Lock.fair(key), "
             "Lock.semaphore(key, limit=...), Lock.keys(keys), Lock.on_record(table, key), "
-            "Lock.shared(key) or Lock.exclusive(key)"
+            "Lock.shared(key), Lock.exclusive(key) or Lock.rate(key, limit=...)"
         )
 
     # -- the factories ------------------------------------------------------------------------

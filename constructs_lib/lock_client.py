@@ -197,6 +197,8 @@ logger = logging.getLogger(__name__)
 class LockClient(ClientSession, Takeovers, FairQueue, ReentrantHolds, RateAdmissions):
     """Acquire, refresh and release the locks of a lock table from Python.
 
+    A rate limit's key (the workflows' ``Lock.rate``): :meth:`admit` spends one of its permits.
+
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
     :param namespace: prefix of every key, as the construct's ``key_namespace`` (the stored
         key is ``<namespace>#<key>``). Default: ``""``.
