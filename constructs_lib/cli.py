@@ -36,6 +36,7 @@ from typing import Any, Mapping, NoReturn, Sequence
 from locked_workflow.constructs_lib.key_schema import LOCK_TABLE_KEY, KeySchema
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import rate_protocol as rate
 from locked_workflow.state_machines import semaphore_protocol as sp
 from locked_workflow.state_machines import shared_protocol as rw
 
@@ -64,8 +65,12 @@ CLIENT_CONFIG = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_atte
 
 
 def parse_stored_key(stored: str) -> dict[str, Any]:
-    """``<namespace>#<key>``, or a semaphore slot ``~<slot>~<namespace>#<key>``."""
+    """``<namespace>#<key>``, a semaphore slot ``~<slot>~<namespace>#<key>``, or a rate
+    limit's item ``~rate~<namespace>#<key>`` (slot ``"rate"``)."""
     slot = None
+    if stored.startswith(rate.RATE_MARK):
+        namespace, _, key = stored[len(rate.RATE_MARK):].partition(p.NAMESPACE_SEPARATOR)
+        return {"namespace": namespace, "key": key, "slot": "rate"}
     if stored.startswith(sp.SLOT_MARK):
         _, number, stored = stored.split(sp.SLOT_MARK, 2)
         slot = int(number)
@@ -79,8 +84,30 @@ def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
 
 
+def describe_rate(item: Mapping[str, Any], now_ms: int, *, period_ms: int = 60_000,
+                  limit: int | None = None) -> dict[str, Any]:
+    """A rate limit's item (``Lock.rate``) as the CLI shows it: its admissions, the stamps of
+    the last ones (one per permit, newest first), how many fall in the last ``period_ms``, and
+    - given the key's ``limit`` - when the next permit frees (``rate_protocol.permit_at_ms``)."""
+    stamps = sorted((int(v["N"]) for name, v in item.items() if name.startswith(rate.PERMIT_PREFIX)), reverse=True)
+    shown = {
+        **parse_stored_key(item[p.KEY_ATTRIBUTE]["S"]),
+        "storedKey": item[p.KEY_ATTRIBUTE]["S"],
+        "state": "rate",
+        "admissions": int(item[rate.ADMISSIONS]["N"]) if rate.ADMISSIONS in item else 0,
+        "lastAdmissions": [_iso(ms) for ms in stamps],
+        "inLastPeriod": sum(1 for ms in stamps if ms > now_ms - period_ms),
+    }
+    if limit is not None:
+        _, permit_at, _ = rate.permit_at_ms(dict(item), limit=limit, period_ms=period_ms)
+        shown["nextPermit"] = "now" if permit_at <= now_ms else _iso(permit_at)
+    return shown
+
+
 def describe(item: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
     """A lock item as the CLI shows it."""
+    if item[p.KEY_ATTRIBUTE]["S"].startswith(rate.RATE_MARK):
+        return describe_rate(item, now_ms)
     number = lambda name: int(item[name]["N"]) if name in item else None  # noqa: E731
     owner = item.get(p.OWNER, {}).get("S")
     expires = number(p.EXPIRES_AT)
@@ -182,8 +209,8 @@ def cmd_list(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, 
     if args.namespace is not None:
         rows = [r for r in rows if r["namespace"] == args.namespace]
     if args.held:
-        rows = [r for r in rows if r["state"] != "free"]
-    rows.sort(key=lambda r: (r["namespace"], r["key"], r["slot"] or 0))
+        rows = [r for r in rows if r["state"] not in ("free", "rate")]
+    rows.sort(key=lambda r: (r["namespace"], r["key"], r["slot"] == "rate", r["slot"] if isinstance(r["slot"], int) else 0))
     return OK, rows
 
 
@@ -470,6 +497,21 @@ class _Parser(argparse.ArgumentParser):
 DESCRIPTION = __doc__.splitlines()[0].replace("``", "")
 
 
+def cmd_rate(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[int, Any]:
+    """A rate limit's state on a key (``Lock.rate``): its admissions and its next permit."""
+    problem = p.namespace_problem(args.namespace) or p.key_problem(args.key, args.namespace, rate.reserve_bytes())
+    if problem:
+        raise CliError(f"the lock key {problem}" if not p.namespace_problem(args.namespace)
+                       else f"the namespace {problem}")
+    if not rate.MIN_PERIOD_S <= args.period <= rate.MAX_PERIOD_S:
+        raise CliError(f"--period must be whole seconds from 1 to {rate.MAX_PERIOD_S}, got: {args.period}")
+    if args.limit is not None and not 1 <= args.limit <= rate.MAX_LIMIT:
+        raise CliError(f"--limit must be from 1 to {rate.MAX_LIMIT}, got: {args.limit}")
+    stored = rate.rate_key(p.namespaced(args.namespace, args.key))
+    item = locks.get(stored) or {p.KEY_ATTRIBUTE: {"S": stored}}
+    return OK, describe_rate(item, now_ms, period_ms=args.period * 1000, limit=args.limit)
+
+
 def parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--table", help="the lock table's name")
@@ -498,6 +540,11 @@ def parser() -> argparse.ArgumentParser:
     release.add_argument("--owner", help="release only if this is the holder")
     release.add_argument("--fence", type=int, help="release only if this is the fence")
     release.add_argument("--reader", help="a read/write lock's shared hold: remove this reader's hold")
+    limited = locks.add_parser("rate", parents=[common], help="a rate limit (Lock.rate): admissions, next permit")
+    limited.add_argument("key")
+    limited.add_argument("--namespace", default="")
+    limited.add_argument("--period", type=int, default=60, help="the limit's period in seconds (default: 60)")
+    limited.add_argument("--limit", type=int, help="the limit's limit: shows when the next permit frees")
     clear = locks.add_parser("clear-head", parents=[common], help="a fair lock: clear a dead head from its queue")
     clear.add_argument("key")
     clear.add_argument("--namespace", default="")
@@ -513,6 +560,10 @@ def _print(result: Any, as_json: bool) -> None:
         if not result:
             print("no lock items")
         for r in result:
+            if r["state"] == "rate":  # (a rate limit's item: no holder)
+                print(f"{r['namespace']}#{r['key']} rate limit: {r['admissions']} admissions, "
+                      f"{r['inLastPeriod']} in the last 60 s")
+                continue
             slot = f" slot {r['slot']}" if r["slot"] is not None else ""
             print(f"{r['namespace']}#{r['key']}{slot}: {r['state']}, fence {r['fence']}"
                   + (f", held by {r['owner']} since {r['acquiredAt']}, expires {r['expiresAt']}" if r["owner"] else "")
@@ -558,7 +609,7 @@ def main(argv: Sequence[str] | None = None, *, clients: Mapping[str, Any] | None
             region = dynamodb.meta.region_name or region  # the region actually used
             stepfunctions = clients.get("stepfunctions") or (None if dummy else _client(session, "stepfunctions", args))
             command = {"list": cmd_list, "show": cmd_show, "release": cmd_release,
-                       "clear-head": cmd_clear_head}[args.command]
+                       "clear-head": cmd_clear_head, "rate": cmd_rate}[args.command]
             code, result = command(Locks(dynamodb, stepfunctions, table), args, int(time.time() * 1000))
         except ClientError as error:
             code_name = error.response.get("Error", {}).get("Code")

@@ -11,6 +11,7 @@ spells choices (``Schedule.rate(...)``, ``Code.from_asset(...)``)::
     Lock.on_record(customers, "{% $states.input.customerId %}", must_exist=True)
     Lock.shared("{% $states.input.customerId %}")      # a reader: many together
     Lock.exclusive("{% $states.input.customerId %}")   # a writer: alone
+    Lock.rate("{% $states.input.partnerId %}", limit=10, period=Duration.minutes(1))
 
 Each factory validates its own settings at synth ("`x` must ..., got: ..."), and a setting
 exists only on the kinds it means something for: a semaphore has a ``limit``, a fair lock a
@@ -30,10 +31,11 @@ from locked_workflow.constructs_lib.fair_mutex import FairMutex
 from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
+from locked_workflow.constructs_lib.rate_kind import RateLimit
 from locked_workflow.constructs_lib.shared_kind import SharedLockKind
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
-from locked_workflow.state_machines import semaphore_protocol
+from locked_workflow.state_machines import rate_protocol, semaphore_protocol
 
 #: What a ``lock`` prop must be (messages).
 A_LOCK = "a Lock (Lock.mutex(key), Lock.fair(key), ...)"
@@ -44,7 +46,7 @@ DEFAULT_PARK_TIMEOUT = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S)
 class Lock:
     """What a locked section locks, and how: one value per lock kind, made by the factories
     :meth:`mutex`, :meth:`fair`, :meth:`semaphore`, :meth:`keys`, :meth:`on_record`,
-    :meth:`shared` and :meth:`exclusive`.
+    :meth:`shared`, :meth:`exclusive` and :meth:`rate`.
 
     Every kind is exclusive per key (but the semaphore, ``limit`` holders per key), fenced
     (``$lock.fence`` strictly increases per key), recovered (lease, janitor, liveness check,
@@ -61,7 +63,7 @@ class Lock:
         raise TypeError(
             "`Lock` values come from its factories: Lock.mutex(key), Lock.fair(key), "
             "Lock.semaphore(key, limit=...), Lock.keys(keys), Lock.on_record(table, key), "
-            "Lock.shared(key) or Lock.exclusive(key)"
+            "Lock.shared(key), Lock.exclusive(key) or Lock.rate(key, limit=...)"
         )
 
     # -- the factories ------------------------------------------------------------------------
@@ -189,6 +191,33 @@ class Lock:
         """
         return _SharedLock(_key(key), SharedLockKind.WRITE_MODE, _park_timeout_s(park_timeout))
 
+    @staticmethod
+    def rate(key: str, *, limit: int, period: Duration = Duration.minutes(1)) -> "Lock":
+        """A rate limit per key: at most ``limit`` entries per key in any window of ``period``
+        (checked on the Step Functions service clock), e.g. 10 calls of a partner API per
+        minute. An entry is admitted by one conditional write on the key's rate item, which
+        reserves its entry time - now, or when the next permit frees; the run waits exactly
+        until then (a computed Wait, rounded up to the second, no polling), and fails at once
+        with ``Lock.Timeout`` if that is past its ``max_wait``. Nothing is held while the work
+        runs, so nothing is released, and runs admitted together work side by side.
+        ``$lock.fence`` is the admission's number (strictly increasing per key),
+        ``$lock.acquiredAt`` its reserved time. A ``LockClient`` spends
+        the same permits (``LockClient.admit``). See
+        :mod:`locked_workflow.state_machines.rate_protocol`.
+
+        :param key: as :meth:`mutex`'s.
+        :param limit: entries admitted per key in any window of ``period``, 1 to 1000. Every
+            participant of a key must use the same ``limit`` and ``period``.
+        :param period: the window, whole seconds from 1 s to 1 day. Default: 1 minute.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= rate_protocol.MAX_LIMIT:
+            raise ValueError(f"`limit` must be a whole number from 1 to {rate_protocol.MAX_LIMIT}, got: {limit!r}")
+        period_ms = prop_types.concrete_ms("period", period)
+        low, high = rate_protocol.MIN_PERIOD_S, rate_protocol.MAX_PERIOD_S
+        if period_ms % 1000 or not low * 1000 <= period_ms <= high * 1000:
+            raise ValueError(f"`period` must be whole seconds from {low} s to 1 day, got: {period_ms / 1000} s")
+        return _RateLock(_key(key), limit, period_ms)
+
     # -- what a section does with the value -----------------------------------------------------
 
     @property
@@ -285,6 +314,17 @@ class _SemaphoreLock(_Value):
 
     def builder(self) -> Mutex:
         return Semaphore(self.key, self.limit)
+
+
+@dataclass(frozen=True, init=False)
+class _RateLock(_Value):
+    key: str
+    limit: int
+    period_ms: int
+    kind = "rate"
+
+    def builder(self) -> Mutex:
+        return RateLimit(self.key, limit=self.limit, period_ms=self.period_ms)
 
 
 @dataclass(frozen=True, init=False)

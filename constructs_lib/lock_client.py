@@ -155,6 +155,7 @@ from locked_workflow.constructs_lib.client_clocks import (
     wall_clock_ms as _wall_clock_ms,
 )
 from locked_workflow.constructs_lib.client_fair import FairQueue
+from locked_workflow.constructs_lib.client_rate import Admission, RateAdmissions  # noqa: F401 - re-exported
 from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exported
     InvalidLockKey,
     Lease,
@@ -196,8 +197,10 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------
 
 
-class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantHolds):
+class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantHolds, RateAdmissions):
     """Acquire, refresh and release the locks of a lock table from Python.
+
+    A rate limit's key (the workflows' ``Lock.rate``): :meth:`admit` spends one of its permits.
 
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
     :param namespace: prefix of every key, as the construct's ``key_namespace`` (the stored

@@ -79,6 +79,9 @@ class Mutex:
     #: which ACQUIRE never takes over): its liveness check reads the whole lock item and frees
     #: a shared hold whose readers are gone (:meth:`shared_hold_branches`).
     meets_shared_holds = True
+    #: Its acquisitions are held until released (a rate limit's admissions are not: no janitor,
+    #: no liveness check).
+    holds = True
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key

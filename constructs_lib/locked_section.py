@@ -48,7 +48,7 @@ DEFAULT_LIVENESS_CHECK_EVERY = 2
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
 #: How the docs spell a kind's factory (messages).
 _FACTORY = {"mutex": "mutex(key)", "fair": "fair(key)", "semaphore": "semaphore(key, limit=...)", "multi-key": "keys(keys)",
-            "shared": "shared(key)", "exclusive": "exclusive(key)"}
+            "shared": "shared(key)", "exclusive": "exclusive(key)", "rate": "rate(key, limit=...)"}
 
 
 # Sections being rendered, outermost first: a section rendered inside another one's branch
@@ -259,6 +259,15 @@ class LockedSection(sfn.StateMachineFragment):
                 fair_protocol.worst_case_park_events(self.kind.park_timeout_s, max_wait_ms / 1000)
                 if parks else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
             )
+            if hasattr(self.kind, "worst_case_events"):  # a kind that waits its own way (Lock.rate)
+                needed = self.kind.worst_case_events(max_wait_ms / 1000)
+                if needed > history_event_budget:
+                    raise ValueError(
+                        f"`max_wait` must keep the wait under {history_event_budget} history events (of the "
+                        f"{protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: {max_wait_ms / 1000} s, "
+                        f"which can take {needed} events with Lock.{lock.kind}(limit={self.kind.limit}); lower "
+                        "max_wait (a run waits at most one refusal per entry admitted meanwhile)"
+                    )
             if needed > history_event_budget and parks:
                 raise ValueError(
                     f"`max_wait` must keep the queue's wait under {history_event_budget} history events "
@@ -885,8 +894,8 @@ class LockedSection(sfn.StateMachineFragment):
         """Let ``state_machine`` (which runs this section) describe the executions of the
         state machines named ``holders`` - the only IAM the liveness check needs. A separate
         policy, so a state machine may name itself without a dependency cycle."""
-        if not self.liveness_check_every or not holders or state_machine.role is None:
-            return
+        if not self.liveness_check_every or not holders or state_machine.role is None or not self.kind.holds:
+            return  # (a rate limit holds nothing: its waiters never ask about a holder)
         stack = Stack.of(self)
         iam.Policy(
             self,

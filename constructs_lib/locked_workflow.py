@@ -227,7 +227,7 @@ class LockedWorkflow(Construct):
         if not express:  # Express executions can be neither described nor watched
             holders = [state_machine_name] + [m.state_machine_name for m in shares_lock_with]
             self.section.grant_liveness_check(self.state_machine, *holders)
-            if janitor:
+            if janitor and self.section.kind.holds:  # (a rate limit holds nothing to recover)
                 self.janitor = LockJanitor(
                     self, "Janitor", table=self.table, watched=[self.state_machine], logging=logging,
                     item=self.section.kind.item, fair=self.section.lock.is_fair,

@@ -263,10 +263,11 @@ def test_a_lock_is_a_value_made_by_its_factories():
     with pytest.raises(TypeError, match=r"`Lock` values come from its factories") as refused:
         Lock()
     factories = [n for n, v in vars(Lock).items() if isinstance(v, staticmethod) and not n.startswith("_")]
-    assert len(factories) == 7 and all(f"Lock.{n}(" in str(refused.value) for n in factories), factories
+    assert len(factories) == 8 and all(f"Lock.{n}(" in str(refused.value) for n in factories), factories
     key = p.jsonata("$states.input.k")
     assert Lock.mutex(key) == Lock.mutex(key) and Lock.mutex(key) != Lock.fair(key)
     assert Lock.semaphore(key, limit=3).kind == "semaphore" and Lock.keys(key).kind == "multi-key"
+    assert Lock.rate(key, limit=3) == Lock.rate(key, limit=3) and Lock.rate(key, limit=3).kind == "rate"
     fair = Lock.fair(key)
     assert fair.for_express() != fair and fair.for_express().builder().polling and not fair.builder().polling
     assert fair.builder() is not fair.builder()  # each section builds its own states

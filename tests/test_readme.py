@@ -390,7 +390,7 @@ def test_the_lock_table_lists_every_factory_with_its_settings():
 
     rows = _first_table(_section(_page("constructs.md"), "## `Lock`"))
     factories = {name for name, member in vars(Lock).items() if isinstance(member, staticmethod)}
-    assert factories == {"mutex", "fair", "semaphore", "keys", "on_record", "shared", "exclusive"}  # the control: they are found
+    assert factories == {"mutex", "fair", "semaphore", "keys", "on_record", "shared", "exclusive", "rate"}  # the control: they are found
     documented = {re.match(r"Lock\.(\w+)\(", name)[1]: cells for name, cells in rows.items()}
     assert set(documented) == factories
     for name, (settings, _meaning) in documented.items():

@@ -15,7 +15,8 @@ its call crashes there (it never calls again, its lock is left to its lease).
 Invariants, every cell (each a list of violations, empty when it holds):
 
 - ``alone``: the probe never finds more holders inside than the kind admits (readers and
-  writers apart), at entry;
+  writers apart), at entry; a rate limit's admissions (their stamps, from the histories) never
+  crowd a window of its period;
 - ``lost update``: the probe's counter equals its accepted writes; a record's balance counts
   every run that succeeded (and at most those stopped besides);
 - ``fences``: a key's fences at entry strictly increase (a section re-entering its own hold
@@ -58,7 +59,9 @@ from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
-from tools.matrix.stack import PARK_TIMEOUT_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT, STOP_GRACE_S
+from tools.matrix.stack import (PARK_TIMEOUT_S, RATE_LIMIT, RATE_PERIOD_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT,
+                                STOP_GRACE_S)
+from tools.rate_checks import admission_stamps, crowded_windows
 from tools.matrix.table import CLIENT_KINDS, COLUMN, SITUATIONS, Column, situation
 from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
 
@@ -98,6 +101,7 @@ PARTICIPANTS: dict[str, list[str]] = {
     "shared": ["Reader", "Writer", "RwMutex"],
     "exclusive": ["Writer", "Writer", "client-rw-read"],  # (a second writer: the waiting states are the kind's)
     "record": ["Record", "Record", "Record"],
+    "rate": ["Rate", "Rate", "Rate"],
     "client-mutex": ["client-mutex", "Mutex", "client-mutex"],
     "client-fair": ["client-fair", "Fair", "client-fair"],
     "client-rw": ["client-rw-read", "Writer", "client-rw-write"],
@@ -168,6 +172,7 @@ class Participant:
     started_ms: int = 0
     ended_ms: int = 0
     entered_ms: list[int] = field(default_factory=list)
+    admitted_ms: list[int] = field(default_factory=list)  # a rate limit's admissions (stamps)
     stopped: bool = False  # by the situation or the fault (since its last redrive)
     timed_out: bool = False
     redrive: bool = False
@@ -498,6 +503,7 @@ class Cell:
         p.entered_ms = [int(e["timestamp"].timestamp() * 1000) for e in history
                         if (e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"].get("resourceType") == "lambda")
                         or (e["type"] == "WaitStateEntered" and e["stateEnteredEventDetails"]["name"].endswith("Hold"))]
+        p.admitted_ms = admission_stamps(history) if p.role == "Rate" else []
         ends = [e for e in history if e["type"] in ("ExecutionSucceeded", "ExecutionFailed", "ExecutionAborted",
                                                      "ExecutionTimedOut")]
         p.ended_ms = int(ends[-1]["timestamp"].timestamp() * 1000) if ends else _now_ms()
@@ -644,7 +650,11 @@ class Cell:
     def _judge(self) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {name: [] for name in ("alone", "lost update", "fences", "outcome", "blocked",
                                                              "left", "unlisted")}
-        limit = SEMAPHORE_LIMIT if self.row.kind == "semaphore" else 1
+        limit = SEMAPHORE_LIMIT if self.row.kind == "semaphore" else 3 if self.row.kind == "rate" else 1
+        if self.row.kind == "rate":
+            stamps = [ms for p in self.participants for ms in p.admitted_ms]
+            for a, b in crowded_windows(stamps, limit=RATE_LIMIT, period_ms=RATE_PERIOD_S * 1000):
+                found["alone"].append(f"{RATE_LIMIT + 1} admissions within {b - a} ms (period {RATE_PERIOD_S} s)")
         for key in self.probe_keys:
             item = self.cloud.dynamodb.get_item(TableName=self.tables["probes"], Key={"pk": {"S": key}},
                                                 ConsistentRead=True).get("Item", {})

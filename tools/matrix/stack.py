@@ -15,7 +15,9 @@ rows are read from these definitions (:mod:`tools.matrix.rows`):
 - ``Semaphore`` (``Lock.semaphore``, limit :data:`SEMAPHORE_LIMIT`, namespace ``sem``): more
   runs than slots;
 - ``Transfer`` (``Lock.keys``, namespace ``acct``): overlapping pairs of keys;
-- ``Record`` (``Lock.on_record``): the lock on the record, its work an increment.
+- ``Record`` (``Lock.on_record``): the lock on the record, its work an increment;
+- ``Rate`` (``Lock.rate``, limit :data:`RATE_LIMIT` per :data:`RATE_PERIOD_S`, namespace
+  ``rate``): more runs than permits (its probe admits them all inside at once).
 
 The probe counts holders inside at entry (readers and writers apart), the fences and a
 read-modify-write counter; ``Unlocked`` is the same work with no lock (the negative control).
@@ -38,6 +40,8 @@ STOP_GRACE_S = PROBE_TIMEOUT_S + 5
 PARK_TIMEOUT_S = 3
 #: Holders the semaphore admits at once.
 SEMAPHORE_LIMIT = 2
+#: Entries the rate limit admits per key and window, and its window (s).
+RATE_LIMIT, RATE_PERIOD_S = 2, 6
 #: The longest wait for a lock (s).
 MAX_WAIT_S = 90
 #: The state machines' timeout (s); a cell times an execution out where it needs to
@@ -48,7 +52,7 @@ RECORD_KEY = "recordId"
 #: Kind -> the workflow of that kind (its definition gives the kind's rows).
 MACHINES = {"mutex": "Mutex", "nested": "Nested", "fair": "Fair", "semaphore": "Semaphore",
             "multikey": "Transfer", "shared": "Reader", "exclusive": "Writer", "record": "Record",
-            "coalesce": "FairNewest"}
+            "coalesce": "FairNewest", "rate": "Rate"}
 
 #: Kinds also deployed as a LockedSection, ``<name>Section`` (a holder with a presence token).
 SECTIONS = ("Fair", "Reader", "Writer", "Semaphore", "Transfer")
@@ -100,6 +104,9 @@ def build_stack(scope: Any, construct_id: str) -> Any:
                        lambda n: probe(n, one_key())),
         "Semaphore": (lambda: Lock.semaphore(key, limit=SEMAPHORE_LIMIT), "sem",
                       lambda n: probe(n, {"key": key, "limit": SEMAPHORE_LIMIT})),
+        # (runs admitted together work side by side: the probe lets all of a cell's runs in)
+        "Rate": (lambda: Lock.rate(key, limit=RATE_LIMIT, period=cdk.Duration.seconds(RATE_PERIOD_S)), "rate",
+                 lambda n: probe(n, {"key": key, "limit": 3})),
         "Transfer": (lambda: Lock.keys(transfer_keys), "acct",
                      lambda n: probe(n, {"keys": transfer_keys, "fences": jsonata(fences)})),
     }

@@ -165,6 +165,8 @@ def _sweep(section: str) -> dict[str, str]:
 
 SITUATIONS: dict[str, dict[str, str]] = {
     'mutex': {**_ONE_ITEM, **_sweep('Lock')},
+    # a rate limit: three runs on two permits - the third reads, waits for its permit, admits
+    'rate': {'Lock.Read': 'contend', 'Lock.Admit': 'contend'},
     'nested': {
         **_sweep('Outer'),
         **_sweep('Inner'),

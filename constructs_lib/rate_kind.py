@@ -1,0 +1,125 @@
+"""The rate limit kind (``Lock.rate``): at most ``limit`` entries per key in any window of
+``period`` - :mod:`locked_workflow.state_machines.rate_protocol`. Its states::
+
+    Read (GetItem) -> InTime? --> Admit (ADMIT: reserves the entry time) --> Turn (Wait until
+                          |                                               then) --> the work --> Released
+                          \\--the time to reserve is past max_wait--> Timeout (Lock.Timeout)
+    Admit refused (another entry was admitted since the read) --> Read
+
+Nothing is held, so nothing is released: the work's end (success or error) writes nothing,
+and no stale holder can block a key (no janitor, liveness check or lease is involved).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+
+from locked_workflow.constructs_lib.custom_state import JsonataCustomState
+from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient
+from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex
+from locked_workflow.state_machines import errors
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import rate_protocol as rate
+from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
+
+
+class _Admit(tasks.DynamoUpdateItem):
+    """ADMIT as an optimized UpdateItem whose ``ExpressionAttributeValues`` is one JSONata
+    expression (``:now`` and ``:cutoff`` from one ``$millis()``): CDK builds the task and its
+    IAM, this only renders the values as one field."""
+
+    def __init__(self, *args: Any, values_expression: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._values_expression = values_expression
+
+    def to_state_json(self, *args: Any) -> Any:
+        rendered = dict(super().to_state_json(*args))
+        arguments = dict(rendered["Arguments"])
+        arguments["ExpressionAttributeValues"] = jsonata(self._values_expression)
+        rendered["Arguments"] = arguments
+        return rendered
+
+
+class RateLimit(Mutex):
+    """At most ``limit`` entries per key in any window of ``period_ms`` (see rate_protocol)."""
+
+    name = "rate"
+    builds_own_wait_path = True
+    #: Nothing is held: no presence to register, no read/write lock's item.
+    presence = False
+    meets_shared_holds = False
+    holds = False
+
+    def __init__(self, user_key: str, *, limit: int, period_ms: int) -> None:
+        super().__init__(user_key)
+        self.limit = limit
+        self.period_ms = period_ms
+
+    def key_expression(self, namespace: str) -> str:
+        return protocol.key_expression(self.user_key, namespace, rate.reserve_bytes())
+
+    def holds_same_lock(self, variable: str) -> str:
+        return "false"  # every entry spends a permit, nested or not
+
+    def entry_fields(self, enclosing_lock_variables: Sequence[str] = ()) -> Mapping[str, str]:
+        return {}
+
+    def worst_case_events(self, max_wait_s: float) -> int:
+        """History events a run's wait may record (the section checks them against its budget)."""
+        return rate.worst_case_events(limit=self.limit, period_s=self.period_ms / 1000, max_wait_s=max_wait_s)
+
+    def build_acquire(self, section: "LockedSection", lease_ms: int):
+        v = section.variables
+        max_wait_ms = section._max_wait_ms
+        key = {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(rate.rate_key_expression())})}
+        read = tasks.DynamoGetItem.jsonata(
+            section, section._name("Read"), table=section.table, key=key, consistent_read=True,
+            assign={v["wait"]: jsonata(rate.seen_expression(
+                wait_variable=v["wait"], limit=self.limit, period_ms=self.period_ms))},
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient(read)
+        names = rate.attribute_names(jsonata(rate.admit_slot_expression(wait_variable=v["wait"], limit=self.limit)))
+        admit = _Admit(
+            section, section._name("Admit"),
+            query_language=sfn.QueryLanguage.JSONATA,
+            table=section.table, key=key,
+            update_expression=rate.ADMIT.update, condition_expression=rate.ADMIT.condition,
+            expression_attribute_names=names,
+            # rendered as one expression (see _Admit); CDK wants a value per name here
+            expression_attribute_values={name: attribute_value({"N": "0"}) for name in rate.ADMIT.value_names()},
+            return_values=tasks.DynamoReturnValues.UPDATED_NEW,
+            values_expression=rate.admit_values_expression(wait_variable=v["wait"], period_ms=self.period_ms),
+            assign={v["lock"]: jsonata(rate.lock_variable_expression(wait_variable=v["wait"], limit=self.limit)),
+                    v["wait"]: jsonata("null")},
+            outputs=jsonata(f"{ENTRY}.input"),
+        )
+        retry_transient(admit)
+        admit.add_catch(read, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        timeout = sfn.Fail.jsonata(
+            section, "Timeout", state_name=section._name("Timeout"), error=protocol.ERROR_TIMEOUT,
+            cause=f"the key's next permit comes after max_wait ({max_wait_ms} ms): more than {self.limit} "
+                  f"entries per {self.period_ms} ms were asked for",
+        )
+        turn = JsonataCustomState(section, section._name("Turn"), state_json={
+            "Type": "Wait", "QueryLanguage": "JSONata",
+            "Seconds": jsonata(rate.turn_seconds_expression(v["lock"])),
+        })
+        in_time = sfn.Choice.jsonata(section, "InTime", state_name=section._name("InTime?"))
+        in_time.when(sfn.Condition.jsonata(jsonata(rate.past_max_wait_expression(v["wait"], max_wait_ms))), timeout)
+        in_time.otherwise(admit)
+        read.next(in_time)
+        admit.next(turn)
+        return read, admit, turn
+
+    def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
+        return sfn.Succeed(section, "Released", state_name=section._name("Released"))
+
+    def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
+        return rethrow
+
+    def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
+        return then
+

@@ -1,0 +1,276 @@
+"""The rate limit (``Lock.rate``): its props at synth, and a burst of runs on both DynamoDB
+backends - no window of ``period`` holds more than ``limit`` admissions (the stamps on the
+service clock, and the work's entries in the histories), the admitted rate reaches the limit,
+a refused run enters when its permit frees (a computed wait, not a poll), keys are
+independent, a permit past ``max_wait`` fails at once with ``Lock.Timeout``. The negative
+control: the same burst with ADMIT's clauses weakened breaks the window check."""
+
+from __future__ import annotations
+
+import uuid
+
+import aws_cdk as cdk
+import pytest
+
+from locked_workflow import Lock, LockedSection, LockTable
+from locked_workflow.state_machines import lock_protocol as p
+from locked_workflow.state_machines import rate_protocol as rate
+from locked_workflow.state_machines.lock_protocol import jsonata
+from rate_stack import LIMIT, PERIOD_S, WORK
+from tools.rate_checks import crowded_windows
+
+PERIOD_MS = PERIOD_S * 1000
+#: When a permit frees again: a period and the entry margin after its reserved time.
+SPACING_MS = rate.spacing_ms(PERIOD_MS)
+#: A refused run's entry after its permit freed: the Wait rounds up to the second, plus the
+#: admit's latency on a loaded machine (a fixed poll of the mutex's policy would be up to 5 s).
+LATE_S = 2.5
+
+
+# ---- props ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1001, True, 2.5, "3"])
+def test_a_bad_limit_is_refused_at_synth(limit):
+    with pytest.raises(ValueError, match=r"`limit` must be a whole number from 1 to 1000, got: "):
+        Lock.rate(jsonata("$states.input.key"), limit=limit)
+
+
+@pytest.mark.parametrize("seconds", [0, 0.5, 1.5, 86_401])
+def test_a_bad_period_is_refused_at_synth(seconds):
+    with pytest.raises(ValueError, match=r"`period` must be whole seconds from 1 s to 1 day, got: "):
+        Lock.rate(jsonata("$states.input.key"), limit=3, period=cdk.Duration.millis(int(seconds * 1000)))
+
+
+def test_a_bad_key_template_is_refused_at_synth():
+    with pytest.raises(ValueError, match="`key`"):
+        Lock.rate("customer-1", limit=3)
+
+
+def _section(lock: Lock, max_wait: cdk.Duration) -> LockedSection:
+    stack = cdk.Stack(cdk.App(), "S")
+    return LockedSection(
+        stack, "Limited", lock=lock, table=LockTable(stack, "Locks"), lease=cdk.Duration.minutes(5),
+        protected=cdk.aws_stepfunctions.Pass(stack, "Work"), max_wait=max_wait,
+    )
+
+
+def test_a_wait_that_could_outgrow_the_history_is_refused_at_synth():
+    many = Lock.rate(jsonata("$states.input.key"), limit=1000, period=cdk.Duration.seconds(1))
+    with pytest.raises(ValueError, match=r"`max_wait` must keep the wait under 20000 history events .* "
+                                         r"Lock.rate\(limit=1000\)"):
+        _section(many, cdk.Duration.minutes(15))
+    # the bound counts the admissions a run may lose to within its max_wait: this one fits
+    assert rate.worst_case_events(limit=10, period_s=60, max_wait_s=900) < 20_000
+    _section(Lock.rate(jsonata("$states.input.key"), limit=10), cdk.Duration.minutes(15))
+
+
+def test_the_admit_write_is_spelled_once_and_names_what_it_uses():
+    assert rate.ADMIT.value_names() == (":now", ":next", ":n", ":cutoff")
+    assert set(rate.attribute_names("permit0")) == {"#slot", f"#{rate.ADMITTED_AT}", f"#{rate.ADMISSIONS}"}
+    assert rate.rate_key(p.namespaced("r", "k")) == "~rate~r#k"
+    # the Python reading of an item is the state machine's: slot n mod limit + period, the last stamp
+    item = {rate.ADMISSIONS: {"N": "4"}, "permit1": {"N": "1000"}, rate.ADMITTED_AT: {"N": "9000"}}
+    assert rate.permit_at_ms(item, limit=3, period_ms=6000) == (4, 1000 + rate.spacing_ms(6000), 9000)
+    assert rate.permit_at_ms(item, limit=4, period_ms=6000) == (4, 0, 9000)  # slot 0: never used
+    assert rate.permit_at_ms({}, limit=3, period_ms=6000) == (0, 0, 0)
+
+
+# ---- runs -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def rate_synth():
+    from locked_workflow.testing.synth import synth_app
+    from rate_stack import RateStack
+
+    return synth_app(lambda app: RateStack(app, "RateLimits"))
+
+
+@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
+def limits(request, rate_synth):
+    from deployed import local_deployment
+
+    for cloud, app in local_deployment(request.param, rate_synth):
+        yield Limits(cloud, app)
+
+
+class Limits:
+    def __init__(self, cloud, app):
+        self.cloud, self.app = cloud, app
+
+    def start(self, machine: str, key: str) -> str:
+        return self.cloud.start_execution(self.app.state_machine_arn(f"{machine}StateMachine"), {"key": key})
+
+    def wait(self, arns, timeout: float = 150):
+        return self.cloud.wait_all(list(arns), timeout)
+
+    def item(self, stored_key: str) -> dict:
+        table = next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
+        return self.cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": rate.rate_key(stored_key)}},
+                                            ConsistentRead=True).get("Item", {})
+
+
+def key(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+def work_entered_ms(result) -> float:
+    """When the execution entered the work (history, service clock)."""
+    (entered,) = [e["timestamp"].timestamp() * 1000 for e in result.history
+                  if e["type"].endswith("StateEntered") and e["stateEnteredEventDetails"]["name"] == WORK]
+    return entered
+
+
+def test_a_burst_is_admitted_at_the_limit_and_never_above_it_in_any_window(limits):
+    a, b = key("a"), key("b")
+    runs = 9
+    arns = {a: [], b: []}
+    for _ in range(runs):  # interleaved: both keys' bursts start together
+        for k in (a, b):
+            arns[k].append(limits.start("Rate", k))
+    results = {k: limits.wait(v) for k, v in arns.items()}
+    for k, rs in results.items():
+        assert [r.status for r in rs] == ["SUCCEEDED"] * runs, [(r.error, r.cause) for r in rs]
+        outputs = sorted((r.output for r in rs), key=lambda o: o["fence"])
+        stamps = [o["admittedAt"] for o in outputs]
+        # the fences are the admissions' numbers, in the order of their stamps
+        assert [o["fence"] for o in outputs] == list(range(1, runs + 1))
+        assert stamps == sorted(stamps)
+        # exact, on the stamps: no window of PERIOD holds more than LIMIT admissions ...
+        assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
+        # ... each run entered its work (history, service clock) at or after its reserved time,
+        # and soon after it: a computed wait (rounded up to the second), not a poll
+        by_fence = sorted(rs, key=lambda r: r.output["fence"])
+        entered = [work_entered_ms(r) for r in by_fence]
+        slack = [e - s for e, s in zip(entered, stamps)]
+        assert min(slack) >= 0 and max(slack) <= LATE_S * 1000, slack
+        # ... so the work's entries keep the windows too, up to that slack
+        # (the margin covers the Wait's rounding up to the second; what lags beyond it, not)
+        assert crowded_windows(entered, limit=LIMIT, period_ms=SPACING_MS - max(slack)) == []
+        # the rate reaches the limit: each waiting run's time is when its permit frees (the
+        # admission LIMIT before it, one period on)
+        late = [(stamps[i] - (stamps[i - LIMIT] + SPACING_MS)) / 1000 for i in range(LIMIT, runs)]
+        assert max(late) <= LATE_S, late
+        assert stamps[-1] - stamps[0] <= (runs // LIMIT - 1) * SPACING_MS + len(late) * LATE_S * 1000
+        # negative control of the window check: a window one ms longer than the spacing it found
+        assert crowded_windows(stamps, limit=LIMIT, period_ms=min(b - a for a, b in zip(stamps, stamps[LIMIT:])) + 1)
+        item = limits.item(p.namespaced("r", k))
+        assert int(item[rate.ADMISSIONS]["N"]) == runs
+    # keys are independent: together their admissions crowd windows that each key alone keeps
+    stamps = {k: [r.output["admittedAt"] for r in rs] for k, rs in results.items()}
+    assert crowded_windows(stamps[a] + stamps[b], limit=LIMIT, period_ms=PERIOD_MS)
+
+def test_negative_control_admits_without_its_clauses_crowd_a_window(limits):
+    k = key("weak")
+    rs = limits.wait([limits.start("Weakened", k) for _ in range(9)])
+    assert [r.status for r in rs] == ["SUCCEEDED"] * 9, [(r.error, r.cause) for r in rs]
+    # the work's entries (history) crowd a window: more than LIMIT of them within a PERIOD
+    assert crowded_windows([work_entered_ms(r) for r in rs], limit=LIMIT, period_ms=PERIOD_MS)
+
+
+def test_a_permit_past_max_wait_fails_at_once_with_lock_timeout(limits):
+    k = key("impatient")
+    first = limits.wait([limits.start("Rate", k) for _ in range(LIMIT)])
+    assert [r.status for r in first] == ["SUCCEEDED"] * LIMIT
+    (late,) = limits.wait([limits.start("Impatient", k)])
+    assert (late.status, late.error) == ("FAILED", p.ERROR_TIMEOUT), late.cause
+    entered = [e["stateEnteredEventDetails"]["name"] for e in late.history if e["type"].endswith("StateEntered")]
+    assert WORK not in entered and "Lock.Turn" not in entered  # no wait it could not finish
+    spent = (late.stop_date - late.start_date).total_seconds()
+    assert spent < PERIOD_S / 2, spent
+    # its permit was not spent: the key's count is still LIMIT
+    assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == LIMIT
+
+
+# ---- a LockClient spends the same permits -----------------------------------------------------
+
+
+def _client(limits, **options):
+    from locked_workflow.constructs_lib.lock_client import LockClient
+
+    table = next(v for k, v in limits.app.resources.items() if k.startswith("LocksTable"))
+    return LockClient(table, namespace="r", dynamodb=limits.cloud.dynamodb, **options)
+
+
+def test_a_client_and_the_workflows_spend_the_same_permits(limits):
+    from locked_workflow.constructs_lib.lock_client import LockTimeout
+
+    k = key("client")
+    client = _client(limits)
+    admitted = [client.admit(k, limit=LIMIT, period=PERIOD_S) for _ in range(LIMIT)]
+    assert [a.number for a in admitted] == [1, 2, 3]
+    with pytest.raises(LockTimeout):  # the key's permits are spent: no wait allowed, nothing spent
+        client.admit(k, limit=LIMIT, period=PERIOD_S, wait=0)
+    (run,) = limits.wait([limits.start("Rate", k)])
+    assert run.status == "SUCCEEDED", (run.error, run.cause)
+    # the workflow waited for the client's first permit to free, and counted on from it
+    assert run.output["fence"] == LIMIT + 1
+    assert run.output["admittedAt"] >= admitted[0].admitted_at + SPACING_MS
+    assert run.output["admittedAt"] - (admitted[0].admitted_at + SPACING_MS) <= LATE_S * 1000
+    # and the client waits for the workflow's permit in turn, exactly (a computed sleep)
+    slept = []
+    waiting = _client(limits, sleep=lambda s: (slept.append(s), __import__("time").sleep(s)))
+    later = [waiting.admit(k, limit=LIMIT, period=PERIOD_S, wait=PERIOD_S * 2) for _ in range(LIMIT)]
+    assert [a.number for a in later] == [LIMIT + 2, LIMIT + 3, LIMIT + 4]
+    # the last one reuses the workflow's permit: it slept until then, by DynamoDB's clock bounds
+    assert len(slept) >= 1 and sum(slept) <= SPACING_MS / 1000 + 2, slept
+    assert later[-1].admitted_at >= run.output["admittedAt"] + SPACING_MS
+    stamps = [a.admitted_at for a in admitted + later] + [run.output["admittedAt"]]
+    assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
+
+
+def test_a_client_whose_clock_runs_ahead_admits_by_dynamodbs_clock_not_its_own(limits):
+    from locked_workflow.constructs_lib.lock_client import LockTimeout
+
+    k = key("skew")
+    runs = limits.wait([limits.start("Rate", k) for _ in range(LIMIT)])
+    assert [r.status for r in runs] == ["SUCCEEDED"] * LIMIT
+    ahead = _client(limits, clock=lambda: __import__("time").time() * 1000 + 10 * PERIOD_MS)
+    # by its own clock every permit freed long ago; by DynamoDB's Date headers none has
+    with pytest.raises(LockTimeout):
+        ahead.admit(k, limit=LIMIT, period=PERIOD_S, wait=0)
+    item = limits.item(p.namespaced("r", k))
+    assert int(item[rate.ADMISSIONS]["N"]) == LIMIT
+
+
+def test_the_cli_shows_a_keys_rate_state_and_lists_it_without_a_holder(limits, capsys):
+    import json
+
+    from locked_workflow.constructs_lib import cli
+
+    k = key("cli")
+    client = _client(limits)
+    admitted = [client.admit(k, limit=LIMIT, period=PERIOD_S) for _ in range(LIMIT)]
+    table = next(v for name, v in limits.app.resources.items() if name.startswith("LocksTable"))
+    clients = {"dynamodb": limits.cloud.dynamodb, "stepfunctions": limits.cloud.stepfunctions}
+    argv = ["locks", "rate", k, "--namespace", "r", "--table", table, "--period", str(PERIOD_S), "--json"]
+    assert cli.main([*argv, "--limit", str(LIMIT)], clients=clients) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["admissions"] == LIMIT and shown["inLastPeriod"] == LIMIT and len(shown["lastAdmissions"]) == LIMIT
+    # the next permit: the first admission's, one period on (not "now": all are spent)
+    assert shown["nextPermit"] == cli._iso(admitted[0].admitted_at + SPACING_MS)
+    assert cli.main(["locks", "list", "--table", table, "--namespace", "r", "--json"], clients=clients) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["key"] == k]
+    assert [(r["slot"], r["state"], r["admissions"]) for r in rows] == [("rate", "rate", LIMIT)]
+    assert cli.main(["locks", "list", "--table", table, "--held", "--json"], clients=clients) == 0
+    assert k not in capsys.readouterr().out  # nothing is held
+    assert cli.main(["locks", "list", "--table", table], clients=clients) == 0
+    assert f"r#{k} rate limit: {LIMIT} admissions" in capsys.readouterr().out
+
+
+def test_monitoring_finds_the_rate_limits_wait_and_timeout_by_what_they_do(rate_synth):
+    """``LockMonitoring`` reads a rate limit as every kind: its ADMIT assigns the lock record
+    (``WaitTime`` = reserved time - the section's entry: the wait for a permit), its Timeout
+    fails ``Lock.Timeout`` (``Timeouts``); nothing is held, so no release (no ``HoldTime``)."""
+    import json
+
+    from locked_workflow.constructs_lib.monitoring import LockStates
+
+    (definition,) = [r["Properties"]["DefinitionString"] for k, r in rate_synth.template["Resources"].items()
+                     if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("RateStateMachine")]
+    text = "".join(p if isinstance(p, str) else "TOKEN" for p in definition["Fn::Join"][1])
+    states = LockStates.of(json.loads(text))
+    assert states.timeouts == ("Lock.Timeout",)
+    assert set(states.acquisitions) == {"Lock.Admit"} and states.releases == {}
+    assert states.liveness_checks == ()

@@ -1,0 +1,127 @@
+"""Benchmark of the rate limit in the local runtime (``make bench-rate``): a burst of ``--runs``
+runs started together on one key of ``Lock.rate(limit=--limit, period=--period)`` (default:
+200 runs, 10 per minute - about 20 minutes), and the same burst on ``--keys`` keys at once.
+
+Figures, measured in one run: the most entries in any window of ``period`` (their reserved
+times, service clock - must be at most ``limit`` - and the work's entries from the histories),
+the admitted rate over the burst against the limit (must be within ``--tolerance``, default
+5 %), how late each run entered after its reserved time (the Wait rounds up to the second), and
+state transitions and DynamoDB calls per run. Exits 1 when a bound is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from typing import Any, Sequence
+
+from tools.rate_checks import crowded_windows
+
+WORK = "Work"
+
+
+def build_stack(app: Any, stack_id: str, *, limit: int, period_s: int, max_wait_s: int) -> Any:
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from locked_workflow import Lock, LockedWorkflow, LockTable
+    from locked_workflow.state_machines.lock_protocol import jsonata
+
+    stack = cdk.Stack(app, stack_id)
+    locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
+    work = sfn.Pass.jsonata(stack, "RateWork", state_name=WORK, outputs=jsonata(
+        "{'fence': $lock.fence, 'admittedAt': $lock.acquiredAt}"))
+    LockedWorkflow(stack, "Rate", lock=Lock.rate(jsonata("$states.input.key"), limit=limit,
+                                                 period=cdk.Duration.seconds(period_s)),
+                   protected=work, table=locks, max_wait=cdk.Duration.seconds(max_wait_s),
+                   timeout=cdk.Duration.seconds(max_wait_s + 600), logging=False, tracing=False, janitor=False)
+    return stack
+
+
+def most_in_a_window(times_ms: list[float], period_ms: float) -> int:
+    """The most of ``times_ms`` in any window of ``period_ms`` (half-open)."""
+    t, most, j = sorted(times_ms), 0, 0
+    for i in range(len(t)):
+        while t[i] - t[j] >= period_ms:
+            j += 1
+        most = max(most, i - j + 1)
+    return most
+
+
+def measure(results: list, *, limit: int, period_ms: int) -> dict:
+    stamps = [r.output["admittedAt"] for r in results]
+    entered = [next(e["timestamp"].timestamp() * 1000 for e in r.history if e["type"].endswith("StateEntered")
+                    and e["stateEnteredEventDetails"]["name"] == WORK) for r in results]
+    late = [e - s for e, s in zip(entered, stamps)]
+    span = max(stamps) - min(stamps)
+    # the burst's rate: its admissions over the windows they span (the first window's too)
+    rate = len(stamps) / (span + period_ms) * period_ms
+    ideal = len(stamps) / ((-(-len(stamps) // limit) - 1) * period_ms + period_ms) * period_ms
+    return {
+        "runs": len(results),
+        "most per window (reserved)": most_in_a_window(stamps, period_ms),
+        "most per window (entries)": most_in_a_window(entered, period_ms),
+        "crowded windows (reserved)": len(crowded_windows(stamps, limit=limit, period_ms=period_ms)),
+        "rate per period": round(rate, 3),
+        "ideal rate per period": round(ideal, 3),
+        "late mean s": round(sum(late) / len(late) / 1000, 2),
+        "late max s": round(max(late) / 1000, 2),
+        "transitions/run": round(sum(sum(e["type"].endswith("StateEntered") for e in r.history)
+                                     for r in results) / len(results), 1),
+        "DynamoDB calls/run": round(sum(sum(e["type"] == "TaskScheduled" for e in r.history)
+                                        for r in results) / len(results), 1),
+    }
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    from locked_workflow.testing import LocalCloud
+    from locked_workflow.testing.synth import synth_app
+
+    max_wait_s = (args.runs // args.limit + 2) * args.period
+    synthesized = synth_app(lambda app: build_stack(app, "RateBench", limit=args.limit, period_s=args.period,
+                                                    max_wait_s=max_wait_s))
+    rows = []
+    with LocalCloud(args.backend) as cloud:
+        app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
+        arn = app.state_machine_arn("RateStateMachine")
+        for keys in (1, args.keys):
+            names = [f"k{i}-{uuid.uuid4().hex[:6]}" for i in range(keys)]
+            started = time.time()
+            arns = [cloud.start_execution(arn, {"key": names[i % keys]}) for i in range(args.runs)]
+            results = cloud.wait_all(arns, max_wait_s + 900)
+            failed = [r for r in results if r.status != "SUCCEEDED"]
+            if failed:
+                raise SystemExit(f"{len(failed)} runs did not succeed: {[(r.error, r.cause) for r in failed[:3]]}")
+            for name in names:
+                mine = [r for r, i in zip(results, range(args.runs)) if names[i % keys] == name]
+                row = {"keys": keys, "key": name, **measure(mine, limit=args.limit, period_ms=args.period * 1000),
+                       "makespan s": round(time.time() - started)}
+                rows.append(row)
+                print(row, flush=True)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--limit", type=int, default=10)
+    parser.add_argument("--period", type=int, default=60, help="seconds")
+    parser.add_argument("--keys", type=int, default=2, help="the second burst spreads the runs over this many keys")
+    parser.add_argument("--tolerance", type=float, default=0.05)
+    parser.add_argument("--backend", choices=("moto", "dynamodb-local"), default="moto")
+    args = parser.parse_args(argv)
+    rows = run(args)
+    broken = [r for r in rows if r["most per window (reserved)"] > args.limit
+              or r["rate per period"] < r["ideal rate per period"] * (1 - args.tolerance)]
+    headers = list(rows[0])
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "---|" * len(headers))
+    for row in rows:
+        print("| " + " | ".join(str(row[h]) for h in headers) + " |")
+    print("bounds broken: " + (", ".join(r["key"] for r in broken) if broken else "none"))
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
