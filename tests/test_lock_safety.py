@@ -480,6 +480,17 @@ def _safety_client(safety, stepfunctions=None):
                       stepfunctions=stepfunctions or safety.cloud.stepfunctions), locks
 
 
+def _holding_with_presence(safety, k: str, *, work_ms: int) -> str:
+    """A SeenCancelled hold of ``k`` at work (its sibling waits on the gate ``k``), its presence
+    registered: the holder's execution ARN."""
+    holder = safety.cloud.start_execution(safety.arn("SeenCancelled"), {"key": k, "workMs": work_ms, "siblingGate": k})
+    deadline = time.time() + 60
+    while (safety.probe(k).get("entries", 0) == 0 or p.PRESENCE not in safety.lock(k)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert safety.probe(k).get("entries", 0) == 1 and p.PRESENCE in safety.lock(k), safety.lock(k)
+    return holder
+
+
 def test_a_client_waiting_behind_a_section_cancelled_by_a_sibling_gets_the_lock_after_its_grace(safety):
     """A ``LockClient`` waiting behind a hold whose branch Step Functions cancelled (the
     execution RUNNING, no Catch, no event) probes the hold's presence token as the state
@@ -488,11 +499,7 @@ def test_a_client_waiting_behind_a_section_cancelled_by_a_sibling_gets_the_lock_
     not at the 10-minute lease (before the fix: ``LockTimeout`` after its 40 s wait)."""
     k = key("client-cancelled")
     client, locks = _safety_client(safety)
-    holder = safety.cloud.start_execution(safety.arn("SeenCancelled"), {"key": k, "workMs": 3000, "siblingGate": k})
-    deadline = time.time() + 60
-    while (safety.probe(k).get("entries", 0) == 0 or p.PRESENCE not in safety.lock(k)) and time.time() < deadline:
-        time.sleep(0.05)
-    assert safety.probe(k).get("entries", 0) == 1 and p.PRESENCE in safety.lock(k), safety.lock(k)
+    holder = _holding_with_presence(safety, k, work_ms=3000)
     presence_dated_back(safety.cloud, locks, p.namespaced("s", k))
     fail_sibling(safety.cloud, safety.app, k)  # the holder's branch is cancelled at work
     cancelled = time.time()
@@ -518,11 +525,7 @@ def test_negative_control_a_client_never_takes_over_a_holder_whose_branch_runs(s
     k = key("client-alive")
     heartbeats = HeartbeatCounter(safety.cloud.stepfunctions)
     client, locks = _safety_client(safety, heartbeats)
-    holder = safety.cloud.start_execution(safety.arn("SeenCancelled"), {"key": k, "workMs": 6000, "siblingGate": k})
-    deadline = time.time() + 60
-    while (safety.probe(k).get("entries", 0) == 0 or p.PRESENCE not in safety.lock(k)) and time.time() < deadline:
-        time.sleep(0.05)
-    assert safety.probe(k).get("entries", 0) == 1 and p.PRESENCE in safety.lock(k), safety.lock(k)
+    holder = _holding_with_presence(safety, k, work_ms=6000)
     presence_dated_back(safety.cloud, locks, p.namespaced("s", k))
     held_until = int(safety.lock(k)[p.EXPIRES_AT]["N"])
     with LeaseEndsSeen(lambda: safety.lock(k), holder) as seen:
