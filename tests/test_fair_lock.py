@@ -517,12 +517,15 @@ def test_the_template_parks_on_a_task_token_and_only_the_wake_up_has_an_unscoped
     fair_machine = template.find_resources("AWS::StepFunctions::StateMachine", Match.object_like({
         "Properties": {"DefinitionString": Match.any_value()}}))
     definitions = [json.dumps(m["Properties"]["DefinitionString"]) for m in fair_machine.values()]
-    parked = [d for d in definitions if "updateItem.waitForTaskToken" in d]
+    # a park is an UpdateItem on a task token; a coalescing (keep_newest) park, a transaction
+    # that also checks the item's cut
+    parked = [d for d in definitions
+              if "updateItem.waitForTaskToken" in d or "transactWriteItems.waitForTaskToken" in d]
     # Fair, FairHold, FairPatientHold, FairPatient, FairNoJanitor, FairImpatient, FairWait,
-    # FairWaitShortGrace, FairCancelled (not EXPRESS, Polling, Unlocked)
-    assert len(parked) == 9
-    # the park timeout grows with the distance to the head (3 s here; FairPatientHold's and
-    # FairPatient's 120 s)
+    # FairWaitShortGrace, FairCancelled, FairNewest, FairOldest (not EXPRESS, Polling, Unlocked)
+    assert len(parked) == 11
+    # the park timeout grows with the distance to the head (3 s here; FairPatientHold's,
+    # FairPatient's, FairNewest's and FairOldest's 120 s)
     assert sum(f"$min([{fp.MAX_PARK_S}, 3 * $max([1, " in d for d in parked) == 7
 
 
