@@ -349,7 +349,7 @@ def fair_waiters(locks: Locks, stored: str, item: Mapping[str, Any]) -> list[dic
     superseded (a newer run took its place; the handoff passes it)."""
     waiters = []
     tickets = fair.queued_tickets(item)
-    cut = int(item.get(fair.CUT, {}).get("N", "0"))
+    cut = fair.cut_of(item)
     for ticket in list(tickets)[:SHOWN_WAITERS]:
         row = locks.get(fair.row_key(stored, ticket))
         owner = row.get(p.OWNER, {}).get("S")

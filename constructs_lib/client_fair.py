@@ -153,7 +153,7 @@ class FairQueue:
         owner = item.get(OWNER, {}).get("S")
         if owner == me and served == ticket:
             return ticket  # handed to me: the next try claims it
-        cut = int(item.get(fair.CUT, {}).get("N", "0"))
+        cut = fair.cut_of(item)
         if cut >= ticket:  # a coalescing key: a newer run superseded my ticket (never grantable now)
             self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(fair.row_key(table_key, ticket)))
             by = item.get(fair.CUT_BY, {}).get("S")
@@ -252,7 +252,7 @@ class FairQueue:
                         if not _condition_failed(error):
                             raise
                         old = _old_item(error)
-                        if int(old.get(fair.CUT, {}).get("N", "0")) >= c + 1:  # superseded (coalescing)
+                        if fair.cut_of(old) >= c + 1:  # superseded (coalescing)
                             if state == "wake":
                                 self._supersede(row[fair.TOKEN]["S"], old.get(fair.CUT_BY, {}).get("S", ""))
                             jumped = self._jump(table_key, me, c)
@@ -291,7 +291,7 @@ class FairQueue:
                                             return_new=True)["Attributes"]
                         holding = False
                         passed = True
-                        if int(item.get(fair.CUT, {}).get("N", "0")) > c:  # superseded tickets ahead
+                        if fair.cut_of(item) > c:  # superseded tickets ahead
                             jumped = self._jump(table_key, me, c)
                             if jumped is not None:
                                 c = jumped

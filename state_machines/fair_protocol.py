@@ -417,6 +417,12 @@ def counters(item: Mapping[str, Any]) -> tuple[int, int]:
     return int(item.get(SERVED, {}).get("N", "0")), int(item.get(TICKETS, {}).get("N", "0"))
 
 
+def cut_of(item: Mapping[str, Any]) -> int:
+    """The last superseded ticket of a coalescing lock item (``QueueLimit.keep_newest``); 0 on
+    an item with no cut (every plain fair key)."""
+    return int(item.get(CUT, {}).get("N", "0"))
+
+
 def queued_tickets(item: Mapping[str, Any]) -> range:
     """The tickets still queued on a lock item, head first (each may be a row, or a hole)."""
     served, tickets = counters(item)

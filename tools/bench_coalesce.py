@@ -71,7 +71,7 @@ def burst(cloud: Any, arn: str, *, runs: int, work_s: float, meter: CapacityMete
     ended = max(scenario.epoch_ms(r.stop_date) for r in results if r.stop_date is not None)
     billed = sum(scenario.transition_count(r.history).billed for r in results)
     wru, rru = meter.of(key)
-    starts = [cloud.history(a)[0] for a in arns]
+    starts = [r.history[0] for r in results]  # ExecutionStarted (wait_all read each history once)
     worked = [r for r in results if _entered_work(r.history)]
     first_work = min((_work_started_ms(r.history) for r in worked), default=None)
     # runs that arrived after the first work began: each could be the newest when the work ended

@@ -47,7 +47,7 @@ def parsed_history(client: Any, backend: Any, execution_arn: str) -> list[dict[s
     except Exception:  # noqa: BLE001 - the API call raises the client's own error for it
         return None
     try:
-        body = json.dumps({"events": [_wire(event) for event in list(output["events"])]}).encode()
+        body = json.dumps({"events": [_wire(event) for event in output["events"]]}).encode()
     except (TypeError, ValueError):  # a value with no JSON form here: the API path has one
         return None
     operation = client.meta.service_model.operation_model(_OPERATION)
