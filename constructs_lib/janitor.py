@@ -29,7 +29,9 @@ after the function logged one line naming the execution and the lock key.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from aws_cdk import ArnFormat, Duration
 from aws_cdk import RemovalPolicy, Stack, aws_dynamodb as dynamodb
@@ -44,6 +46,9 @@ from locked_workflow.lambdas.lock_janitor import settings as janitor_settings
 from locked_workflow.lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import shared_protocol
+
+if TYPE_CHECKING:
+    from locked_workflow.constructs_lib.lock import Lock
 
 #: The function's own code (handler and logic), deployed with :func:`bundled_modules`.
 JANITOR_CODE = Path(janitor_settings.__file__).resolve().parent
@@ -88,23 +93,64 @@ def executions_of(stack: Stack, state_machine_names: Sequence[str]) -> list[str]
     ]
 
 
+@dataclass(frozen=True)
+class RecoveryNeeds:
+    """What a janitor must clean up after an ended execution of a lock kind."""
+
+    #: Where the lock attributes live.
+    item: protocol.LockItem
+    #: Ended executions leave queue entries (taken out; a free lock's new head is woken).
+    queue: bool
+    #: Ended holds leave presence rows of their own (deleted).
+    presence_rows: bool
+
+
+def _recovery_needs(lock: Optional["Lock"], detect_cancellation: bool, *, item: Optional[protocol.LockItem],
+                    fair: Optional[bool], presence_rows: Optional[bool]) -> RecoveryNeeds:
+    """The janitor's :class:`RecoveryNeeds` from the ``lock`` value (or, deprecated, from the
+    flags that spelled them before it took one)."""
+    flags = {name: value for name, value in (("item", item), ("fair", fair), ("presence_rows", presence_rows))
+             if value is not None}
+    if not isinstance(detect_cancellation, bool):
+        raise ValueError(f"`detect_cancellation` must be True or False, got: {detect_cancellation!r}")
+    if flags:
+        if lock is not None:
+            raise ValueError(f"`lock` says what the janitor cleans up: leave out {', '.join(f'`{n}`' for n in flags)}, "
+                             f"got: {', '.join(flags)} beside lock={lock!r}")
+        warnings.warn(f"LockJanitor's {', '.join(f'`{n}`' for n in flags)} are deprecated: pass the watched "
+                      "sections' `lock` (and `detect_cancellation`) instead", DeprecationWarning, stacklevel=4)
+        return RecoveryNeeds(item or protocol.LOCK_TABLE_ITEM, bool(fair), bool(presence_rows))
+    if lock is None:
+        return RecoveryNeeds(protocol.LOCK_TABLE_ITEM, False, False)
+    kind = lock.builder()
+    if not kind.holds:
+        raise ValueError(f"`lock` must be a kind that holds its key (a rate limit holds nothing to recover), "
+                         f"got: {lock!r}")
+    return RecoveryNeeds(kind.item, lock.is_fair, detect_cancellation and kind.presence_rows)
+
+
 class LockJanitor(Construct):
     """Retire the locks of ended executions of ``watched`` state machines.
 
-    :param table: the lock table.
+    :param table: the lock table (for :meth:`Lock.on_record`, the record table). Default: the
+        record table of a ``Lock.on_record`` value; required for every other kind.
     :param watched: state machines whose ended executions are cleaned up (they must run in
         this stack's account and region).
+    :param lock: the lock the watched machines take (the same value their sections were given):
+        what the janitor must clean up follows from its kind - where the lock attributes live,
+        whether ended executions leave queue entries (the fair lock: take them out and wake the
+        new head of a free lock) or presence rows (the read/write kinds with
+        ``detect_cancellation``: delete them, ``DeleteItem`` granted on presence rows only).
+        A rate limit holds nothing to recover and is refused. Default: ``Lock.mutex`` (any
+        key: the lock table's item, no queue, no presence rows).
+    :param detect_cancellation: the watched sections' ``detect_cancellation`` (it decides
+        whether the read/write kinds leave presence rows). Default: ``True``, as the sections'.
     :param logging: log each recovery (level INFO) besides failures, which are always logged.
         Default: ``True``.
-    :param item: where the lock attributes live on ``table``'s items. Default: the lock
-        table's (``pk``, unprefixed names); a lock on records: ``record_protocol.record_item``.
-    :param fair: the watched machines use the fair lock: also take every queue entry of the
-        ended execution out of its queue, and wake the new head of a free lock. Default:
-        ``False``.
-    :param presence_rows: the watched machines' holds register their presence on rows of
-        their own (the read/write kinds with ``detect_cancellation``): also delete the rows an
-        ended execution left (``DeleteItem`` granted on presence rows only). Default:
-        ``False``.
+    :param item: deprecated, say ``lock``: where the lock attributes live.
+    :param fair: deprecated, say ``lock=Lock.fair(...)``.
+    :param presence_rows: deprecated, say ``lock`` (a read/write kind) and
+        ``detect_cancellation``.
 
     Exposes ``function``, ``rule`` and ``dead_letter_queue`` (events that could not be
     delivered, or whose recovery failed after Lambda's retries).
@@ -115,16 +161,23 @@ class LockJanitor(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        table: dynamodb.ITable,
+        table: Optional[dynamodb.ITable] = None,
         watched: Sequence[sfn.IStateMachine],
+        lock: Optional["Lock"] = None,
+        detect_cancellation: bool = True,
         logging: bool = True,
-        item: protocol.LockItem = protocol.LOCK_TABLE_ITEM,
-        fair: bool = False,
-        presence_rows: bool = False,
+        item: Optional[protocol.LockItem] = None,
+        fair: Optional[bool] = None,
+        presence_rows: Optional[bool] = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if not watched:
             raise ValueError("`watched` must name at least one state machine, got: []")
+        needs = _recovery_needs(lock, detect_cancellation, item=item, fair=fair, presence_rows=presence_rows)
+        item, fair, presence_rows = needs.item, needs.queue, needs.presence_rows
+        table = table if table is not None else (lock.record_table if lock is not None else None)
+        if table is None:
+            raise ValueError("`table` must be the lock table (or the record table), got: None")
         from locked_workflow.constructs_lib.monitoring import powertools_layer  # (monitoring reads the janitor)
 
         stack = Stack.of(self)

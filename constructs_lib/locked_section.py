@@ -930,8 +930,8 @@ class LockedSection(sfn.StateMachineFragment):
         names = [state_machine.state_machine_name] + [m.state_machine_name for m in shares_lock_with]
         self.grant_liveness_check(state_machine, *names)
         self._janitor = LockJanitor(
-            self, "Janitor", table=self.table, watched=[state_machine], logging=logging, item=self.kind.item,
-            fair=self.lock.is_fair, presence_rows=self.presence_rows,
+            self, "Janitor", table=self.table, watched=[state_machine], logging=logging, lock=self.lock,
+            detect_cancellation=self.detect_cancellation,
         )
         return self._janitor
 
@@ -940,12 +940,6 @@ class LockedSection(sfn.StateMachineFragment):
         """The janitor :meth:`recover_stale_holders` created (``None`` before, or without it):
         ``LockMonitoring(state_machine=..., sections=[...])`` reads it."""
         return self._janitor
-
-    @property
-    def presence_rows(self) -> bool:
-        """The holds register their presence on rows of their own (a read/write kind with
-        ``detect_cancellation``): its janitor deletes the rows an ended execution left."""
-        return self.detect_cancellation and self.kind.presence_rows
 
     @property
     def start_state(self) -> sfn.State:

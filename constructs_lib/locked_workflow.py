@@ -230,8 +230,7 @@ class LockedWorkflow(Construct):
             if janitor and self.section.kind.holds:  # (a rate limit holds nothing to recover)
                 self.janitor = LockJanitor(
                     self, "Janitor", table=self.table, watched=[self.state_machine], logging=logging,
-                    item=self.section.kind.item, fair=self.section.lock.is_fair,
-                    presence_rows=self.section.presence_rows,
+                    lock=self.section.lock, detect_cancellation=self.section.detect_cancellation,
                 )
 
         self.monitoring: Optional[LockMonitoring] = None

@@ -23,6 +23,8 @@ from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable  # no
 from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack  # noqa: E402
 from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa: E402
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
+from behaviour_stack import BehaviourStack  # noqa: E402
+from deployed import Deployed, deployed_stack  # noqa: E402
 
 
 #: The test files that take longest (module setups plus calls, from the fresh-clone runs'
@@ -137,22 +139,5 @@ def shapes() -> Synthesized:
     return Synthesized(template=artifact.template, messages=list(artifact.messages))
 
 
-@pytest.fixture(scope="session")
-def behaviour_synth():
-    """The behaviour stack, synthesized once with its Lambda asset staged."""
-    from behaviour_stack import BehaviourStack
-    from locked_workflow.testing.synth import synth_app
-
-    return synth_app(
-        lambda app: BehaviourStack(app, "Behaviour"),
-        context={"aws:cdk:enable-asset-metadata": True},
-    )
-
-
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def deployed(request, behaviour_synth):
-    """The behaviour stack in a fresh LocalCloud, once per test module and DynamoDB backend."""
-    from deployed import Deployed, local_deployment
-
-    for cloud, app in local_deployment(request.param, behaviour_synth):
-        yield Deployed(cloud, app)
+#: The behaviour stack in a fresh LocalCloud, once per test module and DynamoDB backend.
+deployed = deployed_stack(BehaviourStack, "Behaviour", Deployed)

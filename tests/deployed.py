@@ -2,21 +2,89 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
+
+import pytest
 
 from locked_workflow.testing import LocalCloud
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import lock_protocol as p
 
-@dataclass
-class Deployed:
-    cloud: LocalCloud
-    app: object
+#: The DynamoDB backends every deployed-stack fixture runs a module on.
+BACKENDS = ("moto", "dynamodb-local")
+
+Run = TypeVar("Run", bound="StackRun")
+
+
+class StackRun:
+    """A test stack deployed in a :class:`LocalCloud`: what every test module's handle on its
+    stack shares (each module subclasses it with the helpers its tests read).
+
+    State machines are named as the stack's construct ids: ``arn("Fair")`` is the machine of the
+    ``LockedWorkflow`` ``Fair`` (its ``FairStateMachine``); a machine built by hand whose id
+    starts with ``Unlocked`` is its own name (override :meth:`machine_id` for other rules)."""
+
+    def __init__(self, cloud: LocalCloud, app: Any) -> None:
+        self.cloud, self.app = cloud, app
+
+    def machine_id(self, name: str) -> str:
+        return name if name.startswith("Unlocked") else f"{name}StateMachine"
+
+    def arn(self, name: str) -> str:
+        return self.app.state_machine_arn(self.machine_id(name))
+
+    def table(self, prefix: str) -> str:
+        """The physical name of the stack's table whose logical id starts with ``prefix``."""
+        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
+
+    def start(self, machine: str, document: dict) -> str:
+        return self.cloud.start_execution(self.arn(machine), document)
+
+    def wait(self, arns, timeout: float = 240):
+        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+
+    def get(self, table_prefix: str, key: dict) -> dict:
+        """An item of the stack's table (``table_prefix``) by its key, read consistently (``{}``
+        when absent)."""
+        return self.cloud.dynamodb.get_item(TableName=self.table(table_prefix), Key=key,
+                                            ConsistentRead=True).get("Item", {})
+
+
+@functools.cache
+def synthesized(stack: Callable[[Any, str], Any], name: str, *, asset_metadata: bool = True):
+    """``stack(app, name)`` synthesized once per test process (with its Lambda assets staged and,
+    by default, the asset metadata LocalCloud finds their code by)."""
+    from locked_workflow.testing.synth import synth_app
+
+    context = {"aws:cdk:enable-asset-metadata": True} if asset_metadata else None
+    return synth_app(lambda app: stack(app, name), context=context)
+
+
+def deployed_stack(stack: Callable[[Any, str], Any], name: str, run: Callable[[LocalCloud, Any], Run], *,
+                   asset_metadata: bool = True) -> Callable[..., Iterator[Run]]:
+    """A module-scoped fixture: ``stack`` (synthesized once per process, :func:`synthesized`)
+    deployed in a fresh LocalCloud once per test module and DynamoDB backend (:data:`BACKENDS`,
+    skipped where missing), yielded as ``run(cloud, app)``::
+
+        fair = deployed_stack(FairStack, "Fair", Fair)
+    """
+
+    @pytest.fixture(scope="module", params=BACKENDS)
+    def fixture(request) -> Iterator[Run]:
+        for cloud, app in local_deployment(request.param, synthesized(stack, name, asset_metadata=asset_metadata)):
+            yield run(cloud, app)
+
+    return fixture
+
+
+class Deployed(StackRun):
+    """The behaviour stack (``tests/behaviour_stack.py``) deployed: conftest's ``deployed``."""
 
     def machine(self, name: str) -> str:
-        return self.app.state_machine_arn(f"{name}StateMachine" if name != "Unlocked" else "Unlocked")
+        return self.arn(name)
 
     def run(self, machine: str, inputs: list[dict], *, stagger_s: float = 0.0, timeout: float = 180):
         arns = []
@@ -27,24 +95,19 @@ class Deployed:
         return [self.cloud.wait_for(arn, timeout=timeout) for arn in arns]
 
     def customer(self, customer_id: str) -> dict:
-        item = self.cloud.dynamodb.get_item(
-            TableName=self.customers_table, Key={"customerId": {"S": customer_id}}, ConsistentRead=True
-        ).get("Item", {})
+        item = self.get("Customers", {"customerId": {"S": customer_id}})
         return {k: (int(v["N"]) if "N" in v else v.get("S")) for k, v in item.items()}
 
     def lock_item(self, namespace: str, key: str) -> dict:
-        return self.cloud.dynamodb.get_item(
-            TableName=self.locks_table, Key={p.KEY_ATTRIBUTE: {"S": p.namespaced(namespace, key)}},
-            ConsistentRead=True,
-        ).get("Item", {})
+        return self.get("LocksTable", {p.KEY_ATTRIBUTE: {"S": p.namespaced(namespace, key)}})
 
     @property
     def customers_table(self) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith("Customers"))
+        return self.table("Customers")
 
     @property
     def locks_table(self) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
+        return self.table("LocksTable")
 
     def client(self, namespace: str) -> LockClient:
         return LockClient(self.locks_table, namespace=namespace, dynamodb=self.cloud.dynamodb)

@@ -10,6 +10,8 @@ import uuid
 
 import pytest
 
+from deployed import StackRun, deployed_stack, synthesized
+from fair_stack import FairStack
 from lock_invariants import probe_as_client, redrive, states_entered_after_redrive
 from safety_stack import PROBE_TIMEOUT_S
 from locked_workflow.state_machines import fair_protocol as fp
@@ -18,40 +20,12 @@ from locked_workflow.state_machines import lock_protocol as p
 
 @pytest.fixture(scope="session")
 def fair_synth():
-    from locked_workflow.testing.synth import synth_app
-    from fair_stack import FairStack
-
-    return synth_app(lambda app: FairStack(app, "Fair"), context={"aws:cdk:enable-asset-metadata": True})
+    return synthesized(FairStack, "Fair")
 
 
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def fair(request, fair_synth):
-    from deployed import local_deployment
-
-    for cloud, app in local_deployment(request.param, fair_synth):
-        yield Fair(cloud, app)
-
-
-class Fair:
-    def __init__(self, cloud, app):
-        self.cloud, self.app = cloud, app
-
-    def arn(self, name: str) -> str:
-        return self.app.state_machine_arn(f"{name}StateMachine")
-
-    def table(self, prefix: str) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
-
-    def start(self, machine: str, document: dict) -> str:
-        return self.cloud.start_execution(self.arn(machine), document)
-
-    def wait(self, arns, timeout: float = 240):
-        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
-
+class Fair(StackRun):
     def lock(self, key: str, namespace: str = "f") -> dict:
-        return self.cloud.dynamodb.get_item(
-            TableName=self.table("LocksTable"), Key={"pk": {"S": p.namespaced(namespace, key)}}, ConsistentRead=True
-        ).get("Item", {})
+        return self.get("LocksTable", {"pk": {"S": p.namespaced(namespace, key)}})
 
     def queue(self, key: str, namespace: str = "f") -> list:
         """The owners queued on the key (a row per ticket not yet served), head first."""
@@ -115,6 +89,9 @@ class Fair:
         while not predicate():
             assert time.time() < deadline, "timed out waiting"
             time.sleep(0.05)
+
+
+fair = deployed_stack(FairStack, "Fair", Fair)
 
 
 #: The output of the test's own SendTaskSuccess that ends a hold (faults on the lock's

@@ -15,50 +15,29 @@ from botocore.exceptions import ClientError
 
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import record_protocol as r
+from deployed import StackRun, deployed_stack
 from lock_invariants import redrive, states_entered_after_redrive
+from record_stack import RecordStack
 from safety_stack import fail_sibling
 
 LW = r.PREFIX
 
 
-@pytest.fixture(scope="session")
-def record_synth():
-    from locked_workflow.testing.synth import synth_app
-    from record_stack import RecordStack
-
-    return synth_app(lambda app: RecordStack(app, "Record"))
-
-
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def records(request, record_synth):
-    from deployed import local_deployment
-
-    for cloud, app in local_deployment(request.param, record_synth):
-        yield Records(cloud, app)
-
-
-class Records:
-    def __init__(self, cloud, app):
-        self.cloud, self.app = cloud, app
-        self.table = next(v for k, v in app.resources.items() if k.startswith("Customers"))
-
+class Records(StackRun):
     def put(self, customer_id: str, **attributes) -> None:
         item = {"customerId": {"S": customer_id}}
         item.update({k: ({"N": str(v)} if isinstance(v, int) else {"S": v}) for k, v in attributes.items()})
-        self.cloud.dynamodb.put_item(TableName=self.table, Item=item)
+        self.cloud.dynamodb.put_item(TableName=self.table("Customers"), Item=item)
 
-    def get(self, customer_id: str) -> dict:
-        return self.cloud.dynamodb.get_item(
-            TableName=self.table, Key={"customerId": {"S": customer_id}}, ConsistentRead=True
-        ).get("Item", {})
-
-    def start(self, machine: str, document: dict) -> str:
-        name = machine if machine == "Unlocked" else f"{machine}StateMachine"
-        return self.cloud.start_execution(self.app.state_machine_arn(name), document)
+    def record(self, customer_id: str) -> dict:
+        return self.get("Customers", {"customerId": {"S": customer_id}})
 
     def run(self, machine: str, documents: list[dict], timeout: float = 180):
         arns = [self.start(machine, d) for d in documents]
         return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+
+
+records = deployed_stack(RecordStack, "Record", Records, asset_metadata=False)
 
 
 def customer() -> str:
@@ -70,7 +49,7 @@ def test_concurrent_updates_of_one_record_are_serialized_and_written_by_the_rele
     records.put(c, name="Ada", balance=10)
     results = records.run("Increment", [{"customerId": c, "waitS": 1}] * 5)
     assert [x.status for x in results] == ["SUCCEEDED"] * 5, [(x.error, x.cause) for x in results]
-    item = records.get(c)
+    item = records.record(c)
     assert item["balance"] == {"N": "15"}  # no lost update: each run read the record the acquire returned
     assert item["name"] == {"S": "Ada"}  # the record's own attributes are untouched
     assert item[f"{LW}{p.FENCE}"] == {"N": "5"}
@@ -82,7 +61,7 @@ def test_the_unlocked_read_modify_write_loses_updates(records):
     records.put(c, balance=10)
     results = records.run("Unlocked", [{"customerId": c, "waitS": 1}] * 5)
     assert all(x.status == "SUCCEEDED" for x in results)
-    assert int(records.get(c)["balance"]["N"]) < 15  # the negative control: updates were lost
+    assert int(records.record(c)["balance"]["N"]) < 15  # the negative control: updates were lost
 
 
 def test_a_run_that_lost_its_lock_cannot_write(records):
@@ -90,15 +69,15 @@ def test_a_run_that_lost_its_lock_cannot_write(records):
     records.put(c, balance=0)
     slow = records.start("ShortLease", {"customerId": c, "waitS": 15})  # lease 2 s, holds 15 s
     deadline = time.time() + 60
-    while not (f"{LW}{p.OWNER}" in records.get(c)  # the slow run holds, and its lease has ended
-               and int(records.get(c)[f"{LW}{p.EXPIRES_AT}"]["N"]) < time.time() * 1000):
+    while not (f"{LW}{p.OWNER}" in records.record(c)  # the slow run holds, and its lease has ended
+               and int(records.record(c)[f"{LW}{p.EXPIRES_AT}"]["N"]) < time.time() * 1000):
         assert time.time() < deadline, "the slow run never held the record"
         time.sleep(0.05)
     fast = records.run("Increment", [{"customerId": c, "waitS": 0}])[0]  # takes over the expired lease
     assert fast.status == "SUCCEEDED", (fast.error, fast.cause)
     lost = records.cloud.wait_for(slow, timeout=60)
     assert (lost.status, lost.error) == ("FAILED", p.ERROR_LOST)
-    item = records.get(c)
+    item = records.record(c)
     assert item["balance"] == {"N": "1"}  # only the holder's write; the loser's was refused
     assert f"{LW}{p.OWNER}" not in item
 
@@ -108,18 +87,18 @@ def test_a_missing_record_fails_and_leaves_only_the_fence(records):
     result = records.run("Increment", [{"customerId": c, "waitS": 0}])[0]
     assert (result.status, result.error) == ("FAILED", r.ERROR_RECORD_MISSING), result.cause
     assert f"no record with customerId = {c}" in result.cause
-    assert records.get(c) == {"customerId": {"S": c}, f"{LW}{p.FENCE}": {"N": "1"}}
+    assert records.record(c) == {"customerId": {"S": c}, f"{LW}{p.FENCE}": {"N": "1"}}
     # and it stays missing for the next run, with a higher fence
     again = records.run("Increment", [{"customerId": c, "waitS": 0}])[0]
     assert again.error == r.ERROR_RECORD_MISSING
-    assert records.get(c)[f"{LW}{p.FENCE}"] == {"N": "2"}
+    assert records.record(c)[f"{LW}{p.FENCE}"] == {"N": "2"}
 
 
 def test_without_must_exist_the_acquire_creates_the_record(records):
     c = customer()
     result = records.run("Create", [{"customerId": c, "waitS": 0}])[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert records.get(c)["balance"] == {"N": "1"}
+    assert records.record(c)["balance"] == {"N": "1"}
 
 
 @pytest.mark.parametrize(
@@ -138,7 +117,7 @@ def test_a_bad_update_is_released_without_writing(records, update, message):
     result = records.run("Custom", [{"customerId": c, "update": update}])[0]
     assert (result.status, result.error) == ("FAILED", r.ERROR_INVALID_UPDATE), result.cause
     assert message in result.cause
-    item = records.get(c)
+    item = records.record(c)
     assert item["balance"] == {"N": "3"} and f"{LW}{p.OWNER}" not in item  # released, nothing written
 
 
@@ -148,7 +127,7 @@ def test_an_update_may_set_and_remove(records):
     result = records.run("Custom", [{"customerId": c, "update": {"set": {"status": {"S": "vip"}, "n": {"N": "2"}},
                                                                  "remove": ["temp"]}}])[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    item = records.get(c)
+    item = records.record(c)
     assert item["status"] == {"S": "vip"} and item["n"] == {"N": "2"} and "temp" not in item
 
 
@@ -157,14 +136,14 @@ def test_a_stopped_holder_is_retired_on_the_record(records):
     records.put(c, balance=0)
     holder = records.start("Increment", {"customerId": c, "waitS": 60})
     deadline = time.time() + 20
-    while f"{LW}{p.OWNER}" not in records.get(c) and time.time() < deadline:
+    while f"{LW}{p.OWNER}" not in records.record(c) and time.time() < deadline:
         time.sleep(0.2)
     records.cloud.stepfunctions.stop_execution(executionArn=holder)
     stopped = time.time()
     result = records.run("Increment", [{"customerId": c, "waitS": 0}], timeout=120)[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert time.time() - stopped >= 4  # the stop grace (no task in the work: 5 s)
-    assert records.get(c)["balance"] == {"N": "1"} and records.get(c)[f"{LW}{p.FENCE}"] == {"N": "2"}
+    assert records.record(c)["balance"] == {"N": "1"} and records.record(c)[f"{LW}{p.FENCE}"] == {"N": "2"}
 
 
 def test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace(records):
@@ -178,16 +157,16 @@ def test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace(records):
     holder = records.cloud.start_execution(records.app.state_machine_arn("RecordCancelled"),
                                            {"customerId": c, "waitS": 60, "siblingGate": c})
     deadline = time.time() + 60  # registered before the sibling fails
-    while f"{LW}{p.PRESENCE}" not in records.get(c) and time.time() < deadline:
+    while f"{LW}{p.PRESENCE}" not in records.record(c) and time.time() < deadline:
         time.sleep(0.2)
-    assert f"{LW}{p.PRESENCE}" in records.get(c)
+    assert f"{LW}{p.PRESENCE}" in records.record(c)
     fail_sibling(records.cloud, records.app, c)
     result = records.run("Increment", [{"customerId": c, "waitS": 0}], timeout=150)[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert records.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
     assert "Lock.Abandoned" in [e["stateEnteredEventDetails"]["name"] for e in result.history
                                 if e["type"] == "TaskStateEntered"]
-    record = records.get(c)
+    record = records.record(c)
     assert (record["balance"], record["name"], record[f"{LW}{p.FENCE}"]) == ({"N": "1"}, {"S": "Ada"}, {"N": "2"})
     records.cloud.stepfunctions.stop_execution(executionArn=holder)
 
@@ -257,13 +236,13 @@ def test_an_update_dynamodb_would_refuse_fails_with_invalid_update_and_frees_the
         assert result.cause.startswith(f"{r.ERROR_INVALID_UPDATE}: the record update "), result.cause
         assert problem in result.cause, (update, result.cause)
         # free right after the run (no janitor: status events are off), unchanged, fence as acquired
-        assert records.get(c) == {
+        assert records.record(c) == {
             "customerId": {"S": c}, "balance": {"N": "3"}, "temp": {"S": "t"}, f"{LW}{p.FENCE}": {"N": "1"},
         }, update
     c = results[0][0]
     after = records.run("Increment", [{"customerId": c, "waitS": 0}])[0]  # the next holder goes at once
     assert after.status == "SUCCEEDED", (after.error, after.cause)
-    assert records.get(c)["balance"] == {"N": "4"} and records.get(c)[f"{LW}{p.FENCE}"] == {"N": "2"}
+    assert records.record(c)["balance"] == {"N": "4"} and records.record(c)[f"{LW}{p.FENCE}"] == {"N": "2"}
 
 
 def test_an_update_of_values_dynamodb_accepts_is_written(records):
@@ -280,7 +259,7 @@ def test_an_update_of_values_dynamodb_accepts_is_written(records):
     results = run_updates(records, [{"set": values, "remove": ["temp"]}], balance=3, temp="t")
     c, result = results[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    item = records.get(c)
+    item = records.record(c)
     assert set(values) <= set(item) and "temp" not in item and f"{LW}{p.OWNER}" not in item
     assert sorted(item["set"]["SS"]) == ["", "a"] and item["nil"] == {"NULL": True}
 
@@ -301,7 +280,7 @@ def test_a_write_dynamodb_refuses_anyway_is_released_without_the_update(no_janit
     assert log.injected == 1
     assert (result.status, result.error) == ("FAILED", r.ERROR_INVALID_UPDATE), (result.error, result.cause)
     assert result.cause.startswith(f"{r.ERROR_INVALID_UPDATE}: DynamoDB refused the record update: ")
-    assert records.get(c) == {"customerId": {"S": c}, "big": {"S": "x" * 1000}, f"{LW}{p.FENCE}": {"N": "1"}}
+    assert records.record(c) == {"customerId": {"S": c}, "big": {"S": "x" * 1000}, f"{LW}{p.FENCE}": {"N": "1"}}
 
 
 def test_a_record_too_large_to_carry_is_released_at_once_with_a_typed_error(no_janitor):
@@ -315,14 +294,14 @@ def test_a_record_too_large_to_carry_is_released_at_once_with_a_typed_error(no_j
     assert (result.status, result.error) == ("FAILED", r.ERROR_RECORD_TOO_LARGE), (result.error, result.cause)
     size = re.search(rf"is (\d+) KB, over the {r.RECORD_SIZE_LIMIT_KB} KB", result.cause)
     assert size and 293 <= int(size.group(1)) <= 300, result.cause  # 300,000 bytes and the names
-    assert records.get(c) == {"customerId": {"S": c}, "big": {"S": stored}, f"{LW}{p.FENCE}": {"N": "1"}}
+    assert records.record(c) == {"customerId": {"S": c}, "big": {"S": stored}, f"{LW}{p.FENCE}": {"N": "1"}}
     # the next run is refused the same way at once (no janitor, no lease to wait out) ...
     again = records.run("Custom", [{"customerId": c, "update": {}}], timeout=120)[0]
     assert (again.status, again.error) == ("FAILED", r.ERROR_RECORD_TOO_LARGE)
     # ... and a record within the limit is read into $lock.item and updated
     (small, ok), = run_updates(records, [{"set": {"balance": {"N": "7"}}}], big="x" * (120 * 1000))
     assert ok.status == "SUCCEEDED", (ok.error, ok.cause)
-    assert records.get(small)["balance"] == {"N": "7"}
+    assert records.record(small)["balance"] == {"N": "7"}
 
 
 @pytest.mark.parametrize("records", ["dynamodb-local"], indirect=True)
@@ -334,7 +313,7 @@ def test_the_validation_refuses_what_dynamodb_local_refuses(records):
         "$names := $append($keys($set), $remove); "
         + r.update_problem_expression(key_attribute="customerId") + "; $problem )"
     )
-    ddb, table = records.cloud.dynamodb, records.table
+    ddb, table = records.cloud.dynamodb, records.table("Customers")
     sent = {}
 
     def as_given(request, **_):  # the JSON as Step Functions passes it (botocore would encode B)
@@ -427,13 +406,13 @@ def _stopped_at_its_release_while_another_run_takes_the_record(records, c: str, 
     with dynamodb_faults(stop) as log:
         arns.append(records.start("Increment", {"customerId": c, "waitS": 1}))
         deadline = time.time() + 60
-        while f"{LW}{p.OWNER}" not in records.get(c):
+        while f"{LW}{p.OWNER}" not in records.record(c):
             assert time.time() < deadline, "the first run never held the record"
             time.sleep(0.05)
         arns.append(records.start("Increment", {"customerId": c, "waitS": 4}))
         assert records.cloud.wait_for(arns[0], timeout=60).status == "ABORTED"
     assert log.injected == 1
-    while not records.get(c).get(f"{LW}{p.OWNER}", {}).get("S", "").startswith(arns[1]):
+    while not records.record(c).get(f"{LW}{p.OWNER}", {}).get("S", "").startswith(arns[1]):
         assert time.time() < deadline + 30, "the second run never took the record"
         time.sleep(0.05)
     return arns[0], arns[1]
@@ -460,7 +439,7 @@ def test_an_acquire_retried_after_its_response_was_lost_holds_and_releases_once(
         (result,) = records.run("Increment", [{"customerId": c, "waitS": 1}])
     assert log.injected == 1
     assert (result.status, result.error) == ("SUCCEEDED", None), (result.error, result.cause)
-    item = records.get(c)
+    item = records.record(c)
     assert item["balance"] == {"N": "4"}  # the work ran once and its release wrote
     assert item[f"{LW}{p.FENCE}"] == {"N": "2"}  # both attempts applied (ADD): the fence moved twice
     assert not [k for k in item if k.startswith(LW) and k != f"{LW}{p.FENCE}"]  # released
@@ -483,7 +462,7 @@ def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven_and
     assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
     entered = states_entered_after_redrive(redriven)
     assert "Lock.Acquire" not in entered and "Work" not in entered, entered  # nothing that succeeded ran again
-    item = records.get(c)
+    item = records.record(c)
     assert item["balance"] == {"N": "2"} and item[f"{LW}{p.FENCE}"] == {"N": "2"}, item
     assert f"{LW}{p.OWNER}" not in item
 
@@ -498,7 +477,7 @@ def test_a_run_stopped_before_its_release_applied_is_lost_when_redriven_after_a_
     redriven = redrive(records.cloud, holder, reevaluates=reevaluates)
     assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause)
     assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
-    assert records.get(c)["balance"] == {"N": "1"}  # the second run's update only
+    assert records.record(c)["balance"] == {"N": "1"}  # the second run's update only
 
 
 @pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
@@ -516,7 +495,7 @@ def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_rel
     records.cloud.stop_execution(holder)  # inside its 3 s Wait
     assert records.cloud.wait_for(holder, timeout=60).status == "ABORTED"
     second = records.start("Increment", {"customerId": c, "waitS": 4})
-    while not records.get(c).get(f"{LW}{p.OWNER}", {}).get("S", "").startswith(second):
+    while not records.record(c).get(f"{LW}{p.OWNER}", {}).get("S", "").startswith(second):
         assert time.time() < deadline + 30, "the second run never took the record"
         time.sleep(0.05)
     redriven = redrive(records.cloud, holder, reevaluates=reevaluates)
@@ -524,4 +503,4 @@ def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_rel
     assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause, entered)
     assert "Work" in entered  # it did resume its work
     assert records.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
-    assert records.get(c)["balance"] == {"N": "1"}  # the second run's update only
+    assert records.record(c)["balance"] == {"N": "1"}  # the second run's update only

@@ -13,48 +13,29 @@ import uuid
 import pytest
 
 from lock_invariants import HeartbeatCounter, LeaseEndsSeen, presence_dated_back, probe_as_client
-from safety_stack import PROBE_TIMEOUT_S, fail_sibling
+from deployed import StackRun, deployed_stack
+from safety_stack import PROBE_TIMEOUT_S, SafetyStack, fail_sibling
 from locked_workflow.state_machines import lock_protocol as p
 
 
-@pytest.fixture(scope="session")
-def safety_synth():
-    from safety_stack import SafetyStack
-    from locked_workflow.testing.synth import synth_app
-
-    return synth_app(lambda app: SafetyStack(app, "Safety"), context={"aws:cdk:enable-asset-metadata": True})
-
-
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def safety(request, safety_synth):
-    from deployed import local_deployment
-
-    for cloud, app in local_deployment(request.param, safety_synth):
-        yield Safety(cloud, app)
-
-
-class Safety:
-    def __init__(self, cloud, app):
-        self.cloud, self.app = cloud, app
-
-    def arn(self, name: str) -> str:
-        return self.app.state_machine_arn(name)
+class Safety(StackRun):
+    def machine_id(self, name: str) -> str:  # the stack names its machines itself
+        return name
 
     def probes(self) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith("Probes"))
+        return self.table("Probes")
 
     def probe(self, key: str) -> dict:
-        item = self.cloud.dynamodb.get_item(TableName=self.probes(), Key={"pk": {"S": key}}, ConsistentRead=True)
-        return {k: int(v["N"]) for k, v in item.get("Item", {}).items() if "N" in v}
+        return {k: int(v["N"]) for k, v in self.get("Probes", {"pk": {"S": key}}).items() if "N" in v}
 
     def lock(self, key: str) -> dict:
-        locks = next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
-        return self.cloud.dynamodb.get_item(
-            TableName=locks, Key={"pk": {"S": p.namespaced("s", key)}}, ConsistentRead=True
-        ).get("Item", {})
+        return self.get("LocksTable", {"pk": {"S": p.namespaced("s", key)}})
 
     def run(self, machine: str, document: dict, timeout: float = 120):
-        return self.cloud.wait_for(self.cloud.start_execution(self.arn(machine), document), timeout=timeout)
+        return self.cloud.wait_for(self.start(machine, document), timeout=timeout)
+
+
+safety = deployed_stack(SafetyStack, "Safety", Safety)
 
 
 def key(label: str) -> str:

@@ -12,55 +12,23 @@ import pytest
 
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import semaphore_protocol as sp
-from deployed import wait_until
+from deployed import StackRun, deployed_stack, wait_until
 from safety_stack import PROBE_TIMEOUT_S, fail_sibling
-from variants_stack import LIMIT
+from variants_stack import LIMIT, VariantsStack
 
 
-@pytest.fixture(scope="session")
-def variants_synth():
-    from locked_workflow.testing.synth import synth_app
-    from variants_stack import VariantsStack
-
-    return synth_app(lambda app: VariantsStack(app, "Variants"), context={"aws:cdk:enable-asset-metadata": True})
-
-
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def variants(request, variants_synth):
-    from deployed import local_deployment
-
-    for cloud, app in local_deployment(request.param, variants_synth):
-        yield Variants(cloud, app)
-
-
-class Variants:
-    def __init__(self, cloud, app):
-        self.cloud, self.app = cloud, app
-
-    def arn(self, name: str) -> str:
-        return self.app.state_machine_arn(name if name == "Unlocked" else f"{name}StateMachine")
-
-    def table(self, prefix: str) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
-
+class Variants(StackRun):
     def probe(self, key: str) -> dict:
-        item = self.cloud.dynamodb.get_item(
-            TableName=self.table("Probes"), Key={"pk": {"S": key}}, ConsistentRead=True
-        ).get("Item", {})
+        item = self.get("Probes", {"pk": {"S": key}})
         out = {k: int(v["N"]) for k, v in item.items() if "N" in v}
         out.update({k: [int(x["N"]) for x in v["L"]] for k, v in item.items() if "L" in v})
         return out
 
     def lock(self, stored_key: str) -> dict:
-        return self.cloud.dynamodb.get_item(
-            TableName=self.table("LocksTable"), Key={"pk": {"S": stored_key}}, ConsistentRead=True
-        ).get("Item", {})
+        return self.get("LocksTable", {"pk": {"S": stored_key}})
 
-    def start(self, machine: str, document: dict) -> str:
-        return self.cloud.start_execution(self.arn(machine), document)
 
-    def wait(self, arns, timeout: float = 240):
-        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+variants = deployed_stack(VariantsStack, "Variants", Variants)
 
 
 def key(label: str) -> str:

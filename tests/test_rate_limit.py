@@ -16,7 +16,8 @@ from locked_workflow import Lock, LockedSection, LockTable
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import rate_protocol as rate
 from locked_workflow.state_machines.lock_protocol import jsonata
-from rate_stack import LIMIT, PERIOD_S, WORK
+from deployed import StackRun, deployed_stack, synthesized
+from rate_stack import LIMIT, PERIOD_S, WORK, RateStack
 from tools.rate_checks import crowded_windows
 
 PERIOD_MS = PERIOD_S * 1000
@@ -81,34 +82,21 @@ def test_the_admit_write_is_spelled_once_and_names_what_it_uses():
 
 @pytest.fixture(scope="session")
 def rate_synth():
-    from locked_workflow.testing.synth import synth_app
-    from rate_stack import RateStack
-
-    return synth_app(lambda app: RateStack(app, "RateLimits"))
+    return synthesized(RateStack, "RateLimits", asset_metadata=False)
 
 
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def limits(request, rate_synth):
-    from deployed import local_deployment
-
-    for cloud, app in local_deployment(request.param, rate_synth):
-        yield Limits(cloud, app)
-
-
-class Limits:
-    def __init__(self, cloud, app):
-        self.cloud, self.app = cloud, app
-
-    def start(self, machine: str, key: str) -> str:
-        return self.cloud.start_execution(self.app.state_machine_arn(f"{machine}StateMachine"), {"key": key})
+class Limits(StackRun):
+    def start(self, machine: str, key: str) -> str:  # type: ignore[override] - a run's input is its key
+        return super().start(machine, {"key": key})
 
     def wait(self, arns, timeout: float = 150):
         return self.cloud.wait_all(list(arns), timeout)
 
     def item(self, stored_key: str) -> dict:
-        table = next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
-        return self.cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": rate.rate_key(stored_key)}},
-                                            ConsistentRead=True).get("Item", {})
+        return self.get("LocksTable", {"pk": {"S": rate.rate_key(stored_key)}})
+
+
+limits = deployed_stack(RateStack, "RateLimits", Limits, asset_metadata=False)
 
 
 def key(label: str) -> str:

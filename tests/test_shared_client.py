@@ -31,6 +31,9 @@ from locked_workflow.constructs_lib.lock_client import (
 from locked_workflow.state_machines import fair_protocol as fp
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import shared_protocol as sp
+from deployed import deployed_stack
+from shared_stack import SharedStack
+from test_shared_lock import ReadWrite
 
 TABLE = "locks"
 
@@ -378,21 +381,7 @@ def test_a_concurrent_mix_keeps_every_invariant(ddb, locked):
 # ---- with workflows, on both backends --------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def shared_synth():
-    from locked_workflow.testing.synth import synth_app
-    from shared_stack import SharedStack
-
-    return synth_app(lambda app: SharedStack(app, "Shared"), context={"aws:cdk:enable-asset-metadata": True})
-
-
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def mixed(request, shared_synth):
-    from deployed import local_deployment
-    from test_shared_lock import ReadWrite
-
-    for cloud, app in local_deployment(request.param, shared_synth):
-        yield ReadWrite(cloud, app)
+mixed = deployed_stack(SharedStack, "Shared", ReadWrite)
 
 
 def workflow_client(mixed) -> LockClient:

@@ -24,45 +24,24 @@ import pytest
 from locked_workflow.state_machines import fair_protocol as fp
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import shared_protocol as sp
+from deployed import StackRun, deployed_stack, synthesized
+from shared_stack import SharedStack
 from template_iam import actions, role_statements
 
 NAMESPACE = "rw"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shared_synth():
-    from locked_workflow.testing.synth import synth_app
-    from shared_stack import SharedStack
-
-    return synth_app(lambda app: SharedStack(app, "Shared"), context={"aws:cdk:enable-asset-metadata": True})
+    return synthesized(SharedStack, "Shared")
 
 
-@pytest.fixture(scope="module", params=["moto", "dynamodb-local"])
-def rw(request, shared_synth):
-    from deployed import local_deployment
-
-    for cloud, app in local_deployment(request.param, shared_synth):
-        yield ReadWrite(cloud, app)
-
-
-class ReadWrite:
-    def __init__(self, cloud, app):
-        self.cloud, self.app = cloud, app
-
-    def table(self, prefix: str) -> str:
-        return next(v for k, v in self.app.resources.items() if k.startswith(prefix))
-
-    def start(self, machine: str, document: dict) -> str:
-        arn = self.app.state_machine_arn(machine if machine.startswith("Unlocked") else f"{machine}StateMachine")
-        return self.cloud.start_execution(arn, document)
-
+class ReadWrite(StackRun):
     def wait(self, arns, timeout: float = 200):
-        return [self.cloud.wait_for(a, timeout=timeout) for a in arns]
+        return super().wait(arns, timeout)
 
     def lock(self, key: str) -> dict:
-        return self.cloud.dynamodb.get_item(TableName=self.table("LocksTable"),
-                                            Key={"pk": {"S": p.namespaced(NAMESPACE, key)}},
-                                            ConsistentRead=True).get("Item", {})
+        return self.get("LocksTable", {"pk": {"S": p.namespaced(NAMESPACE, key)}})
 
     def rows(self, key: str) -> list[int]:
         """The tickets of ``key`` whose queue row is still there (a drained key has none)."""
@@ -113,6 +92,9 @@ class ReadWrite:
         item = self.lock(key)
         served, tickets = fp.counters(item)
         return p.OWNER not in item and not sp.readers_of(item) and served == tickets
+
+
+rw = deployed_stack(SharedStack, "Shared", ReadWrite)
 
 
 def assert_park_rounds_fit_the_budget(result, protected_state: str) -> None:
