@@ -16,7 +16,10 @@ it **polls**, as a fair lock's client does (:mod:`fair_protocol`, step 7):
   granted -> claim; passed -> queue again; the head of a key free for it -> admit itself
   (a reader then admits the readers queued behind it, up to the next writer); an expired
   reader entry holding back the head -> reap it; behind a head that does not move on a key
-  free of writers -> run the handoff for the head.
+  free of writers -> run the handoff for the head; else the liveness check of the workflow
+  holds it is blocked by (:class:`ReadWriteHolds`: a hold's presence row probed, a cancelled
+  branch's hold retired from now, an ended execution's from its end), as a parked workflow's
+  fallback makes it.
 
 A handoff run by a client (its release, the last reader leaving, a reader admitted from the
 queue, a helper) is the protocol's step 4: a parked workflow is woken with
