@@ -81,9 +81,27 @@ class LockClientLayer(Construct):
 
 
 #: The DynamoDB calls of every ``LockClient`` (the protocol's conditional writes, its reads, and
-#: a fair lock's queue rows), and of a read/write one's park transaction beside them.
+#: a fair lock's queue rows), and of a read/write one's park transaction beside them (a
+#: ``TransactWriteItems`` is authorized by its items' actions: its liveness check's retire of an
+#: abandoned hold - a Delete and an Update - needs nothing more).
 CLIENT_TABLE_ACTIONS = ("dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 READ_WRITE_TABLE_ACTIONS = ("dynamodb:ConditionCheckItem",)
+#: A waiter's liveness check (:mod:`client_liveness`): the probe of a hold's presence token, and
+#: the question about its execution.
+PROBE_ACTION, DESCRIBE_ACTION = "states:SendTaskHeartbeat", "states:DescribeExecution"
+#: A release's wake-up of a parked workflow: a fair client's ``SendTaskSuccess`` and its
+#: ``SendTaskFailure`` (a grant the woken run must look at again); a read/write client's grant
+#: only (the woken run claims it).
+WAKE_ACTIONS = {"fair": ("states:SendTaskSuccess", "states:SendTaskFailure"),
+                "read_write": ("states:SendTaskSuccess",)}
+
+
+def lock_client_actions(*, fair: bool = False, read_write: bool = False) -> frozenset[str]:
+    """Every IAM action a ``LockClient`` (``fair``, ``read_write``) calls: what
+    :func:`grant_lock_client` grants, with ``holders``."""
+    return frozenset((*CLIENT_TABLE_ACTIONS, *(READ_WRITE_TABLE_ACTIONS if read_write else ()), PROBE_ACTION,
+                      DESCRIBE_ACTION, *(WAKE_ACTIONS["fair"] if fair else ()),
+                      *(WAKE_ACTIONS["read_write"] if read_write else ())))
 
 
 def grant_lock_client(
@@ -94,17 +112,20 @@ def grant_lock_client(
     fair: bool = False,
     read_write: bool = False,
 ) -> None:
-    """Grant ``grantee`` (a function running a ``LockClient``) exactly what the client calls:
+    """Grant ``grantee`` (a function running a ``LockClient``) exactly what the client calls
+    (:func:`lock_client_actions`):
 
     * on ``table``: ``GetItem``, ``UpdateItem``, ``DeleteItem`` (a read/write lock's park, a
       ``TransactWriteItems``, adds ``ConditionCheckItem``);
-    * the waiter's liveness check of the workflows holding its keys (:mod:`client_liveness`):
+    * the waiter's liveness check of the workflows holding its keys (:mod:`client_liveness`,
+      every kind: a read/write waiter checks the writer or the readers it is blocked by):
       ``states:DescribeExecution`` on the executions of ``holders`` (the state machines whose
       sections share its keys), and ``states:SendTaskHeartbeat`` - the probe of a hold's
       presence token - on ``*``: a task token is no IAM resource (the state machines' own probe
       is granted the same way);
-    * with ``fair`` or ``read_write``: ``states:SendTaskSuccess`` / ``states:SendTaskFailure``
-      (a release's wake-up of a parked workflow), on ``*`` for the same reason.
+    * a release's wake-up of a parked workflow, on ``*`` for the same reason: with ``fair``,
+      ``states:SendTaskSuccess`` / ``states:SendTaskFailure``; with ``read_write``,
+      ``states:SendTaskSuccess``.
 
     Without the Step Functions part the client still works; it then waits out the lease of a
     holder whose branch was cancelled or whose execution ended.
@@ -117,12 +138,13 @@ def grant_lock_client(
     for name, flag in (("fair", fair), ("read_write", read_write)):
         if not isinstance(flag, bool):
             raise TypeError(f"`{name}` must be True or False, got: {flag!r}")
-    table.grant(grantee, *CLIENT_TABLE_ACTIONS, *(READ_WRITE_TABLE_ACTIONS if read_write else ()))
-    iam.Grant.add_to_principal(grantee=grantee, actions=["states:SendTaskHeartbeat"], resource_arns=["*"])
+    actions = lock_client_actions(fair=fair, read_write=read_write)
+    table.grant(grantee, *sorted(a for a in actions if a.startswith("dynamodb:")))
+    iam.Grant.add_to_principal(grantee=grantee, actions=[PROBE_ACTION], resource_arns=["*"])
     if holders:
         names = [machine.state_machine_name for machine in holders]
-        iam.Grant.add_to_principal(grantee=grantee, actions=["states:DescribeExecution"],
+        iam.Grant.add_to_principal(grantee=grantee, actions=[DESCRIBE_ACTION],
                                    resource_arns=executions_of(Stack.of(table), names))
-    if fair or read_write:
-        iam.Grant.add_to_principal(grantee=grantee, actions=["states:SendTaskSuccess", "states:SendTaskFailure"],
-                                   resource_arns=["*"])
+    wakes = sorted(a for a in actions if a.startswith("states:") and a not in (PROBE_ACTION, DESCRIBE_ACTION))
+    if wakes:
+        iam.Grant.add_to_principal(grantee=grantee, actions=wakes, resource_arns=["*"])

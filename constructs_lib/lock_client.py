@@ -284,7 +284,7 @@ class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantH
         self._blocks_mutex = threading.Lock()
         self._watches: dict[str, _Watch] = {}  # held locks watched for a takeover, per stored key
         self._watches_mutex = threading.Lock()
-        self._liveness_checked: dict[str, float] = {}  # last check of a workflow holder, per stored key
+        self._liveness_checked: dict[str, tuple[float, int]] = {}  # last check of a workflow holder (and count), per key
         self._aws_clock = _AwsClock()
         self.fair = fair
         self.read_write = read_write

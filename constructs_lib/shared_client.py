@@ -16,7 +16,10 @@ it **polls**, as a fair lock's client does (:mod:`fair_protocol`, step 7):
   granted -> claim; passed -> queue again; the head of a key free for it -> admit itself
   (a reader then admits the readers queued behind it, up to the next writer); an expired
   reader entry holding back the head -> reap it; behind a head that does not move on a key
-  free of writers -> run the handoff for the head.
+  free of writers -> run the handoff for the head; else the liveness check of the workflow
+  holds it is blocked by (:class:`ReadWriteHolds`: a hold's presence row probed, a cancelled
+  branch's hold retired from now, an ended execution's from its end), as a parked workflow's
+  fallback makes it.
 
 A handoff run by a client (its release, the last reader leaving, a reader admitted from the
 queue, a helper) is the protocol's step 4: a parked workflow is woken with
@@ -41,8 +44,9 @@ import math
 import random
 from typing import Any, Mapping
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
+from locked_workflow.constructs_lib.client_liveness import WorkflowHold
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import shared_protocol as shared
 from locked_workflow.state_machines.errors import CONDITIONAL_CHECK_FAILED_CODE, TRANSACTION_CANCELED_CODE
@@ -53,11 +57,15 @@ from locked_workflow.state_machines.lock_protocol import (
     ERROR_TOO_MANY_READERS,
     EXPIRES_AT,
     FENCE,
+    GRACE,
     OWNER,
     REFRESH,
+    PRESENCE_SETTLE_MS,
     LockWrite,
     lock_item_key,
+    owner_execution,
 )
+from locked_workflow.state_machines.wait_expressions import presence_token_of
 
 from locked_workflow.constructs_lib.client_lease import (
     Holding,
@@ -170,6 +178,11 @@ class ReadWriteParticipant:
         response = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(key), ConsistentRead=True)
         c.aws_clock.sample(before, c.monotonic(), response)
         return response.get("Item", {})
+
+    def retire(self, key: str, write: LockWrite, values: Mapping[str, Any], *, reader: str | None) -> None:
+        """A liveness check's retire of a workflow hold (:class:`ReadWriteHolds`): ``write``
+        (RETIRE_GONE_READER on ``reader``'s entry, or RETIRE_GONE_WRITER); refused -> :class:`Refused`."""
+        self._write(key, write, values, reader=reader)
 
     def _drop_row(self, key: str, ticket: int) -> None:
         """The row of a served ticket - mine, or one a handoff skipped (best effort: a served
@@ -368,6 +381,9 @@ class ReadWriteParticipant:
                 continue
             if served < ticket - 1 and _writer_free(item, me=me, now=now):
                 self.handoff(table_key, me=me, start=served, tickets=tickets, stop_at=me)
+            elif self._holds_gone(table_key, item, me, now):
+                continue  # a workflow hold gone (its branch cancelled, its execution ended): its
+                # lease now ends at its stop grace, which the next look shows
             if self._park(table_key, me, mode, ticket, lease_ms, row_lease_s):
                 return None, ticket
         return None, ticket
@@ -377,6 +393,17 @@ class ReadWriteParticipant:
         if mode == READ:
             return shared.reader_attribute(me) in item
         return item.get(OWNER, {}).get("S") == me and fair.counters(item)[0] == ticket
+
+    def _holds_gone(self, table_key: str, item: Mapping[str, Any], me: str, now: int) -> bool:
+        """The liveness check of the workflow holds I am blocked by (the state machines'
+        fallback's: ``shared_protocol.workflow_holds``, in turn), through the client's
+        :meth:`~locked_workflow.constructs_lib.client_liveness.HolderLiveness.check_holds` with
+        :class:`ReadWriteHolds`. True: one now ends sooner - look again at once."""
+        holds = [WorkflowHold(owner=owner, execution=owner_execution(owner) or "", reader=reader,
+                              acquired_at=_number(hold, ACQUIRED_AT), expires_at=_number(hold, EXPIRES_AT),
+                              grace_ms=_number(hold, GRACE))
+                 for owner, reader, hold in shared.workflow_holds(item, me=me, now=now)]
+        return self.client.check_holds(table_key, holds, ReadWriteHolds(self))
 
     def _claim(self, key: str, table_key: str, me: str, mode: str, ticket: int | None,
                lease_ms: int) -> Lease | None:
@@ -625,3 +652,58 @@ class ReadWriteParticipant:
             self.client.stepfunctions.send_task_success(taskToken=token, output=json.dumps({"granted": True}))
         except ClientError as error:
             logger.info("wake-up not delivered: %s", error.response.get("Error", {}).get("Code"))
+
+
+class ReadWriteHolds:
+    """:class:`~locked_workflow.constructs_lib.client_liveness.HoldWrites` of the read/write lock
+    (the state machines' ``ReadPresence`` / ``AbandonHolder`` / ``AbandonReader`` /
+    ``RetireHolder`` / ``RetireReader``, with the protocol's writes): a hold's presence is on
+    its own row (``shared_protocol.PRESENT_ROW``); abandoned - its token closed - with
+    ``gone_transaction`` (the row's GONE_ROW beside RETIRE_GONE_WRITER / RETIRE_GONE_READER,
+    all or nothing: from the latest time AWS's clock can show plus its stop grace, the token
+    settled by the earliest); retired - its execution ended - with RETIRE_GONE_WRITER (the
+    mutex's RETIRE_BY) / RETIRE_GONE_READER, as the janitor writes them."""
+
+    def __init__(self, participant: ReadWriteParticipant) -> None:
+        self.participant = participant
+        self.client = participant.client
+
+    def presence_token(self, table_key: str, hold: WorkflowHold) -> str | None:
+        c = self.client
+        row = c.dynamodb.get_item(TableName=c.table_name, Key=lock_item_key(shared.presence_row_key(hold.owner)),
+                                  ConsistentRead=True).get("Item", {})
+        return presence_token_of(row, hold.acquired_at)
+
+    def abandon_hold(self, table_key: str, hold: WorkflowHold, token: str) -> bool:
+        c = self.client
+        until = c.latest_ms() + hold.grace_ms
+        if until >= hold.expires_at:
+            return False  # a retire never lengthens a lease: it ends sooner by itself
+        acquired = {"N": str(hold.acquired_at)}
+        items = shared.gone_transaction(
+            c.table_name, table_key, shared.presence_row_key(hold.owner), reader=hold.owner if hold.reader else None,
+            row_values={":token": {"S": token}, ":acquiredAt": acquired,
+                        ":settledBefore": {"N": str(c.earliest_ms() - PRESENCE_SETTLE_MS)}},
+            lock_values={":acquiredAt": acquired, ":until": {"N": str(until)},
+                         **({} if hold.reader else {":owner": {"S": hold.owner}})})
+        try:
+            c.dynamodb.transact_write_items(TransactItems=items)
+            return True
+        except (ClientError, BotoCoreError) as error:  # nothing written: the next check looks again
+            if not (isinstance(error, ClientError)
+                    and error.response.get("Error", {}).get("Code") == TRANSACTION_CANCELED_CODE):
+                logger.info("lock %s: the retire of %s's abandoned hold failed: %s", table_key, hold.owner, error)
+            return False  # refused: its token too young to trust yet, departed, or the hold moved on
+
+    def retire_hold(self, table_key: str, hold: WorkflowHold, until: int) -> bool:
+        values = {":acquiredAt": {"N": str(hold.acquired_at)}, ":until": {"N": str(until)},
+                  **({} if hold.reader else {":owner": {"S": hold.owner}})}
+        try:
+            self.participant.retire(table_key, shared.RETIRE_GONE_READER if hold.reader else shared.RETIRE_GONE_WRITER,
+                                    values, reader=hold.owner if hold.reader else None)
+            return True
+        except Refused:
+            return False  # it ends no later already, or the hold moved on
+        except (ClientError, BotoCoreError) as error:
+            logger.info("lock %s: the retire of %s failed (the next check tries again): %s", table_key, hold.owner, error)
+            return False

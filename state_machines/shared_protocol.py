@@ -167,6 +167,7 @@ from locked_workflow.state_machines.lock_protocol import (
     RETIRE_BY,
     LockWrite,
     ScheduledTask,
+    owner_execution,
 )
 
 # --------------------------------------------------------------------------------------
@@ -535,6 +536,20 @@ def too_many_readers(item: Mapping[str, Any]) -> bool:
 def expired_readers(item: Mapping[str, Any], *, now: int) -> list[str]:
     """The readers whose entry's lease is over (REAP_READ / REAP_LAST may remove them)."""
     return [owner for owner, entry in readers_of(item).items() if int(entry[EXPIRES_AT]["N"]) < now]
+
+
+def workflow_holds(item: Mapping[str, Any], *, me: str, now: int) -> list[tuple[str, bool, Mapping[str, Any]]]:
+    """The holds of executions a waiter ``me`` finds on a lock item (as boto3 returns it) and may
+    check the liveness of - the Python reading of ``shared_kind``'s suspect (the waiters'
+    fallback): the writer holder, an execution's acquisition not mine; else the reader entries
+    of executions whose lease runs at ``now`` (sorted by owner: checked in turn). Each: (owner,
+    a reader's entry?, the hold - its entry, or the lock item - with ``expiresAt``,
+    ``acquiredAt``, ``grace``)."""
+    owner = item.get(OWNER, {}).get("S", "")
+    if owner and owner not in (SHARED, me) and owner_execution(owner) is not None:
+        return [(owner, False, item)] if ACQUIRED_AT in item and EXPIRES_AT in item else []
+    return [(reader, True, entry) for reader, entry in sorted(readers_of(item).items())
+            if owner_execution(reader) is not None and int(entry[EXPIRES_AT]["N"]) >= now]
 
 
 def row_kind(row: Mapping[str, Any] | None) -> str:

@@ -116,11 +116,21 @@ def presence_to_probe(item: Mapping[str, Any]) -> str | None:
     item as boto3 returns it: the held acquisition's presence token to probe, else None (free,
     no token, another acquisition's, departed, or :data:`NO_PRESENCE`). The clients' reading."""
     owner, acquired = item.get(OWNER, {}).get("S"), item.get(ACQUIRED_AT, {}).get("N")
-    token, of = item.get(PRESENCE, {}).get("S"), item.get(PRESENCE_OF, {}).get("N")
-    closed = item.get(PRESENCE_CLOSED, {}).get("N")
-    if owner is None or acquired is None or token is None or of is None or token == NO_PRESENCE:
+    if owner is None or acquired is None:
         return None
-    if int(of) != int(acquired) or (closed is not None and int(closed) >= int(acquired)):
+    return presence_token_of(item, int(acquired))
+
+
+def presence_token_of(record: Mapping[str, Any], acquired: int) -> str | None:
+    """:func:`probe_token_condition` over ``record`` as boto3 returns it - a lock item, or a
+    read/write hold's presence row (``shared_protocol.PRESENT_ROW``) - for the acquisition made
+    at ``acquired``: its token to probe, else None (no token, another acquisition's, departed,
+    or :data:`NO_PRESENCE`)."""
+    token, of = record.get(PRESENCE, {}).get("S"), record.get(PRESENCE_OF, {}).get("N")
+    closed = record.get(PRESENCE_CLOSED, {}).get("N")
+    if token is None or of is None or token == NO_PRESENCE:
+        return None
+    if int(of) != acquired or (closed is not None and int(closed) >= acquired):
         return None
     return token
 

@@ -152,12 +152,13 @@ class LeaseEndsSeen:
         self._thread.join()
 
 
-def probe_as_client(cloud, app, key: str, fence: int) -> dict:
+def probe_as_client(cloud, app, key: str, fence: int, role: str | None = None) -> dict:
     """A ``LockClient``'s protected work: the stack's probe Lambda (``Probe``) with the
-    client's fence - it counts the holders inside at entry, the client among them."""
+    client's fence - it counts the holders inside at entry, the client among them (``role``:
+    a read/write lock's ``read`` or ``write``, counted apart)."""
     import json
 
-    response = cloud.client("lambda").invoke(
-        FunctionName=app.function_name("Probe"), Payload=json.dumps({"key": key, "workMs": 100, "fence": fence}).encode())
+    event = {"key": key, "workMs": 100, "fence": fence, **({"role": role} if role else {})}
+    response = cloud.client("lambda").invoke(FunctionName=app.function_name("Probe"), Payload=json.dumps(event).encode())
     assert "FunctionError" not in response, response["Payload"].read()
     return json.loads(response["Payload"].read())

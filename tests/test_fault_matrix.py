@@ -197,6 +197,10 @@ def test_every_call_of_the_clients_has_a_row(deployed_matrix):
     assert {kind for kind, _ in seen} == {"client-mutex", "client-fair", "client-rw"}
     liveness = {"SendTaskHeartbeat", "lock_protocol.ABANDONED", "DescribeExecution", "lock_protocol.RETIRE_BY"}
     assert {(kind, call) for kind in ("client-mutex", "client-fair") for call in liveness} <= seen
+    rw_liveness = {"SendTaskHeartbeat", "lock_protocol.RETIRE_BY+shared_protocol.GONE_ROW",
+                   "shared_protocol.GONE_ROW+shared_protocol.RETIRE_GONE_READER", "DescribeExecution",
+                   "lock_protocol.RETIRE_BY", "shared_protocol.RETIRE_GONE_READER"}
+    assert {("client-rw", call) for call in rw_liveness} <= seen, sorted(seen)
     assert seen - listed == set(), "calls of a client with no row in tools/matrix/rows.py CLIENT_CALLS"
     # negative control: a call no row names is reported
     assert ("client-fair", "fair_protocol.TAKE_PARKED") not in listed
@@ -239,6 +243,47 @@ def _clients_check_workflow_holders(cloud, app, locks: str, registry) -> None:
             thread.join(60)
             registry.remove(closed)
             assert got and got[0].fence == 2, (kind, key, got)  # taken over, well before the hand-written lease
+            assert closed.injected == (1 if presence else 0)
+            client.release(got[0])
+    _rw_client_checks_workflow_holders(cloud, locks, registry, stopped, now)
+
+
+def _rw_client_checks_workflow_holders(cloud, locks: str, registry, stopped: str, now: int) -> None:
+    """The same for a read/write client (a writer) behind a workflow writer's and a workflow
+    reader's hold, each with its presence row (``shared_protocol.PRESENT_ROW``, its token
+    answering ``TaskTimedOut``: the row's GONE_ROW beside RETIRE_GONE_*) or of the stopped
+    execution with none (DescribeExecution: RETIRE_BY / RETIRE_GONE_READER)."""
+    import threading
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.state_machines import lock_protocol as p
+    from locked_workflow.state_machines import shared_protocol as sp
+    from locked_workflow.testing.faults import Fault
+
+    for mode in ("writer", "reader"):
+        for key, owner, presence in ((f"cancelled-{mode}", f"arn:aws:states:us-east-1:123456789012:execution:Gone:{mode}#1",
+                                      True), (f"stopped-{mode}", f"{stopped}#{mode}", False)):
+            hold = {p.ACQUIRED_AT: {"N": str(now - 60_000)}, p.EXPIRES_AT: {"N": str(now + 600_000)}, p.GRACE: {"N": "0"}}
+            item = {"pk": {"S": p.namespaced("clientrw", key)}, p.FENCE: {"N": "1"}}
+            item.update({p.OWNER: {"S": owner}, **hold} if mode == "writer" else
+                        {p.OWNER: {"S": sp.SHARED}, sp.READERS: {"N": "1"}, sp.reader_attribute(owner): {"M": hold}})
+            cloud.dynamodb.put_item(TableName=locks, Item=item)
+            token = f"a-closed-token-{mode}"
+            if presence:
+                cloud.dynamodb.put_item(TableName=locks, Item={
+                    "pk": {"S": sp.presence_row_key(owner)}, p.PRESENCE: {"S": token},
+                    p.PRESENCE_OF: hold[p.ACQUIRED_AT], p.PRESENCE_AT: hold[p.ACQUIRED_AT]})
+            closed = registry.add(Fault("SendTaskHeartbeat", "TaskTimedOut", service="stepfunctions", times=1,
+                                        when=lambda params, token=token: params.get("taskToken") == token))
+            got = []
+            client = LockClient(locks, namespace="clientrw", dynamodb=cloud.dynamodb,
+                                stepfunctions=cloud.stepfunctions, read_write=True)
+            thread = threading.Thread(target=lambda: got.append(client.acquire(key, wait=30, lease=5, poll_interval=0.05)),
+                                      name=f"client-rw:{key}")
+            thread.start()
+            thread.join(60)
+            registry.remove(closed)
+            assert got and got[0].fence == 2, (mode, key, got)  # retired, reaped or taken, long before the lease
             assert closed.injected == (1 if presence else 0)
             client.release(got[0])
 

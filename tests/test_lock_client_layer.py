@@ -149,7 +149,7 @@ def test_grant_lock_client_grants_what_the_client_calls_and_no_more():
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk.assertions import Template
 
-    from locked_workflow.constructs_lib.client_layer import grant_lock_client
+    from locked_workflow.constructs_lib.client_layer import grant_lock_client, lock_client_actions
     from locked_workflow.constructs_lib.janitor import executions_of
     from template_iam import actions
 
@@ -181,6 +181,11 @@ def test_grant_lock_client_grants_what_the_client_calls_and_no_more():
     fair = {a for s in statements(fair=True) for a in actions(s)}
     assert fair - set(by_action) == {"states:SendTaskSuccess", "states:SendTaskFailure"}
     read_write = {a for s in statements(read_write=True) for a in actions(s)}
-    assert read_write - fair == {"dynamodb:ConditionCheckItem"}
+    # its park's ConditionCheck and its wake-up (a grant: never a SendTaskFailure); its waiters'
+    # liveness check (issue 25) is the base's: the probe, the question, and the retire of an
+    # abandoned hold - a TransactWriteItems of a Delete and an Update, no action of its own
+    assert read_write - set(by_action) == {"dynamodb:ConditionCheckItem", "states:SendTaskSuccess"}, read_write
+    for flags, granted in (({}, set(by_action)), ({"fair": True}, fair), ({"read_write": True}, read_write)):
+        assert lock_client_actions(**flags) == granted, flags  # (what test_shared_client sees the client call)
     with pytest.raises(TypeError, match="`fair` must be True or False, got: 'yes'"):
         grant_lock_client(None, table=None, fair="yes")

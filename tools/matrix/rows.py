@@ -214,6 +214,16 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-rw", "DeleteItem", "dynamodb", "DeleteItem"),
     ("client-rw", "GetItem", "dynamodb", "GetItem"),
     ("client-rw", "SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
+    # a waiter's liveness check of the workflow holds it is blocked by (client_liveness.py,
+    # shared_client.ReadWriteHolds): the hold's presence row (GetItem, above), its probe, the
+    # retire of an abandoned writer's / reader's hold (the row's delete beside the lock item's
+    # update), the question about its execution and the retire of an ended one
+    ("client-rw", "SendTaskHeartbeat", "stepfunctions", "SendTaskHeartbeat"),
+    ("client-rw", "lock_protocol.RETIRE_BY+shared_protocol.GONE_ROW", "dynamodb", "TransactWriteItems"),
+    ("client-rw", "shared_protocol.GONE_ROW+shared_protocol.RETIRE_GONE_READER", "dynamodb", "TransactWriteItems"),
+    ("client-rw", "DescribeExecution", "stepfunctions", "DescribeExecution"),
+    ("client-rw", "lock_protocol.RETIRE_BY", "dynamodb", "UpdateItem"),  # shared_protocol.RETIRE_GONE_WRITER
+    ("client-rw", "shared_protocol.RETIRE_GONE_READER", "dynamodb", "UpdateItem"),
 ))
 
 #: Every call of the janitor (``lambdas/lock_janitor``): the history it reads, the lock item

@@ -527,6 +527,19 @@ _CLIENT_LIVENESS: dict[str, dict[str, str]] = {
         'lock_protocol.ABANDONED': 'dead-holder+with:FairSection,client-fair,client-fair',
         'lock_protocol.RETIRE_BY': 'dead-holder+no-janitor+with:Fair,client-fair,client-fair',
     },
+    # a read/write client writer behind a writer's or a reader's hold (the presence on its row)
+    'client-rw': {
+        'SendTaskHeartbeat': 'dead-holder+with:WriterSection,client-rw-write,client-rw-write',
+        # (no janitor: its retire of the stopped hold would end the lease before the client's
+        # abandon could shorten it, and the client would not send it)
+        'lock_protocol.RETIRE_BY+shared_protocol.GONE_ROW':
+            'dead-holder+no-janitor+with:WriterSection,client-rw-write,client-rw-write',
+        'shared_protocol.GONE_ROW+shared_protocol.RETIRE_GONE_READER':
+            'dead-holder+no-janitor+with:ReaderSection,client-rw-write,client-rw-write',
+        'DescribeExecution': 'dead-holder+no-janitor+with:Writer,client-rw-write,client-rw-write',
+        'lock_protocol.RETIRE_BY': 'dead-holder+no-janitor+with:Writer,client-rw-write,client-rw-write',
+        'shared_protocol.RETIRE_GONE_READER': 'dead-holder+no-janitor+with:Reader,client-rw-write,client-rw-write',
+    },
 }
 for _kind, _states in _CLIENT_LIVENESS.items():
     SITUATIONS.setdefault(_kind, {}).update(_states)
