@@ -70,6 +70,10 @@ class FairMutex(Mutex):
         self.queue = queue
 
     @property
+    def parks_on_token(self) -> bool:  # type: ignore[override] - but its EXPRESS form, which polls
+        return not self.polling
+
+    @property
     def supersedes(self) -> bool:
         """Coalescing (``QueueLimit.keep_newest``): a newcomer supersedes the oldest waiter."""
         return self.queue is not None and self.queue.supersedes

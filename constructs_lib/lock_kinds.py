@@ -82,6 +82,15 @@ class Mutex:
     #: Its acquisitions are held until released (a rate limit's admissions are not: no janitor,
     #: no liveness check).
     holds = True
+    #: Its waiters park on a task token (woken by ``SendTaskSuccess``) instead of polling the
+    #: lock item in Wait states.
+    parks_on_token = False
+    #: The form an EXPRESS machine runs of a parking kind: its waiters poll, and its hold keeps
+    #: no presence branch.
+    polling = False
+    #: It builds its waiters' path itself (its queue, its park or its computed Wait), instead
+    #: of the section's Wait-state poll.
+    builds_own_wait_path = False
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key

@@ -216,7 +216,7 @@ class LockedSection(sfn.StateMachineFragment):
         self.lock = lock
         self.kind = lock.builder()
         # waiters park on a task token (a fair lock but its EXPRESS form; the read/write lock)
-        parks = getattr(self.kind, "parks_on_token", lock.is_fair and not getattr(self.kind, "polling", False))
+        parks = self.kind.parks_on_token
         if parks and lock.is_fair and liveness_check_every == 0:
             raise ValueError(
                 "`liveness_check_every` must be at least 1 with Lock.fair (a parked waiter's "
@@ -310,7 +310,7 @@ class LockedSection(sfn.StateMachineFragment):
         self._janitor: Optional[LockJanitor] = None
 
         # (a fair lock's EXPRESS waiters poll: no task tokens there)
-        self.detect_cancellation = detect_cancellation and self.kind.presence and not getattr(self.kind, "polling", False)
+        self.detect_cancellation = detect_cancellation and self.kind.presence and not self.kind.polling
         self._lease_ms = lease_ms
         self._lost: Optional[sfn.State] = None
         self.protected = (
@@ -330,7 +330,7 @@ class LockedSection(sfn.StateMachineFragment):
             cause=jsonata(protocol.rethrow_cause_expression()),
         )
         self._start, self.acquire, acquired = self.kind.build_acquire(self, lease_ms)
-        if not getattr(self.kind, "builds_own_wait_path", False):
+        if not self.kind.builds_own_wait_path:
             self._build_wait_path()
         self._build_error_path()
         self.release = self._build_release()
