@@ -57,6 +57,7 @@ from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
+from tools.matrix import paths
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
 from tools.matrix.stack import (PARK_TIMEOUT_S, RATE_LIMIT, RATE_PERIOD_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT,
@@ -272,12 +273,18 @@ class Cell:
                 where, _, column = part[4:].partition("=")
                 machine, _, state = where.rpartition("/")
                 self.prepared.append((machine, state, column))
+        #: ``reach``: the faults that take the Catch edges on the way to the row's state
+        #: (:func:`tools.matrix.paths.preparatory_faults`), added to :attr:`prepared` at :meth:`run`
+        self.reach = "reach" in parts
         #: ``no-janitor``: the janitor cannot read an ended execution's history (it fails, as
         #: when its retries ran out): the waiters' own liveness checks take over
         self.no_janitor = "no-janitor" in parts
         self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
                                                                           "stop-others-at:"))
-                          and part != "no-janitor"), "contend")
+                          and part not in ("no-janitor", "reach", "waiter-dies")), "contend")
+        #: ``waiter-dies``: as in ``dead-waiter``, the second participant is stopped once it parked
+        #: (with a ``dead-holder``: a dead head of the queue behind a dead holder)
+        self.waiter_dies = self.base == "dead-waiter" or "waiter-dies" in parts
         if not any(part.startswith("with:") for part in parts):
             roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
         self.key = cell_id
@@ -290,7 +297,7 @@ class Cell:
     # -- the scenario ---------------------------------------------------------------------------
 
     def _document(self, role: str, index: int) -> dict:
-        hold = self.base in HOLDING and index == 0
+        hold = (self.base in HOLDING or self.waiter_dies) and index == 0
         work = HOLD_MS if hold else CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
         fail = self.base == "work-fails" and index == 0
         if role.startswith("Transfer"):  # overlapping pairs: (a, b), (b, c), (b, a)
@@ -358,7 +365,15 @@ class Cell:
 
         return then
 
-    def _prepared_fault(self, machine: str, state_name: str, column_name: str) -> Fault:
+    def _reach(self) -> list[tuple[str, str, str, int]]:
+        """The preparatory faults of ``reach``: each Catch edge a fault can take on the way to
+        the row's state in its machine's deployed definition."""
+        arn = f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{self.machine}"
+        definition = json.loads(self.cloud.stepfunctions.describe_state_machine(stateMachineArn=arn)["definition"])
+        return [(self.machine, task, column, times)
+                for task, column, times in paths.preparatory_faults(definition, self.row.state)]
+
+    def _prepared_fault(self, machine: str, state_name: str, column_name: str, times: int = 1) -> Fault:
         """A fault that brings the cell to its row: ``column_name``'s fault on the first call of
         ``state_name`` by an execution of ``machine`` (default: the row's) of this cell - a
         response lost first (the row is its retry), a wake-up that fails (the row is a later
@@ -378,7 +393,7 @@ class Cell:
                 f":execution:{machine}:{cell.id}-" in state.execution_arn
 
         return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
-                     when=when, then=then)
+                     when=when, then=then, times=times)
 
     def _stop_others(self) -> None:
         """Stop every other running execution of the cell (``stop-others-at:<state>``): e.g. a
@@ -411,7 +426,8 @@ class Cell:
             self.cloud.dynamodb.put_item(TableName=self.tables["records"], Item={
                 RECORD_KEY: {"S": self.key}, "balance": {"N": "0"}, "padding": {"S": "p" * (padding * 1024 - 100)}})
         fault = self.registry.add(self._fault())
-        prepared = [self.registry.add(self._prepared_fault(*spec)) for spec in self.prepared]
+        prepared = [self.registry.add(self._prepared_fault(*spec))
+                    for spec in self.prepared + (self._reach() if self.reach else [])]
         if self.no_janitor:
             prepared.append(self.registry.add(self._no_janitor()))
         self.registry.observers.append(self._observe)
@@ -419,9 +435,9 @@ class Cell:
         try:
             first, others = self.participants[0], self.participants[1:]
             threads.append(self._start(first))
-            if self.base in HOLDING:
+            if self.base in HOLDING or self.waiter_dies:
                 self._wait_inside(first)
-            if self.base == "dead-waiter":
+            if self.waiter_dies:
                 waiter = others[0]
                 threads.append(self._start(waiter))
                 self._wait_parked(waiter)

@@ -28,6 +28,15 @@ A situation is ``+``-joined parts: one of the above, then any of
   ``lost``, ``stop-after`` ...) on the first call of ``<state>`` by an execution of
   ``<machine>`` (default: the row's) of the cell: a wake-up that fails, a releaser stopped
   between two writes - what a row of a rare path needs first;
+- ``reach``: the preparatory faults read from the row's machine's definition
+  (:mod:`tools.matrix.paths`): each Catch on the way to the row's state, in the row's own part
+  of the definition, that a fault can take - a call that fails (``5xx``, as often as its
+  ``Retry`` tries it: a wake-up that fails, a grant that fails), or a write whose response is
+  lost (``lost``: its retry is refused, its first try having applied) - so a new Catch path
+  needs no new situation;
+- ``waiter-dies``: the second participant is stopped once it parked, as in ``dead-waiter``,
+  with any base (``dead-holder+waiter-dies``: a dead head of the queue behind a dead holder,
+  which the third participant's own look must pass; ``work-fails+waiter-dies``);
 - ``no-janitor``: the janitor's history reads of the cell's executions fail, as when its
   retries ran out, so the waiters' own liveness checks take over from an ended holder (a lock
   no waiter is left for then waits for its lease: documented);
@@ -297,7 +306,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Claim': 'contend',
         'Lock.Park': 'contend',
         'Lock.Enqueue': 'contend',
-        'Lock.CountReaders': 'contend',  # only at the reader cap (MAX_READERS): n/r until a cell fills a key
+        'Lock.CountReaders': 'contend',  # (UNREACHABLE: only at the reader cap)
         'Lock.Requeue': 'dead-waiter',
         'Lock.Inspect': 'dead-holder',
         'Lock.Reap': 'dead-holder',
@@ -340,7 +349,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.ReleaseRead': 'contend',
         'Lock.ReleaseLast': 'contend',
         'Lock.ReleaseLastAgain': 'after-lost:Lock.ReleaseLast',
-        'Lock.ReleaseRetire': 'contend',  # only after MAX_LEAVE_ROUNDS refused leaves: n/r (test_shared_lock has its test)
+        'Lock.ReleaseRetire': 'contend',  # (UNREACHABLE: only after MAX_LEAVE_ROUNDS refused leaves)
         'Lock.Release.Handoff.WakeWriter': 'contend',
         'Lock.Release.Handoff.GrantWrite': 'contend',
         'Lock.Release.Handoff.Look': 'contend',
@@ -357,7 +366,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.ReleaseAfterErrorRead': 'work-fails',
         'Lock.ReleaseAfterErrorLast': 'work-fails',
         'Lock.ReleaseAfterErrorLastAgain': 'work-fails+after-lost:Lock.ReleaseAfterErrorLast',
-        'Lock.ReleaseAfterErrorRetire': 'work-fails',  # (as Lock.ReleaseRetire: n/r)
+        'Lock.ReleaseAfterErrorRetire': 'work-fails',  # (UNREACHABLE: as Lock.ReleaseRetire)
         'Lock.ReleaseAfterError.Handoff.WakeWriter': 'work-fails',
         'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails',
         'Lock.ReleaseAfterError.Handoff.Look': 'work-fails',
@@ -574,12 +583,21 @@ UNREACHABLE_WHY: dict[str, str] = {
     "no record section": "probes a holder's presence token: only a LockedSection registers one, and the matrix's "
                          "record lock is a LockedWorkflow (presence off); tests/test_lock_record.py::"
                          "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
+    "reader cap": "runs only when a reader's enqueue is refused at the reader cap (shared_protocol.MAX_READERS "
+                  "readers on the key): a cell has three participants; tests/test_shared_lock.py::"
+                  "test_a_reader_past_the_reader_cap_is_refused_before_it_writes_and_a_writer_still_works covers it",
+    "leave rounds": "runs only after shared_protocol.MAX_LEAVE_ROUNDS leaves in a row were refused (the readers' "
+                    "count moving between each read and write): a cell has three participants; tests/"
+                    "test_shared_lock.py::test_a_readers_leave_refused_round_after_round_retires_its_entry_at_the_cap "
+                    "covers it",
 }
 UNREACHABLE: dict[str, dict[str, str]] = {
     "mutex": {"Lock.FreeEmptyShared": "legacy item"},
     "nested": {f"{section}.{state}": "mutex key" for section in ("Outer", "Inner") for state in _SHARED_HOLD},
     "multikey": {f"Lock.{state}": "mutex key" for state in _SHARED_HOLD},
     "record": {"Lock.ProbeHolder": "no record section", "Lock.Abandoned": "no record section"},
+    "shared": {"Lock.CountReaders": "reader cap", "Lock.ReleaseRetire": "leave rounds",
+               "Lock.ReleaseAfterErrorRetire": "leave rounds"},
     "coalesce": {"Lock.ProbeHolder": "no coalescing section", "Lock.Abandoned": "no coalescing section",
                  **{f"Lock.{run}.GrantPoller": "no coalescing poller" for run in ("Release", "ReleaseAfterError", "Help")}},
 }
