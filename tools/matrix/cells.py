@@ -24,9 +24,10 @@ Invariants, every cell (each a list of violations, empty when it holds):
   (``overtakenReads``; a fence ahead of the last write is a writer that never wrote);
 - ``outcome``: every participant ends as its kind documents (SUCCEEDED; its work's error;
   ``Lock.RecordTooLarge`` refused; ABORTED / TIMED_OUT when stopped / timed out and not
-  redriven; a client's lock timeout; a client crashed by the fault) - a raw injected error
-  reaching a client (but the transient ones an application retries) or ending an execution
-  is a violation;
+  redriven; a client's lock timeout; a client crashed by the fault; a 5xx that a ``reach``
+  fault kept up past its call's Retry, the run failing with it as a section does with any
+  error) - a raw injected error reaching a client (but the transient ones an application
+  retries) or ending an execution is a violation;
 - ``blocked``: after a participant ended abnormally (stopped, timed out, crashed), every
   other one still waiting enters or ends within its documented bound: the stop grace plus
   one liveness round (a polling waiter) or one park timeout (fair, read/write), or a
@@ -34,8 +35,9 @@ Invariants, every cell (each a list of violations, empty when it holds):
   :data:`SLACK_S` for a loaded machine, plus the holds of those that entered before it meanwhile
   (it queued behind them); and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
-  still parks anyone; rows besides the lock items: at most :data:`ROWS_PER_PARTICIPANT` per
-  participant;
+  still parks anyone (with ``no-janitor``: but an ended holder's lock, which waits for its lease,
+  and an ended waiter's row, which the next handoff passes); rows besides the lock items: at
+  most :data:`ROWS_PER_PARTICIPANT` per participant;
 - ``unlisted``: every call of a client or the janitor on the cell's keys has a row.
 """
 
@@ -129,6 +131,7 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "fair_protocol.SKIP": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.REVOKE": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.MARK": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "lock_protocol.RELEASE": (["Fair", "Fair", "Fair"], "dead-waiter"),
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
@@ -276,6 +279,7 @@ class Cell:
         #: ``reach``: the faults that take the Catch edges on the way to the row's state
         #: (:func:`tools.matrix.paths.preparatory_faults`), added to :attr:`prepared` at :meth:`run`
         self.reach = "reach" in parts
+        self.outlasting: list[Fault] = []
         #: ``no-janitor``: the janitor cannot read an ended execution's history (it fails, as
         #: when its retries ran out): the waiters' own liveness checks take over
         self.no_janitor = "no-janitor" in parts
@@ -428,6 +432,9 @@ class Cell:
         fault = self.registry.add(self._fault())
         prepared = [self.registry.add(self._prepared_fault(*spec))
                     for spec in self.prepared + (self._reach() if self.reach else [])]
+        #: preparatory faults that outlast their call's Retry (``reach``): the run fails with
+        #: that error past its retries, as documented (after leaving its queue, or releasing)
+        self.outlasting = [f for f in prepared if f.times > 1]
         if self.no_janitor:
             prepared.append(self.registry.add(self._no_janitor()))
         self.registry.observers.append(self._observe)
@@ -715,6 +722,9 @@ class Cell:
                 p.error in (errors.ERROR_TIMEOUT, LEASE_RAN_OUT)
         if p.status == "SUCCEEDED" or asked or p.error == errors.ERROR_TIMEOUT:
             return True
+        if p.error and any(code in p.error for code in paths.FIVE_XX) and \
+                any(f.injected >= f.times for f in self.outlasting):
+            return True  # a 5xx past its call's retries (a preparatory fault of reach) ends the run with it
         if p.error == errors.ERROR_RECORD_TOO_LARGE:
             return self.situation == "refused"
         if p.error == errors.ERROR_SUPERSEDED:  # (coalescing: a newer run queued behind it)
@@ -771,16 +781,22 @@ class Cell:
     def _left(self) -> list[str]:
         now, found, rows = _now_ms(), [], 0
         items = self._items()
+
+        def ended_abnormally(owner: str) -> bool:
+            return any(p.abnormal and p.arn and p.arn.rpartition(":")[2] in owner for p in self.participants)
+
         for item in items:
             key = item["pk"]["S"]
             if protocol.OWNER in item and protocol.EXPIRES_AT in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
-                if self.no_janitor and any(p.abnormal and p.arn and p.arn.rpartition(":")[2] in item[protocol.OWNER]["S"]
-                                           for p in self.participants):
+                if self.no_janitor and ended_abnormally(item[protocol.OWNER]["S"]):
                     continue  # with no janitor and no waiter left, an ended holder's lock waits for its lease
                 found.append(f"{key} held by {item[protocol.OWNER]['S'][-60:]} for "
                              f"{(int(item[protocol.EXPIRES_AT]['N']) - now) / 1000:.0f} s more")
             elif fair.TOKEN in item and "#" in key and not item[fair.TOKEN].get("S", "").startswith(
-                    fair.CLIENT_LEASE_PREFIX):  # (a client's row: its lease ends it - a row left, counted below)
+                    fair.CLIENT_LEASE_PREFIX) and not (  # (a client's row: its lease ends it - a row left, counted below)
+                    # (with no janitor to dequeue it, a stopped waiter's row parks on until the next
+                    # handoff finds its execution ended and passes it: a row left, counted below)
+                    self.no_janitor and ended_abnormally(item.get(protocol.OWNER, {}).get("S", ""))):
                 found.append(f"{key} still parks {item.get(protocol.OWNER, {}).get('S', '?')[-60:]}")
             if protocol.FENCE not in item:
                 rows += 1

@@ -520,6 +520,92 @@ _FOUND: dict[str, dict[str, str]] = {
 for _kind, _states in _FOUND.items():
     SITUATIONS.setdefault(_kind, {}).update(_states)
 
+#: Situations of the third pass (``lost`` column, moto, 2026-11-27): rows the situations above
+#: left n/r, each reached by the first of a few candidates built from the general parts - the
+#: faults on the way read from the definition (``reach``: a wake-up or a grant that fails, a
+#: release whose response was lost), a dead head of the queue behind a dead holder or a failed
+#: work (``waiter-dies``), the readers and writers queued in the order the handoff needs
+#: (``with:``); the fault lands on whichever of the cell's executions of the row's machine makes
+#: the call first (the releaser, a helper, a second waiter).
+_REACHED: dict[str, dict[str, str]] = {
+    'exclusive': {
+        'Lock.Admit': 'dead-holder+no-janitor+with:Reader,Writer,Writer',
+        'Lock.ClaimOnLeave': 'dead-waiter+reach',
+        'Lock.Help.DropSkipped': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.GrantWrite': 'dead-holder+waiter-dies+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Help.Look': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.LookAgain': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.Skip': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.WakeWriter': 'dead-holder+waiter-dies+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Leave': 'dead-waiter+reach',
+        'Lock.ReadPresence': 'contend+with:Writer,Writer,Writer+reach',
+        'Lock.ReapLast': 'dead-holder+no-janitor+with:Reader,Writer,Writer+reach',
+        'Lock.Release.DropSkipped': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.Release.GrantRead': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.Release.Skip': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.Release.WakeReader': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.DropSkipped': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.GrantRead': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.Skip': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.WakeReader': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.RetireReader': 'dead-holder+no-janitor+with:Reader,Writer,Writer+reach',
+    },
+    'fair': {
+        'Lock.DescribeHolder': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Help.Grant': 'dead-holder+waiter-dies+no-janitor+with:Fair,Fair,Fair',
+        'Lock.Help.Skip': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Help.Take': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Help.TakeNext': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Leave': 'dead-waiter+reach',
+        'Lock.Release.Recheck': 'contend+reach',
+        'Lock.Release.ReleaseQueuedAgain': 'dead-waiter+with:Fair,Fair,Fair+reach',
+        'Lock.Release.Skip': 'dead-waiter+reach',
+        'Lock.Release.Unmark': 'dead-waiter+reach',
+        'Lock.ReleaseAfterError.Recheck': 'work-fails+reach',
+        'Lock.ReleaseAfterError.ReleaseQueuedAgain': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Retake': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Revoke': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Skip': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.TakeAny': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.TakeNext': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Wake': 'work-fails+waiter-dies+with:Fair,Fair,Fair',
+    },
+    'multikey': {
+        'Lock.ReleaseEachAfterErrorKey': 'work-fails+reach',
+        'Lock.ReleaseEachKey': 'contend+reach',
+    },
+    'mutex': {
+        'Lock.DescribeReader': 'dead-holder+no-janitor+as:RwMutex+with:Reader,Reader,RwMutex',
+    },
+    'nested': {
+        'Inner.PresenceUnsure': 'contend+reach',
+        'Outer.PresenceUnsure': 'contend+reach',
+    },
+    'record': {
+        'Lock.ReleaseAfterError': 'work-fails+reach',
+    },
+    'shared': {
+        'Lock.ClaimOnLeave': 'dead-holder+no-janitor+with:Reader,Writer,Reader+reach',
+        'Lock.DropRow': 'dead-holder+with:ReaderSection,Writer,Reader',
+        'Lock.Help.Look': 'dead-holder+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.Help.LookAgain': 'dead-holder+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.Help.Skip': 'dead-holder+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.Help.WakeWriter': 'dead-holder+waiter-dies+no-janitor+with:Writer,Writer,Reader',
+        'Lock.Inspect': 'dead-holder+no-janitor+with:Reader,Writer,Reader+reach',
+        'Lock.Park': 'dead-holder+with:ReaderSection,Writer,Reader',
+        'Lock.ProbeHolder': 'dead-holder+with:WriterSection,Reader,Reader+reach',
+        'Lock.Release.Handoff.GrantRead': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.Release.Handoff.LookAgain': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.Release.Handoff.Skip': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.Release.Handoff.WakeReader': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterErrorRead': 'work-fails+reach',
+        'Lock.ReleaseAgain': 'dead-waiter+with:Reader,Writer,Reader+reach',
+        'Lock.ReleaseRead': 'contend+reach',
+    },
+}
+for _kind, _states in _REACHED.items():
+    SITUATIONS.setdefault(_kind, {}).update(_states)
+
 #: A client waiter's liveness check of a workflow holder stopped at work: a section's (its
 #: presence token closed: the probe, then ABANDONED - refused while the token is younger than
 #: the settle, the call made all the same), or a workflow's without a token, no janitor (the
