@@ -285,7 +285,10 @@ class Cell:
         self.no_janitor = "no-janitor" in parts
         self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
                                                                           "stop-others-at:"))
-                          and part not in ("no-janitor", "reach", "waiter-dies")), "contend")
+                          and part not in ("no-janitor", "reach", "waiter-dies", "queued")), "contend")
+        #: ``queued``: the first participant holds twice as long (its work), so the others have
+        #: queued and parked when its release runs (a handoff to a parked waiter, not a mark)
+        self.queued = "queued" in parts
         #: ``waiter-dies``: as in ``dead-waiter``, the second participant is stopped once it parked
         #: (with a ``dead-holder``: a dead head of the queue behind a dead holder)
         self.waiter_dies = self.base == "dead-waiter" or "waiter-dies" in parts
@@ -302,7 +305,8 @@ class Cell:
 
     def _document(self, role: str, index: int) -> dict:
         hold = (self.base in HOLDING or self.waiter_dies) and index == 0
-        work = HOLD_MS if hold else CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
+        work = 2 * HOLD_MS if self.queued and index == 0 else HOLD_MS if hold else \
+            CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
         fail = self.base == "work-fails" and index == 0
         if role.startswith("Transfer"):  # overlapping pairs: (a, b), (b, c), (b, a)
             pair = [("a", "b"), ("b", "c"), ("b", "a")][index % 3]
