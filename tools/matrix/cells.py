@@ -33,7 +33,8 @@ Invariants, every cell (each a list of violations, empty when it holds):
   one liveness round (a polling waiter) or one park timeout (fair, read/write), or a
   client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
   :data:`SLACK_S` for a loaded machine, plus the holds of those that entered before it meanwhile
-  (it queued behind them); and every participant ends within :data:`HARD_CAP_S`;
+  (it queued behind them), plus the Retry's waits of a ``reach`` fault that outlasted them (a
+  waiter's own call failing meanwhile); and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
   still parks anyone (with ``no-janitor``: but an ended holder's lock, which waits for its lease,
   and an ended waiter's row, which the next handoff passes); rows besides the lock items: at
@@ -58,6 +59,7 @@ from locked_workflow.constructs_lib.lock_client import LockClient, LockError, Lo
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines.retry_policy import TRANSIENT_RETRY
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import paths
 from tools.matrix import rows as matrix_rows
@@ -758,7 +760,7 @@ class Cell:
                 if not later and any(ms <= end for ms in waiter.entered_ms):
                     continue  # it was inside then: not waiting for the one that ended
                 round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
-                bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000)
+                bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000) + self._outlasted_ms()
                 next_ms = later[0] if later else waiter.ended_ms
                 bound_ms += self._held_between(end, next_ms, dead, waiter)
                 if next_ms - end > bound_ms:
@@ -766,6 +768,17 @@ class Cell:
                                  f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
                                  f"(bound {bound_ms / 1000:.0f} s)")
         return found
+
+    def _outlasted_ms(self) -> int:
+        """How long a ``reach`` fault that outlasts its call's Retry held its caller up (ms): the
+        Retry's waits, each at most its cap (``TRANSIENT_RETRY``: 1, 2, 4, 8, 8, 8 s)."""
+        if not any(f.injected for f in self.outlasting):
+            return 0
+        policy, waits, wait = TRANSIENT_RETRY, 0.0, float(TRANSIENT_RETRY.interval_s)
+        for _ in range(policy.max_attempts):
+            waits += min(wait, policy.max_delay_s or wait)
+            wait *= policy.backoff_rate
+        return int(waits * 1000)
 
     def _held_between(self, start_ms: int, end_ms: int, *skip: Participant) -> int:
         """How long the participants but ``skip`` held the lock between ``start_ms`` and
