@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from tools.matrix import rows as matrix_rows, table
+from tools.matrix import paths, rows as matrix_rows, table
 from tools.matrix.stack import MACHINES, build_stack
 
 
@@ -93,6 +93,9 @@ def test_each_situation_names_states_and_roles_that_exist(synthesized, definitio
                     assert part.partition("=")[2] in table.COLUMN, (kind, state, part)
                 elif part.startswith("with:"):
                     assert set(part[5:].split(",")) <= set(NAMESPACE), (kind, state, part)
+                elif part == "reach":  # a Catch a fault can take is on the way (tools/matrix/paths.py)
+                    assert paths.preparatory_faults(by_machine[machine], state), (kind, state, part)
+                    checked += 1
                 if target:
                     on, _, name = target.rpartition("/")
                     assert (on or machine, name) in calls, (kind, state, part)

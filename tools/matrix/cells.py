@@ -24,18 +24,21 @@ Invariants, every cell (each a list of violations, empty when it holds):
   (``overtakenReads``; a fence ahead of the last write is a writer that never wrote);
 - ``outcome``: every participant ends as its kind documents (SUCCEEDED; its work's error;
   ``Lock.RecordTooLarge`` refused; ABORTED / TIMED_OUT when stopped / timed out and not
-  redriven; a client's lock timeout; a client crashed by the fault) - a raw injected error
-  reaching a client (but the transient ones an application retries) or ending an execution
-  is a violation;
+  redriven; a client's lock timeout; a client crashed by the fault; a 5xx that a ``reach``
+  fault kept up past its call's Retry, the run failing with it as a section does with any
+  error) - a raw injected error reaching a client (but the transient ones an application
+  retries) or ending an execution is a violation;
 - ``blocked``: after a participant ended abnormally (stopped, timed out, crashed), every
   other one still waiting enters or ends within its documented bound: the stop grace plus
   one liveness round (a polling waiter) or one park timeout (fair, read/write), or a
   client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
   :data:`SLACK_S` for a loaded machine, plus the holds of those that entered before it meanwhile
-  (it queued behind them); and every participant ends within :data:`HARD_CAP_S`;
+  (it queued behind them), plus the Retry's waits of a ``reach`` fault that outlasted them (a
+  waiter's own call failing meanwhile); and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
-  still parks anyone; rows besides the lock items: at most :data:`ROWS_PER_PARTICIPANT` per
-  participant;
+  still parks anyone (with ``no-janitor``: but an ended holder's lock, which waits for its lease,
+  and an ended waiter's row, which the next handoff passes); rows besides the lock items: at
+  most :data:`ROWS_PER_PARTICIPANT` per participant;
 - ``unlisted``: every call of a client or the janitor on the cell's keys has a row.
 """
 
@@ -56,7 +59,9 @@ from locked_workflow.constructs_lib.lock_client import LockClient, LockError, Lo
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines.retry_policy import TRANSIENT_RETRY
 from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
+from tools.matrix import paths
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
 from tools.matrix.stack import (PARK_TIMEOUT_S, RATE_LIMIT, RATE_PERIOD_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT,
@@ -128,6 +133,7 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "fair_protocol.SKIP": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.REVOKE": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.MARK": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "lock_protocol.RELEASE": (["Fair", "Fair", "Fair"], "dead-waiter"),
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
@@ -272,12 +278,22 @@ class Cell:
                 where, _, column = part[4:].partition("=")
                 machine, _, state = where.rpartition("/")
                 self.prepared.append((machine, state, column))
+        #: ``reach``: the faults that take the Catch edges on the way to the row's state
+        #: (:func:`tools.matrix.paths.preparatory_faults`), added to :attr:`prepared` at :meth:`run`
+        self.reach = "reach" in parts
+        self.outlasting: list[Fault] = []
         #: ``no-janitor``: the janitor cannot read an ended execution's history (it fails, as
         #: when its retries ran out): the waiters' own liveness checks take over
         self.no_janitor = "no-janitor" in parts
         self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
                                                                           "stop-others-at:"))
-                          and part != "no-janitor"), "contend")
+                          and part not in ("no-janitor", "reach", "waiter-dies", "queued")), "contend")
+        #: ``queued``: the first participant holds twice as long (its work), so the others have
+        #: queued and parked when its release runs (a handoff to a parked waiter, not a mark)
+        self.queued = "queued" in parts
+        #: ``waiter-dies``: as in ``dead-waiter``, the second participant is stopped once it parked
+        #: (with a ``dead-holder``: a dead head of the queue behind a dead holder)
+        self.waiter_dies = self.base == "dead-waiter" or "waiter-dies" in parts
         if not any(part.startswith("with:") for part in parts):
             roles = SITUATION_PARTICIPANTS.get((row.kind, self.base), roles)
         self.key = cell_id
@@ -290,8 +306,9 @@ class Cell:
     # -- the scenario ---------------------------------------------------------------------------
 
     def _document(self, role: str, index: int) -> dict:
-        hold = self.base in HOLDING and index == 0
-        work = HOLD_MS if hold else CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
+        hold = (self.base in HOLDING or self.waiter_dies) and index == 0
+        work = 2 * HOLD_MS if self.queued and index == 0 else HOLD_MS if hold else \
+            CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
         fail = self.base == "work-fails" and index == 0
         if role.startswith("Transfer"):  # overlapping pairs: (a, b), (b, c), (b, a)
             pair = [("a", "b"), ("b", "c"), ("b", "a")][index % 3]
@@ -358,7 +375,15 @@ class Cell:
 
         return then
 
-    def _prepared_fault(self, machine: str, state_name: str, column_name: str) -> Fault:
+    def _reach(self) -> list[tuple[str, str, str, int]]:
+        """The preparatory faults of ``reach``: each Catch edge a fault can take on the way to
+        the row's state in its machine's deployed definition."""
+        arn = f"arn:aws:states:{self.cloud.region}:{self.cloud.account_id}:stateMachine:{self.machine}"
+        definition = json.loads(self.cloud.stepfunctions.describe_state_machine(stateMachineArn=arn)["definition"])
+        return [(self.machine, task, column, times)
+                for task, column, times in paths.preparatory_faults(definition, self.row.state)]
+
+    def _prepared_fault(self, machine: str, state_name: str, column_name: str, times: int = 1) -> Fault:
         """A fault that brings the cell to its row: ``column_name``'s fault on the first call of
         ``state_name`` by an execution of ``machine`` (default: the row's) of this cell - a
         response lost first (the row is its retry), a wake-up that fails (the row is a later
@@ -378,7 +403,7 @@ class Cell:
                 f":execution:{machine}:{cell.id}-" in state.execution_arn
 
         return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
-                     when=when, then=then)
+                     when=when, then=then, times=times)
 
     def _stop_others(self) -> None:
         """Stop every other running execution of the cell (``stop-others-at:<state>``): e.g. a
@@ -411,7 +436,11 @@ class Cell:
             self.cloud.dynamodb.put_item(TableName=self.tables["records"], Item={
                 RECORD_KEY: {"S": self.key}, "balance": {"N": "0"}, "padding": {"S": "p" * (padding * 1024 - 100)}})
         fault = self.registry.add(self._fault())
-        prepared = [self.registry.add(self._prepared_fault(*spec)) for spec in self.prepared]
+        prepared = [self.registry.add(self._prepared_fault(*spec))
+                    for spec in self.prepared + (self._reach() if self.reach else [])]
+        #: preparatory faults that outlast their call's Retry (``reach``): the run fails with
+        #: that error past its retries, as documented (after leaving its queue, or releasing)
+        self.outlasting = [f for f in prepared if f.times > 1]
         if self.no_janitor:
             prepared.append(self.registry.add(self._no_janitor()))
         self.registry.observers.append(self._observe)
@@ -419,9 +448,9 @@ class Cell:
         try:
             first, others = self.participants[0], self.participants[1:]
             threads.append(self._start(first))
-            if self.base in HOLDING:
+            if self.base in HOLDING or self.waiter_dies:
                 self._wait_inside(first)
-            if self.base == "dead-waiter":
+            if self.waiter_dies:
                 waiter = others[0]
                 threads.append(self._start(waiter))
                 self._wait_parked(waiter)
@@ -699,6 +728,9 @@ class Cell:
                 p.error in (errors.ERROR_TIMEOUT, LEASE_RAN_OUT)
         if p.status == "SUCCEEDED" or asked or p.error == errors.ERROR_TIMEOUT:
             return True
+        if p.error and any(code in p.error for code in paths.FIVE_XX) and \
+                any(f.injected >= f.times for f in self.outlasting):
+            return True  # a 5xx past its call's retries (a preparatory fault of reach) ends the run with it
         if p.error == errors.ERROR_RECORD_TOO_LARGE:
             return self.situation == "refused"
         if p.error == errors.ERROR_SUPERSEDED:  # (coalescing: a newer run queued behind it)
@@ -728,7 +760,7 @@ class Cell:
                 if not later and any(ms <= end for ms in waiter.entered_ms):
                     continue  # it was inside then: not waiting for the one that ended
                 round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
-                bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000)
+                bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000) + self._outlasted_ms()
                 next_ms = later[0] if later else waiter.ended_ms
                 bound_ms += self._held_between(end, next_ms, dead, waiter)
                 if next_ms - end > bound_ms:
@@ -736,6 +768,17 @@ class Cell:
                                  f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
                                  f"(bound {bound_ms / 1000:.0f} s)")
         return found
+
+    def _outlasted_ms(self) -> int:
+        """How long a ``reach`` fault that outlasts its call's Retry held its caller up (ms): the
+        Retry's waits, each at most its cap (``TRANSIENT_RETRY``: 1, 2, 4, 8, 8, 8 s)."""
+        if not any(f.injected for f in self.outlasting):
+            return 0
+        policy, waits, wait = TRANSIENT_RETRY, 0.0, float(TRANSIENT_RETRY.interval_s)
+        for _ in range(policy.max_attempts):
+            waits += min(wait, policy.max_delay_s or wait)
+            wait *= policy.backoff_rate
+        return int(waits * 1000)
 
     def _held_between(self, start_ms: int, end_ms: int, *skip: Participant) -> int:
         """How long the participants but ``skip`` held the lock between ``start_ms`` and
@@ -755,16 +798,22 @@ class Cell:
     def _left(self) -> list[str]:
         now, found, rows = _now_ms(), [], 0
         items = self._items()
+
+        def ended_abnormally(owner: str) -> bool:
+            return any(p.abnormal and p.arn and p.arn.rpartition(":")[2] in owner for p in self.participants)
+
         for item in items:
             key = item["pk"]["S"]
             if protocol.OWNER in item and protocol.EXPIRES_AT in item and int(item[protocol.EXPIRES_AT]["N"]) > now:
-                if self.no_janitor and any(p.abnormal and p.arn and p.arn.rpartition(":")[2] in item[protocol.OWNER]["S"]
-                                           for p in self.participants):
+                if self.no_janitor and ended_abnormally(item[protocol.OWNER]["S"]):
                     continue  # with no janitor and no waiter left, an ended holder's lock waits for its lease
                 found.append(f"{key} held by {item[protocol.OWNER]['S'][-60:]} for "
                              f"{(int(item[protocol.EXPIRES_AT]['N']) - now) / 1000:.0f} s more")
             elif fair.TOKEN in item and "#" in key and not item[fair.TOKEN].get("S", "").startswith(
-                    fair.CLIENT_LEASE_PREFIX):  # (a client's row: its lease ends it - a row left, counted below)
+                    fair.CLIENT_LEASE_PREFIX) and not (  # (a client's row: its lease ends it - a row left, counted below)
+                    # (with no janitor to dequeue it, a stopped waiter's row parks on until the next
+                    # handoff finds its execution ended and passes it: a row left, counted below)
+                    self.no_janitor and ended_abnormally(item.get(protocol.OWNER, {}).get("S", ""))):
                 found.append(f"{key} still parks {item.get(protocol.OWNER, {}).get('S', '?')[-60:]}")
             if protocol.FENCE not in item:
                 rows += 1

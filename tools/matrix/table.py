@@ -28,6 +28,17 @@ A situation is ``+``-joined parts: one of the above, then any of
   ``lost``, ``stop-after`` ...) on the first call of ``<state>`` by an execution of
   ``<machine>`` (default: the row's) of the cell: a wake-up that fails, a releaser stopped
   between two writes - what a row of a rare path needs first;
+- ``reach``: the preparatory faults read from the row's machine's definition
+  (:mod:`tools.matrix.paths`): each Catch on the way to the row's state, in the row's own part
+  of the definition, that a fault can take - a call that fails (``5xx``, as often as its
+  ``Retry`` tries it: a wake-up that fails, a grant that fails), or a write whose response is
+  lost (``lost``: its retry is refused, its first try having applied) - so a new Catch path
+  needs no new situation;
+- ``waiter-dies``: the second participant is stopped once it parked, as in ``dead-waiter``,
+  with any base (``dead-holder+waiter-dies``: a dead head of the queue behind a dead holder,
+  which the third participant's own look must pass; ``work-fails+waiter-dies``);
+- ``queued``: the first participant's work lasts twice the hold, so the others have queued
+  and parked when its release runs;
 - ``no-janitor``: the janitor's history reads of the cell's executions fail, as when its
   retries ran out, so the waiters' own liveness checks take over from an ended holder (a lock
   no waiter is left for then waits for its lease: documented);
@@ -297,7 +308,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Claim': 'contend',
         'Lock.Park': 'contend',
         'Lock.Enqueue': 'contend',
-        'Lock.CountReaders': 'contend',  # only at the reader cap (MAX_READERS): n/r until a cell fills a key
+        'Lock.CountReaders': 'contend',  # (UNREACHABLE: only at the reader cap)
         'Lock.Requeue': 'dead-waiter',
         'Lock.Inspect': 'dead-holder',
         'Lock.Reap': 'dead-holder',
@@ -340,7 +351,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.ReleaseRead': 'contend',
         'Lock.ReleaseLast': 'contend',
         'Lock.ReleaseLastAgain': 'after-lost:Lock.ReleaseLast',
-        'Lock.ReleaseRetire': 'contend',  # only after MAX_LEAVE_ROUNDS refused leaves: n/r (test_shared_lock has its test)
+        'Lock.ReleaseRetire': 'contend',  # (UNREACHABLE: only after MAX_LEAVE_ROUNDS refused leaves)
         'Lock.Release.Handoff.WakeWriter': 'contend',
         'Lock.Release.Handoff.GrantWrite': 'contend',
         'Lock.Release.Handoff.Look': 'contend',
@@ -357,7 +368,7 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.ReleaseAfterErrorRead': 'work-fails',
         'Lock.ReleaseAfterErrorLast': 'work-fails',
         'Lock.ReleaseAfterErrorLastAgain': 'work-fails+after-lost:Lock.ReleaseAfterErrorLast',
-        'Lock.ReleaseAfterErrorRetire': 'work-fails',  # (as Lock.ReleaseRetire: n/r)
+        'Lock.ReleaseAfterErrorRetire': 'work-fails',  # (UNREACHABLE: as Lock.ReleaseRetire)
         'Lock.ReleaseAfterError.Handoff.WakeWriter': 'work-fails',
         'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails',
         'Lock.ReleaseAfterError.Handoff.Look': 'work-fails',
@@ -511,6 +522,108 @@ _FOUND: dict[str, dict[str, str]] = {
 for _kind, _states in _FOUND.items():
     SITUATIONS.setdefault(_kind, {}).update(_states)
 
+#: Situations of the third pass (``lost`` column, moto, 2026-11-27): rows the situations above
+#: left n/r, each reached by the first of a few candidates built from the general parts - the
+#: faults on the way read from the definition (``reach``: a wake-up or a grant that fails, a
+#: release whose response was lost), a dead head of the queue behind a dead holder or a failed
+#: work (``waiter-dies``), the readers and writers queued in the order the handoff needs
+#: (``with:``); the fault lands on whichever of the cell's executions of the row's machine makes
+#: the call first (the releaser, a helper, a second waiter).
+_REACHED: dict[str, dict[str, str]] = {
+    'exclusive': {
+        'Lock.Admit': 'dead-holder+no-janitor+with:Reader,Writer,Writer',
+        'Lock.ClaimOnLeave': 'dead-waiter+reach',
+        'Lock.Help.DropSkipped': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.GrantWrite': 'dead-holder+waiter-dies+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Help.Look': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.LookAgain': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.Skip': 'dead-holder+waiter-dies+with:Writer,Writer,Writer',
+        'Lock.Help.WakeWriter': 'dead-holder+waiter-dies+no-janitor+with:Writer,Writer,Writer',
+        'Lock.Leave': 'dead-waiter+reach',
+        'Lock.ReadPresence': 'contend+with:Writer,Writer,Writer+reach',
+        'Lock.ReapLast': 'dead-holder+no-janitor+with:Reader,Writer,Writer+reach',
+        'Lock.Release.DropSkipped': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.Release.GrantRead': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.Release.ReleaseAgain': 'contend+reach',
+        'Lock.Release.Skip': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.Release.WakeReader': 'dead-waiter+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.DropSkipped': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.GrantRead': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.Recheck': 'work-fails+waiter-dies+with:Writer,Writer,Reader+reach',
+        'Lock.ReleaseAfterError.ReleaseAgain': 'work-fails+reach',
+        'Lock.ReleaseAfterError.Skip': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.ReleaseAfterError.WakeReader': 'work-fails+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.RetireReader': 'dead-holder+no-janitor+with:Reader,Writer,Writer+reach',
+    },
+    'fair': {
+        'Lock.DescribeHolder': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Help.Grant': 'dead-holder+waiter-dies+no-janitor+with:Fair,Fair,Fair',
+        'Lock.Help.Skip': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Help.Take': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Help.TakeNext': 'dead-holder+waiter-dies+with:Fair,Fair,Fair',
+        'Lock.Help.Wake': 'dead-holder+no-janitor+queued+with:Fair,Fair,Fair',
+        'Lock.Leave': 'dead-waiter+reach',
+        'Lock.Release.DescribeGrantee': 'contend+queued+with:Fair,Fair,Fair+reach',
+        'Lock.Release.Recheck': 'contend+reach',
+        'Lock.Release.ReleaseQueuedAgain': 'dead-waiter+with:Fair,Fair,Fair+reach',
+        'Lock.Release.Skip': 'dead-waiter+reach',
+        'Lock.Release.Unmark': 'dead-waiter+reach',
+        'Lock.ReleaseAfterError.Recheck': 'work-fails+reach',
+        'Lock.ReleaseAfterError.ReleaseQueuedAgain': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Retake': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Revoke': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Skip': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.TakeAny': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.TakeNext': 'work-fails+waiter-dies+with:Fair,Fair,Fair+reach',
+        'Lock.ReleaseAfterError.Wake': 'work-fails+waiter-dies+with:Fair,Fair,Fair',
+    },
+    'multikey': {
+        'Lock.ReleaseEachAfterErrorKey': 'work-fails+reach',
+        'Lock.ReleaseEachKey': 'contend+reach',
+    },
+    'mutex': {
+        'Lock.DescribeReader': 'dead-holder+no-janitor+as:RwMutex+with:Reader,Reader,RwMutex',
+    },
+    'nested': {
+        'Inner.PresenceUnsure': 'contend+reach',
+        'Outer.PresenceUnsure': 'contend+reach',
+    },
+    'record': {
+        'Lock.ReleaseAfterError': 'work-fails+reach',
+    },
+    'shared': {
+        'Lock.ClaimOnLeave': 'dead-holder+no-janitor+with:Reader,Writer,Reader+reach',
+        'Lock.DropRow': 'dead-holder+with:ReaderSection,Writer,Reader',
+        'Lock.Help.Look': 'dead-holder+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.Help.LookAgain': 'dead-holder+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.Help.Skip': 'dead-holder+waiter-dies+with:Writer,Writer,Reader',
+        'Lock.Help.WakeWriter': 'dead-holder+waiter-dies+no-janitor+with:Writer,Writer,Reader',
+        'Lock.Inspect': 'dead-holder+no-janitor+with:Reader,Writer,Reader+reach',
+        'Lock.Leave': 'contend+queued+with:Writer,Reader,Reader+reach',
+        'Lock.Park': 'dead-holder+with:ReaderSection,Writer,Reader',
+        'Lock.ProbeHolder': 'dead-holder+with:WriterSection,Reader,Reader+reach',
+        'Lock.Release.Handoff.GrantRead': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.Release.Handoff.LookAgain': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.Release.Handoff.Recheck': 'dead-waiter+with:Reader,Writer,Reader+reach',
+        'Lock.Release.Handoff.Skip': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.Release.Handoff.WakeReader': 'dead-waiter+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterError.Handoff.DropSkipped': 'work-fails+waiter-dies+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterError.Handoff.GrantRead': 'work-fails+waiter-dies+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterError.Handoff.GrantWrite': 'work-fails+queued+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterError.Handoff.LookAgain': 'work-fails+waiter-dies+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterError.Handoff.Recheck': 'work-fails+waiter-dies+with:Reader,Writer,Reader+reach',
+        'Lock.ReleaseAfterError.Handoff.Skip': 'work-fails+waiter-dies+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterError.Handoff.WakeReader': 'work-fails+waiter-dies+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterError.Handoff.WakeWriter': 'work-fails+queued+with:Reader,Writer,Reader',
+        'Lock.ReleaseAfterErrorAgain': 'work-fails+reach',
+        'Lock.ReleaseAfterErrorRead': 'work-fails+reach',
+        'Lock.ReleaseAgain': 'dead-waiter+with:Reader,Writer,Reader+reach',
+        'Lock.ReleaseRead': 'contend+reach',
+    },
+}
+for _kind, _states in _REACHED.items():
+    SITUATIONS.setdefault(_kind, {}).update(_states)
+
 #: A client waiter's liveness check of a workflow holder stopped at work: a section's (its
 #: presence token closed: the probe, then ABANDONED - refused while the token is younger than
 #: the settle, the call made all the same), or a workflow's without a token, no janitor (the
@@ -587,12 +700,21 @@ UNREACHABLE_WHY: dict[str, str] = {
     "no record section": "probes a holder's presence token: only a LockedSection registers one, and the matrix's "
                          "record lock is a LockedWorkflow (presence off); tests/test_lock_record.py::"
                          "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
+    "reader cap": "runs only when a reader's enqueue is refused at the reader cap (shared_protocol.MAX_READERS "
+                  "readers on the key): a cell has three participants; tests/test_shared_lock.py::"
+                  "test_a_reader_past_the_reader_cap_is_refused_before_it_writes_and_a_writer_still_works covers it",
+    "leave rounds": "runs only after shared_protocol.MAX_LEAVE_ROUNDS leaves in a row were refused (the readers' "
+                    "count moving between each read and write): a cell has three participants; tests/"
+                    "test_shared_lock.py::test_a_readers_leave_refused_round_after_round_retires_its_entry_at_the_cap "
+                    "covers it",
 }
 UNREACHABLE: dict[str, dict[str, str]] = {
     "mutex": {"Lock.FreeEmptyShared": "legacy item"},
     "nested": {f"{section}.{state}": "mutex key" for section in ("Outer", "Inner") for state in _SHARED_HOLD},
     "multikey": {f"Lock.{state}": "mutex key" for state in _SHARED_HOLD},
     "record": {"Lock.ProbeHolder": "no record section", "Lock.Abandoned": "no record section"},
+    "shared": {"Lock.CountReaders": "reader cap", "Lock.ReleaseRetire": "leave rounds",
+               "Lock.ReleaseAfterErrorRetire": "leave rounds"},
     "coalesce": {"Lock.ProbeHolder": "no coalescing section", "Lock.Abandoned": "no coalescing section",
                  **{f"Lock.{run}.GrantPoller": "no coalescing poller" for run in ("Release", "ReleaseAfterError", "Help")}},
 }
