@@ -41,6 +41,7 @@ from locked_workflow.testing.patches import (
     nested_states_errors,
     parallel_argument_errors,
     parsed_definitions,
+    parsed_paths,
     redrive,
     serial_dynamodb,
     service_shapes,
@@ -97,6 +98,7 @@ def apply_all(
     terminal_errors.apply(stack)
     history_limit.apply(stack, history_event_limit)
     parsed_definitions.apply(stack)
+    parsed_paths.apply(stack)
     error_codes.apply(stack)
     task_clients.apply(stack)
     cancelled_branches.apply(stack)
