@@ -21,6 +21,7 @@ from locked_workflow.testing.events import EventRouter
 from locked_workflow.testing.lambda_runtime import FunctionRegistry
 from locked_workflow.testing.patches import (
     async_invoke_retries,
+    branch_thread_names,
     cancelled_branches,
     consumed_capacity,
     data_limit,
@@ -99,6 +100,7 @@ def apply_all(
     history_limit.apply(stack, history_event_limit)
     parsed_definitions.apply(stack)
     parsed_paths.apply(stack)
+    branch_thread_names.apply(stack)
     error_codes.apply(stack)
     task_clients.apply(stack)
     cancelled_branches.apply(stack)
