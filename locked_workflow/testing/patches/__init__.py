@@ -21,6 +21,7 @@ from locked_workflow.testing.events import EventRouter
 from locked_workflow.testing.lambda_runtime import FunctionRegistry
 from locked_workflow.testing.patches import (
     async_invoke_retries,
+    backend_lookup,
     branch_thread_names,
     cancelled_branches,
     consumed_capacity,
@@ -69,6 +70,7 @@ def apply_all(
     async_invoke_options: async_invoke_retries.AsyncInvokeOptions | None = None,
 ) -> None:
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
+    backend_lookup.apply(stack)
     serial_dynamodb.apply(stack)
     consumed_capacity.apply(stack)
     dynamodb_validation.apply(stack)
