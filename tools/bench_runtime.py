@@ -14,7 +14,10 @@ the ratio this/baseline:
   test's three events until every run ended, and its whole wall time (those four); then one
   uncontended run (one event, 0.2 s of work);
 * ``states``: the time per state entered of a mutex-locked workflow of Pass states (no work,
-  distinct keys: nothing waits on the lock), one execution at a time, and with 30 running;
+  distinct keys: nothing waits on the lock), one execution at a time, and with 30 running; and
+  the process's CPU time (``time.process_time``: every thread, the harness's polls included)
+  per state entered over the same runs - a figure a busy machine disturbs far less than the
+  wall time (other processes' load stretches the wall time, not this process's CPU time);
 * ``wakeups``: a ``SendTaskSuccess`` (a wake-up) as the session grows: the call's latency and
   the time until the woken execution's next state, with 10, 100 and 1,000 executions parked;
 * ``dynamodb``: DynamoDB request latency in a burst: 30 threads, each a conditional UpdateItem
@@ -64,8 +67,12 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 2)
 
 
+def _entered(history: list[dict[str, Any]]) -> int:
+    return sum(1 for event in history if event["type"].endswith("StateEntered"))
+
+
 def _per_state_ms(history: list[dict[str, Any]]) -> float:
-    entered = sum(1 for event in history if event["type"].endswith("StateEntered"))
+    entered = _entered(history)
     span = history[-1]["timestamp"] - history[0]["timestamp"]
     return _ms(span.total_seconds() / max(entered, 1))
 
@@ -129,18 +136,26 @@ def measure_states(work: Path) -> dict[str, float]:
         app = _deploy(cloud, work)
         workflow = app.state_machine_arn("Passes")
         cloud.wait_for(cloud.start_execution(workflow, {"id": "warm-up"}), timeout=60)
-        alone = []
+        alone, entered_alone = [], 0
+        cpu = time.process_time()
         for n in range(ALONE_RUNS):
             result = cloud.wait_for(cloud.start_execution(workflow, {"id": f"alone-{n}"}), timeout=60, poll_s=0.01)
             assert result.status == "SUCCEEDED", result
             alone.append(_per_state_ms(result.history))
+            entered_alone += _entered(result.history)
+        cpu_alone = time.process_time() - cpu
+        cpu = time.process_time()
         arns = [cloud.start_execution(workflow, {"id": f"together-{n}"}) for n in range(CONCURRENT)]
         results = cloud.wait_all(arns, timeout=300)
+        cpu_together = time.process_time() - cpu
         assert all(r.status == "SUCCEEDED" for r in results), [r.status for r in results]
         together = [_per_state_ms(r.history) for r in results]
+        entered_together = sum(_entered(r.history) for r in results)
     return {
         "per state entered, alone (ms)": round(statistics.median(alone), 2),
         f"per state entered, {CONCURRENT} running (ms)": round(statistics.median(together), 2),
+        "CPU per state entered, alone (ms)": _ms(cpu_alone / max(entered_alone, 1)),
+        f"CPU per state entered, {CONCURRENT} running (ms)": _ms(cpu_together / max(entered_together, 1)),
     }
 
 

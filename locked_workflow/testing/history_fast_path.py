@@ -14,6 +14,7 @@ reads, a user's boto3 client) goes through the API as before.
 from __future__ import annotations
 
 import calendar
+import datetime
 import json
 from typing import Any
 
@@ -23,11 +24,25 @@ from botocore.utils import parse_to_aware_datetime
 _OPERATION = "GetExecutionHistory"
 
 
+def _aware(value: Any) -> datetime.datetime:
+    """``value`` as botocore's ``parse_to_aware_datetime`` reads it. moto writes
+    ``2024-04-24T11:54:30.680Z`` (``iso_8601_datetime_with_milliseconds``), which
+    ``datetime.fromisoformat`` reads to the same instant ~30 times faster than dateutil's
+    parser (the cost of the harness's history reads: 58 % of ``wait_all`` in a burst of 60 runs);
+    any other form goes to botocore's function."""
+    if isinstance(value, str) and len(value) == 24 and value[10] == "T" and value.endswith("Z"):
+        try:
+            return datetime.datetime.fromisoformat(value[:-1]).replace(tzinfo=datetime.timezone.utc)
+        except ValueError:
+            pass
+    return parse_to_aware_datetime(value)
+
+
 def _epoch(value: Any) -> int | float:
     """An event's ``timestamp`` as moto's ``json`` protocol serializer writes it
     (``unixtimestamp``): the backend keeps an ISO 8601 string (or a datetime); a naive time is
     UTC; milliseconds are kept, finer digits truncated."""
-    aware = parse_to_aware_datetime(value)
+    aware = _aware(value)
     seconds = calendar.timegm(aware.timetuple())
     return seconds + (aware.microsecond // 1000) / 1000.0 if aware.microsecond else seconds
 

@@ -120,3 +120,17 @@ def test_an_unknown_execution_raises_the_clients_error(histories):
     with pytest.raises(ClientError) as raised:
         cloud.history(unknown)
     assert raised.value.response["Error"]["Code"] == "ExecutionDoesNotExist"
+
+
+@pytest.mark.parametrize("value", [
+    "2026-11-27T22:18:05.123Z", "2026-11-27T22:18:05.000Z", "2026-01-01T00:00:00.999Z",  # moto's form
+    "2026-11-27T22:18:05Z", "2026-11-27T22:18:05.123456Z", "2026-11-27T22:18:05.123+02:00",  # others
+    "2026-11-27 22:18:05.123", "1764281885.123",
+])
+def test_a_timestamp_reads_as_botocore_reads_it(value):
+    """The fast read of moto's ISO 8601 form gives the instant botocore's parser gives."""
+    from botocore.utils import parse_to_aware_datetime
+
+    expected = parse_to_aware_datetime(value)
+    assert history_fast_path._aware(value) == expected
+    assert history_fast_path._epoch(value) == history_fast_path._epoch(expected)

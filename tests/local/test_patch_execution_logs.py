@@ -169,3 +169,35 @@ def test_deployed_template_keeps_its_logging_configuration():
         found = lines(cloud.client("logs"), "/deployed")
     assert [line["type"] for line in found] == ["ExecutionStarted", "PassStateEntered", "PassStateExited", "ExecutionSucceeded"]
     assert json.loads(found[-1]["details"]["output"]) == {"k": 1}
+
+
+def test_lines_written_at_once_to_streams_of_one_group_are_all_kept():
+    """Threads writing at once (several streams of one group, several threads a stream, the
+    group and streams created by whichever comes first) lose no line and no stream."""
+    import threading
+    import time
+
+    from locked_workflow.testing.patches.execution_logs import LogTarget, write_line
+
+    target = LogTarget(account_id="123456789012", region=REGION, log_group="/concurrent/lines", level="ALL",
+                       include_execution_data=True)
+    streams, writers, each = 6, 4, 25
+    barrier = threading.Barrier(streams * writers)
+    now_ms = int(time.time() * 1000)  # moto keeps lines of the last 14 days only
+
+    def write(stream: int, writer: int) -> None:
+        barrier.wait()
+        for n in range(each):
+            write_line(target, f"stream-{stream}", now_ms + n, f"{writer}:{n}")
+
+    with LocalCloud() as cloud:
+        threads = [threading.Thread(target=write, args=(s, w)) for s in range(streams) for w in range(writers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        logs = cloud.client("logs")
+        for stream in range(streams):
+            events = logs.get_log_events(logGroupName=target.log_group, logStreamName=f"stream-{stream}",
+                                         startFromHead=True, limit=10_000)["events"]
+            assert sorted(e["message"] for e in events) == sorted(f"{w}:{n}" for w in range(writers) for n in range(each))

@@ -21,6 +21,8 @@ from locked_workflow.testing.events import EventRouter
 from locked_workflow.testing.lambda_runtime import FunctionRegistry
 from locked_workflow.testing.patches import (
     async_invoke_retries,
+    backend_lookup,
+    branch_thread_names,
     cancelled_branches,
     consumed_capacity,
     data_limit,
@@ -41,6 +43,7 @@ from locked_workflow.testing.patches import (
     nested_states_errors,
     parallel_argument_errors,
     parsed_definitions,
+    parsed_paths,
     redrive,
     serial_dynamodb,
     service_shapes,
@@ -67,6 +70,7 @@ def apply_all(
     async_invoke_options: async_invoke_retries.AsyncInvokeOptions | None = None,
 ) -> None:
     """Apply every fix; ``stack.close()`` reverts them (in reverse order)."""
+    backend_lookup.apply(stack)
     serial_dynamodb.apply(stack)
     consumed_capacity.apply(stack)
     dynamodb_validation.apply(stack)
@@ -97,6 +101,8 @@ def apply_all(
     terminal_errors.apply(stack)
     history_limit.apply(stack, history_event_limit)
     parsed_definitions.apply(stack)
+    parsed_paths.apply(stack)
+    branch_thread_names.apply(stack)
     error_codes.apply(stack)
     task_clients.apply(stack)
     cancelled_branches.apply(stack)

@@ -44,7 +44,6 @@ Proof: ``tests/local/test_patch_execution_logs.py``.
 
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import threading
@@ -73,7 +72,12 @@ DATA_FIELDS = (
     "assignedVariablesDetails",
 )
 
-_WRITE = threading.Lock()  # moto's log groups are not thread-safe
+#: moto's log groups and streams are not thread-safe: creating a group or a stream takes
+#: ``_CREATE``; appending to a stream takes the one of ``_STREAM_LOCKS`` its name hashes to (a
+#: stream's events are its own; one lock for every line of every execution made the executions
+#: that run together queue behind whichever thread was preempted while holding it).
+_CREATE = threading.Lock()
+_STREAM_LOCKS = tuple(threading.Lock() for _ in range(64))
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ class ExecutionLog:
 
     def publish_history_log(self, history_log: Mapping[str, Any]) -> None:
         event_type = _text(history_log["type"])
-        details = copy.deepcopy(dict(history_log.get("details") or {}))
+        details = dict(history_log.get("details") or {})  # top-level fields dropped below; nothing else changes
         if not self.target.include_execution_data:
             for field in DATA_FIELDS:
                 details.pop(field, None)
@@ -152,12 +156,15 @@ def write_line(target: "LogTarget | FunctionLog", log_stream: str, timestamp_ms:
     from moto.logs.models import logs_backends
 
     backend = logs_backends[target.account_id][target.region]
-    with _WRITE:
-        if target.log_group not in backend.groups:
-            backend.create_log_group(target.log_group, tags={})
-        group = backend.groups[target.log_group]
-        if log_stream not in group.streams:
-            group.create_log_stream(log_stream)
+    group = backend.groups.get(target.log_group)
+    if group is None or log_stream not in group.streams:
+        with _CREATE:
+            if target.log_group not in backend.groups:
+                backend.create_log_group(target.log_group, tags={})
+            group = backend.groups[target.log_group]
+            if log_stream not in group.streams:
+                group.create_log_stream(log_stream)
+    with _STREAM_LOCKS[hash((target.account_id, target.region, target.log_group, log_stream)) % len(_STREAM_LOCKS)]:
         backend.put_log_events(target.log_group, log_stream, [{"timestamp": timestamp_ms, "message": message}])
 
 

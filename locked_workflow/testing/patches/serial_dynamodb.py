@@ -97,10 +97,16 @@ class ItemLocks:
         self._items: dict[tuple[str, str], threading.Lock] = {}
 
     def table(self, name: str) -> ReadWriteLock:
+        found = self._tables.get(name)  # a dict read: no guard for a lock that exists
+        if found is not None:
+            return found
         with self._guard:
             return self._tables.setdefault(name, ReadWriteLock())
 
     def item(self, table: str, key: str) -> threading.Lock:
+        found = self._items.get((table, key))
+        if found is not None:
+            return found
         with self._guard:
             return self._items.setdefault((table, key), threading.Lock())
 

@@ -61,6 +61,9 @@ class TaskClients:
         endpoints = tuple(os.environ.get(name) for name in
                           (*_ENDPOINT_VARIABLES, f"AWS_ENDPOINT_URL_{service.upper().replace('-', '_')}"))
         key = (region, service, boto_client.botocore_stubber.enabled, endpoints)
+        client = self._clients.get(key)  # a dict read: no lock once the client exists
+        if client is not None:
+            return client
         with self._lock:
             client = self._clients.get(key)
             if client is None:
