@@ -144,3 +144,57 @@ def test_queue_limits_are_validated_at_synth(waiters):
     for make in (QueueLimit.keep_newest, QueueLimit.keep_oldest):
         with pytest.raises((TypeError, ValueError), match="`waiters` must be"):
             make(waiters)
+
+
+# ---- EXPRESS: coalescing waiters poll as the head ----------------------------------------------
+
+#: The EXPRESS burst: a holder at work, then this many EXPRESS runs started together.
+EXPRESS_BURST = 4
+
+
+def _express_burst(fair, machine: str, holder_machine: str, settled) -> tuple:
+    return burst(fair, machine, holder_machine, work_ms=300, runs=EXPRESS_BURST, settled=settled)
+
+
+def _entered_work(result) -> bool:
+    return any((e.get("stateEnteredEventDetails") or {}).get("name", "").endswith("Probe") for e in result.history)
+
+
+def test_express_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_only(fair):
+    """An EXPRESS state machine cannot park on a task token (``LockedWorkflow`` builds its fair
+    lock with ``polling``): its queued runs poll as the head, keeping a lease on their row. A
+    newer run supersedes one as it supersedes a parked one (``ENQUEUE_NEWEST`` moves ``cut``),
+    deletes its row and wakes nothing (a lease, no token); the superseded poller's next try as
+    the head is refused (``GRANT`` refuses tickets ``<= cut``), and its look ends it
+    ``Lock.Superseded`` before its work. The holder is a STANDARD run at its gate (same key,
+    same queue limit)."""
+    k, holder, arns, results = _express_burst(
+        fair, "FairNewestExpress", "FairNewest",
+        settled=lambda k, arns: fp.counters(fair.lock(k))[1] == EXPRESS_BURST
+        and ended(fair, arns) == EXPRESS_BURST - 1)
+    assert holder.status == "SUCCEEDED", (holder.error, holder.cause)
+    won = [r for r in results if r.status == "SUCCEEDED"]
+    assert len(won) == 1, [(r.status, r.error, r.cause) for r in results]
+    ticket_of = {a: tickets_and_fences(r.history)[0] for a, r in zip(arns, results)}
+    newest = max(arns, key=lambda a: ticket_of[a])
+    assert won[0].arn == newest and ticket_of[newest] == [EXPRESS_BURST]
+    for a, r in zip(arns, results):
+        if a == newest:
+            continue
+        assert r.error == LockErrors.SUPERSEDED, (r.error, r.cause)
+        by = next(b for b in arns if b in r.cause)  # a newer run of the burst
+        assert ticket_of[by][0] > ticket_of[a][0], (r.cause, ticket_of[a])
+        assert not _entered_work(r)
+    # polled, never parked on a token
+    assert not any(e["type"] == "TaskSubmitted" for r in results for e in r.history)
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1, 1] and probe["counter"] == 2
+    assert probe["fences"] == sorted(probe["fences"]) and len(set(probe["fences"])) == 2
+    assert fair.drained(k)  # no queue row left (a superseded poller's row is deleted)
+
+
+def test_negative_control_the_plain_fair_lock_on_express_runs_the_work_for_every_run(fair):
+    k, holder, _, results = _express_burst(
+        fair, "FairExpress", "FairHold", settled=lambda k, arns: fp.counters(fair.lock(k))[1] == EXPRESS_BURST)
+    assert [r.status for r in [holder] + results] == ["SUCCEEDED"] * (EXPRESS_BURST + 1)
+    assert fair.probe(k)["counter"] == EXPRESS_BURST + 1
