@@ -243,6 +243,49 @@ def _clients_check_workflow_holders(cloud, app, locks: str, registry) -> None:
             client.release(got[0])
 
 
+def test_the_janitors_hand_on_on_a_coalescing_key_makes_only_calls_with_a_row(deployed_matrix):
+    """The janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``, then ``hand_on``) for a
+    waiter stopped while parked on a coalescing key, granted after its end: it claims the grant
+    and releases it. The next ticket was superseded (its row taken by the newer run): a hole, so
+    the handoff RELEASEs, then JUMPs past the cut, then marks the newest's row (not parked yet).
+    The matrix's cells met the RELEASE with no row (``coalesce:*`` x ``dead-waiter``: unlisted)."""
+    import threading
+    import time
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.state_machines import fair_protocol as fp, lock_protocol as p
+    from locked_workflow.testing.faults import fault_registry
+    from locked_workflow.lambdas.lock_janitor.logic import hand_on
+
+    cloud, app = deployed_matrix
+    locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
+    listed = {row.state for row in matrix_rows.JANITOR_CALLS}
+    me = threading.current_thread().name
+    seen: list[str] = []
+
+    def observe(service: str, operation: str, params: dict) -> None:
+        if threading.current_thread().name == me and service in ("dynamodb", "stepfunctions"):
+            seen.append(matrix_rows.call_row("janitor", operation, params))
+
+    now = int(time.time() * 1000)
+    stored, gone = p.namespaced("fn", "janitor-hand-on"), "arn:aws:states:us-east-1:123456789012:execution:FairNewest:w#1"
+    # ticket 2 granted to the ended waiter after its end (unconfirmed); ticket 3 superseded by 4 (row taken)
+    cloud.dynamodb.put_item(TableName=locks, Item={
+        "pk": {"S": stored}, p.OWNER: {"S": gone}, p.FENCE: {"N": "3"}, p.ACQUIRED_AT: {"N": str(now)},
+        p.EXPIRES_AT: {"N": str(now + 600_000)}, p.GRACE: {"N": "0"}, fp.SERVED: {"N": "2"}, fp.TICKETS: {"N": "4"},
+        fp.CUT: {"N": "3"}, fp.CUT_BY: {"S": "newest#1"}, fp.HANDED: {"S": "releaser#1"}})
+    cloud.dynamodb.put_item(TableName=locks, Item={"pk": {"S": fp.row_key(stored, 2)}, p.OWNER: {"S": gone},
+                                                   fp.TOKEN: {"S": "a-closed-token"}})
+    client = LockClient(locks, dynamodb=cloud.dynamodb, stepfunctions=cloud.stepfunctions, fair=True)
+    with fault_registry() as registry:
+        registry.observers.append(observe)
+        assert hand_on(client, client.leave_queue(fp.row_key(stored, 2), gone), now - 1_000)
+    item = cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": stored}}, ConsistentRead=True)["Item"]
+    assert p.OWNER not in item and fp.counters(item) == (3, 4)  # released, the superseded ticket passed
+    assert {"fair_protocol.CLAIM", "lock_protocol.RELEASE", "fair_protocol.JUMP"} <= set(seen), seen
+    assert set(seen) - listed == set(), "calls of the janitor with no row in tools/matrix/rows.py JANITOR_CALLS"
+
+
 def test_a_stopped_semaphore_section_holder_that_acquired_on_a_retry_is_retired(deployed_matrix):
     """Issue 25, the trial cell ``dead-holder+with:SemaphoreSection,Semaphore,Semaphore`` (moto,
     no fault): the section's holder found both slots taken, acquired a slot on a retry of its

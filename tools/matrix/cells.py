@@ -128,6 +128,10 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "fair_protocol.SKIP": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.REVOKE": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.MARK": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    # the janitor's hand-on on a coalescing key (a parked waiter stopped, superseded tickets)
+    "lock_protocol.RELEASE": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
+    "fair_protocol.JUMP": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
+    "SendTaskFailure": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",

@@ -234,6 +234,9 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     ("fair_protocol.REVOKE", "dynamodb", "UpdateItem"),
     ("fair_protocol.MARK", "dynamodb", "DeleteItem"),  # its handoff's unmark: a delete under MARK's condition
     ("fair_protocol.JUMP", "dynamodb", "UpdateItem"),  # its handoff on a coalescing key (superseded tickets)
+    # ... whose claimed grant it releases when the next ticket's row is a hole (on a coalescing
+    # key: the superseded ticket's row, taken by the newer run; seen by the matrix)
+    ("lock_protocol.RELEASE", "dynamodb", "UpdateItem"),
     ("SendTaskFailure", "stepfunctions", "SendTaskFailure"),  # ... and a superseded waiter's wake-up
     ("DeleteItem", "dynamodb", "DeleteItem"),
     ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
