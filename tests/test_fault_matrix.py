@@ -247,8 +247,10 @@ def test_the_janitors_hand_on_on_a_coalescing_key_makes_only_calls_with_a_row(de
     """The janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``, then ``hand_on``) for a
     waiter stopped while parked on a coalescing key, granted after its end: it claims the grant
     and releases it. The next ticket was superseded (its row taken by the newer run): a hole, so
-    the handoff RELEASEs, then JUMPs past the cut, then marks the newest's row (not parked yet).
-    The matrix's cells met the RELEASE with no row (``coalesce:*`` x ``dead-waiter``: unlisted)."""
+    the handoff RELEASEs, then JUMPs past the cut, then grants the newest, whose park has ended
+    (stopped too): the wake-up fails, DescribeExecution says it ended, REVOKE. The matrix's cells
+    met the RELEASE and the DescribeExecution with no row (``coalesce:*`` x ``dead-waiter``:
+    unlisted)."""
     import threading
     import time
 
@@ -274,15 +276,20 @@ def test_the_janitors_hand_on_on_a_coalescing_key_makes_only_calls_with_a_row(de
         "pk": {"S": stored}, p.OWNER: {"S": gone}, p.FENCE: {"N": "3"}, p.ACQUIRED_AT: {"N": str(now)},
         p.EXPIRES_AT: {"N": str(now + 600_000)}, p.GRACE: {"N": "0"}, fp.SERVED: {"N": "2"}, fp.TICKETS: {"N": "4"},
         fp.CUT: {"N": "3"}, fp.CUT_BY: {"S": "newest#1"}, fp.HANDED: {"S": "releaser#1"}})
-    cloud.dynamodb.put_item(TableName=locks, Item={"pk": {"S": fp.row_key(stored, 2)}, p.OWNER: {"S": gone},
-                                                   fp.TOKEN: {"S": "a-closed-token"}})
+    newest = cloud.start_execution(app.state_machine_arn("UnlockedMachine"), {"key": "none", "workMs": 1})
+    cloud.stop_execution(newest)
+    for ticket, owner in ((2, gone), (4, f"{newest}#1")):
+        cloud.dynamodb.put_item(TableName=locks, Item={"pk": {"S": fp.row_key(stored, ticket)}, p.OWNER: {"S": owner},
+                                                       fp.TOKEN: {"S": "a-closed-token"}, fp.LEASE: {"N": "60000"},
+                                                       fp.GRACE_MS: {"N": "0"}})
     client = LockClient(locks, dynamodb=cloud.dynamodb, stepfunctions=cloud.stepfunctions, fair=True)
     with fault_registry() as registry:
         registry.observers.append(observe)
         assert hand_on(client, client.leave_queue(fp.row_key(stored, 2), gone), now - 1_000)
     item = cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": stored}}, ConsistentRead=True)["Item"]
-    assert p.OWNER not in item and fp.counters(item) == (3, 4)  # released, the superseded ticket passed
-    assert {"fair_protocol.CLAIM", "lock_protocol.RELEASE", "fair_protocol.JUMP"} <= set(seen), seen
+    assert p.OWNER not in item and fp.counters(item) == (4, 4)  # released, passed the cut, revoked
+    assert {"fair_protocol.CLAIM", "lock_protocol.RELEASE", "fair_protocol.JUMP", "fair_protocol.GRANT",
+            "SendTaskSuccess", "DescribeExecution", "fair_protocol.REVOKE"} <= set(seen), seen
     assert set(seen) - listed == set(), "calls of the janitor with no row in tools/matrix/rows.py JANITOR_CALLS"
 
 

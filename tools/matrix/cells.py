@@ -132,6 +132,7 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "lock_protocol.RELEASE": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
     "fair_protocol.JUMP": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
     "SendTaskFailure": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
+    "DescribeExecution": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",

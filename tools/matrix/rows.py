@@ -240,6 +240,8 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     ("SendTaskFailure", "stepfunctions", "SendTaskFailure"),  # ... and a superseded waiter's wake-up
     ("DeleteItem", "dynamodb", "DeleteItem"),
     ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
+    # ... whose wake-up failed: does the grantee still run (seen by the matrix)
+    ("DescribeExecution", "stepfunctions", "DescribeExecution"),
 ))
 
 
