@@ -293,6 +293,50 @@ def test_the_janitors_hand_on_on_a_coalescing_key_makes_only_calls_with_a_row(de
     assert set(seen) - listed == set(), "calls of the janitor with no row in tools/matrix/rows.py JANITOR_CALLS"
 
 
+def test_the_newest_coalescing_waiter_looks_after_one_park_timeout_however_many_it_superseded(deployed_matrix):
+    """A parked waiter's fallback (its park timeout) grows with its distance to the head: the
+    park timeout times (ticket - served - 1). On a coalescing key the tickets between ``served``
+    and the newest are superseded, not waiting: the newest of a burst is at most ``waiters``
+    from the head, and must look after one park timeout (3 s here), not one per superseded
+    ticket (8 here: 24 s) - what a lost wake-up or a dead holder costs it. A client holds the
+    key (nothing wakes the waiter) while a burst of 9 queues."""
+    import time
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.state_machines import fair_protocol as fp, lock_protocol as p
+    from locked_workflow import LockErrors
+
+    cloud, app = deployed_matrix
+    locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
+    client = LockClient(locks, namespace="fn", dynamodb=cloud.dynamodb, stepfunctions=cloud.stepfunctions, fair=True)
+    key = "newest-park"
+    lease = client.acquire(key, lease=120)
+    arns = []
+    for n in range(1, 10):  # each parks (its row holds its token) before the next supersedes it
+        arns.append(cloud.start_execution(app.state_machine_arn("FairNewest"), {"key": key, "workMs": 1}))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            row = cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": fp.row_key(p.namespaced("fn", key), n)}},
+                                          ConsistentRead=True).get("Item", {})
+            if fp.TOKEN in row:
+                break
+            time.sleep(0.2)
+    parked = time.monotonic()
+    newest = arns[-1]
+
+    def park_timeouts() -> int:
+        return sum(e["type"] == "TaskTimedOut" for e in cloud.history(newest))
+
+    while time.monotonic() < parked + 20 and park_timeouts() == 0:
+        time.sleep(0.5)
+    looked = park_timeouts()
+    client.release(lease)
+    results = [cloud.wait_for(a, timeout=120) for a in arns]
+    assert [r.error for r in results[:-1]] == [LockErrors.SUPERSEDED] * 8, [(r.status, r.error) for r in results]
+    assert results[-1].status == "SUCCEEDED", (results[-1].error, results[-1].cause)
+    assert looked >= 1, "the newest waiter's park did not time out within 20 s: its park timeout counts superseded tickets"
+
+
 def test_a_stopped_semaphore_section_holder_that_acquired_on_a_retry_is_retired(deployed_matrix):
     """Issue 25, the trial cell ``dead-holder+with:SemaphoreSection,Semaphore,Semaphore`` (moto,
     no fault): the section's holder found both slots taken, acquired a slot on a retry of its
