@@ -198,3 +198,36 @@ def test_negative_control_the_plain_fair_lock_on_express_runs_the_work_for_every
         fair, "FairExpress", "FairHold", settled=lambda k, arns: fp.counters(fair.lock(k))[1] == EXPRESS_BURST)
     assert [r.status for r in [holder] + results] == ["SUCCEEDED"] * (EXPRESS_BURST + 1)
     assert fair.probe(k)["counter"] == EXPRESS_BURST + 1
+
+
+def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_park():
+    """The stop grace (how long a stopped holder's work may still run) is derived from the
+    protected work's tasks, the lock's own states left out (``section_work.is_lock_state``); a
+    task on a task token counts as a callback with no bound: 15 minutes. A coalescing park is
+    a transaction (the row's PARK beside a check of the item's cut) on a task token: not known
+    as a lock state, it made every coalescing section's grace 15 minutes - a coalescing holder
+    stopped at work kept its key for 15 minutes instead of its work's timeout + 5 s
+    (``make stress`` found the key held after everything ended). Every fair kind's parks are
+    lock states."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from conftest import Synthesized
+    from locked_workflow import Lock, LockedWorkflow, QueueLimit
+    from locked_workflow.constructs_lib.section_work import is_lock_state, task_states
+    from locked_workflow.state_machines.lock_protocol import jsonata
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "Graces")
+    key = jsonata("$states.input.key")
+    kinds = {"Plain": Lock.fair(key), "Newest": Lock.fair(key, queue=QueueLimit.keep_newest(1)),
+             "Oldest": Lock.fair(key, queue=QueueLimit.keep_oldest(2))}
+    for name, lock in kinds.items():
+        LockedWorkflow(stack, name, lock=lock, protected=sfn.Pass(stack, f"{name}Work"), state_machine_name=name)
+    synthesized = Synthesized(template=app.synth().get_stack_by_name("Graces").template, messages=[])
+    machines = synthesized.resources("AWS::StepFunctions::StateMachine")
+    for name in kinds:
+        logical_id = next(k for k, v in machines.items() if v["Properties"].get("StateMachineName") == name)
+        lock_states = synthesized.definition(logical_id)["States"]["Lock"]
+        parks = [s for s in task_states(lock_states) if s["Resource"].endswith(".waitForTaskToken")]
+        assert parks and all(is_lock_state(park) for park in parks), (name, [p["Resource"] for p in parks])
