@@ -89,6 +89,9 @@ def test_judge_flags_each_invariant():
             # superseded is a coalescing run's outcome, never another's; and never after its work
             stress.Run("Coalesce", "N0", {}, arn="n", status="FAILED", error=superseded, events=[(1, "enter", "n#N0")]),
             stress.Run("Plain", "K0", {}, arn="p", status="FAILED", error=superseded),
+            # (entered before a redrive, then superseded: allowed)
+            stress.Run("Coalesce", "N0", {}, arn="m", status="FAILED", error=superseded,
+                       events=[(1, "enter", "n#N0"), (2, "redriven", "")]),
             # three admissions within the rate's period
             stress.Run("Rate", "T0", {}, arn="r1", status="SUCCEEDED", admissions=[1_000, 2_000]),
             stress.Run("Rate", "T0", {}, arn="r2", status="SUCCEEDED", admissions=[1_000 + stress.RATE_PERIOD_S * 1000 - 1])]

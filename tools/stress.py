@@ -75,7 +75,8 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
    read from the waiter's own history (an acquire attempt on the key since its last entry,
    no entry until past the bound, still running) or, for a client, from its own clock;
 8. coalescing ("Coalesce"): a run that ended ``Lock.Superseded`` never entered its work (no
-   probe in its history, redrives included), and once settled (the next arrival sent at a
+   probe in its history since its last redrive: a run stopped at work and redriven is refused
+   its resumed work, queues again and may then be superseded), and once settled (the next arrival sent at a
    queue of holes, as for the fair lock) no queue row is left on its keys;
 9. rate limit ("Rate"): per key, no window of :data:`RATE_PERIOD_S` holds more than
    :data:`RATE_LIMIT` of the admissions' reserved times (``tools/rate_checks.py``, read from
@@ -1093,8 +1094,11 @@ def _judge(report: Report) -> dict[str, list[str]]:
         elif not done <= balance <= done + maybe:
             violations["lost update"].append(f"record {key}: balance {balance}, {done} runs succeeded, {maybe} others")
     violations["left held"] = list(report.left_held)
-    for run in report.runs:  # a superseded run never entered its work
-        if run.shape == "Coalesce" and run.error == ERROR_SUPERSEDED and any(k == "enter" for _, k, _ in run.events):
+    for run in report.runs:  # a superseded run never entered its work (since its last redrive: a run
+        # stopped at work and redriven is refused its resumed work, queues again, and may be superseded)
+        since = max((ms for ms, k, _ in run.events if k == "redriven"), default=0)
+        if run.shape == "Coalesce" and run.error == ERROR_SUPERSEDED and any(
+                k == "enter" and ms >= since for ms, k, _ in run.events):
             violations["coalesce"].append(f"{run.arn} ended {ERROR_SUPERSEDED} after entering its work; "
                                           f"last states: {' | '.join(run.trail)}")
     violations["coalesce"] += [f"queue row left: {row}" for row in report.coalesce_rows]
