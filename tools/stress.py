@@ -142,7 +142,7 @@ SHORT_TIMEOUT_S = 4
 SHAPES = {  # shape -> weight in the mix
     "Plain": 30, "Map": 10, "Parallel": 8, "Nested": 8, "Timeout": 8, "Lease": 6, "Fair": 12,
     "Children": 8, "ChildrenParallel": 6, "Cancelled": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
-    "Record": 6, "Coalesce": 8, "Rate": 6,
+    "Record": 6, "Coalesce": 14, "Rate": 10,
 }
 #: The "Coalesce" shape's keys (``N0`` ...) live in this namespace, and the "Rate" shape's
 #: (``T0`` ...) in that one: a coalescing key's participants must share its queue limit, and a
@@ -151,8 +151,9 @@ COALESCE_NAMESPACE, RATE_NAMESPACE = "n", "r"
 #: The "Rate" shape's limit: this many entries per key in any window of this many seconds.
 RATE_LIMIT, RATE_PERIOD_S = 2, 4
 #: The coalescing and rate shapes draw their keys from this many (fewer than the others: a
-#: burst on one key is what they are about).
-FLOW_KEYS = 2
+#: burst on one key is what they are about - a newcomer superseding a queued run, a run waiting
+#: for its permit).
+FLOW_KEYS = 1
 #: The "Record" shape's records (the lock on the record itself): each seeded at the campaign's
 #: start with a padding of this many KB - just under the record lock's limit, over it (the
 #: run fails ``Lock.RecordTooLarge`` and frees the lock at once), and small.
