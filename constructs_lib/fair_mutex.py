@@ -309,9 +309,11 @@ class FairMutex(Mutex):
         args.pop("ReturnValues")
         args["Key"] = {protocol.KEY_ATTRIBUTE: {"S": jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket))}}
         max_wait_ms = section._max_wait_ms
+        distance = f"({ticket} - ${f['seen']}.served)"
+        if self.supersedes:  # the tickets between are superseded, not waiting: at most ``waiters`` ahead
+            distance = f"$min([{distance}, {self.queue.waiters}])"
         timeout = jsonata(fair.park_timeout_expression(
-            park_timeout_s=self.park_timeout_s, distance=f"({ticket} - ${f['seen']}.served)",
-            wait_variable=v["wait"], max_wait_ms=max_wait_ms))
+            park_timeout_s=self.park_timeout_s, distance=distance, wait_variable=v["wait"], max_wait_ms=max_wait_ms))
         if self.supersedes:
             park = self._park_unless_superseded(args, ticket, timeout)
         else:

@@ -36,9 +36,12 @@ def is_lock_state(state: dict) -> bool:
     arguments = state.get("Arguments")
     if isinstance(arguments, dict) and protocol.PRESENT.condition in json.dumps(arguments):
         return True  # a hold's presence task (a multi-key hold's: inside its transaction)
-    return isinstance(arguments, dict) and arguments.get("ConditionExpression") in {
-        w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)
-    }
+    writes = {w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)}
+    if isinstance(arguments, dict) and isinstance(arguments.get("TransactItems"), list):
+        # a coalescing park: the row's PARK beside a ConditionCheck of the lock item's cut
+        return any(isinstance(item, dict) and (item.get("Update") or {}).get("ConditionExpression") in writes
+                   for item in arguments["TransactItems"])
+    return isinstance(arguments, dict) and arguments.get("ConditionExpression") in writes
 
 
 def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:

@@ -39,10 +39,17 @@ grant to it and its revoke too: it marks the waiter's row left, then looks at th
 to the waiter (its ticket), it claims the grant (the releaser's REVOKE is then refused) and, if
 the grant was made after the crash, hands it on as the waiter's release would (a grant made
 before it keeps its retire: the lease end below); a free lock whose head does not move, it
-hands on (the handoff for the head). Its Lambda is retried until done: it never crashes. With
-the janitor, the lease of a waiter granted after its crash never ends in the model (it is the
-whole lease, minutes: a liveness defect): a grant left held that way once everyone is done
-or crashed and the janitor is done is a violation (the next arrival would wait that lease).
+hands on (the handoff for the head). With the janitor, the lease of a waiter granted after its
+crash never ends in the model (it is the whole lease, minutes: a liveness defect): a grant left
+held that way once everyone is done or crashed and the janitor is done is a violation (the next
+arrival would wait that lease). ``janitor_crashes``: the janitor's invocation may also fail
+between any two of its writes (at every step of its hand-on, its lost responses included),
+this many times; Lambda retries a failed asynchronous invocation (twice), and the retry starts
+over - LEAVE (its row is gone by then: nothing), then the look, which finds the grant it claimed
+(CLAIM is idempotent) and hands it on again, or finds it handed on already. Variant
+``janitor_retry_trusts_handed`` (a negative control): a janitor that tells a grant made after
+the end by its unconfirmed ``handed`` rather than by its time - its retry finds the grant its
+own first try confirmed and keeps it (held for the lease).
 ``slow_confirm`` drops the timing assumption for the confirm: exclusion must hold anyway.
 """
 
@@ -204,6 +211,8 @@ class Proc:
     sfree: bool = False
     jumped: bool = False
     superseded: bool = False
+    #: (``janitor_crashes``) the janitor's invocations for me that failed mid hand-on
+    jcrashes: int = 0
 
 
 @dataclass(frozen=True)
@@ -255,10 +264,15 @@ class Model:
     check_liveness: bool = True
     #: a crashed waiter's janitor (see the module's docstring)
     janitor_look: bool = False
+    #: times the janitor's invocation may fail between two of its writes (then it is retried)
+    janitor_crashes: int = 0
     violations: list = field(default_factory=list)
     crashed_at: set = field(default_factory=set)
     lost_at: set = field(default_factory=set)
     visited: set = field(default_factory=set)
+    #: (``coverage``) the steps of the janitor's hand-on visited, and those it crashed at
+    janitor_visited: set = field(default_factory=set)
+    janitor_crashed_at: set = field(default_factory=set)
 
     def names(self) -> tuple:
         return NAMES[: self.participants]
@@ -277,6 +291,11 @@ class Model:
                 yield from self._janitor(s, i, me, p)
             if p.pc in ("done", "dead"):
                 continue
+            if self.janitor_look and p.jan == "done" and p.jcrashes < self.janitor_crashes:
+                # the janitor's invocation fails here (between two of its writes): retried from the start
+                yield f"janitor crashes at {p.pc} handing on for {me}", self._set(s, i, replace(
+                    p, pc="dead", jan="", jcrashes=p.jcrashes + 1, c=0, holding=False, row=None, nxt=None,
+                    nfence=0, granted=False))
             if self.crashes and crashed < self.max_crashes and not (self.janitor_look and p.jan == "done"):
                 yield f"{me} crashes at {p.pc}", self._set(s, i, replace(p, pc="dead"))
             stale = s.lock.owner if s.lock.owner in dead else me
@@ -307,7 +326,8 @@ class Model:
         if lock.owner == me and lock.served == p.ticket:
             ok, after = claim(lock, me, p.ticket)
             t = replace(s, lock=after)
-            if p.granted_dead and self.variant != "janitor_drops_claim":  # hand_on: as my release
+            trusts_handed = self.variant == "janitor_retry_trusts_handed" and lock.handed is None
+            if p.granted_dead and self.variant != "janitor_drops_claim" and not trusts_handed:  # hand_on: as my release
                 yield f"janitor claims {me}'s grant and hands it on", self._set(t, i, replace(
                     p, pc="take_parked", c=p.ticket, holding=True, fence=after.fence, granted=True, jan="done"))
             else:
@@ -559,6 +579,8 @@ class Model:
             nxt = []
             if self.coverage:
                 self.visited.update(p.pc for p in s.procs)
+                self.janitor_visited.update(p.pc for p in s.procs if self.janitor_look and p.jan == "done"
+                                            and p.pc not in ("done", "dead"))
             for label, t in self.steps(s):
                 transitions += 1
                 nxt.append((label, t))
@@ -595,7 +617,10 @@ class Model:
 
     def _note_fault(self, label: str) -> None:
         crash = re.fullmatch(r"\w+ crashes at (\w+)", label)
-        if crash:
+        janitor = re.fullmatch(r"janitor crashes at (\w+) handing on for \w+", label)
+        if janitor:
+            self.janitor_crashed_at.add(janitor[1])
+        elif crash:
             self.crashed_at.add(crash[1])
         else:
             self.lost_at.add(re.sub(r"\b(?:%s)\b" % "|".join(self.names()), "X", label))

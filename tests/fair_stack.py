@@ -67,6 +67,13 @@ class FairStack(cdk.Stack):
                 "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S), queue=limit)})
             probes.grant_write_data(coalescing.state_machine)
             machines.append(coalescing)
+        # coalescing on EXPRESS: its waiters poll as the head (no task token); the burst's holder
+        # is a FairNewest run at its gate (same key, same queue limit)
+        LockedWorkflow(self, "FairNewestExpress", protected=self.probe("NewestExpressProbe"), wait_policy=FAST,
+                       state_machine_type=sfn.StateMachineType.EXPRESS,
+                       **{**fair, "timeout": cdk.Duration.minutes(4),
+                          "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S),
+                                            queue=QueueLimit.keep_newest(1))})
         # the same without a janitor: a stopped waiter is dequeued by the others' park fallback
         machines.append(LockedWorkflow(self, "FairNoJanitor", protected=self.probe("NoJanitorProbe"), janitor=False, **fair))
         # a waiter that gives up after 3 s

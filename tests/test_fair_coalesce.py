@@ -144,3 +144,90 @@ def test_queue_limits_are_validated_at_synth(waiters):
     for make in (QueueLimit.keep_newest, QueueLimit.keep_oldest):
         with pytest.raises((TypeError, ValueError), match="`waiters` must be"):
             make(waiters)
+
+
+# ---- EXPRESS: coalescing waiters poll as the head ----------------------------------------------
+
+#: The EXPRESS burst: a holder at work, then this many EXPRESS runs started together.
+EXPRESS_BURST = 4
+
+
+def _express_burst(fair, machine: str, holder_machine: str, settled) -> tuple:
+    return burst(fair, machine, holder_machine, work_ms=300, runs=EXPRESS_BURST, settled=settled)
+
+
+def _entered_work(result) -> bool:
+    return any((e.get("stateEnteredEventDetails") or {}).get("name", "").endswith("Probe") for e in result.history)
+
+
+def test_express_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_only(fair):
+    """An EXPRESS state machine cannot park on a task token (``LockedWorkflow`` builds its fair
+    lock with ``polling``): its queued runs poll as the head, keeping a lease on their row. A
+    newer run supersedes one as it supersedes a parked one (``ENQUEUE_NEWEST`` moves ``cut``),
+    deletes its row and wakes nothing (a lease, no token); the superseded poller's next try as
+    the head is refused (``GRANT`` refuses tickets ``<= cut``), and its look ends it
+    ``Lock.Superseded`` before its work. The holder is a STANDARD run at its gate (same key,
+    same queue limit)."""
+    k, holder, arns, results = _express_burst(
+        fair, "FairNewestExpress", "FairNewest",
+        settled=lambda k, arns: fp.counters(fair.lock(k))[1] == EXPRESS_BURST
+        and ended(fair, arns) == EXPRESS_BURST - 1)
+    assert holder.status == "SUCCEEDED", (holder.error, holder.cause)
+    won = [r for r in results if r.status == "SUCCEEDED"]
+    assert len(won) == 1, [(r.status, r.error, r.cause) for r in results]
+    ticket_of = {a: tickets_and_fences(r.history)[0] for a, r in zip(arns, results)}
+    newest = max(arns, key=lambda a: ticket_of[a])
+    assert won[0].arn == newest and ticket_of[newest] == [EXPRESS_BURST]
+    for a, r in zip(arns, results):
+        if a == newest:
+            continue
+        assert r.error == LockErrors.SUPERSEDED, (r.error, r.cause)
+        by = next(b for b in arns if b in r.cause)  # a newer run of the burst
+        assert ticket_of[by][0] > ticket_of[a][0], (r.cause, ticket_of[a])
+        assert not _entered_work(r)
+    # polled, never parked on a token
+    assert not any(e["type"] == "TaskSubmitted" for r in results for e in r.history)
+    probe = fair.probe(k)
+    assert probe.get("violations", 0) == 0 and probe["seen"] == [1, 1] and probe["counter"] == 2
+    assert probe["fences"] == sorted(probe["fences"]) and len(set(probe["fences"])) == 2
+    assert fair.drained(k)  # no queue row left (a superseded poller's row is deleted)
+
+
+def test_negative_control_the_plain_fair_lock_on_express_runs_the_work_for_every_run(fair):
+    k, holder, _, results = _express_burst(
+        fair, "FairExpress", "FairHold", settled=lambda k, arns: fp.counters(fair.lock(k))[1] == EXPRESS_BURST)
+    assert [r.status for r in [holder] + results] == ["SUCCEEDED"] * (EXPRESS_BURST + 1)
+    assert fair.probe(k)["counter"] == EXPRESS_BURST + 1
+
+
+def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_park():
+    """The stop grace (how long a stopped holder's work may still run) is derived from the
+    protected work's tasks, the lock's own states left out (``section_work.is_lock_state``); a
+    task on a task token counts as a callback with no bound: 15 minutes. A coalescing park is
+    a transaction (the row's PARK beside a check of the item's cut) on a task token: not known
+    as a lock state, it made every coalescing section's grace 15 minutes - a coalescing holder
+    stopped at work kept its key for 15 minutes instead of its work's timeout + 5 s
+    (``make stress`` found the key held after everything ended). Every fair kind's parks are
+    lock states."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
+
+    from conftest import Synthesized
+    from locked_workflow import Lock, LockedWorkflow, QueueLimit
+    from locked_workflow.constructs_lib.section_work import is_lock_state, task_states
+    from locked_workflow.state_machines.lock_protocol import jsonata
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "Graces")
+    key = jsonata("$states.input.key")
+    kinds = {"Plain": Lock.fair(key), "Newest": Lock.fair(key, queue=QueueLimit.keep_newest(1)),
+             "Oldest": Lock.fair(key, queue=QueueLimit.keep_oldest(2))}
+    for name, lock in kinds.items():
+        LockedWorkflow(stack, name, lock=lock, protected=sfn.Pass(stack, f"{name}Work"), state_machine_name=name)
+    synthesized = Synthesized(template=app.synth().get_stack_by_name("Graces").template, messages=[])
+    machines = synthesized.resources("AWS::StepFunctions::StateMachine")
+    for name in kinds:
+        logical_id = next(k for k, v in machines.items() if v["Properties"].get("StateMachineName") == name)
+        lock_states = synthesized.definition(logical_id)["States"]["Lock"]
+        parks = [s for s in task_states(lock_states) if s["Resource"].endswith(".waitForTaskToken")]
+        assert parks and all(is_lock_state(park) for park in parks), (name, [p["Resource"] for p in parks])

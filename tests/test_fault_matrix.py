@@ -291,6 +291,100 @@ def _rw_client_checks_workflow_holders(cloud, locks: str, registry, stopped: str
             client.release(got[0])
 
 
+def test_the_janitors_hand_on_on_a_coalescing_key_makes_only_calls_with_a_row(deployed_matrix):
+    """The janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``, then ``hand_on``) for a
+    waiter stopped while parked on a coalescing key, granted after its end: it claims the grant
+    and releases it. The next ticket was superseded (its row taken by the newer run): a hole, so
+    the handoff RELEASEs, then JUMPs past the cut, then grants the newest, whose park has ended
+    (stopped too): the wake-up fails, DescribeExecution says it ended, REVOKE. The matrix's cells
+    met the RELEASE and the DescribeExecution with no row (``coalesce:*`` x ``dead-waiter``:
+    unlisted)."""
+    import threading
+    import time
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.state_machines import fair_protocol as fp, lock_protocol as p
+    from locked_workflow.testing.faults import fault_registry
+    from locked_workflow.lambdas.lock_janitor.logic import hand_on
+
+    cloud, app = deployed_matrix
+    locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
+    listed = {row.state for row in matrix_rows.JANITOR_CALLS}
+    me = threading.current_thread().name
+    seen: list[str] = []
+
+    def observe(service: str, operation: str, params: dict) -> None:
+        if threading.current_thread().name == me and service in ("dynamodb", "stepfunctions"):
+            seen.append(matrix_rows.call_row("janitor", operation, params))
+
+    now = int(time.time() * 1000)
+    stored, gone = p.namespaced("fn", "janitor-hand-on"), "arn:aws:states:us-east-1:123456789012:execution:FairNewest:w#1"
+    # ticket 2 granted to the ended waiter after its end (unconfirmed); ticket 3 superseded by 4 (row taken)
+    cloud.dynamodb.put_item(TableName=locks, Item={
+        "pk": {"S": stored}, p.OWNER: {"S": gone}, p.FENCE: {"N": "3"}, p.ACQUIRED_AT: {"N": str(now)},
+        p.EXPIRES_AT: {"N": str(now + 600_000)}, p.GRACE: {"N": "0"}, fp.SERVED: {"N": "2"}, fp.TICKETS: {"N": "4"},
+        fp.CUT: {"N": "3"}, fp.CUT_BY: {"S": "newest#1"}, fp.HANDED: {"S": "releaser#1"}})
+    newest = cloud.start_execution(app.state_machine_arn("UnlockedMachine"), {"key": "none", "workMs": 1})
+    cloud.stop_execution(newest)
+    for ticket, owner in ((2, gone), (4, f"{newest}#1")):
+        cloud.dynamodb.put_item(TableName=locks, Item={"pk": {"S": fp.row_key(stored, ticket)}, p.OWNER: {"S": owner},
+                                                       fp.TOKEN: {"S": "a-closed-token"}, fp.LEASE: {"N": "60000"},
+                                                       fp.GRACE_MS: {"N": "0"}})
+    client = LockClient(locks, dynamodb=cloud.dynamodb, stepfunctions=cloud.stepfunctions, fair=True)
+    with fault_registry() as registry:
+        registry.observers.append(observe)
+        assert hand_on(client, client.leave_queue(fp.row_key(stored, 2), gone), now - 1_000)
+    item = cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": stored}}, ConsistentRead=True)["Item"]
+    assert p.OWNER not in item and fp.counters(item) == (4, 4)  # released, passed the cut, revoked
+    assert {"fair_protocol.CLAIM", "lock_protocol.RELEASE", "fair_protocol.JUMP", "fair_protocol.GRANT",
+            "SendTaskSuccess", "DescribeExecution", "fair_protocol.REVOKE"} <= set(seen), seen
+    assert set(seen) - listed == set(), "calls of the janitor with no row in tools/matrix/rows.py JANITOR_CALLS"
+
+
+def test_the_newest_coalescing_waiter_looks_after_one_park_timeout_however_many_it_superseded(deployed_matrix):
+    """A parked waiter's fallback (its park timeout) grows with its distance to the head: the
+    park timeout times (ticket - served - 1). On a coalescing key the tickets between ``served``
+    and the newest are superseded, not waiting: the newest of a burst is at most ``waiters``
+    from the head, and must look after one park timeout (3 s here), not one per superseded
+    ticket (8 here: 24 s) - what a lost wake-up or a dead holder costs it. A client holds the
+    key (nothing wakes the waiter) while a burst of 9 queues."""
+    import time
+
+    from locked_workflow.constructs_lib.lock_client import LockClient
+    from locked_workflow.state_machines import fair_protocol as fp, lock_protocol as p
+    from locked_workflow import LockErrors
+
+    cloud, app = deployed_matrix
+    locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
+    client = LockClient(locks, namespace="fn", dynamodb=cloud.dynamodb, stepfunctions=cloud.stepfunctions, fair=True)
+    key = "newest-park"
+    lease = client.acquire(key, lease=120)
+    arns = []
+    for n in range(1, 10):  # each parks (its row holds its token) before the next supersedes it
+        arns.append(cloud.start_execution(app.state_machine_arn("FairNewest"), {"key": key, "workMs": 1}))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            row = cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": fp.row_key(p.namespaced("fn", key), n)}},
+                                          ConsistentRead=True).get("Item", {})
+            if fp.TOKEN in row:
+                break
+            time.sleep(0.2)
+    parked = time.monotonic()
+    newest = arns[-1]
+
+    def park_timeouts() -> int:
+        return sum(e["type"] == "TaskTimedOut" for e in cloud.history(newest))
+
+    while time.monotonic() < parked + 20 and park_timeouts() == 0:
+        time.sleep(0.5)
+    looked = park_timeouts()
+    client.release(lease)
+    results = [cloud.wait_for(a, timeout=120) for a in arns]
+    assert [r.error for r in results[:-1]] == [LockErrors.SUPERSEDED] * 8, [(r.status, r.error) for r in results]
+    assert results[-1].status == "SUCCEEDED", (results[-1].error, results[-1].cause)
+    assert looked >= 1, "the newest waiter's park did not time out within 20 s: its park timeout counts superseded tickets"
+
+
 def test_a_stopped_semaphore_section_holder_that_acquired_on_a_retry_is_retired(deployed_matrix):
     """Issue 25, the trial cell ``dead-holder+with:SemaphoreSection,Semaphore,Semaphore`` (moto,
     no fault): the section's holder found both slots taken, acquired a slot on a retry of its

@@ -11,6 +11,8 @@ from tools import stress
 
 #: The probe's stop grace (its 3 s timeout + 5 s).
 GRACE_MS = (stress.PROBE_TIMEOUT_S + 5) * 1000
+#: The coalescing and rate-limit shapes, drawn alone (the suite's slice of them).
+FLOW = {"Coalesce": 1, "Rate": 1}
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,11 @@ def test_plan_is_seeded_and_mixes_every_shape_and_fault():
     assert sum(stress._past_timeout(r) for r in first) > 0
     assert all(c["key"].startswith("C") for r in first for c in r.document.get("children", []))
     assert all(r.key.startswith("L") == (r.shape == "Lease") for r in first)
+    # the coalescing and rate shapes on keys of their own, few of them (bursts)
+    assert {r.key for r in first if r.shape == "Coalesce"} == {f"N{i}" for i in range(stress.FLOW_KEYS)}
+    assert {r.key for r in first if r.shape == "Rate"} == {f"T{i}" for i in range(stress.FLOW_KEYS)}
+    assert any(r.stop for r in first if r.shape in ("Coalesce", "Rate"))
+    assert {r.shape for r in stress.plan(20, 5, seed=11, negative_control=False, shapes=FLOW)} == set(FLOW)
     assert {r.key for r in first if r.shape == "Record"} == set(stress.RECORD_SIZES_KB) and stress.OVER_LIMIT_RECORDS
     assert "Unlocked" in {r.shape for r in stress.plan(200, 5, seed=11, negative_control=True)}
 
@@ -75,20 +82,33 @@ def _report(runs, probe) -> stress.Report:
 
 
 def test_judge_flags_each_invariant():
+    superseded = stress.ERROR_SUPERSEDED
     runs = [stress.Run("Plain", "K0", {}, arn="a", status="FAILED", error="DynamoDB.Boom"),
             stress.Run("ClientNested", "K1", {}, status="SUCCEEDED", problems=["re-entered hold got fence 3"]),
-            stress.Run("ClientAsync", "K1", {}, status="FAILED", task_errors=[None, "LockLost: gone"])]
+            stress.Run("ClientAsync", "K1", {}, status="FAILED", task_errors=[None, "LockLost: gone"]),
+            # superseded is a coalescing run's outcome, never another's; and never after its work
+            stress.Run("Coalesce", "N0", {}, arn="n", status="FAILED", error=superseded, events=[(1, "enter", "n#N0")]),
+            stress.Run("Plain", "K0", {}, arn="p", status="FAILED", error=superseded),
+            # (entered before a redrive, then superseded: allowed)
+            stress.Run("Coalesce", "N0", {}, arn="m", status="FAILED", error=superseded,
+                       events=[(1, "enter", "n#N0"), (2, "redriven", "")]),
+            # three admissions within the rate's period
+            stress.Run("Rate", "T0", {}, arn="r1", status="SUCCEEDED", admissions=[1_000, 2_000]),
+            stress.Run("Rate", "T0", {}, arn="r2", status="SUCCEEDED", admissions=[1_000 + stress.RATE_PERIOD_S * 1000 - 1])]
     report = stress.Report(
         runs=runs,
         probe={"K0": {"violations": 1, "counter": 2, "accepted": 3, "fences": [1, 3, 2]},
                "L0": {"violations": 4, "counter": 1, "accepted": 2}},  # short lease: overlap allowed
-        faults=stress.Counter(), left_held=["x#K0 by someone"],
+        faults=stress.Counter(), left_held=["x#K0 by someone"], coalesce_rows=["!3!n#N1: left, owner"],
     )
     found = stress._judge(report)
     assert {name for name, hits in found.items() if hits} == {
-        "alone", "lost update", "fence order", "outcome", "left held", "re-entrant hold",
+        "alone", "lost update", "fence order", "outcome", "left held", "re-entrant hold", "coalesce", "rate",
     }
-    assert len(found["outcome"]) == 2
+    assert len(found["outcome"]) == 3 and len(found["coalesce"]) == 2 and len(found["rate"]) == 1
+    # within the limit: the third admission a full period after the first
+    report.runs[-1].admissions = [1_000 + stress.RATE_PERIOD_S * 1000]
+    assert stress._judge(report)["rate"] == []
     assert all("L0" not in hit for hits in found.values() for hit in hits)
 
 
@@ -116,7 +136,10 @@ def test_handoff_after_an_ended_holder_is_bounded():
 
 def test_seeded_campaign_keeps_every_invariant(campaign_app):
     cloud, app = campaign_app
+    # the seeded slice, and a slice of the coalescing and rate shapes on one key each (runs side
+    # by side with it: they cost the campaign's wall time little)
     planned = stress.plan(24, 4, seed=2026, negative_control=False)
+    planned += stress.plan(8, 1, seed=2026, negative_control=False, shapes=FLOW)
     report = stress.run_campaign(cloud, app, planned, seed=2026, settle_s=GRACE_MS / 1000 + 4)
     print(stress.summary(report))
     assert report.ok, report.violations
@@ -125,6 +148,8 @@ def test_seeded_campaign_keeps_every_invariant(campaign_app):
     assert sum(report.faults.values()) > 0 and any(r.stopped for r in report.runs)
     assert report.faults["duplicate janitor event"] > 0 and report.faults["late janitor event"] > 0
     assert {r.reading for r in report.runs} == {"strict", "reevaluate"}
+    coalescing = [r for r in report.runs if r.shape == "Coalesce"]
+    assert coalescing and sum(len(r.admissions) for r in report.runs if r.shape == "Rate") >= 3
 
 
 def test_negative_control_unlocked_runs_break_the_campaign(campaign_app):

@@ -11,7 +11,12 @@ table and one key namespace (``x``), so they contend with each other: a plain ``
 a Map whose iterations lock the same key; a Parallel whose branches do; a section nested in a
 section on the same key; a workflow whose state machine times out while holding; a workflow
 with a lease shorter than its work (its own keys: overlap is allowed there, by design); the fair
-lock (``Lock.fair``); a workflow holding its key whose work is a Map of sections, or a Parallel
+lock (``Lock.fair``); the coalescing fair lock (``Lock.fair(key, queue=QueueLimit.keep_newest(1))``,
+the "Coalesce" shape, on keys of its own in namespace ``n``: every participant of a key must use
+the same queue limit) whose work is the probe; a rate limit (``Lock.rate``, the "Rate" shape:
+:data:`RATE_LIMIT` entries per :data:`RATE_PERIOD_S` on keys of its own in namespace ``r``; runs
+admitted together work side by side, so the probe's exclusion checks do not apply there); a
+workflow holding its key whose work is a Map of sections, or a Parallel
 of two sections, each on a child key of namespace ``c`` (``C0``, ``C1`` ...: concurrent children
 of one hold, on other keys - they contend with each other and with other holds' children);
 a section beside a sibling branch that fails (the user catches it: Step Functions cancels the
@@ -51,7 +56,7 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
 3. fences at entry never go down, per key;
 4. every run ends SUCCEEDED or with its documented outcome (the work's error or its function
    timeout, ``Lock.Timeout``, ABORTED when stopped, TIMED_OUT for the timing-out shape,
-   ``Lock.Lost`` only for the short lease);
+   ``Lock.Lost`` only for the short lease, ``Lock.Superseded`` only for "Coalesce");
 5. once the janitor has settled and the graces passed, no lock is left held and no queue
    holds anyone; a free fair lock whose queue shows only holes (tickets whose waiter was
    stopped before it parked, or took another after a lost response) admits one more fair
@@ -68,12 +73,26 @@ Invariants (every one must hold; ``--negative-control`` must break the first):
    cancelled section, plus the presence settle time, ``lock_protocol.PRESENCE_SETTLE_MS``). "Held" is
    read on the lock item right after the end (its owner names the execution); "waiting" is
    read from the waiter's own history (an acquire attempt on the key since its last entry,
-   no entry until past the bound, still running) or, for a client, from its own clock.
+   no entry until past the bound, still running) or, for a client, from its own clock;
+8. coalescing ("Coalesce"): a run that ended ``Lock.Superseded`` never entered its work (no
+   probe in its history since its last redrive: a run stopped at work and redriven is refused
+   its resumed work, queues again and may then be superseded), and once settled (the next arrival sent at a
+   queue of holes, as for the fair lock) no queue row is left on its keys;
+9. rate limit ("Rate"): per key, no window of :data:`RATE_PERIOD_S` holds more than
+   :data:`RATE_LIMIT` of the admissions' reserved times (``tools/rate_checks.py``, read from
+   every Rate run's history, redriven and stopped ones included: a stopped run spends its
+   permit).
 
 The "Cancelled" shape runs a section beside a branch that fails 0-3 s after the start, the
 failure caught: Step Functions cancels the section wherever it is (waiting, working, releasing;
 no Catch runs) and the execution succeeds. Its lock, if still held when the execution ended,
 is judged by invariant 7 like a stopped holder's (the cancel came before that end).
+
+Faults reach the new shapes as they reach the others: their runs are stopped (after a delay,
+once inside, as soon as they wait, after a long wait) and redriven, the coalescing enqueue's
+response is lost (``ENQUEUE_NEWEST``, as the fair ``ENQUEUE``'s), its grants' and wake-ups'
+as the fair lock's; a rate admission's response is lost (``rate_protocol.ADMIT``: its retry finds
+the count moved and spends another permit, which the limit allows) or throttled.
 
 Not yet covered: records near the payload limit.
 """
@@ -102,15 +121,18 @@ from botocore.exceptions import ClientError
 from locked_workflow.constructs_lib.lock_client import LockClient, LockError, LockHeld, LockHeldInThisThread, LockLost
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import rate_protocol as rate
 from locked_workflow.state_machines import record_protocol
 from locked_workflow.state_machines.errors import (
     CONDITIONAL_CHECK_FAILED_CODE,
     ERROR_LOST,
     ERROR_RECORD_TOO_LARGE,
+    ERROR_SUPERSEDED,
     ERROR_TIMEOUT,
     LAMBDA_TIMED_OUT,
 )
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
+from tools.rate_checks import admission_stamps, crowded_windows
 
 #: The probe's Lambda timeout (s); the stop grace derived from it is this + 5 s.
 PROBE_TIMEOUT_S = 3
@@ -120,8 +142,18 @@ SHORT_TIMEOUT_S = 4
 SHAPES = {  # shape -> weight in the mix
     "Plain": 30, "Map": 10, "Parallel": 8, "Nested": 8, "Timeout": 8, "Lease": 6, "Fair": 12,
     "Children": 8, "ChildrenParallel": 6, "Cancelled": 6, "ClientThread": 6, "ClientNested": 4, "ClientAsync": 4,
-    "Record": 6,
+    "Record": 6, "Coalesce": 14, "Rate": 10,
 }
+#: The "Coalesce" shape's keys (``N0`` ...) live in this namespace, and the "Rate" shape's
+#: (``T0`` ...) in that one: a coalescing key's participants must share its queue limit, and a
+#: rate limit admits several at once (the probe's exclusion checks skip its keys).
+COALESCE_NAMESPACE, RATE_NAMESPACE = "n", "r"
+#: The "Rate" shape's limit: this many entries per key in any window of this many seconds.
+RATE_LIMIT, RATE_PERIOD_S = 2, 4
+#: The coalescing and rate shapes draw their keys from this many (fewer than the others: a
+#: burst on one key is what they are about - a newcomer superseding a queued run, a run waiting
+#: for its permit).
+FLOW_KEYS = 1
 #: The "Record" shape's records (the lock on the record itself): each seeded at the campaign's
 #: start with a padding of this many KB - just under the record lock's limit, over it (the
 #: run fails ``Lock.RecordTooLarge`` and frees the lock at once), and small.
@@ -134,7 +166,7 @@ RECORD_KEY = "recordId"
 CLIENT_SHAPES = {"ClientThread", "ClientNested", "ClientAsync"}
 #: Shapes whose output stays under 256 KiB with a padded input (a Parallel's output holds
 #: each branch's copy of its input; records near the payload limit are not covered here).
-PADDED_SHAPES = {"Plain", "Map", "Nested", "Timeout", "Lease", "Fair", "Children"}
+PADDED_SHAPES = {"Plain", "Map", "Nested", "Timeout", "Lease", "Fair", "Children", "Coalesce", "Rate"}
 #: Padding of a large input (bytes).
 PADDING_BYTES = (50_000, 150_000)
 #: A fair waiter's park fallback (s): the polling shapes on its keys never wake it.
@@ -173,7 +205,7 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     from aws_cdk import aws_dynamodb as dynamodb
     from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
-    from locked_workflow import Lock, LockedSection, LockedWorkflow
+    from locked_workflow import Lock, LockedSection, LockedWorkflow, QueueLimit
     from locked_workflow.state_machines.lock_protocol import jsonata
     from tools.probe_stack import probe_resources
 
@@ -199,11 +231,11 @@ def build_stack(scope: Any, construct_id: str) -> Any:
             max_wait=cdk.Duration.seconds(MAX_WAIT_S), lock_variable=variable,
         )
 
-    def workflow(construct_id: str, protected: Any = None, **props: Any) -> Any:
+    def workflow(construct_id: str, protected: Any = None, namespace: str = "x", **props: Any) -> Any:
         props = {"timeout": cdk.Duration.minutes(4), "max_wait": cdk.Duration.seconds(MAX_WAIT_S),
                  "lock": Lock.mutex(jsonata("$states.input.key")), **props}
         return LockedWorkflow(
-            stack, construct_id, key_namespace="x",
+            stack, construct_id, key_namespace=namespace,
             protected=protected or probe(f"{construct_id}Probe", "$lock.fence"), table=locks, wait_policy=FAST,
             logging=False, tracing=False, state_machine_name=construct_id, **props,
         )
@@ -218,6 +250,13 @@ def build_stack(scope: Any, construct_id: str) -> Any:
     workflow("Plain")
     workflow("Fair", lock=Lock.fair(jsonata("$states.input.key"), park_timeout=cdk.Duration.seconds(FAIR_PARK_TIMEOUT_S)))
     workflow("Timeout", timeout=cdk.Duration.seconds(SHORT_TIMEOUT_S), max_wait=cdk.Duration.seconds(2))
+    # coalescing: a newcomer supersedes the run queued before it (Lock.Superseded), keys of its own
+    workflow("Coalesce", namespace=COALESCE_NAMESPACE, lock=Lock.fair(
+        jsonata("$states.input.key"), park_timeout=cdk.Duration.seconds(FAIR_PARK_TIMEOUT_S),
+        queue=QueueLimit.keep_newest(1)))
+    # a rate limit: RATE_LIMIT entries per RATE_PERIOD_S per key, keys of its own
+    workflow("Rate", namespace=RATE_NAMESPACE, lock=Lock.rate(
+        jsonata("$states.input.key"), limit=RATE_LIMIT, period=cdk.Duration.seconds(RATE_PERIOD_S)))
     workflow("Lease", lease=cdk.Duration.seconds(SHORT_LEASE_S))
     mapped = sfn.Map.jsonata(stack, "Each", items=sfn.ProvideItems.jsonata(jsonata("$states.input.items")))
     map_section = section("MapLock", probe("MapProbe", "$lock.fence"), "lock")
@@ -316,6 +355,7 @@ class Run:
     task_errors: list[str | None] = field(default_factory=list)  # ClientAsync: each task's
     problems: list[str] = field(default_factory=list)  # a client's re-entrancy found broken
     trail: list[str] = field(default_factory=list)  # its last states entered (diagnostics)
+    admissions: list[int] = field(default_factory=list)  # "Rate": the reserved times it was admitted at
 
     @property
     def padded(self) -> bool:
@@ -332,6 +372,7 @@ class Report:
     handoffs: list[tuple[str, int]] = field(default_factory=list)  # (stored key, ms to next entry)
     arrivals: list[tuple[str, float]] = field(default_factory=list)  # (a key of holes, s to pass it)
     records: dict[str, int] = field(default_factory=dict)  # the "Record" shape's: key -> balance
+    coalesce_rows: list[str] = field(default_factory=list)  # queue rows left on the "Coalesce" keys
 
     @property
     def ok(self) -> bool:
@@ -348,14 +389,20 @@ def _work(rng: random.Random, shape: str) -> int:
     return rng.randint(50, 400)
 
 
-def plan(runs: int, keys: int, seed: int, negative_control: bool) -> list[Run]:
+#: The key letter of the shapes whose keys are their own (the others': ``K``).
+KEY_LETTER = {"Lease": "L", "Coalesce": "N", "Rate": "T"}
+
+
+def plan(runs: int, keys: int, seed: int, negative_control: bool, shapes: dict[str, int] | None = None) -> list[Run]:
+    """``runs`` runs drawn by ``seed`` from ``shapes`` (shape -> weight; default :data:`SHAPES`)."""
     rng = random.Random(seed)
-    shapes = dict(SHAPES, **({"Unlocked": 25} if negative_control else {}))
+    shapes = dict(shapes or SHAPES, **({"Unlocked": 25} if negative_control else {}))
     child_keys = max(2, keys - 2)
     planned = []
     for _ in range(runs):
         shape = rng.choices(list(shapes), weights=list(shapes.values()))[0]
-        key = f"L{rng.randrange(keys)}" if shape == "Lease" else f"K{rng.randrange(keys)}"
+        letter = KEY_LETTER.get(shape, "K")
+        key = f"{letter}{rng.randrange(min(keys, FLOW_KEYS) if shape in ('Coalesce', 'Rate') else keys)}"
         if shape == "Record":  # each record in turn: near, over and under the limit
             key = sorted(RECORD_SIZES_KB)[sum(r.shape == "Record" for r in planned) % len(RECORD_SIZES_KB)]
 
@@ -431,6 +478,11 @@ def _faults(rng: random.Random, log: Counter) -> list:
               when=draw(fair.GRANT, 0.05, "lost grant response")),
         Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
               when=draw(fair.ENQUEUE, 0.05, "lost enqueue response")),
+        Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
+              when=draw(fair.ENQUEUE_NEWEST, 0.05, "lost coalescing enqueue response")),
+        Fault("UpdateItem", "InternalServerError", times=many, after_call=True,
+              when=draw(rate.ADMIT, 0.05, "lost admission response")),
+        Fault("UpdateItem", "ThrottlingException", times=many, when=draw(rate.ADMIT, 0.03, "throttled admission")),
         Fault("SendTaskSuccess", "ServiceUnavailable", times=many, service="stepfunctions",
               when=lambda params: _lost(rng, guard, log, 0.05, "lost wake-up")),
     ]
@@ -457,9 +509,14 @@ def _ms(timestamp: Any) -> int:
     return int(timestamp.timestamp() * 1000)
 
 
+#: Namespaces of the keys of their own (by key letter); every other key lives in ``x``.
+NAMESPACES = {"C": "c", "N": COALESCE_NAMESPACE, "T": RATE_NAMESPACE}
+
+
 def _stored_key(probe_key: str) -> str:
-    """The lock item of a probe item: child keys (``C...``) live in namespace ``c``."""
-    return protocol.namespaced("c" if probe_key.startswith("C") else "x", probe_key)
+    """The lock item of a probe item: child keys (``C...``) live in namespace ``c``, the
+    coalescing shape's (``N...``) in ``n``, the rate shape's (``T...``) in ``r``."""
+    return protocol.namespaced(NAMESPACES.get(probe_key[:1], "x"), probe_key)
 
 
 def _lock_writes(parameters: dict) -> Iterator[tuple[str, str]]:
@@ -602,6 +659,8 @@ class _Campaign:
         run.status, run.error, run.cause = result.status, result.error, result.cause
         run.events = timeline(result.history)
         run.waits = waits_of(run.events)
+        if run.shape == "Rate":
+            run.admissions = admission_stamps(result.history)
         run.trail = trail(result.history)
 
     def stop_when_due(self, run: Run) -> None:
@@ -855,7 +914,8 @@ def run_campaign(cloud: Any, app: Any, planned: list[Run], *, seed: int, settle_
     held, to_pass = _left_held(cloud, app)
     late, arrivals = _next_arrivals(cloud, app, to_pass)
     records, records_held = _records(cloud, app)
-    report = Report(planned, probe, fault_log, held + records_held + late, arrivals=arrivals, records=records)
+    report = Report(planned, probe, fault_log, held + records_held + late, arrivals=arrivals, records=records,
+                    coalesce_rows=_rows_left(cloud, app, COALESCE_NAMESPACE))
     report.violations = _judge(report)
     return report
 
@@ -928,8 +988,21 @@ def _left_held(cloud: Any, app: Any) -> tuple[list[str], dict[str, str]]:
             if served != tickets:  # a fair lock's queue: every ticket was served or skipped
                 queued[key] = f"{key} queued: tickets {served + 1}..{tickets}"
     held += [line for key, line in queued.items() if key in parked]
-    to_pass.update({key: "Fair" for key in queued if key not in parked})
+    to_pass.update({key: "Coalesce" if key.startswith(f"{COALESCE_NAMESPACE}#") else "Fair"
+                    for key in queued if key not in parked})
     return held, to_pass
+
+
+def _rows_left(cloud: Any, app: Any, namespace: str) -> list[str]:
+    """Every fair queue row still on a key of ``namespace`` (a mark, a row marked left, a park)."""
+    left = []
+    for page in cloud.dynamodb.get_paginator("scan").paginate(TableName=_table(app, "LocksTable"), ConsistentRead=True):
+        for item in page["Items"]:
+            key = item["pk"]["S"]
+            if key.startswith(fair.ROW_MARK) and key.partition(fair.ROW_MARK)[2].partition(fair.ROW_MARK)[2].startswith(
+                    f"{namespace}#"):
+                left.append(f"{key}: " + ", ".join(sorted(k for k in item if k != "pk")))
+    return left
 
 
 #: How long the next arrival at a queue of holes, or at a lock of an ended execution, may
@@ -978,11 +1051,11 @@ def handoff_bound_ms(grace_ms: int, fair_waiter: bool, cancelled: bool = False) 
 def _judge(report: Report) -> dict[str, list[str]]:
     violations: dict[str, list[str]] = {
         "alone": [], "lost update": [], "fence order": [], "outcome": [], "left held": [],
-        "re-entrant hold": [], "handoff": [],
+        "re-entrant hold": [], "handoff": [], "coalesce": [], "rate": [],
     }
     for key, item in report.probe.items():
-        if key.startswith("L"):
-            continue  # the short lease overlaps by design: only its fence guards writes
+        if key.startswith(("L", "T")):
+            continue  # the short lease overlaps by design (only its fence guards writes); a rate limit admits several
         if item.get("violations", 0):
             violations["alone"].append(f"{key}: {item['violations']} entries found another holder inside"
                                        + _overlap_suspects(report, key, item))
@@ -1004,6 +1077,7 @@ def _judge(report: Report) -> dict[str, list[str]]:
             allowed |= run.status == "ABORTED" and run.stopped
             allowed |= run.status == "TIMED_OUT" and run.shape == "Timeout"
             allowed |= run.error == ERROR_LOST and run.shape == "Lease"
+            allowed |= run.status == "FAILED" and run.error == ERROR_SUPERSEDED and run.shape == "Coalesce"
         if not allowed:
             cause = f" ({run.cause[:300]})" if run.cause else ""
             waited = ", ".join(f"{w.stored_key} {(w.end_ms - w.start_ms) / 1000:.0f} s" for w in run.waits)
@@ -1021,6 +1095,19 @@ def _judge(report: Report) -> dict[str, list[str]]:
         elif not done <= balance <= done + maybe:
             violations["lost update"].append(f"record {key}: balance {balance}, {done} runs succeeded, {maybe} others")
     violations["left held"] = list(report.left_held)
+    for run in report.runs:  # a superseded run never entered its work (since its last redrive: a run
+        # stopped at work and redriven is refused its resumed work, queues again, and may be superseded)
+        since = max((ms for ms, k, _ in run.events if k == "redriven"), default=0)
+        if run.shape == "Coalesce" and run.error == ERROR_SUPERSEDED and any(
+                k == "enter" and ms >= since for ms, k, _ in run.events):
+            violations["coalesce"].append(f"{run.arn} ended {ERROR_SUPERSEDED} after entering its work; "
+                                          f"last states: {' | '.join(run.trail)}")
+    violations["coalesce"] += [f"queue row left: {row}" for row in report.coalesce_rows]
+    for key in sorted({run.key for run in report.runs if run.shape == "Rate"}):
+        stamps = [ms for run in report.runs if run.shape == "Rate" and run.key == key for ms in run.admissions]
+        for first, last in crowded_windows(stamps, limit=RATE_LIMIT, period_ms=RATE_PERIOD_S * 1000):
+            violations["rate"].append(f"{key}: {RATE_LIMIT + 1} admissions within {last - first} ms "
+                                      f"({first}..{last}; period {RATE_PERIOD_S * 1000} ms)")
     report.handoffs = []
     violations["handoff"] = _judge_handoffs(report)
     return violations
@@ -1093,7 +1180,8 @@ def summary(report: Report) -> str:
             outcomes[(run.shape, outcome(run, error))] += 1
     lines = ["| shape | outcome | runs |", "|---|---|---:|"]
     lines += [f"| {shape} | {result} | {n} |" for (shape, result), n in sorted(outcomes.items())]
-    entries = sum(i.get("entries", 0) for k, i in report.probe.items() if not k.startswith(("L", "C")))
+    entries = sum(i.get("entries", 0) for k, i in report.probe.items() if not k.startswith(("L", "C", "T")))
+    rate_entries = sum(i.get("entries", 0) for k, i in report.probe.items() if k.startswith("T"))
     child_entries = sum(i.get("entries", 0) for k, i in report.probe.items() if k.startswith("C"))
     lease_entries = sum(i.get("entries", 0) for k, i in report.probe.items() if k.startswith("L"))
     rejected = sum(i.get("rejected", 0) for i in report.probe.values())
@@ -1119,7 +1207,7 @@ def summary(report: Report) -> str:
     lines += [
         "", "| invariant | result |", "|---|---|",
         f"| protected entries checked (short-lease keys apart) | {entries} + {child_entries} on child keys "
-        f"(+{lease_entries} short-lease) |",
+        f"(+{lease_entries} short-lease, +{rate_entries} rate-limited) |",
         f"| fenced writes rejected (zombies) | {rejected} |",
         f"| handoffs after an ended holder checked; longest | {len(report.handoffs)}; {longest / 1000:.1f} s "
         f"(bound {handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, False) / 1000:.0f} s polling, "
@@ -1129,6 +1217,12 @@ def summary(report: Report) -> str:
             f"{sum(r.shape == 'Record' and r.key == key and r.status == 'SUCCEEDED' for r in report.runs)} / "
             f"{sum(r.shape == 'Record' and r.key == key and r.error == ERROR_RECORD_TOO_LARGE for r in report.runs)}"
             for key, balance in sorted(report.records.items())) + " |",
+        f"| coalescing runs: superseded / succeeded; queue rows left | "
+        f"{sum(r.shape == 'Coalesce' and r.error == ERROR_SUPERSEDED for r in report.runs)} / "
+        f"{sum(r.shape == 'Coalesce' and r.status == 'SUCCEEDED' for r in report.runs)}; {len(report.coalesce_rows)} |",
+        f"| rate-limited runs: admissions read from the histories ({RATE_LIMIT} per {RATE_PERIOD_S} s per key) | "
+        f"{sum(len(r.admissions) for r in report.runs if r.shape == 'Rate')} over "
+        f"{len({r.key for r in report.runs if r.shape == 'Rate'})} keys |",
         f"| fair queues of holes, locks of a cancelled section: passed by the next arrival; longest | {len(report.arrivals)}; "
         f"{max((s for _, s in report.arrivals), default=0):.1f} s (bound {NEXT_ARRIVAL_S} s) |",
     ] + [f"| {name} | {'ok' if not found else f'VIOLATED ({len(found)})'} |" for name, found in report.violations.items()]

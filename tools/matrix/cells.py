@@ -134,6 +134,10 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "fair_protocol.REVOKE": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.MARK": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "lock_protocol.RELEASE": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    # the janitor's hand-on on a coalescing key (a parked waiter stopped, superseded tickets)
+    "fair_protocol.JUMP": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
+    "SendTaskFailure": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
+    "DescribeExecution": (["FairNewest", "FairNewest", "FairNewest"], "dead-waiter"),
 }
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",

@@ -244,12 +244,15 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     ("fair_protocol.REVOKE", "dynamodb", "UpdateItem"),
     ("fair_protocol.MARK", "dynamodb", "DeleteItem"),  # its handoff's unmark: a delete under MARK's condition
     ("fair_protocol.JUMP", "dynamodb", "UpdateItem"),  # its handoff on a coalescing key (superseded tickets)
-    # a stopped waiter that had been granted: its leave releases the lock it holds (seen by the matrix:
-    # coalesce:Lock.Release.Unmark x lost, dead-waiter, unlisted)
+    # its leave of a granted waiter releases the lock it holds; on a coalescing key the claimed
+    # grant is released when the next ticket's row is a hole (the superseded ticket's row, taken by
+    # the newer run). Seen by the matrix (coalesce:Lock.Release.Unmark x lost, dead-waiter, unlisted)
     ("lock_protocol.RELEASE", "dynamodb", "UpdateItem"),
     ("SendTaskFailure", "stepfunctions", "SendTaskFailure"),  # ... and a superseded waiter's wake-up
     ("DeleteItem", "dynamodb", "DeleteItem"),
     ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
+    # ... whose wake-up failed: does the grantee still run (seen by the matrix)
+    ("DescribeExecution", "stepfunctions", "DescribeExecution"),
 ))
 
 
