@@ -212,8 +212,8 @@ def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_
     import aws_cdk as cdk
     from aws_cdk import aws_stepfunctions as sfn
 
-    from conftest import Synthesized
     from locked_workflow import Lock, LockedWorkflow, QueueLimit
+    from locked_workflow.constructs_lib.monitoring import synthesized_definition
     from locked_workflow.constructs_lib.section_work import is_lock_state, task_states
     from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -222,12 +222,9 @@ def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_
     key = jsonata("$states.input.key")
     kinds = {"Plain": Lock.fair(key), "Newest": Lock.fair(key, queue=QueueLimit.keep_newest(1)),
              "Oldest": Lock.fair(key, queue=QueueLimit.keep_oldest(2))}
-    for name, lock in kinds.items():
-        LockedWorkflow(stack, name, lock=lock, protected=sfn.Pass(stack, f"{name}Work"), state_machine_name=name)
-    synthesized = Synthesized(template=app.synth().get_stack_by_name("Graces").template, messages=[])
-    machines = synthesized.resources("AWS::StepFunctions::StateMachine")
-    for name in kinds:
-        logical_id = next(k for k, v in machines.items() if v["Properties"].get("StateMachineName") == name)
-        lock_states = synthesized.definition(logical_id)["States"]["Lock"]
+    workflows = {name: LockedWorkflow(stack, name, lock=lock, protected=sfn.Pass(stack, f"{name}Work"),
+                                      state_machine_name=name) for name, lock in kinds.items()}
+    for name, workflow in workflows.items():
+        lock_states = synthesized_definition(workflow.state_machine)["States"]["Lock"]
         parks = [s for s in task_states(lock_states) if s["Resource"].endswith(".waitForTaskToken")]
         assert parks and all(is_lock_state(park) for park in parks), (name, [p["Resource"] for p in parks])
