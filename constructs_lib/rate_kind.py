@@ -2,9 +2,10 @@
 ``period`` - :mod:`locked_workflow.state_machines.rate_protocol`. Its states::
 
     Read (GetItem) -> InTime? --> Admit (ADMIT: reserves the entry time) --> Turn (Wait until
-                          |                                               then) --> the work --> Released
+                          |                          then) --> OnTime? --> the work --> Released
                           \\--the time to reserve is past max_wait--> Timeout (Lock.Timeout)
     Admit refused (another entry was admitted since the read) --> Read
+    OnTime? late (more than ENTRY_MARGIN_MS past the reserved time) --> Read (its permit unused)
 
 Nothing is held, so nothing is released: the work's end (success or error) writes nothing,
 and no stale holder can block a key (no janitor, liveness check or lease is involved).
@@ -40,6 +41,18 @@ class _Admit(tasks.DynamoUpdateItem):
         arguments["ExpressionAttributeValues"] = jsonata(self._values_expression)
         rendered["Arguments"] = arguments
         return rendered
+
+
+class _Otherwise:
+    """The guard's Choice as the state the section chains its work to (``.next(work)``: the
+    Choice's ``otherwise``)."""
+
+    def __init__(self, choice: sfn.Choice) -> None:
+        self.choice = choice
+
+    def next(self, state: sfn.IChainable) -> sfn.Chain:
+        self.choice.otherwise(state)
+        return sfn.Chain.start(state)
 
 
 class RateLimit(Mutex):
@@ -94,7 +107,7 @@ class RateLimit(Mutex):
             values_expression=rate.admit_values_expression(wait_variable=v["wait"], period_ms=self.period_ms),
             assign={v["lock"]: jsonata(rate.lock_variable_expression(wait_variable=v["wait"], limit=self.limit)),
                     v["wait"]: jsonata("null")},
-            outputs=jsonata(f"{ENTRY}.input"),
+            outputs=jsonata("$states.input"),  # the entry record: a late run reads again from it
         )
         retry_transient(admit)
         admit.add_catch(read, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
@@ -110,9 +123,17 @@ class RateLimit(Mutex):
         in_time = sfn.Choice.jsonata(section, "InTime", state_name=section._name("InTime?"))
         in_time.when(sfn.Condition.jsonata(jsonata(rate.past_max_wait_expression(v["wait"], max_wait_ms))), timeout)
         in_time.otherwise(admit)
+        # on time: the work gets the section's input (the Output of the Choice's default rule,
+        # https://docs.aws.amazon.com/step-functions/latest/dg/state-choice.html)
+        on_time = sfn.Choice.jsonata(section, "OnTime", state_name=section._name("OnTime?"),
+                                     outputs=jsonata(f"{ENTRY}.input"))
+        # late: the permit is given up unused and the run reserves again (the wait variable
+        # starts over from the section's entry: max_wait still counts from there)
+        on_time.when(sfn.Condition.jsonata(jsonata(f"$not({rate.on_time_expression(v['lock'])})")), read)
         read.next(in_time)
         admit.next(turn)
-        return read, admit, turn
+        turn.next(on_time)
+        return read, admit, _Otherwise(on_time)
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
         return sfn.Succeed(section, "Released", state_name=section._name("Released"))

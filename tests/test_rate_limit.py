@@ -17,7 +17,7 @@ from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import rate_protocol as rate
 from locked_workflow.state_machines.lock_protocol import jsonata
 from rate_stack import LIMIT, PERIOD_S, WORK
-from tools.rate_checks import crowded_windows
+from tools.rate_checks import admission_stamps, crowded_windows
 
 PERIOD_MS = PERIOD_S * 1000
 #: When a permit frees again: a period and the entry margin after its reserved time.
@@ -25,6 +25,11 @@ SPACING_MS = rate.spacing_ms(PERIOD_MS)
 #: A refused run's entry after its permit freed: the Wait rounds up to the second, plus the
 #: admit's latency on a loaded machine (a fixed poll of the mutex's policy would be up to 5 s).
 LATE_S = 2.5
+#: How late after the guard's check the work's entry may come: the one transition from the
+#: guard's Choice into the work (a loaded machine).
+TRANSITION_MS = 1000
+#: How late the late-run tests make a Wait end: past the entry margin, within a period.
+LATE_TURN_S = 5
 
 
 # ---- props ----------------------------------------------------------------------------------
@@ -134,29 +139,32 @@ def test_a_burst_is_admitted_at_the_limit_and_never_above_it_in_any_window(limit
         assert [r.status for r in rs] == ["SUCCEEDED"] * runs, [(r.error, r.cause) for r in rs]
         outputs = sorted((r.output for r in rs), key=lambda o: o["fence"])
         stamps = [o["admittedAt"] for o in outputs]
-        # the fences are the admissions' numbers, in the order of their stamps
-        assert [o["fence"] for o in outputs] == list(range(1, runs + 1))
+        # the fences are the admissions' numbers, in the order of their stamps (a run that came
+        # late out of its Wait gave its number up and took a later one: see the late-run test)
+        fences = [o["fence"] for o in outputs]
+        assert fences == sorted(set(fences)) and fences[0] >= 1
         assert stamps == sorted(stamps)
-        # exact, on the stamps: no window of PERIOD holds more than LIMIT admissions ...
-        assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
+        # every admission, the given-up ones too (histories): the key's count
+        reserved = sorted(s for r in rs for s in admission_stamps(r.history))
+        assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == len(reserved) >= runs
+        # exact, on the reserved times: no window of PERIOD holds more than LIMIT admissions ...
+        assert crowded_windows(reserved, limit=LIMIT, period_ms=PERIOD_MS) == []
         # ... each run entered its work (history, service clock) at or after its reserved time,
-        # and soon after it: a computed wait (rounded up to the second), not a poll
+        # and at most the entry margin after it (the guard after the Wait; one transition more)
         by_fence = sorted(rs, key=lambda r: r.output["fence"])
         entered = [work_entered_ms(r) for r in by_fence]
         slack = [e - s for e, s in zip(entered, stamps)]
-        assert min(slack) >= 0 and max(slack) <= LATE_S * 1000, slack
-        # ... so the work's entries keep the windows too, up to that slack
-        # (the margin covers the Wait's rounding up to the second; what lags beyond it, not)
-        assert crowded_windows(entered, limit=LIMIT, period_ms=SPACING_MS - max(slack)) == []
+        assert min(slack) >= 0 and max(slack) <= rate.ENTRY_MARGIN_MS + TRANSITION_MS, slack
+        # ... so the work's entries keep the limit in every window of PERIOD too
+        assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS) == []
         # the rate reaches the limit: each waiting run's time is when its permit frees (the
-        # admission LIMIT before it, one period on)
-        late = [(stamps[i] - (stamps[i - LIMIT] + SPACING_MS)) / 1000 for i in range(LIMIT, runs)]
+        # admission LIMIT before it, one period and the margin on)
+        late = [(reserved[i] - (reserved[i - LIMIT] + SPACING_MS)) / 1000 for i in range(LIMIT, len(reserved))]
         assert max(late) <= LATE_S, late
-        assert stamps[-1] - stamps[0] <= (runs // LIMIT - 1) * SPACING_MS + len(late) * LATE_S * 1000
+        assert reserved[-1] - reserved[0] <= (len(reserved) // LIMIT - 1) * SPACING_MS + len(late) * LATE_S * 1000
         # negative control of the window check: a window one ms longer than the spacing it found
-        assert crowded_windows(stamps, limit=LIMIT, period_ms=min(b - a for a, b in zip(stamps, stamps[LIMIT:])) + 1)
-        item = limits.item(p.namespaced("r", k))
-        assert int(item[rate.ADMISSIONS]["N"]) == runs
+        assert crowded_windows(reserved, limit=LIMIT,
+                               period_ms=min(b - a for a, b in zip(reserved, reserved[LIMIT:])) + 1)
     # keys are independent: together their admissions crowd windows that each key alone keeps
     stamps = {k: [r.output["admittedAt"] for r in rs] for k, rs in results.items()}
     assert crowded_windows(stamps[a] + stamps[b], limit=LIMIT, period_ms=PERIOD_MS)
@@ -167,6 +175,44 @@ def test_negative_control_admits_without_its_clauses_crowd_a_window(limits):
     assert [r.status for r in rs] == ["SUCCEEDED"] * 9, [(r.error, r.cause) for r in rs]
     # the work's entries (history) crowd a window: more than LIMIT of them within a PERIOD
     assert crowded_windows([work_entered_ms(r) for r in rs], limit=LIMIT, period_ms=PERIOD_MS)
+
+
+def _late_burst(limits, machine: str) -> tuple[str, list]:
+    """Two permits' worth of runs on one key, the first Wait to end made late by ``LATE_TURN_S``
+    (a loaded scheduler): its run would enter well inside the next runs' window."""
+    from locked_workflow.testing.faults import Delay, state_delays
+
+    k = key(machine.lower())
+    with state_delays(Delay("Lock.Turn", seconds=LATE_TURN_S)) as (delay,):
+        rs = limits.wait([limits.start(machine, k) for _ in range(2 * LIMIT)])
+    assert delay.injected == 1
+    assert [r.status for r in rs] == ["SUCCEEDED"] * 2 * LIMIT, [(r.error, r.cause) for r in rs]
+    return k, rs
+
+
+def test_a_run_whose_wait_ends_late_reserves_again_so_the_entries_keep_the_limit(limits):
+    k, rs = _late_burst(limits, "Rate")
+    entered = [work_entered_ms(r) for r in rs]
+    # the work's entries (history, service clock): never more than LIMIT in a window of PERIOD
+    assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS) == []
+    # every run entered within the margin of the time it last reserved (the guard) ...
+    slack = [e - r.output["admittedAt"] for e, r in zip(entered, rs)]
+    assert min(slack) >= 0 and max(slack) <= rate.ENTRY_MARGIN_MS + TRANSITION_MS, slack
+    # ... the late one (at least) after giving its first permit up: one admission more than runs
+    admissions = [admission_stamps(r.history) for r in rs]
+    assert max(len(a) for a in admissions) >= 2, admissions
+    assert sum(len(a) for a in admissions) == int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"])
+    assert crowded_windows(sorted(s for a in admissions for s in a), limit=LIMIT, period_ms=PERIOD_MS) == []
+
+
+def test_negative_control_without_the_guard_a_late_run_crowds_a_window(limits):
+    _, rs = _late_burst(limits, "Unguarded")
+    entered = [work_entered_ms(r) for r in rs]
+    # the late run entered anyway, inside the window of the runs that reused the permits
+    assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS), entered
+    # while the reserved times keep the limit: only the entries break it
+    stamps = [r.output["admittedAt"] for r in rs]
+    assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
 
 
 def test_a_permit_past_max_wait_fails_at_once_with_lock_timeout(limits):
@@ -218,6 +264,47 @@ def test_a_client_and_the_workflows_spend_the_same_permits(limits):
     assert later[-1].admitted_at >= run.output["admittedAt"] + SPACING_MS
     stamps = [a.admitted_at for a in admitted + later] + [run.output["admittedAt"]]
     assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
+
+
+def _late_client(limits) -> tuple:
+    """A client that spends the key's permits, then waits for the next one and wakes up
+    ``LATE_TURN_S`` late (a paused Lambda): its admission, and the latest time AWS's clock can
+    show when it returned."""
+    import time
+
+    overslept = []
+
+    def sleep(seconds: float) -> None:
+        if seconds > 1 and not overslept:  # the wait for a permit, not a clock bound's
+            overslept.append(seconds)
+            seconds += LATE_TURN_S
+        time.sleep(seconds)
+
+    client, k = _client(limits, sleep=sleep), key("late-client")
+    first = [client.admit(k, limit=LIMIT, period=PERIOD_S) for _ in range(LIMIT)]
+    late = client.admit(k, limit=LIMIT, period=PERIOD_S, wait=PERIOD_S * 3)
+    returned = client.latest_ms()
+    assert overslept, "the client never waited for a permit"
+    return k, first, late, returned
+
+
+def test_a_client_that_wakes_up_late_gives_its_permit_up_and_reserves_again(limits):
+    k, first, late, returned = _late_client(limits)
+    # it returned on time for the permit it kept (the latest time AWS's clock can show) ...
+    assert 0 <= returned - late.admitted_at <= rate.ENTRY_MARGIN_MS + TRANSITION_MS, returned - late.admitted_at
+    # ... the next one: the permit it woke up late for was given up unused
+    assert late.number == LIMIT + 2
+    assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == LIMIT + 2
+    assert late.admitted_at >= first[1].admitted_at + SPACING_MS
+
+
+def test_negative_control_a_client_without_the_guard_returns_late(limits):
+    from unittest import mock
+
+    with mock.patch.object(rate, "on_time", lambda now_ms, reserved_ms: True):
+        _, _, late, returned = _late_client(limits)
+    assert late.number == LIMIT + 1
+    assert returned - late.admitted_at > rate.ENTRY_MARGIN_MS + TRANSITION_MS
 
 
 def test_a_client_whose_clock_runs_ahead_admits_by_dynamodbs_clock_not_its_own(limits):
