@@ -82,6 +82,9 @@ class Mutex:
     #: Its acquisitions are held until released (a rate limit's admissions are not: no janitor,
     #: no liveness check).
     holds = True
+    #: The acquire's output: the work's input (a kind with states between them may keep the
+    #: entry record, ``$states.input``, and give the work its input itself).
+    acquire_outputs = f"{ENTRY}.input"
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key
@@ -120,7 +123,7 @@ class Mutex:
                 key_jsonata=self.attempt_key(section),
             ),
             assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
-            outputs=jsonata(f"{ENTRY}.input"),
+            outputs=jsonata(self.acquire_outputs),
         )
         retry_transient(acquire)
         self.catch_reentered(section, acquire)

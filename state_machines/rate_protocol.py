@@ -164,16 +164,17 @@ def past_max_wait_expression(wait_variable: str, max_wait_ms: int) -> str:
     return f"{reserved_time_expression(wait_variable)} > ${wait_variable}.{SINCE} + {int(max_wait_ms)}"
 
 
-def turn_seconds_expression(lock_variable: str) -> str:
-    """JSONata (a Wait's ``Seconds``, after the admission): until the reserved time, rounded up
-    to the second."""
-    return f"$max([0, $ceil((${lock_variable}.acquiredAt - $millis()) / 1000)])"
+def turn_seconds_expression(lock_variable: str, field: str = "acquiredAt") -> str:
+    """JSONata (a Wait's ``Seconds``, after the admission): until the reserved time
+    (``$lock.<field>``: as :func:`on_time_expression`'s), rounded up to the second."""
+    return f"$max([0, $ceil((${lock_variable}.{field} - $millis()) / 1000)])"
 
 
-def on_time_expression(lock_variable: str) -> str:
+def on_time_expression(lock_variable: str, field: str = "acquiredAt") -> str:
     """JSONata (the Choice after the Wait): the run is at most :data:`ENTRY_MARGIN_MS` past its
-    reserved time (``$lock.acquiredAt``) - it enters its work; else it reserves again."""
-    return f"$millis() <= ${lock_variable}.acquiredAt + {ENTRY_MARGIN_MS}"
+    reserved time (``$lock.acquiredAt``; with a concurrency limit ``$lock.admittedAt``, see
+    :func:`admission_merge_expression`) - it enters its work; else it reserves again."""
+    return f"$millis() <= ${lock_variable}.{field} + {ENTRY_MARGIN_MS}"
 
 
 def on_time(now_ms: int, reserved_ms: int) -> bool:
@@ -198,18 +199,39 @@ def admit_slot_expression(*, wait_variable: str, limit: int) -> str:
     return f"'{PERMIT_PREFIX}' & $string(${wait_variable}.{SEEN_N} % {int(limit)})"
 
 
+def _admitted(*, wait_variable: str, limit: int, of: str) -> tuple[str, str]:
+    """JSONata over ADMIT's ``UPDATED_NEW``: (the admission's number, its reserved time - read
+    from its slot: the slot's value always changes, ``admittedAt`` may not, and an attribute
+    whose value did not change may be left out of ``UPDATED_NEW``)."""
+    slot = f"$lookup({of}, {admit_slot_expression(wait_variable=wait_variable, limit=limit)})"
+    return f"$number({of}.`{ADMISSIONS}`.N)", f"$number({slot}.N)"
+
+
 def lock_variable_expression(*, wait_variable: str, limit: int, of: str = "$states.result.Attributes") -> str:
     """JSONata over ADMIT's ``UPDATED_NEW``: the ``$lock`` record the work reads - ``key`` (the
     rate item's), ``owner``, ``fence`` (the admission's number), ``acquiredAt`` (its reserved
-    entry time, read from its slot: the slot's value always changes - ``admittedAt`` may not,
-    and an attribute whose value did not change may be left out of ``UPDATED_NEW``)."""
-    slot = f"$lookup({of}, {admit_slot_expression(wait_variable=wait_variable, limit=limit)})"
+    entry time)."""
+    number, reserved = _admitted(wait_variable=wait_variable, limit=limit, of=of)
     return (
         f"{{'key': {rate_key_expression()}, 'owner': {ENTRY}.owner, "
-        f"'fence': $number({of}.`{ADMISSIONS}`.N), 'acquiredAt': $number({slot}.N), "
+        f"'fence': {number}, 'acquiredAt': {reserved}, "
         f"{jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}, "
         f"{jsonata_string(GENERATION)}: {REDRIVE_COUNT_EXPRESSION}}}"
     )
+
+
+#: The fields an admission adds to the slot's ``$lock`` of a rate limit with a concurrency
+#: limit (``Lock.rate(..., at_once=n)``): its number and its reserved time.
+ADMISSION = "admission"
+
+
+def admission_merge_expression(*, lock_variable: str, wait_variable: str, limit: int,
+                               of: str = "$states.result.Attributes") -> str:
+    """JSONata over ADMIT's ``UPDATED_NEW``, with a concurrency limit: the slot's ``$lock``
+    (what its release needs: key, owner, fence ...) with :data:`ADMISSION` and
+    :data:`ADMITTED_AT` added."""
+    number, reserved = _admitted(wait_variable=wait_variable, limit=limit, of=of)
+    return f"$merge([${lock_variable}, {{'{ADMISSION}': {number}, '{ADMITTED_AT}': {reserved}}}])"
 
 
 #: History events of one round: a refused one - the refused ADMIT (entered, scheduled,

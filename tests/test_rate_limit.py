@@ -16,7 +16,7 @@ from locked_workflow import Lock, LockedSection, LockTable
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import rate_protocol as rate
 from locked_workflow.state_machines.lock_protocol import jsonata
-from rate_stack import LIMIT, PERIOD_S, WORK
+from rate_stack import AT_ONCE, LIMIT, PERIOD_S, PROBE_PREFIX, WORK
 from tools.rate_checks import admission_stamps, crowded_windows
 
 PERIOD_MS = PERIOD_S * 1000
@@ -26,10 +26,14 @@ SPACING_MS = rate.spacing_ms(PERIOD_MS)
 #: admit's latency on a loaded machine (a fixed poll of the mutex's policy would be up to 5 s).
 LATE_S = 2.5
 #: How late after the guard's check the work's entry may come: the one transition from the
-#: guard's Choice into the work (a loaded machine).
-TRANSITION_MS = 1000
-#: How late the late-run tests make a Wait end: past the entry margin, within a period.
-LATE_TURN_S = 5
+#: guard's Choice into the work, which the guard cannot see (a loaded machine stalled it 1.7 s
+#: once). The entries' windows are checked that much shorter; the guard's own times exactly.
+TRANSITION_MS = 2000
+#: How late the late-run tests make a Wait end: past the entry margin, so that the late run
+#: would enter among the runs that reuse the first permits.
+LATE_TURN_S = 7.5
+#: How late the late client wakes up: past the entry margin and the transition's allowance.
+LATE_CLIENT_S = 5
 
 
 # ---- props ----------------------------------------------------------------------------------
@@ -110,14 +114,39 @@ class Limits:
     def wait(self, arns, timeout: float = 150):
         return self.cloud.wait_all(list(arns), timeout)
 
-    def item(self, stored_key: str) -> dict:
+    def item(self, stored_key: str, *, of=rate.rate_key) -> dict:
         table = next(v for k, v in self.app.resources.items() if k.startswith("LocksTable"))
-        return self.cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": rate.rate_key(stored_key)}},
+        return self.cloud.dynamodb.get_item(TableName=table, Key={"pk": {"S": of(stored_key)}},
                                             ConsistentRead=True).get("Item", {})
+
+    def start_with(self, machine: str, payload: dict) -> str:
+        return self.cloud.start_execution(self.app.state_machine_arn(f"{machine}StateMachine"), payload)
 
 
 def key(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+def guard_entered_ms(result) -> float:
+    """When the execution last entered the guard after the Wait (``Lock.OnTime?``, history,
+    service clock): its check came after, so the guard's rule bounds this time exactly."""
+    return [e["timestamp"].timestamp() * 1000 for e in result.history if e["type"].endswith("StateEntered")
+            and e["stateEnteredEventDetails"]["name"] == "Lock.OnTime?"][-1]
+
+
+def keeps_the_limit(results) -> None:
+    """The run's reservations (every admission, histories), the guard's times (exact: each
+    within the entry margin of its reserved time) and the work's entries (up to the one
+    transition after the guard) never more than LIMIT in a window."""
+    reserved = [s for r in results for s in admission_stamps(r.history)]
+    assert crowded_windows(reserved, limit=LIMIT, period_ms=PERIOD_MS) == []
+    guarded = [guard_entered_ms(r) for r in results]
+    slack = [g - r.output["admittedAt"] for g, r in zip(guarded, results)]
+    assert min(slack) >= 0 and max(slack) <= rate.ENTRY_MARGIN_MS, slack
+    assert crowded_windows(guarded, limit=LIMIT, period_ms=PERIOD_MS) == []
+    entered = [work_entered_ms(r) for r in results]
+    assert min(e - g for e, g in zip(entered, guarded)) >= 0
+    assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS - TRANSITION_MS) == []
 
 
 def work_entered_ms(result) -> float:
@@ -149,14 +178,10 @@ def test_a_burst_is_admitted_at_the_limit_and_never_above_it_in_any_window(limit
         assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == len(reserved) >= runs
         # exact, on the reserved times: no window of PERIOD holds more than LIMIT admissions ...
         assert crowded_windows(reserved, limit=LIMIT, period_ms=PERIOD_MS) == []
-        # ... each run entered its work (history, service clock) at or after its reserved time,
-        # and at most the entry margin after it (the guard after the Wait; one transition more)
-        by_fence = sorted(rs, key=lambda r: r.output["fence"])
-        entered = [work_entered_ms(r) for r in by_fence]
-        slack = [e - s for e, s in zip(entered, stamps)]
-        assert min(slack) >= 0 and max(slack) <= rate.ENTRY_MARGIN_MS + TRANSITION_MS, slack
-        # ... so the work's entries keep the limit in every window of PERIOD too
-        assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS) == []
+        # ... each run passed the guard within the entry margin of its reserved time and entered
+        # its work after (history, service clock): the guard's times keep the limit exactly,
+        # the work's entries up to the one transition after the guard
+        keeps_the_limit(rs)
         # the rate reaches the limit: each waiting run's time is when its permit frees (the
         # admission LIMIT before it, one period and the margin on)
         late = [(reserved[i] - (reserved[i - LIMIT] + SPACING_MS)) / 1000 for i in range(LIMIT, len(reserved))]
@@ -192,24 +217,19 @@ def _late_burst(limits, machine: str) -> tuple[str, list]:
 
 def test_a_run_whose_wait_ends_late_reserves_again_so_the_entries_keep_the_limit(limits):
     k, rs = _late_burst(limits, "Rate")
-    entered = [work_entered_ms(r) for r in rs]
-    # the work's entries (history, service clock): never more than LIMIT in a window of PERIOD
-    assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS) == []
-    # every run entered within the margin of the time it last reserved (the guard) ...
-    slack = [e - r.output["admittedAt"] for e, r in zip(entered, rs)]
-    assert min(slack) >= 0 and max(slack) <= rate.ENTRY_MARGIN_MS + TRANSITION_MS, slack
-    # ... the late one (at least) after giving its first permit up: one admission more than runs
+    keeps_the_limit(rs)
+    # the late run (at least) gave its first permit up: one admission more than runs
     admissions = [admission_stamps(r.history) for r in rs]
     assert max(len(a) for a in admissions) >= 2, admissions
     assert sum(len(a) for a in admissions) == int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"])
-    assert crowded_windows(sorted(s for a in admissions for s in a), limit=LIMIT, period_ms=PERIOD_MS) == []
 
 
 def test_negative_control_without_the_guard_a_late_run_crowds_a_window(limits):
     _, rs = _late_burst(limits, "Unguarded")
     entered = [work_entered_ms(r) for r in rs]
-    # the late run entered anyway, inside the window of the runs that reused the permits
-    assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS), entered
+    # the late run entered anyway, inside the window of the runs that reused the permits (the
+    # check of the guarded test's entries)
+    assert crowded_windows(entered, limit=LIMIT, period_ms=PERIOD_MS - TRANSITION_MS), entered
     # while the reserved times keep the limit: only the entries break it
     stamps = [r.output["admittedAt"] for r in rs]
     assert crowded_windows(stamps, limit=LIMIT, period_ms=PERIOD_MS) == []
@@ -226,6 +246,69 @@ def test_a_permit_past_max_wait_fails_at_once_with_lock_timeout(limits):
     spent = (late.stop_date - late.start_date).total_seconds()
     assert spent < PERIOD_S / 2, spent
     # its permit was not spent: the key's count is still LIMIT
+    assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == LIMIT
+
+
+# ---- with a concurrency limit (at_once) ----------------------------------------------------
+
+
+def test_at_once_is_validated_at_synth():
+    for bad in (0, 33, True, 1.5, "2"):
+        with pytest.raises(ValueError, match=r"`at_once` must be a whole number from 1 to 32 \(or None: no "
+                                             r"concurrency limit\), got: "):
+            Lock.rate(jsonata("$states.input.key"), limit=3, at_once=bad)
+    # a concurrency limit adds the slot's wait loop to the rate's rounds in the history budget
+    few = Lock.rate(jsonata("$states.input.key"), limit=10, at_once=2)
+    _section(few, cdk.Duration.minutes(10))
+    with pytest.raises(ValueError, match=r"`max_wait` must keep the wait under 20000 history events"):
+        _section(Lock.rate(jsonata("$states.input.key"), limit=1000, period=cdk.Duration.seconds(1), at_once=2),
+                 cdk.Duration.minutes(15))
+
+
+def _slots_free(limits, k: str) -> bool:
+    return all("owner" not in limits.item(f"~{i}~" + p.namespaced("r", k), of=str) for i in range(AT_ONCE))
+
+
+def test_a_rate_with_a_concurrency_limit_keeps_both_limits(limits):
+    k = key("at-once")
+    runs = 2 * LIMIT
+    rs = limits.wait([limits.start("AtOnce", k) for _ in range(runs)])
+    assert [r.status for r in rs] == ["SUCCEEDED"] * runs, [(r.error, r.cause) for r in rs]
+    inside = [r.output["insideAtEntry"] for r in rs]
+    # the probe: never more than AT_ONCE in the work at a time, and AT_ONCE reached
+    assert max(inside) == AT_ONCE, inside
+    # every reservation, the guard's times and the work's entries (history) keep the rate
+    keeps_the_limit(rs)
+    reserved = [s for r in rs for s in admission_stamps(r.history)]
+    # the admissions are the key's, numbered per key (the fences are the slots')
+    admissions = sorted(r.output["admission"] for r in rs)
+    assert admissions == sorted(set(admissions))
+    assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == len(reserved) >= runs
+    assert _slots_free(limits, k)
+    # the probe's counter is back to 0: every run left
+    assert int(limits.item(PROBE_PREFIX + k, of=str)["inside"]["N"]) == 0
+
+
+def test_negative_control_without_a_concurrency_limit_the_probe_sees_more_inside(limits):
+    k = key("no-at-once")
+    rs = limits.wait([limits.start("Probe", k) for _ in range(LIMIT)])
+    assert [r.status for r in rs] == ["SUCCEEDED"] * LIMIT, [(r.error, r.cause) for r in rs]
+    assert max(r.output["insideAtEntry"] for r in rs) > AT_ONCE
+
+
+def test_a_failed_work_and_a_permit_past_max_wait_release_their_slot(limits):
+    k = key("at-once-paths")
+    (failed,) = limits.wait([limits.start_with("AtOnce", {"key": k, "fail": True})])
+    assert (failed.status, failed.error) == ("FAILED", "Work.Failed"), failed.cause
+    assert _slots_free(limits, k)
+    # the plain rate limit's runs spend the key's permits (one rate item for both)
+    spent = limits.wait([limits.start("Rate", k) for _ in range(LIMIT - 1)])
+    assert [r.status for r in spent] == ["SUCCEEDED"] * (LIMIT - 1)
+    (late,) = limits.wait([limits.start("AtOnceImpatient", k)])
+    assert (late.status, late.error) == ("FAILED", p.ERROR_TIMEOUT), late.cause
+    entered = [e["stateEnteredEventDetails"]["name"] for e in late.history if e["type"].endswith("StateEntered")]
+    assert "Lock.Acquire" in entered and "Lock.RateTimeoutRelease" in entered and WORK not in entered
+    assert _slots_free(limits, k)
     assert int(limits.item(p.namespaced("r", k))[rate.ADMISSIONS]["N"]) == LIMIT
 
 
@@ -268,7 +351,7 @@ def test_a_client_and_the_workflows_spend_the_same_permits(limits):
 
 def _late_client(limits) -> tuple:
     """A client that spends the key's permits, then waits for the next one and wakes up
-    ``LATE_TURN_S`` late (a paused Lambda): its admission, and the latest time AWS's clock can
+    ``LATE_CLIENT_S`` late (a paused Lambda): its admission, and the latest time AWS's clock can
     show when it returned."""
     import time
 
@@ -277,7 +360,7 @@ def _late_client(limits) -> tuple:
     def sleep(seconds: float) -> None:
         if seconds > 1 and not overslept:  # the wait for a permit, not a clock bound's
             overslept.append(seconds)
-            seconds += LATE_TURN_S
+            seconds += LATE_CLIENT_S
         time.sleep(seconds)
 
     client, k = _client(limits, sleep=sleep), key("late-client")
