@@ -1,9 +1,11 @@
 """The rate limit (``Lock.rate``): its props at synth, and a burst of runs on both DynamoDB
 backends - no window of ``period`` holds more than ``limit`` admissions (the stamps on the
-service clock, and the work's entries in the histories), the admitted rate reaches the limit,
-a refused run enters when its permit frees (a computed wait, not a poll), keys are
-independent, a permit past ``max_wait`` fails at once with ``Lock.Timeout``. The negative
-control: the same burst with ADMIT's clauses weakened breaks the window check."""
+service clock, the guard's times and the work's entries in the histories), the admitted rate
+reaches the limit, a refused run enters when its permit frees (a computed wait, not a poll),
+keys are independent, a permit past ``max_wait`` fails at once with ``Lock.Timeout``, a run (or
+a client) late out of its wait reserves again. With ``at_once``, the probe never sees more than
+``at_once`` runs in the work. The negative controls: ADMIT's clauses weakened, the guard left
+out, ``at_once`` left out - each breaks its check."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ admission's, the given-up ones too, service clock) and of the work's entries (th
 late out of its Wait reserves again), the admitted rate over the burst against the limit (must
 be within ``--tolerance``, default 5 %), how late each run entered after its reserved time (the
 Wait rounds up to the second; the guard after it keeps it within
-``rate_protocol.ENTRY_MARGIN_MS``), and state transitions and DynamoDB calls per run. Exits 1
+``rate_protocol.ENTRY_MARGIN_MS``: the guard's own times are reported too, and how long the
+transition from the guard into the work took), and state transitions and DynamoDB calls per run. Exits 1
 when a bound is broken.
 """
 
@@ -22,6 +23,8 @@ from typing import Any, Sequence
 from tools.rate_checks import admission_stamps, crowded_windows
 
 WORK = "Work"
+#: The guard after the Wait (``rate_protocol.on_time_expression``).
+GUARD = "Lock.OnTime?"
 
 
 def build_stack(app: Any, stack_id: str, *, limit: int, period_s: int, max_wait_s: int) -> Any:
@@ -58,6 +61,9 @@ def measure(results: list, *, limit: int, period_ms: int) -> dict:
     entered = [next(e["timestamp"].timestamp() * 1000 for e in r.history if e["type"].endswith("StateEntered")
                     and e["stateEnteredEventDetails"]["name"] == WORK) for r in results]
     late = [e - s for e, s in zip(entered, stamps)]
+    # the guard after the Wait (its last entry: a late run passes it again after reserving again)
+    guarded = [[e["timestamp"].timestamp() * 1000 for e in r.history if e["type"].endswith("StateEntered")
+                and e["stateEnteredEventDetails"]["name"] == GUARD][-1] for r in results]
     span = max(stamps) - min(stamps)
     # the burst's rate: its admissions over the windows they span (the first window's too)
     rate = len(stamps) / (span + period_ms) * period_ms
@@ -68,6 +74,9 @@ def measure(results: list, *, limit: int, period_ms: int) -> dict:
         "most per window (entries)": most_in_a_window(entered, period_ms),
         "crowded windows (reserved)": len(crowded_windows(reserved, limit=limit, period_ms=period_ms)),
         "crowded windows (entries)": len(crowded_windows(entered, limit=limit, period_ms=period_ms)),
+        "most per window (guard)": most_in_a_window(guarded, period_ms),
+        "guard late max s": round(max(g - s for g, s in zip(guarded, stamps)) / 1000, 2),
+        "guard to entry max s": round(max(e - g for e, g in zip(entered, guarded)) / 1000, 2),
         "permits given up": len(reserved) - len(stamps),
         "rate per period": round(rate, 3),
         "ideal rate per period": round(ideal, 3),
