@@ -47,13 +47,16 @@ class RateAdmissions:
         """Spend one permit of the rate limit on ``key`` - at most ``limit`` entries per
         ``period`` (the workflows' ``Lock.rate(key, limit=..., period=...)``, same namespace):
         return when admitted, waiting up to ``wait`` for the next permit (exactly until it
-        frees, by DynamoDB's clock bounds: no polling).
+        frees, by DynamoDB's clock bounds: no polling). It returns at most
+        ``rate_protocol.ENTRY_MARGIN_MS`` after the time it reserved (by the latest time AWS's
+        clock can show); a later wake-up gives that permit up unused and reserves again.
 
         :param limit: entries per window, 1 to 1000: the workflows' ``limit``.
         :param period: the window, whole seconds (a timedelta or a number). Default: 60 s.
         :param wait: how long to wait for a permit (plus, at most, the width of the clock
             bounds, about a second, when the latest reservation is that far ahead). Default: 0.
-        :raises LockTimeout: the next permit comes after ``wait`` (nothing was spent).
+        :raises LockTimeout: the next permit comes after ``wait`` (nothing was spent), or a
+            late wake-up gave its permit up after ``wait`` was over.
         :raises InvalidLockKey: a bad key (before any DynamoDB call).
         """
         if checked_count(limit, "limit", least=1) > rate.MAX_LIMIT:
@@ -93,7 +96,16 @@ class RateAdmissions:
             # enter once the earliest time AWS's clock can show has reached the reservation
             while (left := reserved - self.earliest_ms()) > 0:
                 self.sleep(left / 1000)
-            return Admission(key=key, number=n + 1, admitted_at=reserved)
+            # ... and while the latest one is still on time (a late wake-up: give the permit up
+            # unused and reserve again, as a workflow's run does after its Wait)
+            if rate.on_time(self.latest_ms(), reserved):
+                return Admission(key=key, number=n + 1, admitted_at=reserved)
+            if self.monotonic() > deadline + width:
+                raise LockTimeout(
+                    f"the rate limit of {key!r} ({limit} per {period_s:g} s): the permit reserved came "
+                    f"later than its margin ({rate.ENTRY_MARGIN_MS} ms) was over, and `wait` ({wait_s:g} s) "
+                    "is over too (the permit was given up unused)", key=key)
+            item = self._read_rate_item(item_key)
 
     def rate_item(self, key: str) -> Mapping[str, Any]:
         """The rate item of ``key`` as it is (consistent read; ``{}``: never admitted)."""

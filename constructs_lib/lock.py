@@ -12,6 +12,7 @@ spells choices (``Schedule.rate(...)``, ``Code.from_asset(...)``)::
     Lock.shared("{% $states.input.customerId %}")      # a reader: many together
     Lock.exclusive("{% $states.input.customerId %}")   # a writer: alone
     Lock.rate("{% $states.input.partnerId %}", limit=10, period=Duration.minutes(1))
+    Lock.rate("{% $states.input.partnerId %}", limit=10, at_once=2)  # and 2 at a time
 
 Each factory validates its own settings at synth ("`x` must ..., got: ..."), and a setting
 exists only on the kinds it means something for: a semaphore has a ``limit``, a fair lock a
@@ -31,7 +32,7 @@ from locked_workflow.constructs_lib.fair_mutex import FairMutex
 from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
 from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
-from locked_workflow.constructs_lib.rate_kind import RateLimit
+from locked_workflow.constructs_lib.rate_kind import RateAtOnce, RateLimit
 from locked_workflow.constructs_lib.shared_kind import SharedLockKind
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -192,7 +193,8 @@ class Lock:
         return _SharedLock(_key(key), SharedLockKind.WRITE_MODE, _park_timeout_s(park_timeout))
 
     @staticmethod
-    def rate(key: str, *, limit: int, period: Duration = Duration.minutes(1)) -> "Lock":
+    def rate(key: str, *, limit: int, period: Duration = Duration.minutes(1),
+             at_once: Optional[int] = None) -> "Lock":
         """A rate limit per key: at most ``limit`` entries per key in any window of ``period``
         (checked on the Step Functions service clock), e.g. 10 calls of a partner API per
         minute. An entry is admitted by one conditional write on the key's rate item, which
@@ -209,6 +211,15 @@ class Lock:
         :param limit: entries admitted per key in any window of ``period``, 1 to 1000. Every
             participant of a key must use the same ``limit`` and ``period``.
         :param period: the window, whole seconds from 1 s to 1 day. Default: 1 minute.
+        :param at_once: also at most this many runs per key in the work at a time, 1 to 32 (a
+            partner API that takes 2 calls at once and 10 a minute: ``limit=10, at_once=2``).
+            A run takes one of ``at_once`` slots (a semaphore's, with its wait path, recovery
+            and release on every path) before its permit and holds it through the permit's
+            wait and the work, so its entry keeps both limits. ``$lock`` is then the slot's
+            (``fence`` per slot) plus ``admission`` (the admission's number) and
+            ``admittedAt`` (its reserved time). Every participant of a key must use the same
+            ``at_once``. Default: ``None`` (no concurrency limit: runs admitted together work
+            side by side).
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= rate_protocol.MAX_LIMIT:
             raise ValueError(f"`limit` must be a whole number from 1 to {rate_protocol.MAX_LIMIT}, got: {limit!r}")
@@ -216,7 +227,12 @@ class Lock:
         low, high = rate_protocol.MIN_PERIOD_S, rate_protocol.MAX_PERIOD_S
         if period_ms % 1000 or not low * 1000 <= period_ms <= high * 1000:
             raise ValueError(f"`period` must be whole seconds from {low} s to 1 day, got: {period_ms / 1000} s")
-        return _RateLock(_key(key), limit, period_ms)
+        if at_once is not None and (isinstance(at_once, bool) or not isinstance(at_once, int)
+                                    or not 1 <= at_once <= semaphore_protocol.MAX_LIMIT):
+            raise ValueError(
+                f"`at_once` must be a whole number from 1 to {semaphore_protocol.MAX_LIMIT} (or None: no "
+                f"concurrency limit), got: {at_once!r}")
+        return _RateLock(_key(key), limit, period_ms, at_once)
 
     # -- what a section does with the value -----------------------------------------------------
 
@@ -321,9 +337,12 @@ class _RateLock(_Value):
     key: str
     limit: int
     period_ms: int
+    at_once: Optional[int]
     kind = "rate"
 
     def builder(self) -> Mutex:
+        if self.at_once is not None:
+            return RateAtOnce(self.key, limit=self.limit, period_ms=self.period_ms, at_once=self.at_once)
         return RateLimit(self.key, limit=self.limit, period_ms=self.period_ms)
 
 

@@ -91,6 +91,9 @@ class Mutex:
     #: It builds its waiters' path itself (its queue, its park or its computed Wait), instead
     #: of the section's Wait-state poll.
     builds_own_wait_path = False
+    #: The acquire's output: the work's input (a kind with states between them may keep the
+    #: entry record, ``$states.input``, and give the work its input itself).
+    acquire_outputs = f"{ENTRY}.input"
 
     def __init__(self, user_key: str) -> None:
         self.user_key = user_key
@@ -129,7 +132,7 @@ class Mutex:
                 key_jsonata=self.attempt_key(section),
             ),
             assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
-            outputs=jsonata(f"{ENTRY}.input"),
+            outputs=jsonata(self.acquire_outputs),
         )
         retry_transient(acquire)
         self.catch_reentered(section, acquire)

@@ -260,12 +260,14 @@ class LockedSection(sfn.StateMachineFragment):
                 if parks else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
             )
             if hasattr(self.kind, "worst_case_events"):  # a kind that waits its own way (Lock.rate)
-                needed = self.kind.worst_case_events(max_wait_ms / 1000)
+                # (with a concurrency limit, after the wait loop for a slot)
+                own = getattr(self.kind, "builds_own_wait_path", False)
+                needed = self.kind.worst_case_events(max_wait_ms / 1000) + (0 if own else needed)
                 if needed > history_event_budget:
                     raise ValueError(
                         f"`max_wait` must keep the wait under {history_event_budget} history events (of the "
                         f"{protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: {max_wait_ms / 1000} s, "
-                        f"which can take {needed} events with Lock.{lock.kind}(limit={self.kind.limit}); lower "
+                        f"which can take {needed} events with Lock.{lock.kind}(limit={self.kind.rate_limit}); lower "
                         "max_wait (a run waits at most one refusal per entry admitted meanwhile)"
                     )
             if needed > history_event_budget and parks:

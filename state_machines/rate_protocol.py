@@ -13,24 +13,32 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
 
 1. Reserve (:data:`ADMIT`): one conditional UpdateItem per admitted entry. A run reads the
    item (strongly consistent GetItem), and admission ``n`` reserves the entry time
-   ``T = max(now, slot + period, admittedAt)`` - ``slot``: the stamp of admission ``n - limit``
+   ``T = max(now, slot + period + margin, admittedAt)`` - ``slot``: the stamp of admission ``n - limit``
    in slot ``n mod limit`` - writing ``T`` into that slot and ``admittedAt`` and the count
    ``n + 1``, on the condition that the count is still ``n`` (so the slot is what the run
-   read), the slot is at or before ``:cutoff = T - period`` and ``admittedAt`` at or before
+   read), the slot is at or before ``:cutoff = T - period - margin`` and ``admittedAt`` at or before
    ``T`` (both implied by the read; spelled out, so the write alone carries the rule). The run
    then waits until ``T`` (a Wait state, computed, rounded up to the second: a Wait's
    ``Seconds`` is an integer, https://docs.aws.amazon.com/step-functions/latest/dg/state-wait.html)
    and enters its work: no polling, and no herd - the waiters hold their places, each its
    own permit, in the order they were admitted.
-2. Why that is exact. The reserved times increase with ``n`` (the last clause) and
-   ``T(n) >= T(n - limit) + period`` (the slot clause; ``+ ENTRY_MARGIN_MS`` even, so that the
-   entries, each less than a second after its time, keep the limit too). Any ``limit + 1`` admissions have
-   numbers ``m < ... < M`` with ``M - m >= limit``, so
-   ``T(M) >= T(M - limit) + period >= T(m) + period``: no window of length ``period`` holds more
-   than ``limit`` reserved entry times, and every run enters at or after its own. (A generic
-   cell rate algorithm with a burst of ``limit`` is not exact this way: it lets the next entry
-   in one emission interval after a burst, ``limit + 1`` entries in a window.)
-3. Refused (another run was admitted since the read): read again and reserve the next
+2. On time (:func:`on_time_expression`, the guard after the Wait): a run enters its work only
+   if it is at most :data:`ENTRY_MARGIN_MS` past ``T``; later (the Wait ended late: AWS does
+   not bound how late a state transition may come, and a loaded scheduler is late by seconds)
+   it gives its permit up unused and reserves again (point 1). A permit given up is under-use,
+   never over-use.
+3. Why that is exact. The reserved times increase with ``n`` (the last clause) and
+   ``T(n) >= T(n - limit) + period + ENTRY_MARGIN_MS`` (the slot clause). Any ``limit + 1``
+   admissions have numbers ``m < ... < M`` with ``M - m >= limit``, so
+   ``T(M) >= T(M - limit) + period + margin >= T(m) + period + margin``: no window of length
+   ``period`` holds more than ``limit`` reserved times. Every entry ``E`` lies in
+   ``[T, T + margin]`` (the Wait, the guard), so ``E(M) >= T(M) >= T(m) + period + margin >=
+   E(m) + period``: no window of ``period`` holds more than ``limit`` *entries* either - up to
+   the one transition from the guard's Choice into the work, the only step the guard cannot
+   see. (A generic cell rate algorithm with a burst of ``limit`` is not exact this way: it
+   lets the next entry in one emission interval after a burst, ``limit + 1`` entries in a
+   window.)
+4. Refused (another run was admitted since the read): read again and reserve the next
    permit. A run is refused only once per admission made between its read and its write, so
    its rounds are bounded (:func:`worst_case_events`, checked at synth against the history
    budget). A reservation past the run's ``max_wait`` is not made: the run fails at once with
@@ -39,8 +47,9 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
 
 A ``LockClient`` spends the same permits with the same write (``LockClient.admit``), on its
 own clock made conservative with DynamoDB's ``Date`` bounds: it reserves from the earliest
-time AWS's clock can show and enters once that has reached its time (see
-:func:`client_values`).
+time AWS's clock can show and enters once that has reached its time, and only while the
+latest time AWS's clock can show is on time (:func:`on_time`; else it reserves again, as a
+workflow's run: see :func:`client_values`).
 """
 
 from __future__ import annotations
@@ -62,12 +71,12 @@ PERMIT_PREFIX = "permit"
 #: item must stay small - a state's result is limited to 256 KiB - and a write costs the
 #: whole item's size, 1 WCU per KB).
 MAX_LIMIT = 1000
-#: What a permit's reuse adds to ``period`` (ms): a run waits for its time in whole seconds
-#: (a Wait's ``Seconds``), so it enters up to a second after it; with admission ``n`` reserved
-#: at least ``period`` + this after admission ``n - limit``, the work's *entries* keep the limit
-#: too, not only the reserved times (whatever delay a scheduler adds on top aside). It costs
-#: ``1 s / period`` of the rate: 1.7 % at a minute.
-ENTRY_MARGIN_MS = 1000
+#: What a permit's reuse adds to ``period`` (ms), and how late after its reserved time a run
+#: may enter its work (the guard, :func:`on_time_expression`): a run waits for its time in whole
+#: seconds (a Wait's ``Seconds``), so it ends its Wait up to a second after it; the other second
+#: is for a late transition. Later than that it reserves again. It costs ``2 s / period`` of the
+#: rate: 3.3 % at a minute.
+ENTRY_MARGIN_MS = 2000
 
 
 def spacing_ms(period_ms: int) -> int:
@@ -81,7 +90,7 @@ MAX_PERIOD_S = 86_400
 
 #: Admit: admission ``:n`` (the count read) reserves the entry time ``:now`` in slot ``#slot``
 #: (``permit<n mod limit>``), whose last reservation is at or before ``:cutoff`` (``:now -
-#: period``), never before the latest one. ``attribute_not_exists(#admissions)``: a key never
+#: period - ENTRY_MARGIN_MS``), never before the latest one. ``attribute_not_exists(#admissions)``: a key never
 #: admitted (its item is never deleted, so a count once written stays).
 #: Values: ``:now`` (the reserved time), ``:cutoff``, ``:n``, ``:next`` (N, ``:n + 1``).
 ADMIT = LockWrite(
@@ -155,10 +164,23 @@ def past_max_wait_expression(wait_variable: str, max_wait_ms: int) -> str:
     return f"{reserved_time_expression(wait_variable)} > ${wait_variable}.{SINCE} + {int(max_wait_ms)}"
 
 
-def turn_seconds_expression(lock_variable: str) -> str:
-    """JSONata (a Wait's ``Seconds``, after the admission): until the reserved time, rounded up
-    to the second."""
-    return f"$max([0, $ceil((${lock_variable}.acquiredAt - $millis()) / 1000)])"
+def turn_seconds_expression(lock_variable: str, field: str = "acquiredAt") -> str:
+    """JSONata (a Wait's ``Seconds``, after the admission): until the reserved time
+    (``$lock.<field>``: as :func:`on_time_expression`'s), rounded up to the second."""
+    return f"$max([0, $ceil((${lock_variable}.{field} - $millis()) / 1000)])"
+
+
+def on_time_expression(lock_variable: str, field: str = "acquiredAt") -> str:
+    """JSONata (the Choice after the Wait): the run is at most :data:`ENTRY_MARGIN_MS` past its
+    reserved time (``$lock.acquiredAt``; with a concurrency limit ``$lock.admittedAt``, see
+    :func:`admission_merge_expression`) - it enters its work; else it reserves again."""
+    return f"$millis() <= ${lock_variable}.{field} + {ENTRY_MARGIN_MS}"
+
+
+def on_time(now_ms: int, reserved_ms: int) -> bool:
+    """:func:`on_time_expression` for Python participants (``now_ms``: the latest time AWS's
+    clock can show, so that the true time is on time too)."""
+    return int(now_ms) <= int(reserved_ms) + ENTRY_MARGIN_MS
 
 
 def admit_values_expression(*, wait_variable: str, period_ms: int) -> str:
@@ -177,29 +199,52 @@ def admit_slot_expression(*, wait_variable: str, limit: int) -> str:
     return f"'{PERMIT_PREFIX}' & $string(${wait_variable}.{SEEN_N} % {int(limit)})"
 
 
+def _admitted(*, wait_variable: str, limit: int, of: str) -> tuple[str, str]:
+    """JSONata over ADMIT's ``UPDATED_NEW``: (the admission's number, its reserved time - read
+    from its slot: the slot's value always changes, ``admittedAt`` may not, and an attribute
+    whose value did not change may be left out of ``UPDATED_NEW``)."""
+    slot = f"$lookup({of}, {admit_slot_expression(wait_variable=wait_variable, limit=limit)})"
+    return f"$number({of}.`{ADMISSIONS}`.N)", f"$number({slot}.N)"
+
+
 def lock_variable_expression(*, wait_variable: str, limit: int, of: str = "$states.result.Attributes") -> str:
     """JSONata over ADMIT's ``UPDATED_NEW``: the ``$lock`` record the work reads - ``key`` (the
     rate item's), ``owner``, ``fence`` (the admission's number), ``acquiredAt`` (its reserved
-    entry time, read from its slot: the slot's value always changes - ``admittedAt`` may not,
-    and an attribute whose value did not change may be left out of ``UPDATED_NEW``)."""
-    slot = f"$lookup({of}, {admit_slot_expression(wait_variable=wait_variable, limit=limit)})"
+    entry time)."""
+    number, reserved = _admitted(wait_variable=wait_variable, limit=limit, of=of)
     return (
         f"{{'key': {rate_key_expression()}, 'owner': {ENTRY}.owner, "
-        f"'fence': $number({of}.`{ADMISSIONS}`.N), 'acquiredAt': $number({slot}.N), "
+        f"'fence': {number}, 'acquiredAt': {reserved}, "
         f"{jsonata_string(REQUESTED_AT)}: {ENTRY}.{REQUESTED_AT}, "
         f"{jsonata_string(GENERATION)}: {REDRIVE_COUNT_EXPRESSION}}}"
     )
 
 
-#: History events of one refused round: the refused ADMIT (entered, scheduled, started,
-#: failed, exited), the read (5) and the decision (2); 2 more for the last round's Wait.
-EVENTS_PER_ROUND = 14
+#: The fields an admission adds to the slot's ``$lock`` of a rate limit with a concurrency
+#: limit (``Lock.rate(..., at_once=n)``): its number and its reserved time.
+ADMISSION = "admission"
+
+
+def admission_merge_expression(*, lock_variable: str, wait_variable: str, limit: int,
+                               of: str = "$states.result.Attributes") -> str:
+    """JSONata over ADMIT's ``UPDATED_NEW``, with a concurrency limit: the slot's ``$lock``
+    (what its release needs: key, owner, fence ...) with :data:`ADMISSION` and
+    :data:`ADMITTED_AT` added."""
+    number, reserved = _admitted(wait_variable=wait_variable, limit=limit, of=of)
+    return f"$merge([${lock_variable}, {{'{ADMISSION}': {number}, '{ADMITTED_AT}': {reserved}}}])"
+
+
+#: History events of one round: a refused one - the refused ADMIT (entered, scheduled,
+#: started, failed, exited), the read (5) and the decision (2) - or a late one - the read (5),
+#: the decision (2), the ADMIT (5), the Wait (2) and the guard's Choice (2).
+EVENTS_PER_ROUND = 16
 
 
 def worst_case_rounds(*, limit: int, period_s: float, max_wait_s: float) -> int:
-    """Rounds of a run whose reservation is at most ``max_wait_s`` away: one per entry admitted
-    between its reads and its write (each refuses it once at most; at most ``limit`` per
-    ``period_s`` of reservations ahead of it), plus its own."""
+    """Rounds of a run whose reservation is at most ``max_wait_s`` away: one per admission
+    of the key within it - another's, admitted between its read and its write (each refuses it
+    once at most), or its own that it gave up, late (each is an admission too) - at most
+    ``limit`` per ``period_s`` of reservations ahead of it, plus its own."""
     return int(limit) * (int(max_wait_s // period_s) + 2) + 1
 
 

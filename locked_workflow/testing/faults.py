@@ -18,6 +18,9 @@ being stopped right there. ``when`` must not call AWS (it runs under the hook's 
 The hook sits in botocore (``BaseClient._make_api_call``), upstream of both moto and
 DynamoDB Local, so it sees the state machines', the Lambdas' and the tests' own calls.
 
+``state_delays(Delay("Lock.Turn", seconds=4))`` makes a Wait state end late: what a loaded
+scheduler does, and AWS does not bound.
+
 ``transaction_conflicts(window_s=...)`` (``patches/transaction_conflicts``, re-exported here)
 makes DynamoDB answer what it answers a request that meets a transaction in flight.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -215,3 +219,50 @@ def _modeled_error(client: BaseClient, code: str, operation: str, params: dict) 
             f"[{', '.join(reason['Code'] for reason in reasons)}]")
     modeled = client.exceptions.from_code(code)
     return modeled(error.response, operation) if modeled is not ClientError else error
+
+
+@dataclass
+class Delay:
+    """End the first ``times`` runs of the Wait state ``state`` (its name) for which
+    ``when(execution_arn)`` holds ``seconds`` late (see :func:`state_delays`)."""
+
+    state: str
+    seconds: float
+    times: int = 1
+    when: Callable[[str], bool] = lambda execution_arn: True
+    injected: int = 0
+
+
+@contextmanager
+def state_delays(*delays: Delay) -> Iterator[tuple[Delay, ...]]:
+    """Wait states that end late: after a matching Wait has waited its time, its run sleeps
+    ``seconds`` more before it leaves the state - the delay a loaded scheduler adds after a
+    Wait (AWS documents no bound on it:
+    https://docs.aws.amazon.com/step-functions/latest/dg/state-wait.html). The hook wraps the
+    local interpreter's Wait state (moto's ``StateWait._eval_state``, ported from LocalStack's),
+    so it sees every execution's Wait states while the block runs."""
+    from moto.stepfunctions.parser.asl.component.state.wait.state_wait import StateWait
+
+    guard = threading.Lock()
+    original = StateWait._eval_state
+
+    def _due(name: str, arn: str) -> Delay | None:
+        with guard:
+            for delay in delays:
+                if delay.state == name and delay.injected < delay.times and delay.when(arn):
+                    delay.injected += 1
+                    return delay
+        return None
+
+    def _eval_state(state: Any, env: Any) -> None:
+        original(state, env)
+        try:
+            arn = env.states.context_object.context_object_data["Execution"]["Id"]
+        except (AttributeError, KeyError, TypeError):
+            arn = ""
+        delay = _due(state.name, arn)
+        if delay is not None:
+            time.sleep(delay.seconds)
+
+    with mock.patch.object(StateWait, "_eval_state", _eval_state):
+        yield delays
