@@ -112,7 +112,7 @@ class FairMutex(Mutex):
             ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}, ":one": {"N": "1"}, ":zero": {"N": "0"},
         }
         fast = update_item_task(
-            section, section._name("Acquire"), section.table,
+            section, section.state_name("Acquire"), section.table,
             fair.arguments(jsonata(protocol.reentered_or(f"{ENTRY}.key", reentered_expression=f"$exists({ENTRY}.reentered)")),
                            fair.FAST_ACQUIRE, values, return_values="ALL_NEW"),
             assign={v["lock"]: jsonata(f"$merge([{protocol.lock_variable_expression()}, "
@@ -129,17 +129,17 @@ class FairMutex(Mutex):
     def _build_queue(self, fast: sfn.TaskStateBase) -> None:
         section, v, f = self._section, self._section.variables, self._vars(self._section)
         timeout = sfn.Fail.jsonata(
-            section, "Timeout", state_name=section._name("Timeout"), error=protocol.ERROR_TIMEOUT,
-            cause=f"the lock was held by another run for longer than max_wait ({section._max_wait_ms} ms)",
+            section, "Timeout", state_name=section.state_name("Timeout"), error=protocol.ERROR_TIMEOUT,
+            cause=f"the lock was held by another run for longer than max_wait ({section.max_wait_ms} ms)",
         )
-        if section._max_wait_ms == 0:
+        if section.max_wait_ms == 0:
             fast.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
             return
         failed = sfn.Fail.jsonata(
-            section, "QueueFailed", state_name=section._name("QueueFailed"),
+            section, "QueueFailed", state_name=section.state_name("QueueFailed"),
             error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"),
         )
-        left = sfn.Choice.jsonata(section, "Left", state_name=section._name("Left?"))
+        left = sfn.Choice.jsonata(section, "Left", state_name=section.state_name("Left?"))
         left.when(sfn.Condition.jsonata(jsonata(f"$exists(${v['wait']}.error)")), failed).otherwise(timeout)
         self._on_error = dict(
             errors=["States.ALL"],
@@ -163,7 +163,7 @@ class FairMutex(Mutex):
         drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
         drop.next(section.protected)
         head = update_item_task(
-            section, section._name("AcquireHead"), section.table,
+            section, section.state_name("AcquireHead"), section.table,
             self._grant_arguments(key=f"{ENTRY}.key", me=f"{ENTRY}.owner", nxt=f"{ENTRY}.owner",
                                   stale=protocol.stale_owner_expression(v["wait"]), prev=f"{ticket} - 1",
                                   expires=protocol.lease_end_expression(self._lease_ms), grace=f"$string({ENTRY}.grace)"),
@@ -216,7 +216,7 @@ class FairMutex(Mutex):
             values = {**values, ":served": {"N": jsonata(f"$string(${f['seen']}.served)")},
                       ":bound": {"N": jsonata(f"$string(${f['seen']}.served + {self.queue.waiters})")}}
         enqueue = update_item_task(
-            section, section._name("Enqueue"), section.table,
+            section, section.state_name("Enqueue"), section.table,
             fair.arguments(jsonata(f"{ENTRY}.key"), write, values, return_values="ALL_NEW"), assign=assign)
         retry_transient(enqueue)
         if self.queue is None or self.supersedes:
@@ -226,17 +226,17 @@ class FairMutex(Mutex):
         # read - refused, it was full (QueueFull) or it moved on (count again)
         item = "$states.result.Item"
         count = tasks.DynamoGetItem.jsonata(
-            section, section._name("CountQueue"), table=section.table,
+            section, section.state_name("CountQueue"), table=section.table,
             key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(f"{ENTRY}.key")})}, consistent_read=True,
             assign={f["seen"]: jsonata(
                 f"{{'served': {_item_number(item, fair.SERVED)}, 'tickets': {_item_number(item, fair.TICKETS)}, "
                 f"'free': ($not($exists({item}.`{protocol.OWNER}`.S)) or {_item_number(item, protocol.EXPIRES_AT)} < $millis())}}")},
             outputs=jsonata("$states.input"))
         retry_transient(count)
-        full = sfn.Fail.jsonata(section, "QueueFull", state_name=section._name("QueueFull"), error=ERROR_QUEUE_FULL,
+        full = sfn.Fail.jsonata(section, "QueueFull", state_name=section.state_name("QueueFull"), error=ERROR_QUEUE_FULL,
                                 cause=fair.queue_full_cause(self.queue.waiters))
         seen = f"${f['seen']}"
-        room = sfn.Choice.jsonata(section, "Room", state_name=section._name("Room?"))
+        room = sfn.Choice.jsonata(section, "Room", state_name=section.state_name("Room?"))
         room.when(sfn.Condition.jsonata(jsonata(f"{seen}.free and {seen}.served = {seen}.tickets")), fast)
         room.when(sfn.Condition.jsonata(jsonata(f"{seen}.tickets - {seen}.served >= {self.queue.waiters}")), full)
         room.otherwise(enqueue)
@@ -254,36 +254,36 @@ class FairMutex(Mutex):
         section, f = self._section, self._vars(self._section)
         sup = f"${f['superseded']}"
         take = tasks.DynamoDeleteItem.jsonata(
-            section, section._name("TakeSuperseded"), table=section.table,
+            section, section.state_name("TakeSuperseded"), table=section.table,
             key=self._row(f"{ENTRY}.key", f"{sup}.ticket"), return_values=tasks.DynamoReturnValues.ALL_OLD,
             assign={f["superseded"]: jsonata(f"$merge([{sup}, {{'row': $states.result.Attributes}}])")},
             outputs=jsonata("$states.input"))
         retry_transient(take)
         wake = tasks.CallAwsService.jsonata(
-            section, section._name("WakeSuperseded"), service="sfn", action="sendTaskFailure",
+            section, section.state_name("WakeSuperseded"), service="sfn", action="sendTaskFailure",
             parameters={"TaskToken": jsonata(f"{sup}.row.token.S"), "Error": ERROR_SUPERSEDED,
                         "Cause": jsonata(fair.superseded_cause_expression(f"{ENTRY}.owner"))},
             iam_action="states:SendTaskFailure", iam_resources=["*"], outputs=jsonata("$states.input"))
         wake.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
                        jitter_strategy=sfn.JitterType.FULL)
-        after = sfn.Choice.jsonata(section, "FreeAtEnqueue", state_name=section._name("FreeAtEnqueue?"))
+        after = sfn.Choice.jsonata(section, "FreeAtEnqueue", state_name=section.state_name("FreeAtEnqueue?"))
         after.when(sfn.Condition.jsonata(jsonata(f"{sup}.free")), self._inspect_state).otherwise(then)
         for t in (take, wake):
             t.add_catch(after, errors=["States.ALL"], outputs=jsonata("$states.input"))
         wake.next(after)
-        parked = sfn.Choice.jsonata(section, "SupersededParked", state_name=section._name("SupersededParked?"))
+        parked = sfn.Choice.jsonata(section, "SupersededParked", state_name=section.state_name("SupersededParked?"))
         parked.when(sfn.Condition.jsonata(jsonata(
             f"$exists({sup}.row.token.S) and $substring({sup}.row.token.S, 0, {len(fair.CLIENT_LEASE_PREFIX)}) "
             f"!= '{fair.CLIENT_LEASE_PREFIX}'")), wake).otherwise(after)
         take.next(parked)
-        supersedes = sfn.Choice.jsonata(section, "Supersedes", state_name=section._name("Supersedes?"))
+        supersedes = sfn.Choice.jsonata(section, "Supersedes", state_name=section.state_name("Supersedes?"))
         supersedes.when(sfn.Condition.jsonata(jsonata(f"{sup}.ticket > 0")), take).otherwise(after)
         return supersedes
 
     def _superseded(self, cause: str, suffix: str = "") -> sfn.State:
         """My ticket was superseded: drop my row (if any), then fail ``Lock.Superseded``."""
         section, f = self._section, self._vars(self._section)
-        fail = sfn.Fail.jsonata(section, f"Superseded{suffix}", state_name=section._name(f"Superseded{suffix}"),
+        fail = sfn.Fail.jsonata(section, f"Superseded{suffix}", state_name=section.state_name(f"Superseded{suffix}"),
                                 error=ERROR_SUPERSEDED, cause=cause)
         drop = self._delete_row(f"DropSuperseded{suffix}", f"{ENTRY}.key", f"${f['ticket']}")
         drop.add_catch(fail, errors=["States.ALL"], outputs=jsonata("$states.input"))
@@ -308,7 +308,7 @@ class FairMutex(Mutex):
         args = fair.arguments("", fair.PARK, values)
         args.pop("ReturnValues")
         args["Key"] = {protocol.KEY_ATTRIBUTE: {"S": jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket))}}
-        max_wait_ms = section._max_wait_ms
+        max_wait_ms = section.max_wait_ms
         distance = f"({ticket} - ${f['seen']}.served)"
         if self.supersedes:  # the tickets between are superseded, not waiting: at most ``waiters`` ahead
             distance = f"$min([{distance}, {self.queue.waiters}])"
@@ -317,7 +317,7 @@ class FairMutex(Mutex):
         if self.supersedes:
             park = self._park_unless_superseded(args, ticket, timeout)
         else:
-            park = JsonataCustomState(section, section._name("Park"), state_json={
+            park = JsonataCustomState(section, section.state_name("Park"), state_json={
                 "Type": "Task",
                 "QueryLanguage": "JSONata",
                 "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:dynamodb:updateItem.waitForTaskToken",
@@ -353,7 +353,7 @@ class FairMutex(Mutex):
                                {":ticket": {"N": jsonata(f"$string({ticket})")}})
         del check["ReturnValues"], check["UpdateExpression"]
         park = _ParkTask(
-            section, section._name("Park"), query_language=sfn.QueryLanguage.JSONATA,
+            section, section.state_name("Park"), query_language=sfn.QueryLanguage.JSONATA,
             service="dynamodb", action="transactWriteItems",
             parameters={"TransactItems": [{"ConditionCheck": {"TableName": table, **check}},
                                           {"Update": {"TableName": table, **row_args}}]},
@@ -372,15 +372,15 @@ class FairMutex(Mutex):
         section, v, f = self._section, self._section.variables, self._vars(self._section)
         policy = section.wait_policy
         ticket = f"${f['ticket']}"
-        poll = update_item_task(section, section._name("Poll"), section.table, {
+        poll = update_item_task(section, section.state_name("Poll"), section.table, {
             **fair.arguments(jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket)), fair.PARK, {
                 ":me": {"S": jsonata(f"{ENTRY}.owner")},
                 ":token": {"S": jsonata(fair.lease_token_expression(policy.max_interval))},
                 ":lease": {"N": str(int(self._lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}})})
         retry_transient(poll)
-        wait = JsonataCustomState(section, section._name("Wait"), state_json={
+        wait = JsonataCustomState(section, section.state_name("Wait"), state_json={
             "Type": "Wait", "QueryLanguage": "JSONata",
-            "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], section._max_wait_ms)),
+            "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], section.max_wait_ms)),
         })
         poll.add_catch(head, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         poll.add_catch(self._leave, **self._on_error)
@@ -392,16 +392,16 @@ class FairMutex(Mutex):
 
     def _waited_enough(self, otherwise: sfn.State, bookkeeping: bool = False) -> sfn.State:
         section, v = self._section, self._section.variables
-        if section._max_wait_ms is None:
+        if section.max_wait_ms is None:
             return otherwise
         waited = sfn.Choice.jsonata(section, f"WaitedEnough{'Poll' if bookkeeping else ''}",
-                                    state_name=section._name(f"WaitedEnough{'Poll' if bookkeeping else ''}?"))
+                                    state_name=section.state_name(f"WaitedEnough{'Poll' if bookkeeping else ''}?"))
         waited.when(
-            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], section._max_wait_ms))),
+            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], section.max_wait_ms))),
             self._leave,
         ).otherwise(otherwise)
         if bookkeeping:
-            return sfn.Pass.jsonata(section, "Round", state_name=section._name("Round"), outputs=jsonata("$states.input"),
+            return sfn.Pass.jsonata(section, "Round", state_name=section.state_name("Round"), outputs=jsonata("$states.input"),
                                     assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))}).next(waited)
         return waited
 
@@ -411,7 +411,7 @@ class FairMutex(Mutex):
         seen, ticket = f"${f['seen']}", f"${f['ticket']}"
         item = "$states.result.Item"
         read = tasks.DynamoGetItem.jsonata(
-            section, section._name("Inspect"), table=section.table,
+            section, section.state_name("Inspect"), table=section.table,
             key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(f"{ENTRY}.key")})}, consistent_read=True,
             assign={
                 f["seen"]: jsonata(
@@ -429,7 +429,7 @@ class FairMutex(Mutex):
         free = f"({seen}.owner = '' or {seen}.owner = ({stale}) or {seen}.expiresAt < $millis())"
         helper = self._build_handoff("Help", key=f"{ENTRY}.key", me=f"{ENTRY}.owner", start=f"{seen}.served",
                                      holding=False, then=read, stale=stale, self_grant=head)
-        look = sfn.Choice.jsonata(section, "Decide", state_name=section._name("Decide?"))
+        look = sfn.Choice.jsonata(section, "Decide", state_name=section.state_name("Decide?"))
         look.when(sfn.Condition.jsonata(jsonata(f"{seen}.owner = {ENTRY}.owner and {seen}.served = {ticket}")), claim)
         if self.supersedes:  # not granted, and superseded (GRANT can never grant my ticket now)
             look.when(sfn.Condition.jsonata(jsonata(f"{seen}.cut >= {ticket}")),
@@ -438,7 +438,7 @@ class FairMutex(Mutex):
         look.when(sfn.Condition.jsonata(jsonata(f"{seen}.served = {ticket} - 1 and {free}")), head)
         look.when(sfn.Condition.jsonata(jsonata(free)), helper)
         if not self.polling:
-            describe = JsonataCustomState(section, section._name("DescribeHolder"), state_json={
+            describe = JsonataCustomState(section, section.state_name("DescribeHolder"), state_json={
                 "Type": "Task", "QueryLanguage": "JSONata",
                 "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
                 "Arguments": {"ExecutionArn": jsonata(protocol.holder_execution_expression(v["holder"]))},
@@ -446,7 +446,7 @@ class FairMutex(Mutex):
                 "Output": jsonata("$states.input"),
             })
             describe.add_catch(wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
-            stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section._name("HolderEnded?"))
+            stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section.state_name("HolderEnded?"))
             stale_now.when(sfn.Condition.jsonata(jsonata(f"$type(${v['wait']}.stale) = 'string'")), look).otherwise(wait_again)
             describe.next(stale_now)
             # a holder whose hold registered a presence token is probed first (the mutex's
@@ -469,7 +469,7 @@ class FairMutex(Mutex):
         section, f = self._section, self._vars(self._section)
         ticket = f"${f['ticket']}"
         leave = update_item_task(
-            section, section._name("Leave"), section.table,
+            section, section.state_name("Leave"), section.table,
             {**fair.arguments(jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket)), fair.LEAVE,
                               {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":one": {"N": "1"}})},
         )
@@ -478,7 +478,7 @@ class FairMutex(Mutex):
         claim = self._claim("ClaimOnLeave", ticket, outputs=jsonata(f"{ENTRY}.input"))
         claim.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
         claim.next(section.protected)
-        has_ticket = sfn.Choice.jsonata(section, "Queued", state_name=section._name("Queued?"))
+        has_ticket = sfn.Choice.jsonata(section, "Queued", state_name=section.state_name("Queued?"))
         has_ticket.when(sfn.Condition.jsonata(jsonata(f"$type({ticket}) = 'number'")), leave).otherwise(then)
         leave.next(claim)
         return has_ticket
@@ -494,7 +494,7 @@ class FairMutex(Mutex):
         (``self_grant``: where to go when that head is me). Ends in ``then`` (None: an end)."""
         section, f = self._section, self._vars(self._section)
         h = "$" + f["handoff"]
-        name = lambda s: section._name(f"{suffix}.{s}")  # noqa: E731
+        name = lambda s: section.state_name(f"{suffix}.{s}")  # noqa: E731
         end = then or sfn.Succeed(section, f"{suffix}.Done", state_name=name("Done"))
         row = "$states.result.Attributes"
         hole_ms = self.park_timeout_s * 1000
@@ -828,7 +828,7 @@ class FairMutex(Mutex):
         as my ``$lock`` record."""
         section, v = self._section, self._section.variables
         claim = update_item_task(
-            section, section._name(suffix), section.table,
+            section, section.state_name(suffix), section.table,
             fair.arguments(jsonata(f"{ENTRY}.key"), fair.CLAIM,
                            {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({ticket})")}},
                            return_values="ALL_NEW"),
@@ -842,7 +842,7 @@ class FairMutex(Mutex):
 
     def _delete_row(self, suffix: str, key: str, ticket: str, *, outputs: str = "$states.input") -> tasks.DynamoDeleteItem:
         section = self._section
-        d = tasks.DynamoDeleteItem.jsonata(section, suffix, state_name=section._name(suffix), table=section.table,
+        d = tasks.DynamoDeleteItem.jsonata(section, suffix, state_name=section.state_name(suffix), table=section.table,
                                            key=self._row(key, ticket), outputs=jsonata(outputs))
         retry_transient(d)
         return d

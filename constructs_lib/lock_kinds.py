@@ -46,10 +46,10 @@ class LockedSection(Protocol):
     rethrow: sfn.State
     wait_policy: protocol.WaitPolicy
     liveness_check_every: int
-    _max_wait_ms: int
-    _release_after_error: sfn.State
+    max_wait_ms: int
+    release_after_error: sfn.State
 
-    def _name(self, suffix: str) -> str: ...
+    def state_name(self, suffix: str) -> str: ...
 
     def held_assign(self, when: Optional[str] = ...) -> dict: ...
 
@@ -122,7 +122,7 @@ class Mutex:
         v = section.variables
         acquire = update_item_task(
             section,
-            section._name("Acquire"),
+            section.state_name("Acquire"),
             section.table,
             protocol.acquire_arguments(
                 lease_ms=lease_ms,
@@ -143,11 +143,11 @@ class Mutex:
         """The acquire's query error is the re-entrancy signal (straight into the work under
         the enclosing hold) - or a fault: never run the work on a fault."""
         v = section.variables
-        reentered = sfn.Choice.jsonata(section, "Reentered", state_name=section._name("Reentered?"))
+        reentered = sfn.Choice.jsonata(section, "Reentered", state_name=section.state_name("Reentered?"))
         reentered.when(
             sfn.Condition.jsonata(jsonata(protocol.entry_error_is(errors.SIGNAL_REENTERED))),
             sfn.Pass.jsonata(
-                section, "PassThrough", state_name=section._name("PassThrough"),
+                section, "PassThrough", state_name=section.state_name("PassThrough"),
                 assign={v["lock"]: jsonata(protocol.reentered_lock_expression("$states.input.entry"))},
                 outputs=jsonata("$states.input.entry.input"),
             ).next(section.protected),
@@ -201,7 +201,7 @@ class Mutex:
         (``lock_protocol.retire_arguments``), then ``then``. A re-entered hold is the
         enclosing section's to retire: nothing is written."""
         retire = update_item_task(
-            section, section._name("Retire"), section.table,
+            section, section.state_name("Retire"), section.table,
             protocol.retire_arguments(lock_variable=section.variables["lock"], reentrant=True, item=self.item),
             outputs=jsonata("$states.input"),
         )
@@ -232,7 +232,7 @@ class Semaphore(Mutex):
         return {"slot": semaphore.first_slot_expression(self.limit)}
 
     def attempt_key(self, section: "LockedSection") -> str:
-        attempts = section.wait_policy.retries_for(section._max_wait_ms / 1000) + 1
+        attempts = section.wait_policy.retries_for(section.max_wait_ms / 1000) + 1
         return semaphore.attempt_key_expression(
             limit=self.limit, wait_variable=section.variables["wait"], attempts_per_round=attempts
         )
@@ -271,7 +271,7 @@ class MultiKey(Mutex):
         v = section.variables
         table_name = section.table.table_name
         acquire = sdk_task(
-            section, section._name("Acquire"), "dynamodb:transactWriteItems",
+            section, section.state_name("Acquire"), "dynamodb:transactWriteItems",
             multikey.acquire_arguments(
                 table_name=table_name, lease_ms=lease_ms,
                 stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
@@ -281,7 +281,7 @@ class MultiKey(Mutex):
         )
         retry_transient_sdk(acquire)
         read = sdk_task(
-            section, section._name("ReadFences"), "dynamodb:transactGetItems",
+            section, section.state_name("ReadFences"), "dynamodb:transactGetItems",
             multikey.read_fences_arguments(table_name=table_name),
             assign={v["lock"]: jsonata(multikey.lock_variable_expression(v["lock"]))},
             output=jsonata(f"{ENTRY}.input"),
@@ -289,11 +289,11 @@ class MultiKey(Mutex):
         retry_transient_sdk(read)
         section.after_acquire_failure(read)  # holding every key: release them, then fail
         acquire.next(read)
-        entry = sfn.Choice.jsonata(section, "Reentered", state_name=section._name("Reentered?"))
+        entry = sfn.Choice.jsonata(section, "Reentered", state_name=section.state_name("Reentered?"))
         entry.when(
             sfn.Condition.jsonata(jsonata(f"$exists({ENTRY}.reentered)")),
             sfn.Pass.jsonata(
-                section, "PassThrough", state_name=section._name("PassThrough"),
+                section, "PassThrough", state_name=section.state_name("PassThrough"),
                 assign={v["lock"]: jsonata(protocol.reentered_lock_expression())},
                 outputs=jsonata(f"{ENTRY}.input"),
             ).next(section.protected),
@@ -303,19 +303,19 @@ class MultiKey(Mutex):
     def _release_each(self, section: "LockedSection", suffix: str, *, count_lost: bool) -> sfn.Map:
         """A Map releasing every key on its own (the mutex's RELEASE), never stopping at one."""
         one = update_item_task(
-            section, section._name(f"{suffix}Key"), section.table,
+            section, section.state_name(f"{suffix}Key"), section.table,
             protocol.release_arguments(lock_variable="", lock_jsonata="$states.input"),
             outputs=jsonata("{'lost': false}"),
         )
         retry_transient(one)
         one.add_catch(
-            sfn.Succeed(section, f"{suffix}KeyRefused", state_name=section._name(f"{suffix}KeyRefused")),
+            sfn.Succeed(section, f"{suffix}KeyRefused", state_name=section.state_name(f"{suffix}KeyRefused")),
             errors=[errors.CONDITION_FAILED] if count_lost else ["States.ALL"],
             outputs=jsonata(multikey.lost_expression() if count_lost else "{'lost': false}"),
         )
         lost = section.variables["lock"] + "Lost"
         return sfn.Map.jsonata(
-            section, suffix, state_name=section._name(suffix),
+            section, suffix, state_name=section.state_name(suffix),
             items=sfn.ProvideItems.jsonata(jsonata(multikey.release_each_items_expression(section.variables["lock"]))),
             max_concurrency=10,
             assign={lost: jsonata(multikey.any_lost_expression())} if count_lost else None,
@@ -326,15 +326,15 @@ class MultiKey(Mutex):
         """Release every key in one transaction; if refused or unknown, key by key."""
         v = section.variables
         release = sdk_task(
-            section, section._name("Release"), "dynamodb:transactWriteItems",
+            section, section.state_name("Release"), "dynamodb:transactWriteItems",
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
             assign=section.held_assign(), output=jsonata("$states.input"),
         )
         release.add_catch(left, errors=[errors.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEach", count_lost=True)
-        any_lost = sfn.Choice.jsonata(section, "AnyLost", state_name=section._name("AnyLost?"))
+        any_lost = sfn.Choice.jsonata(section, "AnyLost", state_name=section.state_name("AnyLost?"))
         any_lost.when(sfn.Condition.jsonata(jsonata(f"${v['lock']}Lost")), lost)
-        any_lost.otherwise(sfn.Succeed(section, "Released", state_name=section._name("Released")))
+        any_lost.otherwise(sfn.Succeed(section, "Released", state_name=section.state_name("Released")))
         release.add_catch(
             each.next(any_lost), errors=[errors.TRANSACTION_CANCELED, *errors.SDK_TRANSIENT_ERRORS],
             outputs=jsonata("$states.input"),
@@ -352,15 +352,15 @@ class MultiKey(Mutex):
     def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
         """Retire every key this hold took (each with the mutex's RETIRE), then ``then``."""
         one = update_item_task(
-            section, section._name("RetireKey"), section.table,
+            section, section.state_name("RetireKey"), section.table,
             protocol.retire_arguments(lock_variable="", lock_jsonata="$states.input"),
             outputs=jsonata("{}"),
         )
         retry_transient(one)
-        one.add_catch(sfn.Succeed(section, "RetireKeyRefused", state_name=section._name("RetireKeyRefused")),
+        one.add_catch(sfn.Succeed(section, "RetireKeyRefused", state_name=section.state_name("RetireKeyRefused")),
                       errors=["States.ALL"])
         each = sfn.Map.jsonata(
-            section, "Retire", state_name=section._name("Retire"),
+            section, "Retire", state_name=section.state_name("Retire"),
             items=sfn.ProvideItems.jsonata(jsonata(
                 f"$exists(${section.variables['lock']}.reentered) ? [] : "
                 + multikey.release_each_items_expression(section.variables["lock"])
@@ -373,7 +373,7 @@ class MultiKey(Mutex):
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         v = section.variables
         release = sdk_task(
-            section, section._name("ReleaseAfterError"), "dynamodb:transactWriteItems",
+            section, section.state_name("ReleaseAfterError"), "dynamodb:transactWriteItems",
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
             assign=section.held_assign(), output=jsonata("$states.input"),
         )
@@ -424,13 +424,13 @@ class RecordLock(Mutex):
         )
         arguments.update(ReturnValues="UPDATED_NEW", ReturnConsumedCapacity="INDEXES")
         acquire = update_item_task(
-            section, section._name("Acquire"), section.table, arguments,
+            section, section.state_name("Acquire"), section.table, arguments,
             assign={v["lock"]: jsonata(record.acquired_lock_expression(self.item)), v["wait"]: jsonata("null")},
             outputs=jsonata("$states.input"),
         )
         retry_transient(acquire)
         read = tasks.DynamoGetItem.jsonata(
-            section, section._name("ReadRecord"), table=section.table,
+            section, section.state_name("ReadRecord"), table=section.table,
             key={self.item.key_attribute: attribute_value({"S": jsonata(record.read_key_expression(v["lock"]))})},
             consistent_read=True,
             assign={v["lock"]: jsonata(record.lock_variable_expression(
@@ -440,16 +440,16 @@ class RecordLock(Mutex):
         retry_transient(read)
         acquire.next(read)
         free = update_item_task(
-            section, section._name("FreeRefused"), section.table,
+            section, section.state_name("FreeRefused"), section.table,
             protocol.release_arguments(lock_variable="", lock_jsonata="$states.input.stub", item=self.item),
             outputs=jsonata("$states.input.error"),
         )
         retry_transient(free)
-        why = sfn.Choice.jsonata(section, "Refused", state_name=section._name("Refused?"))
+        why = sfn.Choice.jsonata(section, "Refused", state_name=section.state_name("Refused?"))
         for error in (errors.ERROR_RECORD_MISSING, errors.ERROR_RECORD_TOO_LARGE):
             why.when(
                 sfn.Condition.jsonata(jsonata(protocol.entry_error_is(error))),
-                sfn.Fail.jsonata(section, error.split(".")[-1], state_name=section._name(error.split(".")[-1]),
+                sfn.Fail.jsonata(section, error.split(".")[-1], state_name=section.state_name(error.split(".")[-1]),
                                  error=error, cause=jsonata(protocol.message_of_expression(error))),
             )
         why.otherwise(section.rethrow)
@@ -482,13 +482,13 @@ class RecordLock(Mutex):
             })
             # DynamoDB refused the write (nothing written): release without it, then fail
             return state.add_catch(
-                section._release_after_error, errors=list(errors.REFUSED_WRITE_ERRORS),
+                section.release_after_error, errors=list(errors.REFUSED_WRITE_ERRORS),
                 outputs=jsonata(record.refused_update_outputs_expression()),
             )
 
         error = errors.ERROR_INVALID_UPDATE
         return section.build_mutex_release(
-            lost, section._release_after_error, release_task=release_with_update,
+            lost, section.release_after_error, release_task=release_with_update,
             query_error_outputs=(
                 f"{{'Error': '{error}', 'Cause': "
                 f"{protocol.message_of_expression(error).replace('$states.input.Cause', '$states.errorOutput.Cause')}}}"

@@ -305,7 +305,7 @@ class LockedSection(sfn.StateMachineFragment):
             "done": f"{lock_variable}Done",
         }
         self._key_expression = self.kind.key_expression(key_namespace)
-        self._max_wait_ms = max_wait_ms
+        self.max_wait_ms = max_wait_ms
         self._construct_id = construct_id
         self._state_names: set[str] = set()  # every lock state's name (see _name)
         self._liveness_grants: list = []
@@ -317,7 +317,7 @@ class LockedSection(sfn.StateMachineFragment):
         self._lost: Optional[sfn.State] = None
         self.protected = (
             self._build_hold(protected) if self.detect_cancellation
-            else catching(self, protected, self._name("Protected"))
+            else catching(self, protected, self.state_name("Protected"))
         )
         self._stop_grace = stop_grace
         if stop_grace is not None and prop_types.concrete_ms("stop_grace", stop_grace) < 0:
@@ -327,7 +327,7 @@ class LockedSection(sfn.StateMachineFragment):
         self.rethrow = sfn.Fail.jsonata(
             self,
             "Rethrow",
-            state_name=self._name("Rethrow"),
+            state_name=self.state_name("Rethrow"),
             error=jsonata(protocol.rethrow_error_expression()),
             cause=jsonata(protocol.rethrow_cause_expression()),
         )
@@ -344,7 +344,7 @@ class LockedSection(sfn.StateMachineFragment):
 
     # -- wiring -------------------------------------------------------------------------
 
-    def _name(self, suffix: str) -> str:
+    def state_name(self, suffix: str) -> str:
         """The name of one of this section's lock states (recorded: the work's tasks are
         guarded, the lock's own states are not)."""
         name = f"{self._construct_id}.{suffix}"
@@ -353,11 +353,11 @@ class LockedSection(sfn.StateMachineFragment):
 
     def _build_wait_path(self) -> None:
         """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
-        v, policy, max_wait_ms = self.variables, self.wait_policy, self._max_wait_ms
+        v, policy, max_wait_ms = self.variables, self.wait_policy, self.max_wait_ms
         timeout = sfn.Fail.jsonata(
             self,
             "Timeout",
-            state_name=self._name("Timeout"),
+            state_name=self.state_name("Timeout"),
             error=protocol.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({max_wait_ms} ms)",
         )
@@ -377,14 +377,14 @@ class LockedSection(sfn.StateMachineFragment):
             )
         self._wait = JsonataCustomState(
             self,
-            self._name("Wait"),
+            self.state_name("Wait"),
             state_json={
                 "Type": "Wait",
                 "QueryLanguage": "JSONata",
                 "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], max_wait_ms)),
             },
         )
-        held = sfn.Choice.jsonata(self, "Held", state_name=self._name("Held?"))
+        held = sfn.Choice.jsonata(self, "Held", state_name=self.state_name("Held?"))
         held.when(
             sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], max_wait_ms))),
             timeout,
@@ -423,7 +423,7 @@ class LockedSection(sfn.StateMachineFragment):
             }
         inspect = tasks.DynamoGetItem.jsonata(
             self,
-            self._name("Inspect"),
+            self.state_name("Inspect"),
             table=self.table,
             key={self.kind.item.key_attribute: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
             consistent_read=True,
@@ -434,7 +434,7 @@ class LockedSection(sfn.StateMachineFragment):
         inspect.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
         describe = JsonataCustomState(
             self,
-            self._name("DescribeHolder"),
+            self.state_name("DescribeHolder"),
             state_json={
                 "Type": "Task",
                 "QueryLanguage": "JSONata",
@@ -450,7 +450,7 @@ class LockedSection(sfn.StateMachineFragment):
         )
         describe.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
         describe.next(self._wait)
-        is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self._name("HolderIsExecution?"))
+        is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self.state_name("HolderIsExecution?"))
         if self.kind.meets_shared_holds:  # a shared hold (readers of a read/write lock) owns the key
             for condition, state in self.kind.shared_hold_branches(self, holder_variable=v["holder"], then=self._wait):
                 is_execution.when(sfn.Condition.jsonata(jsonata(condition)), state)
@@ -471,7 +471,7 @@ class LockedSection(sfn.StateMachineFragment):
         fair lock's park fallback build it."""
         v = self.variables
         probe = tasks.CallAwsService.jsonata(
-            self, "Probe", state_name=self._name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
+            self, "Probe", state_name=self.state_name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
             parameters={"TaskToken": jsonata(f"${v['holder']}.presence")},
             iam_action="states:SendTaskHeartbeat",
             # task tokens cannot be scoped by IAM: the one resource is *
@@ -479,7 +479,7 @@ class LockedSection(sfn.StateMachineFragment):
             outputs=jsonata("$states.input"),
         )
         abandoned = update_item_task(
-            self, self._name("Abandoned"), self.table,
+            self, self.state_name("Abandoned"), self.table,
             protocol.abandoned_arguments(holder_variable=v["holder"], item=self.kind.item),
         )
         retry_transient(abandoned)
@@ -497,7 +497,7 @@ class LockedSection(sfn.StateMachineFragment):
             self._lost = sfn.Fail.jsonata(
                 self,
                 "Lost",
-                state_name=self._name("Lost"),
+                state_name=self.state_name("Lost"),
                 error=protocol.ERROR_LOST,
                 cause=jsonata(
                     f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
@@ -509,7 +509,7 @@ class LockedSection(sfn.StateMachineFragment):
 
     def _build_release(self) -> sfn.State:
         """Release on success (the kind's writes), ``Lock.Lost`` when the lock was taken over."""
-        left = sfn.Succeed(self, "LeftReentered", state_name=self._name("LeftReentered"))
+        left = sfn.Succeed(self, "LeftReentered", state_name=self.state_name("LeftReentered"))
         return self.kind.build_release(self, self._lost_state(), left)
 
     def _build_hold(self, work: sfn.IChainable) -> sfn.Parallel:
@@ -533,16 +533,16 @@ class LockedSection(sfn.StateMachineFragment):
         item = self.kind.item
         if any(isinstance(s, sfn.Succeed) for s in reachable_states(work)):
             work = sfn.Parallel.jsonata(
-                self, "Protected", state_name=self._name("Protected"), outputs=jsonata("$states.result[0]")
+                self, "Protected", state_name=self.state_name("Protected"), outputs=jsonata("$states.result[0]")
             ).branch(work)
         lost = sfn.Fail.jsonata(
-            self, "LostInHold", state_name=self._name("LostInHold"), error=protocol.SIGNAL_LOST_IN_HOLD,
+            self, "LostInHold", state_name=self.state_name("LostInHold"), error=protocol.SIGNAL_LOST_IN_HOLD,
             cause="the lock was taken over before the work was over",
         )
-        worked = sfn.Succeed(self, "Worked", state_name=self._name("Worked"))
+        worked = sfn.Succeed(self, "Worked", state_name=self.state_name("Worked"))
         key = self.kind.presence_key(self)
         depart = update_item_task(
-            self, self._name("Depart"), self.table,
+            self, self.state_name("Depart"), self.table,
             self.kind.depart_arguments(self),
         )
         retry_transient(depart)
@@ -552,7 +552,7 @@ class LockedSection(sfn.StateMachineFragment):
         depart.add_catch(worked, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         projection, projection_names = protocol.presence_projection(item)
         read = tasks.DynamoGetItem.jsonata(
-            self, self._name("Departed"), table=self.table,
+            self, self.state_name("Departed"), table=self.table,
             key={item.key_attribute: attribute_value({"S": jsonata(key)})},
             consistent_read=True,
             projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
@@ -562,7 +562,7 @@ class LockedSection(sfn.StateMachineFragment):
         )
         retry_transient(read)
         dismiss = tasks.CallAwsService.jsonata(
-            self, "Dismiss", state_name=self._name("Dismiss"), service="sfn", action="sendTaskSuccess",
+            self, "Dismiss", state_name=self.state_name("Dismiss"), service="sfn", action="sendTaskSuccess",
             parameters={"TaskToken": jsonata("$" + v["presence"]), "Output": "{}"},
             iam_action="states:SendTaskSuccess",
             # task tokens cannot be scoped by IAM: the one resource is *
@@ -580,10 +580,10 @@ class LockedSection(sfn.StateMachineFragment):
         # (the read's errors: the branch fails, the hold's Catch releases - the lock is mine)
         work_branch = sfn.Chain.start(work).next(depart).next(read).next(dismiss)
 
-        gone = sfn.Succeed(self, "PresenceOver", state_name=self._name("PresenceOver"))
+        gone = sfn.Succeed(self, "PresenceOver", state_name=self.state_name("PresenceOver"))
         lease_s = -(-self._lease_ms // 1000)
         action, arguments = self.kind.presence_task(self)
-        presence = JsonataCustomState(self, self._name("Presence"), state_json={
+        presence = JsonataCustomState(self, self.state_name("Presence"), state_json={
             "Type": "Task",
             "QueryLanguage": "JSONata",
             "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:dynamodb:{action}.waitForTaskToken",
@@ -610,7 +610,7 @@ class LockedSection(sfn.StateMachineFragment):
         # the registration failed (it may have written a token that is closed now): DEPART rules
         # any token of this acquisition out; if even that fails, the hold ends (retired)
         unsure = update_item_task(
-            self, self._name("PresenceUnsure"), self.table,
+            self, self.state_name("PresenceUnsure"), self.table,
             self.kind.depart_arguments(self),
         )
         r = protocol.PRESENCE_UNSURE_RETRY
@@ -619,7 +619,7 @@ class LockedSection(sfn.StateMachineFragment):
                          jitter_strategy=sfn.JitterType.FULL)
         unsure.add_catch(gone, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR])
         unsure.add_catch(sfn.Fail.jsonata(
-            self, "PresenceUnknown", state_name=self._name("PresenceUnknown"),
+            self, "PresenceUnknown", state_name=self.state_name("PresenceUnknown"),
             error=protocol.ERROR_PRESENCE_UNKNOWN,
             cause="the holder's presence could neither be registered nor ruled out",
         ), errors=["States.ALL"])
@@ -628,7 +628,7 @@ class LockedSection(sfn.StateMachineFragment):
         unsure.next(gone)
 
         hold = sfn.Parallel.jsonata(
-            self, "Hold", state_name=self._name("Hold"), outputs=jsonata("$states.result[0]"),
+            self, "Hold", state_name=self.state_name("Hold"), outputs=jsonata("$states.result[0]"),
         ).branch(work_branch).branch(presence)
         hold.add_catch(self._lost_state(), errors=[protocol.SIGNAL_LOST_IN_HOLD])
         return hold
@@ -660,16 +660,16 @@ class LockedSection(sfn.StateMachineFragment):
             )
 
         release_task = release_task or mutex_release
-        release = release_task(self._name("Release"), True, self.held_assign())
+        release = release_task(self.state_name("Release"), True, self.held_assign())
         release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata(query_error_outputs))
-        again = release_task(self._name("ReleaseAgain"), False, self.held_assign())
+        again = release_task(self.state_name("ReleaseAgain"), False, self.held_assign())
         retry_transient(again)
         release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
-        released = sfn.Succeed(self, "Released", state_name=self._name("Released"))
+        released = sfn.Succeed(self, "Released", state_name=self.state_name("Released"))
 
         def released_if(construct_id: str, expression: str) -> sfn.Choice:
             """A refused release: ``released`` when ``expression`` holds, else ``lost``."""
-            return sfn.Choice.jsonata(self, construct_id, state_name=self._name(f"{construct_id}?")).when(
+            return sfn.Choice.jsonata(self, construct_id, state_name=self.state_name(f"{construct_id}?")).when(
                 sfn.Condition.jsonata(jsonata(expression)), released).otherwise(lost)
 
         released_before = released_if("ReleasedBefore", protocol.released_before_takeover_expression(v["lock"], v["done"]))
@@ -686,20 +686,20 @@ class LockedSection(sfn.StateMachineFragment):
     def _build_error_path(self) -> None:
         """Every error of the work: release, then fail with it (States.* renamed)."""
         rethrow = self.rethrow
-        self._release_after_error = self.kind.build_release_after_error(self, rethrow)
+        self.release_after_error = self.kind.build_release_after_error(self, rethrow)
         # work that may still be in flight - a task timed out (Step Functions does not stop
         # the invocation or worker behind it), or a task refused to resume after a redrive
         # (the run before the stop may still be going): the acquisition is retired, held for
         # its stop grace from now, not released
-        in_flight = sfn.Choice.jsonata(self, "InFlight", state_name=self._name("MayStillRun?"))
+        in_flight = sfn.Choice.jsonata(self, "InFlight", state_name=self.state_name("MayStillRun?"))
         in_flight.when(sfn.Condition.jsonata(jsonata(protocol.may_still_run_expression())),
                        self.kind.build_retire(self, rethrow))
-        in_flight.otherwise(self._release_after_error)
+        in_flight.otherwise(self.release_after_error)
         still_run = [*protocol.MAY_STILL_RUN_ERRORS] + ([protocol.ERROR_PRESENCE_UNKNOWN] if self.detect_cancellation else [])
         self.protected.add_catch(in_flight, errors=[protocol.QUERY_EVALUATION_ERROR, *still_run])
-        self.protected.add_catch(self._release_after_error, errors=["States.ALL"])
+        self.protected.add_catch(self.release_after_error, errors=["States.ALL"])
         for state in self._pending_after_acquire:
-            state.add_catch(self._release_after_error, errors=["States.ALL"])
+            state.add_catch(self.release_after_error, errors=["States.ALL"])
 
     def after_acquire_failure(self, state: sfn.TaskStateBase) -> None:
         """``state`` runs while the lock is held (before the work): its errors release it too."""
@@ -714,7 +714,7 @@ class LockedSection(sfn.StateMachineFragment):
     def build_mutex_release_after_error(self, rethrow: sfn.State) -> sfn.State:
         release_after_error = update_item_task(
             self,
-            self._name("ReleaseAfterError"),
+            self.state_name("ReleaseAfterError"),
             self.table,
             protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True, item=self.kind.item),
             assign=self.held_assign(),
@@ -740,18 +740,18 @@ class LockedSection(sfn.StateMachineFragment):
             comment=f"Exclusive lock ({self.node.path})",
             outputs=jsonata("$states.result[0]"),
         ).branch(self._start)
-        entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self._name("EntryFailed?"))
+        entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self.state_name("EntryFailed?"))
         entry_failed.when(
             sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.ERROR_INVALID_KEY))),
             sfn.Fail.jsonata(
-                self, "InvalidKey", state_name=self._name("InvalidKey"),
+                self, "InvalidKey", state_name=self.state_name("InvalidKey"),
                 error=protocol.ERROR_INVALID_KEY,
                 cause=jsonata(protocol.message_of_expression(protocol.ERROR_INVALID_KEY)),
             ),
         )
         entry_failed.otherwise(
             sfn.Fail.jsonata(
-                self, "Failed", state_name=self._name("Failed"),
+                self, "Failed", state_name=self.state_name("Failed"),
                 error=jsonata(protocol.rethrow_error_expression()),
                 cause=jsonata(protocol.rethrow_cause_expression()),
             )

@@ -45,7 +45,7 @@ class _Admit(tasks.DynamoUpdateItem):
 
 
 def _timeout_cause(section: "LockedSection", limit: int, period_ms: int) -> str:
-    return (f"the key's next permit comes after max_wait ({section._max_wait_ms} ms): more than {limit} "
+    return (f"the key's next permit comes after max_wait ({section.max_wait_ms} ms): more than {limit} "
             f"entries per {period_ms} ms were asked for")
 
 
@@ -58,14 +58,14 @@ def build_rate_steps(section: "LockedSection", *, limit: int, period_ms: int, ti
     v = section.variables
     key = {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(rate.rate_key_expression())})}
     read = tasks.DynamoGetItem.jsonata(
-        section, section._name("Read"), table=section.table, key=key, consistent_read=True,
+        section, section.state_name("Read"), table=section.table, key=key, consistent_read=True,
         assign={v["wait"]: jsonata(rate.seen_expression(wait_variable=v["wait"], limit=limit, period_ms=period_ms))},
         outputs=jsonata("$states.input"),
     )
     retry_transient(read)
     names = rate.attribute_names(jsonata(rate.admit_slot_expression(wait_variable=v["wait"], limit=limit)))
     admit = _Admit(
-        section, section._name("Admit"),
+        section, section.state_name("Admit"),
         query_language=sfn.QueryLanguage.JSONATA,
         table=section.table, key=key,
         update_expression=rate.ADMIT.update, condition_expression=rate.ADMIT.condition,
@@ -79,17 +79,17 @@ def build_rate_steps(section: "LockedSection", *, limit: int, period_ms: int, ti
     )
     retry_transient(admit)
     admit.add_catch(read, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
-    turn = JsonataCustomState(section, section._name("Turn"), state_json={
+    turn = JsonataCustomState(section, section.state_name("Turn"), state_json={
         "Type": "Wait", "QueryLanguage": "JSONata",
         "Seconds": jsonata(rate.turn_seconds_expression(v["lock"], field)),
     })
-    in_time = sfn.Choice.jsonata(section, "InTime", state_name=section._name("InTime?"))
-    in_time.when(sfn.Condition.jsonata(jsonata(rate.past_max_wait_expression(v["wait"], section._max_wait_ms))),
+    in_time = sfn.Choice.jsonata(section, "InTime", state_name=section.state_name("InTime?"))
+    in_time.when(sfn.Condition.jsonata(jsonata(rate.past_max_wait_expression(v["wait"], section.max_wait_ms))),
                  timeout)
     in_time.otherwise(admit)
     # on time: the work gets the section's input (the Output of the Choice's default rule,
     # https://docs.aws.amazon.com/step-functions/latest/dg/state-choice.html)
-    on_time = sfn.Choice.jsonata(section, "OnTime", state_name=section._name("OnTime?"),
+    on_time = sfn.Choice.jsonata(section, "OnTime", state_name=section.state_name("OnTime?"),
                                  outputs=jsonata(f"{ENTRY}.input"))
     # late: the permit is given up unused and the run reserves again (the wait variable starts
     # over from the section's entry: max_wait still counts from there)
@@ -143,7 +143,7 @@ class RateLimit(Mutex):
     def build_acquire(self, section: "LockedSection", lease_ms: int):
         v = section.variables
         timeout = sfn.Fail.jsonata(
-            section, "Timeout", state_name=section._name("Timeout"), error=protocol.ERROR_TIMEOUT,
+            section, "Timeout", state_name=section.state_name("Timeout"), error=protocol.ERROR_TIMEOUT,
             cause=_timeout_cause(section, self.limit, self.period_ms),
         )
         read, admit, on_time = build_rate_steps(
@@ -152,7 +152,7 @@ class RateLimit(Mutex):
         return read, admit, _Otherwise(on_time)
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
-        return sfn.Succeed(section, "Released", state_name=section._name("Released"))
+        return sfn.Succeed(section, "Released", state_name=section.state_name("Released"))
 
     def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
         return rethrow
@@ -201,12 +201,12 @@ class RateAtOnce(Semaphore):
         v = section.variables
         start, acquire, acquired = super().build_acquire(section, lease_ms)
         timeout = sfn.Fail.jsonata(
-            section, "RateTimeout", state_name=section._name("RateTimeout"), error=protocol.ERROR_TIMEOUT,
+            section, "RateTimeout", state_name=section.state_name("RateTimeout"), error=protocol.ERROR_TIMEOUT,
             cause=_timeout_cause(section, self.rate_limit, self.period_ms),
         )
         # the slot is released before the run fails (its release, as after an error of the work)
         release = update_item_task(
-            section, section._name("RateTimeoutRelease"), section.table,
+            section, section.state_name("RateTimeoutRelease"), section.table,
             protocol.release_arguments(lock_variable=v["lock"], reentrant=True, item=self.item),
             assign=section.held_assign(),
         )

@@ -149,7 +149,7 @@ def shared_hold_sweep(section: "LockedSection", *, holder_variable: str, then: s
         args = shared.arguments(jsonata(key), write, values, reader=reader and "")
         if reader:  # the entry's attribute, evaluated at run time from the reader's owner
             args["ExpressionAttributeNames"][shared.READER_PLACEHOLDER] = jsonata(shared.reader_attribute_expression(reader))
-        task = update_item_task(s, s._name(name), s.table, args, outputs=jsonata("$states.input"))
+        task = update_item_task(s, s.state_name(name), s.table, args, outputs=jsonata("$states.input"))
         retry_transient(task)
         task.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
         return task.next(then)
@@ -164,7 +164,7 @@ def shared_hold_sweep(section: "LockedSection", *, holder_variable: str, then: s
     alive = " or ".join(f"$states.result.Status = '{status}'" for status in protocol.ALIVE_STATUSES)
     ended = f"({alive} or $not($exists({stop}))) ? null : ($type({stop}) = 'number' ? {stop} : $toMillis({stop}))"
     suspect = f"{h}.shared.suspect"
-    describe = JsonataCustomState(s, s._name("DescribeReader"), state_json={
+    describe = JsonataCustomState(s, s.state_name("DescribeReader"), state_json={
         "Type": "Task", "QueryLanguage": "JSONata",
         "Resource": f"arn:{Stack.of(s).partition}:states:::aws-sdk:sfn:describeExecution",
         "Arguments": {"ExecutionArn": jsonata(f"$substringBefore({suspect}.owner, '{protocol.OWNER_SEPARATOR}')")},
@@ -174,7 +174,7 @@ def shared_hold_sweep(section: "LockedSection", *, holder_variable: str, then: s
     describe.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
     retire = update("RetireEndedReader", shared.RETIRE_READER,
                     {":endedAt": {"N": jsonata(f"$string({h}.endedAt)")}}, f"{suspect}.owner")
-    reader_ended = sfn.Choice.jsonata(s, "ReaderEnded", state_name=s._name("ReaderEnded?"))
+    reader_ended = sfn.Choice.jsonata(s, "ReaderEnded", state_name=s.state_name("ReaderEnded?"))
     # (a retire only ever shortens a lease: one that ends before the grace after the end is left to end by itself)
     reader_ended.when(sfn.Condition.jsonata(jsonata(
         f"$type({h}.endedAt) = 'number' and {h}.endedAt + {suspect}.grace < {suspect}.expiresAt")), retire)
@@ -306,7 +306,7 @@ class SharedLockKind(Mutex):
         if not s.detect_cancellation:
             return then
         forget = tasks.DynamoDeleteItem.jsonata(
-            s, s._name(suffix), table=s.table, outputs=jsonata("$states.input"),
+            s, s.state_name(suffix), table=s.table, outputs=jsonata("$states.input"),
             key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(self.presence_key(s))})})
         retry_transient(forget)
         forget.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
@@ -334,7 +334,7 @@ class SharedLockKind(Mutex):
                 return_values: str = "NONE", assign: Optional[dict] = None, outputs: Optional[str] = None,
                 retry: bool = True) -> sfn.TaskStateBase:
         s = self._section
-        task = update_item_task(s, s._name(suffix), s.table,
+        task = update_item_task(s, s.state_name(suffix), s.table,
                                 self._args(key, write, values, reader=reader, return_values=return_values),
                                 assign=assign, outputs=jsonata(outputs) if outputs else None)
         if retry:
@@ -343,13 +343,13 @@ class SharedLockKind(Mutex):
 
     def _get(self, suffix: str, key: dict, assign: dict) -> tasks.DynamoGetItem:
         s = self._section
-        get = tasks.DynamoGetItem.jsonata(s, s._name(suffix), table=s.table, key=key, consistent_read=True,
+        get = tasks.DynamoGetItem.jsonata(s, s.state_name(suffix), table=s.table, key=key, consistent_read=True,
                                           assign=assign, outputs=jsonata("$states.input"))
         retry_transient(get)
         return get
 
     def _choice(self, suffix: str) -> sfn.Choice:
-        return sfn.Choice.jsonata(self._section, suffix, state_name=self._section._name(f"{suffix}?"))
+        return sfn.Choice.jsonata(self._section, suffix, state_name=self._section.state_name(f"{suffix}?"))
 
     @staticmethod
     def _when(choice: sfn.Choice, condition: str, then: sfn.IChainable) -> sfn.Choice:
@@ -387,14 +387,14 @@ class SharedLockKind(Mutex):
         self._fast = fast
 
         timeout = sfn.Fail.jsonata(
-            section, "Timeout", state_name=section._name("Timeout"), error=errors.ERROR_TIMEOUT,
-            cause=f"the lock was held by another run for longer than max_wait ({section._max_wait_ms} ms)")
+            section, "Timeout", state_name=section.state_name("Timeout"), error=errors.ERROR_TIMEOUT,
+            cause=f"the lock was held by another run for longer than max_wait ({section.max_wait_ms} ms)")
         # (a reader refused by the cap: FAST_READ and ENQUEUE_READ are refused; a read tells)
-        crowded = self._build_crowded(otherwise=fast if section._max_wait_ms else timeout) if self.mode == READ else None
-        if section._max_wait_ms == 0:
+        crowded = self._build_crowded(otherwise=fast if section.max_wait_ms else timeout) if self.mode == READ else None
+        if section.max_wait_ms == 0:
             fast.add_catch(crowded or timeout, errors=[errors.CONDITION_FAILED])
             return fast, fast, fast
-        failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section._name("QueueFailed"),
+        failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section.state_name("QueueFailed"),
                                   error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"))
         why = self._choice("Left")
         self._when(why, f"$exists(${v['wait']}.error)", failed).otherwise(timeout)
@@ -414,7 +414,7 @@ class SharedLockKind(Mutex):
             rejoin.add_catch(why, **on_error)
 
         # the work, after my row is gone (best effort: a row of a served ticket is never read)
-        drop = tasks.DynamoDeleteItem.jsonata(section, section._name("DropRow"), table=section.table,
+        drop = tasks.DynamoDeleteItem.jsonata(section, section.state_name("DropRow"), table=section.table,
                                               key=self._row_key(key, ticket), outputs=jsonata(f"{ENTRY}.input"))
         retry_transient(drop)
         drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
@@ -443,7 +443,7 @@ class SharedLockKind(Mutex):
                                  return_values="ALL_NEW", assign=admitted)
         claim.next(drop)
 
-        requeue = tasks.DynamoDeleteItem.jsonata(section, section._name("Requeue"), table=section.table,
+        requeue = tasks.DynamoDeleteItem.jsonata(section, section.state_name("Requeue"), table=section.table,
                                                  key=self._row_key(key, ticket), outputs=jsonata("$states.input"))
         retry_transient(requeue)
         requeue.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
@@ -475,14 +475,14 @@ class SharedLockKind(Mutex):
         park.add_catch(admit, errors=[errors.TRANSACTION_CANCELED], outputs=jsonata("$states.input"))
 
         # 6. the fallback (a reader at the head of a key with no room for it gives up its place)
-        too_many = sfn.Pass.jsonata(section, "TooManyQueued", state_name=section._name("TooManyQueued"),
+        too_many = sfn.Pass.jsonata(section, "TooManyQueued", state_name=section.state_name("TooManyQueued"),
                                     outputs=jsonata("$states.input"), assign={v["wait"]: jsonata(
                                         f"$merge([${v['wait']}, {{'error': {self._too_many_error()}}}])")})
         too_many.next(leave)
         inspect = self._build_inspect(key=key, me=me, ticket=ticket, claim=claim, requeue=requeue, admit=admit,
                                       park=park, too_many=too_many)
         waited = self._choice("WaitedEnough")
-        self._when(waited, protocol.waited_enough_expression(v["wait"], section._max_wait_ms), leave)
+        self._when(waited, protocol.waited_enough_expression(v["wait"], section.max_wait_ms), leave)
         waited.otherwise(inspect)
         park.add_catch(waited, errors=[errors.STATES_TIMEOUT], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
@@ -514,14 +514,14 @@ class SharedLockKind(Mutex):
         s = self._section
         count = "$states.result.Item"
         read = tasks.DynamoGetItem.jsonata(
-            s, s._name("CountReaders"), table=s.table, key=self._lock_key(f"{ENTRY}.key"), consistent_read=True,
+            s, s.state_name("CountReaders"), table=s.table, key=self._lock_key(f"{ENTRY}.key"), consistent_read=True,
             projection_expression=[tasks.DynamoProjectionExpression().with_attribute("#r")],
             expression_attribute_names={"#r": shared.READERS},
             assign={self._vars()["seen"]: jsonata(f"{{'readers': {_item_number(count, shared.READERS)}}}")},
             outputs=jsonata("$states.input"))
         retry_transient(read)
         read.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        refused = sfn.Fail.jsonata(s, "TooManyReaders", state_name=s._name("TooManyReaders"),
+        refused = sfn.Fail.jsonata(s, "TooManyReaders", state_name=s.state_name("TooManyReaders"),
                                    error=errors.ERROR_TOO_MANY_READERS, cause=self._too_many_cause())
         full = self._choice("Crowded")
         self._when(full, f"${self._vars()['seen']}.readers >= {shared.MAX_READERS}", refused)
@@ -542,7 +542,7 @@ class SharedLockKind(Mutex):
             ":kind": {"S": self.mode}})
         del row["ReturnValues"]
         park = tasks.CallAwsService.jsonata(
-            s, s._name("Park"), service="dynamodb", action="transactWriteItems",
+            s, s.state_name("Park"), service="dynamodb", action="transactWriteItems",
             parameters={"TransactItems": [{"ConditionCheck": {"TableName": table, **check}},
                                           {"Update": {"TableName": table, **row}}]},
             integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
@@ -622,7 +622,7 @@ class SharedLockKind(Mutex):
         alive = " or ".join(f"$states.result.Status = '{status}'" for status in protocol.ALIVE_STATUSES)
         ended = (f"({alive} or $not($exists({stop}))) ? null "
                  f": ($type({stop}) = 'number' ? {stop} : $toMillis({stop}))")
-        describe = JsonataCustomState(s, s._name("DescribeHolder"), state_json={
+        describe = JsonataCustomState(s, s.state_name("DescribeHolder"), state_json={
             "Type": "Task", "QueryLanguage": "JSONata",
             "Resource": f"arn:{Stack.of(s).partition}:states:::aws-sdk:sfn:describeExecution",
             "Arguments": {"ExecutionArn": jsonata(
@@ -684,7 +684,7 @@ class SharedLockKind(Mutex):
             {f["seen"]: jsonata(f"$merge([{seen}, {{'presence': {token}}}])"), **checked})
         read_row.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"), assign=checked)
         probe = tasks.CallAwsService.jsonata(
-            s, "ProbeHolder", state_name=s._name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
+            s, "ProbeHolder", state_name=s.state_name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
             parameters={"TaskToken": jsonata(f"{seen}.presence")}, iam_action="states:SendTaskHeartbeat",
             # task tokens cannot be scoped by IAM: the one resource is *
             iam_resources=["*"], outputs=jsonata("$states.input"))
@@ -722,7 +722,7 @@ class SharedLockKind(Mutex):
                 items[1]["Update"]["ExpressionAttributeNames"][shared.READER_PLACEHOLDER] = jsonata(
                     shared.reader_attribute_expression(owner))
             task = tasks.CallAwsService.jsonata(
-                s, name, state_name=s._name(name), service="dynamodb", action="transactWriteItems",
+                s, name, state_name=s.state_name(name), service="dynamodb", action="transactWriteItems",
                 parameters={"TransactItems": items}, iam_action="dynamodb:UpdateItem",
                 iam_resources=[s.table.table_arn],
                 additional_iam_statements=[iam.PolicyStatement(actions=["dynamodb:DeleteItem"],
@@ -752,7 +752,7 @@ class SharedLockKind(Mutex):
         view of the last ticket out (a row that never came is marked). Ends in ``then``."""
         s, f = self._section, self._vars()
         h = "$" + f["handoff"]
-        name = lambda x: s._name(f"{suffix}.{x}")  # noqa: E731
+        name = lambda x: s.state_name(f"{suffix}.{x}")  # noqa: E731
         end_state = then or sfn.Succeed(s, f"{suffix}.Done", state_name=name("Done"))
         row = "$states.result.Item"
         hole_ms = self.park_timeout_s * 1000
@@ -872,7 +872,7 @@ class SharedLockKind(Mutex):
         skip = self._update(f"{suffix}.Skip", key, shared.SKIP, values,
                             assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
         skip.add_catch(end, **catch_all)
-        drop_skipped = tasks.DynamoDeleteItem.jsonata(s, s._name(f"{suffix}.DropSkipped"), table=s.table,
+        drop_skipped = tasks.DynamoDeleteItem.jsonata(s, s.state_name(f"{suffix}.DropSkipped"), table=s.table,
                                                       key=self._row_key(key, f"{h}.c"), outputs=jsonata("$states.input"))
         retry_transient(drop_skipped)
         drop_skipped.add_catch(again, **catch_all)
@@ -964,7 +964,7 @@ class SharedLockKind(Mutex):
         return leave
 
     def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
-        done = sfn.Succeed(section, "Released", state_name=section._name("Released"))
+        done = sfn.Succeed(section, "Released", state_name=section.state_name("Released"))
         if self.mode == READ:
             return self._forget("Forget", self._build_leave_read("Release", then=done, lost=lost))
         lock = "$" + section.variables["lock"]

@@ -892,7 +892,7 @@ def test_max_wait_none_waits_as_long_as_the_history_budget_allows_then_times_out
     common = dict(table=table, lease=cdk.Duration.minutes(5), max_wait=None)
     section = LockedSection(stack, "Fair", protected=sfn.Pass.jsonata(stack, "W"), lock=Lock.fair(key), **common)
     # (20,000 / 100 - 1) park rounds of 30 s: 1 h 39 min 30 s, then Lock.Timeout
-    assert section._max_wait_ms == fp.unlimited_wait_s(30, 20_000) * 1000 == 5_970_000
+    assert section.max_wait_ms == fp.unlimited_wait_s(30, 20_000) * 1000 == 5_970_000
     with pytest.raises(TypeError, match=r"`max_wait` must be a Duration, got: NoneType"):
         LockedSection(stack, "Polling", protected=sfn.Pass.jsonata(stack, "W2"), lock=Lock.mutex(key), **common)
 
