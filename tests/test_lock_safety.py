@@ -537,10 +537,11 @@ def test_a_lambda_tasks_stop_grace_covers_a_cold_start_init_and_the_functions_ti
     timeout), then the handler for up to the timeout. The derived stop grace must cover both,
     counted from the stop, or the next holder enters while the stopped holder's handler runs.
     ``make stress`` (seed 7, DynamoDB Local, a loaded machine) found it: a fair holder stopped
-    0.5 s after its probe task was scheduled; the in-process probe's first invocations wait for
-    their import (the runtime's Init: 5.9 s for that key's first, up to 11.4 s measured), and
-    its handler entered 9.9 s after the stop, past the 8 s grace, beside the next holders
-    (fences ``[2, 2, 1, 3, ...]``; its fenced write was rejected)."""
+    0.5 s after its probe task was scheduled; an in-process function's first invocations wait
+    for their import before their timeout starts (the runtime's Init: up to 5.9 s measured for
+    the probe, 11.4 s for a janitor function), and its handler entered 9.9 s after the stop,
+    past the 8 s grace, beside the next holders (fences ``[2, 2, 1, 3, ...]``; its fenced write
+    was rejected)."""
     import aws_cdk as cdk
     from aws_cdk import aws_lambda as lambda_, aws_stepfunctions_tasks as tasks
 
