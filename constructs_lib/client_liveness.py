@@ -183,26 +183,25 @@ class HolderLiveness:
     def _lock_item_abandoned(self, table_key: str, hold: WorkflowHold, token: str) -> bool:
         """ABANDONED (:class:`LockItemHolds`); then a plain mutex client watches the version it
         wrote for the stop grace on its own clock (``watch_written``: no ``Date`` header needed)."""
-        since = self._monotonic()
         values = {
             ":owner": {"S": hold.owner},
             ":endedAt": {"N": str(self.latest_ms())},
             ":token": {"S": token},
             ":settledBefore": {"N": str(self.earliest_ms() - PRESENCE_SETTLE_MS)},
         }
-        answer = _written(table_key, f"ABANDONED of {hold.owner}",
-                          lambda: self._update(table_key, ABANDONED, values, return_new=True))
-        if answer is None:
-            return False
-        self.watch_written(table_key, answer["Attributes"], window_s=hold.grace_ms / 1000, since=since)
-        return True
+        return self._written_and_watched(table_key, hold, "ABANDONED", ABANDONED, values)
 
     def _lock_item_retired(self, table_key: str, hold: WorkflowHold, until: int) -> bool:
         """RETIRE_BY (:class:`LockItemHolds`), then watched as :meth:`_lock_item_abandoned`."""
         values = {":owner": {"S": hold.owner}, ":acquiredAt": {"N": str(hold.acquired_at)}, ":until": {"N": str(until)}}
+        return self._written_and_watched(table_key, hold, "RETIRE_BY", RETIRE_BY, values)
+
+    def _written_and_watched(self, table_key: str, hold: WorkflowHold, name: str, write: Any, values: dict) -> bool:
+        """``write`` (the protocol's, ``name``) on the lock item; the version it wrote watched
+        for the hold's stop grace. False when refused."""
         since = self._monotonic()
-        answer = _written(table_key, f"RETIRE_BY of {hold.owner}",
-                          lambda: self._update(table_key, RETIRE_BY, values, return_new=True))
+        answer = _written(table_key, f"{name} of {hold.owner}",
+                          lambda: self._update(table_key, write, values, return_new=True))
         if answer is None:
             return False
         self.watch_written(table_key, answer["Attributes"], window_s=hold.grace_ms / 1000, since=since)

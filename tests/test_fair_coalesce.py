@@ -35,6 +35,28 @@ def ended(fair, arns) -> int:
     return sum(1 for a in arns if fair.cloud.status(a) != "RUNNING")
 
 
+def _entered_work(result) -> bool:
+    return any((e.get("stateEnteredEventDetails") or {}).get("name", "").endswith("Probe") for e in result.history)
+
+
+def _superseded_by_newer_runs(arns, results, won, runs: int) -> list:
+    """The run that won is the newest (the last of ``runs`` tickets); every other one ended
+    ``Lock.Superseded``, its cause naming a newer run of the burst, and never entered its work.
+    The superseded runs' results."""
+    ticket_of = {a: tickets_and_fences(r.history)[0] for a, r in zip(arns, results)}
+    newest = max(arns, key=lambda a: ticket_of[a])
+    assert won.arn == newest and ticket_of[newest] == [runs]
+    superseded = [r for a, r in zip(arns, results) if a != newest]
+    for a, r in zip(arns, results):
+        if a == newest:
+            continue
+        assert r.error == LockErrors.SUPERSEDED, (r.error, r.cause)
+        by = next(b for b in arns if b in r.cause)
+        assert ticket_of[by][0] > ticket_of[a][0], (r.cause, ticket_of[a])
+        assert not _entered_work(r)
+    return superseded
+
+
 def test_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_only(fair):
     # the gate opens once the burst has queued (BURST tickets out) and all but one ended
     k, holder, arns, results = burst(
@@ -46,19 +68,8 @@ def test_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_only(fair):
     assert len(won) == 1 and len(superseded) == BURST - 1, [(r.status, r.error) for r in results]
     # the one that ran is the newest (the last ticket); every other one ended superseded, its
     # cause naming a newer run (an execution of the burst that took a later ticket)
-    ticket_of = {a: tickets_and_fences(r.history)[0] for a, r in zip(arns, results)}
-    newest = max(arns, key=lambda a: ticket_of[a])
-    assert won[0].arn == newest and ticket_of[newest] == [BURST]
-    for a, r in zip(arns, results):
-        if a == newest:
-            continue
-        assert r.error == LockErrors.SUPERSEDED, (r.error, r.cause)
-        by = next(b for b in arns if b in r.cause)
-        assert ticket_of[by][0] > ticket_of[a][0], (r.cause, ticket_of[a])
-        # it never entered its work, and no park of it ran into its (2 min) timeout: woken
-        assert not any((e.get("stateEnteredEventDetails") or {}).get("name", "").endswith("Probe")
-                       for e in r.history)
-        assert not any(e["type"] == "TaskTimedOut" for e in r.history)
+    for r in _superseded_by_newer_runs(arns, results, won[0], BURST):
+        assert not any(e["type"] == "TaskTimedOut" for e in r.history)  # woken, not its (2 min) park timeout
     probe = fair.probe(k)
     assert probe.get("violations", 0) == 0 and probe["seen"] == [1, 1] and probe["counter"] == 2
     assert probe["fences"] == sorted(probe["fences"]) and len(set(probe["fences"])) == 2
@@ -156,8 +167,6 @@ def _express_burst(fair, machine: str, holder_machine: str, settled) -> tuple:
     return burst(fair, machine, holder_machine, work_ms=300, runs=EXPRESS_BURST, settled=settled)
 
 
-def _entered_work(result) -> bool:
-    return any((e.get("stateEnteredEventDetails") or {}).get("name", "").endswith("Probe") for e in result.history)
 
 
 def test_express_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_only(fair):
@@ -175,16 +184,7 @@ def test_express_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_onl
     assert holder.status == "SUCCEEDED", (holder.error, holder.cause)
     won = [r for r in results if r.status == "SUCCEEDED"]
     assert len(won) == 1, [(r.status, r.error, r.cause) for r in results]
-    ticket_of = {a: tickets_and_fences(r.history)[0] for a, r in zip(arns, results)}
-    newest = max(arns, key=lambda a: ticket_of[a])
-    assert won[0].arn == newest and ticket_of[newest] == [EXPRESS_BURST]
-    for a, r in zip(arns, results):
-        if a == newest:
-            continue
-        assert r.error == LockErrors.SUPERSEDED, (r.error, r.cause)
-        by = next(b for b in arns if b in r.cause)  # a newer run of the burst
-        assert ticket_of[by][0] > ticket_of[a][0], (r.cause, ticket_of[a])
-        assert not _entered_work(r)
+    _superseded_by_newer_runs(arns, results, won[0], EXPRESS_BURST)
     # polled, never parked on a token
     assert not any(e["type"] == "TaskSubmitted" for r in results for e in r.history)
     probe = fair.probe(k)
