@@ -148,9 +148,10 @@ class LockedSection(sfn.StateMachineFragment):
         it (stopped, timed out, failed past every Catch) stays held after that end: Step
         Functions does not stop a running Lambda invocation, activity or callback worker.
         The janitor's and the liveness check's retires never keep it past its lease.
-        Default: the longest run a task of the protected work may have (a Lambda task: its
-        function's timeout, whatever its ``TimeoutSeconds``; other tasks: their
-        ``TimeoutSeconds``) plus 5 s; 15 minutes if some task's longest run cannot be seen.
+        Default: the longest run a task of the protected work may have (a Lambda task: Lambda's
+        10 s Init limit - a cold start, outside the function's timeout - plus its function's
+        timeout, whatever its ``TimeoutSeconds``; other tasks: their ``TimeoutSeconds``) plus
+        5 s; 15 minutes if some task's longest run cannot be seen.
     :param lock_variable: name of the variable holding the lock (the section also uses
         ``<name>Wait``, ``<name>Holder``, ``<name>Redrives``, ``<name>Lost``, ``<name>Presence``,
         ``<name>Held`` and ``<name>Done``). Default: ``"lock"``.

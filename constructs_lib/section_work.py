@@ -28,6 +28,12 @@ DEFAULT_STOP_GRACE = Duration.minutes(15)
 STOP_GRACE_MARGIN_S = 5
 #: A Lambda function without a timeout of its own runs for at most 3 s.
 LAMBDA_DEFAULT_TIMEOUT_S = 3
+#: Lambda's Init phase (a cold start: the runtime, the extensions, the function's module code)
+#: runs before the function's timeout starts, for up to 10 s on an on-demand function; when it
+#: does not complete, Lambda retries it within the invocation, under the function's timeout
+#: (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). A handler
+#: invoked just before a stop may so enter its work up to this long plus its timeout after it.
+LAMBDA_INIT_LIMIT_S = 10
 
 
 def is_lock_state(state: dict) -> bool:
@@ -46,9 +52,10 @@ def is_lock_state(state: dict) -> bool:
 
 def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:
     """How long a stopped holder's work may still run, plus a margin: for a Lambda task, its
-    function's timeout (when the function is part of this app) - Step Functions does not stop
-    an invocation when the task's own ``TimeoutSeconds`` ends, nor when the execution stops,
-    but Lambda ends it at the function's timeout; for an activity, a callback or a ``.sync``
+    function's Init phase (:data:`LAMBDA_INIT_LIMIT_S`, a cold start) and its timeout (when the
+    function is part of this app) - Step Functions does not stop an invocation when the task's
+    own ``TimeoutSeconds`` ends, nor when the execution stops, but Lambda ends it at the
+    function's timeout, which starts after the Init phase; for an activity, a callback or a ``.sync``
     job, its ``TimeoutSeconds`` (what the caller promises its worker stops by);
     :data:`DEFAULT_STOP_GRACE` when a task's longest run cannot be seen."""
     if not tasks_found:
@@ -66,7 +73,7 @@ def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration
             if len(found) != 1:
                 return DEFAULT_STOP_GRACE
             timeout = found[0].timeout
-            longest = max(longest, timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S)
+            longest = max(longest, LAMBDA_INIT_LIMIT_S + (timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S))
         elif isinstance(seconds, (int, float)):
             longest = max(longest, seconds)
         elif _request_response(resource):

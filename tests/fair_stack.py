@@ -8,7 +8,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedWorkflow, QueueLimit
-from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources, token_gate
+from safety_stack import FAST, PROBE_GRACE_S, PROBE_TIMEOUT_S, probe_resources, token_gate
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (short: the dead-participant cases wait it out).
@@ -39,7 +39,7 @@ class FairStack(cdk.Stack):
         probes = self.node.find_child("Probes")
         gate = token_gate(self, "Gate", table=probes, pk="'gate#' & $states.input.key")
         holder = LockedWorkflow(self, "FairHold", protected=gate.next(self.probe("FairHoldProbe")),
-                                **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5)})
+                                **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_GRACE_S)})
         probes.grant_write_data(holder.state_machine)
         machines.append(holder)
         # the same with a park timeout no test outlasts (a waiter that must still be parked when
@@ -47,7 +47,7 @@ class FairStack(cdk.Stack):
         patient_gate = token_gate(self, "PatientGate", table=probes, pk="'gate#' & $states.input.key")
         patient_holder = LockedWorkflow(
             self, "FairPatientHold", protected=patient_gate.next(self.probe("FairPatientHoldProbe")),
-            **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5),
+            **{**fair, "stop_grace": cdk.Duration.seconds(PROBE_GRACE_S),
                "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S))})
         probes.grant_write_data(patient_holder.state_machine)
         machines.append(patient_holder)
@@ -63,7 +63,7 @@ class FairStack(cdk.Stack):
                 sfn.Condition.jsonata(jsonata("$exists($states.input.hold)")), gate_then_probe,
             ).otherwise(self.probe(f"{name}Probe"))
             coalescing = LockedWorkflow(self, name, protected=work, **{
-                **fair, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 5),
+                **fair, "stop_grace": cdk.Duration.seconds(PROBE_GRACE_S),
                 "lock": Lock.fair(key, park_timeout=cdk.Duration.seconds(PATIENT_PARK_TIMEOUT_S), queue=limit)})
             probes.grant_write_data(coalescing.state_machine)
             machines.append(coalescing)

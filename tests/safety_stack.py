@@ -16,12 +16,16 @@ from constructs import Construct
 
 from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.monitoring import powertools_layer
+from locked_workflow.constructs_lib.section_work import LAMBDA_INIT_LIMIT_S, STOP_GRACE_MARGIN_S
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 PROBE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "probe"
 FAST = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
-#: The probe's Lambda timeout: a stopped holder's lock stays held this long + 5 s.
-PROBE_TIMEOUT_S = 8  # headroom for a 3.5 s work on a loaded machine (the grace: 8 + 5 s)
+#: The probe's Lambda timeout: a stopped holder's lock stays held this long, plus Lambda's Init
+#: limit, + 5 s (:data:`PROBE_GRACE_S`).
+PROBE_TIMEOUT_S = 8  # headroom for a 3.5 s work on a loaded machine
+#: The stop grace a section derives from the probe's task (``section_work.derive_stop_grace``).
+PROBE_GRACE_S = PROBE_TIMEOUT_S + LAMBDA_INIT_LIMIT_S + STOP_GRACE_MARGIN_S
 LEASE = cdk.Duration.minutes(10)
 
 
@@ -128,7 +132,7 @@ class SafetyStack(cdk.Stack):
         inner = self.section("InnerLock", self.probe("InnerProbe"), variable="inner")
         outer_work = self.probe("OuterProbe").next(inner)
         self.machine("Nested", self.section("OuterLock", outer_work, variable="outer"))
-        # Stop grace: derived from the probe's Lambda timeout (PROBE_TIMEOUT_S + 5 s).
+        # Stop grace: derived from the probe's Lambda timeout (PROBE_GRACE_S).
         self.grace_workflow = LockedWorkflow(
             self, "Graceful", lock=Lock.mutex(jsonata("$states.input.key")), key_namespace="s",
             protected=self.probe("GracefulProbe"), table=self.locks, wait_policy=FAST,

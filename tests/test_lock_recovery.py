@@ -6,7 +6,7 @@ through ``record_property`` so the closing notes can quote them.
 A holder whose execution ended without releasing keeps the lock for its stop grace after the
 end (its Lambda invocation may still run): the janitor *retires* the acquisition (``expiresAt``
 = stop time + grace) and the liveness check takes over only once the grace has passed. The
-behaviour stack's protected Lambda has no timeout of its own (3 s), so its grace is 3 + 5 s.
+behaviour stack sets its sections' grace to 8 s (``behaviour_stack.STOP_GRACE_S``).
 """
 
 from __future__ import annotations

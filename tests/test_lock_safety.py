@@ -14,7 +14,7 @@ import pytest
 
 from lock_invariants import HeartbeatCounter, LeaseEndsSeen, presence_dated_back, probe_as_client
 from deployed import StackRun, deployed_stack
-from safety_stack import PROBE_TIMEOUT_S, SafetyStack, fail_sibling
+from safety_stack import PROBE_GRACE_S, PROBE_TIMEOUT_S, SafetyStack, fail_sibling
 from locked_workflow.state_machines import lock_protocol as p
 
 
@@ -135,8 +135,8 @@ def test_a_stopped_holders_lambda_finishes_before_anyone_else_enters(safety):
     assert safety.probe(k).get("violations", 0) == 0 and safety.probe(k)["entries"] == 2
     entered = [e["timestamp"].timestamp() for e in result.history
                if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "GracefulProbe"]
-    # not at once: after the grace, the probe Lambda's timeout (PROBE_TIMEOUT_S) + 5 s, from the stop
-    assert entered[0] - stopped_at >= PROBE_TIMEOUT_S + 5 - 0.5, entered[0] - stopped_at
+    # not at once: after the grace (PROBE_GRACE_S: Init + the probe Lambda's timeout + 5 s), from the stop
+    assert entered[0] - stopped_at >= PROBE_GRACE_S - 0.5, entered[0] - stopped_at
 
 
 def test_a_task_that_timed_out_keeps_the_lock_while_its_invocation_may_run(safety):
@@ -151,7 +151,7 @@ def test_a_task_that_timed_out_keeps_the_lock_while_its_invocation_may_run(safet
     assert result.error == "Lock.States.Timeout", (result.error, result.cause)
     assert json.loads(result.cause)["Error"] == "States.Timeout"
     lock = safety.lock(k)
-    grace_ms = (PROBE_TIMEOUT_S + 5) * 1000
+    grace_ms = PROBE_GRACE_S * 1000
     assert p.OWNER in lock and int(lock[p.GRACE]["N"]) == grace_ms  # retired, not released
     assert abs(int(lock[p.EXPIRES_AT]["N"]) - (result.stop_date.timestamp() * 1000 + grace_ms)) < 3000
     intruder = safety.run("PlainStateMachine", {"key": k, "workMs": 100})
@@ -188,11 +188,11 @@ def test_janitor_retires_a_lock_whose_acquire_response_never_came_back(safety):
     assert p.owner_execution(held[p.OWNER]["S"]) == started[0]  # the write did happen
     stop_ms = int(result.stop_date.timestamp() * 1000)
     deadline = time.time() + 15
-    while int(safety.lock(k)[p.EXPIRES_AT]["N"]) > stop_ms + (PROBE_TIMEOUT_S + 5) * 1000 + 2000:
+    while int(safety.lock(k)[p.EXPIRES_AT]["N"]) > stop_ms + PROBE_GRACE_S * 1000 + 2000:
         assert time.time() < deadline, "the janitor did not retire the lock"
         time.sleep(0.1)
     retired = int(safety.lock(k)[p.EXPIRES_AT]["N"])
-    assert abs(retired - (stop_ms + (PROBE_TIMEOUT_S + 5) * 1000)) < 2000  # stop + grace
+    assert abs(retired - (stop_ms + PROBE_GRACE_S * 1000)) < 2000  # stop + grace
 
 
 def test_a_redriven_holder_acquires_again_before_its_work_runs_again(safety):
@@ -419,8 +419,8 @@ def test_a_section_cancelled_by_a_sibling_frees_its_lock_after_its_grace(safety)
     assert cancelled, [e["type"] for e in history]
     item = safety.cloud.dynamodb.get_item(TableName=safety.probes(), Key={"pk": {"S": k}}, ConsistentRead=True)["Item"]
     entered = sorted(int(n["N"]) / 1000 for n in item["enteredAt"]["L"])
-    # the waiter entered its stop grace (the probe's Lambda timeout + 5 s) after the cancel
-    assert entered[1] - cancelled[0] >= PROBE_TIMEOUT_S + 5 - 0.5, entered[1] - cancelled[0]
+    # the waiter entered its stop grace (PROBE_GRACE_S) after the cancel
+    assert entered[1] - cancelled[0] >= PROBE_GRACE_S - 0.5, entered[1] - cancelled[0]
     assert safety.lock(k)[p.FENCE] == {"N": "2"}  # the waiter's is a new acquisition
     safety.cloud.stop_execution(holder)
 
@@ -439,8 +439,8 @@ def test_negative_control_without_the_presence_a_cancelled_section_blocks_for_it
         return sum(1 for e in events if e["type"] == "TaskStateEntered"
                    and e["stateEnteredEventDetails"]["name"] == "Lock.DescribeHolder")
 
-    deadline = time.time() + 120  # two liveness checks after the grace (PROBE_TIMEOUT_S + 5 s) has passed
-    while (checks() < 2 or time.time() < cancelled_by + PROBE_TIMEOUT_S + 5 + 3) and time.time() < deadline:
+    deadline = time.time() + 120  # two liveness checks after the grace (PROBE_GRACE_S) has passed
+    while (checks() < 2 or time.time() < cancelled_by + PROBE_GRACE_S + 3) and time.time() < deadline:
         time.sleep(0.5)
     assert checks() >= 2
     lock = safety.lock(k)
@@ -487,7 +487,7 @@ def test_a_client_waiting_behind_a_section_cancelled_by_a_sibling_gets_the_lock_
     lease = client.acquire(k, wait=40, lease=30)
     waited = time.time() - cancelled
     assert safety.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
-    grace_s = PROBE_TIMEOUT_S + 5  # SeenCancelled's derived stop grace
+    grace_s = PROBE_GRACE_S  # SeenCancelled's derived stop grace
     assert grace_s - 1 <= waited < grace_s + 10, waited  # its grace, not its lease (a round and slack)
     print(f"the client got the key {waited:.1f} s after the cancel")
     entered = probe_as_client(safety.cloud, safety.app, k, lease.fence)
@@ -522,15 +522,6 @@ def test_negative_control_a_client_never_takes_over_a_holder_whose_branch_runs(s
     safety.cloud.stop_execution(holder)
 
 
-#: Lambda's Init phase (on-demand functions) is limited to 10 s and is not part of the
-#: function's timeout, which bounds the Invoke phase only:
-#: https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html
-LAMBDA_INIT_LIMIT_S = 10
-
-
-@pytest.mark.xfail(strict=True, reason="open: a Lambda task's derived stop grace is its function's timeout + 5 s, "
-                   "which leaves out the Init phase of a cold start (up to 10 s before the timeout starts): "
-                   "make stress, seed 7, DynamoDB Local under load - see docs/safety.md")
 def test_a_lambda_tasks_stop_grace_covers_a_cold_start_init_and_the_functions_timeout():
     """A stopped holder's Lambda task may still be in its cold start: Step Functions invoked the
     function before the stop, Lambda runs the Init phase (up to 10 s, outside the function's
@@ -545,7 +536,7 @@ def test_a_lambda_tasks_stop_grace_covers_a_cold_start_init_and_the_functions_ti
     import aws_cdk as cdk
     from aws_cdk import aws_lambda as lambda_, aws_stepfunctions_tasks as tasks
 
-    from locked_workflow.constructs_lib.section_work import derive_stop_grace
+    from locked_workflow.constructs_lib.section_work import LAMBDA_INIT_LIMIT_S, derive_stop_grace
 
     stack = cdk.Stack(cdk.App(), "Grace")
     timeout_s = 3

@@ -13,7 +13,7 @@ import pytest
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import semaphore_protocol as sp
 from deployed import StackRun, deployed_stack, wait_until
-from safety_stack import PROBE_TIMEOUT_S, fail_sibling
+from safety_stack import PROBE_GRACE_S, PROBE_TIMEOUT_S, fail_sibling
 from variants_stack import LIMIT, VariantsStack
 
 
@@ -103,7 +103,7 @@ def test_the_janitor_retires_a_stopped_semaphore_holders_slot_with_no_waiter_lef
     def held_by_stopped() -> dict:
         return next(item for s in slots if stopped in (item := variants.lock(s)).get(p.OWNER, {}).get("S", ""))
 
-    grace_ms = int(held_by_stopped()[p.GRACE]["N"])  # the derived stop grace (the probe's timeout + 5 s)
+    grace_ms = int(held_by_stopped()[p.GRACE]["N"])  # the derived stop grace (PROBE_GRACE_S)
     wait_until(lambda: int(held_by_stopped()[p.EXPIRES_AT]["N"]) <= stop_ms + grace_ms + 2_000, timeout=30)
     live = next(item for s in slots if holders[1] in (item := variants.lock(s)).get(p.OWNER, {}).get("S", ""))
     assert int(live[p.EXPIRES_AT]["N"]) > stop_ms + 60_000  # the live holder's slot is untouched
@@ -207,7 +207,7 @@ def test_a_transfer_waits_for_a_single_key_holder_and_takes_both_at_once(variant
 
 def test_a_stopped_transfer_is_retired_on_every_key(variants):
     a, b = key("acct"), key("acct")
-    # its Lambda (timeout PROBE_TIMEOUT_S) runs on after the stop: the stop grace is that + 5 s
+    # its Lambda (timeout PROBE_TIMEOUT_S) runs on after the stop: the stop grace is PROBE_GRACE_S
     holder = variants.start("Transfer", {"from": a, "to": b, "workMs": 3_500})
     deadline = time.time() + 30
     while variants.probe(a).get("entries", 0) < 1 and time.time() < deadline:
@@ -300,4 +300,4 @@ def test_bad_lock_keys_fail_before_any_write(variants):
     assert variants.lock(p.namespaced("acct", a)) == {}
 
 
-PROBE_GRACE_S = PROBE_TIMEOUT_S + 5
+

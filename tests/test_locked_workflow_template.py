@@ -129,10 +129,10 @@ def test_acquire_is_one_conditional_update_returning_the_fence(example):
     assert arguments["TableName"].startswith("REF:ApplyCustomerUpdatesLockTable")
     assert "$states.input.key" in arguments["Key"]["pk"]["S"]
     assert arguments["ExpressionAttributeValues"][":me"]["S"] == "{% $states.input.owner %}"
-    # lease = timeout (30 min) + 5 min margin; grace = the Lambda's 30 s timeout + 5 s
+    # lease = timeout (30 min) + 5 min margin; grace = Lambda's 10 s Init + its 30 s timeout + 5 s
     assert f"$millis() + {35 * 60 * 1000}" in arguments["ExpressionAttributeValues"][":expiresAt"]["N"]
     assert arguments["ExpressionAttributeValues"][":grace"] == {"N": "{% $string($states.input.grace) %}"}
-    assert "'grace': 35000" in example.definition(MACHINE)["States"]["Lock"]["Arguments"]
+    assert "'grace': 45000" in example.definition(MACHINE)["States"]["Lock"]["Arguments"]
     assert set(acquire["Assign"]) == {"lock", "lockWait"}
     assert acquire["Output"] == "{% $states.input.input %}"
 
@@ -218,8 +218,8 @@ def test_release_is_owner_conditioned_and_lost_lock_fails_typed(example):
     assert resumed["Default"] == "Lock.Lost" and states["Lock.Lost"]["Error"] == p.ERROR_LOST
     released_before = states["Lock.ReleasedBefore?"]
     assert released_before["Choices"][0]["Condition"] == jsonata(p.released_before_takeover_expression("lock", "lockDone"))
-    # the work's end + the stop grace (the Lambda's 30 s timeout + 5 s), assigned by the work's own state
-    assert states["Apply update"]["Assign"]["lockDone"] == jsonata(p.work_done_expression(35_000))
+    # the work's end + the stop grace (Init 10 s + the Lambda's 30 s timeout + 5 s), assigned by the work's own state
+    assert states["Apply update"]["Assign"]["lockDone"] == jsonata(p.work_done_expression(45_000))
 
 
 def test_errors_release_then_rethrow_the_error_renaming_only_states_errors(example):

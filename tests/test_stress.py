@@ -9,8 +9,8 @@ import pytest
 
 from tools import stress
 
-#: The probe's stop grace (its 3 s timeout + 5 s).
-GRACE_MS = (stress.PROBE_TIMEOUT_S + 5) * 1000
+#: The probe's stop grace (Init 10 s + its 3 s timeout + 5 s).
+GRACE_MS = stress.PROBE_GRACE_S * 1000
 #: The coalescing and rate-limit shapes, drawn alone (the suite's slice of them).
 FLOW = {"Coalesce": 1, "Rate": 1}
 

@@ -118,6 +118,7 @@ from botocore.exceptions import ClientError
 # imported once, before any in-process Lambda runs: the janitor function bundles its own copy of
 # constructs_lib, and a lazy import racing with its invocation could bind that copy's exception
 # classes, which the client here does not raise (two ClientAsync runs failed on LockHeld so)
+from locked_workflow.constructs_lib import section_work
 from locked_workflow.constructs_lib.lock_client import LockClient, LockError, LockHeld, LockHeldInThisThread, LockLost
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -134,8 +135,9 @@ from locked_workflow.state_machines.errors import (
 from locked_workflow.state_machines.lock_protocol import WaitPolicy
 from tools.rate_checks import admission_stamps, crowded_windows
 
-#: The probe's Lambda timeout (s); the stop grace derived from it is this + 5 s.
+#: The probe's Lambda timeout (s); the stop grace derived from it (``section_work.derive_stop_grace``).
 PROBE_TIMEOUT_S = 3
+PROBE_GRACE_S = PROBE_TIMEOUT_S + section_work.LAMBDA_INIT_LIMIT_S + section_work.STOP_GRACE_MARGIN_S
 #: The short lease of the "Lease" shape (s) and the state machine timeout of "Timeout" (s).
 SHORT_LEASE_S = 2
 SHORT_TIMEOUT_S = 4
@@ -1210,8 +1212,8 @@ def summary(report: Report) -> str:
         f"(+{lease_entries} short-lease, +{rate_entries} rate-limited) |",
         f"| fenced writes rejected (zombies) | {rejected} |",
         f"| handoffs after an ended holder checked; longest | {len(report.handoffs)}; {longest / 1000:.1f} s "
-        f"(bound {handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, False) / 1000:.0f} s polling, "
-        f"{handoff_bound_ms((PROBE_TIMEOUT_S + 5) * 1000, True) / 1000:.0f} s fair) |",
+        f"(bound {handoff_bound_ms(PROBE_GRACE_S * 1000, False) / 1000:.0f} s polling, "
+        f"{handoff_bound_ms(PROBE_GRACE_S * 1000, True) / 1000:.0f} s fair) |",
         "| records (KB): balance / runs succeeded / refused as too large | " + "; ".join(
             f"{key} ({RECORD_SIZES_KB[key]}): {balance} / "
             f"{sum(r.shape == 'Record' and r.key == key and r.status == 'SUCCEEDED' for r in report.runs)} / "

@@ -28,14 +28,16 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The probe's Lambda timeout (s): the stop grace is this + 5 s (``LockedWorkflow``'s default);
+from locked_workflow.constructs_lib import section_work
+
+#: The probe's Lambda timeout (s): the stop grace is this + Lambda's Init limit + 5 s (``LockedWorkflow``'s default);
 #: room for a 2.5 s hold on a loaded machine (5 s timed out under a load average of 10).
 PROBE_TIMEOUT_S = 10
-#: Every lock's stop grace (s): the probe's timeout + 5 s, ``LockedWorkflow``'s default, written
+#: Every lock's stop grace (s): the probe's timeout + Init + 5 s, ``LockedWorkflow``'s default, written
 #: out so the cells know it. Not shorter: the runtime reports a timed-out invocation but cannot
 #: stop its thread, which runs on for a while on a loaded machine (+ 1 s let a waiter enter beside
 #: a probe that had timed out: shared:Lock.ReapLast x lost, the alone check).
-STOP_GRACE_S = PROBE_TIMEOUT_S + 5
+STOP_GRACE_S = PROBE_TIMEOUT_S + section_work.LAMBDA_INIT_LIMIT_S + section_work.STOP_GRACE_MARGIN_S
 #: A parked waiter's fallback (s), fair and read/write.
 PARK_TIMEOUT_S = 3
 #: Holders the semaphore admits at once.
