@@ -42,6 +42,7 @@ from locked_workflow.testing.patches import (
     parallel_argument_errors,
     parsed_definitions,
     redrive,
+    retried_callbacks,
     serial_dynamodb,
     service_shapes,
     state_machine_type,
@@ -92,6 +93,7 @@ def apply_all(
     heartbeat_timeout.apply(stack)
     task_failure_cause.apply(stack)
     late_callbacks.apply(stack)
+    retried_callbacks.apply(stack)
     task_tokens.apply(stack, task_token_length)
     data_limit.apply(stack)
     terminal_errors.apply(stack)

@@ -60,8 +60,9 @@ running iterations, or ``StopExecution``), everything under it is cancelled at o
   Lambda invocation) runs on; its result is ignored.
 
 ``SendTaskHeartbeat`` on a waiting callback task without ``HeartbeatSeconds`` succeeds (and
-resets nothing). Tokens of tasks that ended otherwise (succeeded, failed, timed out) are left
-as moto answers them.
+resets nothing). Tokens of tasks that ended otherwise (succeeded, failed, timed out, an attempt
+that a ``Retry`` follows) are ``late_callbacks``' to close, and ``SendTaskHeartbeat`` on them
+fails as it answers ``SendTaskSuccess``.
 
 Proof: ``tests/local/test_patch_cancelled_branches.py``.
 """
@@ -358,7 +359,8 @@ def _indexed_execution(token: Any) -> Any:
 
 
 def _endpoint(backend: StepFunctionsParserBackend, token: str) -> tuple[Any, CallbackEndpoint | None]:
-    """(execution, callback endpoint) of ``token``; TaskTimedOut if its task was closed here."""
+    """(execution, callback endpoint) of ``token``; TaskTimedOut if its task was closed here,
+    ``late_callbacks``' answer if it ended otherwise."""
     indexed = _indexed_execution(token)
     for execution in [indexed] if indexed is not None else backend._get_executions():
         env = getattr(execution.exec_worker, "env", None) if execution.exec_worker else None
@@ -366,6 +368,7 @@ def _endpoint(backend: StepFunctionsParserBackend, token: str) -> tuple[Any, Cal
         if endpoint is not None:
             if getattr(endpoint, "_local_closed", False):
                 raise TaskTimedOut(CLOSED_TOKEN_MESSAGE)
+            late_callbacks.refuse(endpoint)  # a task that ended otherwise: not "still waiting"
             return execution, endpoint
     return None, None
 
