@@ -359,8 +359,7 @@ def _indexed_execution(token: Any) -> Any:
 
 
 def _endpoint(backend: StepFunctionsParserBackend, token: str) -> tuple[Any, CallbackEndpoint | None]:
-    """(execution, callback endpoint) of ``token``; TaskTimedOut if its task was closed here,
-    ``late_callbacks``' answer if it ended otherwise."""
+    """(execution, callback endpoint) of ``token``; TaskTimedOut if its task was closed here."""
     indexed = _indexed_execution(token)
     for execution in [indexed] if indexed is not None else backend._get_executions():
         env = getattr(execution.exec_worker, "env", None) if execution.exec_worker else None
@@ -368,7 +367,6 @@ def _endpoint(backend: StepFunctionsParserBackend, token: str) -> tuple[Any, Cal
         if endpoint is not None:
             if getattr(endpoint, "_local_closed", False):
                 raise TaskTimedOut(CLOSED_TOKEN_MESSAGE)
-            late_callbacks.refuse(endpoint)  # a task that ended otherwise: not "still waiting"
             return execution, endpoint
     return None, None
 
@@ -436,6 +434,7 @@ def _heartbeat(original):  # type: ignore[no-untyped-def]
             and endpoint._heartbeat_endpoint is None
             and execution.exec_status == ExecutionStatus.RUNNING
             and endpoint.get_outcome() is None
+            and not late_callbacks.closed(endpoint)  # an ended attempt's: moto's walk, late_callbacks' answer
         ):
             return None  # a waiting task without HeartbeatSeconds: accepted, nothing to reset
         return _past_starting_executions(original, self, *args, **kwargs)
