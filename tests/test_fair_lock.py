@@ -459,6 +459,35 @@ def test_a_release_whose_skip_response_was_lost_still_hands_the_lock_on(fair):
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
+def test_a_park_whose_response_was_lost_is_woken_in_its_retry_and_leaves_no_row(fair):
+    """A waiter's ``PARK`` applies (its row holds token T1) and its response is lost (a 5xx after
+    the call); the holder releases then, and wakes T1 while the park's ``Retry`` runs (its second
+    attempt fails before applying and ends only once the wake-up has been sent). As on Step
+    Functions, each attempt of the callback task has its own token and T1's task is closed, so
+    the wake-up fails (``TaskTimedOut``,
+    https://docs.aws.amazon.com/step-functions/latest/apireference/API_SendTaskSuccess.html#API_SendTaskSuccess_Errors);
+    the third attempt parks again and the releaser's retake wakes it. Before the runtime gave
+    each attempt its own token, the retry ended at once with T1's wake-up and its re-created row
+    stayed parked after the waiter was served (fault matrix: ``fair:Lock.Park`` x ``lost``)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder, _ = queued(fair, k, waiters=0)
+    wakes: list = []
+    is_park = lambda params: params.get("UpdateExpression") == fp.PARK.update  # noqa: E731
+    lost = Fault("UpdateItem", "InternalServerError", after_call=True, then=lambda: fair.open(k), when=is_park)
+    failed = Fault("UpdateItem", "InternalServerError", then=lambda: fair.until(lambda: wakes), when=is_park)
+    seen = Fault("SendTaskSuccess", "never", service="stepfunctions",
+                 when=lambda params: not_the_gate(params) and wakes.append(params["taskToken"]) and False)
+    with dynamodb_faults(lost, failed, seen) as log:
+        waiter = fair.start("Fair", {"key": k, "workMs": 100})
+        held, woken = fair.wait([holder, waiter])
+    assert (lost.injected, failed.injected, seen.injected) == (1, 1, 0)
+    assert (held.status, woken.status) == ("SUCCEEDED", "SUCCEEDED"), (woken.error, woken.cause)
+    assert fences_of([held, woken]) == sorted(fences_of([held, woken]))
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
 def test_an_impatient_waiter_times_out_and_leaves_the_queue(fair):
     k = key()
     holder, (w1,) = queued(fair, k, waiters=1)

@@ -145,6 +145,8 @@ CHAINS: dict[str, tuple[str, ...]] = {
     # the state (iteration) in flight is tracked, to be cancelled, around redrive's record of it
     "CommonStateField.eval": ("patches.cancelled_branches", "patches.redrive"),
     "InlineIterationComponent._eval_body": ("patches.cancelled_branches", "patches.redrive"),
+    # an attempt of a callback task gets its own token, then waits (given up when its branch stops)
+    "ExecutionState._evaluate_with_timeout": ("patches.retried_callbacks", "patches.cancelled_branches"),
     "IterationWorker._eval_job": ("patches.cancelled_branches", "patches.redrive"),
     # a heartbeat timeout is a TaskTimedOut; an Arguments error keeps its failure event
     "StateTask._from_error": ("patches.heartbeat_timeout", "patches.task_argument_errors"),

@@ -45,6 +45,7 @@ from locked_workflow.testing.patches import (
     parsed_definitions,
     parsed_paths,
     redrive,
+    retried_callbacks,
     serial_dynamodb,
     service_shapes,
     state_machine_type,
@@ -96,6 +97,7 @@ def apply_all(
     heartbeat_timeout.apply(stack)
     task_failure_cause.apply(stack)
     late_callbacks.apply(stack)
+    retried_callbacks.apply(stack)
     task_tokens.apply(stack, task_token_length)
     data_limit.apply(stack)
     terminal_errors.apply(stack)

@@ -60,8 +60,9 @@ running iterations, or ``StopExecution``), everything under it is cancelled at o
   Lambda invocation) runs on; its result is ignored.
 
 ``SendTaskHeartbeat`` on a waiting callback task without ``HeartbeatSeconds`` succeeds (and
-resets nothing). Tokens of tasks that ended otherwise (succeeded, failed, timed out) are left
-as moto answers them.
+resets nothing). Tokens of tasks that ended otherwise (succeeded, failed, timed out, an attempt
+that a ``Retry`` follows) are ``late_callbacks``' to close, and ``SendTaskHeartbeat`` on them
+fails as it answers ``SendTaskSuccess``.
 
 Proof: ``tests/local/test_patch_cancelled_branches.py``.
 """
@@ -433,6 +434,7 @@ def _heartbeat(original):  # type: ignore[no-untyped-def]
             and endpoint._heartbeat_endpoint is None
             and execution.exec_status == ExecutionStatus.RUNNING
             and endpoint.get_outcome() is None
+            and not late_callbacks.closed(endpoint)  # an ended attempt's: moto's walk, late_callbacks' answer
         ):
             return None  # a waiting task without HeartbeatSeconds: accepted, nothing to reset
         return _past_starting_executions(original, self, *args, **kwargs)

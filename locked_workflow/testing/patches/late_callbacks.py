@@ -60,11 +60,22 @@ def execution_arn_of(token: str) -> str | None:
     return _TOKEN_EXECUTIONS.get(token) if isinstance(token, str) else None
 
 
-def _refuse(endpoint) -> None:  # type: ignore[no-untyped-def]
-    closed = getattr(endpoint, _CLOSED, None)
-    if closed == "timed out":
+def close(endpoint) -> None:  # type: ignore[no-untyped-def]
+    """Close ``endpoint``'s task: callbacks on its token fail from now on (:func:`refuse`)."""
+    setattr(endpoint, _CLOSED, "timed out" if endpoint.get_outcome() is None else "ended")
+
+
+def closed(endpoint) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``endpoint``'s task has been closed."""
+    return getattr(endpoint, _CLOSED, None) is not None
+
+
+def refuse(endpoint) -> None:  # type: ignore[no-untyped-def]
+    """``TaskTimedOut`` (no callback came) or ``TaskDoesNotExist`` if ``endpoint``'s task is closed."""
+    state = getattr(endpoint, _CLOSED, None)
+    if state == "timed out":
         raise TaskTimedOut("Task Timed Out: the task of this token timed out or ended before the callback")
-    if closed is not None:
+    if state is not None:
         raise TaskDoesNotExist("Task Does Not Exist: the task of this token has ended")
 
 
@@ -86,13 +97,13 @@ def apply(stack: ExitStack) -> None:
     def notify(self, callback_id, outcome):  # type: ignore[no-untyped-def]
         endpoint = self.get(callback_id)
         if endpoint is not None:
-            _refuse(endpoint)
+            refuse(endpoint)
         return original_notify(self, callback_id, outcome)
 
     def heartbeat(self, callback_id):  # type: ignore[no-untyped-def]
         endpoint = self.get(callback_id)
         if endpoint is not None:
-            _refuse(endpoint)
+            refuse(endpoint)
         return original_heartbeat(self, callback_id)
 
     def _eval_body(self, env):  # type: ignore[no-untyped-def]
@@ -104,7 +115,7 @@ def apply(stack: ExitStack) -> None:
             current.env = None
             endpoint, current.endpoint = getattr(current, "endpoint", None), None
             if endpoint is not None:
-                setattr(endpoint, _CLOSED, "timed out" if endpoint.get_outcome() is None else "ended")
+                close(endpoint)
 
     stack.callback(_TOKEN_EXECUTIONS.clear)
     patch_attribute(stack, CallbackPoolManager, "add", add, by=__name__)
