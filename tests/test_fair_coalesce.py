@@ -46,15 +46,13 @@ def _superseded_by_newer_runs(arns, results, won, runs: int) -> list:
     ticket_of = {a: tickets_and_fences(r.history)[0] for a, r in zip(arns, results)}
     newest = max(arns, key=lambda a: ticket_of[a])
     assert won.arn == newest and ticket_of[newest] == [runs]
-    superseded = [r for a, r in zip(arns, results) if a != newest]
-    for a, r in zip(arns, results):
-        if a == newest:
-            continue
+    superseded = [(a, r) for a, r in zip(arns, results) if a != newest]
+    for a, r in superseded:
         assert r.error == LockErrors.SUPERSEDED, (r.error, r.cause)
         by = next(b for b in arns if b in r.cause)
         assert ticket_of[by][0] > ticket_of[a][0], (r.cause, ticket_of[a])
         assert not _entered_work(r)
-    return superseded
+    return [r for _, r in superseded]
 
 
 def test_keep_newest_runs_the_work_for_the_holder_and_the_newest_run_only(fair):
