@@ -26,7 +26,7 @@ STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/test_locked_workflow_template.py tests/test_validation.py \
 	tests/test_lock_variants_protocol.py tests/test_example_app.py tests/test_readme.py
 
-.PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-coalesce bench-shared bench-rate bench-flow stress matrix synth templates-snapshot diagram clean
+.PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-coalesce bench-shared bench-rate bench-flow bench-uncontended stress matrix synth templates-snapshot diagram clean
 
 $(STAMP_PY): pyproject.toml .ci/constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,6 +102,11 @@ bench-shared: deps
 # look: ARGS="--runs 30 --limit 5 --period 6").
 bench-rate: deps
 	$(PY) -m tools.bench_rate $(ARGS)
+
+# What an uncontended run of each lock kind costs in state transitions (against the samples' 2),
+# and what each extra state buys; exits 1 on a lock state with no reason given (ARGS="--backend dynamodb-local").
+bench-uncontended: deps
+	$(PY) -m tools.bench_uncontended $(ARGS)
 
 # Flow control per key, both cases in one run: the coalescing burst (bench-coalesce's defaults)
 # and the rate limit's (bench-rate's: 200 runs at 10 a minute, about 20 minutes).

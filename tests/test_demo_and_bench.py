@@ -168,6 +168,24 @@ def test_transitions_count_retry_attempts_within_a_state():
     assert (calls.total, calls.failed) == (3, 2)  # the Lambda's task is not a DynamoDB call
 
 
+def test_transitions_count_interleaved_parallel_branches_by_their_event_chains():
+    """Two branches' tasks interleave: each scheduled once, so no retry (counting by the latest
+    entry called the second branch's first attempt a retry of the first's)."""
+    events = [
+        ("ParallelStateEntered", 0, "Hold"), ("TaskStateEntered", 1, "Work"), ("TaskStateEntered", 1, "Presence"),
+        ("TaskScheduled", 2, None), ("TaskScheduled", 3, None), ("TaskStarted", 4, None), ("TaskFailed", 6, None),
+        ("TaskScheduled", 7, None),  # the Work's retry
+    ]
+    history = []
+    for n, (kind, previous, name) in enumerate(events, start=1):
+        event = {"id": n, "previousEventId": previous, "type": kind, "timestamp": n}
+        if name:
+            event["stateEnteredEventDetails"] = {"name": name}
+        history.append(event)
+    counted = scenario.transition_count(history)
+    assert (counted.entered, counted.retries, counted.billed) == (3, 1, 4)
+
+
 def test_handoff_gap_is_next_acquire_acknowledged_minus_release_sent():
     a = CriticalSection("a", "k", 100, 200, 1, acquire_acked_ms=90, release_sent_ms=210)
     b = CriticalSection("b", "k", 500, 600, 2, acquire_acked_ms=480, release_sent_ms=610)

@@ -77,6 +77,17 @@ def _exited_name(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _state_entry(event: Mapping[str, Any], by_id: Mapping[Any, Mapping[str, Any]]) -> Any:
+    """The id of the ``…StateEntered`` event that ``event``'s ``previousEventId`` chain reaches."""
+    seen = 0
+    while event is not None and seen <= len(by_id):
+        if _entered_name(event) is not None:
+            return event["id"]
+        event = by_id.get(event.get("previousEventId"))
+        seen += 1
+    return None
+
+
 @dataclass(frozen=True)
 class Transitions:
     """State transitions of one execution: states entered, plus retry attempts."""
@@ -93,17 +104,22 @@ def transition_count(history: Sequence[Mapping[str, Any]]) -> Transitions:
     """``…StateEntered`` events, plus every task attempt after the first within one state entry.
 
     AWS bills each retry attempt as a state transition; in the history a retry is a further
-    ``TaskScheduled`` (``LambdaFunctionScheduled``…) before the state is exited.
+    ``TaskScheduled`` (``LambdaFunctionScheduled``…) before the state is exited. Parallel
+    branches interleave their events, so an attempt belongs to the state entry its
+    ``previousEventId`` chain leads back to (a history without event ids: the latest entry).
     """
+    by_id = {event["id"]: event for event in history if "id" in event}
     entered = retries = 0
-    attempts = 0
+    attempts: dict[Any, int] = {}
+    latest: Any = None
     for event in history:
         if _entered_name(event) is not None:
             entered += 1
-            attempts = 0
+            latest = event.get("id", object())
         elif event["type"] in _SCHEDULED:
-            attempts += 1
-            if attempts > 1:
+            entry = _state_entry(event, by_id) if by_id else latest
+            attempts[entry] = attempts.get(entry, 0) + 1
+            if attempts[entry] > 1:
                 retries += 1
     return Transitions(entered=entered, retries=retries)
 
