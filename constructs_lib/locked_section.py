@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
+from locked_workflow.constructs_lib.kinds.base import AcquireStates
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
 from locked_workflow.constructs_lib.section_hold import build_hold
 from locked_workflow.constructs_lib.section_render import NotInExpress, SectionState
@@ -292,12 +293,13 @@ class LockedSection(sfn.StateMachineFragment):
             error=jsonata(protocol.rethrow_error_expression()),
             cause=jsonata(protocol.rethrow_cause_expression()),
         )
-        self._start, self.acquire, acquired = self.kind.build_acquire(self, lease_ms)
+        acquire_states = AcquireStates(*self.kind.build_acquire(self, lease_ms))
+        self._start, self.acquire = acquire_states.first, acquire_states.attempt
         if not self.kind.builds_own_wait_path:
-            build_wait_path(self)
+            build_wait_path(self, self.acquire)
         self._build_error_path()
         self.release = self._build_release()
-        acquired.next(self.protected).next(self.release)
+        acquire_states.acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
         #: Its waiters park on a task token (STANDARD state machines only).
         self.parks = parks

@@ -5,23 +5,20 @@ check learn at once that a cancelled branch holds the lock.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.section_work import reachable_states
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
-from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines.lock_protocol import jsonata
 
-if TYPE_CHECKING:
-    from locked_workflow.constructs_lib.locked_section import LockedSection
 
-
-def build_hold(section: "LockedSection", work: sfn.IChainable, *, lease_ms: int,
+def build_hold(section: SectionContext, work: sfn.IChainable, *, lease_ms: int,
                lost_state: Callable[[], sfn.State]) -> sfn.Parallel:
     """The hold (``detect_cancellation``): a Parallel of the work and the presence branch.
 
@@ -108,11 +105,11 @@ def build_hold(section: "LockedSection", work: sfn.IChainable, *, lease_ms: int,
     # (protocol.PRESENCE_SETTLE_MS); a multi-key hold's transaction refused (as below) or in
     # conflict with another one (a waiter's acquire) is tried again: it wrote nothing
     r = protocol.PRESENCE_RETRY
-    presence.add_retry(errors=[*multikey.TRANSIENT_ERRORS, multikey.TRANSACTION_CANCELED],
+    presence.add_retry(errors=[*errors.SDK_TRANSIENT_ERRORS, errors.TRANSACTION_CANCELED],
                        interval=Duration.seconds(r["interval_s"]), backoff_rate=r["backoff_rate"],
                        max_attempts=r["max_attempts"], jitter_strategy=sfn.JitterType.FULL)
     presence.add_catch(gone, errors=[
-        multikey.TRANSACTION_CANCELED,
+        errors.TRANSACTION_CANCELED,
         protocol.SDK_CONDITION_FAILED,  # DEPART came first, or the lock is not mine any more
         protocol.QUERY_EVALUATION_ERROR,  # a re-entered hold
         errors.STATES_TIMEOUT, errors.STATES_HEARTBEAT_TIMEOUT,

@@ -9,18 +9,32 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Any, List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Protocol, Sequence
 
 import jsii
 from aws_cdk import Stack, aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Construct, IValidation
 
+from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.section_work import branches, guard_task, work_tasks
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import jsonata
 
-if TYPE_CHECKING:
-    from locked_workflow.constructs_lib.locked_section import LockedSection
+
+class RenderedSection(SectionContext, Protocol):
+    """What the render-time checks read of a section (a
+    :class:`~locked_workflow.constructs_lib.locked_section.LockedSection`), beyond what its
+    kind may read."""
+
+    lock_variable: str
+    #: JSONata: the stored key (or keys), from the kind.
+    stored_key_expression: str
+    #: Every lock state's name: the work's tasks are guarded, these not.
+    lock_state_names: set
+    #: Its waiters park on a task token.
+    parks: bool
+
+    def stop_grace_ms(self, rendered_section: Optional[Any] = ...) -> int: ...
 
 
 # Sections being rendered, outermost first: a section rendered inside another one's branch
@@ -37,7 +51,7 @@ class SectionState(sfn.Parallel):
     """The section's Parallel: its Arguments are known only when it is rendered, because
     only then is it known which sections enclose it."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, section: "LockedSection", **props: Any):
+    def __init__(self, scope: Construct, construct_id: str, *, section: RenderedSection, **props: Any):
         super().__init__(scope, construct_id, **props)
         #: The section this state is the Parallel of.
         self.section = section
@@ -64,12 +78,12 @@ class SectionState(sfn.Parallel):
         return rendered
 
 
-def _sections(section: "LockedSection") -> list:
+def _sections(section: RenderedSection) -> list:
     """Every section of ``section``'s stack (found by their Parallel states)."""
     return [c.section for c in Stack.of(section).node.find_all() if isinstance(c, SectionState)]
 
 
-def nesting_problem(section: "LockedSection", enclosing: Sequence["LockedSection"]) -> str:
+def nesting_problem(section: RenderedSection, enclosing: Sequence[RenderedSection]) -> str:
     """A clash of ``section``'s variables with an enclosing section's ('' if none)."""
     for outer in enclosing:
         clash = set(section.variables.values()) & set(outer.variables.values())
@@ -82,7 +96,7 @@ def nesting_problem(section: "LockedSection", enclosing: Sequence["LockedSection
     return ""
 
 
-def entry_expression(section: "LockedSection", enclosing: Sequence["LockedSection"], grace_ms: int) -> str:
+def entry_expression(section: RenderedSection, enclosing: Sequence[RenderedSection], grace_ms: int) -> str:
     """JSONata: the section's entry record (its Parallel's Arguments), given the sections
     enclosing it; the kind refuses a nesting it cannot run first (``check_nesting``)."""
     on_my_table = [s for s in enclosing if same_table(s.table, section.table)]
@@ -97,7 +111,7 @@ def entry_expression(section: "LockedSection", enclosing: Sequence["LockedSectio
     )
 
 
-def concurrent_reentry_problem(section: "LockedSection", rendered_section: dict) -> str:
+def concurrent_reentry_problem(section: RenderedSection, rendered_section: dict) -> str:
     """Re-entrancy is for sequential nesting only. A section nested in this one's work that
     could pass through on this section's lock (same table and namespace, neither a lock on
     records) must not run as concurrent children of one hold - iterations of a Map, or
@@ -109,7 +123,7 @@ def concurrent_reentry_problem(section: "LockedSection", rendered_section: dict)
         for c in _sections(section) if c is not section
     }
 
-    def could_pass_through(state: Mapping[str, Any]) -> "LockedSection | None":
+    def could_pass_through(state: Mapping[str, Any]) -> "RenderedSection | None":
         inner = sections.get(state.get("Comment")) if state.get("Type") == "Parallel" else None
         if (inner is not None and same_table(inner.table, section.table)
                 and inner.key_namespace == section.key_namespace
@@ -117,7 +131,7 @@ def concurrent_reentry_problem(section: "LockedSection", rendered_section: dict)
             return inner
         return None
 
-    def found(states: Mapping[str, Any]) -> "LockedSection | None":
+    def found(states: Mapping[str, Any]) -> "RenderedSection | None":
         """The first section in ``states`` (at any depth) that could pass through."""
         for state in states.values():
             inner = could_pass_through(state)
@@ -153,7 +167,8 @@ def concurrent_reentry_problem(section: "LockedSection", rendered_section: dict)
             return message
     return ""
 
-def assign_work_done(section: "LockedSection", rendered_section: dict, grace_ms: int) -> None:
+
+def assign_work_done(section: RenderedSection, rendered_section: dict, grace_ms: int) -> None:
     """The protected work, when it succeeds, assigns ``<lock_variable>Done``
     (``lock_protocol.work_done_expression``: now + the stop grace, and the redrive generation
     it ended in), which a release resumed by a redrive reads to tell its own earlier write
@@ -169,7 +184,8 @@ def assign_work_done(section: "LockedSection", rendered_section: dict, grace_ms:
         )
     assign[section.variables["done"]] = jsonata(protocol.work_done_expression(grace_ms))
 
-def guard_work(section: "LockedSection", rendered_section: dict) -> None:
+
+def guard_work(section: RenderedSection, rendered_section: dict) -> None:
     """Make every task of the protected work check, before it runs, that this section's
     acquisition belongs to the execution's current redrive generation
     (``lock_protocol.resumed_guard_expression``): a redrive resumes a branch at its
@@ -190,13 +206,15 @@ def same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
         return True
     return Stack.of(a).resolve(a.table_name) == Stack.of(b).resolve(b.table_name)
 
-def _concurrent_message(outer: "LockedSection", inner: "LockedSection", where: str) -> str:
+
+def _concurrent_message(outer: RenderedSection, inner: RenderedSection, where: str) -> str:
     return (
         f"a section nested in {outer.node.path!r} on the same table and `key_namespace` must not "
         f"run in {where}: concurrent children of one hold would all re-enter it at once "
         f"(re-entrancy is for sequential nesting), got: {inner.node.path!r} in {where}. Give the "
         f"inner section another `key_namespace`, or set the Map's max_concurrency to 1"
     )
+
 
 @jsii.implements(IValidation)
 class NotInExpress:
@@ -207,7 +225,7 @@ class NotInExpress:
     supports Request Response only): found at synth, in the definitions of the stack's EXPRESS
     state machines."""
 
-    def __init__(self, section: "LockedSection") -> None:
+    def __init__(self, section: RenderedSection) -> None:
         self.section = section
 
     def validate(self) -> List[str]:

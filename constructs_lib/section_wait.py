@@ -6,20 +6,16 @@ token probed, else its execution described) - and the probe the fair kind's fall
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import jsonata
 
-if TYPE_CHECKING:
-    from locked_workflow.constructs_lib.locked_section import LockedSection
 
-
-def build_wait_path(section: "LockedSection") -> None:
+def build_wait_path(section: SectionContext, acquire: sfn.TaskStateBase) -> None:
     """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
     v, policy, max_wait_ms = section.variables, section.wait_policy, section.max_wait_ms
     timeout = sfn.Fail.jsonata(
@@ -31,11 +27,11 @@ def build_wait_path(section: "LockedSection") -> None:
     )
     refused = section.kind.refused
     if max_wait_ms == 0:
-        section.acquire.add_catch(timeout, errors=[refused])
+        acquire.add_catch(timeout, errors=[refused])
         return
     retries = policy.retries_for(max_wait_ms / 1000)
     if retries:  # fast polls: the acquire retries the refused write itself
-        section.acquire.add_retry(
+        acquire.add_retry(
             errors=[refused],
             interval=Duration.seconds(policy.first_interval),
             backoff_rate=policy.backoff_rate,
@@ -64,15 +60,16 @@ def build_wait_path(section: "LockedSection") -> None:
             ),
             _liveness_check(section, wait),
         )
-    held.otherwise(wait.next(section.acquire))
-    section.acquire.add_catch(
+    held.otherwise(wait.next(acquire))
+    acquire.add_catch(
         held,
         errors=[refused],
         assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
         outputs=jsonata("$states.input"),
     )
 
-def _liveness_check(section: "LockedSection", wait: sfn.State) -> sfn.IChainable:
+
+def _liveness_check(section: SectionContext, wait: sfn.State) -> sfn.IChainable:
     """Inspect the lock; if its holder's execution ended longer than its grace ago, mark
     it stale. Every path goes through the Wait, so each round lets time pass."""
     v = section.variables
@@ -131,7 +128,8 @@ def _liveness_check(section: "LockedSection", wait: sfn.State) -> sfn.IChainable
     ).otherwise(wait)
     return inspect.next(is_execution)
 
-def probe_presence(section: "LockedSection", describe: sfn.State, *, then: sfn.State) -> sfn.State:
+
+def probe_presence(section: SectionContext, describe: sfn.State, *, then: sfn.State) -> sfn.State:
     """``SendTaskHeartbeat`` on the presence token of the holder in ``$holder``: accepted,
     the holding branch still runs (``then``: wait on); ``TaskTimedOut``, it ended without
     releasing - ABANDONED, the lock is held for its stop grace from now (then ``then``); any

@@ -20,7 +20,7 @@ A new kind is one module in this package (a subclass of :class:`KindBuilder`, us
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Node
@@ -64,6 +64,18 @@ class SectionContext(Protocol):
     def after_acquire_failure(self, state: sfn.TaskStateBase) -> None: ...
 
     def probe_presence(self, describe: sfn.State, *, then: sfn.State) -> sfn.State: ...
+
+
+class AcquireStates(NamedTuple):
+    """What :meth:`KindBuilder.build_acquire` returns: the kind's acquire, by role."""
+
+    #: The section branch's first state.
+    first: sfn.State
+    #: The acquire attempt: the section retries it and catches its refusal as a poll (unless
+    #: the kind ``builds_own_wait_path``).
+    attempt: sfn.State
+    #: The last state before the work: the section chains the work to it (``.next``).
+    acquired: Any
 
 
 class KindBuilder(ABC):
@@ -160,9 +172,10 @@ class KindBuilder(ABC):
     # -- the states ---------------------------------------------------------------------------
 
     @abstractmethod
-    def build_acquire(self, section: SectionContext, lease_ms: int) -> tuple:
-        """(the branch's first state, the acquire attempt - retried and caught as a poll, unless
-        ``builds_own_wait_path`` -, the last state before the work, whose ``next`` is the work)."""
+    def build_acquire(self, section: SectionContext, lease_ms: int) -> AcquireStates:
+        """The acquire's states (:class:`AcquireStates`; a plain 3-tuple in that order is read
+        the same way). Built once per section; the later hooks receive what they need as
+        arguments: a builder keeps nothing between calls."""
 
     @abstractmethod
     def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:

@@ -51,9 +51,9 @@ def grant_arguments(*, key: str, me: str, nxt: str, stale: str, prev: str, expir
 
 
 def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, supersedes: bool, key: str, me: str,
-                   start: str, holding: bool, then: Optional[sfn.State], stale: str,
-                   self_grant: Optional[sfn.State] = None, lost: Optional[sfn.State] = None,
-                   left: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
+                  start: str, holding: bool, then: Optional[sfn.State], stale: str,
+                  self_grant: Optional[sfn.State] = None, lost: Optional[sfn.State] = None,
+                  left: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
     """Hand the lock to the next live waiter: take row ``c + 1`` (c: ``start`` at first),
     then grant and wake it, skip it, or release and mark. ``holding``: I hold the lock
     (a release); else the lock is free and I run the handoff for a head that does not move

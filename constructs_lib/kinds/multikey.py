@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 from aws_cdk import aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk, sdk_task, update_item_task
-from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -76,7 +76,7 @@ class MultiKeyKind(MutexKind):
                 outputs=jsonata(f"{ENTRY}.input"),
             ).next(section.protected),
         ).otherwise(acquire)
-        return entry, acquire, read
+        return AcquireStates(first=entry, attempt=acquire, acquired=read)
 
     def _release_each(self, section: SectionContext, suffix: str, *, count_lost: bool) -> sfn.Map:
         """A Map releasing every key on its own (the mutex's RELEASE), never stopping at one."""

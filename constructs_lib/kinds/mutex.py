@@ -17,7 +17,7 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
 from locked_workflow.constructs_lib.kinds import shared_hold
-from locked_workflow.constructs_lib.kinds.base import KindBuilder, SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import jsonata
@@ -59,7 +59,7 @@ class MutexKind(KindBuilder):
         )
         retry_transient(acquire)
         self.catch_reentered(section, acquire)
-        return acquire, acquire, acquire
+        return AcquireStates(first=acquire, attempt=acquire, acquired=acquire)
 
     @staticmethod
     def catch_reentered(section: SectionContext, acquire: sfn.TaskStateBase) -> None:

@@ -12,7 +12,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -87,7 +87,7 @@ class RecordKind(MutexKind):
             outputs=jsonata(f"{{'stub': {record.refused_lock_expression()}, 'error': $states.errorOutput}}"),
         )
         section.after_acquire_failure(read)  # any other error of the read: release, then fail
-        return acquire, acquire, read
+        return AcquireStates(first=acquire, attempt=acquire, acquired=read)
 
     def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
         """The release writes the work's ``recordUpdate``; a bad one is released without it."""

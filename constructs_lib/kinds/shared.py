@@ -46,7 +46,7 @@ from typing import Sequence
 from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk
-from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.constructs_lib.kinds.shared_handoff import build_handoff, build_leave_read
@@ -147,15 +147,15 @@ class SharedKind(MutexKind):
         # a second entry)
         if self.mode == READ:
             fast = st.update("Acquire", key, shared.FAST_READ, values, reader=me, return_values="ALL_NEW",
-                                assign=entered("null"), outputs=f"{ENTRY}.input", retry=False)
+                             assign=entered("null"), outputs=f"{ENTRY}.input", retry=False)
             rejoin = st.update("Rejoin", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
-                                  assign=entered("null"), outputs=f"{ENTRY}.input")
+                               assign=entered("null"), outputs=f"{ENTRY}.input")
             rejoin.add_catch(fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
             rejoin.next(section.protected)
             fast.add_catch(rejoin, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         else:
             fast = st.update("Acquire", key, shared.FAST_WRITE, values, return_values="ALL_NEW",
-                                assign=entered(item_number(result, fair.SERVED)), outputs=f"{ENTRY}.input")
+                             assign=entered(item_number(result, fair.SERVED)), outputs=f"{ENTRY}.input")
             rejoin = None
 
         timeout = sfn.Fail.jsonata(
@@ -165,7 +165,7 @@ class SharedKind(MutexKind):
         crowded = self._build_crowded(st, otherwise=fast if section.max_wait_ms else timeout) if self.mode == READ else None
         if section.max_wait_ms == 0:
             fast.add_catch(crowded or timeout, errors=[errors.CONDITION_FAILED])
-            return fast, fast, fast
+            return AcquireStates(first=fast, attempt=fast, acquired=fast)
         failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section.state_name("QueueFailed"),
                                   error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"))
         why = st.choice("Left")
@@ -196,23 +196,23 @@ class SharedKind(MutexKind):
         admitted = entered(ticket)
         if self.mode == READ:
             admit = st.update("Admit", key, shared.GRANT_READ,
-                                 {**values, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
+                              {**values, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
                                   ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                                 reader=me, return_values="ALL_NEW", assign=admitted, retry=False)
+                              reader=me, return_values="ALL_NEW", assign=admitted, retry=False)
         else:
             admit = st.update("Admit", key, shared.GRANT_WRITE,
-                                 {**values, ":next": {"S": jsonata(me)}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
+                              {**values, ":next": {"S": jsonata(me)}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
                                   ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                                 return_values="ALL_NEW", assign=admitted, retry=False)
+                              return_values="ALL_NEW", assign=admitted, retry=False)
 
         # 4. claim a grant handed to me
         if self.mode == READ:
             claim = st.update("Claim", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
-                                 assign=admitted)
+                              assign=admitted)
         else:
             claim = st.update("Claim", key, shared.CLAIM_WRITE,
-                                 {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                                 return_values="ALL_NEW", assign=admitted)
+                              {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                              return_values="ALL_NEW", assign=admitted)
         claim.next(drop)
 
         requeue = tasks.DynamoDeleteItem.jsonata(section, section.state_name("Requeue"), table=section.table,
@@ -224,15 +224,15 @@ class SharedKind(MutexKind):
         # giving up (max_wait spent, or an error while queued): my row is marked left; granted
         # meanwhile -> the work after all
         leave = st.update("Leave", fair.row_key_expression(key, ticket), shared.LEAVE,
-                             {":me": {"S": jsonata(me)}, ":one": {"N": "1"}})
+                          {":me": {"S": jsonata(me)}, ":one": {"N": "1"}})
         leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
         if self.mode == READ:
             claim_on_leave = st.update("ClaimOnLeave", key, shared.CLAIM_READ, values, reader=me,
-                                          return_values="ALL_NEW", assign=admitted)
+                                       return_values="ALL_NEW", assign=admitted)
         else:
             claim_on_leave = st.update("ClaimOnLeave", key, shared.CLAIM_WRITE,
-                                          {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                                          return_values="ALL_NEW", assign=admitted)
+                                       {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                                       return_values="ALL_NEW", assign=admitted)
         claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
         # (my row goes, as after any claim: DropRow takes the entry, as from Claim and Admit, and
         # unwraps the section's input itself)
@@ -267,7 +267,7 @@ class SharedKind(MutexKind):
             admit.next(cascade)
         else:
             admit.next(drop)
-        return fast, fast, fast
+        return AcquireStates(first=fast, attempt=fast, acquired=fast)
 
     @staticmethod
     def _too_many_cause() -> str:
@@ -348,7 +348,7 @@ class SharedKind(MutexKind):
         reap = st.choice("ReapWhich")
         for name, write in (("ReapLast", shared.REAP_LAST), ("Reap", shared.REAP_READ)):
             task = st.update(name, key, write, {**st.lock_values(me=me), ":one": {"N": "1"},
-                                                   ":minusOne": {"N": "-1"}}, reader=f"{seen}.expired")
+                                                ":minusOne": {"N": "-1"}}, reader=f"{seen}.expired")
             task.add_catch(read, errors=["States.ALL"], outputs=jsonata("$states.input"))
             task.next(read)
             if write is shared.REAP_LAST:
@@ -357,7 +357,7 @@ class SharedKind(MutexKind):
                 reap.otherwise(task)
         # (the helper then parks again: its park is refused if the handoff made it admissible)
         helper = build_handoff(st, "Help", key=key, me=me, start=f"{seen}.served", holding=False, then=park,
-                                     self_grant=admit, tickets=f"{seen}.tickets")
+                               self_grant=admit, tickets=f"{seen}.tickets")
         decide = st.choice("Decide")
         st.when(decide, granted, claim)
         st.when(decide, f"{seen}.served >= {ticket}", requeue)

@@ -25,9 +25,9 @@ from locked_workflow.state_machines.lock_protocol import jsonata
 
 
 def build_handoff(st: SharedStates, suffix: str, *, key: str, me: str, start: str, holding: bool,
-                   then: Optional[sfn.State], self_grant: Optional[sfn.State] = None,
-                   tickets: Optional[str] = None,
-                   lost: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
+                  then: Optional[sfn.State], self_grant: Optional[sfn.State] = None,
+                  tickets: Optional[str] = None,
+                  lost: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
     """Run the handoff from ticket ``start`` (the model's ``look`` .. ``release``): ``holding``,
     I am a writer still holding the key; ``self_grant``, a helper's way to its own row; ``tickets``, a helper's
     view of the last ticket out (a row that never came is marked). Ends in ``then``."""
@@ -54,13 +54,13 @@ def build_handoff(st: SharedStates, suffix: str, *, key: str, me: str, start: st
     end = st.choice(f"{suffix}.End") if holding else end_state
     if holding:
         release = st.update(f"{suffix}.Release", key, shared.RELEASE_WRITE,
-                               {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
-                               assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
-                                       **s.held_assign()}, retry=False)
+                            {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
+                            assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
+                                    **s.held_assign()}, retry=False)
         release_again = st.update(f"{suffix}.ReleaseAgain", key, shared.RELEASE_WRITE,
-                                     {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
-                                     assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
-                                             **s.held_assign()})
+                                  {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
+                                  assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
+                                          **s.held_assign()})
         release.add_catch(release_again, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         # a refused first release: the key was taken over (Lock.Lost) - unless a redrive reran
         # a release that had applied (as the mutex's); a retry's refusal is my own earlier
@@ -151,7 +151,7 @@ def build_handoff(st: SharedStates, suffix: str, *, key: str, me: str, start: st
     # (a skip keeps a writer runner's hold; the row skipped - a waiter gone, or a hole - is
     # deleted: a served ticket's row is never read again, and nobody else would delete it)
     skip = st.update(f"{suffix}.Skip", key, shared.SKIP, values,
-                        assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
+                     assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
     skip.add_catch(end, **catch_all)
     drop_skipped = tasks.DynamoDeleteItem.jsonata(s, s.state_name(f"{suffix}.DropSkipped"), table=s.table,
                                                   key=st.row_key(key, f"{h}.c"), outputs=jsonata("$states.input"))
@@ -203,7 +203,7 @@ def build_leave_read(st: SharedStates, suffix: str, *, then: sfn.State, lost: Op
 
     def write(name: str, leave: protocol.LockWrite, *, again: bool) -> sfn.TaskStateBase:
         return st.update(name, key, leave, values, reader=me, return_values="ALL_NEW",
-                            assign={**counts(item), **s.held_assign()}, retry=again)
+                         assign={**counts(item), **s.held_assign()}, retry=again)
 
     leave, leave_again = write(suffix, shared.LEAVE_READ, again=False), write(f"{suffix}Again", shared.LEAVE_READ, again=True)
     last, last_again = (write(f"{suffix}Last", shared.LEAVE_LAST, again=False),
@@ -216,7 +216,7 @@ def build_leave_read(st: SharedStates, suffix: str, *, then: sfn.State, lost: Op
     # the count moved between every read and write of mine, MAX_LEAVE_ROUNDS times: retire
     # my entry (it ends its stop grace from now, then anyone may reap it) and stop
     retire = st.update(f"{suffix}Retire", key, shared.RETIRE_READER,
-                          {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=me, assign=s.held_assign())
+                       {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=me, assign=s.held_assign())
     retire.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
     retire.next(then)
     st.when(which, f"{lock}.left.mine and {lock}.leaveRounds >= {shared.MAX_LEAVE_ROUNDS}", retire)
@@ -237,7 +237,7 @@ def build_leave_read(st: SharedStates, suffix: str, *, then: sfn.State, lost: Op
         t.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
     read.next(which)
     handoff = build_handoff(st, f"{suffix}.Handoff", key=key, me=me, start=f"{lock}.left.served",
-                                  holding=False, then=then)
+                            holding=False, then=then)
     # the last reader (its write ended the shared hold): hand off to whoever queues
     st.when(handed, f"{lock}.left.readers = 0", handoff)
     handed.otherwise(then)

@@ -53,13 +53,13 @@ def build_liveness_check(st: SharedStates, *, key: str, seen: str, read: sfn.Sta
     ended_at = {":endedAt": {"N": jsonata(f"$string({seen}.endedAt)")}}
     item = "$states.result.Attributes"
     retire_writer = st.update("RetireHolder", key, protocol.RETIRE,
-                                 {":owner": {"S": jsonata(f"{seen}.suspect.owner")}, **ended_at},
-                                 return_values="ALL_NEW", outputs="$states.input", assign={
+                              {":owner": {"S": jsonata(f"{seen}.suspect.owner")}, **ended_at},
+                              return_values="ALL_NEW", outputs="$states.input", assign={
                                      st.vars()["seen"]: jsonata(f"$merge([{seen}, {{'until': "
-                                                                   f"{item_number(item, protocol.EXPIRES_AT)}}}])")})
+                                                                f"{item_number(item, protocol.EXPIRES_AT)}}}])")})
     retire_reader = st.update("RetireReader", key, shared.RETIRE_READER, ended_at,
-                                 reader=f"{seen}.suspect.owner", return_values="ALL_NEW",
-                                 outputs="$states.input", assign={
+                              reader=f"{seen}.suspect.owner", return_values="ALL_NEW",
+                              outputs="$states.input", assign={
                                      st.vars()["seen"]: jsonata(
                                          f"$merge([{seen}, {{'until': $number("
                                          f"{entry_of(item, f'{seen}.suspect.owner')}.`{protocol.EXPIRES_AT}`.N)}}])")})
@@ -77,7 +77,7 @@ def build_liveness_check(st: SharedStates, *, key: str, seen: str, read: sfn.Sta
     st.when(ended_now, shortens, retire_writer)
     # its execution runs on, and its hold's presence token is closed: a cancelled branch
     st.when(ended_now, f"$type({seen}.endedAt) != 'number' and {seen}.gone = true",
-               build_abandon(st, key=key, seen=seen, over=over, park=park))
+            build_abandon(st, key=key, seen=seen, over=over, park=park))
     ended_now.otherwise(park)
     describe.next(ended_now)
     return build_presence_probe(st, seen=seen, describe=describe, park=park)

@@ -61,7 +61,7 @@ class SharedStates:
         return {k: v for k, v in values.items() if k in names}
 
     def args(self, key: str, write: protocol.LockWrite, values: dict, *, reader: Optional[str] = None,
-              return_values: str = "NONE") -> dict:
+             return_values: str = "NONE") -> dict:
         args = shared.arguments(jsonata(key), write, self.pick(write, values), reader=reader and "",
                                 return_values=return_values)
         if reader:  # the entry's attribute, evaluated at run time from the reader's owner
@@ -108,8 +108,8 @@ class SharedStates:
                                   acquired_at=jsonata(protocol.NOW_EXPRESSION), grace=jsonata(f"$string({ENTRY}.grace)"))
 
     def update(self, suffix: str, key: str, write: protocol.LockWrite, values: dict, *, reader: Optional[str] = None,
-                return_values: str = "NONE", assign: Optional[dict] = None, outputs: Optional[str] = None,
-                retry: bool = True) -> sfn.TaskStateBase:
+               return_values: str = "NONE", assign: Optional[dict] = None, outputs: Optional[str] = None,
+               retry: bool = True) -> sfn.TaskStateBase:
         s = self.section
         task = update_item_task(s, s.state_name(suffix), s.table,
                                 self.args(key, write, values, reader=reader, return_values=return_values),
