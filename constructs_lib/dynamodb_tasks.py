@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from aws_cdk import Duration, aws_dynamodb as dynamodb, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines.expressions import jsonata
 from locked_workflow.state_machines.retry_policy import TRANSIENT_RETRY
 
@@ -72,4 +73,35 @@ def update_item_task(
         **update_item_props(arguments),
         assign=assign,
         outputs=outputs or jsonata("$states.input"),
+    )
+
+
+#: IAM action each aws-sdk call of the lock needs on the lock table: a transaction is
+#: authorized per action inside it.
+_IAM_ACTIONS = {"transactWriteItems": "dynamodb:UpdateItem", "transactGetItems": "dynamodb:GetItem"}
+
+
+def sdk_task(
+    scope: Construct, state_name: str, table: dynamodb.ITable, api: str, arguments: dict, *,
+    assign: Mapping[str, str] | None = None, output: str | None = None,
+) -> tasks.CallAwsService:
+    """An aws-sdk DynamoDB call on the lock table (``api``: e.g. ``dynamodb:transactWriteItems``)."""
+    service, action = api.split(":")
+    return tasks.CallAwsService.jsonata(
+        scope, state_name, service=service, action=action, parameters=arguments,
+        iam_action=_IAM_ACTIONS[action], iam_resources=[table.table_arn],
+        assign=dict(assign) if assign else None, outputs=output,
+    )
+
+
+def retry_transient_sdk(state: sfn.TaskStateBase) -> None:
+    """Retry the protocol's transient errors, as the aws-sdk integration names them."""
+    r = TRANSIENT_RETRY
+    state.add_retry(
+        errors=list(errors.SDK_TRANSIENT_ERRORS),
+        interval=Duration.seconds(r.interval_s),
+        backoff_rate=r.backoff_rate,
+        max_attempts=r.max_attempts,
+        max_delay=Duration.seconds(r.max_delay_s),
+        jitter_strategy=sfn.JitterType.FULL,
     )

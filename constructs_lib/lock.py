@@ -28,12 +28,16 @@ from typing import Optional, Union
 from aws_cdk import Duration, aws_dynamodb as dynamodb
 
 from locked_workflow.constructs_lib import prop_types
-from locked_workflow.constructs_lib.fair_mutex import FairMutex
-from locked_workflow.constructs_lib.lock_kinds import Mutex, MultiKey, RecordLock, Semaphore
+from locked_workflow.constructs_lib.kinds.base import KindBuilder
+from locked_workflow.constructs_lib.kinds.fair import FairKind
+from locked_workflow.constructs_lib.kinds.multikey import MultiKeyKind
+from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.record import RecordKind
+from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind
+from locked_workflow.constructs_lib.kinds.shared import SharedKind
 from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
 from locked_workflow.constructs_lib.rate_kind import RateAtOnce, RateLimit
-from locked_workflow.constructs_lib.shared_kind import SharedLockKind
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import rate_protocol, semaphore_protocol
@@ -180,7 +184,7 @@ class Lock:
             long a grant whose wake-up failed stands unclaimed: the larger of it and 10 s).
             Whole seconds, 1 s to 1 hour. Default: 30 seconds.
         """
-        return _SharedLock(_key(key), SharedLockKind.READ_MODE, _park_timeout_s(park_timeout))
+        return _SharedLock(_key(key), SharedKind.READ_MODE, _park_timeout_s(park_timeout))
 
     @staticmethod
     def exclusive(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT) -> "Lock":
@@ -190,7 +194,7 @@ class Lock:
         :param key: as :meth:`mutex`'s.
         :param park_timeout: as :meth:`shared`'s. Default: 30 seconds.
         """
-        return _SharedLock(_key(key), SharedLockKind.WRITE_MODE, _park_timeout_s(park_timeout))
+        return _SharedLock(_key(key), SharedKind.WRITE_MODE, _park_timeout_s(park_timeout))
 
     @staticmethod
     def rate(key: str, *, limit: int, period: Duration = Duration.minutes(1),
@@ -245,7 +249,7 @@ class Lock:
     def is_fair(self) -> bool:
         return False
 
-    def builder(self) -> Mutex:
+    def builder(self) -> KindBuilder:
         """A fresh builder of this kind's states (one per section)."""
         raise NotImplementedError
 
@@ -279,8 +283,8 @@ class _MutexLock(_Value):
     key: str
     kind = "mutex"
 
-    def builder(self) -> Mutex:
-        return Mutex(self.key)
+    def builder(self) -> KindBuilder:
+        return MutexKind(self.key)
 
 
 @dataclass(frozen=True, init=False)
@@ -295,8 +299,8 @@ class _FairLock(_Value):
     def is_fair(self) -> bool:
         return True
 
-    def builder(self) -> Mutex:
-        return FairMutex(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling, queue=self.queue)
+    def builder(self) -> KindBuilder:
+        return FairKind(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling, queue=self.queue)
 
     def for_express(self) -> "Lock":
         return _FairLock(self.key, self.park_timeout_s, True, self.queue)
@@ -310,10 +314,10 @@ class _SharedLock(_Value):
 
     @property
     def kind(self) -> str:  # type: ignore[override]
-        return "shared" if self.mode == SharedLockKind.READ_MODE else "exclusive"
+        return "shared" if self.mode == SharedKind.READ_MODE else "exclusive"
 
-    def builder(self) -> Mutex:
-        return SharedLockKind(self.key, mode=self.mode, park_timeout_s=self.park_timeout_s)
+    def builder(self) -> KindBuilder:
+        return SharedKind(self.key, mode=self.mode, park_timeout_s=self.park_timeout_s)
 
     def for_express(self) -> "Lock":
         raise ValueError(
@@ -328,8 +332,8 @@ class _SemaphoreLock(_Value):
     limit: int
     kind = "semaphore"
 
-    def builder(self) -> Mutex:
-        return Semaphore(self.key, self.limit)
+    def builder(self) -> KindBuilder:
+        return SemaphoreKind(self.key, self.limit)
 
 
 @dataclass(frozen=True, init=False)
@@ -340,7 +344,7 @@ class _RateLock(_Value):
     at_once: Optional[int]
     kind = "rate"
 
-    def builder(self) -> Mutex:
+    def builder(self) -> KindBuilder:
         if self.at_once is not None:
             return RateAtOnce(self.key, limit=self.limit, period_ms=self.period_ms, at_once=self.at_once)
         return RateLimit(self.key, limit=self.limit, period_ms=self.period_ms)
@@ -351,8 +355,8 @@ class _KeysLock(_Value):
     keys: str
     kind = "multi-key"
 
-    def builder(self) -> Mutex:
-        return MultiKey(self.keys)
+    def builder(self) -> KindBuilder:
+        return MultiKeyKind(self.keys)
 
 
 @dataclass(frozen=True, init=False)
@@ -367,8 +371,8 @@ class _RecordLock(_Value):
     def record_table(self) -> Optional[dynamodb.ITable]:
         return self.table
 
-    def builder(self) -> Mutex:
-        return RecordLock(self.key, key_attribute=self.key_attribute, must_exist=self.must_exist)
+    def builder(self) -> KindBuilder:
+        return RecordKind(self.key, key_attribute=self.key_attribute, must_exist=self.must_exist)
 
 
 def _record_key_attribute(table: dynamodb.ITable, given: Optional[str]) -> str:

@@ -1,44 +1,42 @@
 """LockedSection: a fragment that runs any chainable under a lock, and the states it builds.
 
 The states come from the protocol modules (:mod:`locked_workflow.state_machines.lock_protocol`
-and one module per kind); the section validates its props, wires those states around the
-caller's work with the kind's builder (:mod:`~locked_workflow.constructs_lib.lock_kinds`), and
-checks the rendered work (:mod:`~locked_workflow.constructs_lib.section_work`).
+and one module per kind); the section validates its props and wires those states around the
+caller's work with the kind's builder (:mod:`~locked_workflow.constructs_lib.kinds`, through the
+contract of :mod:`~locked_workflow.constructs_lib.kinds.base`). What every kind shares is built
+beside it: the wait path (:mod:`~locked_workflow.constructs_lib.section_wait`), the hold
+(:mod:`~locked_workflow.constructs_lib.section_hold`), the checks at render
+(:mod:`~locked_workflow.constructs_lib.section_render`) and of the rendered work
+(:mod:`~locked_workflow.constructs_lib.section_work`).
 """
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from typing import Any, List, Mapping, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
-import jsii
 from aws_cdk import Duration, Stack, aws_dynamodb as dynamodb, aws_iam as iam
-from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
-from constructs import Construct, IValidation
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
 
-from locked_workflow.constructs_lib.custom_state import JsonataCustomState
-from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
+from locked_workflow.constructs_lib.kinds.base import AcquireStates
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
+from locked_workflow.constructs_lib.section_hold import build_hold
+from locked_workflow.constructs_lib.section_render import NotInExpress, SectionState
+from locked_workflow.constructs_lib.section_wait import build_wait_path, probe_presence
 from locked_workflow.constructs_lib.section_work import (
     JSONATA_WORK_RULE,
-    branches,
     catching,
     derive_stop_grace,
-    guard_task,
     is_lock_state,
     jsonpath_states,
-    reachable_states,
     task_states,
-    work_tasks,
 )
 from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
 from locked_workflow.constructs_lib import lease_check, prop_types
-from locked_workflow.state_machines import errors, fair_protocol
+from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
-from locked_workflow.state_machines import multikey_protocol as multikey
 from locked_workflow.state_machines.lock_protocol import WaitPolicy, jsonata
 
 #: Default longest time a run waits for a held lock (or half the timeout, if shorter).
@@ -49,45 +47,6 @@ _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
 #: How the docs spell a kind's factory (messages).
 _FACTORY = {"mutex": "mutex(key)", "fair": "fair(key)", "semaphore": "semaphore(key, limit=...)", "multi-key": "keys(keys)",
             "shared": "shared(key)", "exclusive": "exclusive(key)", "rate": "rate(key, limit=...)"}
-
-
-# Sections being rendered, outermost first: a section rendered inside another one's branch
-# learns here which sections enclose it (re-entrancy, variable clashes).
-_rendering = threading.local()
-
-
-def _enclosing_sections() -> list:
-    return list(getattr(_rendering, "stack", []))
-
-
-class _SectionState(sfn.Parallel):
-    """The section's Parallel: its Arguments are known only when it is rendered, because
-    only then is it known which sections enclose it."""
-
-    def __init__(self, scope: Construct, construct_id: str, *, section: "LockedSection", **props: Any):
-        super().__init__(scope, construct_id, **props)
-        self._section = section
-
-    def to_state_json(self, *args: Any) -> Any:
-        enclosing = _enclosing_sections()
-        problem = self._section._nesting_problem(enclosing)
-        if problem:  # at synth: the state machine's definition is rendered
-            raise ValueError(problem)
-        stack = getattr(_rendering, "stack", [])
-        stack.append(self._section)
-        _rendering.stack = stack
-        try:
-            rendered = dict(super().to_state_json(*args))
-        finally:
-            stack.pop()
-        grace = self._section.stop_grace_ms(rendered)
-        rendered["Arguments"] = jsonata(self._section._entry_expression(enclosing, grace))
-        self._section._assign_work_done(rendered, grace)
-        problem = self._section._concurrent_reentry_problem(rendered)
-        if problem:
-            raise ValueError(problem)
-        self._section._guard_work(rendered)
-        return rendered
 
 
 class LockedSection(sfn.StateMachineFragment):
@@ -260,10 +219,10 @@ class LockedSection(sfn.StateMachineFragment):
                 fair_protocol.worst_case_park_events(self.kind.park_timeout_s, max_wait_ms / 1000)
                 if parks else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
             )
-            if hasattr(self.kind, "worst_case_events"):  # a kind that waits its own way (Lock.rate)
+            own_events = self.kind.worst_case_events(max_wait_ms / 1000)
+            if own_events is not None:  # a kind that waits its own way (Lock.rate)
                 # (with a concurrency limit, after the wait loop for a slot)
-                own = getattr(self.kind, "builds_own_wait_path", False)
-                needed = self.kind.worst_case_events(max_wait_ms / 1000) + (0 if own else needed)
+                needed = own_events + (0 if self.kind.builds_own_wait_path else needed)
                 if needed > history_event_budget:
                     raise ValueError(
                         f"`max_wait` must keep the wait under {history_event_budget} history events (of the "
@@ -305,10 +264,12 @@ class LockedSection(sfn.StateMachineFragment):
             "held": f"{lock_variable}Held",
             "done": f"{lock_variable}Done",
         }
-        self._key_expression = self.kind.key_expression(key_namespace)
+        #: JSONata: the stored key (or keys), from the kind.
+        self.stored_key_expression = self.kind.key_expression(key_namespace)
         self.max_wait_ms = max_wait_ms
         self._construct_id = construct_id
-        self._state_names: set[str] = set()  # every lock state's name (see _name)
+        #: Every lock state's name (see :meth:`state_name`): the work's tasks are guarded, these not.
+        self.lock_state_names: set[str] = set()
         self._liveness_grants: list = []
         self._janitor: Optional[LockJanitor] = None
 
@@ -317,7 +278,7 @@ class LockedSection(sfn.StateMachineFragment):
         self._lease_ms = lease_ms
         self._lost: Optional[sfn.State] = None
         self.protected = (
-            self._build_hold(protected) if self.detect_cancellation
+            build_hold(self, protected, lease_ms=lease_ms, lost_state=self._lost_state) if self.detect_cancellation
             else catching(self, protected, self.state_name("Protected"))
         )
         self._stop_grace = stop_grace
@@ -332,16 +293,18 @@ class LockedSection(sfn.StateMachineFragment):
             error=jsonata(protocol.rethrow_error_expression()),
             cause=jsonata(protocol.rethrow_cause_expression()),
         )
-        self._start, self.acquire, acquired = self.kind.build_acquire(self, lease_ms)
+        acquire_states = AcquireStates(*self.kind.build_acquire(self, lease_ms))
+        self._start, self.acquire = acquire_states.first, acquire_states.attempt
         if not self.kind.builds_own_wait_path:
-            self._build_wait_path()
+            build_wait_path(self, self.acquire)
         self._build_error_path()
         self.release = self._build_release()
-        acquired.next(self.protected).next(self.release)
+        acquire_states.acquired.next(self.protected).next(self.release)
         self.section_state = self._build_entry()
-        self._parks = parks
+        #: Its waiters park on a task token (STANDARD state machines only).
+        self.parks = parks
         if self.detect_cancellation or parks:
-            self.node.add_validation(_NotInExpress(self))
+            self.node.add_validation(NotInExpress(self))
 
     # -- wiring -------------------------------------------------------------------------
 
@@ -349,147 +312,13 @@ class LockedSection(sfn.StateMachineFragment):
         """The name of one of this section's lock states (recorded: the work's tasks are
         guarded, the lock's own states are not)."""
         name = f"{self._construct_id}.{suffix}"
-        self._state_names.add(name)
+        self.lock_state_names.add(name)
         return name
 
-    def _build_wait_path(self) -> None:
-        """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
-        v, policy, max_wait_ms = self.variables, self.wait_policy, self.max_wait_ms
-        timeout = sfn.Fail.jsonata(
-            self,
-            "Timeout",
-            state_name=self.state_name("Timeout"),
-            error=protocol.ERROR_TIMEOUT,
-            cause=f"the lock was held by another run for longer than max_wait ({max_wait_ms} ms)",
-        )
-        refused = self.kind.refused
-        if max_wait_ms == 0:
-            self.acquire.add_catch(timeout, errors=[refused])
-            return
-        retries = policy.retries_for(max_wait_ms / 1000)
-        if retries:  # fast polls: the acquire retries the refused write itself
-            self.acquire.add_retry(
-                errors=[refused],
-                interval=Duration.seconds(policy.first_interval),
-                backoff_rate=policy.backoff_rate,
-                max_delay=Duration.seconds(policy.max_interval),
-                max_attempts=retries,
-                jitter_strategy=sfn.JitterType.FULL if policy.jitter else sfn.JitterType.NONE,
-            )
-        self._wait = JsonataCustomState(
-            self,
-            self.state_name("Wait"),
-            state_json={
-                "Type": "Wait",
-                "QueryLanguage": "JSONata",
-                "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], max_wait_ms)),
-            },
-        )
-        held = sfn.Choice.jsonata(self, "Held", state_name=self.state_name("Held?"))
-        held.when(
-            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], max_wait_ms))),
-            timeout,
-        )
-        if self.liveness_check_every:
-            held.when(
-                sfn.Condition.jsonata(
-                    jsonata(protocol.liveness_due_expression(v["wait"], self.liveness_check_every))
-                ),
-                self._liveness_check(),
-            )
-        held.otherwise(self._wait.next(self.acquire))
-        self.acquire.add_catch(
-            held,
-            errors=[refused],
-            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
-            outputs=jsonata("$states.input"),
-        )
-
-    def _liveness_check(self) -> sfn.IChainable:
-        """Inspect the lock; if its holder's execution ended longer than its grace ago, mark
-        it stale. Every path goes through the Wait, so each round lets time pass."""
-        v = self.variables
-        holder = protocol.holder_expression(self.kind.item)
-        if self.kind.meets_shared_holds:
-            # the whole lock item (a read/write lock's reader entries have names of their own:
-            # no projection can list them); a lock item is small, at most MAX_READERS entries
-            shared_hold = self.kind.shared_hold_expression(self, "$states.result.Item")
-            read = {"assign": {v["holder"]: jsonata(f"$merge([{holder}, {{'shared': {shared_hold}}}])")}}
-        else:
-            projection, projection_names = protocol.holder_projection(self.kind.item)
-            read = {
-                "projection_expression": [tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
-                "expression_attribute_names": projection_names,
-                "assign": {v["holder"]: jsonata(holder)},
-            }
-        inspect = tasks.DynamoGetItem.jsonata(
-            self,
-            self.state_name("Inspect"),
-            table=self.table,
-            key={self.kind.item.key_attribute: attribute_value({"S": jsonata(self.kind.inspect_key(self))})},
-            consistent_read=True,
-            outputs=jsonata("$states.input"),
-            **read,
-        )
-        retry_transient(inspect)
-        inspect.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        describe = JsonataCustomState(
-            self,
-            self.state_name("DescribeHolder"),
-            state_json={
-                "Type": "Task",
-                "QueryLanguage": "JSONata",
-                "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:sfn:describeExecution",
-                "Arguments": {
-                    "ExecutionArn": jsonata(protocol.holder_execution_expression(v["holder"]))
-                },
-                "Assign": {
-                    v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"]))
-                },
-                "Output": jsonata("$states.input"),
-            },
-        )
-        describe.add_catch(self._wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        describe.next(self._wait)
-        is_execution = sfn.Choice.jsonata(self, "HolderIsExecution", state_name=self.state_name("HolderIsExecution?"))
-        if self.kind.meets_shared_holds:  # a shared hold (readers of a read/write lock) owns the key
-            for condition, state in self.kind.shared_hold_branches(self, holder_variable=v["holder"], then=self._wait):
-                is_execution.when(sfn.Condition.jsonata(jsonata(condition)), state)
-        is_execution.when(
-            sfn.Condition.jsonata(jsonata(protocol.holder_present_expression(v["holder"]))),
-            self.probe_presence(describe, then=self._wait),
-        ).when(
-            sfn.Condition.jsonata(jsonata(protocol.holder_is_execution_expression(v["holder"]))),
-            describe,
-        ).otherwise(self._wait)
-        return inspect.next(is_execution)
-
     def probe_presence(self, describe: sfn.State, *, then: sfn.State) -> sfn.State:
-        """``SendTaskHeartbeat`` on the presence token of the holder in ``$holder``: accepted,
-        the holding branch still runs (``then``: wait on); ``TaskTimedOut``, it ended without
-        releasing - ABANDONED, the lock is held for its stop grace from now (then ``then``); any
-        other answer: ``describe`` (ask about the execution). The mutex's liveness check and the
-        fair lock's park fallback build it."""
-        v = self.variables
-        probe = tasks.CallAwsService.jsonata(
-            self, "Probe", state_name=self.state_name("ProbeHolder"), service="sfn", action="sendTaskHeartbeat",
-            parameters={"TaskToken": jsonata(f"${v['holder']}.presence")},
-            iam_action="states:SendTaskHeartbeat",
-            # task tokens cannot be scoped by IAM: the one resource is *
-            iam_resources=["*"],
-            outputs=jsonata("$states.input"),
-        )
-        abandoned = update_item_task(
-            self, self.state_name("Abandoned"), self.table,
-            protocol.abandoned_arguments(holder_variable=v["holder"], item=self.kind.item),
-        )
-        retry_transient(abandoned)
-        abandoned.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        probe.add_catch(abandoned, errors=[protocol.PRESENCE_GONE], outputs=jsonata("$states.input"))
-        probe.add_catch(describe, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        probe.next(then)
-        abandoned.next(then)
-        return probe
+        """``SendTaskHeartbeat`` on the presence token of the holder in ``$<lock_variable>Holder``
+        (see :func:`~locked_workflow.constructs_lib.section_wait.probe_presence`)."""
+        return probe_presence(self, describe, then=then)
 
     def _lost_state(self) -> sfn.State:
         """``Lock.Lost``: the lock was taken over before it was released."""
@@ -512,177 +341,6 @@ class LockedSection(sfn.StateMachineFragment):
         """Release on success (the kind's writes), ``Lock.Lost`` when the lock was taken over."""
         left = sfn.Succeed(self, "LeftReentered", state_name=self.state_name("LeftReentered"))
         return self.kind.build_release(self, self._lost_state(), left)
-
-    def _build_hold(self, work: sfn.IChainable) -> sfn.Parallel:
-        """The hold (``detect_cancellation``): a Parallel of the work and the presence branch.
-
-        Work branch: ``work --> Depart --> Departed --> Dismiss``. DEPART (owner-conditioned)
-        closes the acquisition's presence; ``Departed`` reads the token its presence branch
-        registered, if any, and ``Dismiss`` (``SendTaskSuccess``) ends that branch. Presence branch: ``Presence``, a
-        ``.waitForTaskToken`` UpdateItem (PRESENT) that parks until dismissed - its token, on the
-        lock item, is what a waiter's liveness check probes. Both are writes on the one lock item,
-        so whichever comes first, the other sees it: a presence registered after DEPART is
-        refused (and its branch ends), one registered before is read after it.
-
-        A cancelled hold - Step Functions cancels a branch when a sibling branch or iteration
-        of a user's Parallel or Map fails, without running its Catch - closes the presence
-        task with it: the token then answers ``TaskTimedOut`` (ABANDONED). The work runs in a
-        Parallel of its own only if it has a ``Succeed`` state, which would end the work branch
-        without DEPART.
-        """
-        v = self.variables
-        item = self.kind.item
-        if any(isinstance(s, sfn.Succeed) for s in reachable_states(work)):
-            work = sfn.Parallel.jsonata(
-                self, "Protected", state_name=self.state_name("Protected"), outputs=jsonata("$states.result[0]")
-            ).branch(work)
-        lost = sfn.Fail.jsonata(
-            self, "LostInHold", state_name=self.state_name("LostInHold"), error=protocol.SIGNAL_LOST_IN_HOLD,
-            cause="the lock was taken over before the work was over",
-        )
-        worked = sfn.Succeed(self, "Worked", state_name=self.state_name("Worked"))
-        key = self.kind.presence_key(self)
-        depart = update_item_task(
-            self, self.state_name("Depart"), self.table,
-            self.kind.depart_arguments(self),
-        )
-        retry_transient(depart)
-        depart.add_catch(lost, errors=[protocol.CONDITION_FAILED])
-        # a re-entered hold: nothing to depart; the work's output goes on (a Catch's default
-        # output is the error object, which the state after the section would receive)
-        depart.add_catch(worked, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
-        projection, projection_names = protocol.presence_projection(item)
-        read = tasks.DynamoGetItem.jsonata(
-            self, self.state_name("Departed"), table=self.table,
-            key={item.key_attribute: attribute_value({"S": jsonata(key)})},
-            consistent_read=True,
-            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(n) for n in projection],
-            expression_attribute_names=projection_names,
-            assign={v["presence"]: jsonata(protocol.departed_token_expression(v["lock"], item))},
-            outputs=jsonata("$states.input"),
-        )
-        retry_transient(read)
-        dismiss = tasks.CallAwsService.jsonata(
-            self, "Dismiss", state_name=self.state_name("Dismiss"), service="sfn", action="sendTaskSuccess",
-            parameters={"TaskToken": jsonata("$" + v["presence"]), "Output": "{}"},
-            iam_action="states:SendTaskSuccess",
-            # task tokens cannot be scoped by IAM: the one resource is *
-            iam_resources=["*"],
-            outputs=jsonata("$states.input"),
-        )
-        # no token registered, or its task is over already: nothing to end, no retry. Any other
-        # error is tried again: until the presence branch ends, the hold (and the lock) stays on
-        dismiss.add_retry(errors=list(protocol.DISMISS_OVER), max_attempts=0)
-        r = protocol.DISMISS_RETRY
-        dismiss.add_retry(errors=["States.ALL"], interval=Duration.seconds(r["interval_s"]),
-                          backoff_rate=r["backoff_rate"], max_attempts=r["max_attempts"],
-                          jitter_strategy=sfn.JitterType.FULL)
-        dismiss.add_catch(worked, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        # (the read's errors: the branch fails, the hold's Catch releases - the lock is mine)
-        work_branch = sfn.Chain.start(work).next(depart).next(read).next(dismiss)
-
-        gone = sfn.Succeed(self, "PresenceOver", state_name=self.state_name("PresenceOver"))
-        lease_s = -(-self._lease_ms // 1000)
-        action, arguments = self.kind.presence_task(self)
-        presence = JsonataCustomState(self, self.state_name("Presence"), state_json={
-            "Type": "Task",
-            "QueryLanguage": "JSONata",
-            "Resource": f"arn:{Stack.of(self).partition}:states:::aws-sdk:dynamodb:{action}.waitForTaskToken",
-            "Arguments": arguments,
-            # past the lease the lock is anyone's: the presence need not outlive it. A heartbeat
-            # timeout, so that AWS accepts the probes' heartbeats under any reading
-            "TimeoutSeconds": lease_s + 1,
-            "HeartbeatSeconds": lease_s,
-            "Output": jsonata("$states.input"),
-        })
-        # short retries: they bound how long a closed token of a failed attempt can stand
-        # (protocol.PRESENCE_SETTLE_MS); a multi-key hold's transaction refused (as below) or in
-        # conflict with another one (a waiter's acquire) is tried again: it wrote nothing
-        r = protocol.PRESENCE_RETRY
-        presence.add_retry(errors=[*multikey.TRANSIENT_ERRORS, multikey.TRANSACTION_CANCELED],
-                           interval=Duration.seconds(r["interval_s"]), backoff_rate=r["backoff_rate"],
-                           max_attempts=r["max_attempts"], jitter_strategy=sfn.JitterType.FULL)
-        presence.add_catch(gone, errors=[
-            multikey.TRANSACTION_CANCELED,
-            protocol.SDK_CONDITION_FAILED,  # DEPART came first, or the lock is not mine any more
-            protocol.QUERY_EVALUATION_ERROR,  # a re-entered hold
-            errors.STATES_TIMEOUT, errors.STATES_HEARTBEAT_TIMEOUT,
-        ])
-        # the registration failed (it may have written a token that is closed now): DEPART rules
-        # any token of this acquisition out; if even that fails, the hold ends (retired)
-        unsure = update_item_task(
-            self, self.state_name("PresenceUnsure"), self.table,
-            self.kind.depart_arguments(self),
-        )
-        r = protocol.PRESENCE_UNSURE_RETRY
-        unsure.add_retry(errors=list(protocol.TRANSIENT_ERRORS), interval=Duration.seconds(r["interval_s"]),
-                         backoff_rate=r["backoff_rate"], max_attempts=r["max_attempts"],
-                         jitter_strategy=sfn.JitterType.FULL)
-        unsure.add_catch(gone, errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR])
-        unsure.add_catch(sfn.Fail.jsonata(
-            self, "PresenceUnknown", state_name=self.state_name("PresenceUnknown"),
-            error=protocol.ERROR_PRESENCE_UNKNOWN,
-            cause="the holder's presence could neither be registered nor ruled out",
-        ), errors=["States.ALL"])
-        presence.add_catch(unsure, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        presence.next(gone)
-        unsure.next(gone)
-
-        hold = sfn.Parallel.jsonata(
-            self, "Hold", state_name=self.state_name("Hold"), outputs=jsonata("$states.result[0]"),
-        ).branch(work_branch).branch(presence)
-        hold.add_catch(self._lost_state(), errors=[protocol.SIGNAL_LOST_IN_HOLD])
-        return hold
-
-    def build_mutex_release(
-        self,
-        lost: sfn.State,
-        left: sfn.State,
-        *,
-        release_task=None,
-        query_error_outputs: str = "$states.input",
-        after_release: Optional[sfn.IChainable] = None,
-    ) -> sfn.State:
-        """The mutex's release. A failed condition means the lock is not mine - unless a retried
-        release follows one whose response was lost, or a redrive resumed a release whose first
-        run applied before the stop (then it was released before anyone could take it over: see
-        ``lock_protocol.released_before_takeover_expression``).
-
-        ``release_task(state_name, first, assign)``: the release write (default: the mutex's
-        RELEASE), with ``assign`` (:meth:`held_assign`); a query error of the first one goes to
-        ``left`` with ``query_error_outputs``."""
-        v = self.variables
-
-        def mutex_release(state_name: str, first: bool, assign: dict) -> sfn.TaskStateBase:
-            return update_item_task(
-                self, state_name, self.table,
-                protocol.release_arguments(lock_variable=v["lock"], reentrant=first, item=self.kind.item),
-                assign=assign,
-            )
-
-        release_task = release_task or mutex_release
-        release = release_task(self.state_name("Release"), True, self.held_assign())
-        release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata(query_error_outputs))
-        again = release_task(self.state_name("ReleaseAgain"), False, self.held_assign())
-        retry_transient(again)
-        release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
-        released = sfn.Succeed(self, "Released", state_name=self.state_name("Released"))
-
-        def released_if(construct_id: str, expression: str) -> sfn.Choice:
-            """A refused release: ``released`` when ``expression`` holds, else ``lost``."""
-            return sfn.Choice.jsonata(self, construct_id, state_name=self.state_name(f"{construct_id}?")).when(
-                sfn.Condition.jsonata(jsonata(expression)), released).otherwise(lost)
-
-        released_before = released_if("ReleasedBefore", protocol.released_before_takeover_expression(v["lock"], v["done"]))
-        again.add_catch(released_before, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        # a first release refused: the lock was taken over (Lock.Lost) - unless a redrive resumed
-        # this release, whose first run may have applied before the execution stopped
-        resumed = released_if("ReleaseResumed", protocol.resumed_release_applied_expression(v["lock"], v["done"]))
-        release.add_catch(resumed, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        if after_release is not None:  # (a fair lock: wake the next waiter)
-            release.next(after_release)
-            again.next(after_release)
-        return release
 
     def _build_error_path(self) -> None:
         """Every error of the work: release, then fail with it (States.* renamed)."""
@@ -712,27 +370,11 @@ class LockedSection(sfn.StateMachineFragment):
         write ends the hold; see ``lock_protocol.held_ms_expression``)."""
         return {self.variables["held"]: jsonata(protocol.held_ms_expression(self.variables["lock"], when))}
 
-    def build_mutex_release_after_error(self, rethrow: sfn.State) -> sfn.State:
-        release_after_error = update_item_task(
-            self,
-            self.state_name("ReleaseAfterError"),
-            self.table,
-            protocol.release_arguments(lock_variable=self.variables["lock"], reentrant=True, item=self.kind.item),
-            assign=self.held_assign(),
-        )
-        retry_transient(release_after_error)
-        release_after_error.add_catch(
-            rethrow,
-            errors=[protocol.CONDITION_FAILED, protocol.QUERY_EVALUATION_ERROR],
-            outputs=jsonata("$states.input"),
-        )
-        return release_after_error.next(rethrow)
-
     def _build_entry(self) -> sfn.Parallel:
         """The section's Parallel: entry record, bad keys, and the way back in for a section
         whose work refused to resume after a redrive."""
         v = self.variables
-        section = _SectionState(
+        section = SectionState(
             self,
             "Section",
             section=self,
@@ -769,117 +411,6 @@ class LockedSection(sfn.StateMachineFragment):
             outputs=jsonata("$merge([$states.errorOutput, {'sectionInput': $states.input}])"),
         )
         return section
-
-    def _concurrent_reentry_problem(self, rendered_section: dict) -> str:
-        """Re-entrancy is for sequential nesting only. A section nested in this one's work that
-        could pass through on this section's lock (same table and namespace, neither a lock on
-        records) must not run as concurrent children of one hold - iterations of a Map, or
-        sections in two branches of a Parallel: each would pass through, and all would be
-        inside at once with the same fence, which no fenced writer can tell apart. Such a shape
-        is refused ("" if there is none)."""
-        sections = {
-            f"Exclusive lock ({c.node.path})": c
-            for c in Stack.of(self).node.find_all() if isinstance(c, LockedSection) and c is not self
-        }
-
-        def could_pass_through(state: Mapping[str, Any]) -> "LockedSection | None":
-            inner = sections.get(state.get("Comment")) if state.get("Type") == "Parallel" else None
-            if (inner is not None and _same_table(inner.table, self.table)
-                    and inner.key_namespace == self.key_namespace
-                    and inner.lock.record_table is None and self.lock.record_table is None):
-                return inner
-            return None
-
-        def found(states: Mapping[str, Any]) -> "LockedSection | None":
-            """The first section in ``states`` (at any depth) that could pass through."""
-            for state in states.values():
-                inner = could_pass_through(state)
-                if inner is not None:
-                    return inner
-                for branch in branches(state):
-                    inner = found(branch.get("States", {}))
-                    if inner is not None:
-                        return inner
-            return None
-
-        def problem(states: Mapping[str, Any]) -> str:
-            for name, state in states.items():
-                children = branches(state)
-                if state.get("Type") == "Map" and state.get("MaxConcurrency") != 1:
-                    inner = found(children[0].get("States", {})) if children else None
-                    if inner is not None:
-                        return _concurrent_message(self, inner, f"the iterations of Map {name!r}")
-                elif state.get("Type") == "Parallel" and len(children) > 1:
-                    hits = [found(b.get("States", {})) for b in children]
-                    hits = [h for h in hits if h is not None]
-                    if len(hits) > 1:
-                        return _concurrent_message(self, hits[0], f"the branches of Parallel {name!r}")
-                for branch in children:
-                    nested = problem(branch.get("States", {}))
-                    if nested:
-                        return nested
-            return ""
-
-        for branch in rendered_section.get("Branches", []):
-            message = problem(branch.get("States", {}))
-            if message:
-                return message
-        return ""
-
-    def _assign_work_done(self, rendered_section: dict, grace_ms: int) -> None:
-        """The protected work, when it succeeds, assigns ``<lock_variable>Done``
-        (``lock_protocol.work_done_expression``: now + the stop grace, and the redrive generation
-        it ended in), which a release resumed by a redrive reads to tell its own earlier write
-        from a takeover. In the work's own state (the lock's Parallel, or the user's lone task):
-        no state transition more."""
-        (branch,) = rendered_section["Branches"]
-        work = branch["States"][self.protected.state_id]
-        assign = work.setdefault("Assign", {})
-        if not isinstance(assign, dict) or self.variables["done"] in assign:
-            raise ValueError(
-                f"`protected` must leave its Assign an object without {self.variables['done']!r} (the lock "
-                f"assigns it), got: {assign!r}"
-            )
-        assign[self.variables["done"]] = jsonata(protocol.work_done_expression(grace_ms))
-
-    def _guard_work(self, rendered_section: dict) -> None:
-        """Make every task of the protected work check, before it runs, that this section's
-        acquisition belongs to the execution's current redrive generation
-        (``lock_protocol.resumed_guard_expression``): a redrive resumes a branch at its
-        unsuccessful step, past the acquire. The lock's own states (this section's and nested
-        sections') are owner-conditioned writes and reads, safe at any time, and stay as they are;
-        a nested section's work gets this guard on top of its own."""
-        lock_states = set()
-        for construct in Stack.of(self).node.find_all():
-            if isinstance(construct, LockedSection):
-                lock_states |= construct._state_names
-        guard = protocol.resumed_guard_expression(self.lock_variable)
-        for name, state in work_tasks(rendered_section, lock_states):
-            guard_task(name, state, guard)
-
-    # -- render time --------------------------------------------------------------------
-
-    def _nesting_problem(self, enclosing: Sequence["LockedSection"]) -> str:
-        for outer in enclosing:
-            clash = set(self.variables.values()) & set(outer.variables.values())
-            if clash:
-                return (
-                    f"`lock_variable` must differ from that of the enclosing section "
-                    f"{outer.node.path!r} (an inner scope may not assign an outer scope's "
-                    f"variable), got: {self.lock_variable!r} (clashing: {sorted(clash)})"
-                )
-        return ""
-
-    def _entry_expression(self, enclosing: Sequence["LockedSection"], grace_ms: int) -> str:
-        same_table = [s for s in enclosing if _same_table(s.table, self.table)]
-        return protocol.section_entry_expression(
-            key_expression_=self._key_expression,
-            enclosing_lock_variables=[s.lock_variable for s in reversed(same_table)],
-            grace_ms=grace_ms,
-            key_field=self.kind.key_field,
-            holds_same_lock=self.kind.holds_same_lock,
-            extra_fields=self.kind.entry_fields([s.lock_variable for s in reversed(same_table)]),
-        )
 
     def stop_grace_ms(self, rendered_section: Any = None) -> int:
         """The stop grace in ms: ``stop_grace`` if given, else derived from the protected
@@ -951,54 +482,3 @@ class LockedSection(sfn.StateMachineFragment):
     @property
     def end_states(self) -> List[sfn.INextable]:
         return [self.section_state]
-
-def _same_table(a: dynamodb.ITable, b: dynamodb.ITable) -> bool:
-    if a is b:
-        return True
-    return Stack.of(a).resolve(a.table_name) == Stack.of(b).resolve(b.table_name)
-
-def _concurrent_message(outer: "LockedSection", inner: "LockedSection", where: str) -> str:
-    return (
-        f"a section nested in {outer.node.path!r} on the same table and `key_namespace` must not "
-        f"run in {where}: concurrent children of one hold would all re-enter it at once "
-        f"(re-entrancy is for sequential nesting), got: {inner.node.path!r} in {where}. Give the "
-        f"inner section another `key_namespace`, or set the Map's max_concurrency to 1"
-    )
-
-@jsii.implements(IValidation)
-class _NotInExpress:
-    """What parks on a task token - a fair lock's waiters (but ``polling=True``), a read/write
-    lock's (``Lock.shared`` / ``Lock.exclusive``), a hold's presence task
-    (``detect_cancellation``) - cannot run in an EXPRESS state machine
-    (https://docs.aws.amazon.com/step-functions/latest/dg/integrate-optimized.html: EXPRESS
-    supports Request Response only): found at synth, in the definitions of the stack's EXPRESS
-    state machines."""
-
-    def __init__(self, section: "LockedSection") -> None:
-        self._section = section
-
-    def validate(self) -> List[str]:
-        section = self._section
-        stack = Stack.of(section)
-        marker = f"Exclusive lock ({section.node.path})"
-        for machine in stack.node.find_all():
-            if (isinstance(machine, sfn.CfnStateMachine)
-                    and stack.resolve(machine.state_machine_type) == "EXPRESS"
-                    and marker in json.dumps(stack.resolve(machine.definition_string))):
-                where = f"{section.node.path!r} in {machine.node.path!r}"
-                if section._parks and section.lock.is_fair:
-                    return [
-                        "`lock` must be Lock.fair(key, polling=True) in an EXPRESS state machine (its "
-                        f"waiters would park on a task token, which EXPRESS cannot), got: Lock.fair(key) for {where}"
-                    ]
-                if section._parks:
-                    return [
-                        f"`lock` must not be Lock.{section.lock.kind} in an EXPRESS state machine (its waiters "
-                        f"park on a task token, which EXPRESS cannot; use a STANDARD machine, or Lock.mutex / "
-                        f"Lock.fair(key, polling=True)), got: Lock.{section.lock.kind}(key) for {where}"
-                    ]
-                return [
-                    f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
-                    f"(it cannot park on a task token), got: True for {where}"
-                ]
-        return []

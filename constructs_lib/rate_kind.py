@@ -19,7 +19,9 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from locked_workflow.constructs_lib.lock_kinds import LockedSection, Mutex, Semaphore
+from locked_workflow.constructs_lib.kinds.base import SectionContext as LockedSection
+from locked_workflow.constructs_lib.kinds.mutex import MutexKind as Mutex
+from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind as Semaphore
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import rate_protocol as rate

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines.errors import ERROR_INVALID_KEY
-# re-exported: fair_mutex and locked_section read them here (errors.SDK_TRANSIENT_ERRORS is the name)
+# re-exported for older readers (errors.SDK_TRANSIENT_ERRORS and errors.TRANSACTION_CANCELED are the names)
 from locked_workflow.state_machines.errors import SDK_TRANSIENT_ERRORS as TRANSIENT_ERRORS  # noqa: F401
 from locked_workflow.state_machines.errors import TRANSACTION_CANCELED  # noqa: F401
 from locked_workflow.state_machines.expressions import jsonata_string, utf8_bytes

@@ -117,7 +117,7 @@ EVENTS_PER_ATTEMPT = 3
 #: History events a liveness check adds to its round, at most: the inspect read (entered,
 #: scheduled, started, succeeded, exited), the holder choice (entered, exited), a call (5: the
 #: describe, or the presence probe), a choice (2) and a write (5: a presence probe's ABANDONED,
-#: or on a key a read/write lock's readers own, ``shared_kind.shared_hold_sweep``'s describe of a
+#: or on a key a read/write lock's readers own, ``kinds.shared_hold.shared_hold_sweep``'s describe of a
 #: reader, its choice and its retire).
 EVENTS_PER_LIVENESS_CHECK = 19
 

@@ -627,7 +627,7 @@ def test_the_probe_reads_only_an_executions_hold_and_only_its_acquisitions_live_
     """The liveness check's suspect is the writer holder or one reader entry of an execution -
     never a ``LockClient`` (no presence, no execution) - with the acquisition it probes; the
     token it probes is that acquisition's, not departed (evaluated as the local runtime does)."""
-    from locked_workflow.constructs_lib.shared_kind import _presence_token, _suspect
+    from locked_workflow.constructs_lib.kinds.shared_hold import presence_token as _presence_token, suspect as _suspect
     from locked_workflow.testing.patches.jsonata_evaluator import evaluate
 
     far = str(2 ** 52)

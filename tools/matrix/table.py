@@ -159,7 +159,7 @@ _ONE_ITEM: dict[str, str] = {
 }
 
 #: A plain mutex waiter's liveness check on a key a read/write lock's readers own (a shared
-#: hold, ``shared_kind.shared_hold_sweep``): reached only on a read/write key, so n/r in the
+#: hold, ``kinds.shared_hold.shared_hold_sweep``): reached only on a read/write key, so n/r in the
 #: cells of these kinds (the ``shared`` cells' ``RwMutex`` runs them).
 _SHARED_HOLD: dict[str, str] = {
     'ReapLastReader': 'dead-holder',

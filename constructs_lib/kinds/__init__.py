@@ -1,0 +1,15 @@
+"""The lock kinds' state builders: one module per kind, each wiring its protocol module
+(:mod:`locked_workflow.state_machines`) into a section's states, behind one declared contract
+(:mod:`~locked_workflow.constructs_lib.kinds.base`: :class:`KindBuilder`, the traits and hooks
+of a kind; :class:`SectionContext`, what a section gives it).
+
+- ``mutex`` (``Lock.mutex``): one holder per key;
+- ``semaphore`` (``Lock.semaphore``): N holders per key;
+- ``multikey`` (``Lock.keys``): every key of a list, all or nothing;
+- ``record`` (``Lock.on_record``): the lock on the protected record itself;
+- ``fair`` + ``fair_handoff`` (``Lock.fair``): a mutex with a FIFO queue and wake-up handoff;
+- ``shared`` + ``shared_states``, ``shared_liveness``, ``shared_handoff``, ``shared_hold``
+  (``Lock.shared`` / ``Lock.exclusive``): a read/write lock.
+
+The rate limit (``Lock.rate``) is :mod:`~locked_workflow.constructs_lib.rate_kind`.
+"""

@@ -1,0 +1,212 @@
+"""The contract between a locked section and its lock kind.
+
+A :class:`~locked_workflow.constructs_lib.locked_section.LockedSection` makes one builder per
+section from its ``lock`` value (``Lock.builder()``) and asks it for the kind's states; the
+section builds what every kind shares (the entry, the Wait-state poll, the liveness check, the
+hold's presence branch, the error path). Two declarations make that exchange explicit:
+
+- :class:`SectionContext`: what the section gives a kind (names, table, variables,
+  ``max_wait``, the protected work, rethrow, release-after-error, a few shared builders). A
+  kind reads nothing else of the section.
+- :class:`KindBuilder`: every trait and hook a kind has, with its default. A trait is a plain
+  attribute the section reads; a hook is a method it calls. The section never asks whether a
+  kind has a member: every member is declared here.
+
+A new kind is one module in this package (a subclass of :class:`KindBuilder`, usually of
+:class:`~locked_workflow.constructs_lib.kinds.mutex.MutexKind`) plus its protocol module in
+:mod:`locked_workflow.state_machines`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Mapping, NamedTuple, Optional, Protocol, Sequence
+
+from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
+from constructs import Node
+
+from locked_workflow.state_machines import errors
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines.lock_protocol import ENTRY
+
+
+class SectionContext(Protocol):
+    """What a kind's builder uses of the section it builds states for (a
+    :class:`~locked_workflow.constructs_lib.locked_section.LockedSection`, which is also the
+    construct scope of every state a kind makes): the kinds depend on this contract, not on
+    the section's module."""
+
+    node: Node
+    #: The ``Lock`` value the section was given.
+    lock: Any
+    #: The builder of the section's kind (a nested section's, when a kind compares nesting).
+    kind: "KindBuilder"
+    table: dynamodb.ITable
+    key_namespace: str
+    #: The section's variable names: ``lock``, ``wait``, ``holder``, ``redrives``, ``lost``,
+    #: ``presence``, ``held``, ``done``.
+    variables: Mapping[str, str]
+    #: The protected work (the hold, with ``detect_cancellation``): where an acquire goes.
+    protected: sfn.State
+    #: Fails with the error in ``$states.input`` (States.* renamed).
+    rethrow: sfn.State
+    #: The kind's release after an error (set once :meth:`KindBuilder.build_release_after_error` ran).
+    release_after_error: sfn.State
+    wait_policy: protocol.WaitPolicy
+    liveness_check_every: int
+    max_wait_ms: int
+    detect_cancellation: bool
+
+    def state_name(self, suffix: str) -> str: ...
+
+    def held_assign(self, when: Optional[str] = ...) -> dict: ...
+
+    def after_acquire_failure(self, state: sfn.TaskStateBase) -> None: ...
+
+    def probe_presence(self, describe: sfn.State, *, then: sfn.State) -> sfn.State: ...
+
+
+class AcquireStates(NamedTuple):
+    """What :meth:`KindBuilder.build_acquire` returns: the kind's acquire, by role."""
+
+    #: The section branch's first state.
+    first: sfn.State
+    #: The acquire attempt: the section retries it and catches its refusal as a poll (unless
+    #: the kind ``builds_own_wait_path``).
+    attempt: sfn.State
+    #: The last state before the work: the section chains the work to it (``.next``).
+    acquired: Any
+
+
+class KindBuilder(ABC):
+    """The builder of one lock kind's states for one section: every trait and hook, declared
+    with its default. Subclasses set the traits as class (or instance) attributes and override
+    the hooks; the abstract ones have no sensible default."""
+
+    #: The kind's name, as messages spell it.
+    name: str = ""
+    #: The entry record's field with the stored key (``keys`` for a multi-key lock).
+    key_field: str = "key"
+    #: Where the lock attributes live (a lock table's item; a record's, ``Lock.on_record``).
+    item: protocol.LockItem = protocol.LOCK_TABLE_ITEM
+    #: The acquire's error when the lock is held (a poll).
+    refused: str = errors.CONDITION_FAILED
+    #: The hold registers a presence token (``detect_cancellation``) ...
+    presence: bool = True
+    #: ... on a row of its own instead of the lock item (the janitor deletes an ended
+    #: execution's rows).
+    presence_rows: bool = False
+    #: Its key may be a read/write lock's: its liveness check reads the whole lock item and
+    #: frees a shared hold whose readers are gone (:meth:`shared_hold_branches`).
+    meets_shared_holds: bool = False
+    #: Its acquisitions are held until released (a rate limit's admissions are not: no janitor,
+    #: no liveness check).
+    holds: bool = True
+    #: Its waiters park on a task token (woken by ``SendTaskSuccess``) instead of polling the
+    #: lock item in Wait states (the section's history budget counts park rounds).
+    parks_on_token: bool = False
+    #: The form an EXPRESS machine runs of a parking kind: its waiters poll, and its hold keeps
+    #: no presence branch.
+    polling: bool = False
+    #: It builds its waiters' path itself (its queue, its park or its computed Wait), instead
+    #: of the section's Wait-state poll.
+    builds_own_wait_path: bool = False
+    #: The acquire's output: the work's input (a kind with states between them may keep the
+    #: entry record, ``$states.input``, and give the work its input itself).
+    acquire_outputs: str = f"{ENTRY}.input"
+    #: A parking kind's park timeout (whole seconds; ``None``: it does not park).
+    park_timeout_s: Optional[int] = None
+    #: A rate limit's entries per period (``None``: no rate limit), for budget messages.
+    rate_limit: Optional[int] = None
+
+    def __init__(self, user_key: str) -> None:
+        #: The key (or keys) as the user wrote it (JSONata, unwrapped).
+        self.user_key = user_key
+
+    # -- the key ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def key_expression(self, namespace: str) -> str:
+        """JSONata: the stored key (or keys) from the user's key."""
+
+    @abstractmethod
+    def holds_same_lock(self, variable: str) -> str:
+        """JSONata over an enclosing section's lock variable ``variable``: true when a section
+        of this kind would re-enter that hold (pass through); ``"false"``: not re-entrant."""
+
+    def entry_fields(self, enclosing_lock_variables: Sequence[str] = ()) -> Mapping[str, str]:
+        """Fields the kind adds to the entry record (``$key``: the stored key or keys;
+        ``enclosing_lock_variables``: the lock variables of enclosing sections on this table)."""
+        return {}
+
+    def check_nesting(self, section: SectionContext, enclosing: Sequence[SectionContext]) -> None:
+        """At render: refuse (``ValueError``) a nesting this kind cannot run, given the
+        sections enclosing ``section`` on its table (outermost first). Default: any."""
+
+    def attempt_key(self, section: SectionContext) -> str:
+        """JSONata: the key an acquire attempt writes (a semaphore: one of its slots)."""
+        return f"{ENTRY}.key"
+
+    def inspect_key(self, section: SectionContext) -> str:
+        """JSONata: the key the liveness check reads."""
+        return f"{ENTRY}.key"
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def worst_case_events(self, max_wait_s: float) -> Optional[int]:
+        """History events a kind that waits its own way adds to a run's wait (checked against
+        the section's budget); ``None``: the section's own count (poll or park rounds)."""
+        return None
+
+    def shared_hold_expression(self, section: SectionContext, item: str) -> str:
+        """JSONata over the lock item a liveness check read (``meets_shared_holds``): what the
+        check needs of a shared hold there (null if none owns it)."""
+        return "null"
+
+    def shared_hold_branches(self, section: SectionContext, *, holder_variable: str,
+                             then: sfn.State) -> list:
+        """The liveness check's branches (JSONata condition, first state) for a key a shared
+        hold owns (``meets_shared_holds``)."""
+        return []
+
+    # -- the states ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def build_acquire(self, section: SectionContext, lease_ms: int) -> AcquireStates:
+        """The acquire's states (:class:`AcquireStates`; a plain 3-tuple in that order is read
+        the same way). Built once per section; the later hooks receive what they need as
+        arguments: a builder keeps nothing between calls."""
+
+    @abstractmethod
+    def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
+        """The release after the work succeeded (``lost``: ``Lock.Lost``; ``left``: a
+        re-entered section's way out)."""
+
+    @abstractmethod
+    def build_release_after_error(self, section: SectionContext, rethrow: sfn.State) -> sfn.State:
+        """The release after an error of the work, then ``rethrow``."""
+
+    @abstractmethod
+    def build_retire(self, section: SectionContext, then: sfn.State) -> sfn.State:
+        """After a task refused to resume (a redrive) or timed out: retire the acquisition
+        (held for its stop grace from now), then ``then``."""
+
+    # -- presence (``detect_cancellation``) -----------------------------------------------------
+
+    def presence_task(self, section: SectionContext) -> tuple[str, dict]:
+        """The hold's presence registration: (aws-sdk DynamoDB action, its arguments).
+        Default: a token on the one lock item."""
+        return "updateItem", {
+            "TableName": section.table.table_name,
+            **protocol.present_arguments(lock_variable=section.variables["lock"], item=self.item),
+        }
+
+    def presence_key(self, section: SectionContext) -> str:
+        """JSONata: the item where the hold marks its departure and reads its token back."""
+        return f"${section.variables['lock']}.key"
+
+    def depart_arguments(self, section: SectionContext) -> dict:
+        """The hold's departure (its work is over: no token may be registered any more) on
+        :meth:`presence_key`'s item: the arguments of an UpdateItem (all but the table)."""
+        return protocol.depart_arguments(lock_variable=section.variables["lock"], item=self.item,
+                                         key_jsonata=self.presence_key(section))

@@ -1,0 +1,410 @@
+"""The shared (read) and exclusive (write) lock kinds (``Lock.shared`` / ``Lock.exclusive``):
+:mod:`locked_workflow.state_machines.shared_protocol` wired into a section's states (STANDARD
+state machines: waiters park on a task token)::
+
+    Fast (FAST_READ | FAST_WRITE) --ok--> work --> release
+       |--refused--> Enqueue (ticket) --> Park (transactWriteItems.waitForTaskToken)
+                                           |--woken--> Claim (CLAIM_*) --> DropRow --> work
+                                           |--refused (admissible)--> Admit (GRANT_* to me)
+                                           |--park timeout--> Inspect (the fallback)
+       (a reader whose Enqueue is refused: CountReaders -> at the cap, Fail Lock.TooManyReaders)
+       Inspect: granted -> Claim | passed -> Requeue | head of a free key -> Admit (a reader at
+                the cap: TooManyQueued -> Leave -> Lock.TooManyReaders)
+                | an expired reader holds back the head -> Reap | behind a head that does not
+                move, free of writers -> the handoff for it | a liveness check due (once a
+                round) -> ReadPresence (the suspect - the writer holder, else a reader entry in
+                turn - its hold's presence row) -> a token of that acquisition: ProbeHolder
+                (SendTaskHeartbeat; accepted -> Park) -> DescribeHolder -> its execution ended:
+                RetireHolder / RetireReader (RETIRE / RETIRE_READER from its end) | running on
+                with its token closed (a cancelled branch): AbandonHolder / AbandonReader (the
+                row's conditional Delete + RETIRE_GONE_*, from now) -> Inspect again if that
+                grace is over | else -> Park
+
+    The hold (``detect_cancellation``): a Parallel of the work (then DEPART_ROW, read the row,
+    dismiss) and the presence branch (PRESENT_ROW.waitForTaskToken on the row
+    ``!presence!<owner>``); the release first deletes the row (Forget).
+
+    Release of a writer: the handoff from its ticket, holding (its first grant or RELEASE frees
+    the key). Release of a reader: LEAVE_READ, or LEAVE_LAST as the last one (which ends the
+    shared hold) and runs the handoff. A reader that admitted itself runs the handoff before its work, so
+    the readers queued behind it go in too.
+
+    Handoff (c: the last served ticket): read row c + 1 -> a parked reader: GRANT_READ, wake it,
+    go on with c + 1 | a parked writer: GRANT_WRITE, wake it, stop | gone: SKIP, go on | nobody
+    parked: a holding writer RELEASEs and reads the row again; a
+    helper MARKs a row that never came.
+
+The kind's states are built by :class:`~locked_workflow.constructs_lib.kinds.shared_states.SharedStates`;
+its liveness check and its handoff live in ``shared_liveness`` and ``shared_handoff``.
+Every DynamoDB expression is the protocol module's; this module only wires them.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+
+from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
+from locked_workflow.constructs_lib.kinds.items import item_number, item_string
+from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.shared_handoff import build_handoff, build_leave_read
+from locked_workflow.constructs_lib.kinds.shared_hold import entry_of, expired_reader, suspect
+from locked_workflow.constructs_lib.kinds.shared_liveness import build_liveness_check
+from locked_workflow.constructs_lib.kinds.shared_states import READ, WRITE, SharedStates, presence_row_key
+from locked_workflow.state_machines import errors
+from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines import shared_protocol as shared
+from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
+
+
+class SharedKind(MutexKind):
+    """Many readers or one writer per key, in ticket order, with direct handoff."""
+
+    name = "shared"
+    builds_own_wait_path = True
+    #: The hold registers a presence token on a row of its own (``shared_protocol.PRESENT_ROW``:
+    #: a token per reader on the one lock item would make it grow ~1 KB per concurrent reader),
+    #: which the waiters' liveness check probes.
+    presence = True
+    presence_rows = True
+    #: Waiters park on a task token (the section's history budget counts park rounds).
+    parks_on_token = True
+    polling = False
+    READ_MODE, WRITE_MODE = READ, WRITE
+
+    def __init__(self, user_key: str, *, mode: str, park_timeout_s: int) -> None:
+        super().__init__(user_key)
+        if mode not in (READ, WRITE):
+            raise ValueError(f"`mode` must be {READ!r} or {WRITE!r}, got: {mode!r}")
+        self.mode = mode
+        self.park_timeout_s = park_timeout_s
+
+    def key_expression(self, namespace: str) -> str:
+        return protocol.key_expression(self.user_key, namespace, fair.ROW_KEY_RESERVE_BYTES)
+
+    def holds_same_lock(self, variable: str) -> str:
+        # not re-entrant: a nested section on the same key takes its own hold (a writer inside a
+        # reader's work must not pass through on a shared hold); one on the same key expression
+        # is refused at synth (entry_fields)
+        return "false"
+
+    def check_nesting(self, section: SectionContext, enclosing: Sequence[SectionContext]) -> None:
+        """Refuse a section nested in one that holds the same key - the same key expression,
+        table and namespace: not re-entrant, its hold would wait for the enclosing one (a writer
+        for its own reader or writer; a reader for its own writer, or behind a writer queued
+        meanwhile) until ``max_wait``."""
+        for outer in enclosing:
+            if (outer.kind.user_key == self.user_key and outer.lock.record_table is None
+                    and outer.key_namespace == section.key_namespace):
+                factory = "shared" if self.mode == READ else "exclusive"
+                raise ValueError(
+                    f"`lock` must not be Lock.{factory} on the key its enclosing section {outer.node.path!r} "
+                    f"holds (same key, table and `key_namespace`: the read/write kinds are not re-entrant, "
+                    f"and the nested hold would wait for the enclosing one), got: Lock.{factory}"
+                    f"({self.user_key!r}) in {section.node.path!r}. Give it another key or `key_namespace`, "
+                    "or move it out of the enclosing section's work")
+
+
+    # -- presence (a row of the hold's own: shared_protocol.PRESENT_ROW) -----------------------
+
+    def presence_key(self, section: SectionContext) -> str:
+        return presence_row_key(section)
+
+    def presence_task(self, section: SectionContext) -> tuple[str, dict]:
+        """The hold's presence registration: PRESENT_ROW on its row (``.waitForTaskToken``)."""
+        lock = "$" + section.variables["lock"]
+        args = shared.arguments(jsonata(self.presence_key(section)), shared.PRESENT_ROW, {
+            ":token": {"S": jsonata("$states.context.Task.Token")},
+            ":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")}, ":now": {"N": jsonata(protocol.NOW_EXPRESSION)}})
+        del args["ReturnValues"]
+        return "updateItem", {"TableName": section.table.table_name, **args}
+
+    def depart_arguments(self, section: SectionContext) -> dict:
+        """DEPART_ROW on the hold's row (never refused: a hold's own work is not lost here -
+        its release finds that out)."""
+        lock = "$" + section.variables["lock"]
+        return shared.arguments(jsonata(self.presence_key(section)), shared.DEPART_ROW,
+                                {":acquiredAt": {"N": jsonata(f"$string({lock}.acquiredAt)")}})
+    # -- acquire ----------------------------------------------------------------------------
+
+    def build_acquire(self, section: SectionContext, lease_ms: int):
+        st = SharedStates(section, mode=self.mode, park_timeout_s=self.park_timeout_s, lease_ms=lease_ms)
+        v, f = section.variables, st.vars()
+        me, key, ticket = f"{ENTRY}.owner", f"{ENTRY}.key", f"${f['ticket']}"
+        values = {**st.lock_values(me=me), ":entry": st.own_entry(), ":one": {"N": "1"}, ":zero": {"N": "0"},
+                  ":expiresAt": {"N": jsonata(protocol.lease_end_expression(lease_ms))},
+                  ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}}
+        result = "$states.result.Attributes"
+        enter = {v["lock"]: None, v["wait"]: jsonata("null")}
+
+        def entered(ticket_expression: str) -> dict:
+            return {**enter, v["lock"]: jsonata(st.record(result, ticket=ticket_expression))}
+
+        # 1. the fast path (a lost response of a fast read: CLAIM_READ finds my entry - never
+        # a second entry)
+        if self.mode == READ:
+            fast = st.update("Acquire", key, shared.FAST_READ, values, reader=me, return_values="ALL_NEW",
+                             assign=entered("null"), outputs=f"{ENTRY}.input", retry=False)
+            rejoin = st.update("Rejoin", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
+                               assign=entered("null"), outputs=f"{ENTRY}.input")
+            rejoin.add_catch(fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            rejoin.next(section.protected)
+            fast.add_catch(rejoin, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+        else:
+            fast = st.update("Acquire", key, shared.FAST_WRITE, values, return_values="ALL_NEW",
+                             assign=entered(item_number(result, fair.SERVED)), outputs=f"{ENTRY}.input")
+            rejoin = None
+
+        timeout = sfn.Fail.jsonata(
+            section, "Timeout", state_name=section.state_name("Timeout"), error=errors.ERROR_TIMEOUT,
+            cause=f"the lock was held by another run for longer than max_wait ({section.max_wait_ms} ms)")
+        # (a reader refused by the cap: FAST_READ and ENQUEUE_READ are refused; a read tells)
+        crowded = self._build_crowded(st, otherwise=fast if section.max_wait_ms else timeout) if self.mode == READ else None
+        if section.max_wait_ms == 0:
+            fast.add_catch(crowded or timeout, errors=[errors.CONDITION_FAILED])
+            return AcquireStates(first=fast, attempt=fast, acquired=fast)
+        failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section.state_name("QueueFailed"),
+                                  error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"))
+        why = st.choice("Left")
+        st.when(why, f"$exists(${v['wait']}.error)", failed).otherwise(timeout)
+        on_error = dict(errors=["States.ALL"], outputs=jsonata("$states.input"),
+                        assign={v["wait"]: jsonata(f"$merge([${v['wait']}, {{'error': $states.errorOutput}}])")})
+
+        # 2. the ticket (refused: my fast path would enter now - try it again)
+        enqueue = st.update(
+            "Enqueue", key, shared.ENQUEUE_READ if self.mode == READ else shared.ENQUEUE_WRITE, values,
+            return_values="ALL_NEW", outputs="$states.input",
+            assign={f["ticket"]: jsonata(item_number(result, fair.TICKETS))})
+        enqueue.add_catch(crowded or fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        enqueue.add_catch(why, **on_error)
+        fast.add_catch(enqueue, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"),
+                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+        if rejoin is not None:
+            rejoin.add_catch(why, **on_error)
+
+        # the work, after my row is gone (best effort: a row of a served ticket is never read)
+        drop = tasks.DynamoDeleteItem.jsonata(section, section.state_name("DropRow"), table=section.table,
+                                              key=st.row_key(key, ticket), outputs=jsonata(f"{ENTRY}.input"))
+        retry_transient(drop)
+        drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
+        drop.next(section.protected)
+
+        # 3. admit myself (the head of a key free for me)
+        admitted = entered(ticket)
+        if self.mode == READ:
+            admit = st.update("Admit", key, shared.GRANT_READ,
+                              {**values, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
+                                  ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                              reader=me, return_values="ALL_NEW", assign=admitted, retry=False)
+        else:
+            admit = st.update("Admit", key, shared.GRANT_WRITE,
+                              {**values, ":next": {"S": jsonata(me)}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
+                                  ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                              return_values="ALL_NEW", assign=admitted, retry=False)
+
+        # 4. claim a grant handed to me
+        if self.mode == READ:
+            claim = st.update("Claim", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
+                              assign=admitted)
+        else:
+            claim = st.update("Claim", key, shared.CLAIM_WRITE,
+                              {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                              return_values="ALL_NEW", assign=admitted)
+        claim.next(drop)
+
+        requeue = tasks.DynamoDeleteItem.jsonata(section, section.state_name("Requeue"), table=section.table,
+                                                 key=st.row_key(key, ticket), outputs=jsonata("$states.input"))
+        retry_transient(requeue)
+        requeue.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        requeue.next(enqueue)
+
+        # giving up (max_wait spent, or an error while queued): my row is marked left; granted
+        # meanwhile -> the work after all
+        leave = st.update("Leave", fair.row_key_expression(key, ticket), shared.LEAVE,
+                          {":me": {"S": jsonata(me)}, ":one": {"N": "1"}})
+        leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        if self.mode == READ:
+            claim_on_leave = st.update("ClaimOnLeave", key, shared.CLAIM_READ, values, reader=me,
+                                       return_values="ALL_NEW", assign=admitted)
+        else:
+            claim_on_leave = st.update("ClaimOnLeave", key, shared.CLAIM_WRITE,
+                                       {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                                       return_values="ALL_NEW", assign=admitted)
+        claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        # (my row goes, as after any claim: DropRow takes the entry, as from Claim and Admit, and
+        # unwraps the section's input itself)
+        claim_on_leave.next(drop)
+        leave.next(claim_on_leave)
+
+        # 5. park
+        park = self._build_park(st, key=key, me=me, ticket=ticket)
+        enqueue.next(park)
+        park.next(claim)
+        park.add_catch(admit, errors=[errors.TRANSACTION_CANCELED], outputs=jsonata("$states.input"))
+
+        # 6. the fallback (a reader at the head of a key with no room for it gives up its place)
+        too_many = sfn.Pass.jsonata(section, "TooManyQueued", state_name=section.state_name("TooManyQueued"),
+                                    outputs=jsonata("$states.input"), assign={v["wait"]: jsonata(
+                                        f"$merge([${v['wait']}, {{'error': {self._too_many_error()}}}])")})
+        too_many.next(leave)
+        inspect = self._build_inspect(st, key=key, me=me, ticket=ticket, claim=claim, requeue=requeue, admit=admit,
+                                      park=park, too_many=too_many)
+        waited = st.choice("WaitedEnough")
+        st.when(waited, protocol.waited_enough_expression(v["wait"], section.max_wait_ms), leave)
+        waited.otherwise(inspect)
+        park.add_catch(waited, errors=[errors.STATES_TIMEOUT], outputs=jsonata("$states.input"),
+                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+        park.add_catch(leave, **on_error)
+        for state in (admit, claim):
+            state.add_catch(inspect, errors=[errors.CONDITION_FAILED, *errors.TRANSIENT_ERRORS],
+                            outputs=jsonata("$states.input"))
+            state.add_catch(leave, **on_error)
+        if self.mode == READ:  # a reader admitted from the queue admits the readers behind it
+            cascade = build_handoff(st, "Admitted", key=key, me=me, start=ticket, holding=False, then=drop)
+            admit.next(cascade)
+        else:
+            admit.next(drop)
+        return AcquireStates(first=fast, attempt=fast, acquired=fast)
+
+    @staticmethod
+    def _too_many_cause() -> str:
+        return (f"the key already has {shared.MAX_READERS} readers, as many as a read/write lock allows at once "
+                "(shared_protocol.MAX_READERS); nothing was written")
+
+    def _too_many_error(self) -> str:
+        """JSONata: the error object of a reader refused at the cap (as ``$states.errorOutput``)."""
+        return f"{{'Error': '{errors.ERROR_TOO_MANY_READERS}', 'Cause': '{self._too_many_cause()}'}}"
+
+    def _build_crowded(self, st: SharedStates, *, otherwise: sfn.State) -> sfn.State:
+        """A reader whose first writes were refused: is the key at the cap (``readers`` >=
+        ``shared_protocol.MAX_READERS``, read alone - never the whole item, which may be large)?
+        Then ``Lock.TooManyReaders``, before any write of its own; else ``otherwise``."""
+        s = st.section
+        count = "$states.result.Item"
+        read = tasks.DynamoGetItem.jsonata(
+            s, s.state_name("CountReaders"), table=s.table, key=st.lock_key(f"{ENTRY}.key"), consistent_read=True,
+            projection_expression=[tasks.DynamoProjectionExpression().with_attribute("#r")],
+            expression_attribute_names={"#r": shared.READERS},
+            assign={st.vars()["seen"]: jsonata(f"{{'readers': {item_number(count, shared.READERS)}}}")},
+            outputs=jsonata("$states.input"))
+        retry_transient(read)
+        read.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        refused = sfn.Fail.jsonata(s, "TooManyReaders", state_name=s.state_name("TooManyReaders"),
+                                   error=errors.ERROR_TOO_MANY_READERS, cause=self._too_many_cause())
+        full = st.choice("Crowded")
+        st.when(full, f"${st.vars()['seen']}.readers >= {shared.MAX_READERS}", refused)
+        full.otherwise(otherwise)
+        return read.next(full)
+
+    def _build_park(self, st: SharedStates, *, key: str, me: str, ticket: str) -> sfn.State:
+        """My task token and kind on my row, unless my ticket may be admitted now or was passed
+        (``park_transaction``'s two writes, with JSONata keys)."""
+        s = st.section
+        table = s.table.table_name
+        lock_values = {**st.lock_values(me=me), ":zero": {"N": "0"},
+                       ":ticket": {"N": jsonata(f"$string({ticket})")}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")}}
+        check = st.args(key, shared.PARK_UNLESS[self.mode], lock_values)
+        row = st.args(fair.row_key_expression(key, ticket), shared.PARK, {
+            ":me": {"S": jsonata(me)}, ":token": {"S": jsonata("$states.context.Task.Token")},
+            ":lease": {"N": str(int(st.lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
+            ":kind": {"S": self.mode}})
+        del row["ReturnValues"]
+        park = tasks.CallAwsService.jsonata(
+            s, s.state_name("Park"), service="dynamodb", action="transactWriteItems",
+            parameters={"TransactItems": [{"ConditionCheck": {"TableName": table, **check}},
+                                          {"Update": {"TableName": table, **row}}]},
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            task_timeout=sfn.Timeout.duration(Duration.seconds(self.park_timeout_s)),
+            iam_action="dynamodb:UpdateItem", iam_resources=[s.table.table_arn],
+            additional_iam_statements=[iam.PolicyStatement(actions=["dynamodb:ConditionCheckItem"],
+                                                           resources=[s.table.table_arn])],
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient_sdk(park)
+        return park
+
+    def _build_inspect(self, st: SharedStates, *, key: str, me: str, ticket: str, claim, requeue, admit, park,
+                       too_many: sfn.State) -> sfn.State:
+        """The fallback: read the lock item and decide (the model's ``inspect``)."""
+        f = st.vars()
+        item, seen = "$states.result.Item", f"${f['seen']}"
+        owner = item_string(item, protocol.OWNER)
+        read = st.get("Inspect", st.lock_key(key), {f["seen"]: jsonata(
+            f"{{'owner': {owner}, 'expiresAt': {item_number(item, protocol.EXPIRES_AT, '-1')}, "
+            f"'served': {item_number(item, fair.SERVED)}, 'tickets': {item_number(item, fair.TICKETS)}, "
+            f"'readers': {item_number(item, shared.READERS)}, "
+            f"'mine': $exists({entry_of(item, me)}), 'expired': {expired_reader(item)}, "
+            f"'suspect': {suspect(item, owner, me, st.section.variables['wait'])}}}")})
+        read.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        lease_over = f"({seen}.expiresAt >= 0 and {seen}.expiresAt < $millis())"
+        writer_free = f"({seen}.owner = '' or {seen}.owner = '{shared.SHARED}' or {seen}.owner = {me} or {lease_over})"
+        all_free = (f"({seen}.owner = '' or {seen}.owner = {me} or {lease_over} "
+                    f"or ({seen}.owner = '{shared.SHARED}' and {seen}.readers = 0))")
+        granted = (f"{seen}.mine" if self.mode == READ else f"({seen}.owner = {me} and {seen}.served = {ticket})")
+        # (the last reader's removal ends the shared hold: REAP_LAST; refused, the next look decides)
+        reap = st.choice("ReapWhich")
+        for name, write in (("ReapLast", shared.REAP_LAST), ("Reap", shared.REAP_READ)):
+            task = st.update(name, key, write, {**st.lock_values(me=me), ":one": {"N": "1"},
+                                                ":minusOne": {"N": "-1"}}, reader=f"{seen}.expired")
+            task.add_catch(read, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            task.next(read)
+            if write is shared.REAP_LAST:
+                st.when(reap, f"{seen}.readers <= 1", task)
+            else:
+                reap.otherwise(task)
+        # (the helper then parks again: its park is refused if the handoff made it admissible)
+        helper = build_handoff(st, "Help", key=key, me=me, start=f"{seen}.served", holding=False, then=park,
+                               self_grant=admit, tickets=f"{seen}.tickets")
+        decide = st.choice("Decide")
+        st.when(decide, granted, claim)
+        st.when(decide, f"{seen}.served >= {ticket}", requeue)
+        if self.mode == READ:  # the head, but GRANT_READ refuses it at the cap
+            st.when(decide, f"{seen}.served = {ticket} - 1 and {writer_free} and "
+                               f"{seen}.readers >= {shared.MAX_READERS}", too_many)
+        st.when(decide, f"{seen}.served = {ticket} - 1 and {writer_free if self.mode == READ else all_free}", admit)
+        # an expired reader entry holds back the head: me (a writer), or a head that does not move
+        held_back = "true" if self.mode == WRITE else f"{seen}.served < {ticket} - 1"
+        st.when(decide, f"{seen}.expired != '' and ({held_back})", reap)
+        st.when(decide, f"{seen}.served < {ticket} - 1 and {writer_free}", helper)
+        liveness = build_liveness_check(st, key=key, seen=seen, read=read, park=park)
+        if liveness is not None:  # (at most one DescribeExecution per round of the fallback)
+            v = st.section.variables
+            st.when(decide, f"{protocol.liveness_due_expression(v['wait'], st.section.liveness_check_every)} "
+                               f"and $not($exists(${v['wait']}.checked)) and $type({seen}.suspect) = 'object'", liveness)
+        decide.otherwise(park)
+        return read.next(decide)
+
+    def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
+        st = SharedStates(section, mode=self.mode, park_timeout_s=self.park_timeout_s)
+        done = sfn.Succeed(section, "Released", state_name=section.state_name("Released"))
+        if self.mode == READ:
+            return st.forget("Forget", build_leave_read(st, "Release", then=done, lost=lost))
+        lock = "$" + section.variables["lock"]
+        return st.forget("Forget", build_handoff(
+            st, "Release", key=f"{lock}.key", me=f"{lock}.owner", start=f"{lock}.ticket", holding=True, then=done,
+            lost=lost, fence=f"{lock}.fence"))
+
+    def build_release_after_error(self, section: SectionContext, rethrow: sfn.State) -> sfn.State:
+        st = SharedStates(section, mode=self.mode, park_timeout_s=self.park_timeout_s)
+        if self.mode == READ:
+            return st.forget("ForgetAfterError", build_leave_read(st, "ReleaseAfterError", then=rethrow, lost=None))
+        lock = "$" + section.variables["lock"]
+        return st.forget("ForgetAfterError", build_handoff(
+            st, "ReleaseAfterError", key=f"{lock}.key", me=f"{lock}.owner", start=f"{lock}.ticket", holding=True,
+            then=rethrow, fence=f"{lock}.fence"))
+
+    def build_retire(self, section: SectionContext, then: sfn.State) -> sfn.State:
+        """A task refused to resume after a redrive: the hold is retired (held for its stop
+        grace from now), not released - a writer with the mutex's RETIRE, a reader with
+        RETIRE_READER on its entry."""
+        if self.mode == WRITE:
+            return super().build_retire(section, then)
+        st = SharedStates(section, mode=self.mode, park_timeout_s=self.park_timeout_s)
+        lock = "$" + section.variables["lock"]
+        retire = st.update("Retire", f"{lock}.key", shared.RETIRE_READER,
+                           {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=f"{lock}.owner")
+        retire.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        return retire.next(then)
