@@ -425,7 +425,7 @@ def test_monitoring_finds_the_rate_limits_wait_and_timeout_by_what_they_do(rate_
     fails ``Lock.Timeout`` (``Timeouts``); nothing is held, so no release (no ``HoldTime``)."""
     import json
 
-    from locked_workflow.constructs_lib.monitoring import LockStates
+    from locked_workflow.constructs_lib.monitoring_states import LockStates
 
     (definition,) = [r["Properties"]["DefinitionString"] for k, r in rate_synth.template["Resources"].items()
                      if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("RateStateMachine")]
