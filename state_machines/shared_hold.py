@@ -122,7 +122,7 @@ REAP_LAST = LockWrite(update=_DROP_LAST, condition=f"{_OVER} AND {_LAST}")
 #: this module leaves one (the last entry's removal ends the hold in the same write), but an
 #: item the first protocol's two-write leave (``LEAVE_READ`` then ``FREE_SHARED``) left so
 #: would refuse a plain mutex for ever: a plain mutex waiter's liveness check frees it (this
-#: module's writers count it free: ``_ALL_FREE``). Values ``:shared``, ``:zero``.
+#: module's writers count it free: ``ALL_FREE``). Values ``:shared``, ``:zero``.
 FREE_EMPTY = LockWrite(
     update=f"REMOVE #{OWNER}",
     condition=f"#{OWNER} = :shared AND (attribute_not_exists(#{READERS}) OR #{READERS} = :zero)",
