@@ -42,6 +42,7 @@ from constructs import Construct
 
 from locked_workflow.constructs_lib import code_closure
 from locked_workflow.constructs_lib.assets import bundled_code
+from locked_workflow.constructs_lib.monitoring_function import powertools_layer
 from locked_workflow.lambdas.lock_janitor import settings as janitor_settings
 from locked_workflow.lambdas.lock_janitor.settings import ENDED_WITHOUT_RELEASE, ENV_METRICS_NAMESPACE, JanitorSettings
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -178,7 +179,6 @@ class LockJanitor(Construct):
         table = table if table is not None else (lock.record_table if lock is not None else None)
         if table is None:
             raise ValueError("`table` must be the lock table (or the record table), got: None")
-        from locked_workflow.constructs_lib.monitoring import powertools_layer  # (monitoring reads the janitor)
 
         stack = Stack.of(self)
         self.dead_letter_queue = sqs.Queue(

@@ -54,18 +54,12 @@ dimension, so the namespace is what tells two workflows' metrics apart - for all
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from aws_cdk import (
     Duration,
-    RemovalPolicy,
-    Stack,
     aws_cloudwatch as cloudwatch,
-    aws_iam as iam,
     aws_lambda as lambda_,
     aws_logs as logs,
     aws_logs_destinations as destinations,
@@ -74,14 +68,19 @@ from aws_cdk import (
 from constructs import Construct
 
 from locked_workflow.constructs_lib import prop_types
-from locked_workflow.constructs_lib.assets import lambda_code
+from locked_workflow.constructs_lib.monitoring_dashboard import lock_dashboard
+from locked_workflow.constructs_lib.monitoring_filters import (
+    MAX_PATTERN_LENGTH,
+    NO_EVENT,
+    field_is,
+    state_filter,
+    states_filter,
+)
+from locked_workflow.constructs_lib.monitoring_function import metrics_function
+from locked_workflow.constructs_lib.monitoring_sources import monitored_state_machine, monitored_workflow
+from locked_workflow.constructs_lib.monitoring_states import LockStates
 from locked_workflow.state_machines import errors
-from locked_workflow.state_machines import lock_protocol as protocol
 
-#: The Lambda's code: its own folder, deployed as the function's asset.
-LOCK_METRICS_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "lock_metrics"
-#: Published Powertools for AWS Lambda (Python) v3 layer (python3.13, x86_64) used by default.
-POWERTOOLS_LAYER_VERSION = 27
 DEFAULT_NAMESPACE = "LockedWorkflow"
 DEFAULT_TIMEOUT_RATE_THRESHOLD = 0.05
 DEFAULT_ALARM_PERIOD = Duration.minutes(5)
@@ -94,8 +93,6 @@ _DASHBOARD_NAME = re.compile(r"[A-Za-z0-9_\-]{1,255}")
 #: Metric names (in the workflow's namespace).
 WAIT_TIME = "WaitTime"
 HOLD_TIME = "HoldTime"
-#: A release assigns the hold's length to ``<lock variable>Held``.
-HELD_SUFFIX = "Held"
 TIMEOUTS = "Timeouts"
 LOST = "Lost"
 SUPERSEDED = "Superseded"
@@ -103,116 +100,6 @@ QUEUE_FULL = "QueueFull"
 LIVENESS_CHECKS = "LivenessChecks"
 LIVENESS_TAKEOVERS = "LivenessTakeovers"
 JANITOR_RETIRES = "JanitorRetires"
-
-
-def _is(field: str, value: str) -> logs.JsonPattern:
-    return logs.FilterPattern.string_value(field, "=", value)
-
-
-def state_filter(event_type: str, state_name: str, *more: logs.JsonPattern) -> logs.JsonPattern:
-    """Lines of history events of ``event_type`` of the state ``state_name``."""
-    return logs.FilterPattern.all(_is("$.type", event_type), _is("$.details.name", state_name), *more)
-
-
-def states_filter(event_type: str, state_names: Sequence[str], *more: logs.JsonPattern) -> logs.IFilterPattern:
-    """Lines of history events of ``event_type`` of any of ``state_names`` (none: no line)."""
-    if not state_names:
-        return _is("$.type", NO_EVENT)
-    names = [_is("$.details.name", name) for name in sorted(set(state_names))]
-    return logs.FilterPattern.all(
-        _is("$.type", event_type), names[0] if len(names) == 1 else logs.FilterPattern.any(*names), *more
-    )
-
-
-#: An event type no line has: the pattern of a metric with no state to count.
-NO_EVENT = "LockMonitoring.NoSuchState"
-#: Longest filter pattern CloudWatch Logs accepts (characters).
-MAX_PATTERN_LENGTH = 1024
-#: Exit event of a state, by its type (history event types of the Step Functions API).
-EXIT_EVENTS = {
-    "Task": "TaskStateExited", "Pass": "PassStateExited", "Choice": "ChoiceStateExited",
-    "Map": "MapStateExited", "Parallel": "ParallelStateExited", "Wait": "WaitStateExited",
-}
-
-
-@dataclass(frozen=True)
-class LockStates:
-    """The lock states of a synthesized state machine, found by what they do.
-
-    :param timeouts: Fail states whose ``Error`` is ``Lock.Timeout``.
-    :param lost: Fail states whose ``Error`` is ``Lock.Lost``.
-    :param superseded: Fail states whose ``Error`` is ``Lock.Superseded``.
-    :param queue_full: Fail states whose ``Error`` is ``Lock.QueueFull``.
-    :param liveness_checks: tasks calling ``sfn:describeExecution``.
-    :param takeovers: ``(state, wait variable)`` of the liveness checks that mark a stale
-        holder in their wait record (``lock_protocol.after_liveness_check_expression``).
-    :param acquisitions: ``state -> (exit event type, lock variable)`` of the states that
-        assign a lock record with its ``owner`` and ``acquiredAt`` (a re-entered section's
-        pass-through and later updates of the record do not: they copy it; nor does a waiter's
-        look at the holder, ``<lock variable>Holder``: another participant's record).
-    :param releases: ``state -> (exit event type, held variable)`` of the releases, which
-        assign ``<lock variable>Held`` (``lock_protocol.held_ms_expression``; a fair grant
-        assigns it only when it hands on its own hold, else null).
-    """
-
-    timeouts: tuple = ()
-    lost: tuple = ()
-    liveness_checks: tuple = ()
-    takeovers: tuple = ()
-    acquisitions: Mapping[str, tuple] = field(default_factory=dict)
-    releases: Mapping[str, tuple] = field(default_factory=dict)
-    superseded: tuple = ()
-    queue_full: tuple = ()
-
-    @classmethod
-    def of(cls, definition: Mapping[str, Any]) -> "LockStates":
-        timeouts, lost, checks, takeovers, acquisitions, releases = [], [], [], [], {}, {}
-        superseded, queue_full = [], []
-        fails = {errors.ERROR_TIMEOUT: timeouts, errors.ERROR_LOST: lost,
-                 errors.ERROR_SUPERSEDED: superseded, errors.ERROR_QUEUE_FULL: queue_full}
-        for name, state in _all_states(definition.get("States", {})):
-            kind = state.get("Type")
-            if kind == "Fail" and state.get("Error") in fails:
-                fails[state["Error"]].append(name)
-            assign = state.get("Assign") or {}
-            if kind == "Task" and str(state.get("Resource", "")).endswith(":aws-sdk:sfn:describeExecution"):
-                checks.append(name)
-                for variable, value in assign.items():
-                    holder = variable[: -len("Wait")] + protocol.HOLDER_SUFFIX
-                    if variable.endswith("Wait") and value == protocol.jsonata(
-                        protocol.after_liveness_check_expression(variable, holder)
-                    ):
-                        takeovers.append((name, variable))
-            for variable, value in assign.items():
-                if (isinstance(value, str) and kind in EXIT_EVENTS and not variable.endswith(protocol.HOLDER_SUFFIX)
-                        and f"'{protocol.OWNER}':" in value and f"'{protocol.ACQUIRED_AT}':" in value):
-                    acquisitions[name] = (EXIT_EVENTS[kind], variable)
-                if (kind in EXIT_EVENTS and isinstance(value, str) and variable.endswith(HELD_SUFFIX)
-                        and protocol.held_ms_expression(variable[: -len(HELD_SUFFIX)]) in value):
-                    releases[name] = (EXIT_EVENTS[kind], variable)
-        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions, releases,
-                   tuple(superseded), tuple(queue_full))
-
-
-def _all_states(states: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Every state, in branches and Map processors too."""
-    for name, state in states.items():
-        yield name, state
-        for branch in state.get("Branches", []):
-            yield from _all_states(branch.get("States", {}))
-        for processor in ("ItemProcessor", "Iterator"):
-            if processor in state:
-                yield from _all_states(state[processor].get("States", {}))
-
-
-def synthesized_definition(state_machine: Any) -> dict:
-    """The state machine's definition as synthesized (tokens drawn as ``TOKEN``: they are
-    ARNs and names inside strings, never state names)."""
-    resource = state_machine.node.default_child
-    definition = Stack.of(state_machine).resolve(resource.definition_string)
-    if isinstance(definition, dict):
-        definition = "".join(p if isinstance(p, str) else "TOKEN" for p in definition["Fn::Join"][1])
-    return json.loads(definition)
 
 
 class LockMonitoring(Construct):
@@ -287,8 +174,8 @@ class LockMonitoring(Construct):
         super().__init__(scope, construct_id)
         if workflow is not None and state_machine is not None:
             raise ValueError("`workflow` or `state_machine` must be given (exactly one), got: both")
-        monitored = (_monitored_workflow(workflow, sections) if state_machine is None
-                     else _monitored_state_machine(self, state_machine, sections))
+        monitored = (monitored_workflow(workflow, sections) if state_machine is None
+                     else monitored_state_machine(self, state_machine, sections))
         log_group = monitored.log_group
         for name, value in (("alarm_lost", alarm_lost), ("alarm_janitor_failures", alarm_janitor_failures),
                             ("dashboard", dashboard)):
@@ -340,7 +227,8 @@ class LockMonitoring(Construct):
         self.metric_filters: dict[str, logs.MetricFilter] = {}
         takeover_patterns = [
             # the check's wait record names the stale holder: an execution ARN (else null)
-            state_filter("TaskStateExited", name, _is(f"$.details.assignedVariables.{variable}", "*:execution:*"))
+            state_filter("TaskStateExited", name,
+                         field_is(f"$.details.assignedVariables.{variable}", "*:execution:*"))
             for name, variable in found.takeovers
         ]
         self.filter_patterns: dict[str, logs.IFilterPattern] = {
@@ -350,7 +238,7 @@ class LockMonitoring(Construct):
             LIVENESS_TAKEOVERS: (
                 takeover_patterns[0] if len(takeover_patterns) == 1
                 else logs.FilterPattern.any(*takeover_patterns) if takeover_patterns
-                else _is("$.type", NO_EVENT)
+                else field_is("$.type", NO_EVENT)
             ),
         }
         # a coalescing fair lock's outcomes: counted where the machine has their Fail states
@@ -367,7 +255,7 @@ class LockMonitoring(Construct):
             janitor.publish_metrics_under(namespace)
 
         # -- durations: a subscription filter to the metrics function -------------------------
-        self.metrics_function = self._metrics_function(powertools_layer)
+        self.metrics_function = metrics_function(self, powertools_layer)
         #: Lines the metrics function receives: the exits of the acquisitions and the releases.
         by_event: dict[str, list[str]] = {}
         for name, (event, _) in [*found.acquisitions.items(), *found.releases.items()]:
@@ -377,7 +265,8 @@ class LockMonitoring(Construct):
         )
         if len(self.subscription_pattern.log_pattern_string) > MAX_PATTERN_LENGTH:
             # many sections: every exit of those types (the function picks the states by name)
-            self.subscription_pattern = logs.FilterPattern.any(*[_is("$.type", event) for event in sorted(by_event)])
+            self.subscription_pattern = logs.FilterPattern.any(
+                *[field_is("$.type", event) for event in sorted(by_event)])
         self.subscription = logs.SubscriptionFilter(
             self,
             "DurationsSubscription",
@@ -436,7 +325,7 @@ class LockMonitoring(Construct):
             alarm.add_alarm_action(*alarm_actions)
         self.dashboard: Optional[cloudwatch.Dashboard] = None
         if dashboard:
-            self.dashboard = self._dashboard(dashboard_name)
+            self.dashboard = lock_dashboard(self, dashboard_name)
 
     # -- metrics --------------------------------------------------------------------------
 
@@ -547,185 +436,3 @@ class LockMonitoring(Construct):
             default_value=0,
             unit=cloudwatch.Unit.COUNT,
         )
-
-    def _metrics_function(self, layer: Optional[lambda_.ILayerVersion]) -> lambda_.Function:
-        log_group = logs.LogGroup(
-            self, "MetricsFunctionLogs", retention=logs.RetentionDays.ONE_MONTH,
-            removal_policy=RemovalPolicy.DESTROY,
-        )
-        role = iam.Role(
-            self, "MetricsFunctionRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="Writes the lock metrics function's own log (its embedded metrics)",
-        )
-        log_group.grant_write(role)  # logs:CreateLogStream, logs:PutLogEvents on that group only
-        layer = layer or powertools_layer(self)
-        function = lambda_.Function(
-            self,
-            "MetricsFunction",
-            description=f"WaitTime and HoldTime of {self.state_machine_name}, from its execution logs",
-            runtime=lambda_.Runtime.PYTHON_3_13,
-            handler="index.handler",
-            code=lambda_code(LOCK_METRICS_CODE),
-            timeout=Duration.seconds(30),
-            memory_size=256,
-            role=role,
-            log_group=log_group,
-            layers=[layer],
-            environment={
-                "POWERTOOLS_METRICS_NAMESPACE": self.namespace,
-                "POWERTOOLS_TRACE_DISABLED": "true",
-                # state -> the lock variable it assigns, of every acquisition of every section
-                "ACQUISITIONS": json.dumps(
-                    {name: variable for name, (_, variable) in sorted(self.lock_states.acquisitions.items())},
-                    separators=(",", ":"),
-                ),
-                # state -> the variable it assigns the hold's length to, of every release
-                "RELEASES": json.dumps(
-                    {name: variable for name, (_, variable) in sorted(self.lock_states.releases.items())},
-                    separators=(",", ":"),
-                ),
-            },
-        )
-        # Pinned to python3.13, the newest runtime the pinned Powertools layer is published for
-        # (cdk-nag's own metadata format: no cdk-nag import in the library).
-        function.node.default_child.add_metadata(
-            "cdk_nag",
-            {
-                "rules_to_suppress": [
-                    {
-                        "id": "AwsSolutions-L1",
-                        "reason": "Pinned to Python 3.13, the newest runtime the pinned Powertools layer is published for.",
-                    }
-                ]
-            },
-        )
-        return function
-
-    def _dashboard(self, name: Optional[str]) -> cloudwatch.Dashboard:
-        def durations(title: str, metric: Any) -> cloudwatch.GraphWidget:
-            return cloudwatch.GraphWidget(
-                title=title, width=12, left_y_axis=cloudwatch.YAxisProps(label="ms", show_units=False, min=0),
-                left=[metric(statistic=s, label=s) for s in ("p50", "p90", "Maximum")],
-            )
-
-        found = self.lock_states
-        board = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=name)
-        board.add_widgets(
-            cloudwatch.TextWidget(
-                markdown=f"## Lock of {self.state_machine_name}\nNamespace `{self.namespace}`",
-                width=24, height=2,
-            )
-        )
-        board.add_widgets(
-            durations("Wait for the lock (ms)", self.metric_wait_time),
-            durations("Lock held (ms)", self.metric_hold_time),
-        )
-        board.add_widgets(
-            cloudwatch.GraphWidget(
-                title="Runs and lock failures", width=12,
-                left=[self.state_machine.metric_started(statistic="Sum", label="Started"),
-                      self.metric_timeouts(label=errors.ERROR_TIMEOUT), self.metric_lost(label=errors.ERROR_LOST),
-                      *([self.metric_superseded(label=errors.ERROR_SUPERSEDED)] if found.superseded else []),
-                      *([self.metric_queue_full(label=errors.ERROR_QUEUE_FULL)] if found.queue_full else [])],
-                right=[self.metric_timeout_rate()],
-            ),
-            cloudwatch.GraphWidget(
-                title="Recovery of dead holders", width=12,
-                left=[self.metric_liveness_checks(label="Liveness checks"),
-                      self.metric_liveness_takeovers(label="Liveness takeovers"),
-                      self.metric_janitor_retires(label="Janitor retires")],
-                right=[self.metric_janitor_failures(label="Janitor failures")] if self.janitor is not None else [],
-            ),
-        )
-        if self.alarms:
-            board.add_widgets(cloudwatch.AlarmStatusWidget(alarms=self.alarms, width=24, title="Lock alarms"))
-        return board
-
-
-@dataclass(frozen=True)
-class _Monitored:
-    """What the monitoring reads of a workflow, or of a hand-built state machine."""
-
-    state_machine: Any
-    name: str
-    log_group: logs.ILogGroup
-    definition: dict
-    janitors: tuple
-
-
-def _monitored_workflow(workflow: Any, sections: Sequence[Any]) -> _Monitored:
-    if workflow is None:
-        raise ValueError("`workflow` or `state_machine` must be given (exactly one), got: neither")
-    for attribute in ("state_machine", "state_machine_name", "section"):
-        if getattr(workflow, attribute, None) is None:
-            raise ValueError(
-                f"`workflow` must be a LockedWorkflow (it has `{attribute}`), got: {type(workflow).__name__}"
-            )
-    if sections:
-        raise ValueError(
-            "`sections` must be left unset with `workflow` (its section is read from it), got: "
-            f"{len(sections)} section{'s' if len(sections) != 1 else ''}"
-        )
-    log_group = getattr(workflow, "log_group", None)
-    if log_group is None:
-        raise ValueError(
-            "`workflow` must log its executions (LockedWorkflow(logging=True), the default): the "
-            "metrics come from its execution logs, got: a workflow without a log group"
-        )
-    janitor = getattr(workflow, "janitor", None)
-    return _Monitored(workflow.state_machine, workflow.state_machine_name, log_group,
-                      synthesized_definition(workflow.state_machine), (janitor,) if janitor is not None else ())
-
-
-#: How a hand-built state machine must log (the message of its refusal).
-_LOGS_NEEDED = (
-    "`state_machine` must log its executions at level ALL with execution data "
-    "(logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True)): "
-    "the metrics come from its execution logs, got: "
-)
-
-
-def _monitored_state_machine(scope: Construct, state_machine: Any, sections: Sequence[Any]) -> _Monitored:
-    """A state machine of this app and its sections: its log group is the destination of its
-    logging configuration (level ALL with execution data, or refused)."""
-    from locked_workflow.constructs_lib.locked_section import LockedSection  # (it imports the janitor)
-
-    prop_types.instance("state_machine", state_machine, sfn.StateMachine, "an sfn.StateMachine of this app",
-                        required=True)
-    if isinstance(sections, (str, bytes)) or not isinstance(sections, Sequence) or not sections:
-        raise ValueError(f"`sections` must name the LockedSections of `state_machine` (at least one), got: {sections!r}")
-    for section in sections:
-        prop_types.instance("sections", section, LockedSection, "LockedSections", required=True)
-    resource = state_machine.node.default_child
-    definition = synthesized_definition(state_machine)
-    names = {name for name, _ in _all_states(definition.get("States", {}))}
-    for section in sections:
-        if section.section_state.state_id not in names:
-            raise ValueError(
-                "`sections` must be sections of `state_machine` (their states in its definition), got: "
-                f"{section.node.path!r} (no state {section.section_state.state_id!r} in it)"
-            )
-    config = resource.logging_configuration
-    destinations = getattr(config, "destinations", None) or []
-    if config is None or not destinations:
-        raise ValueError(_LOGS_NEEDED + "no execution logs")
-    if config.level != "ALL" or config.include_execution_data is not True:
-        data = "with" if config.include_execution_data is True else "without"
-        raise ValueError(_LOGS_NEEDED + f"level {config.level}, {data} execution data")
-    arn = destinations[0].cloud_watch_logs_log_group.log_group_arn
-    log_group = logs.LogGroup.from_log_group_arn(scope, "StateMachineLogs", arn)
-    janitors = tuple(dict.fromkeys(s.janitor for s in sections if s.janitor is not None))
-    return _Monitored(state_machine, state_machine.state_machine_name, log_group, definition, janitors)
-
-
-def powertools_layer(scope: Construct, construct_id: str = "Powertools") -> lambda_.ILayerVersion:
-    """The published Powertools for AWS Lambda (Python) v3 layer (python3.13, x86_64), version
-    :data:`POWERTOOLS_LAYER_VERSION`, in the stack's region."""
-    stack = Stack.of(scope)
-    return lambda_.LayerVersion.from_layer_version_arn(
-        scope,
-        construct_id,
-        f"arn:{stack.partition}:lambda:{stack.region}:017000801446:layer:"
-        f"AWSLambdaPowertoolsPythonV3-python313-x86_64:{POWERTOOLS_LAYER_VERSION}",
-    )

@@ -146,7 +146,7 @@ def row_key_expression(key: str, ticket: str) -> str:
     return f"'{ROW_MARK}' & $string({ticket}) & '{ROW_MARK}' & ({key})"
 
 
-def _update(write: str, *, set_: Iterable[str] = (), remove: Iterable[str] = ()) -> str:
+def with_actions(write: str, *, set_: Iterable[str] = (), remove: Iterable[str] = ()) -> str:
     """``write`` (an update expression) with more SET actions and REMOVE actions."""
     clauses = dict(re.findall(r"(SET|ADD|REMOVE|DELETE) (.*?)(?= (?:SET|ADD|REMOVE|DELETE) |$)", write))
     for keyword, more in (("SET", list(set_)), ("REMOVE", list(remove))):
@@ -163,20 +163,20 @@ CUT, CUT_BY = "cut", "cutBy"
 _NOT_CUT = f"(attribute_not_exists(#{CUT}) OR #{CUT} < :ticket)"
 
 #: Nobody queues: no ticket out beyond the last grant.
-_NOBODY_QUEUES = f"(attribute_not_exists(#{TICKETS}) OR #{SERVED} = #{TICKETS})"
+NOBODY_QUEUES = f"(attribute_not_exists(#{TICKETS}) OR #{SERVED} = #{TICKETS})"
 _START_COUNTERS = [f"#{SERVED} = if_not_exists(#{SERVED}, :zero)", f"#{TICKETS} = if_not_exists(#{TICKETS}, :zero)"]
 
 #: FAST_ACQUIRE: the mutex's acquire when nobody queues (or a retry of mine whose response was
 #: lost). Values as ACQUIRE, plus ``:zero``.
 FAST_ACQUIRE = LockWrite(
-    update=_update(ACQUIRE.update, set_=_START_COUNTERS, remove=[f"#{HANDED}"]),
-    condition=f"#{OWNER} = :me OR (({ACQUIRE.condition}) AND {_NOBODY_QUEUES})",
+    update=with_actions(ACQUIRE.update, set_=_START_COUNTERS, remove=[f"#{HANDED}"]),
+    condition=f"#{OWNER} = :me OR (({ACQUIRE.condition}) AND {NOBODY_QUEUES})",
 )
 #: ENQUEUE: take the next ticket (``ALL_NEW``: ``tickets`` is mine) - refused when the fast
 #: path would take the lock now. Values ``:me``, ``:stale``, ``:now``, ``:zero``, ``:one``.
 ENQUEUE = LockWrite(
     update=f"SET #{TICKETS} = if_not_exists(#{TICKETS}, :zero) + :one, {_START_COUNTERS[0]}",
-    condition=f"NOT (({ACQUIRE.condition}) AND {_NOBODY_QUEUES})",
+    condition=f"NOT (({ACQUIRE.condition}) AND {NOBODY_QUEUES})",
 )
 #: Who may grant (or skip) ticket ``:ticket``: whoever may take the lock (ACQUIRE's
 #: condition: its holder ``:me``, anyone when it is free or its lease is over, or a proven
@@ -195,7 +195,7 @@ GRANT = LockWrite(
 #: RELEASE_ALONE: the release when nobody queues (RELEASE's condition, plus no ticket out
 #: beyond the last grant): the whole release of an uncontended run. Refused: a ticket is out
 #: (or the lock is not mine) - the handoff. Values as RELEASE.
-RELEASE_ALONE = LockWrite(update=RELEASE.update, condition=f"({RELEASE.condition}) AND {_NOBODY_QUEUES}")
+RELEASE_ALONE = LockWrite(update=RELEASE.update, condition=f"({RELEASE.condition}) AND {NOBODY_QUEUES}")
 #: SKIP: pass over ticket ``:ticket`` (its waiter is gone); the holder, if any, keeps the lock.
 #: Idempotent: a retry whose first try applied (its response lost) finds ``:ticket`` passed and
 #: is not refused, so the handoff goes on (refused, a holding releaser would end its release

@@ -13,7 +13,7 @@ from constructs import Construct
 
 from locked_workflow import Lock, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.example_stack import APPLY_UPDATE_CODE
-from locked_workflow.constructs_lib.monitoring import powertools_layer
+from locked_workflow.constructs_lib.monitoring_function import powertools_layer
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: Fast polling for tests (the Wait state's unit is a whole second).

@@ -15,7 +15,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
-from locked_workflow.constructs_lib.monitoring import powertools_layer
+from locked_workflow.constructs_lib.monitoring_function import powertools_layer
 from locked_workflow.constructs_lib.section_work import LAMBDA_INIT_LIMIT_S, STOP_GRACE_MARGIN_S
 from locked_workflow.state_machines.lock_protocol import jsonata
 

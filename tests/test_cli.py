@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from locked_workflow.constructs_lib import cli
+from locked_workflow.constructs_lib import cli, cli_aws
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import lock_protocol as p
 
@@ -246,9 +246,9 @@ def test_a_stack_without_a_lock_table_construct_is_read_by_the_tables_key(capsys
 
     one = _synthesized(own_tables)
     physical = _physical(one, Existing="existing", Orders="orders")
-    assert cli.lock_tables(one, physical) == ["existing"]
+    assert cli_aws.lock_tables(one, physical) == ["existing"]
     two = _synthesized(lambda stack: (LockTable(stack, "Locks"), LockTable(stack, "More")))
-    assert sorted(cli.lock_tables(two, _physical(two, Locks="locks", More="more"))) == ["locks", "more"]
+    assert sorted(cli_aws.lock_tables(two, _physical(two, Locks="locks", More="more"))) == ["locks", "more"]
     none = _synthesized(lambda stack: dynamodb.Table(
         stack, "Orders", partition_key=dynamodb.Attribute(name="id", type=dynamodb.AttributeType.NUMBER)))
     for template, names, expected in [

@@ -211,7 +211,7 @@ def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_
     from aws_cdk import aws_stepfunctions as sfn
 
     from locked_workflow import Lock, LockedWorkflow, QueueLimit
-    from locked_workflow.constructs_lib.monitoring import synthesized_definition
+    from locked_workflow.constructs_lib.monitoring_states import synthesized_definition
     from locked_workflow.constructs_lib.section_work import is_lock_state, task_states
     from locked_workflow.state_machines.lock_protocol import jsonata
 

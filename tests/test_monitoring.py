@@ -771,7 +771,7 @@ def test_a_nested_section_is_counted_where_it_failed_not_where_it_was_rethrown(r
         state = hit["details"]["name"]
         # negative control: the filter of before - the workflow's own section's state only -
         # matches no line of the run (the Lost alarm never fired)
-        from locked_workflow.constructs_lib.monitoring import state_filter
+        from locked_workflow.constructs_lib.monitoring_filters import state_filter
 
         before = state_filter("FailStateEntered", "Lock." + state.split(".")[1]).log_pattern_string
         assert not any(matches(before, m) for m in runs.lines["Nested"] if ended[role].arn in m)

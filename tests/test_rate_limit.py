@@ -397,7 +397,7 @@ def test_a_client_whose_clock_runs_ahead_admits_by_dynamodbs_clock_not_its_own(l
 def test_the_cli_shows_a_keys_rate_state_and_lists_it_without_a_holder(limits, capsys):
     import json
 
-    from locked_workflow.constructs_lib import cli
+    from locked_workflow.constructs_lib import cli, cli_items
 
     k = key("cli")
     client = _client(limits)
@@ -409,7 +409,7 @@ def test_the_cli_shows_a_keys_rate_state_and_lists_it_without_a_holder(limits, c
     shown = json.loads(capsys.readouterr().out)
     assert shown["admissions"] == LIMIT and shown["inLastPeriod"] == LIMIT and len(shown["lastAdmissions"]) == LIMIT
     # the next permit: the first admission's, one period on (not "now": all are spent)
-    assert shown["nextPermit"] == cli._iso(admitted[0].admitted_at + SPACING_MS)
+    assert shown["nextPermit"] == cli_items.iso(admitted[0].admitted_at + SPACING_MS)
     assert cli.main(["locks", "list", "--table", table, "--namespace", "r", "--json"], clients=clients) == 0
     rows = [r for r in json.loads(capsys.readouterr().out) if r["key"] == k]
     assert [(r["slot"], r["state"], r["admissions"]) for r in rows] == [("rate", "rate", LIMIT)]
@@ -425,7 +425,7 @@ def test_monitoring_finds_the_rate_limits_wait_and_timeout_by_what_they_do(rate_
     fails ``Lock.Timeout`` (``Timeouts``); nothing is held, so no release (no ``HoldTime``)."""
     import json
 
-    from locked_workflow.constructs_lib.monitoring import LockStates
+    from locked_workflow.constructs_lib.monitoring_states import LockStates
 
     (definition,) = [r["Properties"]["DefinitionString"] for k, r in rate_synth.template["Resources"].items()
                      if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("RateStateMachine")]

@@ -423,7 +423,7 @@ def test_negative_control_the_conformance_check_catches_a_fast_read_that_ignores
     from locked_workflow.testing import LocalCloud
 
     careless = p.LockWrite(update=sp.FAST_READ.update, condition=sp.FAST_READ.condition.replace(
-        f" AND {f._NOBODY_QUEUES}", ""))
+        f" AND {f.NOBODY_QUEUES}", ""))
     assert careless.condition != sp.FAST_READ.condition
     with LocalCloud("moto") as cloud:
         seen = _conformance(cloud.dynamodb, {"FAST_READ": careless})

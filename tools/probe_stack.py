@@ -18,7 +18,7 @@ def probe_resources(stack: Any, *, timeout_s: int) -> tuple[Any, Any]:
 
     from locked_workflow import LockTable
     from locked_workflow.constructs_lib.assets import lambda_code
-    from locked_workflow.constructs_lib.monitoring import powertools_layer
+    from locked_workflow.constructs_lib.monitoring_function import powertools_layer
 
     locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
     probes = dynamodb.Table(

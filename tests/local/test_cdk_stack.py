@@ -27,7 +27,7 @@ def synthesized(tmp_path_factory):
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk import aws_stepfunctions_tasks as tasks
 
-    from locked_workflow.constructs_lib.monitoring import powertools_layer
+    from locked_workflow.constructs_lib.monitoring_function import powertools_layer
 
     code = tmp_path_factory.mktemp("greeter")
     (code / "index.py").write_text(HANDLER)
