@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from datetime import timedelta
 from typing import Any, Mapping
 
 from botocore.exceptions import ClientError
@@ -19,7 +20,7 @@ from locked_workflow.constructs_lib.client_args import MAX_LEASE_MS as _MAX_LEAS
 from locked_workflow.constructs_lib.client_args import checked_count as _count
 from locked_workflow.constructs_lib.client_args import checked_seconds as _seconds
 from locked_workflow.constructs_lib.client_args import checked_text as _text
-from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockHeld, LockSuperseded
+from locked_workflow.constructs_lib.client_lease import Holding, Lease, LockHeld, LockLost, LockSuperseded
 from locked_workflow.constructs_lib.client_lease import condition_failed as _condition_failed
 from locked_workflow.constructs_lib.client_lease import lease_from_item as _lease
 from locked_workflow.constructs_lib.client_lease import old_item as _old_item
@@ -134,7 +135,7 @@ class FairQueue:
             if old.get(OWNER, {}).get("S") == me and fair.counters(old)[0] == ticket:
                 lease = self.claim(key, table_key, me, ticket)  # handed to me: confirm it
                 if lease is not None:
-                    return lease
+                    return self._whole_lease(lease, lease_ms)
             held = LockHeld(f"lock {table_key!r} is not mine yet (ticket {ticket})", key=key,
                             holder=old.get(OWNER, {}).get("S"),
                             expires_at=int(old[EXPIRES_AT]["N"]) if EXPIRES_AT in old else None)
@@ -167,6 +168,20 @@ class FairQueue:
             self.handoff(table_key, me=me, served=served, fence=None)
         self._park(table_key, me, lease_ms, ticket, lease_for_s)
         return ticket
+
+    def _whole_lease(self, claimed: Lease, lease_ms: int) -> Lease:
+        """A claimed grant, renewed to the whole ``lease_ms`` from now. Its granter stamped the
+        lease at the grant, and the claim comes at this client's next poll - seconds later on a
+        loaded machine, maybe after the lease's end, which lets any waiter take the lock over
+        while this client works. The renewal (``refresh``) is allowed while nobody took the lock
+        over; taken over meanwhile, it was never mine to work under: ``LockHeld`` (the caller
+        goes on waiting)."""
+        try:
+            return self.refresh(claimed, lease=timedelta(milliseconds=lease_ms))
+        except LockLost as lost:
+            held = LockHeld(f"lock {claimed.table_key!r} was taken over before its grant was claimed: {lost}",
+                            key=claimed.key)
+            raise held from None
 
     def claim(self, key: str, table_key: str, me: str, ticket: int) -> Lease | None:
         """CLAIM a lock handed to me (its handoff could not wake me: I poll); None: not mine.

@@ -119,7 +119,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Mapping
@@ -388,8 +388,9 @@ class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantH
                 if remaining <= 0:
                     if queued is not None:
                         lease = self.leave_queue(fair.row_key(table_key, queued), me)
-                        if lease is not None:  # handed to me meanwhile: mine after all
-                            return replace(lease, key=key)
+                        if lease is not None:  # handed to me meanwhile: mine after all, for a whole lease
+                            with suppress(LockHeld):
+                                return self._whole_lease(replace(lease, key=key), lease_ms)
                     raise LockTimeout(
                         f"{ERROR_TIMEOUT}: lock {table_key!r} still held by {held.holder!r} "
                         f"after waiting {wait_s:g} s{_takeover_note(held.takeover_in)}",

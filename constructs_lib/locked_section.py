@@ -32,6 +32,7 @@ from locked_workflow.constructs_lib.section_work import (
     is_lock_state,
     jsonpath_states,
     task_states,
+    warn_if_grace_short,
 )
 from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
 from locked_workflow.constructs_lib import lease_check, prop_types
@@ -110,7 +111,10 @@ class LockedSection(sfn.StateMachineFragment):
         Default: the longest run a task of the protected work may have (a Lambda task: Lambda's
         10 s Init limit - a cold start, outside the function's timeout - plus its function's
         timeout, whatever its ``TimeoutSeconds``; other tasks: their ``TimeoutSeconds``) plus
-        5 s; 15 minutes if some task's longest run cannot be seen.
+        5 s; 15 minutes if some task's longest run cannot be seen. An explicit grace shorter than
+        a Lambda task's longest run (Init limit + timeout, for a function of this app) is a
+        synth warning saying what it costs (``locked-workflow:stop-grace-shorter-than-work``):
+        the next holder can enter beside the stopped holder's invocation.
     :param lock_variable: name of the variable holding the lock (the section also uses
         ``<name>Wait``, ``<name>Holder``, ``<name>Redrives``, ``<name>Lost``, ``<name>Presence``,
         ``<name>Held`` and ``<name>Done``). Default: ``"lock"``.
@@ -413,13 +417,16 @@ class LockedSection(sfn.StateMachineFragment):
         return section
 
     def stop_grace_ms(self, rendered_section: Any = None) -> int:
-        """The stop grace in ms: ``stop_grace`` if given, else derived from the protected
-        work as rendered (branches of Parallel and Map states are only complete then)."""
+        """The stop grace in ms: ``stop_grace`` if given (warned at synth when shorter than a
+        Lambda task's longest run), else derived from the protected work as rendered (branches
+        of Parallel and Map states are only complete then)."""
+        work = [s for s in task_states(rendered_section) if not is_lock_state(s)] if rendered_section is not None else []
         if self._stop_grace is not None:
-            return prop_types.concrete_ms("stop_grace", self._stop_grace)
+            grace_ms = prop_types.concrete_ms("stop_grace", self._stop_grace)
+            warn_if_grace_short(self, grace_s=grace_ms / 1000, tasks_found=work)
+            return grace_ms
         if rendered_section is None:
             raise ValueError("`stop_grace` is derived when the state machine is rendered")
-        work = [s for s in task_states(rendered_section) if not is_lock_state(s)]
         return int(derive_stop_grace(self, work).to_milliseconds())
 
     # -- recovery -----------------------------------------------------------------------

@@ -69,8 +69,8 @@ class LockedWorkflow(Construct):
     :param liveness_check_every: a waiter checks whether the holder still runs on every
         this-many-th round of polls; ``0`` turns it off. Default: ``2``.
     :param stop_grace: how long a holder's lock stays held after its execution ended without
-        releasing it (see :class:`LockedSection`). Default: derived from the protected work's
-        task timeouts.
+        releasing it (see :class:`LockedSection`; shorter than a Lambda task's longest run: a
+        synth warning). Default: derived from the protected work's task timeouts.
     :param monitoring: metrics, alarms and a dashboard from the execution logs
         (:class:`~locked_workflow.constructs_lib.monitoring.LockMonitoring`; needs ``logging``): ``True``, a dict
         of its props, or ``False``. Default: ``False``.

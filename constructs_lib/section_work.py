@@ -1,6 +1,7 @@
 """What a locked section reads from, and writes into, its rendered protected work.
 
-* the stop grace: how long a stopped holder's work may still run (:func:`derive_stop_grace`);
+* the stop grace: how long a stopped holder's work may still run (:func:`derive_stop_grace`),
+  and the warning for an explicit one shorter than a Lambda task's run (:func:`warn_if_grace_short`);
 * the guard: every task of the work evaluates the section's guard before it calls its
   resource, so a redriven task cannot resume without the lock (:func:`guard_task`);
 * walks of rendered states: tasks, branches, reachable states (:func:`work_tasks`,
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from aws_cdk import Duration, Stack, aws_lambda as lambda_, aws_stepfunctions as sfn
+from aws_cdk import Annotations, Duration, Stack, aws_lambda as lambda_, aws_stepfunctions as sfn
 from constructs import Construct
 
 from locked_workflow.state_machines import fair_protocol
@@ -60,20 +61,16 @@ def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration
     :data:`DEFAULT_STOP_GRACE` when a task's longest run cannot be seen."""
     if not tasks_found:
         return Duration.seconds(STOP_GRACE_MARGIN_S)
-    functions = [fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)]
+    functions = _functions(scope)
     longest = 0
     for state in tasks_found:
         resource = str(state.get("Resource", ""))
         seconds = state.get("TimeoutSeconds")
-        if ":::lambda:invoke" in resource and _request_response(resource):
-            text = json.dumps(Stack.of(scope).resolve(state))
-            found = [fn for fn in functions
-                     if json.dumps(Stack.of(scope).resolve(fn.function_arn)) in text
-                     or json.dumps(Stack.of(scope).resolve(fn.function_name)) in text]
-            if len(found) != 1:
+        if _is_lambda_task(resource):
+            found = _invoked_function(scope, state, functions)
+            if found is None:
                 return DEFAULT_STOP_GRACE
-            timeout = found[0].timeout
-            longest = max(longest, LAMBDA_INIT_LIMIT_S + (timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S))
+            longest = max(longest, _longest_lambda_run_s(found))
         elif isinstance(seconds, (int, float)):
             longest = max(longest, seconds)
         elif _request_response(resource):
@@ -81,6 +78,69 @@ def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration
         else:  # an activity, a callback or a .sync job: nothing bounds it but TimeoutSeconds
             return DEFAULT_STOP_GRACE
     return Duration.seconds(longest + STOP_GRACE_MARGIN_S)
+
+
+#: The warning's id for an explicit ``stop_grace`` shorter than a Lambda task's longest run
+#: (``cdk synth`` shows it; ``--strict`` fails on it; ``Annotations.acknowledge_warning`` silences it).
+SHORT_GRACE_WARNING_ID = "locked-workflow:stop-grace-shorter-than-work"
+
+
+def longest_lambda_run(scope: Construct, tasks_found: Sequence[dict]) -> Optional[tuple]:
+    """(seconds, function path) of the longest run of the work's Lambda tasks whose function is
+    part of this app - Lambda's Init limit plus the function's timeout - or ``None`` when the
+    work invokes no such function."""
+    functions = _functions(scope)
+    runs = [(_longest_lambda_run_s(fn), fn.node.path) for state in tasks_found
+            if _is_lambda_task(str(state.get("Resource", "")))
+            for fn in [_invoked_function(scope, state, functions)] if fn is not None]
+    return max(runs, key=lambda run: run[0]) if runs else None
+
+
+def warn_if_grace_short(scope: Construct, *, grace_s: float, tasks_found: Sequence[dict]) -> bool:
+    """Add a warning to ``scope`` when an explicit ``stop_grace`` of ``grace_s`` is shorter than
+    the longest run of a Lambda task of the work (:func:`longest_lambda_run`): a holder stopped
+    as its task invoked the function may run it after the grace, beside the next holder
+    (Step Functions does not stop the invocation; Lambda ends it at the function's timeout,
+    which starts after the Init phase:
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). Allowed, as
+    a lease shorter than the run is (it trades that overlap for a faster recovery); said at
+    synth. Returns whether it warned."""
+    longest = longest_lambda_run(scope, tasks_found)
+    if longest is None or grace_s >= longest[0]:
+        return False
+    run_s, function = longest
+    Annotations.of(scope).add_warning_v2(
+        SHORT_GRACE_WARNING_ID,
+        f"`stop_grace` ({grace_s:g} s) is shorter than the longest run of the Lambda function "
+        f"{function!r} ({run_s:g} s: Lambda's {LAMBDA_INIT_LIMIT_S} s Init limit + its timeout). What it "
+        f"costs: a holder stopped just as its task invoked the function may still run it after the "
+        f"grace, so the next holder enters beside it; only fenced writes (`$lock.fence`) reject its "
+        f"late writes. Set `stop_grace` to at least {run_s:g} s (or leave it out: derived as that + "
+        f"{STOP_GRACE_MARGIN_S} s), or keep it short on purpose and fence every write.",
+    )
+    return True
+
+
+def _functions(scope: Construct) -> list:
+    return [fn for fn in Stack.of(scope).node.find_all() if isinstance(fn, lambda_.Function)]
+
+
+def _is_lambda_task(resource: str) -> bool:
+    return ":::lambda:invoke" in resource and _request_response(resource)
+
+
+def _invoked_function(scope: Construct, state: dict, functions: list) -> Optional[lambda_.Function]:
+    """The one function of this app a Lambda task invokes, else ``None``."""
+    text = json.dumps(Stack.of(scope).resolve(state))
+    found = [fn for fn in functions
+             if json.dumps(Stack.of(scope).resolve(fn.function_arn)) in text
+             or json.dumps(Stack.of(scope).resolve(fn.function_name)) in text]
+    return found[0] if len(found) == 1 else None
+
+
+def _longest_lambda_run_s(function: lambda_.Function) -> float:
+    timeout = function.timeout
+    return LAMBDA_INIT_LIMIT_S + (timeout.to_seconds() if timeout else LAMBDA_DEFAULT_TIMEOUT_S)
 
 
 def _request_response(resource: str) -> bool:

@@ -14,6 +14,7 @@ from constructs import Construct
 from locked_workflow import Lock, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.example_stack import APPLY_UPDATE_CODE
 from locked_workflow.constructs_lib.monitoring_function import powertools_layer
+from locked_workflow.constructs_lib.section_work import SHORT_GRACE_WARNING_ID
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: Fast polling for tests (the Wait state's unit is a whole second).
@@ -33,6 +34,8 @@ STOP_GRACE_S = 8
 class BehaviourStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
+        cdk.Annotations.of(self).acknowledge_warning(
+            SHORT_GRACE_WARNING_ID, "STOP_GRACE_S is shorter than the function's run on purpose: the fence is shown")
         self.locks = LockTable(self, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY)
         self.customers = dynamodb.Table(
             self, "Customers",

@@ -9,7 +9,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from locked_workflow import Lock, LockedWorkflow
-from safety_stack import FAST, PROBE_TIMEOUT_S, probe_resources, token_gate
+from safety_stack import FAST, PROBE_GRACE_S, probe_resources, token_gate
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: A parked waiter looks by itself after this long (the dead-participant cases wait it out).
@@ -31,10 +31,11 @@ class SharedStack(cdk.Stack):
         for name, lock, role in (("Reader", Lock.shared(key, park_timeout=park), "read"),
                                  ("Writer", Lock.exclusive(key, park_timeout=park), "write")):
             machines.append(LockedWorkflow(self, name, lock=lock, protected=self.probe(f"{name}Probe", role), **common))
-            # the same, holding until the test opens its gate: the hold ends when the test says
+            # the same, holding until the test opens its gate: the hold ends when the test says (its
+            # grace: the probe Lambda's Init + timeout + 5 s; the gate is a callback, over at the stop)
             held = self.gate(f"{name}Gate").next(self.probe(f"{name}HoldProbe", role))
             holder = LockedWorkflow(self, f"{name}Hold", lock=lock, protected=held,
-                                    **{**common, "stop_grace": cdk.Duration.seconds(PROBE_TIMEOUT_S + 1)})
+                                    **{**common, "stop_grace": cdk.Duration.seconds(PROBE_GRACE_S)})
             self.gates.grant_write_data(holder.state_machine)
             machines.append(holder)
         # a reader that gives up after 3 s (Lock.Timeout; its row is marked left and skipped)
@@ -73,7 +74,7 @@ class SharedStack(cdk.Stack):
             section = LockedSection(self, name, lock=factory(key, park_timeout=park), table=self.locks,
                                     key_namespace="rw", lease=cdk.Duration.minutes(10),
                                     max_wait=cdk.Duration.seconds(150), detect_cancellation=detect,
-                                    stop_grace=cdk.Duration.seconds(PROBE_TIMEOUT_S + 1),
+                                    stop_grace=cdk.Duration.seconds(PROBE_GRACE_S),
                                     protected=self.gate(f"{name}Gate").next(self.probe(f"{name}Probe", role)))
             both = sfn.Parallel.jsonata(self, f"{name}AndSibling").branch(section).branch(
                 self.gate(f"{name}SiblingGate"))
@@ -91,7 +92,7 @@ class SharedStack(cdk.Stack):
                                      ("MapReaders", Lock.shared(key, park_timeout=park), "read")):
             iteration = LockedSection(self, f"{name}Section", lock=map_lock, table=self.locks, key_namespace="rw",
                                       lease=cdk.Duration.minutes(10), max_wait=cdk.Duration.seconds(150),
-                                      stop_grace=cdk.Duration.seconds(PROBE_TIMEOUT_S + 1),
+                                      stop_grace=cdk.Duration.seconds(PROBE_GRACE_S),
                                       protected=self.gate(f"{name}Gate").next(self.probe(f"{name}Probe", role)))
             each = sfn.Map.jsonata(self, f"{name}Map", items=sfn.ProvideItems.jsonata("{% $states.input.items %}"))
             each.item_processor(iteration)

@@ -1018,3 +1018,41 @@ def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_rel
     assert "FairWaitShortGraceWork" in entered  # it did resume its work
     assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
     assert fair.drained(k)
+
+
+def test_a_client_that_claims_its_grant_late_gets_a_whole_lease_not_what_was_left(fair, monkeypatch):
+    """A polling fair client handed the lock gets a lease its granter stamped at the grant: the
+    client claims it at its next poll - seconds later on a loaded machine. ``acquire`` returned
+    that lease with whatever was left of it, nothing if the claim came after its end, and any
+    waiter may take over a lease that ended (``expiresAt < now``) while the client works: the
+    matrix's ``client-fair:DeleteItem`` x ``lost`` cell, on a loaded machine, saw a client's hold
+    run past its 30 s lease and a workflow enter beside it (probe ``[1, 1, 2]``). The claim
+    here comes 3 s after a grant of a 2 s lease: ``acquire`` must return a lock whose lease runs
+    from the claim (a renewal: allowed while nobody took the lock over)."""
+    import threading
+
+    k = key()
+    first, late = client(fair), client(fair)
+    held = first.acquire(k, lease=60)
+    original = late.claim
+    claimed_at: list[float] = []
+
+    def claim_late(*args, **kwargs):  # the poll that finds the grant comes late (a loaded machine)
+        time.sleep(3)
+        claimed_at.append(time.time())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(late, "claim", claim_late)
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(late.acquire(k, lease=2, wait=60, max_poll_interval=0.5)))
+    waiter.start()
+    fair.until(lambda: fp.counters(fair.lock(k))[1] == 1 and fair.queue(k), timeout=60)  # queued (polling)
+    first.release(held)  # grants the polling client: a 2 s lease from now
+    waiter.join(60)
+    assert got and claimed_at, "the waiter never got the lock"
+    lease, now_ms = got[0], time.time() * 1000
+    expires_ms = int(fair.lock(k)[p.EXPIRES_AT]["N"])
+    assert expires_ms > now_ms + 500, (expires_ms - now_ms, "the lease had run out when acquire returned it")
+    assert lease.expires_at == expires_ms and lease.owner == fair.lock(k)[p.OWNER]["S"]
+    late.release(lease)
+    fair.until(lambda: fair.drained(k), timeout=60)

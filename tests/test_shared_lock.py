@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import threading
 import time
 import uuid
 
@@ -513,7 +514,7 @@ def test_a_stopped_reader_is_freed_by_its_lease_and_cancelled_branches_after_the
     cancel_ms = time.time() * 1000
     rw.until(lambda: all(any(e["type"] == "ParallelStateFailed" for e in rw.cloud.history(a))
                          for a in parallels.values()), timeout=60)
-    grace_ms = {c: holders[c][3] for c in cases}  # the holds' stop grace (PROBE_TIMEOUT_S + 1 s)
+    grace_ms = {c: holders[c][3] for c in cases}  # the holds' stop grace (PROBE_GRACE_S)
     assert all(g >= 5000 for g in grace_ms.values())
     # with presence: in after the grace from the probe's retire, minutes before the lease
     for c in [c for c in cases if c[1]]:
@@ -1383,3 +1384,46 @@ def test_a_reader_stopped_after_its_leave_applied_ends_released_when_redriven(rw
     probe = rw.probe(k)
     assert probe.get("violations", 0) == 0 and probe["counter"] == probe["accepted"]
     rw.until(lambda: rw.free(k))
+
+
+def test_a_stopped_writers_probe_in_a_slow_cold_start_does_not_enter_beside_the_next_writer(rw, monkeypatch):
+    """A writer holder stopped just as Step Functions invoked its probe Lambda: Lambda runs the
+    function's Init phase first (a cold start, up to 10 s, before the function's timeout starts:
+    https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html), then the
+    handler for up to its timeout. The hold's stop grace must cover both from the stop, or the
+    writer parked behind enters while the stopped writer's handler runs. The probe's Init is
+    made 9 s long here (the runtime's first invocation waits for its import the same way): a
+    grace of the probe's timeout + 1 s (9 s) let the next writer in beside it (probe
+    ``seen`` ``[1, 1, 2]``); the derived grace (``PROBE_GRACE_S``) keeps it out."""
+    from safety_stack import PROBE_GRACE_S
+
+    init_s = 9  # within Lambda's Init limit (LAMBDA_INIT_LIMIT_S)
+    k = new_key()
+    probe_fn = next(f for f in rw.cloud.functions if "Probe" in f.name)
+    invoked, original = threading.Event(), probe_fn.invoke
+
+    def cold_start(event):  # the stopped holder's invocation: a slow Init, then the handler
+        if event.get("key") == k and not invoked.is_set():
+            invoked.set()
+            time.sleep(init_s)
+        return original(event)
+
+    holder = rw.start("WriterHold", {"key": k, "gate": "w", "workMs": 5000})
+    rw.until(lambda: rw.gate_token(k, "w"))
+    grace_ms = int(rw.lock(k)[p.GRACE]["N"])
+    writer = rw.start("Writer", {"key": k, "workMs": 3000})
+    rw.until(lambda: rw.parked(k) == ["write"])
+    monkeypatch.setattr(probe_fn, "invoke", cold_start)
+    rw.open(k, "w")
+    assert invoked.wait(60)
+    rw.cloud.stop_execution(holder)  # right after its probe was invoked, in its Init
+    stopped_at = time.time()
+    assert rw.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+    result = rw.wait([writer])[0]
+    assert result.status == "SUCCEEDED", result.cause
+    rw.until(lambda: rw.probe(k).get("entries") == 2 and rw.probe(k).get("inside") == 0, timeout=60)  # both ran
+    probe = rw.probe(k)
+    assert probe["seen"] == [1, 1] and probe.get("violations", 0) == 0, probe
+    assert min(probe["enteredAt"]) / 1000 - stopped_at >= init_s - 1, probe  # the stopped one after its Init
+    assert grace_ms >= PROBE_GRACE_S * 1000, grace_ms  # the hold's grace: Init + the probe's timeout + 5 s
+    assert rw.free(k)

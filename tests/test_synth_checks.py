@@ -228,3 +228,44 @@ def test_a_section_runs_in_a_jsonpath_state_machine(backend):
         results = [cloud.wait_for(arn, timeout=120) for arn in runs]
     assert [r.status for r in results] == ["SUCCEEDED"] * 2, [(r.error, r.cause) for r in results]
     assert sorted(r.output["out"]["fence"] for r in results) == [1, 2]
+
+
+@pytest.fixture(scope="session")
+def grace_warnings() -> dict[str, list[str]]:
+    """Construct path -> the short stop grace warnings synth reported there: workflows around a
+    Lambda task (a 3 s timeout: its longest run is Lambda's 10 s Init limit + 3 s)."""
+    from aws_cdk import aws_lambda as lambda_, aws_stepfunctions_tasks as tasks
+
+    from locked_workflow.constructs_lib.section_work import SHORT_GRACE_WARNING_ID
+
+    app = cdk.App()
+    stack = cdk.Stack(app, "Graces")
+    function = lambda_.Function(stack, "Work", runtime=lambda_.Runtime.PYTHON_3_12, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(event, context): pass"),
+                                timeout=cdk.Duration.seconds(3))
+    for construct_id, grace in (("Short", 12), ("Covers", 13), ("Derived", None)):
+        LockedWorkflow(stack, construct_id, lock=Lock.mutex(KEY),
+                       protected=tasks.LambdaInvoke.jsonata(stack, f"{construct_id}Invoke", lambda_function=function),
+                       **({} if grace is None else {"stop_grace": cdk.Duration.seconds(grace)}))
+    LockedWorkflow(stack, "NoLambda", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Nothing"),
+                   stop_grace=cdk.Duration.seconds(0))
+    artifact = app.synth().get_stack_by_name("Graces")
+    found: dict[str, list[str]] = {}
+    for message in artifact.messages:
+        text = str(message.entry.data)
+        if str(message.level).endswith("WARNING") and SHORT_GRACE_WARNING_ID in text:
+            found.setdefault(message.id, []).append(text)
+    return found
+
+
+def test_an_explicit_stop_grace_shorter_than_a_lambda_tasks_run_is_warned_with_its_cost(grace_warnings):
+    """A holder stopped as its Lambda task invoked the function may run it for Lambda's Init
+    limit + the function's timeout after the stop: a shorter explicit grace lets the next
+    holder in beside it. Allowed (as a short lease is), said at synth, once."""
+    short = [texts for path, texts in grace_warnings.items() if path.startswith("/Graces/Short/")]
+    assert len(short) == 1 and len(short[0]) == 1, grace_warnings
+    (warning,) = short[0]
+    assert "`stop_grace` (12 s) is shorter than the longest run of the Lambda function 'Graces/Work' (13 s" in warning
+    assert "Init" in warning and "beside" in warning and "fence" in warning
+    # nothing to say: a grace that covers Init + the timeout, the derived one, a work with no Lambda
+    assert not [p for p in grace_warnings if p.startswith(("/Graces/Covers/", "/Graces/Derived/", "/Graces/NoLambda/"))]

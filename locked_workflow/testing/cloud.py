@@ -193,6 +193,9 @@ class LocalCloud:
                 async_invoke_options=self.async_invoke_options,
             )
             patches.redrive.use_options(stack, self.redrive_options)
+            # on exit, after the executions stop: no asynchronous invocation (the janitor's)
+            # outlives the cloud, its mock and its endpoints
+            stack.callback(self.async_invoke_options.close)
             stack.callback(self._stop_running_executions)  # runs first on exit
         except BaseException:
             stack.close()

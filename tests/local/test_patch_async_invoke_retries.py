@@ -112,3 +112,19 @@ def test_a_synchronous_invocation_is_never_retried(tmp_path):
 def test_the_time_scale_must_be_a_positive_number(scale):
     with pytest.raises(ValueError, match="`time_scale` must be a number greater than 0, got: "):
         async_invoke_retries.AsyncInvokeOptions(time_scale=scale)
+
+
+def test_a_retry_pending_when_the_cloud_closes_never_runs(tmp_path):
+    """An asynchronous invocation belongs to its cloud: a retry still waiting when the cloud
+    closes is dropped. Before, its thread ran it after the cloud had closed - outside moto's
+    mock and the cloud's endpoint variables, so a janitor whose clients were made for the
+    closed cloud called ``dynamodb.us-east-1.amazonaws.com`` (``EndpointConnectionError``,
+    seen once while the next module's DynamoDB Local started)."""
+    with LocalCloud() as cloud:
+        cloud.async_invoke_options.time_scale = 1 / 20  # the first retry 3 s after the failure
+        name = _deploy(cloud, tmp_path)
+        _invoke_async(cloud, name, tmp_path, failures=1)
+        assert wait_until(lambda: [a.outcome for a in cloud.async_invoke_options.of(name)] == ["failed"], timeout=30)
+    time.sleep(4.5)  # past the retry's wait
+    assert len(_attempts(tmp_path)) == 1, _attempts(tmp_path)  # (before: 2, the second after the close)
+    assert [a.outcome for a in cloud.async_invoke_options.of(name)] == ["failed", "cancelled"]

@@ -23,6 +23,14 @@ Never fewer retries than AWS makes, only shorter waits. Set
 ``cloud.async_invoke_options.time_scale`` to change the waits (read when an invocation
 starts). Every attempt is logged in ``cloud.async_invoke_options.attempts``.
 
+An asynchronous invocation belongs to its cloud: when the ``LocalCloud`` closes
+(:meth:`AsyncInvokeOptions.close`), no attempt starts any more (a retry waiting is dropped,
+logged ``cancelled``) and the attempts in flight are waited for, up to their function's
+timeout and Lambda's Init. Before, a retry's thread ran on after the cloud closed, outside
+moto's mock and the cloud's endpoint variables: a janitor whose clients were made for the
+closed cloud called ``dynamodb.us-east-1.amazonaws.com`` (``EndpointConnectionError``) while
+the next cloud's DynamoDB Local started.
+
 Not modelled: the retries of throttling and system errors (up to 6 hours: no such error
 arises in process) and sending a spent event to an on-failure destination or dead-letter
 queue (it is logged as ``discarded``).
@@ -52,8 +60,9 @@ DEFAULT_MAX_EVENT_AGE_S = 21_600
 @dataclass(frozen=True)
 class AsyncAttempt:
     """One attempt of an asynchronous invocation: ``attempt`` counts from 1; ``outcome`` is
-    ``"ok"``, ``"failed"`` (a function error; retried if allowed) or ``"discarded"`` (failed,
-    and no retry is left or the event is too old)."""
+    ``"ok"``, ``"failed"`` (a function error; retried if allowed), ``"discarded"`` (failed,
+    and no retry is left or the event is too old) or ``"cancelled"`` (failed, and its cloud
+    closed before the retry)."""
 
     function: str
     attempt: int
@@ -73,6 +82,8 @@ class AsyncInvokeOptions:
     time_scale: float = 1 / 60
     attempts: list[AsyncAttempt] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _closed: threading.Event = field(default_factory=threading.Event, repr=False)
+    _running: list = field(default_factory=list, repr=False)  # (thread, function) of each invocation
 
     def __post_init__(self) -> None:
         if isinstance(self.time_scale, bool) or not isinstance(self.time_scale, (int, float)) or not self.time_scale > 0:
@@ -81,6 +92,35 @@ class AsyncInvokeOptions:
     def record(self, attempt: AsyncAttempt) -> None:
         with self._lock:
             self.attempts.append(attempt)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def track(self, thread: threading.Thread, function: Any) -> bool:
+        """Count ``thread`` (an invocation of ``function``) as this cloud's; False once closed."""
+        with self._lock:
+            if self._closed.is_set():
+                return False
+            self._running = [(t, f) for t, f in self._running if t.is_alive()]
+            self._running.append((thread, function))
+            return True
+
+    def wait_or_close(self, seconds: float) -> bool:
+        """Sleep ``seconds``; True if the cloud closed meanwhile."""
+        return self._closed.wait(seconds)
+
+    def close(self) -> None:
+        """No attempt starts from now; wait for those in flight (each up to its function's
+        timeout and Lambda's Init limit: an invocation returns by then)."""
+        from locked_workflow.constructs_lib.section_work import LAMBDA_INIT_LIMIT_S
+
+        with self._lock:
+            self._closed.set()
+            running = list(self._running)
+        for thread, function in running:
+            if thread.ident is not None:  # (one tracked as the cloud closed never starts)
+                thread.join(timeout=float(getattr(function, "timeout_s", 3)) + LAMBDA_INIT_LIMIT_S)
 
     def of(self, function: str) -> list[AsyncAttempt]:
         """The attempts logged for ``function`` (its name), in order."""
@@ -105,10 +145,11 @@ def event_invoke_limits(moto_function: Any) -> tuple[int, float]:
 
 
 def run(function: Any, event: Any, *, retries: int = DEFAULT_MAX_RETRIES,
-        max_event_age_s: float = DEFAULT_MAX_EVENT_AGE_S) -> None:
+        max_event_age_s: float = DEFAULT_MAX_EVENT_AGE_S, options: AsyncInvokeOptions | None = None) -> None:
     """Run the asynchronous invocation of ``function`` (an ``InProcessFunction``) with
-    ``event``: attempts until one succeeds, ``retries`` are spent or the event is too old."""
-    options = _options
+    ``event``: attempts until one succeeds, ``retries`` are spent, the event is too old or
+    ``options``' cloud closed (default: the active cloud's options)."""
+    options = options or _options
     scale = options.time_scale
     queued = time.monotonic()
     for attempt in range(1, retries + 2):
@@ -121,14 +162,19 @@ def run(function: Any, event: Any, *, retries: int = DEFAULT_MAX_RETRIES,
         options.record(AsyncAttempt(function.name, attempt, "discarded" if spent else "failed", result.error_type))
         if spent:
             return
-        time.sleep(delay)
+        if options.wait_or_close(delay):
+            options.record(AsyncAttempt(function.name, attempt + 1, "cancelled"))
+            return
 
 
 def start(function: Any, event: Any, moto_function: Any) -> None:
     """Start :func:`run` on a daemon thread, bounded by ``moto_function``'s event invoke config."""
     retries, max_age = event_invoke_limits(moto_function)
-    threading.Thread(target=run, args=(function, event),
-                     kwargs={"retries": retries, "max_event_age_s": max_age}, daemon=True).start()
+    options = _options
+    thread = threading.Thread(target=run, args=(function, event), daemon=True,
+                              kwargs={"retries": retries, "max_event_age_s": max_age, "options": options})
+    if options.track(thread, function):  # (a closed cloud starts nothing)
+        thread.start()
 
 
 def apply(stack: ExitStack, options: AsyncInvokeOptions) -> None:
