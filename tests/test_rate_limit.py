@@ -14,7 +14,7 @@ import uuid
 import aws_cdk as cdk
 import pytest
 
-from locked_workflow import Lock, LockedSection, LockTable
+from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import rate_protocol as rate
 from locked_workflow.state_machines.lock_protocol import jsonata
@@ -75,6 +75,72 @@ def test_a_wait_that_could_outgrow_the_history_is_refused_at_synth():
     # the bound counts the admissions a run may lose to within its max_wait: this one fits
     assert rate.worst_case_events(limit=10, period_s=60, max_wait_s=900) < 20_000
     _section(Lock.rate(jsonata("$states.input.key"), limit=10), cdk.Duration.minutes(15))
+
+
+def _longest_fitting_s(events_of) -> int:
+    """The longest whole-second wait, up to the section's 15 minutes, whose worst case fits
+    the default history budget (by brute force, from the worst-case functions)."""
+    return max(s for s in range(0, 901) if events_of(s) <= p.WAIT_LOOP_EVENT_BUDGET)
+
+
+def _rate_states(section: LockedSection):
+    """The states of a state machine around ``section`` as synthesized (those of its Parallels'
+    branches too), as a template whose one resource's ``States`` they are: Match looks into them."""
+    from aws_cdk import aws_stepfunctions as sfn
+    from aws_cdk.assertions import Template
+    from locked_workflow.constructs_lib.monitoring import synthesized_definition
+
+    stack = cdk.Stack.of(section)
+    machine = sfn.StateMachine(stack, "Machine", definition_body=sfn.DefinitionBody.from_chainable(section))
+    Template.from_stack(stack).resource_count_is("AWS::StepFunctions::StateMachine", 1)
+    flat: dict = {}
+
+    def walk(states: dict) -> None:
+        for name, state in states.items():
+            flat[name] = state
+            for branch in state.get("Branches", []):
+                walk(branch["States"])
+
+    walk(synthesized_definition(machine)["States"])
+    return Template.from_json({"Resources": {"Definition": {"Type": "Definition", "Properties": {"States": flat}}}})
+
+
+@pytest.mark.parametrize("lock_props,events_of", [
+    ({"limit": 100}, lambda s: rate.worst_case_events(limit=100, period_s=60, max_wait_s=s)),
+    ({"limit": 10, "at_once": 2}, lambda s: rate.worst_case_events(limit=10, period_s=60, max_wait_s=s)
+     + p.worst_case_wait_events(p.WaitPolicy(), s, 2)),
+])
+def test_the_default_max_wait_is_the_longest_the_history_budget_allows(lock_props, events_of):
+    """The section's default ``max_wait`` (15 minutes) could outgrow the history of these rate
+    limits: left unset, it is the longest wait that fits (the slot's wait loop counted with
+    ``at_once``), and the Choice and the timeout use it. A longer explicit one is refused."""
+    from aws_cdk.assertions import Match
+
+    longest_s = _longest_fitting_s(events_of)
+    assert 60 < longest_s < 900 and events_of(900) > p.WAIT_LOOP_EVENT_BUDGET  # 15 minutes would not fit
+    lock = Lock.rate(jsonata("$states.input.key"), **lock_props)
+    stack = cdk.Stack(cdk.App(), "S")
+    section = LockedSection(stack, "Limited", lock=lock, table=LockTable(stack, "Locks"),
+                            lease=cdk.Duration.minutes(5), protected=cdk.aws_stepfunctions.Pass(stack, "Work"))
+    assert section.max_wait_ms == longest_s * 1000
+    in_time = {"Type": "Choice", "Choices": [Match.object_like({
+        "Condition": jsonata(rate.past_max_wait_expression(section.variables["wait"], longest_s * 1000))})]}
+    timeout = "RateTimeout" if "at_once" in lock_props else "Timeout"
+    _rate_states(section).has_resource_properties("Definition", {"States": Match.object_like({
+        section.state_name("InTime?"): Match.object_like(in_time),
+        section.state_name(timeout): Match.object_like({
+            "Type": "Fail", "Cause": Match.string_like_regexp(rf"after max_wait \({longest_s * 1000} ms\)")}),
+    })})
+    with pytest.raises(ValueError, match=rf"`max_wait` must keep the wait under 20000 history events .*"
+                                         rf"got: {longest_s + 1}\.0 s"):
+        _section(lock, cdk.Duration.seconds(longest_s + 1))
+    _section(lock, cdk.Duration.seconds(longest_s))  # the longest fits when given
+    with pytest.raises(ValueError, match=r"`max_wait` must keep the wait under 20000 history events .*got: 900\.0 s"):
+        _section(lock, cdk.Duration.minutes(15))  # the default's length, given: refused
+    # a workflow (its default timeout, 1 hour, leaves the section's default) gets it too
+    stack = cdk.Stack(cdk.App(), "W")
+    workflow = LockedWorkflow(stack, "Limited", lock=lock, protected=cdk.aws_stepfunctions.Pass(stack, "Work"))
+    assert workflow.section.max_wait_ms == longest_s * 1000
 
 
 def test_the_admit_write_is_spelled_once_and_names_what_it_uses():
