@@ -144,7 +144,7 @@ class LockedSection(sfn.StateMachineFragment):
         ``max_wait`` more), request latencies aside. Default: 15 minutes; with ``Lock.rate``,
         whose waits could outgrow ``history_event_budget`` in 15 minutes at a high ``limit``,
         the longest whole-second wait up to 15 minutes that fits it (the same worst case the
-        check refuses by: at 100 per minute 659 s; at 10 per minute with ``at_once=2`` 822 s).
+        check refuses by: at 100 per minute 599 s; at 10 per minute with ``at_once=2`` 808 s).
         A ``max_wait`` given past the budget is refused.
     :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 2 s,
         backoff 1.5, at most 5 s between attempts, jitter on, 8 retries per round.

@@ -143,6 +143,36 @@ def test_the_default_max_wait_is_the_longest_the_history_budget_allows(lock_prop
     assert workflow.section.max_wait_ms == longest_s * 1000
 
 
+def test_a_refused_run_reads_again_at_once_or_apart_from_the_others_before_its_permit_frees():
+    """A refused ADMIT goes to a Wait (``Spread``) and then reads again: 0 s when the permit it
+    read was free already (no delay when permits are there), else a random whole number of
+    seconds up to half the way to that permit and at most ``SPREAD_MAX_S`` - so runs refused
+    together in a burst read again apart, each before the permit it read frees."""
+    import time
+
+    from aws_cdk.assertions import Match
+    from locked_workflow.testing.patches.jsonata_evaluator import evaluate
+
+    section = _section(Lock.rate(jsonata("$states.input.key"), limit=10), cdk.Duration.minutes(5))
+    name = section.state_name
+    _rate_states(section).has_resource_properties("Definition", {"States": Match.object_like({
+        name("Admit"): Match.object_like({"Catch": [Match.object_like({
+            "ErrorEquals": ["DynamoDB.ConditionalCheckFailedException"], "Next": name("Spread")})]}),
+        name("Spread"): {"Type": "Wait", "QueryLanguage": "JSONata", "Next": name("Read"),
+                         "Seconds": jsonata(rate.spread_seconds_expression(section.variables["wait"]))},
+    })})
+
+    def draws(ahead_s: float) -> list[int]:
+        now = int(time.time() * 1000)
+        seen = {rate.SEEN_N: 3, rate.PERMIT_AT: now + int(ahead_s * 1000), rate.LAST: 0, rate.SINCE: now, rate.ROUNDS: 1}
+        return [evaluate(rate.spread_seconds_expression("w"), {"w": seen}) for _ in range(60)]
+
+    assert set(draws(-5)) == {0}  # the permit read was free: read again at once
+    far, near = draws(120), draws(20)
+    assert all(isinstance(s, int) and 0 <= s <= rate.SPREAD_MAX_S for s in far) and len(set(far)) > 5
+    assert all(0 <= s <= 10 for s in near) and max(near) > 0  # half the way to the permit, at most
+
+
 def test_the_admit_write_is_spelled_once_and_names_what_it_uses():
     assert rate.ADMIT.value_names() == (":now", ":next", ":n", ":cutoff")
     assert set(rate.attribute_names("permit0")) == {"#slot", f"#{rate.ADMITTED_AT}", f"#{rate.ADMISSIONS}"}
