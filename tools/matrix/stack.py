@@ -21,7 +21,8 @@ rows are read from these definitions (:mod:`tools.matrix.rows`):
 - ``RateSlots`` (``Lock.rate(..., at_once=...)``, the same limit and period, at most
   :data:`RATE_AT_ONCE` at once, namespace ``rs``): more runs than slots and permits; with
   ``RateSlotsBrief`` (the same lock, a ``max_wait`` of :data:`BRIEF_MAX_WAIT_S`: the third
-  run's permit comes after it, so it releases its slot and fails with ``Lock.Timeout``).
+  run's permit comes after it, so it releases its slot and fails with ``Lock.Timeout``) and
+  ``RateSlotsSection`` (a holder whose presence the slot's waiters probe).
 
 The probe counts holders inside at entry (readers and writers apart), the fences and a
 read-modify-write counter; ``Unlocked`` is the same work with no lock (the negative control).
@@ -68,7 +69,7 @@ MACHINES = {"mutex": "Mutex", "nested": "Nested", "fair": "Fair", "semaphore": "
 OTHER_MACHINES = ("RwMutex", "RateSlotsBrief")
 
 #: Kinds also deployed as a LockedSection, ``<name>Section`` (a holder with a presence token).
-SECTIONS = ("Fair", "Reader", "Writer", "Semaphore", "Transfer")
+SECTIONS = ("Fair", "Reader", "Writer", "Semaphore", "Transfer", "RateSlots")
 
 
 def build_stack(scope: Any, construct_id: str) -> Any:

@@ -292,6 +292,11 @@ SITUATIONS: dict[str, dict[str, str]] = {
     # (RateSlotsBrief: the third run's permit comes after its max_wait)
     'rate-slots': {
         **_ONE_ITEM,
+        # a dead holder's slot beside a slot held through its permit's wait: five runs, so that
+        # later ones wait for a slot for rounds (the liveness check; a section's presence probe)
+        **{state: f"dead-holder+with:{first}," + ",".join(["RateSlots"] * 4)
+           for state, first in (('Lock.Inspect', 'RateSlots'), ('Lock.DescribeHolder', 'RateSlots'),
+                                ('Lock.ProbeHolder', 'RateSlotsSection'), ('Lock.Abandoned', 'RateSlotsSection'))},
         'Lock.Read': 'contend',
         'Lock.Admit': 'contend',
         'Lock.RateTimeoutRelease': 'contend+as:RateSlotsBrief+with:RateSlotsBrief,RateSlotsBrief,RateSlotsBrief',
