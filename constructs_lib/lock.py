@@ -205,7 +205,9 @@ class Lock:
         reserves its entry time - now, or when the next permit frees; the run waits exactly
         until then (a computed Wait, rounded up to the second, no polling), and fails at once
         with ``Lock.Timeout`` if that is past its ``max_wait``. Nothing is held while the work
-        runs, so nothing is released, and runs admitted together work side by side.
+        runs, so nothing is released, and runs admitted together work side by side. A section's
+        ``max_wait`` left unset is 15 minutes or, when that could outgrow the history budget (a
+        refusal round per entry admitted meanwhile), the longest wait that fits it.
         ``$lock.fence`` is the admission's number (strictly increasing per key),
         ``$lock.acquiredAt`` its reserved time. A ``LockClient`` spends
         the same permits (``LockClient.admit``). See

@@ -101,7 +101,11 @@ class LockedSection(sfn.StateMachineFragment):
     :param max_wait: longest time to wait for a held lock before failing with
         ``Lock.Timeout``; ``Duration.seconds(0)`` fails at once. The timeout comes after
         ``max_wait`` and before ``max_wait`` + one round of polls (at most half of
-        ``max_wait`` more), request latencies aside. Default: 15 minutes.
+        ``max_wait`` more), request latencies aside. Default: 15 minutes; with ``Lock.rate``,
+        whose waits could outgrow ``history_event_budget`` in 15 minutes at a high ``limit``,
+        the longest whole-second wait up to 15 minutes that fits it (the same worst case the
+        check refuses by: at 100 per minute 599 s; at 10 per minute with ``at_once=2`` 808 s).
+        A ``max_wait`` given past the budget is refused.
     :param wait_policy: how to poll a held lock. Default: ``WaitPolicy()`` - first wait 2 s,
         backoff 1.5, at most 5 s between attempts, jitter on, 8 retries per round.
     :param stop_grace: how long the lock of a holder whose execution ended without releasing
@@ -215,25 +219,35 @@ class LockedSection(sfn.StateMachineFragment):
             raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
         if max_wait is None and parks:  # wait as long as the history allows
             max_wait = Duration.seconds(fair_protocol.unlimited_wait_s(self.kind.park_timeout_s, history_event_budget))
+        # a kind that waits its own way (Lock.rate; with at_once, after the wait loop for a slot)
+        waits_own_way = self.kind.worst_case_events(0) is not None
+
+        def needed_events(max_wait_s: float) -> int:
+            if parks:
+                return fair_protocol.worst_case_park_events(self.kind.park_timeout_s, max_wait_s)
+            loop = protocol.worst_case_wait_events(wait_policy, max_wait_s, liveness_check_every)
+            own = self.kind.worst_case_events(max_wait_s)
+            if own is None:
+                return loop
+            return own + (0 if self.kind.builds_own_wait_path else loop)
+
+        if max_wait is DEFAULT_MAX_WAIT and waits_own_way and history_event_budget is not None:
+            # left unset: at most the default, the longest the history budget allows
+            longest_s = protocol.longest_wait_s(needed_events, history_event_budget, int(max_wait.to_seconds()))
+            if longest_s is not None:
+                max_wait = Duration.seconds(longest_s)
         max_wait_ms = prop_types.concrete_ms("max_wait", max_wait)
         if max_wait_ms < 0:
             raise ValueError(f"`max_wait` must not be negative, got: {max_wait_ms / 1000} s")
         if history_event_budget is not None:
-            needed = (
-                fair_protocol.worst_case_park_events(self.kind.park_timeout_s, max_wait_ms / 1000)
-                if parks else protocol.worst_case_wait_events(wait_policy, max_wait_ms / 1000, liveness_check_every)
-            )
-            own_events = self.kind.worst_case_events(max_wait_ms / 1000)
-            if own_events is not None:  # a kind that waits its own way (Lock.rate)
-                # (with a concurrency limit, after the wait loop for a slot)
-                needed = own_events + (0 if self.kind.builds_own_wait_path else needed)
-                if needed > history_event_budget:
-                    raise ValueError(
-                        f"`max_wait` must keep the wait under {history_event_budget} history events (of the "
-                        f"{protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: {max_wait_ms / 1000} s, "
-                        f"which can take {needed} events with Lock.{lock.kind}(limit={self.kind.rate_limit}); lower "
-                        "max_wait (a run waits at most one refusal per entry admitted meanwhile)"
-                    )
+            needed = needed_events(max_wait_ms / 1000)
+            if waits_own_way and needed > history_event_budget:
+                raise ValueError(
+                    f"`max_wait` must keep the wait under {history_event_budget} history events (of the "
+                    f"{protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: {max_wait_ms / 1000} s, "
+                    f"which can take {needed} events with Lock.{lock.kind}(limit={self.kind.rate_limit}); lower "
+                    "max_wait (a run waits at most one refusal per entry admitted meanwhile)"
+                )
             if needed > history_event_budget and parks:
                 raise ValueError(
                     f"`max_wait` must keep the queue's wait under {history_event_budget} history events "

@@ -50,7 +50,9 @@ class LockedWorkflow(Construct):
         Default: ``RemovalPolicy.RETAIN``.
     :param key_namespace: stored key prefix, ``<namespace>#<key>``. Default: ``""``.
     :param max_wait: longest wait for a held lock; 0 fails at once with ``Lock.Timeout``.
-        Default: 15 minutes, or half of ``timeout`` if that is shorter.
+        Default: 15 minutes, or half of ``timeout`` if that is shorter; with ``Lock.rate`` and
+        the default ``timeout``, at most the longest wait its history budget allows (see
+        :class:`LockedSection`).
     :param wait_policy: polling of a held lock. Default: ``WaitPolicy()`` (2 s, x1.5, max 5 s,
         jitter, 8 retries per round).
     :param timeout: state machine timeout. Default: 1 hour (STANDARD), 5 minutes (EXPRESS).

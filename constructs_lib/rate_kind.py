@@ -4,7 +4,8 @@
     Read (GetItem) -> InTime? --> Admit (ADMIT: reserves the entry time) --> Turn (Wait until
                           |                          then) --> OnTime? --> the work --> Released
                           \\--the time to reserve is past max_wait--> Timeout (Lock.Timeout)
-    Admit refused (another entry was admitted since the read) --> Read
+    Admit refused (another entry was admitted since the read) --> Spread (Wait: 0 s when the
+                          permit it read was free, else a random part of the way to it) --> Read
     OnTime? late (more than ENTRY_MARGIN_MS past the reserved time) --> Read (its permit unused)
 
 Nothing is held, so nothing is released: the work's end (success or error) writes nothing,
@@ -80,7 +81,13 @@ def build_rate_steps(section: "LockedSection", *, limit: int, period_ms: int, ti
         outputs=jsonata("$states.input"),  # the entry record: a late run reads again from it
     )
     retry_transient(admit)
-    admit.add_catch(read, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+    # refused: read again - apart from the runs refused with it when its permit is some way off
+    spread = JsonataCustomState(section, section.state_name("Spread"), state_json={
+        "Type": "Wait", "QueryLanguage": "JSONata",
+        "Seconds": jsonata(rate.spread_seconds_expression(v["wait"])),
+    })
+    admit.add_catch(spread, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+    spread.next(read)
     turn = JsonataCustomState(section, section.state_name("Turn"), state_json={
         "Type": "Wait", "QueryLanguage": "JSONata",
         "Seconds": jsonata(rate.turn_seconds_expression(v["lock"], field)),

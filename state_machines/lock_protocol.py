@@ -132,6 +132,7 @@ from locked_workflow.state_machines.wait_policy import (  # noqa: F401
     HISTORY_EVENT_LIMIT,
     WAIT_LOOP_EVENT_BUDGET,
     WaitPolicy,
+    longest_wait_s,
     timeout_bound_s,
     worst_case_rounds,
     worst_case_wait_events,

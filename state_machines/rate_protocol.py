@@ -39,7 +39,10 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
    lets the next entry in one emission interval after a burst, ``limit + 1`` entries in a
    window.)
 4. Refused (another run was admitted since the read): read again and reserve the next
-   permit. A run is refused only once per admission made between its read and its write, so
+   permit - at once when the permit read was free already, else after a random part
+   (:func:`spread_seconds_expression`) of the way to it: runs refused together in a burst
+   read again apart instead of refusing each other round after round, and each is back
+   before the permit it read frees. A run is refused only once per admission made between its read and its write, so
    its rounds are bounded (:func:`worst_case_events`, checked at synth against the history
    budget). A reservation past the run's ``max_wait`` is not made: the run fails at once with
    ``Lock.Timeout``. A run stopped while it waits for its time has spent its permit: the
@@ -159,6 +162,21 @@ def reserved_time_expression(wait_variable: str, now: str = "$millis()") -> str:
     return f"$max([{now}, {w}.{PERMIT_AT}, {w}.{LAST}])"
 
 
+#: A refused run waits at most this long (s) before it reads again (see
+#: :func:`spread_seconds_expression`).
+SPREAD_MAX_S = 30
+
+
+def spread_seconds_expression(wait_variable: str) -> str:
+    """JSONata (a Wait's ``Seconds``, after a refused ADMIT): a random whole number of seconds
+    up to half the time until the entry the run would have reserved (the next permit is no
+    sooner: reservations only move later), at most :data:`SPREAD_MAX_S` - 0 when that permit
+    was free already. Refused together, runs read again apart; none comes back after that
+    permit frees."""
+    ahead_s = f"({reserved_time_expression(wait_variable)} - $millis()) / 2000"
+    return f"$floor($random() * $max([0, $min([{SPREAD_MAX_S}, {ahead_s}])]))"
+
+
 def past_max_wait_expression(wait_variable: str, max_wait_ms: int) -> str:
     """JSONata (Choice condition): the time to reserve is after the run's ``max_wait`` ends."""
     return f"{reserved_time_expression(wait_variable)} > ${wait_variable}.{SINCE} + {int(max_wait_ms)}"
@@ -235,9 +253,10 @@ def admission_merge_expression(*, lock_variable: str, wait_variable: str, limit:
 
 
 #: History events of one round: a refused one - the refused ADMIT (entered, scheduled,
-#: started, failed, exited), the read (5) and the decision (2) - or a late one - the read (5),
-#: the decision (2), the ADMIT (5), the Wait (2) and the guard's Choice (2).
-EVENTS_PER_ROUND = 16
+#: started, failed, exited), the spread's Wait (2), the read (5) and the decision (2) - or a
+#: late one - the read (5), the decision (2), the ADMIT (5), the Wait (2) and the guard's
+#: Choice (2).
+EVENTS_PER_ROUND = 18
 
 
 def worst_case_rounds(*, limit: int, period_s: float, max_wait_s: float) -> int:

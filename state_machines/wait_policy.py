@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,22 @@ def worst_case_wait_events(policy: WaitPolicy, max_wait_s: float, liveness_check
     rounds = worst_case_rounds(policy, max_wait_s)
     checks = rounds // liveness_check_every if liveness_check_every else 0
     return rounds * (EVENTS_PER_ROUND + EVENTS_PER_ATTEMPT * attempts) + checks * EVENTS_PER_LIVENESS_CHECK
+
+
+def longest_wait_s(events_of: Callable[[float], int], budget: int, up_to_s: int) -> Optional[int]:
+    """The longest whole-second ``max_wait``, at most ``up_to_s``, whose worst-case history
+    events (``events_of(max_wait_s)``: the same function the budget check uses, never
+    decreasing as the wait grows) fit ``budget``; ``None`` if not even 0 s fits."""
+    if events_of(0) > budget:
+        return None
+    low, high = 0, int(up_to_s)  # events_of(low) fits; find the last second that does
+    while low < high:
+        middle = (low + high + 1) // 2
+        if events_of(middle) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def timeout_bound_s(policy: WaitPolicy, max_wait_s: float) -> float:

@@ -72,9 +72,9 @@ def test_each_situation_names_states_and_roles_that_exist(synthesized, definitio
     participants and machines exist: a renamed state would make its cells fail to start. An
     unreachable row runs no cell and says why in every column."""
     from tools.matrix.cells import NAMESPACE
-    from tools.matrix.stack import SECTIONS
+    from tools.matrix.stack import OTHER_MACHINES, SECTIONS
 
-    names = {*MACHINES.values(), "RwMutex", *(f"{name}Section" for name in SECTIONS)}
+    names = {*MACHINES.values(), *OTHER_MACHINES, *(f"{name}Section" for name in SECTIONS)}
     by_machine = matrix_rows.definitions(synthesized.template, {name: name for name in names})
     calls = {(machine, row.state) for machine, d in by_machine.items() for row in matrix_rows.task_rows(machine, d)}
     checked = 0

@@ -9,8 +9,13 @@ late out of its Wait reserves again), the admitted rate over the burst against t
 be within ``--tolerance``, default 5 %), how late each run entered after its reserved time (the
 Wait rounds up to the second; the guard after it keeps it within
 ``rate_protocol.ENTRY_MARGIN_MS``: the guard's own times are reported too, and how long the
-transition from the guard into the work took), and state transitions and DynamoDB calls per run. Exits 1
-when a bound is broken.
+transition from the guard into the work took), refused ADMITs, state transitions and DynamoDB
+calls per run. Exits 1 when a bound is broken.
+
+``--compare``: instead, two bursts of ``--runs`` started together (interleaved, on a key each)
+under the same load: the rate limit as it is, and the same workflow with a refused run reading
+again at once (``rate_protocol.spread_seconds_expression`` drawing 0 s: the refusal path before
+the spread), side by side.
 """
 
 from __future__ import annotations
@@ -20,28 +25,42 @@ import time
 import uuid
 from typing import Any, Sequence
 
-from tools.rate_checks import admission_stamps, crowded_windows
+from tools.rate_checks import admission_stamps, crowded_windows, refused_admissions
 
 WORK = "Work"
 #: The guard after the Wait (``rate_protocol.on_time_expression``).
 GUARD = "Lock.OnTime?"
 
 
-def build_stack(app: Any, stack_id: str, *, limit: int, period_s: int, max_wait_s: int) -> Any:
+#: ``--compare``'s second workflow: a refused run reads again at once (no spread).
+NO_SPREAD = "RateNoSpread"
+
+
+def build_stack(app: Any, stack_id: str, *, limit: int, period_s: int, max_wait_s: int, compare: bool = False) -> Any:
     import aws_cdk as cdk
     from aws_cdk import aws_stepfunctions as sfn
+    from unittest import mock
 
     from locked_workflow import Lock, LockedWorkflow, LockTable
+    from locked_workflow.state_machines import rate_protocol
     from locked_workflow.state_machines.lock_protocol import jsonata
 
     stack = cdk.Stack(app, stack_id)
     locks = LockTable(stack, "Locks", removal_policy=cdk.RemovalPolicy.DESTROY).table
-    work = sfn.Pass.jsonata(stack, "RateWork", state_name=WORK, outputs=jsonata(
-        "{'fence': $lock.fence, 'admittedAt': $lock.acquiredAt}"))
-    LockedWorkflow(stack, "Rate", lock=Lock.rate(jsonata("$states.input.key"), limit=limit,
-                                                 period=cdk.Duration.seconds(period_s)),
-                   protected=work, table=locks, max_wait=cdk.Duration.seconds(max_wait_s),
-                   timeout=cdk.Duration.seconds(max_wait_s + 600), logging=False, tracing=False, janitor=False)
+
+    def workflow(name: str) -> None:
+        work = sfn.Pass.jsonata(stack, f"{name}Work", state_name=WORK, outputs=jsonata(
+            "{'fence': $lock.fence, 'admittedAt': $lock.acquiredAt}"))
+        LockedWorkflow(stack, name, lock=Lock.rate(jsonata("$states.input.key"), limit=limit,
+                                                   period=cdk.Duration.seconds(period_s)),
+                       protected=work, table=locks, max_wait=cdk.Duration.seconds(max_wait_s),
+                       timeout=cdk.Duration.seconds(max_wait_s + 600), logging=False, tracing=False, janitor=False,
+                       state_machine_name=name)
+
+    workflow("Rate")
+    if compare:  # the refusal path before the spread: read again at once
+        with mock.patch.object(rate_protocol, "spread_seconds_expression", lambda wait_variable: "0"):
+            workflow(NO_SPREAD)
     return stack
 
 
@@ -78,6 +97,8 @@ def measure(results: list, *, limit: int, period_ms: int) -> dict:
         "guard late max s": round(max(g - s for g, s in zip(guarded, stamps)) / 1000, 2),
         "guard to entry max s": round(max(e - g for e, g in zip(entered, guarded)) / 1000, 2),
         "permits given up": len(reserved) - len(stamps),
+        "refused admits/run": round(sum(refused_admissions(r.history) for r in results) / len(results), 2),
+        "refused admits max": max(refused_admissions(r.history) for r in results),
         "rate per period": round(rate, 3),
         "ideal rate per period": round(ideal, 3),
         "late mean s": round(sum(late) / len(late) / 1000, 2),
@@ -95,11 +116,14 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     max_wait_s = (args.runs // args.limit + 2) * args.period
     synthesized = synth_app(lambda app: build_stack(app, "RateBench", limit=args.limit, period_s=args.period,
-                                                    max_wait_s=max_wait_s))
+                                                    max_wait_s=max_wait_s, compare=args.compare))
     rows = []
     with LocalCloud(args.backend) as cloud:
         app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
         arn = app.state_machine_arn("RateStateMachine")
+        if args.compare:
+            return compare(cloud, {"spread": arn, "at once": app.state_machine_arn(f"{NO_SPREAD}StateMachine")},
+                           args, max_wait_s)
         for keys in (1, args.keys):
             names = [f"k{i}-{uuid.uuid4().hex[:6]}" for i in range(keys)]
             started = time.time()
@@ -117,6 +141,28 @@ def run(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def compare(cloud: Any, machines: dict, args: argparse.Namespace, max_wait_s: int) -> list[dict]:
+    """Two bursts of ``args.runs`` started together, interleaved, a key each: one per workflow."""
+    keys = {label: f"{label.replace(' ', '')}-{uuid.uuid4().hex[:6]}" for label in machines}
+    started = time.time()
+    arns: dict = {label: [] for label in machines}
+    for _ in range(args.runs):
+        for label, arn in machines.items():
+            arns[label].append(cloud.start_execution(arn, {"key": keys[label]}))
+    rows = []
+    for label in machines:
+        results = cloud.wait_all(arns[label], max_wait_s + 900)
+        failed = [r for r in results if r.status != "SUCCEEDED"]
+        if failed:
+            raise SystemExit(f"{len(failed)} runs did not succeed: {[(r.error, r.cause) for r in failed[:3]]}")
+        row = {"keys": 1, "key": keys[label], "refused run": label,
+               **measure(results, limit=args.limit, period_ms=args.period * 1000),
+               "makespan s": round(time.time() - started)}
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -125,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=2, help="the second burst spreads the runs over this many keys")
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--backend", choices=("moto", "dynamodb-local"), default="moto")
+    parser.add_argument("--compare", action="store_true",
+                        help="a burst with the refused runs' spread beside one that reads again at once")
     args = parser.parse_args(argv)
     rows = run(args)
     broken = [r for r in rows if r["most per window (reserved)"] > args.limit

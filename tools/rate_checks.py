@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping
 
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import rate_protocol as rate
 
 
@@ -15,6 +16,18 @@ def crowded_windows(times_ms: Iterable[float], *, limit: int, period_ms: float) 
     ``period_ms`` holding more than ``limit`` of them (empty: the limit held)."""
     t = sorted(times_ms)
     return [(t[i], t[i + limit]) for i in range(len(t) - limit) if t[i + limit] - t[i] < period_ms]
+
+
+def refused_admissions(history: Iterable[Mapping[str, Any]], admit_state: str = "Lock.Admit") -> int:
+    """How many of an execution's ADMITs (``admit_state``) were refused (their condition failed:
+    another run was admitted since its read)."""
+    refused, state = 0, None
+    for event in history:
+        if event["type"].endswith("StateEntered"):
+            state = event["stateEnteredEventDetails"]["name"]
+        elif event["type"] == "TaskFailed" and state == admit_state:
+            refused += event["taskFailedEventDetails"].get("error") == errors.CONDITION_FAILED
+    return refused
 
 
 def admission_stamps(history: Iterable[Mapping[str, Any]], admit_state: str = "Lock.Admit") -> list[int]:

@@ -64,8 +64,8 @@ from locked_workflow.testing.faults import Fault, FaultRegistry, calling_state
 from tools.matrix import paths
 from tools.matrix import rows as matrix_rows
 from tools.matrix.rows import Row
-from tools.matrix.stack import (PARK_TIMEOUT_S, RATE_LIMIT, RATE_PERIOD_S, RECORD_KEY, SECTIONS, SEMAPHORE_LIMIT,
-                                STOP_GRACE_S)
+from tools.matrix.stack import (PARK_TIMEOUT_S, RATE_AT_ONCE, RATE_LIMIT, RATE_PERIOD_S, RECORD_KEY, SECTIONS,
+                                SEMAPHORE_LIMIT, STOP_GRACE_S)
 from tools.rate_checks import admission_stamps, crowded_windows
 from tools.matrix.table import CLIENT_KINDS, COLUMN, SITUATIONS, Column, situation
 from tools.stress import LIVENESS_ROUND_S, TRANSIENT_ERRORS
@@ -107,6 +107,7 @@ PARTICIPANTS: dict[str, list[str]] = {
     "exclusive": ["Writer", "Writer", "client-rw-read"],  # (a second writer: the waiting states are the kind's)
     "record": ["Record", "Record", "Record"],
     "rate": ["Rate", "Rate", "Rate"],
+    "rate-slots": ["RateSlots"] * (RATE_AT_ONCE + 1),
     "client-mutex": ["client-mutex", "Mutex", "client-mutex"],
     "client-fair": ["client-fair", "Fair", "client-fair"],
     "client-rw": ["client-rw-read", "Writer", "client-rw-write"],
@@ -142,7 +143,7 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
 #: Namespaces of the participants' locks.
 NAMESPACE = {"Mutex": "m", "Nested": "m", "client-mutex": "m", "Reader": "rw", "Writer": "rw", "RwMutex": "rw",
              "client-rw-read": "rw", "client-rw-write": "rw", "Fair": "f", "client-fair": "f", "FairNewest": "fn",
-             "Semaphore": "sem", "Transfer": "acct", "Record": ""}
+             "Semaphore": "sem", "Transfer": "acct", "Record": "", "RateSlots": "rs", "RateSlotsBrief": "rs"}
 NAMESPACE.update({f"{name}Section": NAMESPACE[name] for name in SECTIONS})
 #: Roles whose waiters park (a park timeout bounds a handoff) rather than poll.
 PARKING = {"Fair", "FairNewest", "Reader", "Writer", "FairSection", "ReaderSection", "WriterSection", "client-fair", "client-rw-read",
@@ -536,7 +537,7 @@ class Cell:
         p.entered_ms = [int(e["timestamp"].timestamp() * 1000) for e in history
                         if (e["type"] == "TaskScheduled" and e["taskScheduledEventDetails"].get("resourceType") == "lambda")
                         or (e["type"] == "WaitStateEntered" and e["stateEnteredEventDetails"]["name"].endswith("Hold"))]
-        p.admitted_ms = admission_stamps(history) if p.role == "Rate" else []
+        p.admitted_ms = admission_stamps(history) if p.role.startswith("Rate") else []
         ends = [e for e in history if e["type"] in ("ExecutionSucceeded", "ExecutionFailed", "ExecutionAborted",
                                                      "ExecutionTimedOut")]
         p.ended_ms = int(ends[-1]["timestamp"].timestamp() * 1000) if ends else _now_ms()
@@ -683,8 +684,8 @@ class Cell:
     def _judge(self) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {name: [] for name in ("alone", "lost update", "fences", "outcome", "blocked",
                                                              "left", "unlisted")}
-        limit = SEMAPHORE_LIMIT if self.row.kind == "semaphore" else 3 if self.row.kind == "rate" else 1
-        if self.row.kind == "rate":
+        limit = {"semaphore": SEMAPHORE_LIMIT, "rate": 3, "rate-slots": RATE_AT_ONCE}.get(self.row.kind, 1)
+        if self.row.kind in ("rate", "rate-slots"):
             stamps = [ms for p in self.participants for ms in p.admitted_ms]
             for a, b in crowded_windows(stamps, limit=RATE_LIMIT, period_ms=RATE_PERIOD_S * 1000):
                 found["alone"].append(f"{RATE_LIMIT + 1} admissions within {b - a} ms (period {RATE_PERIOD_S} s)")

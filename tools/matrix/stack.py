@@ -17,7 +17,12 @@ rows are read from these definitions (:mod:`tools.matrix.rows`):
 - ``Transfer`` (``Lock.keys``, namespace ``acct``): overlapping pairs of keys;
 - ``Record`` (``Lock.on_record``): the lock on the record, its work an increment;
 - ``Rate`` (``Lock.rate``, limit :data:`RATE_LIMIT` per :data:`RATE_PERIOD_S`, namespace
-  ``rate``): more runs than permits (its probe admits them all inside at once).
+  ``rate``): more runs than permits (its probe admits them all inside at once);
+- ``RateSlots`` (``Lock.rate(..., at_once=...)``, the same limit and period, at most
+  :data:`RATE_AT_ONCE` at once, namespace ``rs``): more runs than slots and permits; with
+  ``RateSlotsBrief`` (the same lock, a ``max_wait`` of :data:`BRIEF_MAX_WAIT_S`: the third
+  run's permit comes after it, so it releases its slot and fails with ``Lock.Timeout``) and
+  ``RateSlotsSection`` (a holder whose presence the slot's waiters probe).
 
 The probe counts holders inside at entry (readers and writers apart), the fences and a
 read-modify-write counter; ``Unlocked`` is the same work with no lock (the negative control).
@@ -44,6 +49,11 @@ PARK_TIMEOUT_S = 3
 SEMAPHORE_LIMIT = 2
 #: Entries the rate limit admits per key and window, and its window (s).
 RATE_LIMIT, RATE_PERIOD_S = 2, 6
+#: Runs a rate limit with a concurrency limit admits into the work at once.
+RATE_AT_ONCE = 2
+#: ``RateSlotsBrief``'s ``max_wait`` (s): past the third run's slot wait (its first holder's
+#: work), short of its permit (the first admission + ``RATE_PERIOD_S`` + the entry margin).
+BRIEF_MAX_WAIT_S = 5
 #: The longest wait for a lock (s).
 MAX_WAIT_S = 90
 #: The state machines' timeout (s); a cell times an execution out where it needs to
@@ -54,10 +64,12 @@ RECORD_KEY = "recordId"
 #: Kind -> the workflow of that kind (its definition gives the kind's rows).
 MACHINES = {"mutex": "Mutex", "nested": "Nested", "fair": "Fair", "semaphore": "Semaphore",
             "multikey": "Transfer", "shared": "Reader", "exclusive": "Writer", "record": "Record",
-            "coalesce": "FairNewest", "rate": "Rate"}
+            "coalesce": "FairNewest", "rate": "Rate", "rate-slots": "RateSlots"}
+#: Workflows besides :data:`MACHINES`' and the sections' that cells run (``with:``, ``as:``).
+OTHER_MACHINES = ("RwMutex", "RateSlotsBrief")
 
 #: Kinds also deployed as a LockedSection, ``<name>Section`` (a holder with a presence token).
-SECTIONS = ("Fair", "Reader", "Writer", "Semaphore", "Transfer")
+SECTIONS = ("Fair", "Reader", "Writer", "Semaphore", "Transfer", "RateSlots")
 
 
 def build_stack(scope: Any, construct_id: str) -> Any:
@@ -109,13 +121,19 @@ def build_stack(scope: Any, construct_id: str) -> Any:
         # (runs admitted together work side by side: the probe lets all of a cell's runs in)
         "Rate": (lambda: Lock.rate(key, limit=RATE_LIMIT, period=cdk.Duration.seconds(RATE_PERIOD_S)), "rate",
                  lambda n: probe(n, {"key": key, "limit": 3})),
+        # (a slot held from before the permit's wait to after the work: RATE_AT_ONCE inside at most)
+        "RateSlots": (lambda: Lock.rate(key, limit=RATE_LIMIT, period=cdk.Duration.seconds(RATE_PERIOD_S),
+                                        at_once=RATE_AT_ONCE), "rs",
+                      lambda n: probe(n, {"key": key, "limit": RATE_AT_ONCE})),
         "Transfer": (lambda: Lock.keys(transfer_keys), "acct",
                      lambda n: probe(n, {"keys": transfer_keys, "fences": jsonata(fences)})),
     }
+    max_waits = {name: MAX_WAIT_S for name in kinds}
+    kinds["RateSlotsBrief"], max_waits["RateSlotsBrief"] = kinds["RateSlots"], BRIEF_MAX_WAIT_S
     for name, (lock, namespace, work) in kinds.items():
         LockedWorkflow(
             stack, name, lock=lock(), key_namespace=namespace, protected=work(f"{name}Probe"), table=locks,
-            wait_policy=FAST, max_wait=cdk.Duration.seconds(MAX_WAIT_S), stop_grace=grace,
+            wait_policy=FAST, max_wait=cdk.Duration.seconds(max_waits[name]), stop_grace=grace,
             timeout=cdk.Duration.seconds(TIMEOUT_S),
             logging=False, tracing=False, state_machine_name=name,
         )

@@ -287,6 +287,20 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Release.Unmark': 'dead-waiter',
     },
     'semaphore': dict(_ONE_ITEM),  # a slot is the mutex's lock item
+    # a rate limit with a concurrency limit: a semaphore's slot, then the rate's read and admit
+    # (three runs on two slots and two permits); a permit past max_wait releases the slot
+    # (RateSlotsBrief: the third run's permit comes after its max_wait)
+    'rate-slots': {
+        **_ONE_ITEM,
+        # a dead holder's slot beside a slot held through its permit's wait: five runs, so that
+        # later ones wait for a slot for rounds (the liveness check; a section's presence probe)
+        **{state: f"dead-holder+with:{first}," + ",".join(["RateSlots"] * 4)
+           for state, first in (('Lock.Inspect', 'RateSlots'), ('Lock.DescribeHolder', 'RateSlots'),
+                                ('Lock.ProbeHolder', 'RateSlotsSection'), ('Lock.Abandoned', 'RateSlotsSection'))},
+        'Lock.Read': 'contend',
+        'Lock.Admit': 'contend',
+        'Lock.RateTimeoutRelease': 'contend+as:RateSlotsBrief+with:RateSlotsBrief,RateSlotsBrief,RateSlotsBrief',
+    },
     'multikey': {
         'Lock.Acquire': 'contend',
         'Lock.Inspect': 'dead-holder',
