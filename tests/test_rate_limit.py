@@ -88,7 +88,7 @@ def _rate_states(section: LockedSection):
     branches too), as a template whose one resource's ``States`` they are: Match looks into them."""
     from aws_cdk import aws_stepfunctions as sfn
     from aws_cdk.assertions import Template
-    from locked_workflow.constructs_lib.monitoring import synthesized_definition
+    from locked_workflow.constructs_lib.monitoring_states import synthesized_definition
 
     stack = cdk.Stack.of(section)
     machine = sfn.StateMachine(stack, "Machine", definition_body=sfn.DefinitionBody.from_chainable(section))
