@@ -197,7 +197,7 @@ def expired_readers(item: Mapping[str, Any], *, now: int) -> list[str]:
 
 def workflow_holds(item: Mapping[str, Any], *, me: str, now: int) -> list[tuple[str, bool, Mapping[str, Any]]]:
     """The holds of executions a waiter ``me`` finds on a lock item (as boto3 returns it) and may
-    check the liveness of - the Python reading of ``shared_kind``'s suspect (the waiters'
+    check the liveness of - the Python reading of ``kinds.shared_hold``'s suspect (the waiters'
     fallback): the writer holder, an execution's acquisition not mine; else the reader entries
     of executions whose lease runs at ``now`` (sorted by owner: checked in turn). Each: (owner,
     a reader's entry?, the hold - its entry, or the lock item - with ``expiresAt``,

@@ -40,7 +40,7 @@ conditioned on an exact owner). A mutex that finds the key free of readers and w
 it at once, as a polling run does on a fair lock (it may barge ahead of the queue, and its
 release hands nothing off: the queue's fallback covers that). Its ACQUIRE never takes a
 shared hold over, so a mutex *waiter's liveness check* frees a shared hold whose readers are
-gone (``shared_kind.shared_hold_sweep``): it reads the whole lock item, reaps an expired entry
+gone (``kinds.shared_hold.shared_hold_sweep``): it reads the whole lock item, reaps an expired entry
 (REAP_READ / REAP_LAST), describes a reader's execution in turn and retires an ended one
 (RETIRE_READER), and frees a shared hold with no reader (FREE_EMPTY); then its next acquire
 takes the key; a plain ``LockClient`` refused by a shared hold reaps an expired entry or

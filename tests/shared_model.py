@@ -609,7 +609,7 @@ class Model(FairModel):
 
     def _mutex_step(self, s: State, i: int, me: str, p: Proc, stale: str, go, w):
         """A plain mutex (lock_protocol's ACQUIRE, polling; RELEASE, no handoff). While a shared
-        hold refuses it, its liveness rounds sweep the hold (``shared_kind.shared_hold_sweep``):
+        hold refuses it, its liveness rounds sweep the hold (``kinds.shared_hold.shared_hold_sweep``):
         reap a reader entry whose lease is over, or end a shared hold with no reader
         (FREE_EMPTY); without ``sweep``, none (a dead reader's key is then freed by this
         protocol's own participants only). (Its retire of an ended reader's entry only brings

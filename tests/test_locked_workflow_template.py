@@ -17,7 +17,7 @@ BRANCH_STATES = {"Lock.Acquire", "Lock.Held?", "Lock.Wait", "Lock.Timeout", "Loc
                  "Lock.ReleaseAfterError", "Lock.Rethrow", "Lock.Inspect", "Lock.HolderIsExecution?",
                  "Lock.DescribeHolder", "Lock.Reentered?", "Lock.PassThrough", "Lock.MayStillRun?", "Lock.Retire",
                  "Lock.ProbeHolder", "Lock.Abandoned",
-                 # a shared hold of a read/write lock's readers on the key (shared_kind.shared_hold_sweep)
+                 # a shared hold of a read/write lock's readers on the key (kinds.shared_hold.shared_hold_sweep)
                  "Lock.ReapLastReader", "Lock.ReapReader", "Lock.FreeEmptyShared", "Lock.DescribeReader",
                  "Lock.ReaderEnded?", "Lock.RetireEndedReader"}
 OUTER_STATES = {"Lock", "Lock.EntryFailed?", "Lock.InvalidKey", "Lock.Failed"}

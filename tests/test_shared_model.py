@@ -108,7 +108,7 @@ def test_a_plain_mutex_is_refused_while_others_hold_and_enters_after_them(kinds)
 
 def test_a_plain_mutex_alone_recovers_a_dead_reader_by_its_sweep_of_the_shared_hold():
     """A shared hold has no lease a mutex's ACQUIRE can see; its liveness rounds sweep the hold
-    (``shared_kind.shared_hold_sweep``): a reader entry whose lease is over is reaped (the last
+    (``kinds.shared_hold.shared_hold_sweep``): a reader entry whose lease is over is reaped (the last
     one's REAP_LAST ends the hold), a hold with no reader is freed (FREE_EMPTY). With every
     fault, a dead reader never keeps a plain mutex out."""
     result, model = explore(kinds="rm")
