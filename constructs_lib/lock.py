@@ -63,6 +63,8 @@ class Lock:
 
     #: The kind's name, as errors and the docs spell it.
     kind: str
+    #: Its factory as messages spell it (``Lock.<factory>``).
+    factory: str
 
     def __init__(self) -> None:
         raise TypeError(
@@ -284,6 +286,7 @@ class _Value(Lock):
 class _MutexLock(_Value):
     key: str
     kind = "mutex"
+    factory = "mutex(key)"
 
     def builder(self) -> KindBuilder:
         return MutexKind(self.key)
@@ -296,6 +299,7 @@ class _FairLock(_Value):
     polling: bool
     queue: Optional[QueueLimit]
     kind = "fair"
+    factory = "fair(key)"
 
     @property
     def is_fair(self) -> bool:
@@ -318,6 +322,10 @@ class _SharedLock(_Value):
     def kind(self) -> str:  # type: ignore[override]
         return "shared" if self.mode == SharedKind.READ_MODE else "exclusive"
 
+    @property
+    def factory(self) -> str:  # type: ignore[override]
+        return f"{self.kind}(key)"
+
     def builder(self) -> KindBuilder:
         return SharedKind(self.key, mode=self.mode, park_timeout_s=self.park_timeout_s)
 
@@ -333,6 +341,7 @@ class _SemaphoreLock(_Value):
     key: str
     limit: int
     kind = "semaphore"
+    factory = "semaphore(key, limit=...)"
 
     def builder(self) -> KindBuilder:
         return SemaphoreKind(self.key, self.limit)
@@ -345,6 +354,7 @@ class _RateLock(_Value):
     period_ms: int
     at_once: Optional[int]
     kind = "rate"
+    factory = "rate(key, limit=...)"
 
     def builder(self) -> KindBuilder:
         if self.at_once is not None:
@@ -356,6 +366,7 @@ class _RateLock(_Value):
 class _KeysLock(_Value):
     keys: str
     kind = "multi-key"
+    factory = "keys(keys)"
 
     def builder(self) -> KindBuilder:
         return MultiKeyKind(self.keys)
@@ -368,6 +379,7 @@ class _RecordLock(_Value):
     key_attribute: str
     must_exist: bool
     kind = "record"
+    factory = "on_record(table, key)"
 
     @property
     def record_table(self) -> Optional[dynamodb.ITable]:

@@ -45,9 +45,6 @@ DEFAULT_MAX_WAIT = Duration.minutes(15)
 #: Default: a waiter asks whether the holder still runs on every this-many-th round of polls.
 DEFAULT_LIVENESS_CHECK_EVERY = 2
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
-#: How the docs spell a kind's factory (messages).
-_FACTORY = {"mutex": "mutex(key)", "fair": "fair(key)", "semaphore": "semaphore(key, limit=...)", "multi-key": "keys(keys)",
-            "shared": "shared(key)", "exclusive": "exclusive(key)", "rate": "rate(key, limit=...)"}
 
 
 class LockedSection(sfn.StateMachineFragment):
@@ -203,7 +200,7 @@ class LockedSection(sfn.StateMachineFragment):
                 )
             table = lock.record_table
         elif table is None:
-            raise ValueError(f"`table` must be given (the lock table) with Lock.{_FACTORY[lock.kind]}, got: None")
+            raise ValueError(f"`table` must be given (the lock table) with Lock.{lock.factory}, got: None")
         else:
             check_lock_table("table", table)
         problem = protocol.namespace_problem(key_namespace)
