@@ -103,28 +103,26 @@ Layout. This module is the client's front (every name it always had imports from
 client's parts live beside it, one concern each: :mod:`client_args` (the arguments, checked),
 :mod:`client_lease` (the lease, its holder's view, the errors), :mod:`client_clocks` (the clocks
 and the heartbeat), :mod:`client_session` (the AWS clients, the stamps, the protocol's write),
-:mod:`client_takeover` (a plain mutex's attempt and its takeover), :mod:`client_liveness` (a
-waiter's check of a workflow holder: its presence probe, its execution), :mod:`client_fair` (the fair
-lock's queue), :mod:`client_blocks` (the re-entrancy of ``hold()``) and :mod:`shared_client` (the
-read/write lock).
+:mod:`client_acquire` (the attempts of ``acquire()``, its backoff and wait),
+:mod:`client_release` (``release()`` and ``refresh()``), :mod:`client_takeover` (a plain mutex's
+attempt and its takeover), :mod:`client_liveness` (a waiter's check of a workflow holder: its
+presence probe, its execution), :mod:`client_fair` (the fair lock's queue), :mod:`client_blocks`
+(the re-entrancy of ``hold()``), :mod:`client_rate` (a rate limit's admissions) and
+:mod:`shared_client` (the read/write lock: with :mod:`client_rw_steps` and
+:mod:`client_rw_handoff`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import random
 import socket
 import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager, suppress
-from dataclasses import replace
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Iterator, Mapping
-
-from botocore.exceptions import ClientError
+from typing import Any, Callable, Iterator
 
 from locked_workflow.constructs_lib.client_args import (  # noqa: F401 - re-exported
     DEFAULT_LEASE,
@@ -136,10 +134,8 @@ from locked_workflow.constructs_lib.client_args import (
     AcquireOptions as _Options,
     checked_boto3_client as _boto3_client,
     checked_callable as _callable,
-    checked_lease_ms as _lease_ms,
     checked_owner as _owner_checked,
     checked_seconds as _seconds,
-    checked_stored_key as _stored_key,
 )
 from locked_workflow.constructs_lib.client_blocks import (
     Block as _Block,
@@ -151,9 +147,9 @@ from locked_workflow.constructs_lib.client_clocks import (
     Heartbeat as _Heartbeat,
     Watch as _Watch,
     monotonic_clock as _monotonic_clock,
-    takeover_note as _takeover_note,
     wall_clock_ms as _wall_clock_ms,
 )
+from locked_workflow.constructs_lib.client_acquire import Acquisitions
 from locked_workflow.constructs_lib.client_fair import FairQueue
 from locked_workflow.constructs_lib.client_rate import Admission, RateAdmissions  # noqa: F401 - re-exported
 from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exported
@@ -167,29 +163,14 @@ from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exp
     LockTimeout,
     retry_conflicts,
 )
-from locked_workflow.constructs_lib.client_lease import (
-    Holding,
-    condition_failed as _condition_failed,
-    lease_from_item as _lease,
-    old_item as _old_item,
-)
 from locked_workflow.constructs_lib.client_liveness import HolderLiveness
+from locked_workflow.constructs_lib.client_release import Releases
 from locked_workflow.constructs_lib.client_session import ClientSession
 from locked_workflow.constructs_lib.client_takeover import Takeovers
-from locked_workflow.constructs_lib.shared_client import READ, WRITE, ReadWriteParticipant, Refused
+from locked_workflow.constructs_lib.shared_client import ReadWriteParticipant
 from locked_workflow.state_machines import fair_protocol as fair
-from locked_workflow.state_machines.errors import ERROR_INVALID_KEY, ERROR_LOST, ERROR_TIMEOUT
-from locked_workflow.state_machines.lock_item import (
-    FENCE,
-    OWNER,
-    OWNER_SEPARATOR,
-    key_problem,
-    namespace_problem,
-    namespaced,
-)
-from locked_workflow.state_machines.lock_writes import CLIENT_REFRESH, CLIENT_RELEASE, REFRESH
-
-logger = logging.getLogger(__name__)
+from locked_workflow.state_machines.errors import ERROR_INVALID_KEY
+from locked_workflow.state_machines.lock_item import key_problem, namespace_problem, namespaced
 
 
 # --------------------------------------------------------------------------------------
@@ -197,7 +178,8 @@ logger = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------
 
 
-class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantHolds, RateAdmissions):
+class LockClient(ClientSession, Acquisitions, Releases, Takeovers, FairQueue, HolderLiveness, ReentrantHolds,
+                 RateAdmissions):
     """Acquire, refresh and release the locks of a lock table from Python.
 
     A rate limit's key (the workflows' ``Lock.rate``): :meth:`admit` spends one of its permits.
@@ -302,216 +284,6 @@ class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantH
 
     # ----------------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        key: str,
-        *,
-        owner: str | None = None,
-        lease: timedelta | float = DEFAULT_LEASE,
-        wait: timedelta | float = 0,
-        poll_interval: timedelta | float = 0.2,
-        max_poll_interval: timedelta | float = 2.0,
-        backoff_rate: float = 1.5,
-        shared: bool = False,
-    ) -> Lease:
-        """Take the lock on ``key``; return the :class:`Lease` (with its fence).
-
-        Succeeds when the lock is free or already held by ``owner``, or - a takeover - when
-        this client has watched it held, unchanged, for that holder's lease on its own monotonic
-        clock (see the module notes on clocks). While another owner holds it, retries for up to
-        ``wait``: the n-th wait is ``min(max_poll_interval, poll_interval * backoff_rate**(n-1))``
-        seconds with equal jitter, shortened to the moment a takeover becomes possible, never
-        past the deadline.
-
-        :param owner: holder id of this acquisition; acquiring again with the same owner is
-            the same acquisition. A non-empty string without ``#``. Default: a new one,
-            ``<client owner>#<uuid4>``.
-        :param lease: how long the lock is ours without a renewal (a timedelta or seconds, from
-            1 ms to :data:`MAX_LEASE`, 365 days). Default: 60 s.
-        :param wait: how long to wait while the lock is held (a timedelta or seconds; ``math.inf``:
-            as long as it takes). Default: 0 (try once).
-        :param poll_interval: the first wait between attempts (s, more than 0, at most
-            :data:`MAX_POLL_INTERVAL_S`). Default: 0.2.
-        :param max_poll_interval: the longest wait between attempts (s, from ``poll_interval`` to
-            :data:`MAX_POLL_INTERVAL_S`). Default: 2.
-        :param backoff_rate: growth of the wait between attempts (at least 1). Default: 1.5.
-        :param shared: a read/write client (``read_write=True``) only: enter as a reader, beside
-            other readers (``lease.fence`` is the last writer's). Default: ``False`` (the writer).
-        :raises InvalidLockKey: before any DynamoDB call.
-        :raises TypeError: an argument of the wrong type, before any DynamoDB call.
-        :raises ValueError: an argument of a bad value, before any DynamoDB call.
-        :raises LockHeld: held by another owner and ``wait`` is 0.
-        :raises LockTimeout: still held when ``wait`` ran out.
-        """
-        table_key = self.table_key(key)
-        me = self._owner(owner)
-        options = _Options.of(lease, wait, poll_interval, max_poll_interval, backoff_rate)
-        return self._acquire(key, table_key, me, options, shared=self._shared_checked(shared))
-
-    def _shared_checked(self, shared: Any) -> bool:
-        if not isinstance(shared, bool):
-            raise TypeError(f"`shared` must be True or False, got: {shared!r}")
-        if shared and not self.read_write:
-            raise ValueError("`shared` must be False on a client without `read_write=True` (only a read/write "
-                             "lock has shared holders), got: True")
-        return shared
-
-    def _acquire(self, key: str, table_key: str, me: str, options: _Options, *, shared: bool = False) -> Lease:
-        if self._rw is not None:
-            return self._rw.acquire(key, table_key, me, options, mode=READ if shared else WRITE)
-        lease_ms, wait_s = options.lease_ms, options.wait_s
-        deadline = self._monotonic() + wait_s  # math.inf: no deadline
-        nominal = options.poll_interval
-        queued: int | None = None  # my ticket, once queued
-        due_again = 2  # attempts at once when a refusal showed a takeover is due (wait or not)
-        while True:
-            try:
-                if queued is not None:
-                    return self._stamped_right(self._try_as_head(key, table_key, me, lease_ms, queued))
-                return self._stamped_right(self._try_acquire(key, table_key, me, lease_ms))
-            except LockHeld as held:
-                if self.fair and wait_s and queued is None:
-                    queued = self._enqueue(table_key, me, lease_ms, lease_for_s=options.max_poll_interval)
-                    continue  # refused (the lock is free with nobody queued): the fast path again; or the head
-                if held.takeover_in == 0 and due_again:  # e.g. a dead workflow's lease is over by AWS's
-                    due_again -= 1  # clock, which this very refusal's response told
-                    continue
-                if not self.fair and ReadWriteParticipant(self).sweep_shared_hold(
-                        table_key, me, getattr(held, "item", None) or {}):
-                    continue  # a read/write lock's readers that are gone: their shared hold freed
-                if wait_s and self.holder_gone(table_key, getattr(held, "item", None) or {}):
-                    continue  # a workflow holder gone (its branch cancelled, its execution ended): its
-                    # lease now ends at its stop grace, which the next refusal shows
-                remaining = deadline - self._monotonic()
-                if wait_s == 0:
-                    raise
-                if remaining <= 0:
-                    if queued is not None:
-                        lease = self.leave_queue(fair.row_key(table_key, queued), me)
-                        if lease is not None:  # handed to me meanwhile: mine after all, for a whole lease
-                            with suppress(LockHeld):
-                                return self._whole_lease(replace(lease, key=key), lease_ms)
-                    raise LockTimeout(
-                        f"{ERROR_TIMEOUT}: lock {table_key!r} still held by {held.holder!r} "
-                        f"after waiting {wait_s:g} s{_takeover_note(held.takeover_in)}",
-                        key=key, holder=held.holder, expires_at=held.expires_at, takeover_in=held.takeover_in,
-                    ) from None
-                delay = min(random.uniform(nominal / 2, nominal), remaining)
-                if held.takeover_in is not None and held.takeover_in < delay:
-                    delay = held.takeover_in + 0.001  # a takeover is due: be there
-                nominal = min(options.max_poll_interval, nominal * options.backoff_rate)
-                if queued is not None:
-                    try:
-                        queued = self._poll(table_key, me, lease_ms, queued, held.item, lease_for_s=delay)
-                    except LockSuperseded as superseded:  # (a coalescing key) the caller's key, not the stored one
-                        superseded.key = key
-                        raise
-                logger.debug("lock %s held by %s; retrying in %.3f s", table_key, held.holder, delay)
-                self._sleep(delay)
-
-    def release(self, lease: Lease) -> None:
-        """Free the lock of ``lease``; the item and its fence stay. Stops the lease's heartbeat
-        first (if any).
-
-        Succeeds when ``lease.owner`` holds the lock, and also when the lock is free and its
-        fence is still ``lease.fence`` (a repeated release).
-
-        :raises LockLost: the lock was taken over (or is held by someone else, or never
-            existed). Another holder's lock is never removed.
-        :raises TypeError: ``lease`` is not a :class:`Lease`, before any DynamoDB call.
-        """
-        table_key = _stored_key(lease)
-        holding = lease.holding
-        if holding is not None:
-            holding.stop_heartbeat()
-        if self._rw is not None:
-            try:
-                self._rw.release(lease)
-            except LockLost as lost:
-                if holding is not None:
-                    holding.lose(str(lost))
-                raise
-            if holding is not None:
-                with holding.mutex:
-                    holding.released = True
-            return
-        try:
-            if self.fair and lease.ticket is not None:
-                self.handoff(table_key, me=lease.owner, served=lease.ticket, fence=lease.fence)
-            else:
-                self._update(table_key, CLIENT_RELEASE, {":me": {"S": lease.owner}, ":fence": {"N": str(lease.fence)}})
-        except ClientError as error:
-            if not _condition_failed(error):
-                raise
-            retried = error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
-            if holding is not None:
-                running = holding.deadline > self._monotonic()
-            else:  # a lease built by hand (an operator's release): only its stamp is known
-                running = self.now_ms() < lease.expires_at
-            if not (retried and running):
-                message = self._lost_message(lease, table_key, _old_item(error))
-                if holding is not None:
-                    holding.lose(message)
-                raise LockLost(message) from None
-            logger.info(
-                "release of %s: a retried attempt found it released already (an earlier "
-                "attempt's response was lost)", table_key,
-            )
-        if holding is not None:
-            with holding.mutex:
-                holding.released = True
-
-    def refresh(self, held: Lease, /, *, lease: timedelta | float = DEFAULT_LEASE) -> Lease:
-        """Renew the lease of a lock still held by ``held.owner``: it now ends ``lease``
-        (timedelta or seconds, from 1 ms to 365 days; default: 60 s, as :meth:`acquire`) from
-        now - which may also shorten it, for its holder and for client waiters. ``expiresAt``
-        only ever moves on, by 1 ms at least (that is how a client waiter watching the lock
-        sees that its holder lives, and it never shows a value it showed before): a shorter
-        lease ends no sooner for the workflows than the last one.
-
-        Allowed also after the lease ended, as long as nobody took the lock over (the owner
-        is still ``held.owner``): that proves nobody held it meanwhile. Returns the new
-        :class:`Lease` (its fence is the lock's current one); ``held.check()`` counts from this
-        renewal too.
-
-        :raises LockLost: the lock is no longer held by ``held.owner`` (``held.check()`` raises
-            it from now on).
-        :raises TypeError: an argument of the wrong type, before any DynamoDB call.
-        :raises ValueError: an argument of a bad value, before any DynamoDB call.
-        """
-        for_ms = _lease_ms(lease)
-        table_key = _stored_key(held)
-        holding = held.holding
-        started = self._monotonic()
-        written = holding.expires_at if holding is not None else held.expires_at
-        expires_at = max(self.stamp(started)[1] + for_ms, written + 1)  # never an end written before
-        try:
-            if self._rw is not None:
-                item = self._rw.refresh(held, expires_at)
-            else:
-                values = {":me": {"S": held.owner}, ":expiresAt": {"N": str(expires_at)}}
-                if not self.fair:
-                    values[":clientLease"] = {"M": {"owner": {"S": held.owner}, "ms": {"N": str(for_ms)}}}
-                item = self._update(table_key, REFRESH if self.fair else CLIENT_REFRESH, values,
-                                    return_new=True)["Attributes"]
-        except (ClientError, Refused) as error:
-            if isinstance(error, ClientError) and not _condition_failed(error):
-                raise
-            message = (self._lost_message(held, table_key, _old_item(error)) if isinstance(error, ClientError) else
-                       f"{ERROR_LOST}: the {'shared' if held.shared else 'exclusive'} hold of {held.owner!r} "
-                       f"on lock {table_key!r} is gone (its lease ran out and it was reaped or taken over)")
-            if holding is not None:
-                holding.lose(message)
-            raise LockLost(message) from None
-        if holding is None:
-            holding = Holding(self._monotonic, started, for_ms, expires_at)
-        else:
-            holding.renewed(started, for_ms, expires_at)
-        if self._rw is not None:  # (a reader's item has no owner of its own: the lease is what it held)
-            return replace(held, fence=int(item.get(FENCE, {}).get("N", held.fence)),
-                           expires_at=expires_at).with_holding(holding)
-        return _lease(held.key, item, holding=holding)
-
     @contextmanager
     def hold(
         self,
@@ -595,23 +367,3 @@ class LockClient(ClientSession, Takeovers, FairQueue, HolderLiveness, ReentrantH
                 self.release(held)
                 raise
         yield from self._run_block(table_key, _Block(held, here, None))
-
-    # ----------------------------------------------------------------------------------
-
-    def _owner(self, owner: str | None) -> str:
-        if owner is None:
-            return f"{self.owner}{OWNER_SEPARATOR}{uuid.uuid4()}"
-        return _owner_checked(owner)
-
-    @staticmethod
-    def _lost_message(lease: Lease, table_key: str, old: Mapping[str, Any]) -> str:
-        if not old:
-            state = "no such lock"
-        elif OWNER in old:
-            state = f"now held by {old[OWNER]['S']!r} with fence {old.get(FENCE, {}).get('N')}"
-        else:
-            state = f"free, fence now {old.get(FENCE, {}).get('N')}"
-        return (
-            f"{ERROR_LOST}: lock {table_key!r} is not held by {lease.owner!r} "
-            f"(fence {lease.fence}): {state}"
-        )
