@@ -44,6 +44,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process of the run (each xdist worker too) shares the synthesized test stacks and
+    the parsed programs of their definitions through pytest's cache folder (``synth_cache``,
+    ``patches/parsed_definitions``); ``-p no:cacheprovider`` leaves each process on its own."""
+    if getattr(config, "cache", None) is None:
+        return
+    from locked_workflow.testing.patches.parsed_definitions import PROGRAMS
+    from synth_cache import CACHE_DIR_ENV, prune
+
+    synth_dir, programs_dir = config.cache.mkdir("synth"), config.cache.mkdir("programs")
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) prunes
+        prune(synth_dir, programs_dir)
+    os.environ[CACHE_DIR_ENV] = str(synth_dir)
+    PROGRAMS.keep_in(programs_dir)
+
+
 @pytest.fixture
 def offline_aws_env(monkeypatch):
     """Fake credentials and no endpoint overrides: boto3 talks to moto's mocks only."""
