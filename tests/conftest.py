@@ -27,14 +27,18 @@ from behaviour_stack import BehaviourStack  # noqa: E402
 from deployed import Deployed, deployed_stack  # noqa: E402
 
 
-#: The test files that take longest (module setups plus calls, from the fresh-clone runs'
-#: durations), longest first. ``make test`` runs ``--dist loadfile``: xdist hands out whole files
-#: in collection order as its workers free up, so these go first and no long file starts last
-#: and runs alone while the other worker idles.
+#: The test files that take longest (module setups plus calls, from a fresh-clone run's
+#: ``--durations=0``; the split files estimated from their tests), longest first. ``make test``
+#: runs ``--dist loadfile --no-loadscope-reorder``: xdist hands out whole files in collection
+#: order as its workers free up, so these go first and no long file starts last and runs alone
+#: while the other workers idle. (Without ``--no-loadscope-reorder``, xdist 3.8 orders the files
+#: by their number of tests instead, whatever the collection order.)
 LONGEST_FIRST = (
-    "test_shared_lock.py", "test_monitoring.py", "test_fault_matrix.py", "test_lock_safety.py",
-    "test_shared_client.py", "test_lock_variants.py", "test_stress.py", "test_fair_lock.py",
-    "test_section_outputs.py", "test_lock_record.py", "test_cli.py", "test_lock_recovery.py",
+    "test_shared_lock.py", "test_fair_lock.py", "test_fault_matrix.py", "test_section_outputs.py",
+    "test_shared_recovery.py", "test_shared_client.py", "test_lock_safety.py", "test_lock_variants.py",
+    "test_lock_record.py", "test_rate_limit.py", "test_fair_model.py", "test_monitoring.py",
+    "test_fair_coalesce.py", "test_lock_recovery.py", "test_callbacks.py", "test_stress.py",
+    "test_fair_redrive.py", "test_fair_clients.py", "test_lock_client.py",
 )
 
 
