@@ -45,11 +45,12 @@ demo: deps
 
 # Four workers, one test file each at a time (module fixtures stay whole): the suite waits on
 # leases, graces and polls as much as it computes - with two, `time` showed 26 min of CPU in 26
-# min of wall time on 2 cores (one core idle on average); four keep both busy.
+# min of wall time on 2 cores (one core idle on average); four keep both busy. Files go out
+# longest first (tests/conftest.py's LONGEST_FIRST; --no-loadscope-reorder keeps that order).
 TEST_WORKERS ?= 4
 
 test: deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 $(STAMP_COMPAT): pyproject.toml
 	rm -rf $(COMPAT_VENV)

@@ -27,14 +27,18 @@ from behaviour_stack import BehaviourStack  # noqa: E402
 from deployed import Deployed, deployed_stack  # noqa: E402
 
 
-#: The test files that take longest (module setups plus calls, from the fresh-clone runs'
-#: durations), longest first. ``make test`` runs ``--dist loadfile``: xdist hands out whole files
-#: in collection order as its workers free up, so these go first and no long file starts last
-#: and runs alone while the other worker idles.
+#: The test files that take longest (module setups plus calls, from a fresh-clone run's
+#: ``--durations=0``; the split files estimated from their tests), longest first. ``make test``
+#: runs ``--dist loadfile --no-loadscope-reorder``: xdist hands out whole files in collection
+#: order as its workers free up, so these go first and no long file starts last and runs alone
+#: while the other workers idle. (Without ``--no-loadscope-reorder``, xdist 3.8 orders the files
+#: by their number of tests instead, whatever the collection order.)
 LONGEST_FIRST = (
-    "test_shared_lock.py", "test_monitoring.py", "test_fault_matrix.py", "test_lock_safety.py",
-    "test_shared_client.py", "test_lock_variants.py", "test_stress.py", "test_fair_lock.py",
-    "test_section_outputs.py", "test_lock_record.py", "test_cli.py", "test_lock_recovery.py",
+    "test_shared_lock.py", "test_fair_lock.py", "test_fault_matrix.py", "test_section_outputs.py",
+    "test_shared_recovery.py", "test_shared_client.py", "test_lock_safety.py", "test_lock_variants.py",
+    "test_lock_record.py", "test_rate_limit.py", "test_fair_model.py", "test_monitoring.py",
+    "test_fair_coalesce.py", "test_lock_recovery.py", "test_callbacks.py", "test_stress.py",
+    "test_fair_redrive.py", "test_fair_clients.py", "test_lock_client.py",
 )
 
 
@@ -42,6 +46,22 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process of the run (each xdist worker too) shares the synthesized test stacks and
+    the parsed programs of their definitions through pytest's cache folder (``synth_cache``,
+    ``patches/parsed_definitions``); ``-p no:cacheprovider`` leaves each process on its own."""
+    if getattr(config, "cache", None) is None:
+        return
+    from locked_workflow.testing.patches.parsed_definitions import PROGRAMS
+    from synth_cache import CACHE_DIR_ENV, prune
+
+    synth_dir, programs_dir = config.cache.mkdir("synth"), config.cache.mkdir("programs")
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) prunes
+        prune(synth_dir, programs_dir)
+    os.environ[CACHE_DIR_ENV] = str(synth_dir)
+    PROGRAMS.keep_in(programs_dir)
 
 
 @pytest.fixture

@@ -55,12 +55,13 @@ class StackRun:
 
 @functools.cache
 def synthesized(stack: Callable[[Any, str], Any], name: str, *, asset_metadata: bool = True):
-    """``stack(app, name)`` synthesized once per test process (with its Lambda assets staged and,
-    by default, the asset metadata LocalCloud finds their code by)."""
-    from locked_workflow.testing.synth import synth_app
+    """``stack(app, name)`` synthesized once per test run (with its Lambda assets staged and,
+    by default, the asset metadata LocalCloud finds their code by): the first worker to need it
+    synthesizes it, the others read it (``synth_cache``)."""
+    from synth_cache import synth_cached
 
     context = {"aws:cdk:enable-asset-metadata": True} if asset_metadata else None
-    return synth_app(lambda app: stack(app, name), context=context)
+    return synth_cached(stack, name, context=context)
 
 
 def deployed_stack(stack: Callable[[Any, str], Any], name: str, run: Callable[[LocalCloud, Any], Run], *,

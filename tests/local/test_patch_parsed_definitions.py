@@ -155,3 +155,40 @@ def test_runtime_gives_a_component_one_heap_key_in_every_thread():
         assert len(keys) == 1
         assert not any("heap_key" in name for name in vars(program))  # nothing written
 
+
+
+def _large(tag: str) -> dict:
+    """A definition at least ``MIN_KEPT_CHARS`` long (a Pass state's comment pads it)."""
+    return {**PASS, "Comment": tag + " " * parsed_definitions.MIN_KEPT_CHARS}
+
+
+def test_a_cache_kept_in_a_folder_gives_another_process_the_program_without_a_parse(tmp_path):
+    """Two caches on one folder stand for two processes: the second reads the first's program
+    (no parse) and runs it; a different definition is parsed; a small one is never written."""
+    tag = str(uuid.uuid4())
+    first, second = parsed_definitions.ProgramCache(), parsed_definitions.ProgramCache()
+    first.keep_in(tmp_path)
+    second.keep_in(tmp_path)
+    large = json.dumps(_large(tag))
+    first.program(large)
+    assert (first.parses, len(list(tmp_path.glob("*.pickle")))) == (1, 1)
+    with counting_parses() as parsed:
+        program = second.program(large)
+        second.program(json.dumps(_large(tag + "-other")))
+        second.program(json.dumps({**PASS, "Comment": tag}))
+    assert second.parses == 2 and len(parsed) == 2 and large not in parsed
+    assert len(list(tmp_path.glob("*.pickle"))) == 2  # the small definition stays in memory
+    assert type(program).__name__ == "Program"
+    with ExitStack() as stack:  # the program read back runs: executions of it succeed
+        parsed_definitions.apply(stack, second)
+        with LocalCloud():
+            machine = create_state_machine(_large(tag))
+            assert [wait_for_end(start(machine))["status"] for _ in range(2)] == ["SUCCEEDED"] * 2
+
+
+def test_negative_control_a_cache_without_a_folder_parses_in_each_process(tmp_path):
+    large = json.dumps(_large(str(uuid.uuid4())))
+    first, second = parsed_definitions.ProgramCache(), parsed_definitions.ProgramCache()
+    first.program(large)
+    second.program(large)
+    assert (first.parses, second.parses) == (1, 1) and not list(tmp_path.iterdir())

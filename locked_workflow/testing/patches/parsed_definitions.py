@@ -28,14 +28,31 @@ in every thread, with nothing written.
 AWS: no AWS behaviour: a cost of the runtime. It keeps what a lock's timing on AWS assumes
 (no documented page says it): starting executions does not hold up the ones already running.
 
+Across processes (opt-in, :meth:`ProgramCache.keep_in`): a test run's workers deploy the same
+stacks, each parsing the same definitions (a shared-lock stack's seventeen: ~20 s of one core).
+A cache given a folder keeps each large definition's program there (pickled, keyed by the
+definition's text and by everything the program is built by: the moto and ANTLR versions, the
+Python version, this runtime's own sources, whose patches shape the components), written once
+under a file lock while the other processes wait for it, and read back by them instead of
+parsing. The test suite's conftest gives it one (``.pytest_cache``); nothing else does.
+
 Proof: ``tests/local/test_patch_parsed_definitions.py``.
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
+import hashlib
+import importlib.metadata
+import os
+import pickle
+import sys
+import tempfile
 import threading
 from collections import OrderedDict
 from contextlib import ExitStack
+from pathlib import Path
 
 from moto.stepfunctions.parser import models
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
@@ -46,6 +63,23 @@ from locked_workflow.testing.seams import patch_attribute
 
 #: Programs kept (least recently used dropped): a test session's distinct definitions.
 CAPACITY = 256
+#: The shortest definition a cache with a folder keeps there: a lock's definitions are ~100 KB
+#: (~2 s to parse); a few-state machine parses in milliseconds, faster than it reads back.
+MIN_KEPT_CHARS = 10_000
+
+
+@functools.cache
+def _builder_digest() -> str:
+    """What a parsed program is built by, besides its definition: moto, ANTLR, Python and this
+    runtime's sources (a patch may change the components the parse builds)."""
+    digest = hashlib.sha256()
+    for package in ("moto", "antlr4-python3-runtime"):
+        digest.update(f"{package}=={importlib.metadata.version(package)}\0".encode())
+    digest.update(sys.version.encode())
+    runtime = Path(__file__).resolve().parents[1]
+    for path in sorted(runtime.rglob("*.py")):
+        digest.update(str(path.relative_to(runtime)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 class ProgramCache:
@@ -56,19 +90,55 @@ class ProgramCache:
         self._programs: OrderedDict[str, EvalComponent] = OrderedDict()
         self._lock = threading.Lock()
         self._capacity = capacity
+        self._folder: Path | None = None
         self.parses = 0
+
+    def keep_in(self, folder: Path | str) -> None:
+        """Keep the programs of large definitions in ``folder`` too, for the other processes
+        that use it (see the module docstring)."""
+        self._folder = Path(folder)
+        self._folder.mkdir(parents=True, exist_ok=True)
 
     def program(self, definition: str) -> EvalComponent:
         with self._lock:  # a parse under the lock: the others starting the same definition wait for it
             program = self._programs.get(definition)
             if program is None:
-                program = AmazonStateLanguageParser.parse(definition)[0]  # a syntax error is not kept
-                self.parses += 1
+                if self._folder is not None and len(definition) >= MIN_KEPT_CHARS:
+                    program = self._kept(definition)
+                else:
+                    program = self._parse(definition)
                 self._programs[definition] = program
                 while len(self._programs) > self._capacity:
                     self._programs.popitem(last=False)
             else:
                 self._programs.move_to_end(definition)
+            return program
+
+    def _parse(self, definition: str) -> EvalComponent:
+        program = AmazonStateLanguageParser.parse(definition)[0]  # a syntax error is not kept
+        self.parses += 1
+        return program
+
+    def _kept(self, definition: str) -> EvalComponent:
+        """The program from the folder, or parsed and written there (one process parses; the
+        others wait on the entry's file lock, then read it)."""
+        assert self._folder is not None
+        key = hashlib.sha256(_builder_digest().encode() + definition.encode()).hexdigest()
+        path = self._folder / f"{key}.pickle"
+        with open(self._folder / f"{key}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if path.is_file():
+                os.utime(path)
+                return pickle.loads(path.read_bytes())
+            program = self._parse(definition)
+            try:
+                blob = pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL)
+            except (pickle.PicklingError, TypeError, AttributeError):
+                return program  # not picklable: this process keeps it in memory only
+            handle, staging = tempfile.mkstemp(dir=self._folder, suffix=".partial")
+            with os.fdopen(handle, "wb") as out:
+                out.write(blob)
+            os.replace(staging, path)  # whole or absent
             return program
 
 

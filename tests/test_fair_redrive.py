@@ -1,0 +1,105 @@
+"""A redriven fair-lock run on both DynamoDB backends: a run stopped after its release applied
+ends released, never ``Lock.Lost``; one stopped before its release, or in its work, and
+redriven after another run took the key over is ``Lock.Lost``.
+
+Split from ``test_fair_lock.py`` (its stack fixture ``fair`` and helpers), so that ``make test``'s
+``--dist loadfile`` can run the files on several workers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lock_invariants import redrive, states_entered_after_redrive
+from locked_workflow.state_machines import fair_protocol as fp
+from locked_workflow.state_machines import lock_protocol as p
+from test_fair_lock import fair, key  # noqa: F401 - fair: the stack's fixture
+
+
+def _release_of(stored_key: str):
+    """``when``: a release (alone or queued) of the lock item ``stored_key``."""
+    def when(params: dict) -> bool:
+        return params.get("Key", {}).get("pk") == {"S": stored_key} and params.get("UpdateExpression") == fp.RELEASE.update
+    return when
+
+
+def _holds(fair, k: str, arn: str) -> bool:
+    return fair.lock(k).get(p.OWNER, {}).get("S", "").startswith(arn)
+
+
+def _stopped_at_its_release_while_another_run_takes_the_key(fair, k: str, *, applied: bool):
+    """A holder of ``k`` stopped right in its release (the write applied or not), and a second
+    run holding ``k`` after it (at once, or after the stop grace when the holder's release did
+    not apply: FairWaitShortGrace). Returns (holder ARN, second run's ARN)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    arns: list[str] = []
+
+    def stop_once() -> None:  # (a release retried before the stop landed meets the fault again)
+        if fair.cloud.status(arns[0]) == "RUNNING":
+            fair.cloud.stop_execution(arns[0])
+
+    # not applied: every attempt of the release fails until the stop lands (with one fault, a
+    # retry could apply the release before the stop on a loaded machine - then it had released)
+    stop = Fault("UpdateItem", "InternalServerError", after_call=applied, when=_release_of(p.namespaced("f", k)),
+                 then=stop_once, times=1 if applied else 100)
+    with dynamodb_faults(stop) as log:
+        arns.append(fair.start("FairWait" if applied else "FairWaitShortGrace", {"key": k, "waitS": 1}))
+        fair.until(lambda: _holds(fair, k, arns[0]), timeout=60)
+        assert fair.cloud.wait_for(arns[0], timeout=60).status == "ABORTED"
+    assert log.injected == 1 if applied else log.injected >= 1
+    arns.append(fair.start("FairWait", {"key": k, "waitS": 4}))
+    fair.until(lambda: _holds(fair, k, arns[1]), timeout=60)
+    return arns[0], arns[1]
+
+
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
+def test_a_run_stopped_after_its_release_applied_ends_released_when_redriven(fair, reevaluates):
+    """The fair lock's release applied, the run was stopped right after, another run took the
+    key, then the stopped run was redriven. AWS reruns only the unsuccessful step - the release
+    (https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html). The resumed
+    release finds the key another run's and goes through the handoff to its queued release
+    (``ReleaseQueued``), refused too: its own write had applied (nobody could take over a stopped
+    holder before its stop grace), so it ends released - not ``Lock.Lost`` - and the work does
+    not run again."""
+    k = key("redrive")
+    holder, second = _stopped_at_its_release_while_another_run_takes_the_key(fair, k, applied=True)
+    redriven = redrive(fair.cloud, holder, reevaluates=reevaluates)
+    entered = states_entered_after_redrive(redriven)
+    assert (redriven.status, redriven.error) == ("SUCCEEDED", None), (redriven.error, redriven.cause, entered)
+    assert "FairWaitWork" not in entered, entered  # nothing that succeeded ran again
+    assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
+    assert fair.drained(k)
+
+
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
+def test_a_run_stopped_before_its_release_applied_is_lost_when_redriven_after_a_takeover(fair, reevaluates):
+    """The control of the one above: the release did *not* apply when the run was stopped, the
+    key was taken over after the stop grace, then the run was redriven: ``Lock.Lost``."""
+    k = key("redrive")
+    holder, second = _stopped_at_its_release_while_another_run_takes_the_key(fair, k, applied=False)
+    redriven = redrive(fair.cloud, holder, reevaluates=reevaluates)
+    assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause)
+    assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
+    assert fair.drained(k)
+
+
+@pytest.mark.parametrize("reevaluates", [False, True], ids=["strict", "reevaluate"])
+def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_released(fair, reevaluates):
+    """A redrive resumes the work's Wait (not guarded), the work ends, and the release finds the
+    key taken over during the stop. The work's end came after the redrive, so it says nothing of
+    when the stop was: ``Lock.Lost``."""
+    k = key("redrive")
+    holder = fair.start("FairWaitShortGrace", {"key": k, "waitS": 3})
+    fair.until(lambda: any(e.get("stateEnteredEventDetails", {}).get("name") == "FairWaitShortGraceWork"
+                           for e in fair.cloud.history(holder)), timeout=60)
+    fair.cloud.stop_execution(holder)  # inside its 3 s Wait
+    assert fair.cloud.wait_for(holder, timeout=60).status == "ABORTED"
+    second = fair.start("FairWait", {"key": k, "waitS": 4})
+    fair.until(lambda: _holds(fair, k, second), timeout=60)
+    redriven = redrive(fair.cloud, holder, reevaluates=reevaluates)
+    entered = states_entered_after_redrive(redriven)
+    assert (redriven.status, redriven.error) == ("FAILED", p.ERROR_LOST), (redriven.error, redriven.cause, entered)
+    assert "FairWaitShortGraceWork" in entered  # it did resume its work
+    assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
+    assert fair.drained(k)
