@@ -124,17 +124,17 @@ def run(args: argparse.Namespace) -> list[dict]:
         if args.compare:
             return compare(cloud, {"spread": arn, "at once": app.state_machine_arn(f"{NO_SPREAD}StateMachine")},
                            args, max_wait_s)
-        for keys in (1, args.keys):
+        for keys in dict.fromkeys((1, args.keys)):  # (--keys 1: the one-key burst once)
             names = [f"k{i}-{uuid.uuid4().hex[:6]}" for i in range(keys)]
             started = time.time()
             arns = [cloud.start_execution(arn, {"key": names[i % keys]}) for i in range(args.runs)]
             results = cloud.wait_all(arns, max_wait_s + 900)
-            failed = [r for r in results if r.status != "SUCCEEDED"]
-            if failed:
-                raise SystemExit(f"{len(failed)} runs did not succeed: {[(r.error, r.cause) for r in failed[:3]]}")
             for name in names:
                 mine = [r for r, i in zip(results, range(args.runs)) if names[i % keys] == name]
-                row = {"keys": keys, "key": name, **measure(mine, limit=args.limit, period_ms=args.period * 1000),
+                # (a run whose permit came after max_wait is counted; the figures are the others')
+                done = [r for r in mine if r.status == "SUCCEEDED"]
+                row = {"keys": keys, "key": name, "not admitted": len(mine) - len(done),
+                       **measure(done, limit=args.limit, period_ms=args.period * 1000),
                        "makespan s": round(time.time() - started)}
                 rows.append(row)
                 print(row, flush=True)
@@ -152,11 +152,13 @@ def compare(cloud: Any, machines: dict, args: argparse.Namespace, max_wait_s: in
     rows = []
     for label in machines:
         results = cloud.wait_all(arns[label], max_wait_s + 900)
+        # (a run whose permit came after max_wait - permits given up under load push the last
+        # ones past it - is counted, and its refused ADMITs with it; the figures are the others')
         failed = [r for r in results if r.status != "SUCCEEDED"]
-        if failed:
-            raise SystemExit(f"{len(failed)} runs did not succeed: {[(r.error, r.cause) for r in failed[:3]]}")
-        row = {"keys": 1, "key": keys[label], "refused run": label,
-               **measure(results, limit=args.limit, period_ms=args.period * 1000),
+        done = [r for r in results if r.status == "SUCCEEDED"]
+        row = {"keys": 1, "key": keys[label], "refused run": label, "not admitted": len(failed),
+               **measure(done, limit=args.limit, period_ms=args.period * 1000),
+               "refused admits/run (all)": round(sum(refused_admissions(r.history) for r in results) / len(results), 2),
                "makespan s": round(time.time() - started)}
         rows.append(row)
         print(row, flush=True)
@@ -175,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a burst with the refused runs' spread beside one that reads again at once")
     args = parser.parse_args(argv)
     rows = run(args)
-    broken = [r for r in rows if r["most per window (reserved)"] > args.limit
+    broken = [r for r in rows if r["not admitted"] or r["most per window (reserved)"] > args.limit
               or r["most per window (entries)"] > args.limit
               or r["rate per period"] < r["ideal rate per period"] * (1 - args.tolerance)]
     headers = list(rows[0])
