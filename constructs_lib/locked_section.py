@@ -182,9 +182,9 @@ class LockedSection(sfn.StateMachineFragment):
         self.kind = lock.builder()
         # waiters park on a task token (a fair lock but its EXPRESS form; the read/write lock)
         parks = self.kind.parks_on_token
-        if parks and lock.is_fair and liveness_check_every == 0:
+        if parks and self.kind.parked_waiters_check_liveness and liveness_check_every == 0:
             raise ValueError(
-                "`liveness_check_every` must be at least 1 with Lock.fair (a parked waiter's "
+                f"`liveness_check_every` must be at least 1 with Lock.{lock.kind} (a parked waiter's "
                 "fallback asks whether the holder and the head of the queue still run), got: 0"
             )
         if lock.record_table is not None:

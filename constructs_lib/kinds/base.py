@@ -118,6 +118,16 @@ class KindBuilder(ABC):
     park_timeout_s: Optional[int] = None
     #: A rate limit's entries per period (``None``: no rate limit), for budget messages.
     rate_limit: Optional[int] = None
+    #: Its parked waiters' fallback asks whether the holder and the head of the queue still
+    #: run: a parking section refuses ``liveness_check_every=0``. Default: ``False``.
+    parked_waiters_check_liveness: bool = False
+    #: Ended executions leave entries in its ticket queue: the janitor takes them out (and
+    #: wakes a free lock's new head). Default: ``False``.
+    janitor_dequeues: bool = False
+    #: How an EXPRESS state machine must spell this kind when it parks (its polling form, e.g.
+    #: ``Lock.fair(key, polling=True)``), for the message refusing it there; ``None``: the
+    #: kind has no EXPRESS form. Default: ``None``.
+    express_form: Optional[str] = None
 
     def __init__(self, user_key: str) -> None:
         #: The key (or keys) as the user wrote it (JSONata, unwrapped).
