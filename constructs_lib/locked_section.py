@@ -36,7 +36,6 @@ from locked_workflow.constructs_lib.section_work import (
 )
 from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
 from locked_workflow.constructs_lib import lease_check, prop_types
-from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import WaitPolicy, jsonata
 
@@ -215,13 +214,13 @@ class LockedSection(sfn.StateMachineFragment):
         if lease_ms < 1000:
             raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
         if max_wait is None and parks:  # wait as long as the history allows
-            max_wait = Duration.seconds(fair_protocol.unlimited_wait_s(self.kind.park_timeout_s, history_event_budget))
+            max_wait = Duration.seconds(self.kind.longest_park_wait_s(history_event_budget))
         # a kind that waits its own way (Lock.rate; with at_once, after the wait loop for a slot)
         waits_own_way = self.kind.worst_case_events(0) is not None
 
         def needed_events(max_wait_s: float) -> int:
             if parks:
-                return fair_protocol.worst_case_park_events(self.kind.park_timeout_s, max_wait_s)
+                return self.kind.worst_case_park_events(max_wait_s)
             loop = protocol.worst_case_wait_events(wait_policy, max_wait_s, liveness_check_every)
             own = self.kind.worst_case_events(max_wait_s)
             if own is None:

@@ -25,7 +25,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Protocol, Sequence
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Node
 
-from locked_workflow.state_machines import errors
+from locked_workflow.state_machines import errors, fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import ENTRY
 
@@ -167,6 +167,19 @@ class KindBuilder(ABC):
         """History events a kind that waits its own way adds to a run's wait (checked against
         the section's budget); ``None``: the section's own count (poll or park rounds)."""
         return None
+
+    def worst_case_park_events(self, max_wait_s: float) -> int:
+        """History events a parked waiter (``parks_on_token``) can record while it waits up to
+        ``max_wait_s``, checked against the section's budget. Default: the ticket queue's park
+        rounds of ``park_timeout_s``
+        (:func:`~locked_workflow.state_machines.fair_protocol.worst_case_park_events`)."""
+        return fair_protocol.worst_case_park_events(self.park_timeout_s, max_wait_s)
+
+    def longest_park_wait_s(self, history_event_budget: Optional[int]) -> int:
+        """A parking kind's wait when the section's ``max_wait`` is ``None``: the longest whose
+        park rounds fit ``history_event_budget``. Default: the ticket queue's
+        (:func:`~locked_workflow.state_machines.fair_protocol.unlimited_wait_s`)."""
+        return fair_protocol.unlimited_wait_s(self.park_timeout_s, history_event_budget)
 
     def shared_hold_expression(self, section: SectionContext, item: str) -> str:
         """JSONata over the lock item a liveness check read (``meets_shared_holds``): what the
