@@ -343,11 +343,7 @@ class LockedSection(sfn.StateMachineFragment):
                 "Lost",
                 state_name=self.state_name("Lost"),
                 error=protocol.ERROR_LOST,
-                cause=jsonata(
-                    f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
-                    f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
-                    " & ') was taken over by another holder before it was released'"
-                ),
+                cause=jsonata(self.kind.lost_cause(lock)),
             )
         return self._lost
 

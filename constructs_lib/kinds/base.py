@@ -214,6 +214,18 @@ class KindBuilder(ABC):
         """After a task refused to resume (a redrive) or timed out: retire the acquisition
         (held for its stop grace from now), then ``then``."""
 
+    def lost_cause(self, lock_variable: str) -> str:
+        """JSONata: the cause of the section's ``Lock.Lost`` (the lock was taken over before it
+        was released), naming the hold from the section's lock variable ``lock_variable`` (with
+        its ``$``). Default: its key and fence - or, a lock variable without them (``Lock.keys``:
+        ``keys`` and ``fences``), its keys and fences; one expression every kind renders so far."""
+        lock = lock_variable
+        return (
+            f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
+            f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
+            " & ') was taken over by another holder before it was released'"
+        )
+
     # -- presence (``detect_cancellation``) -----------------------------------------------------
 
     def presence_task(self, section: SectionContext) -> tuple[str, dict]:
