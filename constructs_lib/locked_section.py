@@ -186,7 +186,7 @@ class LockedSection(sfn.StateMachineFragment):
                 f"`liveness_check_every` must be at least 1 with Lock.{lock.kind} (a parked waiter's "
                 "fallback asks whether the holder and the head of the queue still run), got: 0"
             )
-        if lock.record_table is not None:
+        if self.kind.lives_on_records:
             if table is not None:
                 raise ValueError(
                     "`table` must be left unset with Lock.on_record (the lock lives on the record "

@@ -118,6 +118,10 @@ class KindBuilder(ABC):
     park_timeout_s: Optional[int] = None
     #: A rate limit's entries per period (``None``: no rate limit), for budget messages.
     rate_limit: Optional[int] = None
+    #: It lives on the user's records (``Lock.on_record``: the value's ``record_table``): the
+    #: section takes no lock table nor ``key_namespace``, and no section re-enters a hold on a
+    #: lock table across it (nor it one). Default: ``False``.
+    lives_on_records: bool = False
     #: Its parked waiters' fallback asks whether the holder and the head of the queue still
     #: run: a parking section refuses ``liveness_check_every=0``. Default: ``False``.
     parked_waiters_check_liveness: bool = False
