@@ -127,7 +127,7 @@ def _recovery_needs(lock: Optional["Lock"], detect_cancellation: bool, *, item: 
     if not kind.holds:
         raise ValueError(f"`lock` must be a kind that holds its key (a rate limit holds nothing to recover), "
                          f"got: {lock!r}")
-    return RecoveryNeeds(kind.item, lock.is_fair, detect_cancellation and kind.presence_rows)
+    return RecoveryNeeds(kind.item, kind.janitor_dequeues, detect_cancellation and kind.presence_rows)
 
 
 class LockJanitor(Construct):

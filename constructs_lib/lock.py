@@ -249,10 +249,6 @@ class Lock:
         """The table the lock lives on when it is the record's own (:meth:`on_record`)."""
         return None
 
-    @property
-    def is_fair(self) -> bool:
-        return False
-
     def builder(self) -> KindBuilder:
         """A fresh builder of this kind's states (one per section)."""
         raise NotImplementedError
@@ -300,10 +296,6 @@ class _FairLock(_Value):
     queue: Optional[QueueLimit]
     kind = "fair"
     factory = "fair(key)"
-
-    @property
-    def is_fair(self) -> bool:
-        return True
 
     def builder(self) -> KindBuilder:
         return FairKind(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling, queue=self.queue)

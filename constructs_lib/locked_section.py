@@ -36,7 +36,6 @@ from locked_workflow.constructs_lib.section_work import (
 )
 from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
 from locked_workflow.constructs_lib import lease_check, prop_types
-from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import WaitPolicy, jsonata
 
@@ -182,12 +181,12 @@ class LockedSection(sfn.StateMachineFragment):
         self.kind = lock.builder()
         # waiters park on a task token (a fair lock but its EXPRESS form; the read/write lock)
         parks = self.kind.parks_on_token
-        if parks and lock.is_fair and liveness_check_every == 0:
+        if parks and self.kind.parked_waiters_check_liveness and liveness_check_every == 0:
             raise ValueError(
-                "`liveness_check_every` must be at least 1 with Lock.fair (a parked waiter's "
+                f"`liveness_check_every` must be at least 1 with Lock.{lock.kind} (a parked waiter's "
                 "fallback asks whether the holder and the head of the queue still run), got: 0"
             )
-        if lock.record_table is not None:
+        if self.kind.lives_on_records:
             if table is not None:
                 raise ValueError(
                     "`table` must be left unset with Lock.on_record (the lock lives on the record "
@@ -215,13 +214,13 @@ class LockedSection(sfn.StateMachineFragment):
         if lease_ms < 1000:
             raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
         if max_wait is None and parks:  # wait as long as the history allows
-            max_wait = Duration.seconds(fair_protocol.unlimited_wait_s(self.kind.park_timeout_s, history_event_budget))
+            max_wait = Duration.seconds(self.kind.longest_park_wait_s(history_event_budget))
         # a kind that waits its own way (Lock.rate; with at_once, after the wait loop for a slot)
         waits_own_way = self.kind.worst_case_events(0) is not None
 
         def needed_events(max_wait_s: float) -> int:
             if parks:
-                return fair_protocol.worst_case_park_events(self.kind.park_timeout_s, max_wait_s)
+                return self.kind.worst_case_park_events(max_wait_s)
             loop = protocol.worst_case_wait_events(wait_policy, max_wait_s, liveness_check_every)
             own = self.kind.worst_case_events(max_wait_s)
             if own is None:
@@ -344,11 +343,7 @@ class LockedSection(sfn.StateMachineFragment):
                 "Lost",
                 state_name=self.state_name("Lost"),
                 error=protocol.ERROR_LOST,
-                cause=jsonata(
-                    f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
-                    f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
-                    " & ') was taken over by another holder before it was released'"
-                ),
+                cause=jsonata(self.kind.lost_cause(lock)),
             )
         return self._lost
 

@@ -120,7 +120,7 @@ class LockedWorkflow(Construct):
             )
         prop_types.instance("lock", lock, Lock, A_LOCK, required=True)
         table = prop_types.table("table", table)
-        record_table = lock.record_table
+        on_records = lock.builder().lives_on_records  # no lock table: the lock lives on the records
         shares_lock_with = prop_types.state_machines("shares_lock_with", shares_lock_with)
         prop_types.instance("wait_policy", wait_policy, WaitPolicy, "a WaitPolicy")
         for name, value in (("logging", logging), ("tracing", tracing), ("janitor", janitor)):
@@ -166,7 +166,7 @@ class LockedWorkflow(Construct):
             )
 
         self.lock_table: Optional[LockTable] = None
-        if record_table is not None:
+        if on_records:
             if table is not None or table_removal_policy is not None:
                 raise ValueError(
                     "`table` and `table_removal_policy` must be left unset with Lock.on_record (the "
@@ -177,7 +177,7 @@ class LockedWorkflow(Construct):
                 self, "LockTable", removal_policy=table_removal_policy or RemovalPolicy.RETAIN
             )
             table = self.lock_table.table
-        self.table = table if record_table is None else record_table
+        self.table = lock.record_table if on_records else table
 
         # A name known before the state machine exists lets its own role describe its
         # executions (the liveness check) without a dependency cycle.

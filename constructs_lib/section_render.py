@@ -237,10 +237,11 @@ class NotInExpress:
                     and stack.resolve(machine.state_machine_type) == "EXPRESS"
                     and marker in json.dumps(stack.resolve(machine.definition_string))):
                 where = f"{section.node.path!r} in {machine.node.path!r}"
-                if section.parks and section.lock.is_fair:
+                if section.parks and section.kind.express_form is not None:
                     return [
-                        "`lock` must be Lock.fair(key, polling=True) in an EXPRESS state machine (its "
-                        f"waiters would park on a task token, which EXPRESS cannot), got: Lock.fair(key) for {where}"
+                        f"`lock` must be {section.kind.express_form} in an EXPRESS state machine (its "
+                        f"waiters would park on a task token, which EXPRESS cannot), got: Lock.{section.lock.kind}(key) "
+                        f"for {where}"
                     ]
                 if section.parks:
                     return [

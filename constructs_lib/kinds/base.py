@@ -25,7 +25,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Protocol, Sequence
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Node
 
-from locked_workflow.state_machines import errors
+from locked_workflow.state_machines import errors, fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import ENTRY
 
@@ -118,6 +118,20 @@ class KindBuilder(ABC):
     park_timeout_s: Optional[int] = None
     #: A rate limit's entries per period (``None``: no rate limit), for budget messages.
     rate_limit: Optional[int] = None
+    #: It lives on the user's records (``Lock.on_record``: the value's ``record_table``): the
+    #: section takes no lock table nor ``key_namespace``, and no section re-enters a hold on a
+    #: lock table across it (nor it one). Default: ``False``.
+    lives_on_records: bool = False
+    #: Its parked waiters' fallback asks whether the holder and the head of the queue still
+    #: run: a parking section refuses ``liveness_check_every=0``. Default: ``False``.
+    parked_waiters_check_liveness: bool = False
+    #: Ended executions leave entries in its ticket queue: the janitor takes them out (and
+    #: wakes a free lock's new head). Default: ``False``.
+    janitor_dequeues: bool = False
+    #: How an EXPRESS state machine must spell this kind when it parks (its polling form, e.g.
+    #: ``Lock.fair(key, polling=True)``), for the message refusing it there; ``None``: the
+    #: kind has no EXPRESS form. Default: ``None``.
+    express_form: Optional[str] = None
 
     def __init__(self, user_key: str) -> None:
         #: The key (or keys) as the user wrote it (JSONata, unwrapped).
@@ -158,6 +172,19 @@ class KindBuilder(ABC):
         the section's budget); ``None``: the section's own count (poll or park rounds)."""
         return None
 
+    def worst_case_park_events(self, max_wait_s: float) -> int:
+        """History events a parked waiter (``parks_on_token``) can record while it waits up to
+        ``max_wait_s``, checked against the section's budget. Default: the ticket queue's park
+        rounds of ``park_timeout_s``
+        (:func:`~locked_workflow.state_machines.fair_protocol.worst_case_park_events`)."""
+        return fair_protocol.worst_case_park_events(self.park_timeout_s, max_wait_s)
+
+    def longest_park_wait_s(self, history_event_budget: Optional[int]) -> int:
+        """A parking kind's wait when the section's ``max_wait`` is ``None``: the longest whose
+        park rounds fit ``history_event_budget``. Default: the ticket queue's
+        (:func:`~locked_workflow.state_machines.fair_protocol.unlimited_wait_s`)."""
+        return fair_protocol.unlimited_wait_s(self.park_timeout_s, history_event_budget)
+
     def shared_hold_expression(self, section: SectionContext, item: str) -> str:
         """JSONata over the lock item a liveness check read (``meets_shared_holds``): what the
         check needs of a shared hold there (null if none owns it)."""
@@ -190,6 +217,18 @@ class KindBuilder(ABC):
     def build_retire(self, section: SectionContext, then: sfn.State) -> sfn.State:
         """After a task refused to resume (a redrive) or timed out: retire the acquisition
         (held for its stop grace from now), then ``then``."""
+
+    def lost_cause(self, lock_variable: str) -> str:
+        """JSONata: the cause of the section's ``Lock.Lost`` (the lock was taken over before it
+        was released), naming the hold from the section's lock variable ``lock_variable`` (with
+        its ``$``). Default: its key and fence - or, a lock variable without them (``Lock.keys``:
+        ``keys`` and ``fences``), its keys and fences; one expression every kind renders so far."""
+        lock = lock_variable
+        return (
+            f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
+            f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
+            " & ') was taken over by another holder before it was released'"
+        )
 
     # -- presence (``detect_cancellation``) -----------------------------------------------------
 

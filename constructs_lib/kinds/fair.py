@@ -42,6 +42,9 @@ class FairKind(MutexKind):
 
     name = "fair"
     builds_own_wait_path = True
+    parked_waiters_check_liveness = True
+    janitor_dequeues = True
+    express_form = "Lock.fair(key, polling=True)"
 
     def __init__(self, user_key: str, *, park_timeout_s: int, polling: bool = False,
                  queue: Optional[QueueLimit] = None) -> None:

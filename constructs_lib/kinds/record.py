@@ -27,6 +27,7 @@ class RecordKind(MutexKind):
     #: Its item is the user's record (a read/write lock never owns it), and its liveness
     #: check must not read the record whole (a state's result is limited to 256 KiB).
     meets_shared_holds = False
+    lives_on_records = True
 
     def __init__(self, user_key: str, *, key_attribute: str, must_exist: bool) -> None:
         super().__init__(user_key)

@@ -97,7 +97,7 @@ class SharedKind(MutexKind):
         for its own reader or writer; a reader for its own writer, or behind a writer queued
         meanwhile) until ``max_wait``."""
         for outer in enclosing:
-            if (outer.kind.user_key == self.user_key and outer.lock.record_table is None
+            if (outer.kind.user_key == self.user_key and not outer.kind.lives_on_records
                     and outer.key_namespace == section.key_namespace):
                 factory = "shared" if self.mode == READ else "exclusive"
                 raise ValueError(
