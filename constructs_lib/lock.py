@@ -37,7 +37,7 @@ from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind
 from locked_workflow.constructs_lib.kinds.shared import SharedKind
 from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
-from locked_workflow.constructs_lib.rate_kind import RateAtOnce, RateLimit
+from locked_workflow.constructs_lib.kinds.rate import RateAtOnce, RateLimit
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import rate_protocol, semaphore_protocol

@@ -9,7 +9,7 @@ of a kind; :class:`SectionContext`, what a section gives it).
 - ``record`` (``Lock.on_record``): the lock on the protected record itself;
 - ``fair`` + ``fair_handoff`` (``Lock.fair``): a mutex with a FIFO queue and wake-up handoff;
 - ``shared`` + ``shared_states``, ``shared_liveness``, ``shared_handoff``, ``shared_hold``
-  (``Lock.shared`` / ``Lock.exclusive``): a read/write lock.
-
-The rate limit (``Lock.rate``) is :mod:`~locked_workflow.constructs_lib.rate_kind`.
+  (``Lock.shared`` / ``Lock.exclusive``): a read/write lock;
+- ``rate`` (``Lock.rate``): at most ``limit`` entries per key in any window of ``period``
+  (with ``at_once``: and a semaphore's slots).
 """

@@ -20,9 +20,9 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from locked_workflow.constructs_lib.kinds.base import SectionContext as LockedSection
-from locked_workflow.constructs_lib.kinds.mutex import MutexKind as Mutex
-from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind as Semaphore
+from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import rate_protocol as rate
@@ -47,12 +47,12 @@ class _Admit(tasks.DynamoUpdateItem):
         return rendered
 
 
-def _timeout_cause(section: "LockedSection", limit: int, period_ms: int) -> str:
+def _timeout_cause(section: SectionContext, limit: int, period_ms: int) -> str:
     return (f"the key's next permit comes after max_wait ({section.max_wait_ms} ms): more than {limit} "
             f"entries per {period_ms} ms were asked for")
 
 
-def build_rate_steps(section: "LockedSection", *, limit: int, period_ms: int, timeout: sfn.State,
+def build_rate_steps(section: SectionContext, *, limit: int, period_ms: int, timeout: sfn.State,
                      lock_assign: str, field: str = "acquiredAt") -> tuple[sfn.State, sfn.State, sfn.Choice]:
     """``Read -> InTime? -> Admit -> Turn -> OnTime?`` (see the module's notes), entered with the
     section's entry record: (Read, Admit, OnTime?, whose default rule is the way into the work,
@@ -121,7 +121,7 @@ class _Otherwise:
         return sfn.Chain.start(state)
 
 
-class RateLimit(Mutex):
+class RateLimit(MutexKind):
     """At most ``limit`` entries per key in any window of ``period_ms`` (see rate_protocol)."""
 
     name = "rate"
@@ -149,7 +149,7 @@ class RateLimit(Mutex):
         """History events a run's wait may record (the section checks them against its budget)."""
         return rate.worst_case_events(limit=self.limit, period_s=self.period_ms / 1000, max_wait_s=max_wait_s)
 
-    def build_acquire(self, section: "LockedSection", lease_ms: int):
+    def build_acquire(self, section: SectionContext, lease_ms: int):
         v = section.variables
         timeout = sfn.Fail.jsonata(
             section, "Timeout", state_name=section.state_name("Timeout"), error=protocol.ERROR_TIMEOUT,
@@ -160,18 +160,18 @@ class RateLimit(Mutex):
             lock_assign=rate.lock_variable_expression(wait_variable=v["wait"], limit=self.limit))
         return read, admit, _Otherwise(on_time)
 
-    def build_release(self, section: "LockedSection", lost: sfn.State, left: sfn.State) -> sfn.State:
+    def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
         return sfn.Succeed(section, "Released", state_name=section.state_name("Released"))
 
-    def build_release_after_error(self, section: "LockedSection", rethrow: sfn.State) -> sfn.State:
+    def build_release_after_error(self, section: SectionContext, rethrow: sfn.State) -> sfn.State:
         return rethrow
 
-    def build_retire(self, section: "LockedSection", then: sfn.State) -> sfn.State:
+    def build_retire(self, section: SectionContext, then: sfn.State) -> sfn.State:
         return then
 
 
 
-class RateAtOnce(Semaphore):
+class RateAtOnce(SemaphoreKind):
     """A rate limit with a concurrency limit: at most ``at_once`` holders per key at a time
     (a semaphore's slots, held from before the permit until after the work) and at most
     ``limit`` entries per key in any window of ``period_ms`` (the rate item of
@@ -206,7 +206,7 @@ class RateAtOnce(Semaphore):
         """The rate's rounds (the section adds the slot's wait loop)."""
         return rate.worst_case_events(limit=self.rate_limit, period_s=self.period_ms / 1000, max_wait_s=max_wait_s)
 
-    def build_acquire(self, section: "LockedSection", lease_ms: int):
+    def build_acquire(self, section: SectionContext, lease_ms: int):
         v = section.variables
         start, acquire, acquired = super().build_acquire(section, lease_ms)
         timeout = sfn.Fail.jsonata(
