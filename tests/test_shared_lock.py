@@ -456,11 +456,12 @@ def test_a_mix_of_readers_and_writers_keeps_every_invariant(rw):
 
 
 def test_the_same_mix_without_the_lock_overlaps(rw):
-    """The negative control: the probe does catch readers beside writers."""
+    """The negative control: the probe does catch readers beside writers. (How each unlocked
+    run ends is no part of it: ten probes at once on a loaded machine may outlast the probe
+    function's timeout, and the run fails with it - after its entry was counted.)"""
     k = new_key()
     kinds = ["UnlockedWriter" if i % 2 else "UnlockedReader" for i in range(10)]
-    results = rw.wait([rw.start(kind, {"key": k, "workMs": 1500}) for kind in kinds])
-    assert [r.status for r in results] == ["SUCCEEDED"] * len(kinds)
+    rw.wait([rw.start(kind, {"key": k, "workMs": 1500}) for kind in kinds])
     assert rw.probe(k).get("violations", 0) > 0
 
 
