@@ -12,11 +12,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from aws_cdk import Stack
 
 from locked_workflow.constructs_lib.section_record import Role
-from locked_workflow.state_machines import errors
-from locked_workflow.state_machines import lock_protocol as protocol
 
-#: A release assigns the hold's length to ``<lock variable>Held``.
-HELD_SUFFIX = "Held"
 #: Exit event of a state, by its type (history event types of the Step Functions API).
 EXIT_EVENTS = {
     "Task": "TaskStateExited", "Pass": "PassStateExited", "Choice": "ChoiceStateExited",
@@ -81,35 +77,6 @@ class LockStates:
         return cls(tuple(fails[Role.TIMEOUT]), tuple(fails[Role.LOST]), tuple(fails[Role.LIVENESS_CHECK]),
                    tuple(takeovers), acquisitions, releases, tuple(fails[Role.SUPERSEDED]),
                    tuple(fails[Role.QUEUE_FULL]))
-
-    @classmethod
-    def of(cls, definition: Mapping[str, Any]) -> "LockStates":
-        timeouts, lost, checks, takeovers, acquisitions, releases = [], [], [], [], {}, {}
-        superseded, queue_full = [], []
-        fails = {errors.ERROR_TIMEOUT: timeouts, errors.ERROR_LOST: lost,
-                 errors.ERROR_SUPERSEDED: superseded, errors.ERROR_QUEUE_FULL: queue_full}
-        for name, state in all_states(definition.get("States", {})):
-            kind = state.get("Type")
-            if kind == "Fail" and state.get("Error") in fails:
-                fails[state["Error"]].append(name)
-            assign = state.get("Assign") or {}
-            if kind == "Task" and str(state.get("Resource", "")).endswith(":aws-sdk:sfn:describeExecution"):
-                checks.append(name)
-                for variable, value in assign.items():
-                    holder = variable[: -len("Wait")] + protocol.HOLDER_SUFFIX
-                    if variable.endswith("Wait") and value == protocol.jsonata(
-                        protocol.after_liveness_check_expression(variable, holder)
-                    ):
-                        takeovers.append((name, variable))
-            for variable, value in assign.items():
-                if (isinstance(value, str) and kind in EXIT_EVENTS and not variable.endswith(protocol.HOLDER_SUFFIX)
-                        and f"'{protocol.OWNER}':" in value and f"'{protocol.ACQUIRED_AT}':" in value):
-                    acquisitions[name] = (EXIT_EVENTS[kind], variable)
-                if (kind in EXIT_EVENTS and isinstance(value, str) and variable.endswith(HELD_SUFFIX)
-                        and protocol.held_ms_expression(variable[: -len(HELD_SUFFIX)]) in value):
-                    releases[name] = (EXIT_EVENTS[kind], variable)
-        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions, releases,
-                   tuple(superseded), tuple(queue_full))
 
 
 def _with_nested(sections: Sequence[Any]) -> list:
