@@ -23,16 +23,16 @@ from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
 from locked_workflow.constructs_lib.kinds.base import AcquireStates
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
 from locked_workflow.constructs_lib.section_hold import build_hold
+from locked_workflow.constructs_lib.section_record import Role, StateRecord
 from locked_workflow.constructs_lib.section_render import NotInExpress, SectionState
 from locked_workflow.constructs_lib.section_wait import build_wait_path, probe_presence
 from locked_workflow.constructs_lib.section_work import (
     JSONATA_WORK_RULE,
     catching,
     derive_stop_grace,
-    is_lock_state,
     jsonpath_states,
-    task_states,
     warn_if_grace_short,
+    work_task_states,
 )
 from locked_workflow.constructs_lib.lock_table import LockTable, check_lock_table
 from locked_workflow.constructs_lib import lease_check, prop_types
@@ -282,8 +282,9 @@ class LockedSection(sfn.StateMachineFragment):
         self.stored_key_expression = self.kind.key_expression(key_namespace)
         self.max_wait_ms = max_wait_ms
         self._construct_id = construct_id
-        #: Every lock state's name (see :meth:`state_name`): the work's tasks are guarded, these not.
-        self.lock_state_names: set[str] = set()
+        #: The section's states by name and role, kept while they are built (see :meth:`record`):
+        #: the checks at render read it, never the rendered JSON.
+        self.state_record = StateRecord()
         self._liveness_grants: list = []
         self._janitor: Optional[LockJanitor] = None
 
@@ -326,8 +327,13 @@ class LockedSection(sfn.StateMachineFragment):
         """The name of one of this section's lock states (recorded: the work's tasks are
         guarded, the lock's own states are not)."""
         name = f"{self._construct_id}.{suffix}"
-        self.lock_state_names.add(name)
+        self.state_record.add(name, Role.LOCK)
         return name
+
+    def record(self, state: Union[sfn.State, str], role: Role, variable: Optional[str] = None) -> None:
+        """Record the role of one of this section's states (``state``: it, or its name), and
+        the variable concerned: see :class:`~locked_workflow.constructs_lib.section_record.Role`."""
+        self.state_record.add(state if isinstance(state, str) else state.state_id, role, variable)
 
     def probe_presence(self, describe: sfn.State, *, then: sfn.State) -> sfn.State:
         """``SendTaskHeartbeat`` on the presence token of the holder in ``$<lock_variable>Holder``
@@ -345,6 +351,7 @@ class LockedSection(sfn.StateMachineFragment):
                 error=protocol.ERROR_LOST,
                 cause=jsonata(self.kind.lost_cause(lock)),
             )
+            self.record(self._lost, Role.LOST)
         return self._lost
 
     def _build_release(self) -> sfn.State:
@@ -374,10 +381,12 @@ class LockedSection(sfn.StateMachineFragment):
         """``state`` runs while the lock is held (before the work): its errors release it too."""
         self._pending_after_acquire.append(state)
 
-    def held_assign(self, when: Optional[str] = None) -> dict:
-        """The Assign of a release: how long the lock was held (``<lock_variable>Held``, ms),
-        which monitoring reads from the release's exit line (``when``: JSONata, true when the
-        write ends the hold; see ``lock_protocol.held_ms_expression``)."""
+    def held_assign(self, state_name: str, when: Optional[str] = None) -> dict:
+        """The Assign of a release, the state named ``state_name`` (recorded as a release): how
+        long the lock was held (``<lock_variable>Held``, ms), which monitoring reads from the
+        release's exit line (``when``: JSONata, true when the write ends the hold; see
+        ``lock_protocol.held_ms_expression``)."""
+        self.state_record.add(state_name, Role.RELEASE, self.variables["held"])
         return {self.variables["held"]: jsonata(protocol.held_ms_expression(self.variables["lock"], when))}
 
     def _build_entry(self) -> sfn.Parallel:
@@ -393,6 +402,7 @@ class LockedSection(sfn.StateMachineFragment):
             comment=f"Exclusive lock ({self.node.path})",
             outputs=jsonata("$states.result[0]"),
         ).branch(self._start)
+        self.record(section, Role.SECTION)
         entry_failed = sfn.Choice.jsonata(self, "EntryFailed", state_name=self.state_name("EntryFailed?"))
         entry_failed.when(
             sfn.Condition.jsonata(jsonata(protocol.entry_error_is(protocol.ERROR_INVALID_KEY))),
@@ -422,11 +432,14 @@ class LockedSection(sfn.StateMachineFragment):
         )
         return section
 
-    def stop_grace_ms(self, rendered_section: Any = None) -> int:
+    def stop_grace_ms(self, rendered_section: Any = None, lock_states: Optional[set] = None) -> int:
         """The stop grace in ms: ``stop_grace`` if given (warned at synth when shorter than a
         Lambda task's longest run), else derived from the protected work as rendered (branches
-        of Parallel and Map states are only complete then)."""
-        work = [s for s in task_states(rendered_section) if not is_lock_state(s)] if rendered_section is not None else []
+        of Parallel and Map states are only complete then): its tasks but the lock's own
+        states, named in ``lock_states`` (default: this section's record; at render, with the
+        sections nested in it)."""
+        names = self.state_record.names() if lock_states is None else lock_states
+        work = work_task_states(rendered_section, names) if rendered_section is not None else []
         if self._stop_grace is not None:
             grace_ms = prop_types.concrete_ms("stop_grace", self._stop_grace)
             warn_if_grace_short(self, grace_s=grace_ms / 1000, tasks_found=work)

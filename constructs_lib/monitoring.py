@@ -29,10 +29,11 @@ HoldTime (ms)        the exit of a release, which assigns ``<lock variable>Held`
 ===================  ==============================================================  =========
 
 Every section counts - the workflow's own and every section nested in its work, named by
-their construct ids, of every kind - because the states are found in the state machine's
-synthesized definition by what they do (a Fail state's ``Error``, a task's resource, what a
-state assigns), not by a name: a nested section that fails through ``Inner.Timeout`` is
-counted there once, not again where the enclosing section re-raises it (``Lock.Rethrow``).
+their construct ids, of every kind - because each kind records the role of every lock state
+it builds (:mod:`~locked_workflow.constructs_lib.section_record`), and the monitoring reads the
+records of the monitored sections and of those nested in them, finding each state by name in
+the synthesized definition: a nested section that fails through ``Inner.Timeout`` is counted
+there once, not again where the enclosing section re-raises it (``Lock.Rethrow``).
 
 Every kind's release - the mutex's, the semaphore's, the fair lock's handoff, the multi-key
 transaction, the record's update - assigns the hold's length when it succeeds (a lost lock's
@@ -219,8 +220,9 @@ class LockMonitoring(Construct):
         #: Namespace of every metric of this workflow.
         self.namespace = f"{namespace}/{monitored.name}"
         self._period = alarm_period
-        #: Every section's lock states, found in the synthesized definition.
-        self.lock_states = LockStates.of(monitored.definition)
+        #: The lock states of the monitored sections (and those nested in them), from their
+        #: records, found by name in the synthesized definition.
+        self.lock_states = LockStates.recorded(monitored.definition, monitored.sections)
         found = self.lock_states
 
         # -- counts: metric filters on the workflow's (and its janitor's) log group ----------

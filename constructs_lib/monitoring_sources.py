@@ -25,6 +25,9 @@ class Monitored:
     log_group: logs.ILogGroup
     definition: dict
     janitors: tuple
+    #: The monitored sections (a workflow's one; the given ones), whose records name the lock
+    #: states (the sections nested in them are read through them).
+    sections: tuple = ()
 
 
 def monitored_workflow(workflow: Any, sections: Sequence[Any]) -> Monitored:
@@ -48,7 +51,8 @@ def monitored_workflow(workflow: Any, sections: Sequence[Any]) -> Monitored:
         )
     janitor = getattr(workflow, "janitor", None)
     return Monitored(workflow.state_machine, workflow.state_machine_name, log_group,
-                      synthesized_definition(workflow.state_machine), (janitor,) if janitor is not None else ())
+                      synthesized_definition(workflow.state_machine), (janitor,) if janitor is not None else (),
+                      (workflow.section,))
 
 
 #: How a hand-built state machine must log (the message of its refusal).
@@ -89,5 +93,6 @@ def monitored_state_machine(scope: Construct, state_machine: Any, sections: Sequ
     arn = destinations[0].cloud_watch_logs_log_group.log_group_arn
     log_group = logs.LogGroup.from_log_group_arn(scope, "StateMachineLogs", arn)
     janitors = tuple(dict.fromkeys(s.janitor for s in sections if s.janitor is not None))
-    return Monitored(state_machine, state_machine.state_machine_name, log_group, definition, janitors)
+    return Monitored(state_machine, state_machine.state_machine_name, log_group, definition, janitors,
+                     tuple(sections))
 

@@ -1,5 +1,5 @@
-"""The lock states of a synthesized state machine, found by what they do (a Fail state's
-``Error``, a task's resource, what a state assigns), not by a name: what
+"""The lock states of a synthesized state machine, from its sections' records (each kind
+records the role of every lock state it builds): what
 :class:`~locked_workflow.constructs_lib.monitoring.LockMonitoring` counts and times.
 """
 
@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from aws_cdk import Stack
 
-from locked_workflow.state_machines import errors
-from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.constructs_lib.section_record import Role
 
-#: A release assigns the hold's length to ``<lock variable>Held``.
-HELD_SUFFIX = "Held"
 #: Exit event of a state, by its type (history event types of the Step Functions API).
 EXIT_EVENTS = {
     "Task": "TaskStateExited", "Pass": "PassStateExited", "Choice": "ChoiceStateExited",
@@ -25,7 +22,7 @@ EXIT_EVENTS = {
 
 @dataclass(frozen=True)
 class LockStates:
-    """The lock states of a synthesized state machine, found by what they do.
+    """The lock states of a synthesized state machine (:meth:`recorded`).
 
     :param timeouts: Fail states whose ``Error`` is ``Lock.Timeout``.
     :param lost: Fail states whose ``Error`` is ``Lock.Lost``.
@@ -37,7 +34,9 @@ class LockStates:
     :param acquisitions: ``state -> (exit event type, lock variable)`` of the states that
         assign a lock record with its ``owner`` and ``acquiredAt`` (a re-entered section's
         pass-through and later updates of the record do not: they copy it; nor does a waiter's
-        look at the holder, ``<lock variable>Holder``: another participant's record).
+        look at the holder, ``<lock variable>Holder``: another participant's record; a fair
+        handoff's and a read/write waiter's look at a record are listed: the metrics function
+        measures a wait only from a record naming its own execution).
     :param releases: ``state -> (exit event type, held variable)`` of the releases, which
         assign ``<lock variable>Held`` (``lock_protocol.held_ms_expression``; a fair grant
         assigns it only when it hands on its own hold, else null).
@@ -53,33 +52,41 @@ class LockStates:
     queue_full: tuple = ()
 
     @classmethod
-    def of(cls, definition: Mapping[str, Any]) -> "LockStates":
-        timeouts, lost, checks, takeovers, acquisitions, releases = [], [], [], [], {}, {}
-        superseded, queue_full = [], []
-        fails = {errors.ERROR_TIMEOUT: timeouts, errors.ERROR_LOST: lost,
-                 errors.ERROR_SUPERSEDED: superseded, errors.ERROR_QUEUE_FULL: queue_full}
+    def recorded(cls, definition: Mapping[str, Any], sections: Sequence[Any]) -> "LockStates":
+        """The lock states of ``sections`` (and of the sections nested in them), from their
+        records (:class:`~locked_workflow.constructs_lib.section_record.StateRecord`), in the
+        order of the synthesized ``definition``, where each is found by its name (an exit's
+        event type follows the state's type)."""
+        records: dict[str, list] = {}
+        for section in _with_nested(sections):
+            for entry in section.state_record:
+                records.setdefault(entry.name, []).append(entry)
+        fails = {Role.TIMEOUT: [], Role.LOST: [], Role.SUPERSEDED: [], Role.QUEUE_FULL: [],
+                 Role.LIVENESS_CHECK: []}
+        takeovers, acquisitions, releases = [], {}, {}
         for name, state in all_states(definition.get("States", {})):
-            kind = state.get("Type")
-            if kind == "Fail" and state.get("Error") in fails:
-                fails[state["Error"]].append(name)
-            assign = state.get("Assign") or {}
-            if kind == "Task" and str(state.get("Resource", "")).endswith(":aws-sdk:sfn:describeExecution"):
-                checks.append(name)
-                for variable, value in assign.items():
-                    holder = variable[: -len("Wait")] + protocol.HOLDER_SUFFIX
-                    if variable.endswith("Wait") and value == protocol.jsonata(
-                        protocol.after_liveness_check_expression(variable, holder)
-                    ):
-                        takeovers.append((name, variable))
-            for variable, value in assign.items():
-                if (isinstance(value, str) and kind in EXIT_EVENTS and not variable.endswith(protocol.HOLDER_SUFFIX)
-                        and f"'{protocol.OWNER}':" in value and f"'{protocol.ACQUIRED_AT}':" in value):
-                    acquisitions[name] = (EXIT_EVENTS[kind], variable)
-                if (kind in EXIT_EVENTS and isinstance(value, str) and variable.endswith(HELD_SUFFIX)
-                        and protocol.held_ms_expression(variable[: -len(HELD_SUFFIX)]) in value):
-                    releases[name] = (EXIT_EVENTS[kind], variable)
-        return cls(tuple(timeouts), tuple(lost), tuple(checks), tuple(takeovers), acquisitions, releases,
-                   tuple(superseded), tuple(queue_full))
+            for entry in records.get(name, ()):
+                if entry.role in fails:
+                    fails[entry.role].append(name)
+                elif entry.role is Role.TAKEOVER:
+                    takeovers.append((name, entry.variable))
+                elif entry.role is Role.ACQUISITION:
+                    acquisitions[name] = (EXIT_EVENTS[state["Type"]], entry.variable)
+                elif entry.role is Role.RELEASE:
+                    releases[name] = (EXIT_EVENTS[state["Type"]], entry.variable)
+        return cls(tuple(fails[Role.TIMEOUT]), tuple(fails[Role.LOST]), tuple(fails[Role.LIVENESS_CHECK]),
+                   tuple(takeovers), acquisitions, releases, tuple(fails[Role.SUPERSEDED]),
+                   tuple(fails[Role.QUEUE_FULL]))
+
+
+def _with_nested(sections: Sequence[Any]) -> list:
+    """``sections`` and the sections nested in them (rendered inside them), each once."""
+    found: dict = {}
+    for section in sections:
+        found.setdefault(id(section), section)
+        for inner in section.section_state.nested.values():
+            found.setdefault(id(inner), inner)
+    return list(found.values())
 
 
 def all_states(states: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:

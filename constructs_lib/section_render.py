@@ -7,7 +7,6 @@ token in an EXPRESS state machine.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any, List, Mapping, Optional, Protocol, Sequence
 
@@ -16,6 +15,7 @@ from aws_cdk import Stack, aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Construct, IValidation
 
 from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.section_record import named_states, rendered_definition, state_names
 from locked_workflow.constructs_lib.section_work import branches, guard_task, work_tasks
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import jsonata
@@ -29,12 +29,15 @@ class RenderedSection(SectionContext, Protocol):
     lock_variable: str
     #: JSONata: the stored key (or keys), from the kind.
     stored_key_expression: str
-    #: Every lock state's name: the work's tasks are guarded, these not.
-    lock_state_names: set
+    #: The section's states by name and role (its lock states: the work's tasks are guarded,
+    #: these not).
+    state_record: Any
+    #: Its Parallel (a :class:`SectionState`).
+    section_state: Any
     #: Its waiters park on a task token.
     parks: bool
 
-    def stop_grace_ms(self, rendered_section: Optional[Any] = ...) -> int: ...
+    def stop_grace_ms(self, rendered_section: Optional[Any] = ..., lock_states: set = ...) -> int: ...
 
 
 # Sections being rendered, outermost first: a section rendered inside another one's branch
@@ -55,32 +58,39 @@ class SectionState(sfn.Parallel):
         super().__init__(scope, construct_id, **props)
         #: The section this state is the Parallel of.
         self.section = section
+        #: Paths of the state machines whose definition rendered this state.
+        self.machines: set = set()
+        #: The sections nested in this one, by their Parallel's name (known once rendered).
+        self.nested: dict = {}
 
     def to_state_json(self, *args: Any) -> Any:
         enclosing = enclosing_sections()
+        self.machines |= machines_being_built(self)
         problem = nesting_problem(self.section, enclosing)
         if problem:  # at synth: the state machine's definition is rendered
             raise ValueError(problem)
         stack = getattr(_rendering, "stack", [])
+        frames = getattr(_rendering, "inside", [])
+        for frame in frames:  # rendered inside each section being rendered
+            frame.append(self.section)
         stack.append(self.section)
-        _rendering.stack = stack
+        frames.append([])
+        _rendering.stack, _rendering.inside = stack, frames
         try:
             rendered = dict(super().to_state_json(*args))
         finally:
             stack.pop()
-        grace = self.section.stop_grace_ms(rendered)
+            inside = frames.pop()
+        self.nested = nested_sections(rendered, inside)
+        lock_states = lock_state_names(self.section, self.nested)
+        grace = self.section.stop_grace_ms(rendered, lock_states)
         rendered["Arguments"] = jsonata(entry_expression(self.section, enclosing, grace))
         assign_work_done(self.section, rendered, grace)
-        problem = concurrent_reentry_problem(self.section, rendered)
+        problem = concurrent_reentry_problem(self.section, rendered, self.nested)
         if problem:
             raise ValueError(problem)
-        guard_work(self.section, rendered)
+        guard_work(self.section, rendered, lock_states)
         return rendered
-
-
-def _sections(section: RenderedSection) -> list:
-    """Every section of ``section``'s stack (found by their Parallel states)."""
-    return [c.section for c in Stack.of(section).node.find_all() if isinstance(c, SectionState)]
 
 
 def nesting_problem(section: RenderedSection, enclosing: Sequence[RenderedSection]) -> str:
@@ -111,30 +121,57 @@ def entry_expression(section: RenderedSection, enclosing: Sequence[RenderedSecti
     )
 
 
-def concurrent_reentry_problem(section: RenderedSection, rendered_section: dict) -> str:
+def machines_being_built(scope: Construct) -> set:
+    """Paths of the state machines of ``scope``'s stack whose definition is being rendered now:
+    an ``sfn.StateMachine`` renders its definition in its constructor, before it adds its
+    ``CfnStateMachine`` (its child ``Resource``)."""
+    return {
+        m.node.path for m in Stack.of(scope).node.find_all()
+        if isinstance(m, sfn.StateMachine) and m.node.try_find_child("Resource") is None
+    }
+
+
+def nested_sections(rendered_section: Mapping[str, Any], rendered_inside: Sequence[RenderedSection]) -> dict:
+    """``Parallel name -> section`` of the sections nested in a rendered section: those
+    rendered while it was, whose Parallel (by the name their record holds) is a state of its
+    branch. State names are unique in a definition: no two nested sections share one."""
+    names = set()
+    for branch in rendered_section.get("Branches", []):
+        names |= state_names(branch)
+    return {s.state_record.section_name: s for s in rendered_inside if s.state_record.section_name in names}
+
+
+def lock_state_names(section: RenderedSection, nested: Mapping[str, RenderedSection]) -> set:
+    """The names of the lock's own states in ``section``'s rendered branch: its recorded
+    states and those of the sections nested in it."""
+    names = set(section.state_record.names())
+    for inner in nested.values():
+        names |= inner.state_record.names()
+    return names
+
+
+def concurrent_reentry_problem(section: RenderedSection, rendered_section: dict,
+                               nested: Mapping[str, RenderedSection]) -> str:
     """Re-entrancy is for sequential nesting only. A section nested in this one's work that
     could pass through on this section's lock (same table and namespace, neither a lock on
     records) must not run as concurrent children of one hold - iterations of a Map, or
     sections in two branches of a Parallel: each would pass through, and all would be
     inside at once with the same fence, which no fenced writer can tell apart. Such a shape
-    is refused ("" if there is none)."""
-    sections = {
-        f"Exclusive lock ({c.node.path})": c
-        for c in _sections(section) if c is not section
-    }
+    is refused ("" if there is none). ``nested``: the sections nested in it, by their
+    Parallel's name (:func:`nested_sections`)."""
 
-    def could_pass_through(state: Mapping[str, Any]) -> "RenderedSection | None":
-        inner = sections.get(state.get("Comment")) if state.get("Type") == "Parallel" else None
+    def could_pass_through(name: str, state: Mapping[str, Any]) -> "RenderedSection | None":
+        inner = nested.get(name) if state.get("Type") == "Parallel" else None
         if (inner is not None and same_table(inner.table, section.table)
                 and inner.key_namespace == section.key_namespace
-                and inner.lock.record_table is None and section.lock.record_table is None):
+                and not inner.kind.lives_on_records and not section.kind.lives_on_records):
             return inner
         return None
 
     def found(states: Mapping[str, Any]) -> "RenderedSection | None":
         """The first section in ``states`` (at any depth) that could pass through."""
-        for state in states.values():
-            inner = could_pass_through(state)
+        for name, state in states.items():
+            inner = could_pass_through(name, state)
             if inner is not None:
                 return inner
             for branch in branches(state):
@@ -156,9 +193,9 @@ def concurrent_reentry_problem(section: RenderedSection, rendered_section: dict)
                 if len(hits) > 1:
                     return _concurrent_message(section, hits[0], f"the branches of Parallel {name!r}")
             for branch in children:
-                nested = problem(branch.get("States", {}))
-                if nested:
-                    return nested
+                inner_problem = problem(branch.get("States", {}))
+                if inner_problem:
+                    return inner_problem
         return ""
 
     for branch in rendered_section.get("Branches", []):
@@ -185,16 +222,14 @@ def assign_work_done(section: RenderedSection, rendered_section: dict, grace_ms:
     assign[section.variables["done"]] = jsonata(protocol.work_done_expression(grace_ms))
 
 
-def guard_work(section: RenderedSection, rendered_section: dict) -> None:
+def guard_work(section: RenderedSection, rendered_section: dict, lock_states: set) -> None:
     """Make every task of the protected work check, before it runs, that this section's
     acquisition belongs to the execution's current redrive generation
     (``lock_protocol.resumed_guard_expression``): a redrive resumes a branch at its
     unsuccessful step, past the acquire. The lock's own states (this section's and nested
-    sections') are owner-conditioned writes and reads, safe at any time, and stay as they are;
-    a nested section's work gets this guard on top of its own."""
-    lock_states = set()
-    for other in _sections(section):
-        lock_states |= other.lock_state_names
+    sections', ``lock_states``: :func:`lock_state_names`) are owner-conditioned writes and
+    reads, safe at any time, and stay as they are; a nested section's work gets this guard on
+    top of its own."""
     guard = protocol.resumed_guard_expression(section.lock_variable)
     for name, state in work_tasks(rendered_section, lock_states):
         guard_task(name, state, guard)
@@ -228,29 +263,47 @@ class NotInExpress:
     def __init__(self, section: RenderedSection) -> None:
         self.section = section
 
+    def in_express_machine(self) -> Optional[str]:
+        """The path of an EXPRESS state machine of the stack that runs the section, or ``None``:
+        one whose definition rendered the section's Parallel (see :func:`machines_being_built`);
+        a ``CfnStateMachine`` made without an ``sfn.StateMachine``, one whose definition has a
+        Parallel of that name (state names are unique in a definition; another machine's
+        section of the same id would be taken for this one: refused, never let through)."""
+        stack = Stack.of(self.section)
+        name = self.section.state_record.section_name
+        for machine in stack.node.find_all():
+            if not (isinstance(machine, sfn.CfnStateMachine)
+                    and stack.resolve(machine.state_machine_type) == "EXPRESS"):
+                continue
+            owner = machine.node.scope
+            if isinstance(owner, sfn.StateMachine):
+                runs_it = owner.node.path in self.section.section_state.machines
+            else:
+                runs_it = any(n == name and state.get("Type") == "Parallel" for n, state in named_states(
+                    rendered_definition(stack.resolve(machine.definition_string)).get("States", {})))
+            if runs_it:
+                return machine.node.path
+        return None
+
     def validate(self) -> List[str]:
         section = self.section
-        stack = Stack.of(section)
-        marker = f"Exclusive lock ({section.node.path})"
-        for machine in stack.node.find_all():
-            if (isinstance(machine, sfn.CfnStateMachine)
-                    and stack.resolve(machine.state_machine_type) == "EXPRESS"
-                    and marker in json.dumps(stack.resolve(machine.definition_string))):
-                where = f"{section.node.path!r} in {machine.node.path!r}"
-                if section.parks and section.kind.express_form is not None:
-                    return [
-                        f"`lock` must be {section.kind.express_form} in an EXPRESS state machine (its "
-                        f"waiters would park on a task token, which EXPRESS cannot), got: Lock.{section.lock.kind}(key) "
-                        f"for {where}"
-                    ]
-                if section.parks:
-                    return [
-                        f"`lock` must not be Lock.{section.lock.kind} in an EXPRESS state machine (its waiters "
-                        f"park on a task token, which EXPRESS cannot; use a STANDARD machine, or Lock.mutex / "
-                        f"Lock.fair(key, polling=True)), got: Lock.{section.lock.kind}(key) for {where}"
-                    ]
-                return [
-                    f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
-                    f"(it cannot park on a task token), got: True for {where}"
-                ]
-        return []
+        machine = self.in_express_machine()
+        if machine is None:
+            return []
+        where = f"{section.node.path!r} in {machine!r}"
+        if section.parks and section.kind.express_form is not None:
+            return [
+                f"`lock` must be {section.kind.express_form} in an EXPRESS state machine (its "
+                f"waiters would park on a task token, which EXPRESS cannot), got: Lock.{section.lock.kind}(key) "
+                f"for {where}"
+            ]
+        if section.parks:
+            return [
+                f"`lock` must not be Lock.{section.lock.kind} in an EXPRESS state machine (its waiters "
+                f"park on a task token, which EXPRESS cannot; use a STANDARD machine, or Lock.mutex / "
+                f"Lock.fair(key, polling=True)), got: Lock.{section.lock.kind}(key) for {where}"
+            ]
+        return [
+            f"`detect_cancellation` must be False for a section in an EXPRESS state machine "
+            f"(it cannot park on a task token), got: True for {where}"
+        ]

@@ -11,6 +11,7 @@ from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -25,6 +26,7 @@ def build_wait_path(section: SectionContext, acquire: sfn.TaskStateBase) -> None
         error=protocol.ERROR_TIMEOUT,
         cause=f"the lock was held by another run for longer than max_wait ({max_wait_ms} ms)",
     )
+    section.record(timeout, Role.TIMEOUT)
     refused = section.kind.refused
     if max_wait_ms == 0:
         acquire.add_catch(timeout, errors=[refused])
@@ -113,6 +115,8 @@ def _liveness_check(section: SectionContext, wait: sfn.State) -> sfn.IChainable:
             "Output": jsonata("$states.input"),
         },
     )
+    section.record(describe, Role.LIVENESS_CHECK)
+    section.record(describe, Role.TAKEOVER, v["wait"])
     describe.add_catch(wait, errors=["States.ALL"], outputs=jsonata("$states.input"))
     describe.next(wait)
     is_execution = sfn.Choice.jsonata(section, "HolderIsExecution", state_name=section.state_name("HolderIsExecution?"))

@@ -5,8 +5,9 @@
 * the guard: every task of the work evaluates the section's guard before it calls its
   resource, so a redriven task cannot resume without the lock (:func:`guard_task`);
 * walks of rendered states: tasks, branches, reachable states (:func:`work_tasks`,
-  :func:`task_states`, :func:`reachable_states`), and the state that carries the lock's Catch
-  (:func:`catching`).
+  :func:`work_task_states`, :func:`task_states`, :func:`reachable_states`; the lock's own
+  states are told by name, from the sections' records), and the state that carries the
+  lock's Catch (:func:`catching`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from typing import Any, Mapping, Optional, Sequence
 from aws_cdk import Annotations, Duration, Stack, aws_lambda as lambda_, aws_stepfunctions as sfn
 from constructs import Construct
 
-from locked_workflow.state_machines import fair_protocol
-from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.constructs_lib.section_record import named_states
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 #: Stop grace when the protected work has a task whose longest run the construct cannot see
@@ -35,20 +35,6 @@ LAMBDA_DEFAULT_TIMEOUT_S = 3
 #: (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). A handler
 #: invoked just before a stop may so enter its work up to this long plus its timeout after it.
 LAMBDA_INIT_LIMIT_S = 10
-
-
-def is_lock_state(state: dict) -> bool:
-    """A lock protocol write of a (nested) section: a DynamoDB call, over when the stop is
-    (a fair waiter's park included: a stopped execution's park ends with it)."""
-    arguments = state.get("Arguments")
-    if isinstance(arguments, dict) and protocol.PRESENT.condition in json.dumps(arguments):
-        return True  # a hold's presence task (a multi-key hold's: inside its transaction)
-    writes = {w.condition for w in (protocol.ACQUIRE, protocol.RELEASE, fair_protocol.PARK)}
-    if isinstance(arguments, dict) and isinstance(arguments.get("TransactItems"), list):
-        # a coalescing park: the row's PARK beside a ConditionCheck of the lock item's cut
-        return any(isinstance(item, dict) and (item.get("Update") or {}).get("ConditionExpression") in writes
-                   for item in arguments["TransactItems"])
-    return isinstance(arguments, dict) and arguments.get("ConditionExpression") in writes
 
 
 def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:
@@ -155,6 +141,18 @@ def branches(state: Mapping[str, Any]) -> list:
         processor = state.get("ItemProcessor") or state.get("Iterator")
         return [processor] if processor else []
     return []
+
+def work_task_states(rendered_section: Mapping[str, Any], lock_states: set) -> list:
+    """The task states of a rendered section's branch whose names are not in ``lock_states``
+    (the lock's own, by the sections' records), in Parallel branches and Map item processors
+    at any depth: the work whose longest run the stop grace covers."""
+    return [
+        state
+        for branch in rendered_section.get("Branches", [])
+        for name, state in named_states(branch.get("States", {}))
+        if state.get("Type") == "Task" and "Resource" in state and name not in lock_states
+    ]
+
 
 def work_tasks(rendered_section: dict, lock_states: set):
     """(name, task state) of every task of a rendered section's branch that is not a lock

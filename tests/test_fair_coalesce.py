@@ -200,7 +200,7 @@ def test_negative_control_the_plain_fair_lock_on_express_runs_the_work_for_every
 
 def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_park():
     """The stop grace (how long a stopped holder's work may still run) is derived from the
-    protected work's tasks, the lock's own states left out (``section_work.is_lock_state``); a
+    protected work's tasks, the lock's own states left out (by name: the section's record); a
     task on a task token counts as a callback with no bound: 15 minutes. A coalescing park is
     a transaction (the row's PARK beside a check of the item's cut) on a task token: not known
     as a lock state, it made every coalescing section's grace 15 minutes - a coalescing holder
@@ -212,7 +212,7 @@ def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_
 
     from locked_workflow import Lock, LockedWorkflow, QueueLimit
     from locked_workflow.constructs_lib.monitoring_states import synthesized_definition
-    from locked_workflow.constructs_lib.section_work import is_lock_state, task_states
+    from locked_workflow.constructs_lib.section_record import named_states
     from locked_workflow.state_machines.lock_protocol import jsonata
 
     app = cdk.App()
@@ -224,5 +224,7 @@ def test_a_coalescing_section_derives_its_stop_grace_from_its_work_not_from_its_
                                       state_machine_name=name) for name, lock in kinds.items()}
     for name, workflow in workflows.items():
         lock_states = synthesized_definition(workflow.state_machine)["States"]["Lock"]
-        parks = [s for s in task_states(lock_states) if s["Resource"].endswith(".waitForTaskToken")]
-        assert parks and all(is_lock_state(park) for park in parks), (name, [p["Resource"] for p in parks])
+        parks = [n for n, s in named_states(lock_states["Branches"][0]["States"])
+                 if s.get("Type") == "Task" and s["Resource"].endswith(".waitForTaskToken")]
+        recorded = workflow.section.state_record.names()
+        assert parks and set(parks) <= recorded, (name, sorted(set(parks) - recorded))

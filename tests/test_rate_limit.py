@@ -541,18 +541,22 @@ def test_the_cli_shows_a_keys_rate_state_and_lists_it_without_a_holder(limits, c
     assert f"r#{k} rate limit: {LIMIT} admissions" in capsys.readouterr().out
 
 
-def test_monitoring_finds_the_rate_limits_wait_and_timeout_by_what_they_do(rate_synth):
-    """``LockMonitoring`` reads a rate limit as every kind: its ADMIT assigns the lock record
-    (``WaitTime`` = reserved time - the section's entry: the wait for a permit), its Timeout
-    fails ``Lock.Timeout`` (``Timeouts``); nothing is held, so no release (no ``HoldTime``)."""
-    import json
+def test_monitoring_finds_the_rate_limits_wait_and_timeout_in_its_record():
+    """``LockMonitoring`` reads a rate limit as every kind, from the section's record: its ADMIT
+    assigns the lock record (``WaitTime`` = reserved time - the section's entry: the wait for a
+    permit), its Timeout fails ``Lock.Timeout`` (``Timeouts``); nothing is held, so no release
+    (no ``HoldTime``)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_stepfunctions as sfn
 
-    from locked_workflow.constructs_lib.monitoring_states import LockStates
+    from locked_workflow import Lock, LockedWorkflow
+    from locked_workflow.constructs_lib.monitoring_states import LockStates, synthesized_definition
+    from locked_workflow.state_machines.lock_protocol import jsonata
 
-    (definition,) = [r["Properties"]["DefinitionString"] for k, r in rate_synth.template["Resources"].items()
-                     if r["Type"] == "AWS::StepFunctions::StateMachine" and k.startswith("RateStateMachine")]
-    text = "".join(p if isinstance(p, str) else "TOKEN" for p in definition["Fn::Join"][1])
-    states = LockStates.of(json.loads(text))
+    stack = cdk.Stack(cdk.App(), "RateRecord")
+    workflow = LockedWorkflow(stack, "Rate", lock=Lock.rate(jsonata("$states.input.key"), limit=LIMIT),
+                              protected=sfn.Pass.jsonata(stack, "Work"))
+    states = LockStates.recorded(synthesized_definition(workflow.state_machine), [workflow.section])
     assert states.timeouts == ("Lock.Timeout",)
     assert set(states.acquisitions) == {"Lock.Admit"} and states.releases == {}
     assert states.liveness_checks == ()

@@ -25,6 +25,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Protocol, Sequence
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from constructs import Node
 
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.state_machines import errors, fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import ENTRY
@@ -59,7 +60,9 @@ class SectionContext(Protocol):
 
     def state_name(self, suffix: str) -> str: ...
 
-    def held_assign(self, when: Optional[str] = ...) -> dict: ...
+    def record(self, state: Any, role: Role, variable: Optional[str] = ...) -> None: ...
+
+    def held_assign(self, state_name: str, when: Optional[str] = ...) -> dict: ...
 
     def after_acquire_failure(self, state: sfn.TaskStateBase) -> None: ...
 

@@ -26,6 +26,7 @@ from typing import Optional
 from aws_cdk import aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
 from locked_workflow.constructs_lib.kinds.fair_handoff import build_handoff
 from locked_workflow.constructs_lib.kinds.fair_queue import FairQueue
@@ -88,6 +89,7 @@ class FairKind(MutexKind):
                     v["wait"]: jsonata("null")},
             outputs=jsonata(f"{ENTRY}.input"),
         )
+        section.record(fast, Role.ACQUISITION, v["lock"])
         retry_transient(fast)
         self.catch_reentered(section, fast)
         FairQueue(section, lease_ms=lease_ms, values=values, park_timeout_s=self.park_timeout_s,

@@ -19,6 +19,7 @@ from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
 from locked_workflow.state_machines import fair_protocol as fair
@@ -126,11 +127,17 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         f"{{'owner': {item_string(row, protocol.OWNER)}, 'fence': {item_number(row, protocol.FENCE)}, "
         f"'acquiredAt': {item_number(row, protocol.ACQUIRED_AT)}, 'expiresAt': {item_number(row, protocol.EXPIRES_AT)}}}")
     # a grant that hands on my own hold ends it: its length for monitoring (see held_assign)
-    held = section.held_assign(when=f"{h}.holding = true") if holding else {}
+    def held(state: str) -> dict:
+        return section.held_assign(state, when=f"{h}.holding = true") if holding else {}
+
     grant = update_item_task(section, name("Grant"), section.table, grant_args,
-                             assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record}}}])"), **held})
+                             assign={f["handoff"]: jsonata(f"$merge([{h}, {{'grant': {grant_record}}}])"),
+                                     **held(name("Grant"))})
+    # (the grantee's record: the metrics function measures a wait only from its own execution's)
+    section.record(grant, Role.ACQUISITION, f["handoff"])
     retry_transient(grant)
-    poller = update_item_task(section, name("GrantPoller"), section.table, grant_args, assign=held or None)
+    poller = update_item_task(section, name("GrantPoller"), section.table, grant_args,
+                              assign=held(name("GrantPoller")) or None)
     retry_transient(poller)
     if jump is not None:
         poller.add_catch(jump, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
@@ -219,6 +226,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         "Assign": {f["handoff"]: jsonata(f"$merge([{h}, {{'ended': " + " and ".join(
             f"$states.result.Status != '{s}'" for s in protocol.ALIVE_STATUSES) + "}])")},
     })
+    section.record(describe, Role.LIVENESS_CHECK)
     describe.add_catch(window, errors=["States.ALL"], outputs=jsonata("$states.input"))
     ended = sfn.Choice.jsonata(section, f"{suffix}.GranteeEnded", state_name=name("GranteeEnded?"))
     ended.when(sfn.Condition.jsonata(jsonata(f"{h}.ended = true")), revoke).otherwise(early)
@@ -239,6 +247,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
                                       f"'cutBy': {item_string('$states.result.Item', fair.CUT_BY)}, "
                                       f"'served': {item_number('$states.result.Item', fair.SERVED)}}}])")},
         outputs=jsonata("$states.input"))
+    section.record(recheck, Role.ACQUISITION, f["handoff"])  # (the holder's record, as the grant's)
     retry_transient(recheck)
     nudge = tasks.CallAwsService.jsonata(
         section, f"{suffix}.Nudge", state_name=name("Nudge"), service="sfn", action="sendTaskFailure",
@@ -314,7 +323,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
                 assign={f["handoff"]: jsonata(
                     f"$merge([{h}, {{'holding': false, 'tickets': {item_number(row, fair.TICKETS)}, "
                     f"'cut': {item_number(row, fair.CUT)}}}])"),
-                    **section.held_assign()})
+                    **section.held_assign(name(state_suffix))})
 
         # as the mutex's: a refused first release means the lock was taken over (Lock.Lost),
         # unless a redrive resumed this release, whose first run may have applied before the
@@ -354,7 +363,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
             fair.arguments(jsonata(f"${v['lock']}.key"), fair.RELEASE_ALONE, {
                 k: val for k, val in protocol.release_arguments(lock_variable=v["lock"])["ExpressionAttributeValues"].items()
                 if k in fair.RELEASE_ALONE.value_names()}),
-            assign=section.held_assign())
+            assign=section.held_assign(name("Release")))
         alone.add_catch(first, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         # (a transient error: the retried RELEASE - which tells "released before" - then the queue check)
         alone.add_catch(release_again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))

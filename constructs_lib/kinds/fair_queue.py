@@ -14,6 +14,7 @@ from aws_cdk import Duration, Stack, aws_iam as iam, aws_stepfunctions as sfn, a
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.kinds.fair_handoff import build_handoff, fair_vars, grant_arguments, row_key
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
@@ -68,6 +69,7 @@ class FairQueue:
             section, "Timeout", state_name=section.state_name("Timeout"), error=protocol.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({section.max_wait_ms} ms)",
         )
+        section.record(timeout, Role.TIMEOUT)
         if section.max_wait_ms == 0:
             fast.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
             return
@@ -107,6 +109,7 @@ class FairQueue:
                                                          owner=f"{ENTRY}.owner", ticket=ticket)),
                     v["wait"]: jsonata("null")},
         )
+        section.record(head, Role.ACQUISITION, v["lock"])
         retry_transient(head)
         head.next(drop)
         claim = self._claim("Claim", ticket)
@@ -171,6 +174,7 @@ class FairQueue:
         retry_transient(count)
         full = sfn.Fail.jsonata(section, "QueueFull", state_name=section.state_name("QueueFull"), error=ERROR_QUEUE_FULL,
                                 cause=fair.queue_full_cause(self.queue.waiters))
+        section.record(full, Role.QUEUE_FULL)
         seen = f"${f['seen']}"
         room = sfn.Choice.jsonata(section, "Room", state_name=section.state_name("Room?"))
         room.when(sfn.Condition.jsonata(jsonata(f"{seen}.free and {seen}.served = {seen}.tickets")), fast)
@@ -221,6 +225,7 @@ class FairQueue:
         section, f = self._section, fair_vars(self._section)
         fail = sfn.Fail.jsonata(section, f"Superseded{suffix}", state_name=section.state_name(f"Superseded{suffix}"),
                                 error=ERROR_SUPERSEDED, cause=cause)
+        section.record(fail, Role.SUPERSEDED)
         drop = self._delete_row(f"DropSuperseded{suffix}", f"{ENTRY}.key", f"${f['ticket']}")
         drop.add_catch(fail, errors=["States.ALL"], outputs=jsonata("$states.input"))
         return drop.next(fail)
@@ -374,6 +379,8 @@ class FairQueue:
                 "Assign": {v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"]))},
                 "Output": jsonata("$states.input"),
             })
+            section.record(describe, Role.LIVENESS_CHECK)
+            section.record(describe, Role.TAKEOVER, v["wait"])
             describe.add_catch(wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
             stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section.state_name("HolderEnded?"))
             stale_now.when(sfn.Condition.jsonata(jsonata(f"$type(${v['wait']}.stale) = 'string'")), look).otherwise(wait_again)
@@ -429,6 +436,7 @@ class FairQueue:
                     v["wait"]: jsonata("null")},
             outputs=outputs,
         )
+        section.record(claim, Role.ACQUISITION, v["lock"])
         retry_transient(claim)
         return claim
 

@@ -14,6 +14,7 @@ from aws_cdk import aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk, sdk_task, update_item_task
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -64,6 +65,7 @@ class MultiKeyKind(MutexKind):
             assign={v["lock"]: jsonata(multikey.lock_variable_expression(v["lock"]))},
             output=jsonata(f"{ENTRY}.input"),
         )
+        section.record(read, Role.ACQUISITION, v["lock"])
         retry_transient_sdk(read)
         section.after_acquire_failure(read)  # holding every key: release them, then fail
         acquire.next(read)
@@ -103,10 +105,11 @@ class MultiKeyKind(MutexKind):
     def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
         """Release every key in one transaction; if refused or unknown, key by key."""
         v = section.variables
+        name = section.state_name("Release")
         release = sdk_task(
-            section, section.state_name("Release"), section.table, "dynamodb:transactWriteItems",
+            section, name, section.table, "dynamodb:transactWriteItems",
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
-            assign=section.held_assign(), output=jsonata("$states.input"),
+            assign=section.held_assign(name), output=jsonata("$states.input"),
         )
         release.add_catch(left, errors=[errors.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEach", count_lost=True)
@@ -150,10 +153,11 @@ class MultiKeyKind(MutexKind):
 
     def build_release_after_error(self, section: SectionContext, rethrow: sfn.State) -> sfn.State:
         v = section.variables
+        name = section.state_name("ReleaseAfterError")
         release = sdk_task(
-            section, section.state_name("ReleaseAfterError"), section.table, "dynamodb:transactWriteItems",
+            section, name, section.table, "dynamodb:transactWriteItems",
             multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
-            assign=section.held_assign(), output=jsonata("$states.input"),
+            assign=section.held_assign(name), output=jsonata("$states.input"),
         )
         release.add_catch(rethrow, errors=[errors.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEachAfterError", count_lost=False)

@@ -18,6 +18,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
 from locked_workflow.constructs_lib.kinds import shared_hold
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import jsonata
@@ -57,6 +58,7 @@ class MutexKind(KindBuilder):
             assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
             outputs=jsonata(self.acquire_outputs),
         )
+        section.record(acquire, Role.ACQUISITION, v["lock"])
         retry_transient(acquire)
         self.catch_reentered(section, acquire)
         return AcquireStates(first=acquire, attempt=acquire, acquired=acquire)
@@ -111,9 +113,11 @@ class MutexKind(KindBuilder):
             )
 
         release_task = release_task or mutex_release
-        release = release_task(section.state_name("Release"), True, section.held_assign())
+        name = section.state_name("Release")
+        release = release_task(name, True, section.held_assign(name))
         release.add_catch(left, errors=[protocol.QUERY_EVALUATION_ERROR], outputs=jsonata(query_error_outputs))
-        again = release_task(section.state_name("ReleaseAgain"), False, section.held_assign())
+        name = section.state_name("ReleaseAgain")
+        again = release_task(name, False, section.held_assign(name))
         retry_transient(again)
         release.add_catch(again, errors=list(protocol.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         released = sfn.Succeed(section, "Released", state_name=section.state_name("Released"))
@@ -132,12 +136,13 @@ class MutexKind(KindBuilder):
         return release
 
     def build_release_after_error(self, section: SectionContext, rethrow: sfn.State) -> sfn.State:
+        name = section.state_name("ReleaseAfterError")
         release_after_error = update_item_task(
             section,
-            section.state_name("ReleaseAfterError"),
+            name,
             section.table,
             protocol.release_arguments(lock_variable=section.variables["lock"], reentrant=True, item=self.item),
-            assign=section.held_assign(),
+            assign=section.held_assign(name),
         )
         retry_transient(release_after_error)
         release_after_error.add_catch(

@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind
@@ -155,9 +156,11 @@ class RateLimit(MutexKind):
             section, "Timeout", state_name=section.state_name("Timeout"), error=protocol.ERROR_TIMEOUT,
             cause=_timeout_cause(section, self.limit, self.period_ms),
         )
+        section.record(timeout, Role.TIMEOUT)
         read, admit, on_time = build_rate_steps(
             section, limit=self.limit, period_ms=self.period_ms, timeout=timeout,
             lock_assign=rate.lock_variable_expression(wait_variable=v["wait"], limit=self.limit))
+        section.record(admit, Role.ACQUISITION, v["lock"])  # (with a slot: the slot's acquire is)
         return read, admit, _Otherwise(on_time)
 
     def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
@@ -213,11 +216,13 @@ class RateAtOnce(SemaphoreKind):
             section, "RateTimeout", state_name=section.state_name("RateTimeout"), error=protocol.ERROR_TIMEOUT,
             cause=_timeout_cause(section, self.rate_limit, self.period_ms),
         )
+        section.record(timeout, Role.TIMEOUT)
         # the slot is released before the run fails (its release, as after an error of the work)
+        name = section.state_name("RateTimeoutRelease")
         release = update_item_task(
-            section, section.state_name("RateTimeoutRelease"), section.table,
+            section, name, section.table,
             protocol.release_arguments(lock_variable=v["lock"], reentrant=True, item=self.item),
-            assign=section.held_assign(),
+            assign=section.held_assign(name),
         )
         retry_transient(release)
         release.add_catch(timeout, errors=[errors.CONDITION_FAILED, errors.QUERY_EVALUATION_ERROR],

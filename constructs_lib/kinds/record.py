@@ -13,6 +13,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -56,6 +57,7 @@ class RecordKind(MutexKind):
             assign={v["lock"]: jsonata(record.acquired_lock_expression(self.item)), v["wait"]: jsonata("null")},
             outputs=jsonata("$states.input"),
         )
+        section.record(acquire, Role.ACQUISITION, v["lock"])
         retry_transient(acquire)
         read = tasks.DynamoGetItem.jsonata(
             section, section.state_name("ReadRecord"), table=section.table,

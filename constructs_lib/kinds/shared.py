@@ -46,6 +46,7 @@ from typing import Sequence
 from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
@@ -161,6 +162,10 @@ class SharedKind(MutexKind):
         timeout = sfn.Fail.jsonata(
             section, "Timeout", state_name=section.state_name("Timeout"), error=errors.ERROR_TIMEOUT,
             cause=f"the lock was held by another run for longer than max_wait ({section.max_wait_ms} ms)")
+        section.record(timeout, Role.TIMEOUT)
+        for state in (fast, rejoin):
+            if state is not None:
+                section.record(state, Role.ACQUISITION, v["lock"])
         # (a reader refused by the cap: FAST_READ and ENQUEUE_READ are refused; a read tells)
         crowded = self._build_crowded(st, otherwise=fast if section.max_wait_ms else timeout) if self.mode == READ else None
         if section.max_wait_ms == 0:
@@ -214,6 +219,8 @@ class SharedKind(MutexKind):
                               {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
                               return_values="ALL_NEW", assign=admitted)
         claim.next(drop)
+        section.record(admit, Role.ACQUISITION, v["lock"])
+        section.record(claim, Role.ACQUISITION, v["lock"])
 
         requeue = tasks.DynamoDeleteItem.jsonata(section, section.state_name("Requeue"), table=section.table,
                                                  key=st.row_key(key, ticket), outputs=jsonata("$states.input"))
@@ -234,6 +241,7 @@ class SharedKind(MutexKind):
                                        {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
                                        return_values="ALL_NEW", assign=admitted)
         claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        section.record(claim_on_leave, Role.ACQUISITION, v["lock"])
         # (my row goes, as after any claim: DropRow takes the entry, as from Claim and Admit, and
         # unwraps the section's input itself)
         claim_on_leave.next(drop)
@@ -338,6 +346,8 @@ class SharedKind(MutexKind):
             f"'readers': {item_number(item, shared.READERS)}, "
             f"'mine': $exists({entry_of(item, me)}), 'expired': {expired_reader(item)}, "
             f"'suspect': {suspect(item, owner, me, st.section.variables['wait'])}}}")})
+        # (a look at the holder's record: the metrics function measures only its own execution's)
+        st.section.record(read, Role.ACQUISITION, f["seen"])
         read.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
         lease_over = f"({seen}.expiresAt >= 0 and {seen}.expiresAt < $millis())"
         writer_free = f"({seen}.owner = '' or {seen}.owner = '{shared.SHARED}' or {seen}.owner = {me} or {lease_over})"

@@ -56,11 +56,11 @@ def build_handoff(st: SharedStates, suffix: str, *, key: str, me: str, start: st
         release = st.update(f"{suffix}.Release", key, shared.RELEASE_WRITE,
                             {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
                             assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
-                                    **s.held_assign()}, retry=False)
+                                    **s.held_assign(name("Release"))}, retry=False)
         release_again = st.update(f"{suffix}.ReleaseAgain", key, shared.RELEASE_WRITE,
                                   {":me": {"S": jsonata(me)}, ":fence": {"N": jsonata(f"$string({fence})")}},
                                   assign={f["handoff"]: jsonata(f"$merge([{h}, {{'holding': false}}])"),
-                                          **s.held_assign()})
+                                          **s.held_assign(name("ReleaseAgain"))})
         release.add_catch(release_again, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         # a refused first release: the key was taken over (Lock.Lost) - unless a redrive reran
         # a release that had applied (as the mutex's); a retry's refusal is my own earlier
@@ -87,11 +87,11 @@ def build_handoff(st: SharedStates, suffix: str, *, key: str, me: str, start: st
     claim_end = f"$string($millis() + {st.claim_window_ms})"
 
     # a holding writer's first grant ends its hold: its length for monitoring (held_assign)
-    held = s.held_assign(when=f"{h}.holding = true") if holding else {}
     def grant(kind: str, polling: bool) -> sfn.TaskStateBase:
         """The grant to the waiter of row c + 1 - a parked one (woken next) or a polling one
         (a LockClient: it finds the grant at its next look, so the grant itself moves on)."""
         name_ = f"{suffix}.Grant{'Read' if kind == READ else 'Write'}{'Polling' if polling else ''}"
+        held = s.held_assign(s.state_name(name_), when=f"{h}.holding = true") if holding else {}
         assign = {**held, **({f["handoff"]: jsonata(step)} if polling else {})} or None
         if kind == READ:  # its entry with a claim-window lease; then go on with c + 1
             return st.update(name_, key, shared.GRANT_READ, {
@@ -203,7 +203,7 @@ def build_leave_read(st: SharedStates, suffix: str, *, then: sfn.State, lost: Op
 
     def write(name: str, leave: protocol.LockWrite, *, again: bool) -> sfn.TaskStateBase:
         return st.update(name, key, leave, values, reader=me, return_values="ALL_NEW",
-                         assign={**counts(item), **s.held_assign()}, retry=again)
+                         assign={**counts(item), **s.held_assign(s.state_name(name))}, retry=again)
 
     leave, leave_again = write(suffix, shared.LEAVE_READ, again=False), write(f"{suffix}Again", shared.LEAVE_READ, again=True)
     last, last_again = (write(f"{suffix}Last", shared.LEAVE_LAST, again=False),
@@ -216,7 +216,8 @@ def build_leave_read(st: SharedStates, suffix: str, *, then: sfn.State, lost: Op
     # the count moved between every read and write of mine, MAX_LEAVE_ROUNDS times: retire
     # my entry (it ends its stop grace from now, then anyone may reap it) and stop
     retire = st.update(f"{suffix}Retire", key, shared.RETIRE_READER,
-                       {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=me, assign=s.held_assign())
+                       {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=me,
+                       assign=s.held_assign(s.state_name(f"{suffix}Retire")))
     retire.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
     retire.next(then)
     st.when(which, f"{lock}.left.mine and {lock}.leaveRounds >= {shared.MAX_LEAVE_ROUNDS}", retire)

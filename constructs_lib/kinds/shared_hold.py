@@ -13,6 +13,7 @@ from aws_cdk import Stack, aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -135,6 +136,7 @@ def shared_hold_sweep(section: SectionContext, *, holder_variable: str, then: sf
         "Assign": {holder_variable: jsonata(f"$merge([{h}, {{'endedAt': {ended}}}])")},
         "Output": jsonata("$states.input"),
     })
+    s.record(describe, Role.LIVENESS_CHECK)
     describe.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
     retire = update("RetireEndedReader", shared.RETIRE_READER,
                     {":endedAt": {"N": jsonata(f"$string({h}.endedAt)")}}, f"{suspect}.owner")

@@ -13,6 +13,7 @@ from aws_cdk import Stack, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfun
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient_sdk
+from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.items import item_number
 from locked_workflow.constructs_lib.kinds.shared_hold import entry_of, presence_token
 from locked_workflow.constructs_lib.kinds.shared_states import SharedStates
@@ -47,6 +48,7 @@ def build_liveness_check(st: SharedStates, *, key: str, seen: str, read: sfn.Sta
                    v["wait"]: jsonata(f"$merge([{wait}, {{'checked': true}}])")},
         "Output": jsonata("$states.input"),
     })
+    s.record(describe, Role.LIVENESS_CHECK)
     # (asked once this round whatever the answer: no second DescribeExecution before a park)
     describe.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(f"$merge([{wait}, {{'checked': true}}])")})
