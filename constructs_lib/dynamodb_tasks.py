@@ -42,12 +42,18 @@ def update_item_props(arguments: dict) -> dict:
 
 def retry_transient(state: sfn.TaskStateBase) -> None:
     """Retry the protocol's transient DynamoDB errors on ``state``, with backoff and jitter."""
+    _retry_transient(state, TRANSIENT_RETRY.errors)
+
+
+def _retry_transient(state: sfn.TaskStateBase, error_names) -> None:
+    """The protocol's transient retry policy (:data:`TRANSIENT_RETRY`) for ``error_names``."""
+    r = TRANSIENT_RETRY
     state.add_retry(
-        errors=list(TRANSIENT_RETRY.errors),
-        interval=Duration.seconds(TRANSIENT_RETRY.interval_s),
-        backoff_rate=TRANSIENT_RETRY.backoff_rate,
-        max_attempts=TRANSIENT_RETRY.max_attempts,
-        max_delay=Duration.seconds(TRANSIENT_RETRY.max_delay_s),
+        errors=list(error_names),
+        interval=Duration.seconds(r.interval_s),
+        backoff_rate=r.backoff_rate,
+        max_attempts=r.max_attempts,
+        max_delay=Duration.seconds(r.max_delay_s),
         jitter_strategy=sfn.JitterType.FULL,
     )
 
@@ -96,12 +102,4 @@ def sdk_task(
 
 def retry_transient_sdk(state: sfn.TaskStateBase) -> None:
     """Retry the protocol's transient errors, as the aws-sdk integration names them."""
-    r = TRANSIENT_RETRY
-    state.add_retry(
-        errors=list(errors.SDK_TRANSIENT_ERRORS),
-        interval=Duration.seconds(r.interval_s),
-        backoff_rate=r.backoff_rate,
-        max_attempts=r.max_attempts,
-        max_delay=Duration.seconds(r.max_delay_s),
-        jitter_strategy=sfn.JitterType.FULL,
-    )
+    _retry_transient(state, errors.SDK_TRANSIENT_ERRORS)

@@ -102,15 +102,21 @@ class MultiKeyKind(MutexKind):
             outputs=jsonata("$states.input"),
         ).item_processor(one)
 
+    @staticmethod
+    def _release_transaction(section: SectionContext, state: str) -> sfn.State:
+        """RELEASE of every key in one transaction (a release, or the release after an error)."""
+        name = section.state_name(state)
+        return sdk_task(
+            section, name, section.table, "dynamodb:transactWriteItems",
+            multikey.release_arguments(table_name=section.table.table_name, lock_variable=section.variables["lock"],
+                                       reentrant=True),
+            assign=section.held_assign(name), output=jsonata("$states.input"),
+        )
+
     def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
         """Release every key in one transaction; if refused or unknown, key by key."""
         v = section.variables
-        name = section.state_name("Release")
-        release = sdk_task(
-            section, name, section.table, "dynamodb:transactWriteItems",
-            multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
-            assign=section.held_assign(name), output=jsonata("$states.input"),
-        )
+        release = self._release_transaction(section, "Release")
         release.add_catch(left, errors=[errors.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEach", count_lost=True)
         any_lost = sfn.Choice.jsonata(section, "AnyLost", state_name=section.state_name("AnyLost?"))
@@ -152,13 +158,7 @@ class MultiKeyKind(MutexKind):
         return each.next(then)
 
     def build_release_after_error(self, section: SectionContext, rethrow: sfn.State) -> sfn.State:
-        v = section.variables
-        name = section.state_name("ReleaseAfterError")
-        release = sdk_task(
-            section, name, section.table, "dynamodb:transactWriteItems",
-            multikey.release_arguments(table_name=section.table.table_name, lock_variable=v["lock"], reentrant=True),
-            assign=section.held_assign(name), output=jsonata("$states.input"),
-        )
+        release = self._release_transaction(section, "ReleaseAfterError")
         release.add_catch(rethrow, errors=[errors.QUERY_EVALUATION_ERROR], outputs=jsonata("$states.input"))
         each = self._release_each(section, "ReleaseEachAfterError", count_lost=False)
         release.add_catch(
