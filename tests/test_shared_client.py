@@ -756,11 +756,12 @@ def test_a_polling_client_reader_at_the_head_of_a_key_at_the_reader_cap_gives_up
 
 # ---- a client waiting behind a section a sibling cancelled (issue 25, D1, both backends) -----------
 
-#: The stop grace of SharedStack's Cancelled* sections.
+#: The stop grace of SharedStack's Cancelled* sections (the probe Lambda's Init limit + its
+#: timeout + the margin: ``safety_stack.PROBE_GRACE_S``).
 def _grace_s() -> float:
-    from shared_stack import PROBE_TIMEOUT_S
+    from safety_stack import PROBE_GRACE_S
 
-    return PROBE_TIMEOUT_S + 1
+    return PROBE_GRACE_S
 
 
 def _section_holding(mixed, k: str, machine: str, gate: str = "c") -> tuple[str, str]:
