@@ -18,6 +18,15 @@ from locked_workflow.state_machines.lock_protocol import jsonata
 KEY = jsonata("$states.input.id")
 
 
+def _warnings(artifact, warning_id: str) -> dict[str, list[str]]:
+    """The synthesized stack's warnings with ``warning_id``, by construct path."""
+    found: dict[str, list[str]] = {}
+    for message in artifact.messages:
+        text = str(message.entry.data)
+        if str(message.level).endswith("WARNING") and warning_id in text:
+            found.setdefault(message.id, []).append(text)
+    return found
+
 def _section(stack: cdk.Stack, construct_id: str, table, lease: cdk.Duration) -> LockedSection:
     return LockedSection(
         stack, construct_id, lock=Lock.mutex(KEY), table=table, lease=lease,
@@ -50,12 +59,7 @@ def lease_warnings() -> dict[str, list[str]]:
         section = _section(stack, f"{construct_id}Section", table, cdk.Duration.minutes(10))
         section.recover_stale_holders(_machine(stack, f"{construct_id}Machine", section, **props))
     artifact = app.synth().get_stack_by_name("Leases")
-    found: dict[str, list[str]] = {}
-    for message in artifact.messages:
-        text = str(message.entry.data)
-        if str(message.level).endswith("WARNING") and WARNING_ID in text:
-            found.setdefault(message.id, []).append(text)
-    return found
+    return _warnings(artifact, WARNING_ID)
 
 
 def _at(found: dict[str, list[str]], construct_path: str) -> list[str]:
@@ -250,12 +254,7 @@ def grace_warnings() -> dict[str, list[str]]:
     LockedWorkflow(stack, "NoLambda", lock=Lock.mutex(KEY), protected=sfn.Pass.jsonata(stack, "Nothing"),
                    stop_grace=cdk.Duration.seconds(0))
     artifact = app.synth().get_stack_by_name("Graces")
-    found: dict[str, list[str]] = {}
-    for message in artifact.messages:
-        text = str(message.entry.data)
-        if str(message.level).endswith("WARNING") and SHORT_GRACE_WARNING_ID in text:
-            found.setdefault(message.id, []).append(text)
-    return found
+    return _warnings(artifact, SHORT_GRACE_WARNING_ID)
 
 
 def test_an_explicit_stop_grace_shorter_than_a_lambda_tasks_run_is_warned_with_its_cost(grace_warnings):
