@@ -95,6 +95,9 @@ WHY: Mapping[str, str] = {
     "section:Departed": "reads the token the presence branch registered, to dismiss it",
     "section:Dismiss": "SendTaskSuccess: ends the presence branch, so the hold's Parallel ends",
     "section:PresenceOver": "the presence branch's end (a Succeed), once the work dismissed it",
+    "section:Worked": ("the work branch's end when there was nothing to dismiss: a work faster "
+                       "than the presence's registration (DEPART came first and refused it), "
+                       "so Dismiss had no token (one interleaving of the two branches)"),
 }
 
 #: The kinds the rows share a reason with (``WHY``'s prefixes): a kind's own entry first.
