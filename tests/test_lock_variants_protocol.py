@@ -273,6 +273,33 @@ def test_a_lock_is_a_value_made_by_its_factories():
     assert fair.builder() is not fair.builder()  # each section builds its own states
 
 
+def test_each_kind_declares_its_value_beside_its_builder():
+    """A new kind touches its own module: each factory's value (its settings, its validation,
+    its builder) is declared in ``kinds/<kind>.py`` beside its builder, and is a ``Lock``; the
+    ``Lock`` module declares no value class of its own (its factories delegate)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    from locked_workflow import Lock
+    from locked_workflow.constructs_lib import lock as lock_module
+
+    key = p.jsonata("$states.input.k")
+    stack = cdk.Stack(cdk.App(), "V")
+    records = dynamodb.Table(stack, "Records", partition_key=dynamodb.Attribute(
+        name="id", type=dynamodb.AttributeType.STRING))
+    values = [
+        ("mutex", Lock.mutex(key)), ("fair", Lock.fair(key)), ("semaphore", Lock.semaphore(key, limit=2)),
+        ("multikey", Lock.keys(key)), ("record", Lock.on_record(records, key)), ("shared", Lock.shared(key)),
+        ("shared", Lock.exclusive(key)), ("rate", Lock.rate(key, limit=2)), ("rate", Lock.rate(key, limit=2, at_once=1)),
+    ]
+    for module, value in values:
+        assert isinstance(value, Lock), value
+        assert type(value).__module__ == f"locked_workflow.constructs_lib.kinds.{module}", (module, type(value))
+        assert type(value.builder()).__module__ == type(value).__module__, (module, type(value.builder()))
+    declared = [v for v in vars(lock_module).values() if isinstance(v, type) and v.__module__ == lock_module.__name__]
+    assert declared == [Lock], declared
+
+
 # ---- lock on the record ---------------------------------------------------------------
 
 

@@ -13,8 +13,10 @@ hold's presence branch, the error path). Two declarations make that exchange exp
   kind has a member: every member is declared here.
 
 A new kind is one module in this package (a subclass of :class:`KindBuilder`, usually of
-:class:`~locked_workflow.constructs_lib.kinds.mutex.MutexKind`) plus its protocol module in
-:mod:`locked_workflow.state_machines`.
+:class:`~locked_workflow.constructs_lib.kinds.mutex.MutexKind`, and its value: a
+:class:`~locked_workflow.constructs_lib.kinds.value.LockValue` with its settings' validation)
+plus its protocol module in :mod:`locked_workflow.state_machines`, and a factory on ``Lock``
+that delegates to the value.
 """
 
 from __future__ import annotations
