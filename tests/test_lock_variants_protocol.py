@@ -300,6 +300,22 @@ def test_each_kind_declares_its_value_beside_its_builder():
     assert declared == [Lock], declared
 
 
+def test_the_lost_cause_names_the_hold_as_its_kind_spells_it():
+    """``Lock.Lost``'s cause: the base declares a single-key hold's (its key and fence); the
+    multi-key kind spells its own (its keys and fences) - no other kind's cause reads a multi-key
+    lock record. Each evaluates to the text every kind rendered before."""
+    from locked_workflow.constructs_lib.kinds.multikey import MultiKeyKind
+    from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+
+    single = MutexKind("$k").lost_cause("$lock")
+    multi = MultiKeyKind("$k").lost_cause("$lock")
+    assert "keys" not in single and "fences" not in single, single
+    after = " was taken over by another holder before it was released"
+    assert evaluate(single, lock={"key": "c#1", "fence": 7}) == "lock c#1 (fence 7)" + after
+    assert evaluate(multi, lock={"keys": ["a#1", "a#2"], "fences": {"a#1": 3, "a#2": 5}}) == (
+        'lock ["a#1","a#2"] (fence {"a#1":3,"a#2":5})' + after)
+
+
 # ---- lock on the record ---------------------------------------------------------------
 
 

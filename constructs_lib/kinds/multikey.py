@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from aws_cdk import aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk, sdk_task, update_item_task
-from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext, lost_cause_expression
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
@@ -129,6 +129,10 @@ class MultiKeyKind(MutexKind):
             outputs=jsonata("$states.input"),
         )
         return release
+
+    def lost_cause(self, lock_variable: str) -> str:
+        """Its keys and their fences (``keys``, ``fences``: stored key -> fence)."""
+        return lost_cause_expression(f"$string({lock_variable}.keys)", f"$string({lock_variable}.fences)")
 
     def presence_task(self, section: SectionContext) -> tuple[str, dict]:
         """One token on every key the hold took, in one transaction."""
