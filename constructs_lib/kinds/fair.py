@@ -28,6 +28,7 @@ from aws_cdk import Duration, aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib import prop_types
 
+from locked_workflow.constructs_lib.client_kind import ClientKind
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
@@ -140,6 +141,7 @@ class FairLock(LockValue):
     queue: Optional[QueueLimit]
     kind = "fair"
     factory = "fair(key)"
+    client_kind = ClientKind.FAIR
 
     @classmethod
     def of(cls, key: str, *, park_timeout: Duration, polling: bool, queue: Optional[QueueLimit]) -> "FairLock":

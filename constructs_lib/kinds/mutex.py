@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from aws_cdk import aws_stepfunctions as sfn
 
+from locked_workflow.constructs_lib.client_kind import ClientKind
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
 from locked_workflow.constructs_lib.kinds import shared_hold
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
@@ -187,6 +188,7 @@ class MutexLock(LockValue):
     key: str
     kind = "mutex"
     factory = "mutex(key)"
+    client_kind = ClientKind.MUTEX
 
     @classmethod
     def of(cls, key: str) -> "MutexLock":

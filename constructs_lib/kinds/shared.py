@@ -46,6 +46,7 @@ from typing import Sequence
 
 from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
+from locked_workflow.constructs_lib.client_kind import ClientKind
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
@@ -431,6 +432,7 @@ class SharedLock(LockValue):
     key: str
     mode: str
     park_timeout_s: int
+    client_kind = ClientKind.READ_WRITE  # one client takes both sides
 
     @classmethod
     def of(cls, key: str, *, mode: str, park_timeout: Duration) -> "SharedLock":

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Optional
 
+from locked_workflow.constructs_lib.client_kind import ClientServed
 from locked_workflow.state_machines.expressions import unwrap_jsonata
 
 if TYPE_CHECKING:  # the CDK types of the contract (annotations only: no CDK at run time here)
@@ -36,14 +37,15 @@ if TYPE_CHECKING:  # the CDK types of the contract (annotations only: no CDK at 
     from locked_workflow.constructs_lib.kinds.base import KindBuilder
 
 
-class LockValue:
+class LockValue(ClientServed):
     """A lock kind's value: its settings, as its factory validated them. Subclasses are frozen
-    dataclasses whose fields are the settings, in order (``cls(*fields)``)."""
+    dataclasses whose fields are the settings, in order (``cls(*fields)``). From
+    :class:`~locked_workflow.constructs_lib.client_kind.ClientServed`: ``factory`` (as messages
+    spell it, ``Lock.<factory>``) and ``client_kind`` (the ``LockClient`` kind that joins its
+    holders, ``LockClient(table, kind=Lock.fair(key))``; default ``None``: none)."""
 
     #: The kind's name, as errors and the docs spell it.
     kind: ClassVar[str]
-    #: Its factory as messages spell it (``Lock.<factory>``).
-    factory: ClassVar[str]
 
     def __init__(self, *args: object) -> None:  # the dataclass fields, in order (frozen)
         for name, value in zip(self.__dataclass_fields__, args):  # type: ignore[attr-defined]
