@@ -118,10 +118,10 @@ def cmd_release(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple[in
                          "message": f"would release the lock held by {shown['owner']!r} (fence "
                                     f"{shown['fence']}); add --force to release it"}
     # (a fair or read/write lock: the release hands the lock to the next waiters and wakes them)
-    read_write = _read_write(locks, stored, item)
+    kind = (LockClient.READ_WRITE if _read_write(locks, stored, item)
+            else LockClient.FAIR if fair.TICKETS in item else LockClient.MUTEX)
     client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb,
-                        stepfunctions=locks.stepfunctions, fair=fair.TICKETS in item and not read_write,
-                        read_write=read_write)
+                        stepfunctions=locks.stepfunctions, kind=kind)
     try:
         client.release(lease_from_item(args.key, item))
     except LockLost:
@@ -166,7 +166,7 @@ def _release_reader(locks: Locks, args: argparse.Namespace, stored: str, item: M
     lease = Lease(key=args.key, table_key=stored, owner=args.reader, fence=int(item.get(p.FENCE, {}).get("N", "0")),
                   acquired_at=int(entry[p.ACQUIRED_AT]["N"]), expires_at=int(entry[p.EXPIRES_AT]["N"]), shared=True)
     client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb,
-                        stepfunctions=locks.stepfunctions, read_write=True)
+                        stepfunctions=locks.stepfunctions, kind=LockClient.READ_WRITE)
     try:
         client.release(lease)
     except LockLost:
@@ -195,7 +195,7 @@ def cmd_clear_head(locks: Locks, args: argparse.Namespace, now_ms: int) -> tuple
         return REFUSED, {**shown, "cleared": False,
                          "message": f"the head's execution is {status}: add --force to clear it anyway"}
     client = LockClient(locks.table, namespace=args.namespace, dynamodb=locks.dynamodb,
-                        stepfunctions=locks.stepfunctions, fair=True)
+                        stepfunctions=locks.stepfunctions, kind=LockClient.FAIR)
     if head["owner"] is not None:
         client.leave_queue(fair.row_key(stored, head["ticket"]), head["owner"])
     else:  # a hole (a ticket whose waiter never parked): mark it, then skip it now

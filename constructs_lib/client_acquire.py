@@ -66,7 +66,7 @@ class Acquisitions:
         :param max_poll_interval: the longest wait between attempts (s, from ``poll_interval`` to
             :data:`MAX_POLL_INTERVAL_S`). Default: 2.
         :param backoff_rate: growth of the wait between attempts (at least 1). Default: 1.5.
-        :param shared: a read/write client (``read_write=True``) only: enter as a reader, beside
+        :param shared: a read/write client (``kind=LockClient.READ_WRITE``) only: enter as a reader, beside
             other readers (``lease.fence`` is the last writer's). Default: ``False`` (the writer).
         :raises InvalidLockKey: before any DynamoDB call.
         :raises TypeError: an argument of the wrong type, before any DynamoDB call.
@@ -83,7 +83,7 @@ class Acquisitions:
         if not isinstance(shared, bool):
             raise TypeError(f"`shared` must be True or False, got: {shared!r}")
         if shared and not self.read_write:
-            raise ValueError("`shared` must be False on a client without `read_write=True` (only a read/write "
+            raise ValueError("`shared` must be False on a client without `kind=LockClient.READ_WRITE` (only a read/write "
                              "lock has shared holders), got: True")
         return shared
 

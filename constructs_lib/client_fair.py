@@ -1,5 +1,5 @@
 """The fair lock's path of a :class:`~locked_workflow.constructs_lib.lock_client.LockClient`
-(``fair=True``; see :mod:`~locked_workflow.state_machines.fair_protocol`): the fast acquire when
+(``kind=LockClient.FAIR``; see :mod:`~locked_workflow.state_machines.fair_protocol`): the fast acquire when
 nobody queues, a ticket and a polled queue row (a client cannot park on a task token), the claim of
 a lock handed over, leaving the queue, and the handoff to the next waiter that a release runs
 (``SendTaskSuccess`` for a parked workflow).

@@ -19,7 +19,7 @@ with :func:`grant_lock_client`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from aws_cdk import RemovalPolicy, Stack, aws_dynamodb as dynamodb, aws_iam as iam, aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
@@ -27,6 +27,7 @@ from constructs import Construct
 
 from locked_workflow.constructs_lib import code_closure, lock_client
 from locked_workflow.constructs_lib.assets import bundled_code
+from locked_workflow.constructs_lib.client_kind import ClientKind, client_kind_of
 from locked_workflow.constructs_lib.janitor import executions_of
 
 #: Where a Python layer's packages live in its content.
@@ -96,11 +97,14 @@ WAKE_ACTIONS = {"fair": ("states:SendTaskSuccess", "states:SendTaskFailure"),
                 "read_write": ("states:SendTaskSuccess",)}
 
 
-def lock_client_actions(*, fair: bool = False, read_write: bool = False) -> frozenset[str]:
-    """Every IAM action a ``LockClient`` (``fair``, ``read_write``) calls: what
+def lock_client_actions(*, kind: Any = None, fair: bool = False, read_write: bool = False) -> frozenset[str]:
+    """Every IAM action a ``LockClient`` of ``kind`` calls (as ``LockClient``'s ``kind``:
+    ``LockClient.FAIR``, or the workflows' ``Lock`` value; the flags are deprecated): what
     :func:`grant_lock_client` grants, with ``holders``."""
+    chosen = client_kind_of(kind, fair=fair, read_write=read_write)
+    read_write = chosen is ClientKind.READ_WRITE
     return frozenset((*CLIENT_TABLE_ACTIONS, *(READ_WRITE_TABLE_ACTIONS if read_write else ()), PROBE_ACTION,
-                      DESCRIBE_ACTION, *(WAKE_ACTIONS["fair"] if fair else ()),
+                      DESCRIBE_ACTION, *(WAKE_ACTIONS["fair"] if chosen is ClientKind.FAIR else ()),
                       *(WAKE_ACTIONS["read_write"] if read_write else ())))
 
 
@@ -109,6 +113,7 @@ def grant_lock_client(
     *,
     table: dynamodb.ITable,
     holders: Sequence[sfn.IStateMachine] = (),
+    kind: Any = None,
     fair: bool = False,
     read_write: bool = False,
 ) -> None:
@@ -123,22 +128,23 @@ def grant_lock_client(
       sections share its keys), and ``states:SendTaskHeartbeat`` - the probe of a hold's
       presence token - on ``*``: a task token is no IAM resource (the state machines' own probe
       is granted the same way);
-    * a release's wake-up of a parked workflow, on ``*`` for the same reason: with ``fair``,
-      ``states:SendTaskSuccess`` / ``states:SendTaskFailure``; with ``read_write``,
-      ``states:SendTaskSuccess``.
+    * a release's wake-up of a parked workflow, on ``*`` for the same reason: a
+      ``LockClient.FAIR`` client's ``states:SendTaskSuccess`` / ``states:SendTaskFailure``; a
+      ``LockClient.READ_WRITE`` one's ``states:SendTaskSuccess``.
 
     Without the Step Functions part the client still works; it then waits out the lease of a
     holder whose branch was cancelled or whose execution ended.
 
     :param holders: the state machines whose executions may hold the client's keys. Default: none.
-    :param fair: the client is ``LockClient(fair=True)``. Default: ``False``.
-    :param read_write: the client is ``LockClient(read_write=True)``. Default: ``False``.
-    :raises TypeError: a flag that is not a bool.
+    :param kind: the client's ``kind`` (``LockClient(kind=...)``: ``LockClient.FAIR``, or the
+        workflows' ``Lock`` value). Default: ``LockClient.MUTEX``.
+    :param fair: deprecated (a ``DeprecationWarning``): ``kind=LockClient.FAIR``. Default: ``False``.
+    :param read_write: deprecated (a ``DeprecationWarning``): ``kind=LockClient.READ_WRITE``.
+        Default: ``False``.
+    :raises LockKindNotServed: a ``kind`` no client takes part in.
+    :raises TypeError: a ``kind`` of no kind, a flag that is not a bool.
     """
-    for name, flag in (("fair", fair), ("read_write", read_write)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"`{name}` must be True or False, got: {flag!r}")
-    actions = lock_client_actions(fair=fair, read_write=read_write)
+    actions = lock_client_actions(kind=client_kind_of(kind, fair=fair, read_write=read_write))
     table.grant(grantee, *sorted(a for a in actions if a.startswith("dynamodb:")))
     iam.Grant.add_to_principal(grantee=grantee, actions=[PROBE_ACTION], resource_arns=["*"])
     if holders:

@@ -69,7 +69,7 @@ def handoff_stopped(table_key: str, error: ClientError) -> None:
 
 
 class ReadWriteSteps:
-    """The read/write protocol's writes and reads for one :class:`LockClient` (``read_write=True``):
+    """The read/write protocol's writes and reads for one :class:`LockClient` (``kind=LockClient.READ_WRITE``):
     the base of :class:`~locked_workflow.constructs_lib.shared_client.ReadWriteParticipant`."""
 
     def __init__(self, client: Any) -> None:

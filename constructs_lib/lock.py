@@ -22,33 +22,27 @@ given to several sections; each section builds its own states from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from abc import ABCMeta
 from typing import Optional, Union
 
 from aws_cdk import Duration, aws_dynamodb as dynamodb
 
-from locked_workflow.constructs_lib import prop_types
-from locked_workflow.constructs_lib.kinds.base import KindBuilder
-from locked_workflow.constructs_lib.kinds.fair import FairKind
-from locked_workflow.constructs_lib.kinds.multikey import MultiKeyKind
-from locked_workflow.constructs_lib.kinds.mutex import MutexKind
-from locked_workflow.constructs_lib.kinds.record import RecordKind
-from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind
-from locked_workflow.constructs_lib.kinds.shared import SharedKind
-from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
+from locked_workflow.constructs_lib.kinds.fair import DEFAULT_PARK_TIMEOUT, FairLock
+from locked_workflow.constructs_lib.kinds.multikey import KeysLock
+from locked_workflow.constructs_lib.kinds.mutex import MutexLock
+from locked_workflow.constructs_lib.kinds.rate import RateLock
+from locked_workflow.constructs_lib.kinds.record import RecordLock
+from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreLock
+from locked_workflow.constructs_lib.kinds.shared import SharedKind, SharedLock
+from locked_workflow.constructs_lib.kinds.value import LockValue
+from locked_workflow.constructs_lib.lock_table import LockTable
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
-from locked_workflow.constructs_lib.kinds.rate import RateAtOnce, RateLimit
-from locked_workflow.state_machines import fair_protocol
-from locked_workflow.state_machines import lock_protocol as protocol
-from locked_workflow.state_machines import rate_protocol, semaphore_protocol
 
 #: What a ``lock`` prop must be (messages).
 A_LOCK = "a Lock (Lock.mutex(key), Lock.fair(key), ...)"
-#: A fair lock's default ``park_timeout``.
-DEFAULT_PARK_TIMEOUT = Duration.seconds(fair_protocol.DEFAULT_PARK_TIMEOUT_S)
 
 
-class Lock:
+class Lock(LockValue, metaclass=ABCMeta):
     """What a locked section locks, and how: one value per lock kind, made by the factories
     :meth:`mutex`, :meth:`fair`, :meth:`semaphore`, :meth:`keys`, :meth:`on_record`,
     :meth:`shared`, :meth:`exclusive` and :meth:`rate`.
@@ -59,12 +53,18 @@ class Lock:
     key must use the same kind (and the same ``limit``) - but :meth:`shared` and
     :meth:`exclusive`, the two sides of one read/write lock (a :meth:`mutex` on their key
     counts as a writer).
+
+    Each factory delegates to its kind's value class, declared beside the kind's builder in
+    ``kinds/<kind>.py`` with its settings and their validation (a
+    :class:`~locked_workflow.constructs_lib.kinds.value.LockValue`, which is a ``Lock``): the
+    members a section uses of a value (``kind``, ``factory``, ``record_table``, ``builder()``,
+    ``for_express()``) are declared there.
     """
 
-    #: The kind's name, as errors and the docs spell it.
-    kind: str
-    #: Its factory as messages spell it (``Lock.<factory>``).
-    factory: str
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> bool:
+        """Every kind's value (a :class:`LockValue`, declared in its kind's module) is a ``Lock``."""
+        return issubclass(subclass, LockValue) if cls is Lock else NotImplemented
 
     def __init__(self) -> None:
         raise TypeError(
@@ -84,7 +84,7 @@ class Lock:
             string whose stored form ``<namespace>#<key>`` is at most 2048 bytes of UTF-8,
             else the section fails with ``Lock.InvalidKey`` before any DynamoDB call.
         """
-        return _MutexLock(_key(key))
+        return MutexLock.of(key)
 
     @staticmethod
     def fair(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT, polling: bool = False,
@@ -109,13 +109,7 @@ class Lock:
             ``QueueLimit.keep_oldest(n)`` (one more is refused: ``Lock.QueueFull``). Every
             participant of a key must use the same ``queue``. Default: ``None`` (unbounded).
         """
-        park_timeout_s = _park_timeout_s(park_timeout)
-        if not isinstance(polling, bool):
-            raise TypeError(f"`polling` must be True or False, got: {polling!r}")
-        if queue is not None and not isinstance(queue, QueueLimit):
-            raise TypeError(
-                f"`queue` must be a QueueLimit (QueueLimit.keep_newest(n), QueueLimit.keep_oldest(n)) or None, got: {queue!r}")
-        return _FairLock(_key(key), park_timeout_s, polling, queue)
+        return FairLock.of(key, park_timeout=park_timeout, polling=polling, queue=queue)
 
     @staticmethod
     def semaphore(key: str, *, limit: int) -> "Lock":
@@ -127,12 +121,7 @@ class Lock:
         :param limit: holders admitted per key at once, 2 to 32 (1 is :meth:`mutex`). Every
             participant of a key must use the same limit.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= semaphore_protocol.MAX_LIMIT:
-            raise ValueError(
-                f"`limit` must be a whole number from 2 to {semaphore_protocol.MAX_LIMIT} (one holder: "
-                f"Lock.mutex), got: {limit!r}"
-            )
-        return _SemaphoreLock(_key(key), limit)
+        return SemaphoreLock.of(key, limit=limit)
 
     @staticmethod
     def keys(keys: str) -> "Lock":
@@ -143,7 +132,7 @@ class Lock:
         :param keys: JSONata template whose value is an array of keys (1 to 100 after
             de-duplication), e.g. ``"{% [$states.input.from, $states.input.to] %}"``.
         """
-        return _KeysLock(protocol.unwrap_jsonata(keys, "keys"))
+        return KeysLock.of(keys)
 
     @staticmethod
     def on_record(
@@ -165,10 +154,7 @@ class Lock:
         :param must_exist: a missing record fails with ``Lock.RecordMissing``; ``False`` lets
             the acquire create it. Default: ``True``.
         """
-        table = prop_types.table("table", table, required=True)
-        if not isinstance(must_exist, bool):
-            raise TypeError(f"`must_exist` must be True or False, got: {must_exist!r}")
-        return _RecordLock(_key(key), table, _record_key_attribute(table, key_attribute), must_exist)
+        return RecordLock.of(table, key, key_attribute=key_attribute, must_exist=must_exist)
 
     @staticmethod
     def shared(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT) -> "Lock":
@@ -186,7 +172,7 @@ class Lock:
             long a grant whose wake-up failed stands unclaimed: the larger of it and 10 s).
             Whole seconds, 1 s to 1 hour. Default: 30 seconds.
         """
-        return _SharedLock(_key(key), SharedKind.READ_MODE, _park_timeout_s(park_timeout))
+        return SharedLock.of(key, mode=SharedKind.READ_MODE, park_timeout=park_timeout)
 
     @staticmethod
     def exclusive(key: str, *, park_timeout: Duration = DEFAULT_PARK_TIMEOUT) -> "Lock":
@@ -196,7 +182,7 @@ class Lock:
         :param key: as :meth:`mutex`'s.
         :param park_timeout: as :meth:`shared`'s. Default: 30 seconds.
         """
-        return _SharedLock(_key(key), SharedKind.WRITE_MODE, _park_timeout_s(park_timeout))
+        return SharedLock.of(key, mode=SharedKind.WRITE_MODE, park_timeout=park_timeout)
 
     @staticmethod
     def rate(key: str, *, limit: int, period: Duration = Duration.minutes(1),
@@ -229,179 +215,5 @@ class Lock:
             ``at_once``. Default: ``None`` (no concurrency limit: runs admitted together work
             side by side).
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= rate_protocol.MAX_LIMIT:
-            raise ValueError(f"`limit` must be a whole number from 1 to {rate_protocol.MAX_LIMIT}, got: {limit!r}")
-        period_ms = prop_types.concrete_ms("period", period)
-        low, high = rate_protocol.MIN_PERIOD_S, rate_protocol.MAX_PERIOD_S
-        if period_ms % 1000 or not low * 1000 <= period_ms <= high * 1000:
-            raise ValueError(f"`period` must be whole seconds from {low} s to 1 day, got: {period_ms / 1000} s")
-        if at_once is not None and (isinstance(at_once, bool) or not isinstance(at_once, int)
-                                    or not 1 <= at_once <= semaphore_protocol.MAX_LIMIT):
-            raise ValueError(
-                f"`at_once` must be a whole number from 1 to {semaphore_protocol.MAX_LIMIT} (or None: no "
-                f"concurrency limit), got: {at_once!r}")
-        return _RateLock(_key(key), limit, period_ms, at_once)
+        return RateLock.of(key, limit=limit, period=period, at_once=at_once)
 
-    # -- what a section does with the value -----------------------------------------------------
-
-    @property
-    def record_table(self) -> Optional[dynamodb.ITable]:
-        """The table the lock lives on when it is the record's own (:meth:`on_record`)."""
-        return None
-
-    def builder(self) -> KindBuilder:
-        """A fresh builder of this kind's states (one per section)."""
-        raise NotImplementedError
-
-    def for_express(self) -> "Lock":
-        """This lock as an EXPRESS state machine can run it (no task tokens)."""
-        return self
-
-
-def _key(key: str) -> str:
-    return protocol.unwrap_jsonata(key, "key")
-
-
-def _park_timeout_s(park_timeout: Duration) -> int:
-    park_timeout_ms = prop_types.concrete_ms("park_timeout", park_timeout)
-    if not 1000 <= park_timeout_ms <= 3_600_000 or park_timeout_ms % 1000:
-        raise ValueError(
-            f"`park_timeout` must be whole seconds from 1 s to 1 hour, got: {park_timeout_ms / 1000} s"
-        )
-    return park_timeout_ms // 1000
-
-
-@dataclass(frozen=True, init=False)
-class _Value(Lock):
-    def __init__(self, *args) -> None:  # the dataclass fields, in order (Lock refuses direct use)
-        for name, value in zip(self.__dataclass_fields__, args):
-            object.__setattr__(self, name, value)
-
-
-@dataclass(frozen=True, init=False)
-class _MutexLock(_Value):
-    key: str
-    kind = "mutex"
-    factory = "mutex(key)"
-
-    def builder(self) -> KindBuilder:
-        return MutexKind(self.key)
-
-
-@dataclass(frozen=True, init=False)
-class _FairLock(_Value):
-    key: str
-    park_timeout_s: int
-    polling: bool
-    queue: Optional[QueueLimit]
-    kind = "fair"
-    factory = "fair(key)"
-
-    def builder(self) -> KindBuilder:
-        return FairKind(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling, queue=self.queue)
-
-    def for_express(self) -> "Lock":
-        return _FairLock(self.key, self.park_timeout_s, True, self.queue)
-
-
-@dataclass(frozen=True, init=False)
-class _SharedLock(_Value):
-    key: str
-    mode: str
-    park_timeout_s: int
-
-    @property
-    def kind(self) -> str:  # type: ignore[override]
-        return "shared" if self.mode == SharedKind.READ_MODE else "exclusive"
-
-    @property
-    def factory(self) -> str:  # type: ignore[override]
-        return f"{self.kind}(key)"
-
-    def builder(self) -> KindBuilder:
-        return SharedKind(self.key, mode=self.mode, park_timeout_s=self.park_timeout_s)
-
-    def for_express(self) -> "Lock":
-        raise ValueError(
-            f"`state_machine_type` must be STANDARD with Lock.{self.kind} (its waiters park on a task "
-            "token, which EXPRESS state machines cannot), got: EXPRESS"
-        )
-
-
-@dataclass(frozen=True, init=False)
-class _SemaphoreLock(_Value):
-    key: str
-    limit: int
-    kind = "semaphore"
-    factory = "semaphore(key, limit=...)"
-
-    def builder(self) -> KindBuilder:
-        return SemaphoreKind(self.key, self.limit)
-
-
-@dataclass(frozen=True, init=False)
-class _RateLock(_Value):
-    key: str
-    limit: int
-    period_ms: int
-    at_once: Optional[int]
-    kind = "rate"
-    factory = "rate(key, limit=...)"
-
-    def builder(self) -> KindBuilder:
-        if self.at_once is not None:
-            return RateAtOnce(self.key, limit=self.limit, period_ms=self.period_ms, at_once=self.at_once)
-        return RateLimit(self.key, limit=self.limit, period_ms=self.period_ms)
-
-
-@dataclass(frozen=True, init=False)
-class _KeysLock(_Value):
-    keys: str
-    kind = "multi-key"
-    factory = "keys(keys)"
-
-    def builder(self) -> KindBuilder:
-        return MultiKeyKind(self.keys)
-
-
-@dataclass(frozen=True, init=False)
-class _RecordLock(_Value):
-    key: str
-    table: dynamodb.ITable
-    key_attribute: str
-    must_exist: bool
-    kind = "record"
-    factory = "on_record(table, key)"
-
-    @property
-    def record_table(self) -> Optional[dynamodb.ITable]:
-        return self.table
-
-    def builder(self) -> KindBuilder:
-        return RecordKind(self.key, key_attribute=self.key_attribute, must_exist=self.must_exist)
-
-
-def _record_key_attribute(table: dynamodb.ITable, given: Optional[str]) -> str:
-    """The record table's partition key: read from its schema when the app defines it (a
-    ``Table`` or a ``TableV2``), else ``given``. It must be a string and the only key (no sort
-    key)."""
-    schema = key_schema(table)
-    if schema is None:
-        if not given:
-            raise ValueError(
-                "`key_attribute` must name the record table's partition key when its schema "
-                "cannot be read (an imported table), got: None"
-            )
-        return given
-    partition = schema.partition
-    if partition.type != "S":
-        raise ValueError(f"`table` must have a string partition key (the lock key), got: {schema.shown()}")
-    if schema.sort is not None:
-        raise ValueError(
-            f"`table` must have no sort key (one record per lock key), got: sort key {schema.sort.name}"
-        )
-    if given is not None and given != partition.name:
-        raise ValueError(
-            f"`key_attribute` must be the table's partition key {partition.name!r}, got: {given!r}"
-        )
-    return partition.name

@@ -39,7 +39,7 @@ second less. Without ``Date`` headers (a stand-in client, an endpoint that sends
 are the client's clock: s seconds behind, it gives workflows a lease s seconds shorter - with
 s >= its lease they may take the lock at once - and the holder learns it at its next step
 (``Lease.check()`` after a heartbeat's renewal found it, ``refresh()``, the release). A fair
-lock (``fair=True``) and a read/write one judge leases with their writes' ``expiresAt < :now``,
+lock (``kind=LockClient.FAIR``) and a read/write one judge leases with their writes' ``expiresAt < :now``,
 ``:now`` being the *earliest* time AWS's clock can show (:meth:`LockClient.earliest_ms`): no
 lease ends by that judgement before it ended for its holder. Mutual exclusion of *writes* rests on no clock: a holder that lost
 its lock still carries its fence, and a store that conditions writes on ``lastFence < :fence``
@@ -150,6 +150,7 @@ from locked_workflow.constructs_lib.client_clocks import (
     wall_clock_ms as _wall_clock_ms,
 )
 from locked_workflow.constructs_lib.client_acquire import Acquisitions
+from locked_workflow.constructs_lib.client_kind import ClientKind, ClientServed, LockKindNotServed, client_kind_of  # noqa: F401 - re-exported
 from locked_workflow.constructs_lib.client_fair import FairQueue
 from locked_workflow.constructs_lib.client_rate import Admission, RateAdmissions  # noqa: F401 - re-exported
 from locked_workflow.constructs_lib.client_lease import (  # noqa: F401 - re-exported
@@ -182,7 +183,10 @@ class LockClient(ClientSession, Acquisitions, Releases, Takeovers, FairQueue, Ho
                  RateAdmissions):
     """Acquire, refresh and release the locks of a lock table from Python.
 
-    A rate limit's key (the workflows' ``Lock.rate``): :meth:`admit` spends one of its permits.
+    The lock kind it takes part in is a value, as the constructs' is: ``kind=LockClient.FAIR``,
+    or the workflows' own ``Lock`` value on the same keys (``kind=Lock.fair(key)``; only its kind
+    counts, not its key or settings). A rate limit's key (the workflows' ``Lock.rate``):
+    :meth:`admit`, on a client of any kind, spends one of its permits.
 
     :param table_name: the lock table (partition key ``pk`` (S)), e.g. ``LockTable.table_name``.
     :param namespace: prefix of every key, as the construct's ``key_namespace`` (the stored
@@ -198,26 +202,42 @@ class LockClient(ClientSession, Acquisitions, Releases, Takeovers, FairQueue, Ho
         leases (a holder's lease, a waiter's takeover). Default: the boot time clock where the
         system has one (it counts a suspended machine's sleep), else ``time.monotonic``.
     :param sleep: how to wait between attempts while the lock is held. Default: ``time.sleep``.
-    :param fair: take part in a fair lock (the workflows' ``fair=True``): acquire only when
-        nobody queues, else take a ticket and poll as the head, keeping a lease on my queue row
-        (a client cannot park on a task token); a release hands the lock to the next waiter
-        (``SendTaskSuccess`` for a parked workflow). Default: ``False``.
-    :param claim_window: with ``fair``: how long (a timedelta or seconds) a release waits for a
-        waiter whose wake-up failed but whose execution still runs (its park may have just timed
-        out) to confirm the handoff, before taking it back. Default: 30 s (the workflows' park
-        timeout).
-    :param read_write: take part in a read/write lock (the workflows' ``Lock.shared`` /
-        ``Lock.exclusive`` on the same keys): ``acquire(key, shared=True)`` enters as one of
-        many readers, ``acquire(key)`` as the one writer, in arrival order (see
-        :mod:`shared_client`). Queued, the client polls its place as the fair lock's client
-        does; a release admits the next waiters. Not with ``fair``. Default: ``False``.
+    :param kind: the lock kind it takes part in (:class:`ClientKind`), or a ``Lock`` value of
+        the workflows on the same keys, whose kind it takes:
+
+        - ``LockClient.MUTEX`` (``Lock.mutex``): one holder per key;
+        - ``LockClient.FAIR`` (``Lock.fair``): acquire only when nobody queues, else take a
+          ticket and poll as the head, keeping a lease on my queue row (a client cannot park on
+          a task token); a release hands the lock to the next waiter (``SendTaskSuccess`` for a
+          parked workflow);
+        - ``LockClient.READ_WRITE`` (``Lock.shared`` / ``Lock.exclusive``):
+          ``acquire(key, shared=True)`` enters as one of many readers, ``acquire(key)`` as the
+          one writer, in arrival order (see :mod:`shared_client`). Queued, the client polls its
+          place as the fair lock's client does; a release admits the next waiters.
+
+        Default: ``None`` (``LockClient.MUTEX``).
+    :param claim_window: with ``LockClient.FAIR``: how long (a timedelta or seconds) a release
+        waits for a waiter whose wake-up failed but whose execution still runs (its park may
+        have just timed out) to confirm the handoff, before taking it back. Default: 30 s (the
+        workflows' default park timeout).
+    :param fair: deprecated (a ``DeprecationWarning``): ``fair=True`` is
+        ``kind=LockClient.FAIR``. Default: ``False``.
+    :param read_write: deprecated (a ``DeprecationWarning``): ``read_write=True`` is
+        ``kind=LockClient.READ_WRITE``. Default: ``False``.
     :param stepfunctions: a boto3 Step Functions client for those wake-ups, and for a waiter's
         liveness check of a workflow holding its key (:mod:`client_liveness`: the probe of its
         presence token, ``DescribeExecution``). Default: ``boto3.client("stepfunctions")``,
         created on first use.
+    :raises LockKindNotServed: ``kind`` is a lock value no client takes part in
+        (``Lock.semaphore``, ``Lock.keys``, ``Lock.on_record``, ``Lock.rate``): a ``ValueError``.
     :raises TypeError: an argument of the wrong type (``"`x` must ..., got: ..."``).
     :raises ValueError: an argument of a bad value (the same form).
     """
+
+    #: The kinds a client takes part in (``kind=LockClient.FAIR``).
+    MUTEX = ClientKind.MUTEX
+    FAIR = ClientKind.FAIR
+    READ_WRITE = ClientKind.READ_WRITE
 
     def __init__(
         self,
@@ -233,6 +253,7 @@ class LockClient(ClientSession, Acquisitions, Releases, Takeovers, FairQueue, Ho
         stepfunctions: Any = None,
         claim_window: timedelta | float = fair.DEFAULT_PARK_TIMEOUT_S,
         read_write: bool = False,
+        kind: ClientKind | ClientServed | None = None,
     ) -> None:
         if not isinstance(table_name, str):
             raise TypeError(f"`table_name` must be a non-empty string, got: {table_name!r}")
@@ -243,12 +264,7 @@ class LockClient(ClientSession, Acquisitions, Releases, Takeovers, FairQueue, Ho
             raise ValueError(f"`namespace` {problem}")
         if owner is not None:
             _owner_checked(owner)
-        if not isinstance(fair, bool):
-            raise TypeError(f"`fair` must be True or False, got: {fair!r}")
-        if not isinstance(read_write, bool):
-            raise TypeError(f"`read_write` must be True or False, got: {read_write!r}")
-        if fair and read_write:
-            raise ValueError("`read_write` must be False with `fair` (a read/write lock is fair already), got: True")
+        kind = client_kind_of(kind, fair=fair, read_write=read_write)
         window = _seconds(claim_window, "claim_window")
         if not 0 <= window <= MAX_POLL_INTERVAL_S:
             raise ValueError(
@@ -268,10 +284,14 @@ class LockClient(ClientSession, Acquisitions, Releases, Takeovers, FairQueue, Ho
         self._watches_mutex = threading.Lock()
         self._liveness_checked: dict[str, tuple[float, int]] = {}  # last check of a workflow holder (and count), per key
         self._aws_clock = _AwsClock()
-        self.fair = fair
-        self.read_write = read_write
+        #: The lock kind it takes part in.
+        self.kind = kind
+        #: It takes part in a fair lock (``kind`` is ``LockClient.FAIR``).
+        self.fair = kind is ClientKind.FAIR
+        #: It takes part in a read/write lock (``kind`` is ``LockClient.READ_WRITE``).
+        self.read_write = kind is ClientKind.READ_WRITE
         self.claim_window = window
-        self._rw = ReadWriteParticipant(self) if read_write else None
+        self._rw = ReadWriteParticipant(self) if self.read_write else None
 
     def table_key(self, key: str) -> str:
         """The stored key of ``key`` (validated, namespaced; a fair key leaves room for its

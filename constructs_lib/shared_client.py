@@ -92,7 +92,7 @@ class TooManyReaders(LockHeld):
 
 
 class ReadWriteParticipant(ReadWriteHandoff):
-    """The read/write protocol's steps for one :class:`LockClient` (``read_write=True``)."""
+    """The read/write protocol's steps for one :class:`LockClient` (``kind=LockClient.READ_WRITE``)."""
 
     def acquire(self, key: str, table_key: str, me: str, options: Any, *, mode: str) -> Lease:
         """Enter as a reader (``mode`` READ) or a writer: the fast path, else a ticket and polls."""

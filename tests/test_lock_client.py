@@ -1641,3 +1641,72 @@ def test_generators_interleaved_inside_one_hold_do_not_share_it(backend):
         third.close()
         assert item(ddb, f"#{key}")["owner"] == {"S": outer.owner}
     assert item(ddb, f"#{key}") == free_with_fence(ddb, key, 1)
+
+
+# ---- the client's kind, as a value --------------------------------------------------------
+
+
+def test_a_client_takes_its_kind_as_a_value_the_way_the_constructs_do(make_client):
+    """``kind=LockClient.FAIR`` / ``READ_WRITE`` / ``MUTEX`` (the default), or the workflows'
+    own ``Lock`` value on the same keys: no deprecated flag, no warning."""
+    import warnings
+
+    from locked_workflow import Lock
+    from locked_workflow.constructs_lib.client_kind import ClientKind
+
+    key = "{% $states.input.k %}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the kind spelling warns of nothing
+        chosen = {
+            LockClient.MUTEX: [LockClient(TABLE), LockClient(TABLE, kind=LockClient.MUTEX),
+                               LockClient(TABLE, kind=Lock.mutex(key))],
+            LockClient.FAIR: [LockClient(TABLE, kind=LockClient.FAIR), LockClient(TABLE, kind=Lock.fair(key)),
+                              LockClient(TABLE, kind=Lock.fair(key, polling=True))],
+            LockClient.READ_WRITE: [LockClient(TABLE, kind=LockClient.READ_WRITE),
+                                    LockClient(TABLE, kind=Lock.shared(key)), LockClient(TABLE, kind=Lock.exclusive(key))],
+        }
+    assert set(chosen) == set(ClientKind)
+    for kind, clients in chosen.items():
+        for client in clients:
+            assert client.kind is kind
+            assert (client.fair, client.read_write) == (kind is LockClient.FAIR, kind is LockClient.READ_WRITE)
+    # the kind is the client's protocol: two readers share a key only on a read/write client
+    readers = [make_client(name, kind=Lock.shared(key)) for name in ("r1", "r2")]
+    leases = [reader.acquire("k", shared=True) for reader in readers]
+    assert all(lease.shared for lease in leases)
+    with pytest.raises(ValueError, match=re.escape("`shared` must be False on a client")):
+        make_client("m", kind=LockClient.MUTEX).acquire("k2", shared=True)
+
+
+def test_a_kind_the_client_cannot_serve_is_a_typed_error():
+    import aws_cdk as cdk
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    from locked_workflow import Lock
+    from locked_workflow.constructs_lib.lock_client import LockError, LockKindNotServed
+
+    key = "{% $states.input.k %}"
+    records = dynamodb.Table(cdk.Stack(cdk.App(), "S"), "Records", partition_key=dynamodb.Attribute(
+        name="id", type=dynamodb.AttributeType.STRING))
+    for lock in (Lock.semaphore(key, limit=2), Lock.keys(key), Lock.on_record(records, key),
+                 Lock.rate(key, limit=2)):
+        with pytest.raises(LockKindNotServed, match=re.escape(f"got: Lock.{lock.factory}")) as refused:
+            LockClient(TABLE, kind=lock)
+        assert isinstance(refused.value, ValueError) and isinstance(refused.value, LockError)
+        assert str(refused.value).startswith("`kind` must be a lock kind a LockClient takes part in")
+    assert "LockClient.admit" in str(refused.value)  # a rate limit's permits: any client's admit()
+    for wrong in ("fair", True, Lock):
+        with pytest.raises(TypeError, match=re.escape(f"`kind` must be LockClient.MUTEX, LockClient.FAIR, "
+                                                      f"LockClient.READ_WRITE or a Lock value, got: {wrong!r}")):
+            LockClient(TABLE, kind=wrong)
+
+
+def test_the_deprecated_flags_still_choose_the_kind_with_a_warning():
+    with pytest.warns(DeprecationWarning, match=re.escape("`fair=True` is deprecated: use kind=LockClient.FAIR")):
+        assert LockClient(TABLE, fair=True).kind is LockClient.FAIR
+    with pytest.warns(DeprecationWarning, match=re.escape("`read_write=True` is deprecated: use kind=LockClient.READ_WRITE")):
+        assert LockClient(TABLE, read_write=True).kind is LockClient.READ_WRITE
+    with pytest.raises(ValueError, match=re.escape("`fair` must be False with `kind` (the kind says it), got: True")):
+        LockClient(TABLE, kind=LockClient.FAIR, fair=True)
+    with pytest.raises(ValueError, match=re.escape("`read_write` must be False with `kind` (the kind says it), got: True")):
+        LockClient(TABLE, kind=LockClient.MUTEX, read_write=True)

@@ -189,3 +189,35 @@ def test_grant_lock_client_grants_what_the_client_calls_and_no_more():
         assert lock_client_actions(**flags) == granted, flags  # (what test_shared_client sees the client call)
     with pytest.raises(TypeError, match="`fair` must be True or False, got: 'yes'"):
         grant_lock_client(None, table=None, fair="yes")
+
+
+def test_grant_lock_client_takes_the_clients_kind_as_a_value():
+    """``grant_lock_client(..., kind=...)`` / ``lock_client_actions(kind=...)`` take the kind the
+    client takes (``LockClient.FAIR``, or the workflows' ``Lock`` value); the flags still work,
+    deprecated."""
+    from aws_cdk.assertions import Template
+
+    from locked_workflow import Lock, LockClient
+    from locked_workflow.constructs_lib.client_layer import grant_lock_client, lock_client_actions
+    from locked_workflow.constructs_lib.client_kind import LockKindNotServed
+    from template_iam import actions, role_statements
+
+    key = "{% $states.input.k %}"
+    for kind, value in ((LockClient.MUTEX, Lock.mutex(key)), (LockClient.FAIR, Lock.fair(key)),
+                        (LockClient.READ_WRITE, Lock.exclusive(key))):
+        assert lock_client_actions(kind=kind) == lock_client_actions(kind=value)
+    with pytest.warns(DeprecationWarning, match="kind=LockClient.FAIR"):
+        assert lock_client_actions(fair=True) == lock_client_actions(kind=LockClient.FAIR) != lock_client_actions()
+    with pytest.warns(DeprecationWarning, match="kind=LockClient.READ_WRITE"):
+        assert lock_client_actions(read_write=True) == lock_client_actions(kind=LockClient.READ_WRITE)
+    with pytest.raises(LockKindNotServed, match=r"got: Lock\.semaphore"):
+        lock_client_actions(kind=Lock.semaphore(key, limit=2))
+    stack = cdk.Stack(cdk.App(), "Grants")
+    locks = LockTable(stack, "Locks")
+    function = lambda_.Function(stack, "Worker", runtime=lambda_.Runtime.PYTHON_3_13, handler="index.handler",
+                                code=lambda_.Code.from_inline("def handler(e, c): pass"))
+    grant_lock_client(function, table=locks.table, kind=Lock.fair(key))
+    template = Template.from_stack(stack).to_json()
+    role = next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role")
+    granted = {a for s in role_statements(template, role) for a in actions(s)}
+    assert granted == lock_client_actions(kind=LockClient.FAIR) - {"states:DescribeExecution"}  # no holders given

@@ -273,6 +273,49 @@ def test_a_lock_is_a_value_made_by_its_factories():
     assert fair.builder() is not fair.builder()  # each section builds its own states
 
 
+def test_each_kind_declares_its_value_beside_its_builder():
+    """A new kind touches its own module: each factory's value (its settings, its validation,
+    its builder) is declared in ``kinds/<kind>.py`` beside its builder, and is a ``Lock``; the
+    ``Lock`` module declares no value class of its own (its factories delegate)."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_dynamodb as dynamodb
+
+    from locked_workflow import Lock
+    from locked_workflow.constructs_lib import lock as lock_module
+
+    key = p.jsonata("$states.input.k")
+    stack = cdk.Stack(cdk.App(), "V")
+    records = dynamodb.Table(stack, "Records", partition_key=dynamodb.Attribute(
+        name="id", type=dynamodb.AttributeType.STRING))
+    values = [
+        ("mutex", Lock.mutex(key)), ("fair", Lock.fair(key)), ("semaphore", Lock.semaphore(key, limit=2)),
+        ("multikey", Lock.keys(key)), ("record", Lock.on_record(records, key)), ("shared", Lock.shared(key)),
+        ("shared", Lock.exclusive(key)), ("rate", Lock.rate(key, limit=2)), ("rate", Lock.rate(key, limit=2, at_once=1)),
+    ]
+    for module, value in values:
+        assert isinstance(value, Lock), value
+        assert type(value).__module__ == f"locked_workflow.constructs_lib.kinds.{module}", (module, type(value))
+        assert type(value.builder()).__module__ == type(value).__module__, (module, type(value.builder()))
+    declared = [v for v in vars(lock_module).values() if isinstance(v, type) and v.__module__ == lock_module.__name__]
+    assert declared == [Lock], declared
+
+
+def test_the_lost_cause_names_the_hold_as_its_kind_spells_it():
+    """``Lock.Lost``'s cause: the base declares a single-key hold's (its key and fence); the
+    multi-key kind spells its own (its keys and fences) - no other kind's cause reads a multi-key
+    lock record. Each evaluates to the text every kind rendered before."""
+    from locked_workflow.constructs_lib.kinds.multikey import MultiKeyKind
+    from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+
+    single = MutexKind("$k").lost_cause("$lock")
+    multi = MultiKeyKind("$k").lost_cause("$lock")
+    assert "keys" not in single and "fences" not in single, single
+    after = " was taken over by another holder before it was released"
+    assert evaluate(single, lock={"key": "c#1", "fence": 7}) == "lock c#1 (fence 7)" + after
+    assert evaluate(multi, lock={"keys": ["a#1", "a#2"], "fences": {"a#1": 3, "a#2": 5}}) == (
+        'lock ["a#1","a#2"] (fence {"a#1":3,"a#2":5})' + after)
+
+
 # ---- lock on the record ---------------------------------------------------------------
 
 

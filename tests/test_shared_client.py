@@ -314,7 +314,7 @@ def test_a_readers_leave_refused_round_after_round_retires_its_entry_at_the_cap(
 
 
 def test_bad_arguments_are_refused_before_any_call(ddb):
-    with pytest.raises(ValueError, match="`shared` must be False on a client without `read_write=True`"):
+    with pytest.raises(ValueError, match="`shared` must be False on a client without `kind=LockClient.READ_WRITE`"):
         LockClient(TABLE, dynamodb=ddb).acquire("k", shared=True)
     with pytest.raises(TypeError, match="`shared` must be True or False, got: 'yes'"):
         rw(ddb).acquire("k", shared="yes")

@@ -1,7 +1,9 @@
 """The lock kinds' state builders: one module per kind, each wiring its protocol module
 (:mod:`locked_workflow.state_machines`) into a section's states, behind one declared contract
 (:mod:`~locked_workflow.constructs_lib.kinds.base`: :class:`KindBuilder`, the traits and hooks
-of a kind; :class:`SectionContext`, what a section gives it).
+of a kind; :class:`SectionContext`, what a section gives it). Each kind module also declares
+the kind's *value* (:mod:`~locked_workflow.constructs_lib.kinds.value`: what ``Lock.<factory>``
+returns, its settings and their validation), which ``Lock``'s factory delegates to.
 
 - ``mutex`` (``Lock.mutex``): one holder per key;
 - ``semaphore`` (``Lock.semaphore``): N holders per key;

@@ -13,8 +13,10 @@ hold's presence branch, the error path). Two declarations make that exchange exp
   kind has a member: every member is declared here.
 
 A new kind is one module in this package (a subclass of :class:`KindBuilder`, usually of
-:class:`~locked_workflow.constructs_lib.kinds.mutex.MutexKind`) plus its protocol module in
-:mod:`locked_workflow.state_machines`.
+:class:`~locked_workflow.constructs_lib.kinds.mutex.MutexKind`, and its value: a
+:class:`~locked_workflow.constructs_lib.kinds.value.LockValue` with its settings' validation)
+plus its protocol module in :mod:`locked_workflow.state_machines`, and a factory on ``Lock``
+that delegates to the value.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.state_machines import errors, fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import ENTRY
+
+
+def lost_cause_expression(held: str, fence: str) -> str:
+    """JSONata: a ``Lock.Lost`` cause naming the hold - ``held`` (JSONata: what it held) and
+    ``fence`` (JSONata: the fence or fences it held them with), both strings."""
+    return f"'lock ' & {held} & ' (fence ' & {fence} & ') was taken over by another holder before it was released'"
 
 
 class SectionContext(Protocol):
@@ -224,14 +232,9 @@ class KindBuilder(ABC):
     def lost_cause(self, lock_variable: str) -> str:
         """JSONata: the cause of the section's ``Lock.Lost`` (the lock was taken over before it
         was released), naming the hold from the section's lock variable ``lock_variable`` (with
-        its ``$``). Default: its key and fence - or, a lock variable without them (``Lock.keys``:
-        ``keys`` and ``fences``), its keys and fences; one expression every kind renders so far."""
-        lock = lock_variable
-        return (
-            f"'lock ' & ($exists({lock}.key) ? {lock}.key : $string({lock}.keys)) & ' (fence ' "
-            f"& $string($exists({lock}.fence) ? {lock}.fence : {lock}.fences)"
-            " & ') was taken over by another holder before it was released'"
-        )
+        its ``$``; see :func:`lost_cause_expression`). Default: a single-key hold's key and
+        fence (``key``, ``fence``); a kind whose lock variable holds otherwise spells its own."""
+        return lost_cause_expression(f"{lock_variable}.key", f"$string({lock_variable}.fence)")
 
     # -- presence (``detect_cancellation``) -----------------------------------------------------
 

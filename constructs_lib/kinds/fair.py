@@ -21,21 +21,39 @@ wake-up (``SendTaskSuccess``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
-from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import Duration, aws_stepfunctions as sfn
 
+from locked_workflow.constructs_lib import prop_types
+
+from locked_workflow.constructs_lib.client_kind import ClientKind
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
 from locked_workflow.constructs_lib.section_record import Role
-from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
 from locked_workflow.constructs_lib.kinds.fair_handoff import build_handoff
 from locked_workflow.constructs_lib.kinds.fair_queue import FairQueue
 from locked_workflow.constructs_lib.kinds.items import item_number
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
+
+#: A parked waiter's default ``park_timeout`` (``Lock.fair``, ``Lock.shared``, ``Lock.exclusive``).
+DEFAULT_PARK_TIMEOUT = Duration.seconds(fair.DEFAULT_PARK_TIMEOUT_S)
+
+
+def park_timeout_seconds(park_timeout: Duration) -> int:
+    """A ``park_timeout`` prop in whole seconds: 1 s to 1 hour (``ValueError`` else)."""
+    park_timeout_ms = prop_types.concrete_ms("park_timeout", park_timeout)
+    if not 1000 <= park_timeout_ms <= 3_600_000 or park_timeout_ms % 1000:
+        raise ValueError(
+            f"`park_timeout` must be whole seconds from 1 s to 1 hour, got: {park_timeout_ms / 1000} s"
+        )
+    return park_timeout_ms // 1000
 
 
 class FairKind(MutexKind):
@@ -111,3 +129,33 @@ class FairKind(MutexKind):
                              key=f"${v['lock']}.key", me=f"${v['lock']}.owner",
                              start=f"${v['lock']}.ticket", holding=True, then=rethrow,
                              stale=f"${v['lock']}.owner", lost=None, left=rethrow)
+
+
+@dataclass(frozen=True, init=False)
+class FairLock(LockValue):
+    """``Lock.fair(key)``: one holder per key, granted in arrival order."""
+
+    key: str
+    park_timeout_s: int
+    polling: bool
+    queue: Optional[QueueLimit]
+    kind = "fair"
+    factory = "fair(key)"
+    client_kind = ClientKind.FAIR
+
+    @classmethod
+    def of(cls, key: str, *, park_timeout: Duration, polling: bool, queue: Optional[QueueLimit]) -> "FairLock":
+        """``Lock.fair``'s value (its props as the factory documents them)."""
+        park_timeout_s = park_timeout_seconds(park_timeout)
+        if not isinstance(polling, bool):
+            raise TypeError(f"`polling` must be True or False, got: {polling!r}")
+        if queue is not None and not isinstance(queue, QueueLimit):
+            raise TypeError(
+                f"`queue` must be a QueueLimit (QueueLimit.keep_newest(n), QueueLimit.keep_oldest(n)) or None, got: {queue!r}")
+        return cls(unwrapped_key(key), park_timeout_s, polling, queue)
+
+    def builder(self) -> KindBuilder:
+        return FairKind(self.key, park_timeout_s=self.park_timeout_s, polling=self.polling, queue=self.queue)
+
+    def for_express(self) -> "FairLock":
+        return FairLock(self.key, self.park_timeout_s, True, self.queue)

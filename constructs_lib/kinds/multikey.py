@@ -8,14 +8,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from aws_cdk import aws_stepfunctions as sfn
 
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk, sdk_task, update_item_task
-from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext, lost_cause_expression
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import multikey_protocol as multikey
@@ -128,6 +130,10 @@ class MultiKeyKind(MutexKind):
         )
         return release
 
+    def lost_cause(self, lock_variable: str) -> str:
+        """Its keys and their fences (``keys``, ``fences``: stored key -> fence)."""
+        return lost_cause_expression(f"$string({lock_variable}.keys)", f"$string({lock_variable}.fences)")
+
     def presence_task(self, section: SectionContext) -> tuple[str, dict]:
         """One token on every key the hold took, in one transaction."""
         return "transactWriteItems", multikey.present_arguments(
@@ -169,3 +175,19 @@ class MultiKeyKind(MutexKind):
         release.next(rethrow)
         return release
 
+
+@dataclass(frozen=True, init=False)
+class KeysLock(LockValue):
+    """``Lock.keys(keys)``: every key of a list, all or nothing."""
+
+    keys: str
+    kind = "multi-key"
+    factory = "keys(keys)"
+
+    @classmethod
+    def of(cls, keys: str) -> "KeysLock":
+        """``Lock.keys``'s value (``keys``: a JSONata template)."""
+        return cls(unwrapped_key(keys, "keys"))
+
+    def builder(self) -> KindBuilder:
+        return MultiKeyKind(self.keys)

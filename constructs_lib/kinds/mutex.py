@@ -11,13 +11,16 @@ read/write): its release, retire and presence are theirs unless they override th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from aws_cdk import aws_stepfunctions as sfn
 
+from locked_workflow.constructs_lib.client_kind import ClientKind
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, update_item_task
 from locked_workflow.constructs_lib.kinds import shared_hold
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
+from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -176,3 +179,21 @@ class MutexKind(KindBuilder):
                              then: sfn.State) -> list:
         """The liveness check's branches for a key a shared hold owns (``shared_hold.shared_hold_sweep``)."""
         return shared_hold.shared_hold_sweep(section, holder_variable=holder_variable, then=then)
+
+
+@dataclass(frozen=True, init=False)
+class MutexLock(LockValue):
+    """``Lock.mutex(key)``: one holder per key."""
+
+    key: str
+    kind = "mutex"
+    factory = "mutex(key)"
+    client_kind = ClientKind.MUTEX
+
+    @classmethod
+    def of(cls, key: str) -> "MutexLock":
+        """``Lock.mutex``'s value (``key``: a JSONata template)."""
+        return cls(unwrapped_key(key))
+
+    def builder(self) -> KindBuilder:
+        return MutexKind(self.key)

@@ -14,16 +14,20 @@ and no stale holder can block a key (no janitor, liveness check or lease is invo
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
 
-from aws_cdk import aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+from aws_cdk import Duration, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
+
+from locked_workflow.constructs_lib import prop_types
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.section_record import Role
-from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.kinds.base import KindBuilder, SectionContext
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.constructs_lib.kinds.semaphore import SemaphoreKind
+from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import rate_protocol as rate
@@ -236,3 +240,37 @@ class RateAtOnce(SemaphoreKind):
             section.after_acquire_failure(state)
         acquired.next(read)
         return start, acquire, _Otherwise(on_time)
+
+
+@dataclass(frozen=True, init=False)
+class RateLock(LockValue):
+    """``Lock.rate(key, limit=...)``: at most ``limit`` entries per key in any window of
+    ``period_ms`` (and, with ``at_once``, that many in the work at a time)."""
+
+    key: str
+    limit: int
+    period_ms: int
+    at_once: Optional[int]
+    kind = "rate"
+    factory = "rate(key, limit=...)"
+
+    @classmethod
+    def of(cls, key: str, *, limit: int, period: Duration, at_once: Optional[int]) -> "RateLock":
+        """``Lock.rate``'s value (its props as the factory documents them)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= rate.MAX_LIMIT:
+            raise ValueError(f"`limit` must be a whole number from 1 to {rate.MAX_LIMIT}, got: {limit!r}")
+        period_ms = prop_types.concrete_ms("period", period)
+        low, high = rate.MIN_PERIOD_S, rate.MAX_PERIOD_S
+        if period_ms % 1000 or not low * 1000 <= period_ms <= high * 1000:
+            raise ValueError(f"`period` must be whole seconds from {low} s to 1 day, got: {period_ms / 1000} s")
+        if at_once is not None and (isinstance(at_once, bool) or not isinstance(at_once, int)
+                                    or not 1 <= at_once <= semaphore.MAX_LIMIT):
+            raise ValueError(
+                f"`at_once` must be a whole number from 1 to {semaphore.MAX_LIMIT} (or None: no "
+                f"concurrency limit), got: {at_once!r}")
+        return cls(unwrapped_key(key), limit, period_ms, at_once)
+
+    def builder(self) -> KindBuilder:
+        if self.at_once is not None:
+            return RateAtOnce(self.key, limit=self.limit, period_ms=self.period_ms, at_once=self.at_once)
+        return RateLimit(self.key, limit=self.limit, period_ms=self.period_ms)

@@ -7,14 +7,20 @@
 
 from __future__ import annotations
 
-from aws_cdk import Stack, aws_stepfunctions as sfn
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from aws_cdk import Stack, aws_dynamodb as dynamodb, aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 
+from locked_workflow.constructs_lib import prop_types
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
-from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
+from locked_workflow.constructs_lib.lock_table import LockTable, key_schema
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import record_protocol as record
@@ -126,3 +132,56 @@ class RecordKind(MutexKind):
             ),
         )
 
+
+@dataclass(frozen=True, init=False)
+class RecordLock(LockValue):
+    """``Lock.on_record(table, key)``: the lock kept on the record it protects."""
+
+    key: str
+    table: dynamodb.ITable
+    key_attribute: str
+    must_exist: bool
+    kind = "record"
+    factory = "on_record(table, key)"
+
+    @classmethod
+    def of(cls, table: Union[dynamodb.ITable, LockTable], key: str, *, key_attribute: Optional[str],
+           must_exist: bool) -> "RecordLock":
+        """``Lock.on_record``'s value (its props as the factory documents them)."""
+        table = prop_types.table("table", table, required=True)
+        if not isinstance(must_exist, bool):
+            raise TypeError(f"`must_exist` must be True or False, got: {must_exist!r}")
+        return cls(unwrapped_key(key), table, _record_key_attribute(table, key_attribute), must_exist)
+
+    @property
+    def record_table(self) -> Optional[dynamodb.ITable]:
+        return self.table
+
+    def builder(self) -> KindBuilder:
+        return RecordKind(self.key, key_attribute=self.key_attribute, must_exist=self.must_exist)
+
+
+def _record_key_attribute(table: dynamodb.ITable, given: Optional[str]) -> str:
+    """The record table's partition key: read from its schema when the app defines it (a
+    ``Table`` or a ``TableV2``), else ``given``. It must be a string and the only key (no sort
+    key)."""
+    schema = key_schema(table)
+    if schema is None:
+        if not given:
+            raise ValueError(
+                "`key_attribute` must name the record table's partition key when its schema "
+                "cannot be read (an imported table), got: None"
+            )
+        return given
+    partition = schema.partition
+    if partition.type != "S":
+        raise ValueError(f"`table` must have a string partition key (the lock key), got: {schema.shown()}")
+    if schema.sort is not None:
+        raise ValueError(
+            f"`table` must have no sort key (one record per lock key), got: sort key {schema.sort.name}"
+        )
+    if given is not None and given != partition.name:
+        raise ValueError(
+            f"`key_attribute` must be the table's partition key {partition.name!r}, got: {given!r}"
+        )
+    return partition.name

@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from locked_workflow.constructs_lib.kinds.base import SectionContext
+from locked_workflow.constructs_lib.kinds.base import KindBuilder, SectionContext
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import semaphore_protocol as semaphore
 
@@ -45,3 +47,25 @@ class SemaphoreKind(MutexKind):
             limit=self.limit, wait_variable=section.variables["wait"], every=section.liveness_check_every
         )
 
+
+@dataclass(frozen=True, init=False)
+class SemaphoreLock(LockValue):
+    """``Lock.semaphore(key, limit=...)``: ``limit`` holders per key."""
+
+    key: str
+    limit: int
+    kind = "semaphore"
+    factory = "semaphore(key, limit=...)"
+
+    @classmethod
+    def of(cls, key: str, *, limit: int) -> "SemaphoreLock":
+        """``Lock.semaphore``'s value: ``limit`` a whole number from 2 to ``MAX_LIMIT``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= semaphore.MAX_LIMIT:
+            raise ValueError(
+                f"`limit` must be a whole number from 2 to {semaphore.MAX_LIMIT} (one holder: "
+                f"Lock.mutex), got: {limit!r}"
+            )
+        return cls(unwrapped_key(key), limit)
+
+    def builder(self) -> KindBuilder:
+        return SemaphoreKind(self.key, self.limit)

@@ -41,19 +41,23 @@ Every DynamoDB expression is the protocol module's; this module only wires them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
+from locked_workflow.constructs_lib.client_kind import ClientKind
 from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, retry_transient_sdk
 from locked_workflow.constructs_lib.section_record import Role
-from locked_workflow.constructs_lib.kinds.base import AcquireStates, SectionContext
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
+from locked_workflow.constructs_lib.kinds.fair import park_timeout_seconds
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.constructs_lib.kinds.shared_handoff import build_handoff, build_leave_read
 from locked_workflow.constructs_lib.kinds.shared_hold import entry_of, expired_reader, suspect
 from locked_workflow.constructs_lib.kinds.shared_liveness import build_liveness_check
 from locked_workflow.constructs_lib.kinds.shared_states import READ, WRITE, SharedStates, presence_row_key
+from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -418,3 +422,36 @@ class SharedKind(MutexKind):
                            {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=f"{lock}.owner")
         retire.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
         return retire.next(then)
+
+
+@dataclass(frozen=True, init=False)
+class SharedLock(LockValue):
+    """``Lock.shared(key)`` (a reader, ``mode`` READ) or ``Lock.exclusive(key)`` (a writer,
+    ``mode`` WRITE) of one read/write lock."""
+
+    key: str
+    mode: str
+    park_timeout_s: int
+    client_kind = ClientKind.READ_WRITE  # one client takes both sides
+
+    @classmethod
+    def of(cls, key: str, *, mode: str, park_timeout: Duration) -> "SharedLock":
+        """``Lock.shared``'s (``mode`` READ) or ``Lock.exclusive``'s (WRITE) value."""
+        return cls(unwrapped_key(key), mode, park_timeout_seconds(park_timeout))
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "shared" if self.mode == READ else "exclusive"
+
+    @property
+    def factory(self) -> str:  # type: ignore[override]
+        return f"{self.kind}(key)"
+
+    def builder(self) -> KindBuilder:
+        return SharedKind(self.key, mode=self.mode, park_timeout_s=self.park_timeout_s)
+
+    def for_express(self) -> LockValue:
+        raise ValueError(
+            f"`state_machine_type` must be STANDARD with Lock.{self.kind} (its waiters park on a task "
+            "token, which EXPRESS state machines cannot), got: EXPRESS"
+        )

@@ -279,7 +279,8 @@ def recover(
                 recovery.forgotten.append(key)
         # its parks: a fair waiter leaves its queue (the lock handed on if free); a read/write
         # waiter's row is marked left (DEQUEUE), so the next handoff skips it
-        client = (LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions, fair=True)
+        client = (LockClient(settings.table_name, dynamodb=dynamodb, stepfunctions=stepfunctions,
+                             kind=LockClient.FAIR)
                   if settings.fair else None)
         for row_key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
             if client is not None:

@@ -548,8 +548,9 @@ class Cell:
     def _client(self, p: Participant) -> None:
         mode = p.role.removeprefix("client-")
         client = LockClient(self.tables["locks"], namespace=NAMESPACE[p.role], dynamodb=self.cloud.dynamodb,
-                            stepfunctions=self.cloud.stepfunctions, fair=mode == "fair",
-                            read_write=mode.startswith("rw"), claim_window=PARK_TIMEOUT_S)
+                            stepfunctions=self.cloud.stepfunctions, claim_window=PARK_TIMEOUT_S,
+                            kind=(LockClient.FAIR if mode == "fair" else LockClient.READ_WRITE if mode.startswith("rw")
+                                  else LockClient.MUTEX))
         owner = f"matrix{uuid.uuid4().hex[:12]}"
         shared = mode == "rw-read"
         deadline = time.monotonic() + CLIENT_WAIT_S
