@@ -117,8 +117,3 @@ class EnvironmentPool:
                 return False
             environment.running = -1  # (no invocation has this number: never given back)
             return True
-
-    @property
-    def idle(self) -> int:
-        with self._lock:
-            return len(self._idle)

@@ -62,13 +62,9 @@ def _invoke(cloud, name: str, event: dict) -> dict:
     return payload
 
 
-def test_concurrent_invocations_each_run_in_an_environment_of_their_own(tmp_path):
-    """Two invocations inside at once: on AWS each has its own execution environment, so each
-    sees its own module counter and its own Powertools metric set (a class attribute of
-    ``Metrics``, in the Powertools package itself), writes its own log stream, and each
-    environment ran Init once. Before, both shared one import of the handler and Powertools:
-    counters 1 and 2, both metrics in both sets - the race that failed Powertools' flushes
-    in the unlocked negative control of tests/test_lock_behaviour.py."""
+def _two_at_once_then_one(tmp_path) -> tuple[dict[str, dict], dict, list[str], int]:
+    """Invocations A and B inside at once, then C alone: their results, the function's log
+    lines and how many environments ran Init."""
     lambda_folder(tmp_path, "Probe", HANDLER)
     with LocalCloud() as cloud:
         name = cloud.deploy(_template(), assets_dir=tmp_path).function_name("Probe")
@@ -82,15 +78,39 @@ def test_concurrent_invocations_each_run_in_an_environment_of_their_own(tmp_path
             thread.start()
         for thread in threads:
             thread.join(60)
-        # then a third, alone: it finds an idle environment warm, no Init
         third = _invoke(cloud, name, {"name": "C", "dir": str(tmp_path), "meet": ["C"]})
-        lines = cloud.function_logs(name)
+        return results, third, cloud.function_logs(name), cloud.functions.get(name).environments.initialized
+
+
+def test_concurrent_invocations_each_run_in_an_environment_of_their_own(tmp_path):
+    """Two invocations inside at once: on AWS each has its own execution environment, so each
+    sees its own module counter and its own Powertools metric set (a class attribute of
+    ``Metrics``, in the Powertools package itself), writes its own log stream, and each
+    environment ran Init once; a third invocation, alone, finds one of them idle (warm, no
+    Init). Before, both shared one import of the handler and Powertools: counters 1 and 2,
+    both metrics in one set, which one flush emptied before the other read it - the race that
+    failed Powertools' flushes in the unlocked negative control of tests/test_lock_behaviour.py."""
+    results, third, lines, inits = _two_at_once_then_one(tmp_path)
     assert {metric: (r["invocations"], r["metrics"]) for metric, r in results.items()} == {
         "A": (1, ["A"]), "B": (1, ["B"])}
     assert results["A"]["stream"] != results["B"]["stream"]
     assert third["invocations"] == 2 and third["metrics"] == ["C"]
     assert third["stream"] in (results["A"]["stream"], results["B"]["stream"])
-    assert lines.count("init") == 2  # one Init per environment
+    assert lines.count("init") == inits == 2  # one Init per environment
+
+
+def test_negative_control_a_fresh_handler_import_alone_shares_powertools_metric_set(tmp_path, monkeypatch):
+    """Without its own copy of Powertools, an environment's fresh import of the handler keeps
+    its own counter but not its own metric set: ``Metrics`` keeps it at class level in the
+    Powertools package, which the handler's re-import does not reload."""
+    from locked_workflow.testing import lambda_runtime
+
+    monkeypatch.setattr(lambda_runtime, "ENVIRONMENT_PACKAGES", frozenset())
+    results, _, _, inits = _two_at_once_then_one(tmp_path)
+    assert [results[m]["invocations"] for m in ("A", "B")] == [1, 1] and inits == 2
+    # each read the set after both had added to it: both metrics, or none once the other flushed
+    assert {m: results[m]["metrics"] for m in ("A", "B")} != {"A": ["A"], "B": ["B"]}
+    assert all(results[m]["metrics"] in (["A", "B"], []) for m in ("A", "B")), results
 
 
 def test_an_idle_environment_is_reused_with_its_module_state(tmp_path):
