@@ -15,15 +15,16 @@ from local_helpers import lambda_folder, wait_until
 
 POWERTOOLS_LAYER_ARN = "arn:aws:lambda:us-east-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-x86_64:27"
 
-#: Module state (a counter, Powertools' metric set) seen by each invocation; each invocation
-#: first waits until every invocation named in ``meet`` has arrived (all inside at once).
+#: Module state (a counter, Powertools' metric set, its Logger's keys) seen by each invocation;
+#: each invocation waits until every invocation named in ``meet`` has arrived (all inside at once).
 HANDLER = '''
 import pathlib
 import time
 
-from aws_lambda_powertools import Metrics
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
+logger = Logger(service="probe")
 metrics = Metrics(namespace="Probe", service="probe")
 INVOCATIONS = 0
 print("init")
@@ -35,12 +36,13 @@ def handler(event, context):
     INVOCATIONS += 1
     mine = INVOCATIONS
     metrics.add_metric(name=event["name"], unit=MetricUnit.Count, value=1)
+    logger.append_keys(who=event["name"])
     folder = pathlib.Path(event["dir"])
     (folder / event["name"]).write_text("here")
     deadline = time.monotonic() + 30
     while not all((folder / name).exists() for name in event["meet"]) and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(event.get("sleep", 0))
+    logger.info("met")
     return {"invocations": mine, "metrics": sorted(metrics.metric_set), "stream": context.log_stream_name}
 '''
 
@@ -84,8 +86,9 @@ def _two_at_once_then_one(tmp_path) -> tuple[dict[str, dict], dict, list[str], i
 
 def test_concurrent_invocations_each_run_in_an_environment_of_their_own(tmp_path):
     """Two invocations inside at once: on AWS each has its own execution environment, so each
-    sees its own module counter and its own Powertools metric set (a class attribute of
-    ``Metrics``, in the Powertools package itself), writes its own log stream, and each
+    sees its own module counter, its own Powertools metric set (a class attribute of
+    ``Metrics``, in the Powertools package itself) and its own Logger keys (kept by the
+    ``logging`` module's registry of loggers), writes its own log stream, and each
     environment ran Init once; a third invocation, alone, finds one of them idle (warm, no
     Init). Before, both shared one import of the handler and Powertools: counters 1 and 2,
     both metrics in one set, which one flush emptied before the other read it - the race that
@@ -97,6 +100,8 @@ def test_concurrent_invocations_each_run_in_an_environment_of_their_own(tmp_path
     assert third["invocations"] == 2 and third["metrics"] == ["C"]
     assert third["stream"] in (results["A"]["stream"], results["B"]["stream"])
     assert lines.count("init") == inits == 2  # one Init per environment
+    met = [json.loads(line) for line in lines if line.startswith("{") and '"met"' in line]
+    assert sorted(line["who"] for line in met) == ["A", "B", "C"]  # each line its own key
 
 
 def test_negative_control_a_fresh_handler_import_alone_shares_powertools_metric_set(tmp_path, monkeypatch):
