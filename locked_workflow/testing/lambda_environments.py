@@ -32,7 +32,7 @@ Not modelled: the rest of the standard library and the Lambda runtime's packages
 botocore: moto's mock lives there) stay shared by all environments of the process - boto3's
 default session, say; no concurrency limit, no idle environment is ever shut down. The Inits
 run one at a time (they swap ``sys.modules``): a burst of N concurrent first invocations of a
-function waits for N Inits (~85 ms each for the example's handler on a loaded 2-core machine)
+function waits for N Inits (40 to 90 ms each for the example's handler on this 2-core machine)
 where AWS runs them side by side. A module that another thread imports while an Init runs
 finds that environment's ``logging`` or Powertools (an environment package's module it
 imports may be taken as the environment's).
