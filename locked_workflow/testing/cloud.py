@@ -435,13 +435,16 @@ class LocalCloud:
     def function_logs(self, function_name: str) -> list[str]:
         """What the function wrote (``print``, ``logging``, Powertools, warnings), a line each, in
         order: on AWS it goes to CloudWatch Logs, and so it does here, not to the test's output
-        (:mod:`locked_workflow.testing.function_logs`)."""
+        (:mod:`locked_workflow.testing.function_logs`). The lines of all its log streams (one per
+        execution environment) in the order they were written (by timestamp; a stream's own
+        lines keep their order)."""
         logs = self.client("logs")
         group = f"/aws/lambda/{function_name}"
         if not logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]:
             return []
         pages = logs.get_paginator("filter_log_events").paginate(logGroupName=group)
-        return [event["message"] for page in pages for event in page["events"]]
+        events = sorted((event for page in pages for event in page["events"]), key=lambda event: event["timestamp"])
+        return [event["message"] for event in events]
 
     def executions(self, state_machine_arn: str, status: str | None = None) -> list[dict[str, Any]]:
         kwargs = {"stateMachineArn": state_machine_arn}

@@ -214,6 +214,7 @@ class EventRouter:
     status_events: list[dict[str, Any]] = field(default_factory=list)
     dropped_status_events: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _closed: bool = field(default=False, repr=False)
 
     # -- targets ----------------------------------------------------------------------
 
@@ -241,8 +242,10 @@ class EventRouter:
         return [self._deliver_once(late.rule, late.target, late.event, "late") for late in pending]
 
     def close(self) -> None:
-        """Drop the held-back copies and stop their timers (the cloud is going away)."""
+        """Drop the held-back copies and stop their timers, and from now on drop the status
+        events of this cloud's executions that end late (the cloud is going away)."""
         with self._lock:
+            self._closed = True
             pending, self.late_copies = self.late_copies, []
         for late in pending:
             if late.timer is not None:
@@ -352,12 +355,14 @@ class EventRouter:
     def execution_ended(self, execution: Any) -> None:
         """Put the status event of a finished moto parser ``Execution`` on the default bus.
 
-        Express workflows emit no status events, as on AWS.
+        Express workflows emit no status events, as on AWS. Once this router is closed (its
+        cloud closed), the event is dropped: an execution left running must not emit into
+        whatever cloud is open when it ends.
         """
         if str(getattr(execution.sm_type, "value", execution.sm_type)) == "EXPRESS":
             return
         detail = status_event_detail(execution)
-        if not self.emit_status_events or (
+        if self._closed or not self.emit_status_events or (
             self.status_event_filter is not None and not self.status_event_filter(detail)
         ):
             with self._lock:

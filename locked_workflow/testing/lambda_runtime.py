@@ -18,7 +18,12 @@ function's environment variables applied, and calls it with the event and a
   janitor's copy of ``locked_workflow``). **Stricter than AWS**: a handler that imports -
   anywhere in its modules, lazily too - a module its folder lacks, of a package this process
   would supply from outside its installation (this checkout), is refused before it runs.
-* **Environment**: ``os.environ`` is replaced (while the runtime is active) by a mapping
+* **Execution environments**: each invocation runs in an environment of the function that
+  runs no other invocation meanwhile, with its own import of the handler
+  (:mod:`~locked_workflow.testing.lambda_environments`, with the AWS pages): concurrent
+  invocations each see their own module state, an idle environment is reused warm, and
+  each environment's Init (the handler's import) runs before the function's timeout starts.
+* **Environment variables**: ``os.environ`` is replaced (while the runtime is active) by a mapping
   with a per-thread overlay, so concurrent invocations of functions with different
   variables each see their own; everything else sees the process environment.
 * **Errors**: an exception becomes a function error with payload
@@ -37,7 +42,7 @@ function's environment variables applied, and calls it with the event and a
   writes land. A protocol must tolerate that for as long as the handler may run (a lock's
   stop grace, fencing); ``get_remaining_time_in_millis`` reads 0 from the deadline on, so a
   handler that checks it can stop itself, as it would have been stopped on AWS.
-* Not modelled: memory, concurrency limits, cold-start reuse semantics.
+* Not modelled: memory, concurrency limits.
 
 Proof: ``tests/local/test_patch_lambda_in_process.py``.
 """
@@ -60,6 +65,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from locked_workflow.testing import function_logs, lambda_imports
+from locked_workflow.testing.lambda_environments import (
+    ENVIRONMENT_PACKAGES,
+    EnvironmentPool,
+    ExecutionEnvironment,
+    new_log_stream,
+)
 
 #: Variables every in-process function sees unless its own Environment overrides them.
 #: Tracing is off: there is no X-Ray daemon offline.
@@ -220,6 +231,19 @@ def restored_environ(keys: Iterable[str]) -> Iterator[None]:
 _IMPORT_LOCK = threading.Lock()
 
 
+@dataclass(frozen=True)
+class _ImportPlan:
+    """What an Init of a function imports: its handler's module and function, the folders put
+    on ``sys.path`` (its code, then its layers), and the top-level names of those folders that
+    are the function's own (not shared with the process)."""
+
+    module_name: str
+    function_name: str
+    paths: tuple[str, ...]
+    own: frozenset[str]
+
+
+
 @dataclass
 class InProcessFunction:
     """A Lambda function whose Python handler runs in this process."""
@@ -236,25 +260,24 @@ class InProcessFunction:
     layers: tuple[Path, ...] = ()
     #: Top-level packages the function's published layers carry (``lambda_imports``).
     layer_packages: frozenset[str] = frozenset()
-    _handler_fn: Callable[[Any, Any], Any] | None = field(default=None, repr=False)
-    _modules: dict[str, Any] = field(default_factory=dict, repr=False)
-    #: The log stream of the function's one execution environment (Lambda's naming).
-    log_stream: str = field(
-        default_factory=lambda: time.strftime("%Y/%m/%d", time.gmtime()) + f"/[$LATEST]{uuid.uuid4().hex}", repr=False)
+    #: The function's execution environments (``lambda_environments``).
+    environments: EnvironmentPool = field(default_factory=EnvironmentPool, repr=False)
+    _plan: "_ImportPlan | None" = field(default=None, repr=False)
 
     @property
     def log_group(self) -> str:
         return f"/aws/lambda/{self.name}"
 
-    def output(self) -> function_logs.FunctionLog:
-        """Where the function's output goes: its log group, not the process's output."""
-        return function_logs.FunctionLog(self.region, self.account_id, self.log_group, self.log_stream)
+    def output(self, log_stream: str) -> function_logs.FunctionLog:
+        """Where an environment's output goes: its log stream of the function's log group, not
+        the process's output."""
+        return function_logs.FunctionLog(self.region, self.account_id, self.log_group, log_stream)
 
     @property
     def arn(self) -> str:
         return f"arn:aws:lambda:{self.region}:{self.account_id}:function:{self.name}"
 
-    def runtime_environment(self) -> dict[str, str]:
+    def runtime_environment(self, log_stream: str) -> dict[str, str]:
         variables = dict(DEFAULT_ENVIRONMENT)
         variables.update(
             {
@@ -264,7 +287,7 @@ class InProcessFunction:
                 "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(self.memory_mb),
                 "AWS_LAMBDA_LOG_GROUP_NAME": self.log_group,
-                "AWS_LAMBDA_LOG_STREAM_NAME": self.log_stream,
+                "AWS_LAMBDA_LOG_STREAM_NAME": log_stream,
                 "_HANDLER": self.handler,
             }
         )
@@ -273,61 +296,75 @@ class InProcessFunction:
 
     # -- loading ------------------------------------------------------------------------
 
-    def _load(self) -> Callable[[Any, Any], Any]:
-        if self._handler_fn is not None:
-            return self._handler_fn
+    def _import_plan(self) -> _ImportPlan:
+        """What Init imports (read from the function's files once: its handler's imports are
+        checked against what the function may import, :mod:`lambda_imports`). Call with
+        ``_IMPORT_LOCK`` held."""
+        if self._plan is not None:
+            return self._plan
         module_path, _, function_name = self.handler.rpartition(".")
         if not module_path or not function_name:
             raise HandlerNotFoundError(f"{self.name}: bad Handler {self.handler!r} (want module.function)")
         module_name = module_path.replace("/", ".")
         code_dir = str(Path(self.code_dir).resolve())
         folders = [Path(code_dir)] + [p.resolve() for layer in self.layers for p in lambda_imports.layer_paths(Path(layer))]
+        gaps = lambda_imports.unprovided(module_name, folders, self.layer_packages)
+        if gaps:
+            raise HandlerNotFoundError(
+                f"{self.name}: its handler imports what neither its code asset {code_dir}, its "
+                f"layers nor the Lambda Python runtime provide (on AWS: Runtime.ImportModuleError): "
+                + ", ".join(f"{gap.name} (imported by {gap.importer})" for gap in gaps)
+                + ". Ship it in the asset or a layer (the lock client: locked_workflow.LockClientLayer)"
+            )
+        own = lambda_imports.top_level_names(folders)
+        shared = _shared_packages(self.name, folders, module_name, own)
+        self._plan = _ImportPlan(module_name, function_name, tuple(str(folder) for folder in folders),
+                                 frozenset(own - shared))
+        return self._plan
+
+    def _initialize(self) -> ExecutionEnvironment:
+        """Init of a new execution environment: import the handler afresh, with the
+        environment's own copies of the function's modules and of ``ENVIRONMENT_PACKAGES``."""
+        log_stream = new_log_stream()
+        modules: dict[str, Any] = {}
         with _IMPORT_LOCK:
-            if self._handler_fn is not None:
-                return self._handler_fn
-            gaps = lambda_imports.unprovided(module_name, folders, self.layer_packages)
-            if gaps:
-                raise HandlerNotFoundError(
-                    f"{self.name}: its handler imports what neither its code asset {code_dir}, its "
-                    f"layers nor the Lambda Python runtime provide (on AWS: Runtime.ImportModuleError): "
-                    + ", ".join(f"{gap.name} (imported by {gap.importer})" for gap in gaps)
-                    + ". Ship it in the asset or a layer (the lock client: locked_workflow.LockClientLayer)"
-                )
-            own = lambda_imports.top_level_names(folders)
-            shared = _shared_packages(self.name, folders, module_name, own)
+            plan = self._import_plan()
             shadowed = {
                 name: module
                 for name, module in list(sys.modules.items())
-                if name.split(".")[0] in own - shared and not _is_installed(module)
+                if (name.split(".")[0] in plan.own and not _is_installed(module))
+                or name.split(".")[0] in ENVIRONMENT_PACKAGES
             }
             for name in shadowed:
                 del sys.modules[name]
-            paths = [str(folder) for folder in folders]
+            before = set(sys.modules)
+            paths = list(plan.paths)
             sys.path[0:0] = paths
             try:
-                with function_environment(self.runtime_environment()), function_logs.function_output(self.output()):
-                    module = importlib.import_module(module_name)
+                with function_environment(self.runtime_environment(log_stream)), \
+                        function_logs.function_output(self.output(log_stream)):
+                    module = importlib.import_module(plan.module_name)
             except ImportError as error:
                 raise HandlerNotFoundError(
-                    f"{self.name}: cannot import {module_name!r} from {code_dir}: {error}"
+                    f"{self.name}: cannot import {plan.module_name!r} from {paths[0]}: {error}"
                 ) from error
             finally:
                 for path in paths:
                     sys.path.remove(path)
-                for name, loaded in list(sys.modules.items()):
-                    if any(_is_under(loaded, path) for path in paths):
-                        self._modules[name] = loaded
+                for name in set(sys.modules) - before:  # what this Init imported
+                    loaded = sys.modules[name]
+                    if name.split(".")[0] in ENVIRONMENT_PACKAGES or any(_is_under(loaded, path) for path in paths):
+                        modules[name] = loaded  # the environment's own
                         del sys.modules[name]
                 sys.modules.update(shadowed)
-            handler = getattr(module, function_name, None)
+            handler = getattr(module, plan.function_name, None)
             if not callable(handler):
-                raise HandlerNotFoundError(f"{self.name}: {module_name}.{function_name} is not a function")
-            self._handler_fn = handler
-            return handler
+                raise HandlerNotFoundError(f"{self.name}: {plan.module_name}.{plan.function_name} is not a function")
+            return ExecutionEnvironment(handler, modules, log_stream)
 
     # -- invoking -----------------------------------------------------------------------
 
-    def context(self) -> LambdaContext:
+    def context(self, log_stream: str) -> LambdaContext:
         return LambdaContext(
             function_name=self.name,
             function_version="$LATEST",
@@ -335,36 +372,45 @@ class InProcessFunction:
             memory_limit_in_mb=self.memory_mb,
             aws_request_id=str(uuid.uuid4()),
             log_group_name=self.log_group,
-            log_stream_name=self.log_stream,
+            log_stream_name=log_stream,
             timeout_s=self.timeout_s,
         )
 
     def invoke(self, event: Any) -> Invocation:
-        """Run the handler once, up to the function's timeout; errors become a function error payload.
+        """Run the handler once, in an idle execution environment or a new one (its Init
+        first), up to the function's timeout; errors become a function error payload.
 
         The handler runs on a thread of its own; at the timeout the invocation fails with
-        ``Sandbox.Timedout`` while that thread, which nothing can stop, runs on.
+        ``Sandbox.Timedout`` while that thread, which nothing can stop, runs on, and its
+        environment is never reused.
         """
-        try:
-            handler = self._load()
-        except Exception as error:  # noqa: BLE001 - an import error is the function's error
-            return _error_invocation(error)
-        context = self.context()
+        environment, number = self.environments.take()
+        if environment is None:
+            try:
+                environment = self._initialize()
+            except Exception as error:  # noqa: BLE001 - an import error is the function's error
+                return _error_invocation(error)
+            self.environments.initialized_one(environment, number)
+        log_stream, handler = environment.log_stream, environment.handler
+        context = self.context(log_stream)
         outcome: list[Invocation] = []
         finished = threading.Event()
 
         def run() -> None:
             try:
-                with function_environment(self.runtime_environment()), function_logs.function_output(self.output()):
+                with function_environment(self.runtime_environment(log_stream)), \
+                        function_logs.function_output(self.output(log_stream)):
                     result = handler(event, context)
                 outcome.append(Invocation(json.dumps(result).encode("utf-8")))
             except Exception as error:  # noqa: BLE001 - every error is the function's error
                 outcome.append(_error_invocation(error))
             finally:
+                self.environments.give_back(environment, number)  # (before the caller sees the result)
                 finished.set()
 
         threading.Thread(target=run, name=f"lambda:{self.name}", daemon=True).start()
-        if finished.wait(self.timeout_s):
+        if finished.wait(self.timeout_s) or not self.environments.reset(environment, number):
+            finished.wait()  # (it ended as the timeout came: its outcome is there or comes at once)
             return outcome[0]
         message = f"RequestId: {context.aws_request_id} Error: Task timed out after {self.timeout_s:.2f} seconds"
         payload = {"errorType": TIMED_OUT, "errorMessage": message}

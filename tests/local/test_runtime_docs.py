@@ -20,7 +20,7 @@ TESTING = ROOT / "locked_workflow" / "testing"
 DOC = ROOT / "docs" / "runtime.md"
 SECTION = "## What the runtime models"
 #: The runtime's own modules that model an AWS behaviour (the rest of it deploys and drives).
-RUNTIME_MODULES = ("lambda_runtime", "lambda_imports", "function_logs", "events")
+RUNTIME_MODULES = ("lambda_runtime", "lambda_environments", "lambda_imports", "function_logs", "events")
 NO_AWS = "no AWS behaviour"
 
 _ROW = re.compile(r"^\|\s*`(?P<module>[\w/]+)`\s*\|(?P<rest>.*)\|\s*$")

@@ -9,6 +9,13 @@ Fix: after moto records an execution's final status
 :meth:`locked_workflow.testing.events.EventRouter.execution_ended`, at most once per
 execution, which puts the event on the default bus (or drops it, when a test asks).
 
+An execution's event goes to the bus of the cloud it started in: ``Execution.start`` tags the
+execution with its cloud's router, and only that router announces its end - which a closed
+cloud's router drops (``dropped_status_events``). Before, whichever cloud was open when an
+execution ended announced it: an execution a closed ``LocalCloud`` left running (started by
+work still in flight while the cloud stopped its executions) put its status event on the next
+cloud's bus, where a janitor rule for a same-named state machine would have acted on it.
+
 AWS: Step Functions sends ``Step Functions Execution Status Change`` events of Standard
 workflows to the default event bus
 (https://docs.aws.amazon.com/step-functions/latest/dg/eventbridge-integration.html,
@@ -22,15 +29,21 @@ from __future__ import annotations
 import threading
 from contextlib import ExitStack
 
-from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution
 
 from locked_workflow.testing.events import TERMINAL_STATUSES, EventRouter
-from locked_workflow.testing.seams import wrap
+from locked_workflow.testing.seams import patch_attribute, wrap
 
 _ONCE = threading.Lock()
 
 
 def apply(stack: ExitStack, router: EventRouter) -> None:
+    original_start = Execution.start
+
+    def start(self):  # type: ignore[no-untyped-def]
+        self._local_router = router  # the cloud the execution belongs to, for its whole life
+        original_start(self)
+
     def announcing(original):  # type: ignore[no-untyped-def]
         def terminated(self):  # type: ignore[no-untyped-def]
             original(self)
@@ -41,8 +54,11 @@ def apply(stack: ExitStack, router: EventRouter) -> None:
                 if execution.exec_status is None or execution.exec_status.value not in TERMINAL_STATUSES:
                     return
                 execution._local_status_event_sent = True
-            router.execution_ended(execution)
+            owner = getattr(execution, "_local_router", None)
+            if owner is not None:  # (None: started before the runtime was applied)
+                owner.execution_ended(execution)
 
         return terminated
 
+    patch_attribute(stack, Execution, "start", start, by=__name__)
     wrap(stack, BaseExecutionWorkerCommunication, "terminated", announcing, by=__name__)
