@@ -51,6 +51,18 @@ over - LEAVE (its row is gone by then: nothing), then the look, which finds the 
 the end by its unconfirmed ``handed`` rather than by its time - its retry finds the grant its
 own first try confirmed and keeps it (held for the lease).
 ``slow_confirm`` drops the timing assumption for the confirm: exclusion must hold anyway.
+
+``redrive``: a holder crashed (stopped) in its release may be redriven once and resume the step
+it crashed at, with what it knew then. A stopped holder is taken over only once its stop grace
+is over ("lease of dead holder ends"; before it, it is not yet proven stale). Then each
+release's outcome is checked: a holder whose acquisition another participant took over never
+ends released (only ``Lock.Lost``), and ``Lock.Lost`` only when it was taken over or its grace
+was over (then the release cannot tell). The verdicts are the state machine's:
+``ReleaseResumed?`` for a refused first release, ``ReleasedBefore?`` for a retried one (a lost
+response), ``TakenOver?`` for a refused grant not its own or a refused skip. Variant
+``taken_over_ends_released`` (a negative control): the protocol before, whose refused grant
+ended the release as released - the model finds the redriven release that takes the row of a
+head that has just taken the lock over (issue 25).
 """
 
 from __future__ import annotations
@@ -185,6 +197,9 @@ def row_state(row: Optional[Row]) -> str:
 # -- the participants -------------------------------------------------------------------------
 
 WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim", "confirm")
+#: (``redrive``) the steps of a holder's release, where a redrive resumes it
+RELEASE_STEPS = ("take_parked", "release_alone", "release_retry", "take", "taken", "recheck", "nudge", "mark",
+                 "wake", "early", "early_wake", "window", "window_wake", "last_look", "revoke")
 HANDOFF = ("taken", "recheck", "wake", "mark", "nudge", "early_wake", "window_wake")
 
 
@@ -213,6 +228,14 @@ class Proc:
     superseded: bool = False
     #: (``janitor_crashes``) the janitor's invocations for me that failed mid hand-on
     jcrashes: int = 0
+    #: (``redrive``) where I crashed; I was redriven; my stop grace passed while I was stopped
+    #: (a stopped holder can be taken over from then on); another participant took my
+    #: acquisition over; how my release ended ("released" or "lost")
+    stopped_at: str = ""
+    redriven: bool = False
+    grace_over: bool = False
+    taken_over: bool = False
+    verdict: str = ""
 
 
 @dataclass(frozen=True)
@@ -266,6 +289,9 @@ class Model:
     janitor_look: bool = False
     #: times the janitor's invocation may fail between two of its writes (then it is retried)
     janitor_crashes: int = 0
+    #: a holder crashed in its release may be redriven: it resumes the step it crashed at (see
+    #: the module's docstring)
+    redrive: bool = False
     violations: list = field(default_factory=list)
     crashed_at: set = field(default_factory=set)
     lost_at: set = field(default_factory=set)
@@ -285,10 +311,13 @@ class Model:
         dead = {n for n, p in zip(names, s.procs) if p.pc == "dead"}
         # a waiter the janitor handed on runs again, but crashed once (``janitor_look``: the
         # read/write model, a subclass, has participants without the janitor's fields)
-        crashed = sum(1 for p in s.procs if p.pc == "dead" or (self.janitor_look and p.jan == "done"))
+        crashed = sum(1 for p in s.procs if p.pc == "dead" or (self.janitor_look and p.jan == "done")
+                      or (self.redrive and p.redriven))
         for i, (me, p) in enumerate(zip(names, s.procs)):
             if p.pc == "dead" and self.janitor_look:
                 yield from self._janitor(s, i, me, p)
+            if p.pc == "dead" and self.redrive and p.granted and p.stopped_at in RELEASE_STEPS and not p.redriven:
+                yield f"{me} is redriven at {p.stopped_at}", self._set(s, i, replace(p, pc=p.stopped_at, redriven=True))
             if p.pc in ("done", "dead"):
                 continue
             if self.janitor_look and p.jan == "done" and p.jcrashes < self.janitor_crashes:
@@ -297,13 +326,21 @@ class Model:
                     p, pc="dead", jan="", jcrashes=p.jcrashes + 1, c=0, holding=False, row=None, nxt=None,
                     nfence=0, granted=False))
             if self.crashes and crashed < self.max_crashes and not (self.janitor_look and p.jan == "done"):
-                yield f"{me} crashes at {p.pc}", self._set(s, i, replace(p, pc="dead"))
-            stale = s.lock.owner if s.lock.owner in dead else me
-            yield from self._step(s, i, me, p, stale)
+                yield f"{me} crashes at {p.pc}", self._set(s, i, replace(
+                    p, pc="dead", **({"stopped_at": p.pc} if self.redrive else {})))
+            # (``redrive``: a stopped holder is proven stale only once its stop grace is over)
+            stale = s.lock.owner if s.lock.owner in dead and (
+                not self.redrive or s.procs[names.index(s.lock.owner)].grace_over) else me
+            for label, t in self._step(s, i, me, p, stale):
+                yield label, self._note_takeover(s, t, me) if self.redrive else t
         # time passes
         if s.lock.owner in dead and not s.lock.expired and not (
                 self.janitor_look and s.procs[names.index(s.lock.owner)].granted_dead):
-            yield "lease of dead holder ends", replace(s, lock=replace(s.lock, expired=True))
+            t = replace(s, lock=replace(s.lock, expired=True))
+            if self.redrive:  # (the lease of a stopped holder ends: its stop grace, retired by the janitor)
+                j = names.index(s.lock.owner)
+                t = self._set(t, j, replace(t.procs[j], grace_over=True))
+            yield "lease of dead holder ends", t
         for t, row in s.rows:
             # (a waiter that took its own row in a handoff run acts on it next: a step, not a
             # park timeout - the timing assumption)
@@ -312,6 +349,15 @@ class Model:
                 None)
             if row.ready == "fresh" and holder is None:
                 yield f"mark of {t} ages", s.with_row(t, replace(row, ready="old"))
+
+    def _note_takeover(self, s: State, t: State, me: str) -> State:
+        """``t`` with the holder of ``s`` marked taken over when ``me``'s write gave its lock to
+        another (not its own grant: a stale or expired holder's, by a waiter or a helper)."""
+        names, old, new = self.names(), s.lock.owner, t.lock.owner
+        if old in names and old != me and new is not None and new != old:
+            j = names.index(old)
+            return self._set(t, j, replace(t.procs[j], taken_over=True))
+        return t
 
     def _janitor(self, s: State, i: int, me: str, p: Proc):
         """The janitor's steps for the crashed ``me``: LEAVE its row, then its look at the lock."""
@@ -456,10 +502,12 @@ class Model:
                 yield f"{me} release alone lost before the write", go("release_retry", lost=1)(s)
         elif p.pc == "release_retry":  # a lost response of RELEASE_ALONE: the retried RELEASE, then the queue check
             ok, after = release(lock, me, p.fence)
+            # refused: ``ReleasedBefore?`` - released unless it could have been taken over
             yield from self._write(
                 s, i, me, p, "release again", ok, replace(s, lock=after),
                 (lambda t: go("mark", holding=False, row=None)(t)) if _n(after.tickets) > p.c and v != "no_mark"
-                else go("after_loop", holding=False), go("after_loop", holding=False))
+                else go("after_loop", holding=False),
+                go("after_loop", holding=False, verdict=self._verdict(p.grace_over)))
         # -- the handoff loop ------------------------------------------------------------------
         elif p.pc == "take":
             row = s.row(p.c + 1)
@@ -482,13 +530,19 @@ class Model:
             elif state == "skip":
                 ok, after = skip(lock, me, stale, p.c)
                 yield from self._write(s, i, me, p, f"skip {p.c + 1}", ok, replace(s, lock=after),
-                                       go("take", c=p.c + 1), go("after_loop"))
+                                       go("take", c=p.c + 1), go("after_loop", verdict=self._taken_over_verdict(p)))
             elif p.holding:
                 ok, after = release(lock, me, p.fence)
-                yield from self._write(
-                    s, i, me, p, "release", ok, replace(s, lock=after),
-                    (lambda t: go("mark", holding=False)(t)) if _n(after.tickets) > p.c and v != "no_mark"
-                    else go("after_loop"), go("after_loop"))
+                # refused: ``ReleaseResumed?`` - released only after a redrive, before the grace's end
+                queued = ((lambda t: go("mark", holding=False)(t)) if _n(after.tickets) > p.c and v != "no_mark"
+                          else go("after_loop"))
+                refused = go("after_loop", verdict=self._verdict(not (p.redriven and not p.grace_over)))
+                if self.redrive:  # (a lost response: the retried RELEASE, which reads a refusal as ReleasedBefore?)
+                    yield f"{me} release {'ok' if ok else 'refused'}", (queued if ok else refused)(replace(s, lock=after))
+                    if self.lost_responses and p.lost == 0 and ok:
+                        yield f"{me} release response lost", go("release_retry", lost=1)(replace(s, lock=after))
+                else:
+                    yield from self._write(s, i, me, p, "release", ok, replace(s, lock=after), queued, refused)
             else:  # (a helper: the lock is not mine) mark the row again, keeping the mark's age
                 yield from self._step(s, i, me, replace(p, pc="mark"), stale)
         elif p.pc == "mark":
@@ -507,7 +561,8 @@ class Model:
             j = names.index(p.nxt)
             q = s.procs[j]
             woken = q.pc == "parked" and p.row.token == (p.nxt, "current")
-            yield f"{me} nudges {p.nxt}", go("after_loop")(self._set(s, j, replace(q, pc="inspect")) if woken else s)
+            yield f"{me} nudges {p.nxt}", go("after_loop", verdict=self._taken_over_verdict(p))(
+                self._set(s, j, replace(q, pc="inspect")) if woken else s)
         elif p.pc == "wake":
             failed = go("early" if self.early_look else "window")
             yield from self._wake(s, i, me, p, p.row, f"{me} wakes {p.nxt}", go("after_loop"), failed,
@@ -547,6 +602,16 @@ class Model:
         elif p.pc == "after_loop":
             yield f"{me} ends its handoff", (go("done")(s) if p.granted else go("inspect")(s))
 
+    def _verdict(self, lost: bool) -> str:
+        """How a release ends (``redrive`` only: elsewhere no state carries it)."""
+        return "lost" if self.redrive and lost else ""
+
+    def _taken_over_verdict(self, p: Proc) -> str:
+        """``Release.TakenOver?`` after a refused grant (not mine) or skip: a holding release is
+        lost unless nobody could have taken it over yet (variant ``taken_over_ends_released``:
+        the protocol before, which ended released)."""
+        return self._verdict(p.holding and p.grace_over and self.variant != "taken_over_ends_released")
+
     # -- properties ---------------------------------------------------------------------------
 
     def check(self, s: State) -> list[str]:
@@ -555,6 +620,11 @@ class Model:
         inside = [n for n, p in zip(names, s.procs) if p.pc == "cs"]
         if len(inside) > 1:
             problems.append(f"two holders: {inside}")
+        for n, p in zip(names, s.procs) if self.redrive else ():  # a release's outcome tells a takeover
+            if p.pc == "done" and p.taken_over and p.verdict != "lost":
+                problems.append(f"{n} ended released though its acquisition was taken over")
+            if p.pc == "done" and p.verdict == "lost" and not (p.taken_over or p.grace_over):
+                problems.append(f"{n} ended lost though nobody could have taken its acquisition over")
         if s.overtake and self.fifo:
             problems.append(s.overtake)
         if self.janitor_look and s.lock.owner in names and not s.lock.expired:

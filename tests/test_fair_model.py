@@ -97,6 +97,35 @@ def test_negative_control_a_revoke_right_after_a_failed_wake_up_of_a_new_park_ov
     assert "overtook" in model.explore()["violation"], model.violations
 
 
+def test_a_redriven_release_ends_lost_exactly_when_its_acquisition_could_have_been_taken_over():
+    """A holder stopped in its release and redriven (``redrive``): never released once taken
+    over, ``Lock.Lost`` only when it was taken over or its grace was over - with the other
+    properties (no overlap, ticket order, liveness). Lost responses too: ``FAIR_MODEL_FULL``."""
+    model = Model(participants=2, redrive=True, lost_responses=False)
+    result = model.explore()
+    assert result["violation"] is None, model.violations
+    assert result["states"] > 10_000
+
+
+@full_only
+def test_a_redriven_release_with_lost_responses_ends_lost_exactly_when_it_could_have_been_taken_over():
+    model = Model(participants=2, redrive=True)  # (about 175,000 states: 45 s)
+    result = model.explore()
+    assert result["violation"] is None, model.violations
+
+
+def test_negative_control_a_refused_grant_that_ends_the_release_released_hides_a_takeover():
+    """The protocol before issue 25's fix: a redriven release takes the row of the waiter that
+    has just taken the lock over as the head (its row not yet dropped), grants it, is refused,
+    and ends released."""
+    model = Model(participants=2, redrive=True, lost_responses=False, variant="taken_over_ends_released")
+    result = model.explore()
+    assert result["violation"] == "a ended released though its acquisition was taken over", model.violations
+    trace = model.violations[0][1]
+    assert "a is redriven at take_parked" in trace and "b acquire as head ok" in trace, trace
+    assert trace[-4:] == ["a grant b refused", "a rechecks: not mine to hand", "a nudges b", "a ends its handoff"], trace
+
+
 def test_without_faults_no_wake_up_is_ever_lost_even_with_no_fallback():
     result = Model(participants=3, fallback=False, crashes=False, lost_responses=False, lost_wakes=False).explore()
     assert result["violation"] is None

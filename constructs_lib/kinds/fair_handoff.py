@@ -63,6 +63,18 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     h = "$" + f["handoff"]
     name = lambda s: section.state_name(f"{suffix}.{s}")  # noqa: E731
     end = then or sfn.Succeed(section, f"{suffix}.Done", state_name=name("Done"))
+    # a write of my release refused by a lock that is not mine (a grant, a skip, a jump - not
+    # explained by a grant of mine, which the grant's recheck looks for): read as the retried
+    # RELEASE reads its refusal. Nobody could have taken this acquisition over yet: my own
+    # earlier write freed it (a lost response), ``end``; else it was taken over - after a
+    # redrive, the stopped release may find the taker's row still stored (the head takes the
+    # lock, then drops its row) and grant it, refused: ``Lock.Lost``, never "released"
+    settled = end
+    if holding and lost is not None:
+        released_before = protocol.released_before_takeover_expression(
+            section.variables["lock"], section.variables["done"])
+        settled = sfn.Choice.jsonata(section, f"{suffix}.TakenOver", state_name=name("TakenOver?")).when(
+            sfn.Condition.jsonata(jsonata(f"{h}.holding = true and $not({released_before})")), lost).otherwise(end)
     row = "$states.result.Attributes"
     hole_ms = park_timeout_s * 1000
 
@@ -141,6 +153,8 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     retry_transient(poller)
     if jump is not None:
         poller.add_catch(jump, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+    elif settled is not end:
+        poller.add_catch(settled, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
     poller.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
     poller.next(end)
     skip = update_item_task(section, name("Skip"), section.table, fair.arguments(jsonata(key), fair.SKIP, {
@@ -148,6 +162,8 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         ":prev": {"N": jsonata(f"$string({h}.c)")}, ":ticket": {"N": jsonata(f"$string({h}.c + 1)")}}),
         assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.c + 1}}])")})
     retry_transient(skip)
+    if settled is not end:
+        skip.add_catch(settled, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
     skip.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
     skip.next(again)
 
@@ -254,8 +270,8 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         parameters={"TaskToken": jsonata(f"{h}.row.token.S"), "Error": LOOK,
                     "Cause": "the lock moved on while this waiter's row was taken: look again"},
         iam_action="states:SendTaskFailure", iam_resources=["*"], outputs=jsonata("$states.input"))
-    nudge.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
-    nudge.next(end)
+    nudge.add_catch(settled, errors=["States.ALL"], outputs=jsonata("$states.input"))
+    nudge.next(settled)
     recheck.add_catch(nudge, errors=["States.ALL"], outputs=jsonata("$states.input"))
     mine = sfn.Choice.jsonata(section, f"{suffix}.GrantedByMe", state_name=name("GrantedByMe?"))
     mine.when(sfn.Condition.jsonata(jsonata(
@@ -311,7 +327,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     if jump is not None:
         decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip' or {h}.st = 'mark'")), jump)
         no_jump.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip'")), skip)
-        no_jump.when(sfn.Condition.jsonata(jsonata(f"{h}.st != 'mark'")), end)
+        no_jump.when(sfn.Condition.jsonata(jsonata(f"{h}.st != 'mark'")), settled)
     decide.when(sfn.Condition.jsonata(jsonata(f"{h}.st = 'skip'")), skip)
     if holding:
         v = section.variables
