@@ -159,13 +159,14 @@ class ProgramCache:
 
 def parse(definition: str) -> EvalComponent:
     """moto's ``AmazonStateLanguageParser.parse(definition)[0]``, the same program (and the
-    same ``ASLParserException`` for a definition it refuses), for about half the CPU.
+    same ``ASLParserException`` for a definition it refuses), for about 60 % of the CPU.
 
     ANTLR's two-stage strategy: parse in SLL prediction mode with the bail-out error strategy
     first; only when that stops (a syntax error, or a decision SLL cannot make alone) parse
     again from the first token in moto's mode (LL, the default error strategy, moto's error
-    listener). An SLL parse that completes without error is the parse LL makes for this
-    grammar (``tools/parse_check.py`` compares both on every definition the test stacks render).
+    listener). Input SLL parses without error LL parses too; the trees could differ only where
+    the grammar is ambiguous, and ``tools/parse_check.py`` finds them equal on every definition
+    the test stacks render.
     Then moto's preprocessor, except that a program's (and a Map processor's) whole text is no
     longer rendered for an error message that is only raised when ``StartAt`` or ``States`` is
     missing (:class:`_Preprocessor`)."""
