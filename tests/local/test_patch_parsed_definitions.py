@@ -4,6 +4,7 @@ its program keep their state apart."""
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 import uuid
 from contextlib import ExitStack, contextmanager
@@ -14,7 +15,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.asl.component import eval_component
-from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser, ASLParserException
 
 from locked_workflow.testing import LocalCloud
 from locked_workflow.testing.patches import execution_snapshot, parsed_definitions
@@ -58,11 +59,18 @@ def counting_parses() -> Iterator[list[str]]:
     parsed: list[str] = []
     original = AmazonStateLanguageParser.parse
 
+    runtime_parse = parsed_definitions.parse
+
     def parse(definition: str):  # type: ignore[no-untyped-def]
         parsed.append(definition)
         return original(definition)
 
-    with mock.patch.object(AmazonStateLanguageParser, "parse", staticmethod(parse)):
+    def runtime(definition: str):  # type: ignore[no-untyped-def]
+        parsed.append(definition)
+        return runtime_parse(definition)
+
+    with mock.patch.object(AmazonStateLanguageParser, "parse", staticmethod(parse)), \
+            mock.patch.object(parsed_definitions, "parse", runtime):
         yield parsed
 
 
@@ -192,3 +200,93 @@ def test_negative_control_a_cache_without_a_folder_parses_in_each_process(tmp_pa
     first.program(large)
     second.program(large)
     assert (first.parses, second.parses) == (1, 1) and not list(tmp_path.iterdir())
+
+
+#: JSONata and JSONPath states of every type, nested in a Parallel's branches and a Map's
+#: processor, with Retry, Catch, Assign, Choice rules and intrinsic functions.
+EVERY_SHAPE = {
+    "Comment": "every shape",
+    "StartAt": "Branches",
+    "TimeoutSeconds": 60,
+    "States": {
+        "Branches": {
+            "Type": "Parallel",
+            "QueryLanguage": "JSONata",
+            "Arguments": {"x": "{% $states.input.x %}"},
+            "Branches": [
+                {"StartAt": "Inner", "States": {"Inner": {
+                    "Type": "Parallel", "End": True,
+                    "Branches": [{"StartAt": "Deep", "States": {"Deep": {"Type": "Pass", "Output": {"n": 1}, "End": True}}}]}}},
+                {"StartAt": "Each", "States": {"Each": {
+                    "Type": "Map", "Items": "{% [1, 2, 3] %}", "MaxConcurrency": 2,
+                    "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": "Item",
+                                      "States": {"Item": {"Type": "Pass", "Output": "{% $states.input * 2 %}", "End": True}}},
+                    "End": True}}},
+            ],
+            "Assign": {"seen": "{% $states.result %}", "count": 3},
+            "Retry": [{"ErrorEquals": ["States.TaskFailed"], "MaxAttempts": 2, "IntervalSeconds": 1, "BackoffRate": 2.0,
+                       "JitterStrategy": "FULL"}],
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Output": "{% $states.errorOutput %}", "Next": "Failed"}],
+            "Next": "Decide",
+        },
+        "Decide": {"Type": "Choice", "QueryLanguage": "JSONata", "Choices": [
+            {"Condition": "{% $count > 2 %}", "Next": "Write"}], "Default": "Failed"},
+        "Write": {
+            "Type": "Task", "QueryLanguage": "JSONata", "Resource": "arn:aws:states:::dynamodb:updateItem",
+            "Arguments": {"TableName": "t", "Key": {"pk": {"S": "{% $string($count) %}"}},
+                          "UpdateExpression": "SET #a = :a", "ExpressionAttributeNames": {"#a": "a"},
+                          "ExpressionAttributeValues": {":a": {"N": "1"}}},
+            "TimeoutSeconds": 10,
+            "Next": "Old",
+        },
+        "Old": {"Type": "Pass", "Parameters": {"id.$": "States.UUID()", "a.$": "$.a"},
+                "ResultPath": "$.old", "Next": "Later"},
+        "Later": {"Type": "Wait", "Seconds": 1, "Next": "Done"},
+        "Done": {"Type": "Succeed"},
+        "Failed": {"Type": "Fail", "QueryLanguage": "JSONata", "Error": "Some.Error", "Cause": "{% 'because' %}"},
+    },
+}
+
+#: A Parallel branch without ``States``: moto refuses it when building the program (the error
+#: names the branch's whole text), after a parse without syntax error.
+BRANCH_WITHOUT_STATES = {"StartAt": "P", "States": {"P": {"Type": "Parallel", "End": True, "Branches": [
+    {"StartAt": "X"}]}}}
+
+
+def _same_as_moto(definition: str) -> tuple[bool, bool]:
+    """(the same parse tree, the same program) from the runtime's parse as from moto's."""
+    moto_program, moto_tree = AmazonStateLanguageParser.parse(definition)
+    tree = parsed_definitions.parse_tree(definition)
+    program = parsed_definitions.preprocess(tree)
+    return (moto_tree.toStringTree(recog=moto_tree.parser) == tree.toStringTree(recog=tree.parser),
+            pickle.dumps(moto_program) == pickle.dumps(program))
+
+
+@pytest.mark.parametrize("definition", [PASS, RETRIED, EVERY_SHAPE], ids=["pass", "retried", "every-shape"])
+def test_the_runtimes_parse_builds_the_tree_and_program_moto_builds(definition):
+    """SLL first, and no program text rendered for an error not raised: the same tree and the
+    same program (pickled: every component, field and value). ``tools/parse_check.py`` runs
+    the same comparison on every definition the test stacks render."""
+    assert _same_as_moto(json.dumps(definition)) == (True, True)
+
+
+def test_negative_control_the_comparison_sees_one_changed_value():
+    changed = json.loads(json.dumps(EVERY_SHAPE))
+    changed["States"]["Branches"]["Assign"]["count"] = 4
+    moto_program, _ = AmazonStateLanguageParser.parse(json.dumps(changed))
+    program = parsed_definitions.parse(json.dumps(EVERY_SHAPE))
+    assert pickle.dumps(moto_program) != pickle.dumps(program)
+
+
+@pytest.mark.parametrize("definition,error", [
+    ('{"StartAt": "A", "States": {"A": {"Type": "Pass", "End": true,}}}', ASLParserException),  # SLL bails, LL reports
+    (json.dumps(BRANCH_WITHOUT_STATES), ValueError),  # raised while building the program
+], ids=["syntax-error", "branch-without-states"])
+def test_a_refused_definition_is_refused_with_motos_own_error(definition, error):
+    with pytest.raises(error) as moto_refused:
+        AmazonStateLanguageParser.parse(definition)
+    with pytest.raises(error) as refused:
+        parsed_definitions.parse(definition)
+    assert str(refused.value) == str(moto_refused.value) != ""
+    if error is ValueError:  # moto's message names the branch by its text
+        assert '"StartAt":"X"' in str(refused.value)

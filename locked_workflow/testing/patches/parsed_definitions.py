@@ -25,6 +25,14 @@ iterations already in bare moto) could each draw one, and one of them would late
 count under the other's name. Here the key is derived from the component's identity, the same
 in every thread, with nothing written.
 
+The parse itself (:func:`parse`) builds moto's program for about 60 % of moto's CPU: ANTLR's
+SLL prediction first (LL, moto's mode, only when SLL stops), and no program's whole text
+rendered for an error message moto builds before it knows it needs it. The shared-lock test
+stack's seventeen definitions: 19.6-23.0 s of CPU with moto's parse, 12.0-12.2 s with this one
+(a fresh process each, loaded machine); the fair stack's fifteen: 15.8-16.6 s, 10.9-11.3 s.
+``tools/parse_check.py`` shows the same tree and program for every definition the test stacks
+render.
+
 AWS: no AWS behaviour: a cost of the runtime. It keeps what a lock's timing on AWS assumes
 (no documented page says it): starting executions does not hold up the ones already running.
 
@@ -54,9 +62,16 @@ from collections import OrderedDict
 from contextlib import ExitStack
 from pathlib import Path
 
+from antlr4 import CommonTokenStream, InputStream, ParserRuleContext
+from antlr4.atn.PredictionMode import PredictionMode
+from antlr4.error.ErrorStrategy import BailErrorStrategy, DefaultErrorStrategy
+from antlr4.error.Errors import ParseCancellationException
 from moto.stepfunctions.parser import models
+from moto.stepfunctions.parser.asl.antlr.runtime.ASLLexer import ASLLexer
+from moto.stepfunctions.parser.asl.antlr.runtime.ASLParser import ASLParser
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
-from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.asl.parse.asl_parser import ASLParserException, SyntaxErrorListener
+from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from locked_workflow.testing.seams import patch_attribute
@@ -115,7 +130,7 @@ class ProgramCache:
             return program
 
     def _parse(self, definition: str) -> EvalComponent:
-        program = AmazonStateLanguageParser.parse(definition)[0]  # a syntax error is not kept
+        program = parse(definition)  # a syntax error is not kept
         self.parses += 1
         return program
 
@@ -140,6 +155,79 @@ class ProgramCache:
                 out.write(blob)
             os.replace(staging, path)  # whole or absent
             return program
+
+
+def parse(definition: str) -> EvalComponent:
+    """moto's ``AmazonStateLanguageParser.parse(definition)[0]``, the same program (and the
+    same ``ASLParserException`` for a definition it refuses), for about 60 % of the CPU.
+
+    ANTLR's two-stage strategy: parse in SLL prediction mode with the bail-out error strategy
+    first; only when that stops (a syntax error, or a decision SLL cannot make alone) parse
+    again from the first token in moto's mode (LL, the default error strategy, moto's error
+    listener). Input SLL parses without error LL parses too; the trees could differ only where
+    the grammar is ambiguous, and ``tools/parse_check.py`` finds them equal on every definition
+    the test stacks render.
+    Then moto's preprocessor, except that a program's (and a Map processor's) whole text is no
+    longer rendered for an error message that is only raised when ``StartAt`` or ``States`` is
+    missing (:class:`_Preprocessor`)."""
+    return preprocess(parse_tree(definition))
+
+
+def preprocess(tree: ParserRuleContext) -> EvalComponent:
+    """The program of a parse tree: moto's preprocessor (:class:`_Preprocessor`)."""
+    return _Preprocessor().visit(tree)
+
+
+def parse_tree(definition: str) -> ParserRuleContext:
+    """The parse tree of :func:`parse` (SLL, else LL as moto parses)."""
+    tokens = CommonTokenStream(ASLLexer(InputStream(definition)))
+    parser = ASLParser(tokens)
+    parser.removeErrorListeners()
+    # the Python runtime's only spelling of these settings (Java's getInterpreter(), setErrorHandler())
+    parser._interp.predictionMode = PredictionMode.SLL
+    parser._errHandler = BailErrorStrategy()
+    try:
+        tree = parser.state_machine()
+    except ParseCancellationException:
+        tokens.seek(0)
+        parser.reset()
+        parser._interp.predictionMode = PredictionMode.LL
+        parser._errHandler = DefaultErrorStrategy()
+        listener = SyntaxErrorListener()
+        parser.addErrorListener(listener)
+        tree = parser.state_machine()
+        if listener.errors:
+            raise ASLParserException(errors=listener.errors)
+    return tree
+
+
+class _Preprocessor(Preprocessor):
+    """moto's preprocessor, without rendering a whole program's text for every program.
+
+    moto's ``visitProgram_decl`` (each state machine and each Parallel branch) and
+    ``visitItem_processor_decl`` build the ``ValueError`` they would raise for a missing
+    ``StartAt`` or ``States`` before looking, with the context's whole text in its message:
+    ``getText`` walks every token below, so a branch nested in a branch is rendered again at
+    each level (two thirds of the preprocessing of a read/write lock's definitions). Here that
+    node's text is empty while moto's method runs; if it raises anything, it runs again with
+    the text, for moto's own error."""
+
+    def visitProgram_decl(self, ctx):  # type: ignore[no-untyped-def]
+        return _without_eager_text(super().visitProgram_decl, ctx)
+
+    def visitItem_processor_decl(self, ctx):  # type: ignore[no-untyped-def]
+        return _without_eager_text(super().visitItem_processor_decl, ctx)
+
+
+def _without_eager_text(visit, ctx):  # type: ignore[no-untyped-def]
+    ctx.getText = str  # this node's text, empty (its children and ancestors keep theirs)
+    try:
+        return visit(ctx)
+    except Exception:  # noqa: BLE001 - raised again below, with moto's message
+        pass
+    finally:
+        del ctx.getText
+    return visit(ctx)
 
 
 #: The process's programs: every LocalCloud of the process shares them.
