@@ -277,6 +277,7 @@ class LockedSection(sfn.StateMachineFragment):
             "presence": f"{lock_variable}Presence",
             "held": f"{lock_variable}Held",
             "done": f"{lock_variable}Done",
+            "slot": f"{lock_variable}Slot",
         }
         #: JSONata: the stored key (or keys), from the kind.
         self.stored_key_expression = self.kind.key_expression(key_namespace)
@@ -311,7 +312,7 @@ class LockedSection(sfn.StateMachineFragment):
         acquire_states = AcquireStates(*self.kind.build_acquire(self, lease_ms))
         self._start, self.acquire = acquire_states.first, acquire_states.attempt
         if not self.kind.builds_own_wait_path:
-            build_wait_path(self, self.acquire)
+            build_wait_path(self, self.acquire, also=acquire_states.retried)
         self._build_error_path()
         self.release = self._build_release()
         acquire_states.acquired.next(self.protected).next(self.release)

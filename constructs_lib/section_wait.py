@@ -6,6 +6,8 @@ token probed, else its execution described) - and the probe the fair kind's fall
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from aws_cdk import Duration, Stack, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
@@ -16,8 +18,11 @@ from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import jsonata
 
 
-def build_wait_path(section: SectionContext, acquire: sfn.TaskStateBase) -> None:
-    """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout."""
+def build_wait_path(section: SectionContext, acquire: sfn.TaskStateBase,
+                    also: Sequence[sfn.TaskStateBase] = ()) -> None:
+    """Held: poll (bounded by max_wait) and try again, or fail with Lock.Timeout. ``also``:
+    other states of the same acquisition (a semaphore's ``AcquireAgain``), whose refusal is
+    caught the same way (the fast polls are ``acquire``'s Retry alone)."""
     v, policy, max_wait_ms = section.variables, section.wait_policy, section.max_wait_ms
     timeout = sfn.Fail.jsonata(
         section,
@@ -29,7 +34,8 @@ def build_wait_path(section: SectionContext, acquire: sfn.TaskStateBase) -> None
     section.record(timeout, Role.TIMEOUT)
     refused = section.kind.refused
     if max_wait_ms == 0:
-        acquire.add_catch(timeout, errors=[refused])
+        for attempt in (acquire, *also):
+            attempt.add_catch(timeout, errors=[refused])
         return
     retries = policy.retries_for(max_wait_ms / 1000)
     if retries:  # fast polls: the acquire retries the refused write itself
@@ -63,12 +69,13 @@ def build_wait_path(section: SectionContext, acquire: sfn.TaskStateBase) -> None
             _liveness_check(section, wait),
         )
     held.otherwise(wait.next(acquire))
-    acquire.add_catch(
-        held,
-        errors=[refused],
-        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
-        outputs=jsonata("$states.input"),
-    )
+    for attempt in (acquire, *also):
+        attempt.add_catch(
+            held,
+            errors=[refused],
+            assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))},
+            outputs=jsonata("$states.input"),
+        )
 
 
 def _liveness_check(section: SectionContext, wait: sfn.State) -> sfn.IChainable:

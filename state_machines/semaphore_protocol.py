@@ -11,11 +11,24 @@ dead holder slot by slot with no code of their own.
    All participants of one key must use the same ``limit`` (the slots a larger limit adds
    would be free for it only).
 2. Which slot an attempt tries. The section's entry draws a first slot at random; attempt
-   ``a`` of the acquisition (every retry of the acquire state, every round) tries slot
-   ``(first + a) mod N``, so N consecutive attempts try every slot once - a free slot is found
-   within one sweep - and concurrent waiters spread over the slots instead of all polling one.
-   A slot the liveness check proved stale is tried next, with the takeover.
-3. Which slot the liveness check inspects: ``(first + round) mod N``, one per check, in turn.
+   ``a`` of the acquisition (every refused attempt: the acquire state's fast retries of its
+   refusal, every round) tries slot ``(first + a) mod N``, so N consecutive attempts try every
+   slot once - a free slot is found within one sweep - and concurrent waiters spread over the
+   slots instead of all polling one. A slot the liveness check proved stale is tried next,
+   with the takeover.
+3. Only a refusal moves on to the next slot. An attempt that failed with a transient error
+   (a 5xx, throttling) may have applied - its response lost - so its retry must write *the
+   same slot*, where ACQUIRE's ``owner = :me`` accepts it; on another slot it would take a
+   second one, and the run would release only that one. The acquire state therefore retries
+   only its refusal (so its ``RetryCount`` counts refused attempts alone, whether Step
+   Functions counts retries per retrier or per state:
+   https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html); a
+   transient error is caught into ``AcquireAgain``, which keeps the slot the caught attempt
+   tried (:func:`attempt_key_expression`, evaluated in the Catch: the context object there is
+   the caught attempt's) and retries that one write with the transient backoff. Refused
+   there (the slot is another holder's: the first try had not applied), the run waits a
+   round as after any refusal.
+4. Which slot the liveness check inspects: ``(first + round) mod N``, one per check, in turn.
 """
 
 from __future__ import annotations
@@ -47,7 +60,9 @@ def first_slot_expression(limit: int) -> str:
 def attempt_key_expression(*, limit: int, wait_variable: str, attempts_per_round: int) -> str:
     """JSONata (the acquire's key): the slot this attempt tries - the stale slot the liveness
     check found, else the next slot of the sweep. The attempt number counts the acquire
-    state's own retries (``RetryCount``) and the rounds before it."""
+    state's own retries (``RetryCount``: of its refusal only, see the module's point 3) and the
+    rounds before it. In the Catch of a transient error it names the slot the caught attempt
+    wrote (``AcquireAgain`` retries that one)."""
     w = "$" + wait_variable
     rounds = f"($type({w}) = 'object' ? {w}.rounds : 0)"
     attempt = f"({rounds} * {int(attempts_per_round)} + $states.context.State.RetryCount)"

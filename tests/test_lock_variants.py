@@ -64,6 +64,40 @@ def test_semaphore_admits_at_most_its_limit_and_reaches_it(variants):
     assert sum(int(item[p.FENCE]["N"]) for item in slots if item) == 8
 
 
+def test_a_slot_acquire_whose_response_was_lost_leaves_no_slot_held(variants):
+    """Issues 25/29 (fault matrix ``rate-slots:Lock.Acquire`` x ``lost``, the semaphore's
+    acquire): a slot's acquire applied and its response was lost. The retry must try *that*
+    slot again (its condition accepts ``owner = :me``), not sweep on to the next one and take
+    it too: the run would release only one of the two, and the other would stay held for its
+    lease - a slot of the key's ``limit`` gone. Alone on its key, the run finds every slot free,
+    so a retry that moves on takes a second slot. Then ``LIMIT`` runs must all be inside at once
+    (the capacity is whole), never more."""
+    from locked_workflow.state_machines.lock_writes import ACQUIRE
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key("semlost")
+    slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(LIMIT)]
+
+    def slot_acquire(params: dict) -> bool:
+        return params.get("Key", {}).get("pk", {}).get("S", "") in slots \
+            and ACQUIRE.condition in params.get("ConditionExpression", "")
+
+    lost = Fault("UpdateItem", "InternalServerError", after_call=True, when=slot_acquire)
+    with dynamodb_faults(lost) as log:
+        (alone,) = variants.wait([variants.start("Semaphore", {"key": k, "workMs": 1})])
+    assert log.injected == 1
+    assert (alone.status, alone.error) == ("SUCCEEDED", None), alone.cause
+    assert [s for s in slots if p.OWNER in variants.lock(s)] == []  # every slot free
+    entered = [e["stateEnteredEventDetails"]["name"] for e in alone.history if e["type"] == "TaskStateEntered"]
+    assert entered.count("Lock.AcquireAgain") == 1  # the lost attempt's slot, tried again
+    # the key's whole capacity is there: LIMIT runs inside together, never more
+    results = variants.wait([variants.start("Semaphore", {"key": k, "workMs": 3000}) for _ in range(LIMIT)])
+    assert [r.status for r in results] == ["SUCCEEDED"] * LIMIT, [(r.error, r.cause) for r in results]
+    probe = variants.probe(k)
+    assert max(probe["seen"]) == LIMIT and over_limit(probe["seen"], LIMIT) == 0, probe
+    assert [s for s in slots if p.OWNER in variants.lock(s)] == []
+
+
 def test_a_stopped_semaphore_holder_frees_its_slot_after_its_grace(variants):
     k = key("semstop")
     holders = [variants.start("SemaphoreHold", {"key": k, "holdS": 40, "workMs": 1}) for _ in range(LIMIT)]

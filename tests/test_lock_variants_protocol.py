@@ -416,6 +416,38 @@ def test_a_semaphore_template_tries_slots_and_validates_a_shorter_key(variant_te
     assert acquire["Arguments"]["ConditionExpression"] == p.ACQUIRE.condition  # the mutex's write
 
 
+def test_a_semaphore_acquire_moves_to_the_next_slot_only_when_refused(variant_templates):
+    """Issues 25/29: the acquire's own Retry is its refusal's alone (its RetryCount, which picks
+    the slot, then counts refused attempts only); a transient error - the write may have
+    applied - is caught into AcquireAgain, which writes the slot the caught attempt tried (the
+    Catch names it with the attempt's own expression) and retries it with the transient
+    backoff, where ACQUIRE accepts its own owner."""
+    from locked_workflow.state_machines.errors import CONDITION_FAILED, TRANSIENT_ERRORS
+
+    template, semaphore, _ = variant_templates
+    states = _definition(template, semaphore)["States"]["Lock"]["Branches"][0]["States"]
+    acquire, again = states["Lock.Acquire"], states["Lock.AcquireAgain"]
+    assert [r["ErrorEquals"] for r in acquire["Retry"]] == [[CONDITION_FAILED]]
+    (transient,) = [c for c in acquire["Catch"] if c["Next"] == "Lock.AcquireAgain"]
+    assert set(transient["ErrorEquals"]) == set(TRANSIENT_ERRORS)
+    (slot_variable,) = transient["Assign"]
+    assert again["Arguments"]["Key"]["pk"]["S"] == "{% $" + slot_variable + " %}"
+    assert again["Arguments"]["ConditionExpression"] == p.ACQUIRE.condition
+    assert [set(r["ErrorEquals"]) for r in again["Retry"]] == [set(TRANSIENT_ERRORS)]
+    # refused there: the wait path, as Acquire's refusal; acquired: the work, as Acquire
+    assert {c["Next"] for c in again["Catch"] if c["ErrorEquals"] == [CONDITION_FAILED]} == {"Lock.Held?"}
+    assert again["Next"] == acquire["Next"]
+    # the Catch names the slot the caught attempt wrote, for every attempt of every round
+    named = transient["Assign"][slot_variable].removeprefix("{% ").removesuffix(" %}")
+    wait = next(iter(acquire["Assign"].keys() - {semaphore.section.lock_variable}))
+    for w in (None, {"rounds": 2, "since": 0}, {"rounds": 1, "staleKey": "~0~sem#k"}):
+        for retry in range(4):
+            scope = {"states": {"input": {"slot": 1, "key": "sem#k"}, "context": {"State": {"RetryCount": retry}}},
+                     wait: w}
+            tried = evaluate(acquire["Arguments"]["Key"]["pk"]["S"].removeprefix("{% ").removesuffix(" %}"), **scope)
+            assert evaluate(named, **scope) == tried
+
+
 def test_a_multi_key_template_uses_transactions_with_least_privilege(variant_templates):
     from aws_cdk.assertions import Match
 

@@ -375,14 +375,12 @@ def test_a_rate_with_a_concurrency_limit_keeps_both_limits(limits):
     assert int(limits.item(PROBE_PREFIX + k, of=str)["inside"]["N"]) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="open: a transient retry of a semaphore slot's acquire sweeps to the "
-                   "next slot (semaphore_protocol.attempt_key_expression counts RetryCount, which the transient "
-                   "Retry moves too), so an acquire whose response was lost holds two slots and releases one")
 def test_an_at_once_slot_acquire_whose_response_was_lost_leaves_no_slot_held(limits):
     """Fault matrix ``rate-slots:Lock.Acquire`` x ``lost`` (moto, 2026-11-28): the slot's acquire
     applied and its response was lost; the Retry (same owner) tries the *next* slot, takes it
     too, and the run - SUCCEEDED - releases only that one: the first stays held for its lease
-    (9 minutes here), one of the key's ``at_once`` slots gone. Every slot must be free after."""
+    (9 minutes here), one of the key's ``at_once`` slots gone. Every slot must be free after
+    (failed before the fix on both backends; now ``AcquireAgain`` retries the same slot)."""
     from locked_workflow.testing.faults import Fault, dynamodb_faults
     from locked_workflow.state_machines.lock_writes import ACQUIRE
 

@@ -87,6 +87,22 @@ class AcquireStates(NamedTuple):
     attempt: sfn.State
     #: The last state before the work: the section chains the work to it (``.next``).
     acquired: Any
+    #: Other states that try the same acquisition (a semaphore's ``AcquireAgain``): the
+    #: section catches their refusal as a poll too (without fast retries of their own).
+    retried: tuple = ()
+
+
+class NextOfAll:
+    """Several states that go on to the same next state, as one ``.next(state)`` (what a kind
+    returns as :attr:`AcquireStates.acquired` when more than one state acquires)."""
+
+    def __init__(self, *states: sfn.INextable) -> None:
+        self.states = states
+
+    def next(self, state: sfn.IChainable) -> sfn.Chain:
+        for s in self.states:
+            s.next(state)
+        return sfn.Chain.start(state)
 
 
 class KindBuilder(ABC):

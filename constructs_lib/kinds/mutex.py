@@ -46,25 +46,33 @@ class MutexKind(KindBuilder):
         """(the branch's first state, the acquire attempt - retried and caught as a poll -, the
         last state before the work). A re-entered section's acquire signals and is caught
         straight into the work."""
+        acquire = self.acquire_task(section, "Acquire", lease_ms, key_jsonata=self.attempt_key(section))
+        retry_transient(acquire)
+        self.catch_reentered(section, acquire)
+        return AcquireStates(first=acquire, attempt=acquire, acquired=acquire)
+
+    def acquire_task(self, section: SectionContext, suffix: str, lease_ms: int, *, key_jsonata: str,
+                     reentrant: bool = True) -> sfn.TaskStateBase:
+        """The mutex's ACQUIRE on the item ``key_jsonata`` names, as the state ``<section>.<suffix>``
+        (recorded as an acquisition; no Retry or Catch yet). ``reentrant``: a re-entered
+        section's attempt signals ``Lock.Reentered`` instead of writing."""
         v = section.variables
         acquire = update_item_task(
             section,
-            section.state_name("Acquire"),
+            section.state_name(suffix),
             section.table,
             protocol.acquire_arguments(
                 lease_ms=lease_ms,
                 grace_ms=None,
                 stale_owner_jsonata=protocol.stale_owner_expression(v["wait"]),
-                reentrant=True,
-                key_jsonata=self.attempt_key(section),
+                reentrant=reentrant,
+                key_jsonata=key_jsonata,
             ),
             assign={v["lock"]: jsonata(protocol.lock_variable_expression()), v["wait"]: jsonata("null")},
             outputs=jsonata(self.acquire_outputs),
         )
         section.record(acquire, Role.ACQUISITION, v["lock"])
-        retry_transient(acquire)
-        self.catch_reentered(section, acquire)
-        return AcquireStates(first=acquire, attempt=acquire, acquired=acquire)
+        return acquire
 
     @staticmethod
     def catch_reentered(section: SectionContext, acquire: sfn.TaskStateBase) -> None:

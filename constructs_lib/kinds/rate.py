@@ -184,7 +184,7 @@ class RateAtOnce(SemaphoreKind):
     ``limit`` entries per key in any window of ``period_ms`` (the rate item of
     :class:`RateLimit`, shared with it). Its states::
 
-        Acquire (a slot, the semaphore's wait path) --> Read -> InTime? -> Admit -> Turn -> OnTime?
+        Acquire (a slot, the semaphore's wait path and AcquireAgain) --> Read -> InTime? -> Admit -> Turn -> OnTime?
             --> the work --> Release (the slot; every Catch path: ReleaseAfterError)
         InTime? past max_wait --> RateTimeoutRelease (the slot) --> RateTimeout (Lock.Timeout)
 
@@ -215,7 +215,7 @@ class RateAtOnce(SemaphoreKind):
 
     def build_acquire(self, section: SectionContext, lease_ms: int):
         v = section.variables
-        start, acquire, acquired = super().build_acquire(section, lease_ms)
+        slot = super().build_acquire(section, lease_ms)
         timeout = sfn.Fail.jsonata(
             section, "RateTimeout", state_name=section.state_name("RateTimeout"), error=protocol.ERROR_TIMEOUT,
             cause=_timeout_cause(section, self.rate_limit, self.period_ms),
@@ -238,8 +238,8 @@ class RateAtOnce(SemaphoreKind):
                                                         limit=self.rate_limit))
         for state in (read, admit):  # their errors release the slot, as the work's do
             section.after_acquire_failure(state)
-        acquired.next(read)
-        return start, acquire, _Otherwise(on_time)
+        slot.acquired.next(read)
+        return slot._replace(acquired=_Otherwise(on_time))
 
 
 @dataclass(frozen=True, init=False)

@@ -1,7 +1,12 @@
 """The semaphore kind (``Lock.semaphore``): ``limit`` holders per key, a mutex on one of
 ``limit`` slot items tried from a slot drawn per attempt -
 :mod:`locked_workflow.state_machines.semaphore_protocol`. Its states are the mutex's
-(:mod:`~locked_workflow.constructs_lib.kinds.mutex`) on the slot's key.
+(:mod:`~locked_workflow.constructs_lib.kinds.mutex`) on the slot's key, plus one::
+
+    Acquire (a slot; Retry: its refusal only, on the next slot)
+       |--transient error (it may have applied)--> AcquireAgain (the same slot; transient Retry)
+       |--ok--> work                                   |--ok--> work
+       (refused: the section's wait path)              (refused: the section's wait path)
 """
 
 from __future__ import annotations
@@ -9,11 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from locked_workflow.constructs_lib.kinds.base import KindBuilder, SectionContext
+from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient
+from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, NextOfAll, SectionContext
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
 from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
+from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import semaphore_protocol as semaphore
+from locked_workflow.state_machines.lock_protocol import jsonata
 
 
 class SemaphoreKind(MutexKind):
@@ -35,6 +43,19 @@ class SemaphoreKind(MutexKind):
 
     def entry_fields(self, enclosing_lock_variables: Sequence[str] = ()) -> Mapping[str, str]:
         return {"slot": semaphore.first_slot_expression(self.limit)}
+
+    def build_acquire(self, section: SectionContext, lease_ms: int) -> AcquireStates:
+        """The mutex's acquire on a slot of the sweep, whose transient errors are retried on
+        the same slot by ``AcquireAgain`` (semaphore_protocol, point 3): the acquire state's
+        own Retry is the section's fast polls of a refusal, which move to the next slot."""
+        v = section.variables
+        acquire = self.acquire_task(section, "Acquire", lease_ms, key_jsonata=self.attempt_key(section))
+        again = self.acquire_task(section, "AcquireAgain", lease_ms, key_jsonata=f"${v['slot']}", reentrant=False)
+        retry_transient(again)
+        acquire.add_catch(again, errors=list(errors.TRANSIENT_ERRORS),
+                          assign={v["slot"]: jsonata(self.attempt_key(section))}, outputs=jsonata("$states.input"))
+        self.catch_reentered(section, acquire)
+        return AcquireStates(first=acquire, attempt=acquire, acquired=NextOfAll(acquire, again), retried=(again,))
 
     def attempt_key(self, section: SectionContext) -> str:
         attempts = section.wait_policy.retries_for(section.max_wait_ms / 1000) + 1

@@ -286,12 +286,15 @@ SITUATIONS: dict[str, dict[str, str]] = {
         'Lock.Release.Served': 'dead-waiter',
         'Lock.Release.Unmark': 'dead-waiter',
     },
-    'semaphore': dict(_ONE_ITEM),  # a slot is the mutex's lock item
+    # a slot is the mutex's lock item; AcquireAgain retries the slot of an acquire attempt
+    # that met a transient error (it may have applied)
+    'semaphore': {**_ONE_ITEM, 'Lock.AcquireAgain': 'after-lost:Lock.Acquire'},
     # a rate limit with a concurrency limit: a semaphore's slot, then the rate's read and admit
     # (three runs on two slots and two permits); a permit past max_wait releases the slot
     # (RateSlotsBrief: the third run's permit comes after its max_wait)
     'rate-slots': {
         **_ONE_ITEM,
+        'Lock.AcquireAgain': 'after-lost:Lock.Acquire',
         # a dead holder's slot beside a slot held through its permit's wait: five runs, so that
         # later ones wait for a slot for rounds (the liveness check; a section's presence probe)
         **{state: f"dead-holder+with:{first}," + ",".join(["RateSlots"] * 4)
