@@ -71,7 +71,7 @@ def test_each_situation_names_states_and_roles_that_exist(synthesized, definitio
     """A situation's preparatory faults name Task states of the machine they hit, and its
     participants and machines exist: a renamed state would make its cells fail to start. An
     unreachable row runs no cell and says why in every column."""
-    from tools.matrix.cells import NAMESPACE
+    from tools.matrix.cells import NAMESPACE, Gate
     from tools.matrix.stack import OTHER_MACHINES, SECTIONS
 
     names = {*MACHINES.values(), *OTHER_MACHINES, *(f"{name}Section" for name in SECTIONS)}
@@ -93,6 +93,11 @@ def test_each_situation_names_states_and_roles_that_exist(synthesized, definitio
                     assert part.partition("=")[2] in table.COLUMN, (kind, state, part)
                 elif part.startswith("with:"):
                     assert set(part[5:].split(",")) <= set(NAMESPACE), (kind, state, part)
+                elif part.startswith("gate:"):  # each state it orders is a call of the row's machine
+                    gate = Gate.parse(part[5:])
+                    for name in filter(None, (gate.state, gate.after, gate.arming)):
+                        assert (machine, name) in calls, (kind, state, part, name)
+                        checked += 1
                 elif part == "reach":  # a Catch a fault can take is on the way (tools/matrix/paths.py)
                     assert paths.preparatory_faults(by_machine[machine], state), (kind, state, part)
                     checked += 1

@@ -672,6 +672,68 @@ for _kind, _states in _CLIENT_LIVENESS.items():
     SITUATIONS.setdefault(_kind, {}).update(_states)
 
 
+#: Situations of the fourth pass (issue 25): the fair lock's rare paths, reached by placing two
+#: participants' calls in the order the path needs (``gate:``, :class:`tools.matrix.cells.Gate`)
+#: rather than by timing. The parts:
+#:
+#: - :data:`_IN_ORDER`: the first participant takes the lock, the second queues ticket 1, the
+#:   third ticket 2;
+#: - :data:`_UNPARKED`: ticket 1's waiter has its ticket, but its response comes (and it parks)
+#:   only once the third participant's helper skipped that ticket - a release meets a ticket
+#:   with no row (``ReleaseQueued``, then a ready mark), the third waiter's park timeout finds
+#:   that mark (the helper's take, mark, skip, take of the next row: its own), and ticket 1's
+#:   late park ends in a requeue;
+#: - :data:`_UNMARK`: ticket 1's waiter has its ticket's response (and parks) once the release
+#:   marked its row (refused: ready -> it takes the lock itself), and the release reads the
+#:   lock only once it did (the mark is litter: ``Unmark``);
+#: - :data:`_HELPED`: behind a dead holder (no janitor), ticket 1's waiter does not look until
+#:   the third participant's helper granted it the lock - its wake-up fails (the park had timed
+#:   out): the grantee described, its row looked for twice (``RetakeEarly``, ``Retake``), the
+#:   grant revoked (refused: the grantee claimed meanwhile);
+#: - :data:`_HELP_REFUSED`: the same, but ticket 1's waiter takes the lock itself between the
+#:   helper's take of its row and its grant: the grant is refused (``Recheck``, ``Nudge``).
+_IN_ORDER = "with:Fair,Fair,Fair+gate:1/Lock.Acquire@0/Lock.Acquire+gate:2/Lock.Acquire@1/Lock.Enqueue"
+_UNPARKED = f"no-janitor+{_IN_ORDER}+gate:1/Lock.Enqueue>@2/Lock.Help.Skip"
+_HELPED = f"dead-holder+no-janitor+{_IN_ORDER}+gate:1/Lock.Inspect*@2/Lock.Help.Grant"
+_HELP_REFUSED = f"dead-holder+no-janitor+{_IN_ORDER}+gate:1/Lock.Inspect*@2/Lock.Help.Take" \
+                f"+gate:2/Lock.Help.Grant@1/Lock.DropRow"
+
+
+def _unmark(run: str) -> str:
+    """:data:`_UNMARK` for the handoff of ``run`` (``Release``, ``ReleaseAfterError``)."""
+    return f"{_IN_ORDER}+gate:1/Lock.Enqueue>@0/Lock.{run}.Mark+gate:0/Lock.{run}.Served@1/Lock.DropRow"
+
+
+_UNMARK = _unmark("Release")
+_PLACED: dict[str, dict[str, str]] = {
+    'fair': {
+        'Lock.Requeue': f"contend+{_UNPARKED}",
+        'Lock.Help.Take': f"contend+{_UNPARKED}",
+        'Lock.Help.Mark': f"contend+{_UNPARKED}",
+        'Lock.Help.Served': f"contend+{_UNPARKED}",
+        'Lock.Help.Skip': f"contend+{_UNPARKED}",
+        'Lock.Help.TakeNext': f"contend+{_UNPARKED}",
+        'Lock.Help.Grant': _HELPED,
+        'Lock.Help.Wake': _HELPED,
+        'Lock.Help.DescribeGrantee': _HELPED,
+        'Lock.Help.RetakeEarly': _HELPED,
+        'Lock.Help.Retake': _HELPED,
+        'Lock.Help.Revoke': _HELPED,
+        'Lock.Help.Recheck': _HELP_REFUSED,
+        'Lock.Help.Nudge': _HELP_REFUSED,
+        **{f"Lock.{run}.{state}": f"{base}+{_UNPARKED}"
+           for run, base in (("Release", "contend"), ("ReleaseAfterError", "work-fails"))
+           for state in ("TakeAny", "ReleaseQueued", "Mark", "Served")},
+        **{f"Lock.{run}.ReleaseQueuedAgain": f"{base}+{_UNPARKED}+pre:Lock.{run}.ReleaseQueued=5xx"
+           for run, base in (("Release", "contend"), ("ReleaseAfterError", "work-fails"))},
+        'Lock.Release.Unmark': f"contend+{_UNMARK}",
+        'Lock.ReleaseAfterError.Unmark': f"work-fails+{_unmark('ReleaseAfterError')}",
+    },
+}
+for _kind, _states in _PLACED.items():
+    SITUATIONS.setdefault(_kind, {}).update(_states)
+
+
 def _as_coalescing(situation: str) -> str:
     """A fair row's situation for the coalescing fair lock's machine (``FairNewest``)."""
     return re.sub(r"\bFair(Section)?\b", "FairNewest", situation)
