@@ -687,8 +687,8 @@ for _kind, _states in _CLIENT_LIVENESS.items():
 #:   marked its row (refused: ready -> it takes the lock itself), and the release reads the
 #:   lock only once it did (the mark is litter: ``Unmark``);
 #: - :func:`_reparked`: the releaser takes ticket 1's row only once its waiter's park timed out
-#:   and it looked (the lock still held: it parks again), the new park lands only after the
-#:   wake-up of the old one failed (and, for the late look, after the early look found nothing),
+#:   and it looked (the lock still held: it parks again), the new park comes only after the
+#:   wake-up of the old one failed (the answer to its liveness check of the holder held) (and, for the late look, after the early look found nothing),
 #:   and the releaser looks for it only once it landed (``RetakeEarly`` -> ``WakeAgainEarly``;
 #:   ``Retake`` -> ``WakeAgain``);
 #: - :data:`_HELPED`: behind a dead holder (no janitor), ticket 1's waiter does not look until
@@ -723,7 +723,7 @@ def _reparked(run: str, early: bool) -> str:
     after its wake-up failed and before the releaser's early (``early``) or late look for it."""
     look, after = (f"{run}.RetakeEarly", f"{run}.Wake") if early else (f"{run}.Retake", f"{run}.RetakeEarly")
     armed = "~1/Lock.Inspect"
-    return (f"{_IN_ORDER}+gate:0/Lock.{run}.Take@1/Lock.Inspect+gate:1/Lock.Park@0/Lock.{after}{armed}"
+    return (f"{_IN_ORDER}+gate:0/Lock.{run}.Take@1/Lock.Inspect+gate:1/Lock.DescribeHolder>@0/Lock.{after}{armed}"
             f"+gate:0/Lock.{look}@1/Lock.Park{armed}")
 _PLACED: dict[str, dict[str, str]] = {
     'fair': {
@@ -753,7 +753,6 @@ _PLACED: dict[str, dict[str, str]] = {
         'Lock.Release.Unmark': f"contend+{_UNMARK}",
         'Lock.Help.Unmark': f"contend+no-janitor+{_unmark('Help', 2)}",
         'Lock.Claim': _HELPED,
-        'Lock.ClaimOnLeave': "contend+with:Fair,Fair,Fair+reach",
         'Lock.ReleaseAfterError.Recheck': f"work-fails+reach+{_parked('ReleaseAfterError')}",
         'Lock.ReleaseAfterError.Release':
             "work-fails+with:Fair,Fair,Fair+gate:1/Lock.Acquire@0/Lock.ReleaseAfterError.Release"
@@ -804,6 +803,12 @@ NOT_REACHED: dict[str, dict[str, str]] = {
         'Lock.Help.WakeAgain': "the helper's grantee parks again after its wake-up failed: not yet placed "
                                "(the releaser's, Lock.Release.WakeAgain, is)",
         'Lock.Help.WakeAgainEarly': "as Lock.Help.WakeAgain",
+        'Lock.Help.Unmark': "the helper marks ticket 1's row again only while the release's mark is younger than a "
+                            "park timeout, and the helper looks when its own park times out: the gates order the "
+                            "waiter's take between the helper's mark and read, but not that the mark is still young",
+        'Lock.ClaimOnLeave': "its Leave needs one waiter's park to fail through its Retry (7 tries, up to a minute "
+                             "of backoff): a preparatory fault hits the first calls of any of the cell's waiters, so "
+                             "neither fails through; a fault on one participant's calls would place it",
         'Lock.ReleaseAfterError.Nudge': "a release's grant refused by another's handoff: only when the releaser's "
                                         "hold was taken over during its handoff (its lease ran out)",
         'Lock.Release.Nudge': "as Lock.ReleaseAfterError.Nudge",
