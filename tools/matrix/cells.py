@@ -191,7 +191,8 @@ class Gate:
     started. Two participants' calls in the order a rare path needs (a waiter that parks
     only once the releaser marked its row, a releaser that reads the lock only once that waiter
     took it), as a slow scheduler may order them (AWS bounds no state's start), at most
-    :data:`GATE_S`."""
+    :data:`GATE_S`, and no longer than the participant it waits for runs (stopped, ended:
+    :meth:`Cell._ended`)."""
 
     state: str
     after: str
@@ -451,6 +452,7 @@ class Cell:
             p = next((p for p in cell.participants if p.arn == state.execution_arn), None)
             if p is None:
                 return
+            cell._ended(p)
             if column.then == "time out":
                 p.timed_out = True
                 time_out(cell.cloud, state.execution_arn)
@@ -584,6 +586,13 @@ class Cell:
                 gate.held_arn = state.execution_arn
                 gate.done.wait(GATE_S)
 
+    def _ended(self, p: Participant) -> None:
+        """``p`` ended or was stopped: the gates waiting for a call of it open (it makes none now)."""
+        index = self.participants.index(p)
+        for gate in self.gates:
+            if gate.after_index in (None, index):
+                gate.done.set()
+
     def _gate_open(self, service: str, operation: str, params: dict) -> None:
         """Open the gates waiting for the call that just ended."""
         state = calling_state()
@@ -662,6 +671,7 @@ class Cell:
             p.redriven, p.redriven_ms, p.stopped, p.timed_out = True, _now_ms(), False, False
             time.sleep(0.5)  # (the status reads RUNNING again at once; its end comes later)
             result = cloud.wait_for(p.arn, timeout=HARD_CAP_S)
+        self._ended(p)
         history = result.history
         p.status, p.error, p.cause = result.status, result.error, result.cause or p.cause
         p.entered_ms = [int(e["timestamp"].timestamp() * 1000) for e in history
@@ -786,6 +796,7 @@ class Cell:
         if p.is_client or not p.arn or self.cloud.status(p.arn) != "RUNNING":
             return
         p.stopped, p.redrive = True, p.redrive or redrive
+        self._ended(p)
         self.cloud.stop_execution(p.arn, error=_STOPPED, cause="stopped by the fault matrix's situation")
 
     # -- after ----------------------------------------------------------------------------------
