@@ -160,6 +160,8 @@ class FaultRegistry:
         self._guard = threading.Lock()
         #: Called with (service, operation, params) before every call (they must not call AWS).
         self.observers: list[Callable[[str, str, dict], None]] = []
+        #: Called likewise once a call has returned or failed (in the calling thread).
+        self.completions: list[Callable[[str, str, dict], None]] = []
 
     def add(self, fault: Fault) -> Fault:
         with self._guard:
@@ -191,14 +193,18 @@ def fault_registry() -> Iterator[FaultRegistry]:
         service = client.meta.service_model.service_name
         for observe in list(registry.observers):
             observe(service, operation, params)
-        fault = registry.due(service, operation, params)
-        if fault is None:
-            return original(client, operation, params)
-        if fault.after_call:
-            original(client, operation, params)
-        if fault.then is not None:
-            fault.then()
-        raise _modeled_error(client, fault.error_code, operation, params)
+        try:
+            fault = registry.due(service, operation, params)
+            if fault is None:
+                return original(client, operation, params)
+            if fault.after_call:
+                original(client, operation, params)
+            if fault.then is not None:
+                fault.then()
+            raise _modeled_error(client, fault.error_code, operation, params)
+        finally:
+            for complete in list(registry.completions):
+                complete(service, operation, params)
 
     with mock.patch.object(BaseClient, "_make_api_call", _make_api_call):
         yield registry

@@ -172,6 +172,79 @@ WORK_TIMEOUTS = (errors.LAMBDA_TIMED_OUT, "TimedOut")
 _LISTED = {(row.kind, row.state) for row in matrix_rows.CLIENT_CALLS + matrix_rows.JANITOR_CALLS}
 
 
+#: The longest a gated call waits for its gate (s): past it, the call goes on (the cell may
+#: then not reach its row: a witness run says so).
+GATE_S = 60
+
+
+def _index_of(execution_arn: str) -> int:
+    """A participant's index, from its execution's name ``<cell>-<index>-<uuid>``."""
+    return int(execution_arn.rpartition(":")[2].split("-")[-2])
+
+
+@dataclass
+class Gate:
+    """``gate:[<i>/]<state>[*][>]@[<j>/]<other>[~[<k>/]<arming>]``: the first call of ``<state>``
+    by participant ``<i>`` (default: by any of the cell's executions; ``*``: every call, until the
+    gate opens; ``>``: once it applied, its response held - a slow response) waits until a call of ``<other>`` by participant ``<j>`` (default: by another
+    execution) has returned; with ``~``, both only once a call of ``<arming>`` (by ``<k>``)
+    started. Two participants' calls in the order a rare path needs (a waiter that parks
+    only once the releaser marked its row, a releaser that reads the lock only once that waiter
+    took it), as a slow scheduler may order them (AWS bounds no state's start), at most
+    :data:`GATE_S`, and no longer than the participant it waits for runs (stopped, ended:
+    :meth:`Cell._ended`)."""
+
+    state: str
+    after: str
+    index: int | None = None
+    after_index: int | None = None
+    every: bool = False
+    after_call: bool = False
+    arming: str = ""
+    arming_index: int | None = None
+    held_arn: str = ""
+    used: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+    guard: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def _who(text: str) -> tuple[int | None, str]:
+        index, _, state = text.rpartition("/")
+        return (int(index) if index else None), state
+
+    @classmethod
+    def parse(cls, text: str) -> "Gate":
+        where, _, rest = text.partition("@")
+        after, _, arming = rest.partition("~")
+        index, state = cls._who(where)
+        after_index, after = cls._who(after)
+        arming_index, arming = cls._who(arming) if arming else (None, "")
+        if not state or not after:
+            raise ValueError(f"`gate` must be [<i>/]<state>[*][>]@[<j>/]<other>[~[<k>/]<arming>], got: {text}")
+        return cls(state.rstrip("*>"), after, index, after_index, state.rstrip(">").endswith("*"), state.endswith(">"),
+                   arming, arming_index)
+
+    def arm(self, state: str, index: int) -> None:
+        """A call of ``state`` by participant ``index`` started: arm the gate if it waits for it."""
+        if self.arming and state == self.arming and self.arming_index in (None, index):
+            self.arming = ""
+
+    def takes(self, state: str, index: int) -> bool:
+        """Whether this call (``state`` by participant ``index``) is held."""
+        with self.guard:
+            if self.done.is_set() or self.arming or (self.used and not self.every) or state != self.state \
+                    or (self.index is not None and index != self.index):
+                return False
+            self.used = True
+            return True
+
+    def opens(self, state: str, index: int, arn: str) -> bool:
+        """Whether the call of ``state`` by participant ``index`` (execution ``arn``) that just
+        returned opens the gate."""
+        return not self.arming and state == self.after and (index == self.after_index if self.after_index is not None
+                                        else arn != self.held_arn)
+
+
 @dataclass
 class Participant:
     role: str
@@ -256,8 +329,11 @@ class Cell:
     """One (row, column) on its own keys, run by :meth:`run` on a deployed matrix stack."""
 
     def __init__(self, cloud: Any, app: Any, registry: FaultRegistry, row: Row, column: Column, cell_id: str, *,
-                 seed: int, lock_off: bool = False, situation_override: str = "") -> None:
+                 seed: int, lock_off: bool = False, situation_override: str = "", witness: bool = False) -> None:
         self.cloud, self.app, self.registry = cloud, app, registry
+        #: ``witness``: the row's call is only counted, not faulted (:meth:`run`): does the
+        #: situation, fault-free but for its preparatory faults, make the row's call at all?
+        self.witness = witness
         self.row, self.column, self.id = row, column, cell_id
         self.rng = random.Random(seed)
         self.lock_off = lock_off  # the negative control: every workflow participant runs unlocked
@@ -270,6 +346,9 @@ class Cell:
         #: preparatory faults, each ``(machine or "", state, column name)``: ``after-lost:<state>``
         #: (its response lost first: its retry is the row) and ``pre:[<machine>/]<state>=<column>``
         self.prepared: list[tuple[str, str, str]] = []
+        #: ``gate:[<index>/]<state>@<other state>``: the order of two participants' calls, placed
+        #: rather than timed (:class:`Gate`)
+        self.gates: list[Gate] = []
         for part in parts:
             if part.startswith("after-lost:"):
                 self.prepared.append(("", part.partition(":")[2], "lost"))
@@ -279,6 +358,8 @@ class Cell:
                 self._machine = part[3:]
             elif part.startswith("stop-others-at:"):  # the others stopped as <state>'s call fails
                 self.prepared.append(("", part.partition(":")[2], "stop-others"))
+            elif part.startswith("gate:"):  # a participant's call held until another's call is done
+                self.gates.append(Gate.parse(part[5:]))
             elif part.startswith("pre:"):
                 where, _, column = part[4:].partition("=")
                 machine, _, state = where.rpartition("/")
@@ -291,7 +372,7 @@ class Cell:
         #: when its retries ran out): the waiters' own liveness checks take over
         self.no_janitor = "no-janitor" in parts
         self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
-                                                                          "stop-others-at:"))
+                                                                          "stop-others-at:", "gate:"))
                           and part not in ("no-janitor", "reach", "waiter-dies", "queued")), "contend")
         #: ``queued``: the first participant holds twice as long (its work), so the others have
         #: queued and parked when its release runs (a handoff to a parked waiter, not a mark)
@@ -371,6 +452,7 @@ class Cell:
             p = next((p for p in cell.participants if p.arn == state.execution_arn), None)
             if p is None:
                 return
+            cell._ended(p)
             if column.then == "time out":
                 p.timed_out = True
                 time_out(cell.cloud, state.execution_arn)
@@ -440,7 +522,9 @@ class Cell:
             padding = 200 if self.base == "refused" else 1
             self.cloud.dynamodb.put_item(TableName=self.tables["records"], Item={
                 RECORD_KEY: {"S": self.key}, "balance": {"N": "0"}, "padding": {"S": "p" * (padding * 1024 - 100)}})
-        fault = self.registry.add(self._fault())
+        fault = self._fault() if self.witness else self.registry.add(self._fault())
+        if self.witness:
+            self.registry.observers.append(self._witness(fault))
         prepared = [self.registry.add(self._prepared_fault(*spec))
                     for spec in self.prepared + (self._reach() if self.reach else [])]
         #: preparatory faults that outlast their call's Retry (``reach``): the run fails with
@@ -449,6 +533,10 @@ class Cell:
         if self.no_janitor:
             prepared.append(self.registry.add(self._no_janitor()))
         self.registry.observers.append(self._observe)
+        gates = [(self._gate_hold, self._gate_open)] if self.gates else []
+        for hold, open_ in gates:
+            self.registry.observers.append(hold)
+            self.registry.completions.append(open_)
         threads = []
         try:
             first, others = self.participants[0], self.participants[1:]
@@ -470,7 +558,13 @@ class Cell:
             for thread in threads:
                 thread.join(HARD_CAP_S)
         finally:
+            for hold, open_ in gates:
+                self.registry.observers.remove(hold)
+                self.registry.completions.remove(open_)
+            for gate in self.gates:
+                gate.done.set()
             self.registry.remove(fault)
+            self.registry.observers[:] = [o for o in self.registry.observers if getattr(o, "witnessed", None) is not fault]
             for other in prepared:
                 self.registry.remove(other)
         self._settle()
@@ -478,6 +572,51 @@ class Cell:
         violations = self._judge()
         return CellResult(self.row, self.column, self.id, self.situation, self.participants, fault.injected,
                           time.monotonic() - started, violations, self.unlisted)
+
+    def _gate_hold(self, service: str, operation: str, params: dict) -> None:
+        """Hold a gated call (in its execution's thread) until its gate opens (:class:`Gate`)."""
+        state = calling_state()
+        if state is None or f":{self.id}-" not in state.execution_arn:
+            return
+        index = _index_of(state.execution_arn)
+        for gate in self.gates:
+            gate.arm(state.state_name, index)
+        for gate in self.gates:
+            if not gate.after_call and gate.takes(state.state_name, index):
+                gate.held_arn = state.execution_arn
+                gate.done.wait(GATE_S)
+
+    def _ended(self, p: Participant) -> None:
+        """``p`` ended or was stopped: the gates waiting for a call of it open (it makes none now)."""
+        index = self.participants.index(p)
+        for gate in self.gates:
+            if gate.after_index in (None, index):
+                gate.done.set()
+
+    def _gate_open(self, service: str, operation: str, params: dict) -> None:
+        """Open the gates waiting for the call that just ended."""
+        state = calling_state()
+        if state is None or f":{self.id}-" not in state.execution_arn:
+            return
+        index = _index_of(state.execution_arn)
+        for gate in self.gates:
+            if gate.opens(state.state_name, index, state.execution_arn):
+                gate.done.set()
+        for gate in self.gates:
+            if gate.after_call and gate.takes(state.state_name, index):
+                gate.held_arn = state.execution_arn
+                gate.done.wait(GATE_S)
+
+    def _witness(self, fault: Fault) -> Any:
+        """An observer counting (in ``fault.injected``) the calls ``fault`` would hit, letting them
+        through: a witness run's ``ok`` says the row's call was made."""
+
+        def observe(service: str, operation: str, params: dict) -> None:
+            if (service, operation) == (fault.service, fault.operation) and fault.when(params):
+                fault.injected += 1
+
+        observe.witnessed = fault  # type: ignore[attr-defined]
+        return observe
 
     def _observe(self, service: str, operation: str, params: dict) -> None:
         """Record the calls of the cell's clients and of the janitor on the cell's keys that
@@ -532,6 +671,7 @@ class Cell:
             p.redriven, p.redriven_ms, p.stopped, p.timed_out = True, _now_ms(), False, False
             time.sleep(0.5)  # (the status reads RUNNING again at once; its end comes later)
             result = cloud.wait_for(p.arn, timeout=HARD_CAP_S)
+        self._ended(p)
         history = result.history
         p.status, p.error, p.cause = result.status, result.error, result.cause or p.cause
         p.entered_ms = [int(e["timestamp"].timestamp() * 1000) for e in history
@@ -656,6 +796,7 @@ class Cell:
         if p.is_client or not p.arn or self.cloud.status(p.arn) != "RUNNING":
             return
         p.stopped, p.redrive = True, p.redrive or redrive
+        self._ended(p)
         self.cloud.stop_execution(p.arn, error=_STOPPED, cause="stopped by the fault matrix's situation")
 
     # -- after ----------------------------------------------------------------------------------

@@ -60,10 +60,11 @@ def seeded_slice(cells: list[tuple[Row, Column]], size: int, seed: int) -> list[
 
 def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed: int, workers: int = 6,
               lock_off: bool = False, progress: bool = False, prefix: str = "X", log: Path | None = None,
-              situations: list[str] | None = None) -> list:
+              situations: list[str] | None = None, witness: bool = False) -> list:
     """Run ``cells`` (each on keys of its own), ``workers`` at a time, one redrive reading at a
     time; the :class:`~tools.matrix.cells.CellResult` of each, in order. ``situations``: one
-    per cell, in place of its row's (trying how to reach a row)."""
+    per cell, in place of its row's (trying how to reach a row). ``witness``: no fault, the
+    row's calls only counted (:func:`reachability`)."""
     from locked_workflow.testing.faults import fault_registry
     from tools.matrix.cells import Cell
 
@@ -83,7 +84,8 @@ def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed
                 def one(index: int) -> None:
                     row, column = cells[index]
                     cell = Cell(cloud, app, registry, row, column, f"{run_id}c{index:04d}", seed=seed * 100_003 + index,
-                                lock_off=lock_off, situation_override=situations[index] if situations else "")
+                                lock_off=lock_off, situation_override=situations[index] if situations else "",
+                                witness=witness)
                     results[index] = cell.run()
                     if progress:
                         print(f"  {results[index].describe()}", file=sys.stderr, flush=True)
@@ -158,6 +160,38 @@ def render(results: list, title: str, rows: list | None = None) -> str:
     return "\n".join(lines)
 
 
+def reachability(cloud: Any, app: Any, rows: list[Row], *, seed: int, workers: int = 2, log: Path | None = None,
+                 situation: str = "", repeat: int = 1) -> dict[Row, list]:
+    """Each row's situation run without a fault (``repeat`` times), its row's calls only
+    counted: the cells whose verdict would be ``n/r`` in every column, known in one cheap cell
+    per row (``--reach``). ``situation``: tried in place of each row's."""
+    cells = [(row, COLUMN_FOR_REACH) for row in rows for _ in range(repeat)]
+    results = run_cells(cloud, app, cells, seed=seed, workers=workers, progress=True, prefix="R", log=log,
+                        situations=[situation] * len(cells) if situation else None, witness=True)
+    found: dict[Row, list] = {}
+    for result in results:
+        found.setdefault(result.row, []).append(result)
+    return found
+
+
+#: The column a reachability cell is run under (only its reading matters: no fault is placed).
+COLUMN_FOR_REACH = table.COLUMN["5xx"]
+
+
+def render_reach(found: dict[Row, list], title: str) -> str:
+    """A line per row: reached (its call made, how many times) or not, and any violation."""
+    lines = [f"### {title}", "", "| row | situation | reached | calls | violations |", "|---|---|---|---|---|"]
+    for row, results in found.items():
+        calls = [r.injected for r in results]
+        bad = sum(bool(any(r.violations.values())) for r in results)
+        lines.append(f"| {row.name} | {results[0].situation} | {sum(c > 0 for c in calls)}/{len(calls)} | "
+                     f"{','.join(map(str, calls))} | {bad or ''} |")
+    reached = sum(any(r.injected for r in results) for results in found.values())
+    lines += ["", f"rows: {len(found)}; reached {reached}, never reached {len(found) - reached}"]
+    lines += [r.describe() for results in found.values() for r in results if any(r.violations.values())]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["moto", "dynamodb-local", "both"], default="both")
@@ -171,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="out/matrix.md")
     parser.add_argument("--log", default="", help="append each cell's result to this JSON-lines file as it ends")
     parser.add_argument("--render", default="", help="print the matrix of a --log file and exit")
+    parser.add_argument("--reach", action="store_true",
+                        help="run each row's situation once without a fault: is its call made (n/r known in advance)")
+    parser.add_argument("--situation", default="", help="with --reach: try this situation in place of each row's")
+    parser.add_argument("--repeat", type=int, default=1, help="with --reach: cells per row")
     args = parser.parse_args(argv)
     if args.render:
         print(render_log(Path(args.render), f"cells of {args.render}"))
@@ -186,6 +224,23 @@ def main(argv: list[str] | None = None) -> int:
         rows = [row for row in rows if row.kind in args.kinds.split(",")]
     if args.rows:
         rows = [row for row in rows if row.name in args.rows.split(",")]
+    rows = [row for row in rows if not table.unreachable(row)] if args.reach else rows
+    if args.reach:
+        backends = ["moto", "dynamodb-local"] if args.backend == "both" else [args.backend]
+        out = []
+        for backend in backends:
+            with LocalCloud(backend) as cloud:
+                app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
+                started = time.time()
+                log = Path(f"{args.log}.{backend}") if args.log else None
+                found = reachability(cloud, app, rows, seed=args.seed, workers=args.workers, log=log,
+                                     situation=args.situation, repeat=args.repeat)
+                out.append(render_reach(found, f"reachability, {backend}: {len(rows)} rows, seed {args.seed}, "
+                                               f"{time.time() - started:.0f} s on {args.workers} workers"))
+                print(out[-1], flush=True)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("\n\n".join(out) + "\n")
+        return 0
     cells = table.cells(rows)
     if args.columns:
         cells = [(row, column) for row, column in cells if column.name in args.columns.split(",")]
