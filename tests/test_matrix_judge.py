@@ -4,8 +4,9 @@ timelines: no cloud, milliseconds of wall time.
 The bound a waiter is judged by restarts at each abnormal end of a participant that held or
 took the lock (docs/safety.md): a grantee stopped right after its claim, before its work, is a
 hold the next waiter queued behind (``fair:Lock.Claim`` x ``stop-after``, issue 25). The
-negative controls: a waiter blocked past the bound after the last such end is caught, and a
-stopped participant that never took the lock does not restart the bound.
+negative controls: a waiter blocked past the bound after the last such end is caught; a
+stopped participant that never took the lock, or that held beside the dead one, does not
+restart the bound.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ def _arn(index: int) -> str:
     return f"arn:aws:states:us-east-1:123456789012:execution:Fair:cell-{index}-abcd1234"
 
 
-def _scene(*, grantee_end_ms: int, waiter_enters_ms: int, grantee_took: bool = True) -> list[Participant]:
+def _scene(*, grantee_end_ms: int, waiter_enters_ms: int, grantee_took: bool = True,
+           grantee_entered_ms: tuple[int, ...] = ()) -> list[Participant]:
     """A holder stopped inside its work; the grantee the helper handed the lock to, stopped
-    (right after its claim when ``grantee_took``, else while it waited); the third waiter
-    entering at ``waiter_enters_ms``."""
+    (right after its claim when ``grantee_took``, else while it waited; one that entered at
+    ``grantee_entered_ms``); the third waiter entering at ``waiter_enters_ms``."""
     holder = Participant("Fair", {}, arn=_arn(0), status="ABORTED", started_ms=0, ended_ms=HOLDER_END_MS,
                          entered_ms=[1_000], stopped=True, held_at_end=True)
     grantee = Participant("Fair", {}, arn=_arn(1), status="ABORTED", started_ms=300, ended_ms=grantee_end_ms,
-                          stopped=True, held_at_end=grantee_took)
+                          entered_ms=list(grantee_entered_ms), stopped=True, held_at_end=grantee_took)
     waiter = Participant("client-fair", {}, arn="", status="SUCCEEDED", started_ms=600, ended_ms=waiter_enters_ms + 3_000,
                          entered_ms=[waiter_enters_ms])
     return [holder, grantee, waiter]
@@ -53,5 +55,15 @@ def test_a_key_blocked_past_the_bound_after_the_last_abnormal_end_is_caught() ->
 def test_a_stopped_waiter_that_never_took_the_lock_does_not_restart_the_bound() -> None:
     waiter_enters = HOLDER_END_MS + BOUND_MS + 4_000
     scene = _scene(grantee_end_ms=waiter_enters - 27_000, waiter_enters_ms=waiter_enters, grantee_took=False)
+    found = blocked(scene)
+    assert any("after Fair cell-0-abcd1234 ended ABORTED" in line for line in found), found
+
+
+def test_one_that_held_beside_the_dead_holder_does_not_restart_its_bound() -> None:
+    # (a semaphore's other slot: it entered before the holder's end; its later stop says nothing
+    # of when the dead holder's slot was retired)
+    waiter_enters = HOLDER_END_MS + BOUND_MS + 4_000
+    scene = _scene(grantee_end_ms=waiter_enters - 27_000, waiter_enters_ms=waiter_enters,
+                   grantee_entered_ms=(HOLDER_END_MS - 1_000,))
     found = blocked(scene)
     assert any("after Fair cell-0-abcd1234 ended ABORTED" in line for line in found), found

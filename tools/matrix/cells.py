@@ -34,7 +34,9 @@ Invariants, every cell (each a list of violations, empty when it holds):
   client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
   :data:`SLACK_S` for a loaded machine, plus the holds of those that entered before it meanwhile
   (it queued behind them), plus the Retry's waits of a ``reach`` fault that outlasted them (a
-  waiter's own call failing meanwhile); and every participant ends within :data:`HARD_CAP_S`;
+  waiter's own call failing meanwhile), measured from the last abnormal end, before it entered,
+  of a participant that held or took the lock (:func:`blocked`: a grantee stopped right after
+  its claim restarts the bound); and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
   still parks anyone (with ``no-janitor``: but an ended holder's lock, which waits for its lease,
   and an ended waiter's row, which the next handoff passes); rows besides the lock items: at
@@ -972,7 +974,9 @@ def blocked(participants: list[Participant], *, outlasted_ms: int = 0) -> list[s
     ``reach`` fault's Retry waits), plus the holds of those that entered meanwhile. Each
     participant that held or took the lock and ended abnormally before the waiter entered
     restarts its bound (the lock waits for that one's grace now): the bound is measured from
-    the last such end, as docs/safety.md states it."""
+    the last such end, as docs/safety.md states it - but not one that held beside the dead one
+    (it entered before that one's end: a semaphore's other slot), whose later end says nothing
+    of when the dead one's hold was retired."""
     found = []
     bound_end = max(p.started_ms for p in participants) + HARD_CAP_S * 1000
     for p in participants:
@@ -992,8 +996,8 @@ def blocked(participants: list[Participant], *, outlasted_ms: int = 0) -> list[s
                 continue  # it was inside then: not waiting for the one that ended
             next_ms = later[0] if later else waiter.ended_ms
             if any(other is not dead and other is not waiter and _held(other) and end < _end_ms(other) < next_ms
-                   for other in participants):
-                continue  # a later abnormal end of a holder restarted the bound: judged from that one
+                   and all(ms > end for ms in other.entered_ms) for other in participants):
+                continue  # the lock passed to one that ended abnormally later: judged from that one's end
             round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
             bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000) + outlasted_ms
             bound_ms += _held_between(participants, end, next_ms, dead, waiter)
