@@ -34,7 +34,9 @@ Invariants, every cell (each a list of violations, empty when it holds):
   client's lease, plus one hold (:data:`HOLD_MS`: a redriven holder holds again first) and
   :data:`SLACK_S` for a loaded machine, plus the holds of those that entered before it meanwhile
   (it queued behind them), plus the Retry's waits of a ``reach`` fault that outlasted them (a
-  waiter's own call failing meanwhile); and every participant ends within :data:`HARD_CAP_S`;
+  waiter's own call failing meanwhile), measured from the last abnormal end, before it entered,
+  of a participant that held or took the lock (:func:`blocked`: a grantee stopped right after
+  its claim restarts the bound); and every participant ends within :data:`HARD_CAP_S`;
 - ``left``: once settled (every grace passed), no lock of the cell is held and no queue row
   still parks anyone (with ``no-janitor``: but an ended holder's lock, which waits for its lease,
   and an ended waiter's row, which the next handoff passes); rows besides the lock items: at
@@ -263,6 +265,10 @@ class Participant:
     redriven: bool = False
     redriven_ms: int = 0
     crashed: bool = False
+    #: it owned a lock of the cell when it was stopped, timed out or crashed: it held or took the
+    #: lock (a grant, a claim) - maybe before entering its work - so the others queued behind it
+    held_at_end: bool = False
+    owner: str = ""  # a client's owner (a workflow's is its execution's name)
     thread: str = ""  # a client's thread's name
     trail: list[str] = field(default_factory=list)
 
@@ -448,11 +454,13 @@ class Cell:
                 for p in cell.participants:
                     if p.is_client and p.thread == name:
                         p.crashed = True
+                        p.held_at_end = cell._owns(p)
                 return
             p = next((p for p in cell.participants if p.arn == state.execution_arn), None)
             if p is None:
                 return
             cell._ended(p)
+            p.held_at_end = cell._owns(p)
             if column.then == "time out":
                 p.timed_out = True
                 time_out(cell.cloud, state.execution_arn)
@@ -593,6 +601,23 @@ class Cell:
             if gate.after_index in (None, index):
                 gate.done.set()
 
+    def _owns(self, p: Participant) -> bool:
+        """Whether ``p`` owns a lock item of the cell now (read just before it is stopped, or
+        right after the call its fault hit: it took the lock, a grant or a claim, even if it
+        never entered its work). Read from a thread of its own: a call made in a state's thread
+        would meet that state's faults and gates."""
+        mark = p.owner if p.is_client else p.arn.rpartition(":")[2]
+        found: list[bool] = []
+
+        def read() -> None:
+            found.append(bool(mark) and any(protocol.FENCE in item and mark in item.get(protocol.OWNER, {}).get("S", "")
+                                            for item in self._items()))
+
+        reader = threading.Thread(target=read, name=f"judge:{self.id}", daemon=True)
+        reader.start()
+        reader.join(30)
+        return bool(found and found[0])
+
     def _gate_open(self, service: str, operation: str, params: dict) -> None:
         """Open the gates waiting for the call that just ended."""
         state = calling_state()
@@ -691,7 +716,7 @@ class Cell:
                             stepfunctions=self.cloud.stepfunctions, claim_window=PARK_TIMEOUT_S,
                             kind=(LockClient.FAIR if mode == "fair" else LockClient.READ_WRITE if mode.startswith("rw")
                                   else LockClient.MUTEX))
-        owner = f"matrix{uuid.uuid4().hex[:12]}"
+        owner = p.owner = f"matrix{uuid.uuid4().hex[:12]}"
         shared = mode == "rw-read"
         deadline = time.monotonic() + CLIENT_WAIT_S
         lease = None
@@ -797,6 +822,7 @@ class Cell:
             return
         p.stopped, p.redrive = True, p.redrive or redrive
         self._ended(p)
+        p.held_at_end = self._owns(p)
         self.cloud.stop_execution(p.arn, error=_STOPPED, cause="stopped by the fault matrix's situation")
 
     # -- after ----------------------------------------------------------------------------------
@@ -889,32 +915,7 @@ class Cell:
         return False
 
     def _blocked(self) -> list[str]:
-        found = []
-        bound_end = max(p.started_ms for p in self.participants) + HARD_CAP_S * 1000
-        for p in self.participants:
-            if not p.status or p.ended_ms > bound_end:
-                found.append(f"{p.role} {p.arn.rpartition(':')[2]} still running after {HARD_CAP_S} s")
-        for dead in self.participants:
-            if not dead.abnormal:
-                continue
-            end = dead.redriven_ms or dead.ended_ms  # a redriven one: its stop came just before its redrive
-            lease_s = CLIENT_LEASE_S if dead.status == "CRASHED" else GRACE_S
-            for waiter in self.participants:
-                if waiter is dead or waiter.started_ms > end or waiter.ended_ms <= end \
-                        or waiter.status in ("ABORTED", "TIMED_OUT", "CRASHED"):
-                    continue  # it came later, was done by then, or ended abnormally itself
-                later = [ms for ms in waiter.entered_ms if ms > end]
-                if not later and any(ms <= end for ms in waiter.entered_ms):
-                    continue  # it was inside then: not waiting for the one that ended
-                round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
-                bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000) + self._outlasted_ms()
-                next_ms = later[0] if later else waiter.ended_ms
-                bound_ms += self._held_between(end, next_ms, dead, waiter)
-                if next_ms - end > bound_ms:
-                    found.append(f"{waiter.role} {waiter.arn.rpartition(':')[2]} waited {(next_ms - end) / 1000:.0f} s "
-                                 f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
-                                 f"(bound {bound_ms / 1000:.0f} s)")
-        return found
+        return blocked(self.participants, outlasted_ms=self._outlasted_ms())
 
     def _outlasted_ms(self) -> int:
         """How long a ``reach`` fault that outlasts its call's Retry held its caller up (ms): the
@@ -926,21 +927,6 @@ class Cell:
             waits += min(wait, policy.max_delay_s or wait)
             wait *= policy.backoff_rate
         return int(waits * 1000)
-
-    def _held_between(self, start_ms: int, end_ms: int, *skip: Participant) -> int:
-        """How long the participants but ``skip`` held the lock between ``start_ms`` and
-        ``end_ms`` (ms): a waiter queued behind them waits for them too (one whose work timed
-        out holds for the stop grace after its end)."""
-        held = 0
-        for other in self.participants:
-            if any(other is s for s in skip):
-                continue
-            for ms in other.entered_ms:
-                if start_ms < ms < end_ms:
-                    held += min(other.ended_ms or end_ms, end_ms) - ms
-                    if other.error in WORK_TIMEOUTS or other.abnormal:
-                        held += GRACE_S * 1000
-        return held
 
     def _left(self) -> list[str]:
         now, found, rows = _now_ms(), [], 0
@@ -967,3 +953,72 @@ class Cell:
         if rows > ROWS_PER_PARTICIPANT * len(self.participants):
             found.append(f"{rows} rows left besides the lock items (bound {ROWS_PER_PARTICIPANT} per participant)")
         return found
+
+
+def _end_ms(p: Participant) -> int:
+    """When ``p`` ended (a redriven one: its stop came just before its redrive)."""
+    return p.redriven_ms or p.ended_ms
+
+
+def _held(p: Participant) -> bool:
+    """Whether ``p`` held or took the lock when it ended abnormally: it entered its work
+    before, or owned a lock of the cell then (a grantee stopped right after its claim)."""
+    return p.abnormal and (p.held_at_end or any(ms <= _end_ms(p) for ms in p.entered_ms))
+
+
+def blocked(participants: list[Participant], *, outlasted_ms: int = 0) -> list[str]:
+    """The ``blocked`` invariant over the participants' timelines (ms): every participant ends
+    within :data:`HARD_CAP_S`; after one ended abnormally, each other one still waiting enters
+    (or ends) within its bound: the stop grace (a crashed client: its lease) + one park timeout
+    (a parking waiter) or liveness round + one hold + :data:`SLACK_S` + ``outlasted_ms`` (a
+    ``reach`` fault's Retry waits), plus the holds of those that entered meanwhile. Each
+    participant that held or took the lock and ended abnormally before the waiter entered
+    restarts its bound (the lock waits for that one's grace now): the bound is measured from
+    the last such end, as docs/safety.md states it - but not one that held beside the dead one
+    (it entered before that one's end: a semaphore's other slot), whose later end says nothing
+    of when the dead one's hold was retired."""
+    found = []
+    bound_end = max(p.started_ms for p in participants) + HARD_CAP_S * 1000
+    for p in participants:
+        if not p.status or p.ended_ms > bound_end:
+            found.append(f"{p.role} {p.arn.rpartition(':')[2]} still running after {HARD_CAP_S} s")
+    for dead in participants:
+        if not dead.abnormal:
+            continue
+        end = _end_ms(dead)
+        lease_s = CLIENT_LEASE_S if dead.status == "CRASHED" else GRACE_S
+        for waiter in participants:
+            if waiter is dead or waiter.started_ms > end or waiter.ended_ms <= end \
+                    or waiter.status in ("ABORTED", "TIMED_OUT", "CRASHED"):
+                continue  # it came later, was done by then, or ended abnormally itself
+            later = [ms for ms in waiter.entered_ms if ms > end]
+            if not later and any(ms <= end for ms in waiter.entered_ms):
+                continue  # it was inside then: not waiting for the one that ended
+            next_ms = later[0] if later else waiter.ended_ms
+            if any(other is not dead and other is not waiter and _held(other) and end < _end_ms(other) < next_ms
+                   and all(ms > end for ms in other.entered_ms) for other in participants):
+                continue  # the lock passed to one that ended abnormally later: judged from that one's end
+            round_s = PARK_TIMEOUT_S if waiter.role in PARKING else LIVENESS_ROUND_S
+            bound_ms = int((lease_s + round_s + SLACK_S + HOLD_MS / 1000) * 1000) + outlasted_ms
+            bound_ms += _held_between(participants, end, next_ms, dead, waiter)
+            if next_ms - end > bound_ms:
+                found.append(f"{waiter.role} {waiter.arn.rpartition(':')[2]} waited {(next_ms - end) / 1000:.0f} s "
+                             f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
+                             f"(bound {bound_ms / 1000:.0f} s)")
+    return found
+
+
+def _held_between(participants: list[Participant], start_ms: int, end_ms: int, *skip: Participant) -> int:
+    """How long the participants but ``skip`` held the lock between ``start_ms`` and
+    ``end_ms`` (ms): a waiter queued behind them waits for them too (one whose work timed
+    out holds for the stop grace after its end)."""
+    held = 0
+    for other in participants:
+        if any(other is s for s in skip):
+            continue
+        for ms in other.entered_ms:
+            if start_ms < ms < end_ms:
+                held += min(other.ended_ms or end_ms, end_ms) - ms
+                if other.error in WORK_TIMEOUTS or other.abnormal:
+                    held += GRACE_S * 1000
+    return held
