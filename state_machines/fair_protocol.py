@@ -215,6 +215,18 @@ REVOKE = LockWrite(
     update=f"REMOVE #{OWNER}, #acquiredAt, #{EXPIRES_AT}, #grace, #{HANDED}",
     condition=f"#{OWNER} = :next AND #{HANDED} = :me AND #{FENCE} = :fence",
 )
+
+def revocable_expression(item: str, *, nxt: str, me: str, fence: str) -> str:
+    """JSONata: ``REVOKE``'s condition read on the lock ``item`` as a state reads it (DynamoDB
+    JSON): my grant of fence ``fence`` to ``nxt`` is still unconfirmed. Once false it stays
+    false (a ``CLAIM`` removes ``handed``; any later grant raises the fence), so a releaser that
+    reads it false is done: its revoke could only be refused."""
+    def attr(name: str, kind: str) -> str:
+        return f"{item}.`{name}`.{kind}"
+    return (f"({attr(OWNER, 'S')} = ({nxt}) and {attr(HANDED, 'S')} = ({me}) "
+            f"and $number({attr(FENCE, 'N')}) = ({fence}))")
+
+
 #: PARK (a row): register how to wake me, unless the lock was freed for my ticket (``ready``)
 #: or I was skipped (``left``). Values ``:me``, ``:token``, ``:lease``, ``:grace``.
 PARK = LockWrite(

@@ -5,8 +5,8 @@ and the handoff it runs for a dead head; a release tries TAKE_PARKED, then RELEA
 the full handoff), crashes at every step - a stop between any two calls of a participant, its
 release's included (a retake and the wake-up that follows it are two steps) -, lost responses
 on every write and on every wake-up (``SendTaskSuccess`` applied: the waiter is woken, and the
-releaser sees an error), failed wake-ups (then a short look for the grantee's new park, then
-the claim window, and after a failed wake-up of a new park a last short look), park timeouts,
+releaser sees an error), failed wake-ups (then a short look for the grantee's new park and
+whether its grant is still unconfirmed - confirmed, the releaser is done -, then the claim window, and after a failed wake-up of a new park a last short look), park timeouts,
 and time passing (a hole's mark ageing, a claim window ending, a dead holder's lease ending).
 
 The writes below read the items as the real expressions do; ``test_fair_model`` checks each
@@ -199,7 +199,7 @@ def row_state(row: Optional[Row]) -> str:
 WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim", "confirm")
 #: (``redrive``) the steps of a holder's release, where a redrive resumes it
 RELEASE_STEPS = ("take_parked", "release_alone", "release_retry", "take", "taken", "recheck", "nudge", "mark",
-                 "wake", "early", "early_wake", "window", "window_wake", "last_look", "revoke")
+                 "wake", "early", "early_wake", "early_check", "window", "window_wake", "last_look", "revoke")
 HANDOFF = ("taken", "recheck", "wake", "mark", "nudge", "early_wake", "window_wake")
 
 
@@ -578,9 +578,14 @@ class Model:
             row = p.row
             if row is not None and row.owner == p.nxt and row.token is not None:
                 yield from self._wake(s, i, me, p, row, f"{me} wakes {p.nxt}'s new park early", go("after_loop"),
-                                      go("window"), f"{me} early wake of {p.nxt} fails")
+                                      go("early_check"), f"{me} early wake of {p.nxt} fails")
             else:
-                yield f"{me} finds no new park of {p.nxt} yet", go("window")(s)
+                yield f"{me} finds no new park of {p.nxt} yet", go("early_check")(s)
+        elif p.pc == "early_check":  # (Confirmed) a grant no longer revocable: done, no claim window
+            if lock.owner == p.nxt and lock.handed == me and lock.fence == p.nfence:
+                yield f"{me} finds its grant to {p.nxt} unconfirmed", go("window")(s)
+            else:
+                yield f"{me} finds its grant to {p.nxt} confirmed", go("after_loop")(s)
         elif p.pc == "window":  # the claim window ends (or the grantee is dead): retake row c + 1
             if self._window_may_end(s, i, p):
                 yield f"{me} retakes row {p.c + 1}", go("window_wake", row=s.row(p.c + 1))(s.with_row(p.c + 1, None))

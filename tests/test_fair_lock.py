@@ -5,13 +5,14 @@ cases: a waiter stopped mid-queue, a stopped holder, a lost wake-up."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 
 import pytest
 
 from deployed import StackRun, deployed_stack, synthesized
-from fair_stack import FairStack
+from fair_stack import PATIENT_PARK_TIMEOUT_S, FairStack
 from lock_invariants import probe_as_client, redrive, states_entered_after_redrive
 from safety_stack import PROBE_GRACE_S, PROBE_TIMEOUT_S
 from locked_workflow.state_machines import fair_protocol as fp
@@ -426,6 +427,93 @@ def test_a_delivered_wake_up_whose_response_was_lost_is_never_taken_back(fair):
     probe = fair.probe(k)
     assert probe.get("violations", 0) == 0 and probe.get("rejected", 0) == 0, probe
     assert fair.drained(k)
+
+
+def test_a_releaser_whose_wake_up_response_was_lost_ends_once_its_grant_is_confirmed(fair):
+    """A releaser whose ``SendTaskSuccess`` applied but answered a 5xx (the waiter is woken and
+    confirms at once) looks again after ``REPARK_LOOK_S``; finding its grant confirmed, it is
+    done - it does not sleep out its claim window (its own park timeout, here
+    ``PATIENT_PARK_TIMEOUT_S`` = 120 s) before a revoke that can only be refused. Before, the
+    releaser always waited the whole window: a loaded run of
+    ``test_a_delivered_wake_up_whose_response_was_lost_is_never_taken_back`` took 130 s
+    instead of 6 s when its patient W2's wake-up of W3 met W3's park timeout (``TaskTimedOut``:
+    W3 then claimed its grant by itself, and W2's execution waited 120 s in its release)."""
+    from locked_workflow.testing.cloud import ExecutionsStillRunning
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    k = key()
+    holder = fair.start("FairPatientHold", {"key": k, "workMs": 1})  # its claim window: 120 s
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    w2 = fair.start("FairPatient", {"key": k, "workMs": 1})  # still parked when its wake-up comes
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    lost = Fault("SendTaskSuccess", "InternalServerError", after_call=True, service="stepfunctions", when=not_the_gate)
+    with dynamodb_faults(lost) as log:
+        fair.open(k)
+        r2 = fair.wait([w2])[0]
+    assert log.injected == 1
+    assert r2.status == "SUCCEEDED", (r2.error, r2.cause)
+    assert parks_timed_out(r2) == 0  # woken, not looking by itself
+    bound = PATIENT_PARK_TIMEOUT_S / 4  # generous on a loaded machine, far below the window
+    try:
+        held = fair.cloud.wait_for(holder, timeout=bound)
+    except ExecutionsStillRunning as e:
+        pytest.fail(f"the releaser still waits {bound} s after its grant was confirmed: {e}")
+    assert held.status == "SUCCEEDED", (held.error, held.cause)
+    entered = [e.get("stateEnteredEventDetails", {}).get("name") for e in held.history]
+    assert "Lock.Release.DescribeGrantee" in entered and "Lock.Release.Revoke" not in entered
+    assert fences_of([held, r2]) == sorted(fences_of([held, r2]))
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
+def test_a_wake_up_that_meets_the_park_timeout_does_not_hold_the_releaser_for_its_claim_window(fair):
+    """The loaded run's interleaving, made deterministic: the patient releaser (claim window
+    ``PATIENT_PARK_TIMEOUT_S``) takes W2's parked row and grants it; its ``SendTaskSuccess`` is
+    held (an observer of the fault hook blocks the call's thread; nothing fails) until W2's
+    park (3 s) has timed out and W2, looking by itself, found itself the owner, confirmed and
+    reached its work's gate. The wake-up then answers ``TaskTimedOut``; W2's execution runs,
+    so the releaser looks again after ``REPARK_LOOK_S``: no new park, its grant confirmed -
+    it is done. Before, it slept out its whole claim window (120 s) first."""
+    from locked_workflow.testing.cloud import ExecutionsStillRunning
+    from locked_workflow.testing.faults import calling_state, fault_registry
+
+    k = key()
+    holder = fair.start("FairPatientHold", {"key": k, "workMs": 1})  # its claim window: 120 s
+    fair.until(lambda: p.OWNER in fair.lock(k))
+    w2 = fair.start("FairHold", {"key": k, "workMs": 1})  # parks for 3 s at a time
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    go, held = threading.Event(), []
+
+    def hold(service: str, operation: str, params: dict) -> None:
+        if (service, operation) == ("stepfunctions", "SendTaskSuccess") and not_the_gate(params):
+            state = calling_state()
+            if state is not None and state.state_name == "Lock.Release.Wake":
+                held.append(state.state_name)
+                go.wait(timeout=180)  # (a bound: a broken test must not hang the suite)
+
+    with fault_registry() as registry:
+        registry.observers.append(hold)
+        try:
+            first_gate = fair.gate_token(k)
+            fair.open(k)
+            # W2's park timed out meanwhile: it found itself the owner, confirmed, and holds at its gate
+            fair.until(lambda: fair.gate_token(k) not in (None, first_gate), timeout=60)
+        finally:
+            go.set()
+    bound = PATIENT_PARK_TIMEOUT_S / 4  # generous on a loaded machine, far below the window
+    try:
+        released = fair.cloud.wait_for(holder, timeout=bound)
+    except ExecutionsStillRunning as e:
+        pytest.fail(f"the releaser still waits {bound} s after its grant was confirmed: {e}")
+    assert held == ["Lock.Release.Wake"]
+    assert released.status == "SUCCEEDED", (released.error, released.cause)
+    entered = [e.get("stateEnteredEventDetails", {}).get("name") for e in released.history]
+    assert "Lock.Release.DescribeGrantee" in entered and "Lock.Release.ClaimWindow" not in entered, entered
+    fair.open(k)
+    r2 = fair.wait([w2])[0]
+    assert r2.status == "SUCCEEDED", (r2.error, r2.cause)
+    assert parks_timed_out(r2) >= 1  # it looked by itself: the wake-up came too late
+    assert fences_of([released, r2]) == sorted(fences_of([released, r2]))
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
 def test_a_release_whose_skip_response_was_lost_still_hands_the_lock_on(fair):

@@ -109,7 +109,7 @@ def test_a_redriven_release_ends_lost_exactly_when_its_acquisition_could_have_be
 
 @full_only
 def test_a_redriven_release_with_lost_responses_ends_lost_exactly_when_it_could_have_been_taken_over():
-    model = Model(participants=2, redrive=True)  # (about 175,000 states: 45 s)
+    model = Model(participants=2, redrive=True)  # (about 207,000 states: 45-60 s)
     result = model.explore()
     assert result["violation"] is None, model.violations
 
@@ -157,7 +157,7 @@ def test_the_janitor_hands_on_a_grant_its_look_claims_for_a_waiter_granted_after
     model = Model(participants=2, janitor_look=True, janitor_crashes=1, coverage=True)
     result = model.explore()
     assert result["violation"] is None, model.violations
-    assert result["states"] > 60_000  # (55,919 without the janitor's crash)
+    assert result["states"] > 60_000  # (62,725 without the janitor's crash)
     # a crash at every step of its hand-on: the release's first take, the release alone and its
     # retry, the handoff's take and what it does with the row, its end
     assert model.janitor_visited == model.janitor_crashed_at, model.janitor_visited - model.janitor_crashed_at
@@ -190,11 +190,13 @@ def test_three_participants_the_janitor_crashing_mid_hand_on_still_hands_the_gra
 
 def test_negative_control_a_janitor_dropping_the_grant_it_claims_leaves_the_key_held():
     """The fault matrix's finding (the janitor before the fix): the release grants a crashed
-    waiter, its wake-up fails, the janitor claims the grant and drops it, the revoke is refused."""
+    waiter, its wake-up fails, the janitor claims the grant and drops it, the releaser finds its
+    grant confirmed (at its early look, or by a refused revoke) and is done."""
     model = Model(participants=2, janitor_look=True, variant="janitor_drops_claim", lost_responses=False, lost_wakes=False)
     assert model.explore()["violation"].startswith("key left held by b")
     trace = model.violations[0][1]
-    assert trace.index("janitor claims b's grant") < trace.index("a revoke b refused"), trace
+    done = next(i for i, step in enumerate(trace) if step in ("a revoke b refused", "a finds its grant to b confirmed"))
+    assert trace.index("janitor claims b's grant") < done, trace
 
 def test_negative_control_a_revoke_that_ignores_the_claim_admits_two():
     model = Model(participants=3, variant="revoke_ignores_claim", crashes=False, lost_responses=False, lost_wakes=False)

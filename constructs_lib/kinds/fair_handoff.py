@@ -230,10 +230,23 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     last_look.next(revoke)
     window.next(retake_and_wake("", revoke, last_look))
     # first a short look (the usual case: the grantee's park timed out just as its row was
-    # taken, and it parks again at once), then the claim window
+    # taken, and it parks again at once; or it was woken, its response lost, or it looked by
+    # itself, and has confirmed meanwhile: then my grant can no longer be revoked and I am
+    # done), then the claim window
+    confirmed = tasks.DynamoGetItem.jsonata(
+        section, f"{suffix}.Confirmed", state_name=name("Confirmed"), table=section.table,
+        key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}, consistent_read=True,
+        assign={f["handoff"]: jsonata(f"$merge([{h}, {{'revocable': " + fair.revocable_expression(
+            "$states.result.Item", nxt=nxt, me=me, fence=f"{h}.grant.fence") + "}])")},
+        outputs=jsonata("$states.input"))
+    retry_transient(confirmed)
+    confirmed.add_catch(window, errors=["States.ALL"], outputs=jsonata("$states.input"))
+    unconfirmed = sfn.Choice.jsonata(section, f"{suffix}.Unconfirmed", state_name=name("Unconfirmed?"))
+    unconfirmed.when(sfn.Condition.jsonata(jsonata(f"{h}.revocable = true")), window).otherwise(end)
+    confirmed.next(unconfirmed)
     early = sfn.Wait(section, f"{suffix}.Reparking", state_name=name("Reparking"),
                      time=sfn.WaitTime.duration(Duration.seconds(fair.REPARK_LOOK_S)))
-    early.next(retake_and_wake("Early", window))
+    early.next(retake_and_wake("Early", confirmed))
     describe = JsonataCustomState(section, name("DescribeGrantee"), state_json={
         "Type": "Task", "QueryLanguage": "JSONata",
         "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
