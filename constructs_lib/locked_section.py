@@ -4,7 +4,9 @@ The states come from the protocol modules (:mod:`locked_workflow.state_machines.
 and one module per kind); the section validates its props and wires those states around the
 caller's work with the kind's builder (:mod:`~locked_workflow.constructs_lib.kinds`, through the
 contract of :mod:`~locked_workflow.constructs_lib.kinds.base`). What every kind shares is built
-beside it: the wait path (:mod:`~locked_workflow.constructs_lib.section_wait`), the hold
+beside it: the wait path (:mod:`~locked_workflow.constructs_lib.section_wait`) and its history
+budget (:mod:`~locked_workflow.constructs_lib.section_budget`), the section's variables
+(:mod:`~locked_workflow.constructs_lib.section_variables`), the hold
 (:mod:`~locked_workflow.constructs_lib.section_hold`), the checks at render
 (:mod:`~locked_workflow.constructs_lib.section_render`) and of the rendered work
 (:mod:`~locked_workflow.constructs_lib.section_work`).
@@ -12,7 +14,6 @@ beside it: the wait path (:mod:`~locked_workflow.constructs_lib.section_wait`), 
 
 from __future__ import annotations
 
-import re
 from typing import Any, List, Optional, Sequence, Union
 
 from aws_cdk import Duration, Stack, aws_dynamodb as dynamodb, aws_iam as iam
@@ -22,9 +23,11 @@ from constructs import Construct
 from locked_workflow.constructs_lib.janitor import LockJanitor, executions_of
 from locked_workflow.constructs_lib.kinds.base import AcquireStates
 from locked_workflow.constructs_lib.lock import A_LOCK, Lock
+from locked_workflow.constructs_lib.section_budget import DEFAULT_MAX_WAIT, budgeted_max_wait
 from locked_workflow.constructs_lib.section_hold import build_hold
 from locked_workflow.constructs_lib.section_record import Role, StateRecord
 from locked_workflow.constructs_lib.section_render import NotInExpress, SectionState
+from locked_workflow.constructs_lib.section_variables import section_variables
 from locked_workflow.constructs_lib.section_wait import build_wait_path, probe_presence
 from locked_workflow.constructs_lib.section_work import (
     JSONATA_WORK_RULE,
@@ -39,11 +42,8 @@ from locked_workflow.constructs_lib import lease_check, prop_types
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.lock_protocol import WaitPolicy, jsonata
 
-#: Default longest time a run waits for a held lock (or half the timeout, if shorter).
-DEFAULT_MAX_WAIT = Duration.minutes(15)
 #: Default: a waiter asks whether the holder still runs on every this-many-th round of polls.
 DEFAULT_LIVENESS_CHECK_EVERY = 2
-_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,50}")
 
 
 class LockedSection(sfn.StateMachineFragment):
@@ -205,62 +205,14 @@ class LockedSection(sfn.StateMachineFragment):
         problem = protocol.namespace_problem(key_namespace)
         if problem:
             raise ValueError(f"`key_namespace` {problem}")
-        if not _VARIABLE_NAME.fullmatch(lock_variable or "") or lock_variable == "states":
-            raise ValueError(
-                "`lock_variable` must be a JSONata variable name of at most 51 characters (a "
-                f"letter or _, then letters, digits or _, not 'states'), got: {lock_variable!r}"
-            )
+        variables = section_variables(lock_variable)
         lease_ms = prop_types.concrete_ms("lease", lease)
         if lease_ms < 1000:
             raise ValueError(f"`lease` must be at least 1 second, got: {lease_ms / 1000} s")
-        if max_wait is None and parks:  # wait as long as the history allows
-            max_wait = Duration.seconds(self.kind.longest_park_wait_s(history_event_budget))
-        # a kind that waits its own way (Lock.rate; with at_once, after the wait loop for a slot)
-        waits_own_way = self.kind.worst_case_events(0) is not None
-
-        def needed_events(max_wait_s: float) -> int:
-            if parks:
-                return self.kind.worst_case_park_events(max_wait_s)
-            loop = protocol.worst_case_wait_events(wait_policy, max_wait_s, liveness_check_every)
-            own = self.kind.worst_case_events(max_wait_s)
-            if own is None:
-                return loop
-            return own + (0 if self.kind.builds_own_wait_path else loop)
-
-        if max_wait is DEFAULT_MAX_WAIT and waits_own_way and history_event_budget is not None:
-            # left unset: at most the default, the longest the history budget allows
-            longest_s = protocol.longest_wait_s(needed_events, history_event_budget, int(max_wait.to_seconds()))
-            if longest_s is not None:
-                max_wait = Duration.seconds(longest_s)
-        max_wait_ms = prop_types.concrete_ms("max_wait", max_wait)
-        if max_wait_ms < 0:
-            raise ValueError(f"`max_wait` must not be negative, got: {max_wait_ms / 1000} s")
-        if history_event_budget is not None:
-            needed = needed_events(max_wait_ms / 1000)
-            if waits_own_way and needed > history_event_budget:
-                raise ValueError(
-                    f"`max_wait` must keep the wait under {history_event_budget} history events (of the "
-                    f"{protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: {max_wait_ms / 1000} s, "
-                    f"which can take {needed} events with Lock.{lock.kind}(limit={self.kind.rate_limit}); lower "
-                    "max_wait (a run waits at most one refusal per entry admitted meanwhile)"
-                )
-            if needed > history_event_budget and parks:
-                raise ValueError(
-                    f"`max_wait` must keep the queue's wait under {history_event_budget} history events "
-                    f"(of the {protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: "
-                    f"{max_wait_ms / 1000} s, which can take {needed} events with park_timeout="
-                    f"{self.kind.park_timeout_s} s; raise park_timeout or lower max_wait"
-                )
-            if needed > history_event_budget:
-                raise ValueError(
-                    f"`max_wait` must keep the wait loop under {history_event_budget} history events "
-                    f"(of the {protocol.HISTORY_EVENT_LIMIT} a Standard execution may record), got: "
-                    f"{max_wait_ms / 1000} s, which can take {needed} events with "
-                    f"wait_policy.max_interval={wait_policy.max_interval} s and "
-                    f"liveness_check_every={liveness_check_every}; raise wait_policy.max_interval "
-                    "(or first_interval) or lower max_wait"
-                )
-
+        max_wait, max_wait_ms = budgeted_max_wait(
+            lock, self.kind, max_wait, wait_policy=wait_policy, liveness_check_every=liveness_check_every,
+            history_event_budget=history_event_budget,
+        )
         self.table = table
         self.lock_variable = lock_variable
         self.key_namespace = key_namespace
@@ -268,17 +220,7 @@ class LockedSection(sfn.StateMachineFragment):
         self.wait_policy = wait_policy
         self.lease = lease
         self.liveness_check_every = liveness_check_every
-        self.variables = {
-            "lock": lock_variable,
-            "wait": f"{lock_variable}Wait",
-            "holder": f"{lock_variable}{protocol.HOLDER_SUFFIX}",
-            "redrives": f"{lock_variable}Redrives",
-            "lost": f"{lock_variable}Lost",
-            "presence": f"{lock_variable}Presence",
-            "held": f"{lock_variable}Held",
-            "done": f"{lock_variable}Done",
-            "slot": f"{lock_variable}Slot",
-        }
+        self.variables = variables
         #: JSONata: the stored key (or keys), from the kind.
         self.stored_key_expression = self.kind.key_expression(key_namespace)
         self.max_wait_ms = max_wait_ms

@@ -56,14 +56,14 @@ def test_a_small_slice_of_the_fair_benchmark():
 
 
 def test_covered_is_the_share_of_long_waits_during_which_the_lock_was_held():
-    from tools.bench_fair import _covered
+    from tools.bench_fair import wait_covered
 
     # (released at, waited, held), ms: one request held it 0-200; another waited 0-200 and held
     # 200-210: its whole wait was covered
-    assert _covered([(200, 0, 200), (210, 200, 10)], 0, 1000) == 1.0
+    assert wait_covered([(200, 0, 200), (210, 200, 10)], 0, 1000) == 1.0
     # a wait of 300 ms (0-300) during which the lock was held only 0-30: 10 %
-    assert abs(_covered([(30, 0, 30), (310, 300, 10)], 0, 1000) - 0.1) < 1e-9
-    assert _covered([(30, 0, 30)], 0, 1000) != _covered([(30, 0, 30)], 0, 1000)  # no long wait: nan
+    assert abs(wait_covered([(30, 0, 30), (310, 300, 10)], 0, 1000) - 0.1) < 1e-9
+    assert wait_covered([(30, 0, 30)], 0, 1000) != wait_covered([(30, 0, 30)], 0, 1000)  # no long wait: nan
 
 
 def test_extra_loads_name_work_runs_and_locks():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import Counter
 
 import pytest
 
+from locked_workflow.state_machines.errors import ERROR_SUPERSEDED
 from tools import stress
 
 #: The probe's stop grace (Init 10 s + its 3 s timeout + 5 s).
@@ -34,7 +36,7 @@ def test_plan_is_seeded_and_mixes_every_shape_and_fault():
     padded = [r for r in first if r.padded]
     assert padded and {r.shape for r in padded} <= stress.PADDED_SHAPES
     assert all(50_000 <= len(r.document["padding"]) <= 150_000 for r in padded)
-    assert sum(stress._past_timeout(r) for r in first) > 0
+    assert sum(stress.past_timeout(r) for r in first) > 0
     assert all(c["key"].startswith("C") for r in first for c in r.document.get("children", []))
     assert all(r.key.startswith("L") == (r.shape == "Lease") for r in first)
     # the coalescing and rate shapes on keys of their own, few of them (bursts)
@@ -78,11 +80,11 @@ def test_waits_are_read_from_a_history():
 
 
 def _report(runs, probe) -> stress.Report:
-    return stress.Report(runs=runs, probe=probe, faults=stress.Counter(), left_held=[])
+    return stress.Report(runs=runs, probe=probe, faults=Counter(), left_held=[])
 
 
 def test_judge_flags_each_invariant():
-    superseded = stress.ERROR_SUPERSEDED
+    superseded = ERROR_SUPERSEDED
     runs = [stress.Run("Plain", "K0", {}, arn="a", status="FAILED", error="DynamoDB.Boom"),
             stress.Run("ClientNested", "K1", {}, status="SUCCEEDED", problems=["re-entered hold got fence 3"]),
             stress.Run("ClientAsync", "K1", {}, status="FAILED", task_errors=[None, "LockLost: gone"]),
@@ -99,39 +101,41 @@ def test_judge_flags_each_invariant():
         runs=runs,
         probe={"K0": {"violations": 1, "counter": 2, "accepted": 3, "fences": [1, 3, 2]},
                "L0": {"violations": 4, "counter": 1, "accepted": 2}},  # short lease: overlap allowed
-        faults=stress.Counter(), left_held=["x#K0 by someone"], coalesce_rows=["!3!n#N1: left, owner"],
+        faults=Counter(), left_held=["x#K0 by someone"], coalesce_rows=["!3!n#N1: left, owner"],
     )
-    found = stress._judge(report)
+    found = stress.judge(report)
     assert {name for name, hits in found.items() if hits} == {
         "alone", "lost update", "fence order", "outcome", "left held", "re-entrant hold", "coalesce", "rate",
     }
     assert len(found["outcome"]) == 3 and len(found["coalesce"]) == 2 and len(found["rate"]) == 1
     # within the limit: the third admission a full period after the first
     report.runs[-1].admissions = [1_000 + stress.RATE_PERIOD_S * 1000]
-    assert stress._judge(report)["rate"] == []
+    assert stress.judge(report)["rate"] == []
     assert all("L0" not in hit for hits in found.values() for hit in hits)
 
 
 def test_handoff_after_an_ended_holder_is_bounded():
+    from locked_workflow.state_machines import lock_protocol as protocol
+
     ended = 100_000
     bound = stress.handoff_bound_ms(GRACE_MS, fair_waiter=False)
     holder = stress.Run("Plain", "K0", {}, arn="holder", holds=[stress.Hold("x#K0", ended, GRACE_MS)])
     waiter = stress.Run("Plain", "K0", {}, arn="waiter", waits=[stress.Wait("x#K0", ended - 500, ended + bound + 5000)])
     late = _report([holder, waiter], {"K0": {"enteredAt": [ended - 3000, ended + bound + 1000]}})
-    assert stress._judge(late)["handoff"] and late.handoffs == [("x#K0", bound + 1000)]
+    assert stress.judge(late)["handoff"] and late.handoffs == [("x#K0", bound + 1000)]
     in_time = _report([holder, waiter], {"K0": {"enteredAt": [ended + GRACE_MS + 2000]}})
-    assert not stress._judge(in_time)["handoff"] and in_time.handoffs == [("x#K0", GRACE_MS + 2000)]
+    assert not stress.judge(in_time)["handoff"] and in_time.handoffs == [("x#K0", GRACE_MS + 2000)]
     # nobody waited through the bound (the waiter gave up first): nothing to check
     short = stress.Run("Plain", "K0", {}, arn="short", waits=[stress.Wait("x#K0", ended - 500, ended + 2000)])
     unwatched = _report([holder, short], {"K0": {"enteredAt": []}})
-    assert not stress._judge(unwatched)["handoff"] and unwatched.handoffs == []
+    assert not stress.judge(unwatched)["handoff"] and unwatched.handoffs == []
     # a parked fair waiter is bounded by the park timeout instead of a liveness round
     assert stress.handoff_bound_ms(GRACE_MS, fair_waiter=True) < bound
     # a cancelled section's key: once its presence token has settled
     cancelled = stress.Run("Cancelled", "K0", {}, arn="c", holds=[stress.Hold("x#K0", ended, GRACE_MS, True)])
     settled = _report([cancelled, waiter], {"K0": {"enteredAt": [ended + bound + 1000]}})
-    assert not stress._judge(settled)["handoff"]
-    assert stress.handoff_bound_ms(GRACE_MS, False, cancelled=True) == bound + stress.protocol.PRESENCE_SETTLE_MS
+    assert not stress.judge(settled)["handoff"]
+    assert stress.handoff_bound_ms(GRACE_MS, False, cancelled=True) == bound + protocol.PRESENCE_SETTLE_MS
 
 
 def test_seeded_campaign_keeps_every_invariant(campaign_app):
@@ -171,7 +175,7 @@ def test_a_queue_of_holes_is_passed_by_the_next_arrival_and_a_parked_row_is_held
     from locked_workflow.state_machines import fair_protocol as fair, lock_protocol as protocol
 
     cloud, app = campaign_app
-    table = stress._table(app, "LocksTable")
+    table = stress.table_name(app, "LocksTable")
     hole, parked = "x#Hole", "x#Parked"
     for key in (hole, parked):  # a ticket taken, never served; the lock free
         cloud.dynamodb.put_item(TableName=table, Item={**protocol.lock_item_key(key),
@@ -180,15 +184,15 @@ def test_a_queue_of_holes_is_passed_by_the_next_arrival_and_a_parked_row_is_held
         **protocol.lock_item_key(fair.row_key(parked, 1)), protocol.OWNER: {"S": "someone"},
         fair.TOKEN: {"S": "a-token"}, fair.LEASE: {"N": "60000"}})
     try:
-        held, to_pass = stress._left_held(cloud, app)
+        held, to_pass = stress.left_held(cloud, app)
         assert to_pass == {hole: "Fair"}
         assert f"{parked} queued: tickets 1..1" in held and f"{fair.row_key(parked, 1)} queued: someone" in held
-        late, passed = stress._next_arrivals(cloud, app, to_pass)
+        late, passed = stress.next_arrivals(cloud, app, to_pass)
         assert late == [] and [key for key, _ in passed] == [hole]
         item = cloud.dynamodb.get_item(TableName=table, Key=protocol.lock_item_key(hole), ConsistentRead=True)["Item"]
         served, tickets = fair.counters(item)
         assert served == tickets == 2  # the hole skipped, the arrival served
-        assert protocol.OWNER not in item or int(item[protocol.EXPIRES_AT]["N"]) <= stress._now_ms()  # and gone
+        assert protocol.OWNER not in item or int(item[protocol.EXPIRES_AT]["N"]) <= stress.now_ms()  # and gone
     finally:
         for key in (hole, parked, fair.row_key(parked, 1), fair.row_key(hole, 1), fair.row_key(hole, 2)):
             cloud.dynamodb.delete_item(TableName=table, Key=protocol.lock_item_key(key))
