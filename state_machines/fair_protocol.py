@@ -58,7 +58,8 @@ lock, and the rows *how to wake* it.
    have been applied: the waiter may be awake): an ended grantee's grant is revoked at once. A running one may have
    inspected the lock before the grant landed and parked again, with a new token in a new
    row: after :data:`REPARK_LOOK_S` the releaser takes row ``c + 1`` again and wakes that
-   park. Otherwise the grant stands for one *claim window* (the park timeout) - a live waiter
+   park; a grant confirmed by then (:func:`revocable` no longer holds) ends the release.
+   Otherwise the grant stands for one *claim window* (the park timeout) - a live waiter
    whose park timed out finds itself the owner and confirms with ``CLAIM`` - and is then
    revoked (``REVOKE``: only a grant never confirmed, only that grant), and the handoff goes
    on with the next row. A woken waiter works only after its ``CLAIM``, and ``CLAIM`` and
@@ -216,15 +217,32 @@ REVOKE = LockWrite(
     condition=f"#{OWNER} = :next AND #{HANDED} = :me AND #{FENCE} = :fence",
 )
 
+#: REVOKE's condition as a reading of the lock item: (attribute, type, which value it must
+#: equal) - my grant (``me``) of fence ``fence`` to ``next``, still unconfirmed. Read by the
+#: workflows (:func:`revocable_expression`) and the fair client (:func:`revocable`).
+_REVOCABLE = ((OWNER, "S", "next"), (HANDED, "S", "me"), (FENCE, "N", "fence"))
+
+
 def revocable_expression(item: str, *, nxt: str, me: str, fence: str) -> str:
     """JSONata: ``REVOKE``'s condition read on the lock ``item`` as a state reads it (DynamoDB
     JSON): my grant of fence ``fence`` to ``nxt`` is still unconfirmed. Once false it stays
     false (a ``CLAIM`` removes ``handed``; any later grant raises the fence), so a releaser that
     reads it false is done: its revoke could only be refused."""
-    def attr(name: str, kind: str) -> str:
-        return f"{item}.`{name}`.{kind}"
-    return (f"({attr(OWNER, 'S')} = ({nxt}) and {attr(HANDED, 'S')} = ({me}) "
-            f"and $number({attr(FENCE, 'N')}) = ({fence}))")
+    values = {"next": nxt, "me": me, "fence": fence}
+    return "(" + " and ".join(
+        (f"$number({item}.`{name}`.N) = ({values[v]})" if kind == "N" else f"{item}.`{name}`.S = ({values[v]})")
+        for name, kind, v in _REVOCABLE) + ")"
+
+
+def revocable(item: Mapping[str, Any] | None, *, nxt: str, me: str, fence: int) -> bool:
+    """As :func:`revocable_expression`, over a lock item as boto3 returns it (or None)."""
+    values = {"next": nxt, "me": me, "fence": int(fence)}
+    item = item or {}
+    for name, kind, v in _REVOCABLE:
+        text = item.get(name, {}).get(kind)
+        if text is None or (int(text) if kind == "N" else text) != values[v]:
+            return False
+    return True
 
 
 #: PARK (a row): register how to wake me, unless the lock was freed for my ticket (``ready``)
