@@ -70,7 +70,8 @@ lock, and the rows *how to wake* it.
    back it queued: :func:`park_timeout_expression`): granted -> ``CLAIM``; skipped -> queue
    again; the head of a free lock -> ``ACQUIRE_HEAD``; behind a free lock whose head does
    not move -> run the handoff for the head (a ticket whose row never came - a hole - is
-   skipped once its ``ready`` mark is a park timeout old); held by a hold that registered a
+   skipped once its ``ready`` mark is a park timeout old: a helper whose mark stands parks
+   again until then); held by a hold that registered a
    presence token -> probe it (``lock_protocol``'s presence probe and ABANDONED: a hold
    cancelled with its branch leaves its execution RUNNING); held by another execution -> ask
    Step Functions. A crashed releaser, a lost ``SendTaskSuccess``, a dead head or a cancelled

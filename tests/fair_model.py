@@ -1,9 +1,9 @@
 """An executable model of the fair lock (state_machines/fair_protocol.py) for exhaustive
 exploration: the lock item and one row per ticket, the participants' steps (fast acquire,
 ticket, park, handoff, wake-up, the woken waiter's confirm, claim, revoke, the park's fallback
-and the handoff it runs for a dead head; a release tries TAKE_PARKED, then RELEASE_ALONE, then
-the full handoff), crashes at every step - a stop between any two calls of a participant, its
-release's included (a retake and the wake-up that follows it are two steps) -, lost responses
+and the handoff it runs for a dead head - which parks again after a mark that stands; a
+release tries TAKE_PARKED, then RELEASE_ALONE, then the full handoff), crashes at every step -
+a stop between any two calls of a participant, its release's included (a retake and the wake-up that follows it are two steps) -, lost responses
 on every write and on every wake-up (``SendTaskSuccess`` applied: the waiter is woken, and the
 releaser sees an error), failed wake-ups (then a short look for the grantee's new park and
 whether its grant is still unconfirmed - confirmed, the releaser is done -, then the claim window, and after a failed wake-up of a new park a last short look), park timeouts,
@@ -31,7 +31,9 @@ check the ready mark), ``no_mark`` (a release leaves no mark for an unparked tic
 before F1, whose releaser revoked a grant whose wake-up was delivered with its response lost),
 ``revoke_at_once`` (no last look between a failed wake-up of a new park and the revoke),
 ``janitor_drops_claim`` (the janitor drops the grant its look claims for a crashed waiter: the
-defect the fault matrix found).
+defect the fault matrix found). A variant keeps the protocol before a liveness fix, for
+exploration by hand: ``helper_looks_at_once`` (a helper whose mark stands looks again at once
+instead of parking: a cost, no property breaks).
 
 ``janitor_look``: a crashed waiter's janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``,
 then :func:`hand_on`), whose two steps may land anywhere after the crash - between a release's
@@ -548,8 +550,12 @@ class Model:
         elif p.pc == "mark":
             since = p.row.ready if p.row is not None and p.row.ready else "fresh"
             ok, row = mark(s.row(p.c + 1), since)
+            # a helper's mark that stands (the ticket not served meanwhile: ``Served``, ``Litter?``)
+            # sends it back to its park (``after_mark``): the mark may be skipped only once it
+            # is a park timeout old (the variant ``helper_looks_at_once``: it looks again at once)
+            helper_parks = not p.granted and _n(lock.served) <= p.c and v != "helper_looks_at_once"
             yield from self._write(s, i, me, p, f"mark {p.c + 1}", ok, s.with_row(p.c + 1, row),
-                                   go("after_loop"), go("take"))
+                                   go("park") if helper_parks else go("after_loop"), go("take"))
         elif p.pc == "recheck":  # a refused grant: granted by my lost response?
             if lock.owner == p.nxt and lock.served == p.c + 1 and lock.handed == me:
                 yield f"{me} rechecks: granted", go("wake", nfence=lock.fence)(s)

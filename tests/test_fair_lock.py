@@ -547,6 +547,37 @@ def test_a_release_whose_skip_response_was_lost_still_hands_the_lock_on(fair):
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
+def _entered(result, state: str) -> int:
+    return sum(1 for e in result.history if e.get("stateEnteredEventDetails", {}).get("name") == state)
+
+
+def test_a_helper_behind_a_young_ready_mark_parks_again_instead_of_spinning(fair):
+    """A free lock whose head (ticket s + 1) took its ticket and never parked (a hole), and a
+    waiter behind it (ticket s + 2, park timeout 3 s). Its fallback runs the handoff for the
+    head: no row, so it marks the row ready (the head's park would be refused: it takes the
+    lock itself). The mark must be a park timeout old before a helper may skip that ticket;
+    until then the helper goes back to its park. Before, it inspected again at once and its
+    take found the young mark, marked it again, and so on until the mark was old enough: 22-28
+    takes and 12 marks in about 3 s in the fault matrix's cells (writes and transitions, no
+    invariant broken). Counted from the waiter's history: its helper's takes and marks."""
+    k = key("hole")
+    stored, served = p.namespaced("f", k), 5
+    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={  # ticket 6 out, never parked
+        "pk": {"S": stored}, p.FENCE: {"N": "5"}, fp.SERVED: {"N": str(served)}, fp.TICKETS: {"N": str(served + 1)}})
+    started = time.monotonic()
+    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    result = fair.cloud.wait_for(waiter, timeout=90)
+    took = time.monotonic() - started
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    takes, marks = _entered(result, "Lock.Help.Take"), _entered(result, "Lock.Help.Mark")
+    print(f"the waiter entered after {took:.1f} s: {takes} helper takes, {marks} marks, "
+          f"{parks_timed_out(result)} park timeouts")
+    assert 1 <= marks <= 2 and takes <= 3, (takes, marks)  # (a mark, then a park; the next look skips)
+    assert result.output["probe"]["fence"] == 6
+    assert parks_timed_out(result) <= 3  # (bounded by park timeouts, never a lease)
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
 def test_a_park_whose_response_was_lost_is_woken_in_its_retry_and_leaves_no_row(fair):
     """A waiter's ``PARK`` applies (its row holds token T1) and its response is lost (a 5xx after
     the call); the holder releases then, and wakes T1 while the park's ``Retry`` runs (its second

@@ -54,11 +54,16 @@ def grant_arguments(*, key: str, me: str, nxt: str, stale: str, prev: str, expir
 def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, supersedes: bool, key: str, me: str,
                   start: str, holding: bool, then: Optional[sfn.State], stale: str,
                   self_grant: Optional[sfn.State] = None, lost: Optional[sfn.State] = None,
-                  left: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
+                  left: Optional[sfn.State] = None, fence: str = "0",
+                  after_mark: Optional[sfn.State] = None) -> sfn.State:
     """Hand the lock to the next live waiter: take row ``c + 1`` (c: ``start`` at first),
     then grant and wake it, skip it, or release and mark. ``holding``: I hold the lock
     (a release); else the lock is free and I run the handoff for a head that does not move
-    (``self_grant``: where to go when that head is me). Ends in ``then`` (None: an end)."""
+    (``self_grant``: where to go when that head is me). Ends in ``then`` (None: an end), or
+    after a mark that stands (the marked ticket not served meanwhile) in ``after_mark``
+    (default ``then``). A helper passes its park: a mark may be skipped only once it is a
+    park timeout old, so a helper that looked again at once would take and mark the same row
+    again and again until then."""
     f = fair_vars(section)
     h = "$" + f["handoff"]
     name = lambda s: section.state_name(f"{suffix}.{s}")  # noqa: E731
@@ -326,7 +331,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         key=row_key(key, f"{h}.c + 1"), condition_expression=f"attribute_not_exists(#{fair.TOKEN})",
         expression_attribute_names={f"#{fair.TOKEN}": fair.TOKEN}, outputs=jsonata("$states.input"))
     litter = sfn.Choice.jsonata(section, f"{suffix}.Litter", state_name=name("Litter?"))
-    litter.when(sfn.Condition.jsonata(jsonata(f"{h}.served > {h}.c")), unmark).otherwise(end)
+    litter.when(sfn.Condition.jsonata(jsonata(f"{h}.served > {h}.c")), unmark).otherwise(after_mark or end)
     for t in (served, unmark):
         t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
     unmark.next(end)
