@@ -274,10 +274,16 @@ class FairQueue:
                             if jumped is not None:
                                 c = jumped
                                 continue
-                        if holding:
-                            raise
                         if state == "wake":
                             self._nudge(row[fair.TOKEN]["S"])
+                        if holding and old.get(OWNER, {}).get("S") == me and fair.counters(old)[0] > c:
+                            # still mine, the queue moved under me (a ticket passed by a runner of
+                            # the handoff that found me stale): go on from the new ``served`` -
+                            # ended here, the lock would stay mine until my lease
+                            c = fair.counters(old)[0]
+                            continue
+                        if holding:
+                            raise
                         return
                     passed = True
                     if state == "grant" or self._wake(row[fair.TOKEN]["S"], granted):

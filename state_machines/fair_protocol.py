@@ -50,6 +50,10 @@ lock, and the rows *how to wake* it.
        out (``tickets > c``), ``MARK`` row ``c + 1`` ready - unless its waiter parked
        meanwhile (the mark is refused: take the row again and grant it).
 
+     A ``GRANT`` refused while the lock is still mine (``served`` moved past ``c``: a ticket
+     passed by a runner of the handoff that found me stale) tells the waiter whose row I took
+     to look, and goes on from the new ``served``.
+
    So a wake-up cannot be lost: the row is the rendezvous. A park before the take is found
    by the take; a park after it is refused by the mark (or finds the lock free for it).
 5. **A failed wake-up** (the waiter's park ended: it was stopped, its branch was cancelled,

@@ -173,6 +173,34 @@ def test_negative_control_a_client_release_whose_grant_is_not_confirmed_keeps_it
     fair.until(lambda: p.OWNER not in fair.lock(k) and fp.HANDED not in fair.lock(k), timeout=60)
 
 
+def test_a_client_release_whose_grant_is_refused_while_the_lock_is_still_its_own_hands_it_on(fair):
+    """The fair client's twin of ``test_fair_lock.py``'s workflow case: the client holds, ticket
+    s + 1 was passed (``SKIP`` by a runner of the handoff that found the holder stale) while its
+    waiter parked in row s + 1 anyway. The release's ``GRANT`` of that row is refused with the
+    lock still the client's: it tells that waiter to look (it queues again) and hands the lock
+    to ticket s + 2. Before, ``release()`` raised ``LockLost`` and the lock stayed the client's
+    until its lease."""
+    k = key("moved")
+    lease = client(fair).acquire(k, lease=60)
+    late = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    nxt = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    stored = p.namespaced("f", k)
+    fair.cloud.dynamodb.update_item(TableName=fair.table("LocksTable"), **fp.arguments(stored, fp.SKIP, {
+        ":me": {"S": "helper"}, ":stale": {"S": lease.owner}, ":now": {"N": str(int(time.time() * 1000))},
+        ":prev": {"N": str(lease.ticket)}, ":ticket": {"N": str(lease.ticket + 1)}}))
+    client(fair).release(lease)
+    assert not fair.lock(k).get(p.OWNER, {}).get("S", "").startswith(lease.owner), fair.lock(k)
+    second = fair.cloud.wait_for(nxt, timeout=45)  # far below its park timeout (2 min)
+    assert second.status == "SUCCEEDED" and parks_timed_out(second) == 0, (second.error, second.cause)
+    assert second.output["probe"]["fence"] == lease.fence + 1
+    third = fair.cloud.wait_for(late, timeout=60)  # told to look: it queued again, behind ``nxt``
+    assert third.status == "SUCCEEDED", (third.error, third.cause)
+    assert third.output["probe"]["fence"] == lease.fence + 2
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
+
+
 def test_a_client_release_that_handed_the_lock_on_does_not_fail_on_a_later_step(fair):
     """A client's release grants the lock to the parked workflow (the lock is no longer the
     client's), its wake-up fails, and its REVOKE after the claim window is throttled past

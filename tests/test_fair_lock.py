@@ -578,6 +578,47 @@ def test_a_helper_behind_a_young_ready_mark_parks_again_instead_of_spinning(fair
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
+def test_a_release_whose_grant_is_refused_while_the_lock_is_still_its_own_hands_it_on(fair):
+    """The holder's lock is still its own but the queue moved under it: ticket s + 1 was
+    skipped (``served`` = s + 1, the lock untouched - a helper that found this holder stale
+    skips a waiter whose mark was old and takes the next row, as after a redrive) while its
+    waiter, late, parked in row s + 1 anyway. The release takes that parked row and its
+    ``GRANT`` (``served = s``) is refused; the recheck finds the lock not granted by it but
+    still its own. It nudges the skipped waiter (which queues again) and must go on from the
+    new ``served`` - hand the lock to ticket s + 2 - not end "released" while holding: before,
+    the key stayed the ended holder's until its lease (3 minutes here) or the next waiter's
+    park timeout (2 minutes) and takeover."""
+    from locked_workflow.testing.cloud import ExecutionsStillRunning
+
+    k = key("moved")
+    holder, (late, nxt) = queued(fair, k, waiters=2, machine="FairPatient")
+    item = fair.lock(k)
+    stored, owner = p.namespaced("f", k), item[p.OWNER]["S"]
+    s_ = fp.counters(item)[0]
+    assert fp.counters(item)[1] == s_ + 2
+    # ticket s + 1 skipped by a helper that found the holder stale (``:stale``), its row left
+    # parked (its waiter parked after the helper's take)
+    fair.cloud.dynamodb.update_item(TableName=fair.table("LocksTable"), **{
+        k_: v for k_, v in fp.arguments(stored, fp.SKIP, {
+            ":me": {"S": "helper"}, ":stale": {"S": owner}, ":now": {"N": str(int(time.time() * 1000))},
+            ":prev": {"N": str(s_)}, ":ticket": {"N": str(s_ + 1)}}).items()})
+    fair.open(k)
+    released = fair.cloud.wait_for(holder, timeout=60)
+    assert released.status == "SUCCEEDED", (released.error, released.cause)
+    entered = [e.get("stateEnteredEventDetails", {}).get("name") for e in released.history]
+    assert "Lock.Release.Recheck" in entered and "Lock.Release.Nudge" in entered, entered
+    assert not fair.lock(k).get(p.OWNER, {}).get("S", "").startswith(holder), fair.lock(k)
+    try:
+        second = fair.cloud.wait_for(nxt, timeout=45)  # far below its park timeout (2 min)
+    except ExecutionsStillRunning as e:
+        pytest.fail(f"the next waiter did not enter: the ended holder still holds the key: {e}")
+    assert second.status == "SUCCEEDED" and parks_timed_out(second) == 0, (second.error, second.cause)
+    third = fair.cloud.wait_for(late, timeout=60)  # nudged: it queued again, behind ``nxt``
+    assert third.status == "SUCCEEDED", (third.error, third.cause)
+    assert fences_of([released, second, third]) == sorted(fences_of([released, second, third]))
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
 def test_a_park_whose_response_was_lost_is_woken_in_its_retry_and_leaves_no_row(fair):
     """A waiter's ``PARK`` applies (its row holds token T1) and its response is lost (a 5xx after
     the call); the holder releases then, and wakes T1 while the park's ``Retry`` runs (its second

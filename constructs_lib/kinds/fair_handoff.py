@@ -288,8 +288,19 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         parameters={"TaskToken": jsonata(f"{h}.row.token.S"), "Error": LOOK,
                     "Cause": "the lock moved on while this waiter's row was taken: look again"},
         iam_action="states:SendTaskFailure", iam_resources=["*"], outputs=jsonata("$states.input"))
-    nudge.add_catch(settled, errors=["States.ALL"], outputs=jsonata("$states.input"))
-    nudge.next(settled)
+    # ... and a release whose lock is still its own (the queue moved under it: a ticket was
+    # passed by a runner of the handoff that found me stale) goes on from the new ``served``:
+    # ended here, it would leave the lock held until its lease
+    after_nudge = settled
+    if holding:
+        resume = sfn.Pass.jsonata(section, f"{suffix}.Resume", state_name=name("Resume"),
+                                  outputs=jsonata("$states.input"),
+                                  assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.served}}])")})
+        after_nudge = sfn.Choice.jsonata(section, f"{suffix}.StillMine", state_name=name("StillMine?")).when(
+            sfn.Condition.jsonata(jsonata(
+                f"{h}.holding = true and {h}.grant.owner = {me} and {h}.served > {h}.c")), resume).otherwise(settled)
+    nudge.add_catch(after_nudge, errors=["States.ALL"], outputs=jsonata("$states.input"))
+    nudge.next(after_nudge)
     recheck.add_catch(nudge, errors=["States.ALL"], outputs=jsonata("$states.input"))
     mine = sfn.Choice.jsonata(section, f"{suffix}.GrantedByMe", state_name=name("GrantedByMe?"))
     mine.when(sfn.Condition.jsonata(jsonata(
@@ -411,6 +422,8 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     decide.otherwise(mark)
     if no_jump is not None:
         no_jump.otherwise(mark)
+    if holding:
+        resume.next(again)
     for t in (first, again):
         t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
         t.next(decide)
