@@ -274,22 +274,23 @@ class FairQueue:
                             if jumped is not None:
                                 c = jumped
                                 continue
-                        if holding:
-                            raise
                         if state == "wake":
                             self._nudge(row[fair.TOKEN]["S"])
+                        if holding and old.get(OWNER, {}).get("S") == me and fair.counters(old)[0] > c:
+                            # still mine, the queue moved under me (a ticket passed by a runner of
+                            # the handoff that found me stale): go on from the new ``served`` -
+                            # ended here, the lock would stay mine until my lease
+                            c = fair.counters(old)[0]
+                            continue
+                        if holding:
+                            raise
                         return
                     passed = True
                     if state == "grant" or self._wake(row[fair.TOKEN]["S"], granted):
                         return
-                    if not self._grantee_ended(nxt):  # alive-looking: one claim window to confirm it
-                        self._sleep(self.claim_window)
-                        again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
-                                                          ReturnValues="ALL_OLD").get("Attributes")
-                        if fair.row_state(again, now=self.earliest_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
-                            if self._wake(again[fair.TOKEN]["S"], granted):
-                                return
-                            self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
+                    if not self._grantee_ended(nxt) and self._confirmed_in_window(
+                            table_key, row_key, nxt=nxt, me=me, granted=granted, hole_ms=hole_ms):
+                        return
                     if not self._row_update(table_key, fair.REVOKE, {
                             ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": granted[FENCE]["N"]}}):
                         return  # confirmed (claimed) meanwhile
@@ -336,6 +337,51 @@ class FairQueue:
                            "finds its grant or the free lock by its own look", table_key,
                            error.response.get("Error", {}).get("Code"))
 
+
+    def _confirmed_in_window(self, table_key: str, row_key: str, *, nxt: str, me: str,
+                             granted: Mapping[str, Any], hole_ms: int) -> bool:
+        """After a failed wake-up of a grantee whose execution still runs (its park may have
+        just timed out, or the wake-up was delivered with its response lost): the workflows'
+        steps (``fair_handoff.build_handoff``). A short look first (:data:`fair_protocol.REPARK_LOOK_S`):
+        a new park of the grantee is woken; then the grant is read - confirmed (REVOKE's
+        condition no longer holds: :func:`fair_protocol.revocable`, once false for good), the
+        release is done. Else one claim window, the grant read again every
+        ``REPARK_LOOK_S`` (a client's read costs no transition: it ends as soon as the grantee
+        confirms, not at the window's end), then a new park woken or a last look before the
+        caller's REVOKE. True: done (woken, or confirmed); False: revoke."""
+        fence = int(granted[FENCE]["N"])
+        self._sleep(fair.REPARK_LOOK_S)
+        if self._wake_new_park(row_key, nxt, granted, hole_ms):
+            return True
+        waited = 0.0
+        while True:
+            try:
+                item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                              ConsistentRead=True).get("Item")
+                if not fair.revocable(item, nxt=nxt, me=me, fence=fence):
+                    return True
+            except ClientError as error:  # (unknown: wait on, as the workflows' Catch does)
+                logger.info("grant not read: %s", error.response.get("Error", {}).get("Code"))
+            if waited >= self.claim_window:
+                break
+            step = min(float(fair.REPARK_LOOK_S), self.claim_window - waited)
+            self._sleep(step)
+            waited += step
+        woken = self._wake_new_park(row_key, nxt, granted, hole_ms)
+        if woken:
+            return True
+        if woken is False:
+            self._sleep(fair.REPARK_LOOK_S)  # a last look: woken or looking, it confirms meanwhile
+        return False
+
+    def _wake_new_park(self, row_key: str, nxt: str, granted: Mapping[str, Any], hole_ms: int) -> bool | None:
+        """Take row ``row_key`` again: the grantee ``nxt`` parked there anew -> wake that park
+        (True: delivered; False: failed); None: no new park."""
+        again = self.dynamodb.delete_item(TableName=self.table_name, Key=lock_item_key(row_key),
+                                          ReturnValues="ALL_OLD").get("Attributes")
+        if fair.row_state(again, now=self.earliest_ms(), hole_ms=hole_ms) == "wake" and again[OWNER]["S"] == nxt:
+            return self._wake(again[fair.TOKEN]["S"], granted)
+        return None
 
     def _grantee_ended(self, owner: str) -> bool:
         execution = owner_execution(owner)

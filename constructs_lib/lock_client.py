@@ -218,8 +218,9 @@ class LockClient(ClientSession, Acquisitions, Releases, Takeovers, FairQueue, Ho
         Default: ``None`` (``LockClient.MUTEX``).
     :param claim_window: with ``LockClient.FAIR``: how long (a timedelta or seconds) a release
         waits for a waiter whose wake-up failed but whose execution still runs (its park may
-        have just timed out) to confirm the handoff, before taking it back. Default: 30 s (the
-        workflows' default park timeout).
+        have just timed out) to confirm the handoff, before taking it back; the release
+        returns as soon as it reads the grant confirmed. Default: 30 s (the workflows' default
+        park timeout).
     :param fair: deprecated (a ``DeprecationWarning``): ``fair=True`` is
         ``kind=LockClient.FAIR``. Default: ``False``.
     :param read_write: deprecated (a ``DeprecationWarning``): ``read_write=True`` is

@@ -50,6 +50,10 @@ lock, and the rows *how to wake* it.
        out (``tickets > c``), ``MARK`` row ``c + 1`` ready - unless its waiter parked
        meanwhile (the mark is refused: take the row again and grant it).
 
+     A ``GRANT`` refused while the lock is still mine (``served`` moved past ``c``: a ticket
+     passed by a runner of the handoff that found me stale) tells the waiter whose row I took
+     to look, and goes on from the new ``served``.
+
    So a wake-up cannot be lost: the row is the rendezvous. A park before the take is found
    by the take; a park after it is refused by the mark (or finds the lock free for it).
 5. **A failed wake-up** (the waiter's park ended: it was stopped, its branch was cancelled,
@@ -58,7 +62,8 @@ lock, and the rows *how to wake* it.
    have been applied: the waiter may be awake): an ended grantee's grant is revoked at once. A running one may have
    inspected the lock before the grant landed and parked again, with a new token in a new
    row: after :data:`REPARK_LOOK_S` the releaser takes row ``c + 1`` again and wakes that
-   park. Otherwise the grant stands for one *claim window* (the park timeout) - a live waiter
+   park; a grant confirmed by then (:func:`revocable` no longer holds) ends the release.
+   Otherwise the grant stands for one *claim window* (the park timeout) - a live waiter
    whose park timed out finds itself the owner and confirms with ``CLAIM`` - and is then
    revoked (``REVOKE``: only a grant never confirmed, only that grant), and the handoff goes
    on with the next row. A woken waiter works only after its ``CLAIM``, and ``CLAIM`` and
@@ -69,7 +74,8 @@ lock, and the rows *how to wake* it.
    back it queued: :func:`park_timeout_expression`): granted -> ``CLAIM``; skipped -> queue
    again; the head of a free lock -> ``ACQUIRE_HEAD``; behind a free lock whose head does
    not move -> run the handoff for the head (a ticket whose row never came - a hole - is
-   skipped once its ``ready`` mark is a park timeout old); held by a hold that registered a
+   skipped once its ``ready`` mark is a park timeout old: a helper whose mark stands parks
+   again until then); held by a hold that registered a
    presence token -> probe it (``lock_protocol``'s presence probe and ABANDONED: a hold
    cancelled with its branch leaves its execution RUNNING); held by another execution -> ask
    Step Functions. A crashed releaser, a lost ``SendTaskSuccess``, a dead head or a cancelled
@@ -216,15 +222,32 @@ REVOKE = LockWrite(
     condition=f"#{OWNER} = :next AND #{HANDED} = :me AND #{FENCE} = :fence",
 )
 
+#: REVOKE's condition as a reading of the lock item: (attribute, type, which value it must
+#: equal) - my grant (``me``) of fence ``fence`` to ``next``, still unconfirmed. Read by the
+#: workflows (:func:`revocable_expression`) and the fair client (:func:`revocable`).
+_REVOCABLE = ((OWNER, "S", "next"), (HANDED, "S", "me"), (FENCE, "N", "fence"))
+
+
 def revocable_expression(item: str, *, nxt: str, me: str, fence: str) -> str:
     """JSONata: ``REVOKE``'s condition read on the lock ``item`` as a state reads it (DynamoDB
     JSON): my grant of fence ``fence`` to ``nxt`` is still unconfirmed. Once false it stays
     false (a ``CLAIM`` removes ``handed``; any later grant raises the fence), so a releaser that
     reads it false is done: its revoke could only be refused."""
-    def attr(name: str, kind: str) -> str:
-        return f"{item}.`{name}`.{kind}"
-    return (f"({attr(OWNER, 'S')} = ({nxt}) and {attr(HANDED, 'S')} = ({me}) "
-            f"and $number({attr(FENCE, 'N')}) = ({fence}))")
+    values = {"next": nxt, "me": me, "fence": fence}
+    return "(" + " and ".join(
+        (f"$number({item}.`{name}`.N) = ({values[v]})" if kind == "N" else f"{item}.`{name}`.S = ({values[v]})")
+        for name, kind, v in _REVOCABLE) + ")"
+
+
+def revocable(item: Mapping[str, Any] | None, *, nxt: str, me: str, fence: int) -> bool:
+    """As :func:`revocable_expression`, over a lock item as boto3 returns it (or None)."""
+    values = {"next": nxt, "me": me, "fence": int(fence)}
+    item = item or {}
+    for name, kind, v in _REVOCABLE:
+        text = item.get(name, {}).get(kind)
+        if text is None or (int(text) if kind == "N" else text) != values[v]:
+            return False
+    return True
 
 
 #: PARK (a row): register how to wake me, unless the lock was freed for my ticket (``ready``)

@@ -1,9 +1,10 @@
 """An executable model of the fair lock (state_machines/fair_protocol.py) for exhaustive
 exploration: the lock item and one row per ticket, the participants' steps (fast acquire,
 ticket, park, handoff, wake-up, the woken waiter's confirm, claim, revoke, the park's fallback
-and the handoff it runs for a dead head; a release tries TAKE_PARKED, then RELEASE_ALONE, then
-the full handoff), crashes at every step - a stop between any two calls of a participant, its
-release's included (a retake and the wake-up that follows it are two steps) -, lost responses
+and the handoff it runs for a dead head - which parks again after a mark that stands; a
+release tries TAKE_PARKED, then RELEASE_ALONE, then the full handoff, and goes on from the new
+``served`` when a refused grant finds the lock still its own), crashes at every step - a stop
+between any two calls of a participant, its release's included (a retake and the wake-up that follows it are two steps) -, lost responses
 on every write and on every wake-up (``SendTaskSuccess`` applied: the waiter is woken, and the
 releaser sees an error), failed wake-ups (then a short look for the grantee's new park and
 whether its grant is still unconfirmed - confirmed, the releaser is done -, then the claim window, and after a failed wake-up of a new park a last short look), park timeouts,
@@ -31,7 +32,13 @@ check the ready mark), ``no_mark`` (a release leaves no mark for an unparked tic
 before F1, whose releaser revoked a grant whose wake-up was delivered with its response lost),
 ``revoke_at_once`` (no last look between a failed wake-up of a new park and the revoke),
 ``janitor_drops_claim`` (the janitor drops the grant its look claims for a crashed waiter: the
-defect the fault matrix found).
+defect the fault matrix found). Two variants keep the protocol before a liveness fix, for
+exploration by hand: ``helper_looks_at_once`` (a helper whose mark stands looks again at once
+instead of parking: a cost, no property breaks) and ``still_mine_ends`` (a release whose refused
+grant finds the lock still its own ends there, the lock held until its lease). That grant
+needs a ticket passed under a live holder (a helper that found it stale, then a redrive) and
+a late park in that row: 2 participants with ``redrive`` never reach it (23,805 states with the
+variant as without).
 
 ``janitor_look``: a crashed waiter's janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``,
 then :func:`hand_on`), whose two steps may land anywhere after the crash - between a release's
@@ -217,6 +224,8 @@ class Proc:
     row: Optional[Row] = None
     nxt: Optional[str] = None
     nfence: int = 0
+    #: a refused grant of a release whose lock is still its own: the ``served`` to go on from
+    resume: Optional[int] = None
     #: (``janitor_look``) a grant was made to me after I crashed; the janitor's progress for me
     granted_dead: bool = False
     jan: str = ""
@@ -548,11 +557,20 @@ class Model:
         elif p.pc == "mark":
             since = p.row.ready if p.row is not None and p.row.ready else "fresh"
             ok, row = mark(s.row(p.c + 1), since)
+            # a helper's mark that stands (the ticket not served meanwhile: ``Served``, ``Litter?``)
+            # sends it back to its park (``after_mark``): the mark may be skipped only once it
+            # is a park timeout old (the variant ``helper_looks_at_once``: it looks again at once)
+            helper_parks = not p.granted and _n(lock.served) <= p.c and v != "helper_looks_at_once"
             yield from self._write(s, i, me, p, f"mark {p.c + 1}", ok, s.with_row(p.c + 1, row),
-                                   go("after_loop"), go("take"))
+                                   go("park") if helper_parks else go("after_loop"), go("take"))
         elif p.pc == "recheck":  # a refused grant: granted by my lost response?
             if lock.owner == p.nxt and lock.served == p.c + 1 and lock.handed == me:
                 yield f"{me} rechecks: granted", go("wake", nfence=lock.fence)(s)
+            elif p.holding and lock.owner == me and _n(lock.served) > p.c and v != "still_mine_ends":
+                # still mine, the queue moved under me (a ticket passed by a runner of the
+                # handoff that found me stale): nudge that waiter, then go on from the new
+                # ``served`` (``StillMine?``, ``Resume``) - ended, the lock would stay mine
+                yield f"{me} rechecks: still mine, served moved", go("nudge", resume=_n(lock.served))(s)
             else:
                 # someone else handed it: the token I took is the waiter's only way to be told -
                 # wake it to look by itself
@@ -561,8 +579,9 @@ class Model:
             j = names.index(p.nxt)
             q = s.procs[j]
             woken = q.pc == "parked" and p.row.token == (p.nxt, "current")
-            yield f"{me} nudges {p.nxt}", go("after_loop", verdict=self._taken_over_verdict(p))(
-                self._set(s, j, replace(q, pc="inspect")) if woken else s)
+            after = (go("take", c=p.resume, resume=None) if p.resume is not None
+                     else go("after_loop", verdict=self._taken_over_verdict(p)))
+            yield f"{me} nudges {p.nxt}", after(self._set(s, j, replace(q, pc="inspect")) if woken else s)
         elif p.pc == "wake":
             failed = go("early" if self.early_look else "window")
             yield from self._wake(s, i, me, p, p.row, f"{me} wakes {p.nxt}", go("after_loop"), failed,

@@ -117,6 +117,90 @@ def test_a_client_release_whose_wake_up_response_was_lost_never_takes_the_lock_b
     assert fair.drained(k) and fair.probe(k).get("rejected", 0) == 0
 
 
+def test_a_client_release_whose_wake_up_failed_returns_once_its_grant_is_confirmed(fair):
+    """A client's release grants the lock to a parked workflow; the ``SendTaskSuccess`` applies
+    (the workflow is woken and confirms, ``CLAIM``) and its response is lost, so the release
+    cannot tell it from a failed wake-up. As the workflows' handoff does, it looks after
+    ``REPARK_LOOK_S`` and reads the grant: confirmed (``fair_protocol.revocable`` false), its
+    revoke could only be refused, so ``release()`` returns then - not after its claim window (a
+    minute here; before, it slept the whole window, then revoked in vain)."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    window_s = 60
+    k = key()
+    lease = client(fair).acquire(k, lease=60)
+    waiter = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.queue(k))  # parked
+    lost = Fault("SendTaskSuccess", "InternalServerError", after_call=True, service="stepfunctions", when=not_the_gate)
+    with dynamodb_faults(lost) as log:
+        started = time.monotonic()
+        client(fair, claim_window=window_s).release(lease)
+        took = time.monotonic() - started
+    assert log.injected == 1
+    assert took < window_s / 2, f"the release took {took:.1f} s: it waited out its claim window"
+    result = fair.wait([waiter])[0]
+    assert result.status == "SUCCEEDED" and parks_timed_out(result) == 0, (result.error, result.cause)
+    assert result.output["probe"]["fence"] == lease.fence + 1  # its grant stood (never revoked)
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
+    print(f"the release returned {took:.1f} s after its call (claim window {window_s} s)")
+
+
+def test_negative_control_a_client_release_whose_grant_is_not_confirmed_keeps_its_claim_window(fair):
+    """The same release, the wake-up failing before it applies (the workflow stays parked, its
+    park timeout longer than the test): nobody confirms, so the release waits its whole claim
+    window, then takes the grant back (``REVOKE``) - the early end needs a confirmed grant."""
+    from locked_workflow.testing.faults import Fault, dynamodb_faults
+
+    window_s = 4
+    k = key()
+    lease = client(fair).acquire(k, lease=60)
+    waiter = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: fair.queue(k))  # parked
+    unwoken = Fault("SendTaskSuccess", "ServiceUnavailable", service="stepfunctions", times=5, when=not_the_gate)
+    with dynamodb_faults(unwoken) as log:
+        started = time.monotonic()
+        client(fair, claim_window=window_s).release(lease)
+        took = time.monotonic() - started
+    assert unwoken.injected >= 1, log.calls
+    assert took >= window_s + fp.REPARK_LOOK_S, took
+    item = fair.lock(k)
+    assert not item.get(p.OWNER, {}).get("S", "").startswith(waiter), item  # revoked: never confirmed
+    assert fair.cloud.status(waiter) == "RUNNING"  # still parked, never woken
+    fair.cloud.stepfunctions.stop_execution(executionArn=waiter)
+    assert fair.cloud.wait_for(waiter, timeout=60).status == "ABORTED"
+    # (nobody holds; the handoff after the revoke marked the next ticket's row ready, though
+    # no ticket was out: its first taker finds it and takes the lock as the head)
+    fair.until(lambda: p.OWNER not in fair.lock(k) and fp.HANDED not in fair.lock(k), timeout=60)
+
+
+def test_a_client_release_whose_grant_is_refused_while_the_lock_is_still_its_own_hands_it_on(fair):
+    """The fair client's twin of ``test_fair_lock.py``'s workflow case: the client holds, ticket
+    s + 1 was passed (``SKIP`` by a runner of the handoff that found the holder stale) while its
+    waiter parked in row s + 1 anyway. The release's ``GRANT`` of that row is refused with the
+    lock still the client's: it tells that waiter to look (it queues again) and hands the lock
+    to ticket s + 2. Before, ``release()`` raised ``LockLost`` and the lock stayed the client's
+    until its lease."""
+    k = key("moved")
+    lease = client(fair).acquire(k, lease=60)
+    late = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 1)
+    nxt = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    stored = p.namespaced("f", k)
+    fair.cloud.dynamodb.update_item(TableName=fair.table("LocksTable"), **fp.arguments(stored, fp.SKIP, {
+        ":me": {"S": "helper"}, ":stale": {"S": lease.owner}, ":now": {"N": str(int(time.time() * 1000))},
+        ":prev": {"N": str(lease.ticket)}, ":ticket": {"N": str(lease.ticket + 1)}}))
+    client(fair).release(lease)
+    assert not fair.lock(k).get(p.OWNER, {}).get("S", "").startswith(lease.owner), fair.lock(k)
+    second = fair.cloud.wait_for(nxt, timeout=45)  # far below its park timeout (2 min)
+    assert second.status == "SUCCEEDED" and parks_timed_out(second) == 0, (second.error, second.cause)
+    assert second.output["probe"]["fence"] == lease.fence + 1
+    third = fair.cloud.wait_for(late, timeout=60)  # told to look: it queued again, behind ``nxt``
+    assert third.status == "SUCCEEDED", (third.error, third.cause)
+    assert third.output["probe"]["fence"] == lease.fence + 2
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0
+
+
 def test_a_client_release_that_handed_the_lock_on_does_not_fail_on_a_later_step(fair):
     """A client's release grants the lock to the parked workflow (the lock is no longer the
     client's), its wake-up fails, and its REVOKE after the claim window is throttled past
@@ -135,7 +219,9 @@ def test_a_client_release_that_handed_the_lock_on_does_not_fail_on_a_later_step(
         params.get("ConditionExpression"), params.get("UpdateExpression")) == (fp.REVOKE.condition, fp.REVOKE.update))
     with dynamodb_faults(unwoken, throttled) as log:
         try:
-            client(fair, claim_window=1).release(lease)
+            # (its looks and claim window not waited: the grantee's own look at its park
+            # timeout must come after the revoke, which a look would let it precede)
+            client(fair, claim_window=1, sleep=lambda seconds: None).release(lease)
             raised = None
         except Exception as error:  # noqa: BLE001 - what the application would see
             raised = error

@@ -547,6 +547,78 @@ def test_a_release_whose_skip_response_was_lost_still_hands_the_lock_on(fair):
     assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
 
 
+def _entered(result, state: str) -> int:
+    return sum(1 for e in result.history if e.get("stateEnteredEventDetails", {}).get("name") == state)
+
+
+def test_a_helper_behind_a_young_ready_mark_parks_again_instead_of_spinning(fair):
+    """A free lock whose head (ticket s + 1) took its ticket and never parked (a hole), and a
+    waiter behind it (ticket s + 2, park timeout 3 s). Its fallback runs the handoff for the
+    head: no row, so it marks the row ready (the head's park would be refused: it takes the
+    lock itself). The mark must be a park timeout old before a helper may skip that ticket;
+    until then the helper goes back to its park. Before, it inspected again at once and its
+    take found the young mark, marked it again, and so on until the mark was old enough: 22-28
+    takes and 12 marks in about 3 s in the fault matrix's cells (writes and transitions, no
+    invariant broken). Counted from the waiter's history: its helper's takes and marks."""
+    k = key("hole")
+    stored, served = p.namespaced("f", k), 5
+    fair.cloud.dynamodb.put_item(TableName=fair.table("LocksTable"), Item={  # ticket 6 out, never parked
+        "pk": {"S": stored}, p.FENCE: {"N": "5"}, fp.SERVED: {"N": str(served)}, fp.TICKETS: {"N": str(served + 1)}})
+    started = time.monotonic()
+    waiter = fair.start("Fair", {"key": k, "workMs": 1})
+    result = fair.cloud.wait_for(waiter, timeout=90)
+    took = time.monotonic() - started
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    takes, marks = _entered(result, "Lock.Help.Take"), _entered(result, "Lock.Help.Mark")
+    print(f"the waiter entered after {took:.1f} s: {takes} helper takes, {marks} marks, "
+          f"{parks_timed_out(result)} park timeouts")
+    assert 1 <= marks <= 2 and takes <= 3, (takes, marks)  # (a mark, then a park; the next look skips)
+    assert result.output["probe"]["fence"] == 6
+    assert parks_timed_out(result) <= 3  # (bounded by park timeouts, never a lease)
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
+def test_a_release_whose_grant_is_refused_while_the_lock_is_still_its_own_hands_it_on(fair):
+    """The holder's lock is still its own but the queue moved under it: ticket s + 1 was
+    skipped (``served`` = s + 1, the lock untouched - a helper that found this holder stale
+    skips a waiter whose mark was old and takes the next row, as after a redrive) while its
+    waiter, late, parked in row s + 1 anyway. The release takes that parked row and its
+    ``GRANT`` (``served = s``) is refused; the recheck finds the lock not granted by it but
+    still its own. It nudges the skipped waiter (which queues again) and must go on from the
+    new ``served`` - hand the lock to ticket s + 2 - not end "released" while holding: before,
+    the key stayed the ended holder's until its lease (3 minutes here) or the next waiter's
+    park timeout (2 minutes) and takeover."""
+    from locked_workflow.testing.cloud import ExecutionsStillRunning
+
+    k = key("moved")
+    holder, (late, nxt) = queued(fair, k, waiters=2, machine="FairPatient")
+    item = fair.lock(k)
+    stored, owner = p.namespaced("f", k), item[p.OWNER]["S"]
+    s_ = fp.counters(item)[0]
+    assert fp.counters(item)[1] == s_ + 2
+    # ticket s + 1 skipped by a helper that found the holder stale (``:stale``), its row left
+    # parked (its waiter parked after the helper's take)
+    fair.cloud.dynamodb.update_item(TableName=fair.table("LocksTable"), **{
+        k_: v for k_, v in fp.arguments(stored, fp.SKIP, {
+            ":me": {"S": "helper"}, ":stale": {"S": owner}, ":now": {"N": str(int(time.time() * 1000))},
+            ":prev": {"N": str(s_)}, ":ticket": {"N": str(s_ + 1)}}).items()})
+    fair.open(k)
+    released = fair.cloud.wait_for(holder, timeout=60)
+    assert released.status == "SUCCEEDED", (released.error, released.cause)
+    entered = [e.get("stateEnteredEventDetails", {}).get("name") for e in released.history]
+    assert "Lock.Release.Recheck" in entered and "Lock.Release.Nudge" in entered, entered
+    assert not fair.lock(k).get(p.OWNER, {}).get("S", "").startswith(holder), fair.lock(k)
+    try:
+        second = fair.cloud.wait_for(nxt, timeout=45)  # far below its park timeout (2 min)
+    except ExecutionsStillRunning as e:
+        pytest.fail(f"the next waiter did not enter: the ended holder still holds the key: {e}")
+    assert second.status == "SUCCEEDED" and parks_timed_out(second) == 0, (second.error, second.cause)
+    third = fair.cloud.wait_for(late, timeout=60)  # nudged: it queued again, behind ``nxt``
+    assert third.status == "SUCCEEDED", (third.error, third.cause)
+    assert fences_of([released, second, third]) == sorted(fences_of([released, second, third]))
+    assert fair.probe(k).get("violations", 0) == 0 and fair.drained(k)
+
+
 def test_a_park_whose_response_was_lost_is_woken_in_its_retry_and_leaves_no_row(fair):
     """A waiter's ``PARK`` applies (its row holds token T1) and its response is lost (a 5xx after
     the call); the holder releases then, and wakes T1 while the park's ``Retry`` runs (its second

@@ -372,3 +372,25 @@ def test_negative_control_the_conformance_check_catches_a_park_that_ignores_the_
     with LocalCloud("moto") as cloud:
         seen = _compare(cloud.dynamodb, {"PARK": careless}, cases=40)
     assert seen["PARK"]["disagree"]
+
+
+def test_the_clients_reading_of_a_revocable_grant_is_the_workflows():
+    """``fair_protocol.revocable`` (the fair client's) and ``revocable_expression`` (the
+    workflows' ``Confirmed``, JSONata) read every lock item alike: REVOKE's condition, the
+    grant's owner, granter and fence - a claimed grant (no ``handed``), a later grant (another
+    fence or owner), a missing item are all not revocable."""
+    import itertools
+
+    import jsonata
+
+    expression = jsonata.Jsonata(f.revocable_expression("$.item", nxt="$.nxt", me="$.me", fence="$.fence"))
+    cases = 0
+    for owner, handed, fence in itertools.product(("w", "x", None), ("r", "s", None), (7, 8, None)):
+        item = {k: v for k, v in ((p.OWNER, owner and {"S": owner}), (f.HANDED, handed and {"S": handed}),
+                                  (p.FENCE, fence and {"N": str(fence)})) if v}
+        expected = (owner, handed, fence) == ("w", "r", 7)
+        assert f.revocable(item, nxt="w", me="r", fence=7) is expected, item
+        assert bool(expression.evaluate({"item": item, "nxt": "w", "me": "r", "fence": 7})) is expected, item
+        cases += 1
+    assert f.revocable(None, nxt="w", me="r", fence=7) is False
+    assert cases == 27

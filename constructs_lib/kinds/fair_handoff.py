@@ -54,11 +54,16 @@ def grant_arguments(*, key: str, me: str, nxt: str, stale: str, prev: str, expir
 def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, supersedes: bool, key: str, me: str,
                   start: str, holding: bool, then: Optional[sfn.State], stale: str,
                   self_grant: Optional[sfn.State] = None, lost: Optional[sfn.State] = None,
-                  left: Optional[sfn.State] = None, fence: str = "0") -> sfn.State:
+                  left: Optional[sfn.State] = None, fence: str = "0",
+                  after_mark: Optional[sfn.State] = None) -> sfn.State:
     """Hand the lock to the next live waiter: take row ``c + 1`` (c: ``start`` at first),
     then grant and wake it, skip it, or release and mark. ``holding``: I hold the lock
     (a release); else the lock is free and I run the handoff for a head that does not move
-    (``self_grant``: where to go when that head is me). Ends in ``then`` (None: an end)."""
+    (``self_grant``: where to go when that head is me). Ends in ``then`` (None: an end), or
+    after a mark that stands (the marked ticket not served meanwhile) in ``after_mark``
+    (default ``then``). A helper passes its park: a mark may be skipped only once it is a
+    park timeout old, so a helper that looked again at once would take and mark the same row
+    again and again until then."""
     f = fair_vars(section)
     h = "$" + f["handoff"]
     name = lambda s: section.state_name(f"{suffix}.{s}")  # noqa: E731
@@ -283,8 +288,19 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         parameters={"TaskToken": jsonata(f"{h}.row.token.S"), "Error": LOOK,
                     "Cause": "the lock moved on while this waiter's row was taken: look again"},
         iam_action="states:SendTaskFailure", iam_resources=["*"], outputs=jsonata("$states.input"))
-    nudge.add_catch(settled, errors=["States.ALL"], outputs=jsonata("$states.input"))
-    nudge.next(settled)
+    # ... and a release whose lock is still its own (the queue moved under it: a ticket was
+    # passed by a runner of the handoff that found me stale) goes on from the new ``served``:
+    # ended here, it would leave the lock held until its lease
+    after_nudge = settled
+    if holding:
+        resume = sfn.Pass.jsonata(section, f"{suffix}.Resume", state_name=name("Resume"),
+                                  outputs=jsonata("$states.input"),
+                                  assign={f["handoff"]: jsonata(f"$merge([{h}, {{'c': {h}.served}}])")})
+        after_nudge = sfn.Choice.jsonata(section, f"{suffix}.StillMine", state_name=name("StillMine?")).when(
+            sfn.Condition.jsonata(jsonata(
+                f"{h}.holding = true and {h}.grant.owner = {me} and {h}.served > {h}.c")), resume).otherwise(settled)
+    nudge.add_catch(after_nudge, errors=["States.ALL"], outputs=jsonata("$states.input"))
+    nudge.next(after_nudge)
     recheck.add_catch(nudge, errors=["States.ALL"], outputs=jsonata("$states.input"))
     mine = sfn.Choice.jsonata(section, f"{suffix}.GrantedByMe", state_name=name("GrantedByMe?"))
     mine.when(sfn.Condition.jsonata(jsonata(
@@ -326,7 +342,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         key=row_key(key, f"{h}.c + 1"), condition_expression=f"attribute_not_exists(#{fair.TOKEN})",
         expression_attribute_names={f"#{fair.TOKEN}": fair.TOKEN}, outputs=jsonata("$states.input"))
     litter = sfn.Choice.jsonata(section, f"{suffix}.Litter", state_name=name("Litter?"))
-    litter.when(sfn.Condition.jsonata(jsonata(f"{h}.served > {h}.c")), unmark).otherwise(end)
+    litter.when(sfn.Condition.jsonata(jsonata(f"{h}.served > {h}.c")), unmark).otherwise(after_mark or end)
     for t in (served, unmark):
         t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
     unmark.next(end)
@@ -406,6 +422,8 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     decide.otherwise(mark)
     if no_jump is not None:
         no_jump.otherwise(mark)
+    if holding:
+        resume.next(again)
     for t in (first, again):
         t.add_catch(end, errors=["States.ALL"], outputs=jsonata("$states.input"))
         t.next(decide)

@@ -362,7 +362,7 @@ class FairQueue:
         free = f"({seen}.owner = '' or {seen}.owner = ({stale}) or {seen}.expiresAt < $millis())"
         helper = build_handoff(section, "Help", park_timeout_s=self.park_timeout_s, supersedes=self.supersedes,
                                key=f"{ENTRY}.key", me=f"{ENTRY}.owner", start=f"{seen}.served",
-                               holding=False, then=read, stale=stale, self_grant=head)
+                               holding=False, then=read, stale=stale, self_grant=head, after_mark=wait_again)
         look = sfn.Choice.jsonata(section, "Decide", state_name=section.state_name("Decide?"))
         look.when(sfn.Condition.jsonata(jsonata(f"{seen}.owner = {ENTRY}.owner and {seen}.served = {ticket}")), claim)
         if self.supersedes:  # not granted, and superseded (GRANT can never grant my ticket now)
