@@ -29,7 +29,7 @@ from botocore.config import Config
 
 from locked_workflow.testing import patches
 from locked_workflow.testing.deployer import Deployer, Deployment
-from locked_workflow.testing.dynamodb_local import CREDENTIALS, DynamoDBLocal
+from locked_workflow.testing.dynamodb_local import CREDENTIALS, SERVERS, DynamoDBLocal
 from locked_workflow.testing.events import EventRouter
 from locked_workflow.testing.lambda_runtime import FunctionRegistry
 from locked_workflow.testing import history_fast_path
@@ -81,7 +81,9 @@ class LocalCloud:
     Args:
         backend: ``"moto"`` (default) or ``"dynamodb-local"``: every DynamoDB call - the
             state machines', the in-process Lambdas', and :attr:`dynamodb` - goes to a
-            DynamoDB Local server started for this cloud; everything else stays in moto.
+            DynamoDB Local server lent to this cloud, holding none of the tables of the clouds
+            before it (the process's, started once: ``dynamodb_local.ServerPool``); everything
+            else stays in moto.
         region: region of every client and resource. Default ``us-east-1``.
         account_id: moto's account. Default ``123456789012`` (moto's default).
         emit_status_events: put ``Step Functions Execution Status Change`` events on the
@@ -172,7 +174,8 @@ class LocalCloud:
             from moto import mock_aws
 
             if self.backend == "dynamodb-local":
-                self._dynamodb_local = stack.enter_context(DynamoDBLocal(self._dynamodb_local_dir, port=self._dynamodb_local_port))
+                # the process's server, empty, given back empty (dynamodb_local.ServerPool)
+                self._dynamodb_local = stack.enter_context(SERVERS.lend(self._dynamodb_local_dir, port=self._dynamodb_local_port))
             stack.enter_context(
                 mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
             )

@@ -11,8 +11,14 @@ port, or the one given (``-inMemory -sharedDb -disableTelemetry``; ``-sharedDb``
 tables whatever its credentials and region), in a temporary working directory (nothing is
 written into ``node_modules``), waits until it answers, and stops it on exit.
 
-The JVM runs with :data:`JVM_OPTIONS`: a server here lives seconds to minutes (one per
-``LocalCloud``), where the optimizing compiler and a parallel collector cost more CPU than they
+A ``LocalCloud`` does not start a server of its own: it borrows the process's (:data:`SERVERS`,
+one per jar folder and port, started on first use, stopped at the process's exit) and gives it
+back empty. Starting one took ~3.3 s of the JVM's CPU (and 15-20 s of wall time on a loaded 2-core
+machine) per cloud: ~35 clouds in a test run. Each cloud still sees only its own tables and items:
+see :class:`ServerPool` for how.
+
+The JVM runs with :data:`JVM_OPTIONS`: a server here lives seconds to minutes (one a
+process), where the optimizing compiler and a parallel collector cost more CPU than they
 return. Measured on 2 cores, loaded: start plus 800 requests took 9.8-11.8 s of the JVM's CPU
 with its defaults, 4.9-5.9 s with these, and the requests no longer took longer. They tune
 the JVM only; what DynamoDB does is the jar's.
@@ -24,13 +30,17 @@ https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/DynamoDBLocal.U
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import boto3
 from botocore.config import Config
@@ -225,3 +235,105 @@ class DynamoDBLocal:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+#: How long a borrower's threads (executions, Lambdas) may take to end after it gave the server
+#: back before the server is retired instead of lent again.
+STRAGGLER_GRACE_S = 2.0
+
+
+class ServerPool:
+    """The process's DynamoDB Local servers, one per (jar folder, port), each lent to one
+    borrower (a ``LocalCloud``) at a time and given back empty.
+
+    Isolation: a borrower gets a server holding no table (checked when lent: ``ListTables`` is
+    empty, or the server is replaced by a fresh one), and its tables are deleted when it gives the
+    server back - tables, items, TTL and streams with them: DynamoDB Local keeps nothing else
+    (``-inMemory``, ``-sharedDb``). A thread the borrower started that still runs when it gives
+    the server back (an execution or a Lambda past the cloud's stop) could write into a table the
+    next borrower creates under the same name: when one is still alive :data:`STRAGGLER_GRACE_S`
+    later, the server is stopped instead of kept (the straggler's calls then fail, as they did
+    when each cloud had its own server).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, int | None], DynamoDBLocal] = {}
+        self.started = 0  #: servers started by this pool (a test reads it)
+        atexit.register(self.close)
+
+    @contextmanager
+    def lend(self, emulator_dir: Path | None = None, *, port: int | None = None) -> Iterator[DynamoDBLocal]:
+        """A running, empty server (``port``: its fixed port), the pool's again on exit."""
+        key = (str(emulator_dir or ""), port)
+        with self._lock:
+            server = self._idle.pop(key, None)
+        if server is not None and not _holds_no_table(server):
+            server.stop()
+            server = None
+        if server is None:
+            server = DynamoDBLocal(emulator_dir, port=port).start()
+            self.started += 1
+        before = set(threading.enumerate())
+        try:
+            yield server
+        finally:
+            reusable = _ended(before, STRAGGLER_GRACE_S) and _wipe(server)
+            if not reusable:
+                server.stop()
+            else:
+                with self._lock:
+                    retired, self._idle[key] = self._idle.get(key), server
+                if retired is not None:
+                    retired.stop()
+
+    def close(self) -> None:
+        """Stop every idle server (at the process's exit)."""
+        with self._lock:
+            servers, self._idle = list(self._idle.values()), {}
+        for server in servers:
+            server.stop()
+
+
+def _ended(before: set[threading.Thread], grace_s: float) -> bool:
+    """Whether every thread started since ``before`` ends within ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    for thread in set(threading.enumerate()) - before:
+        if thread is threading.current_thread():
+            continue
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            return False
+    return True
+
+
+def _tables(server: DynamoDBLocal) -> list[str]:
+    client, names, start = server.client(), [], None
+    while True:
+        page = client.list_tables(**({"ExclusiveStartTableName": start} if start else {}))
+        names += page["TableNames"]
+        start = page.get("LastEvaluatedTableName")
+        if not start:
+            return names
+
+
+def _holds_no_table(server: DynamoDBLocal) -> bool:
+    try:
+        return not _tables(server)
+    except Exception:  # noqa: BLE001 - a server that does not answer is replaced
+        return False
+
+
+def _wipe(server: DynamoDBLocal) -> bool:
+    """Delete every table of ``server``; whether it then holds none."""
+    try:
+        client = server.client()
+        for name in _tables(server):
+            client.delete_table(TableName=name)
+    except Exception:  # noqa: BLE001 - a server that does not answer is not lent again
+        return False
+    return _holds_no_table(server)
+
+
+#: The process's servers (``LocalCloud`` borrows from it).
+SERVERS = ServerPool()

@@ -119,3 +119,80 @@ def test_the_server_runs_on_a_jvm_tuned_for_a_short_life():
         arguments = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
     assert [b"-XX:TieredStopAtLevel=1", b"-XX:+UseSerialGC"] == [a for a in arguments if a.startswith(b"-XX:") and b"Ignore" not in a]
     assert arguments.index(b"-XX:+UseSerialGC") < arguments.index(b"-jar")  # JVM options, not the server's
+
+
+def _lock_table(cloud: LocalCloud, name: str) -> None:
+    cloud.dynamodb.create_table(
+        TableName=name, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+
+
+def _first_cloud_leaves_tables() -> str:
+    """A cloud that leaves two tables with items behind; its endpoint."""
+    with LocalCloud("dynamodb-local") as cloud:
+        for name in ("things", "only-first"):
+            _lock_table(cloud, name)
+            cloud.dynamodb.put_item(TableName=name, Item={"pk": {"S": "first"}})
+        return cloud.dynamodb_endpoint_url
+
+
+def _what_the_next_cloud_sees() -> tuple[str, list[str], list[dict]]:
+    """The next cloud's endpoint, its tables, and the items of a table it creates as "things"."""
+    with LocalCloud("dynamodb-local") as cloud:
+        tables = cloud.dynamodb.list_tables()["TableNames"]
+        if "things" not in tables:
+            _lock_table(cloud, "things")
+        return cloud.dynamodb_endpoint_url, tables, cloud.dynamodb.scan(TableName="things")["Items"]
+
+
+def test_clouds_in_a_row_share_one_server_and_never_see_each_others_tables_or_items():
+    """One JVM per process (``dynamodb_local.ServerPool``), not one per cloud: each start cost
+    ~3.3 s of CPU, ~35 of them a test run. The next cloud sees an empty server all the same."""
+    from locked_workflow.testing.dynamodb_local import SERVERS
+
+    require_backend("dynamodb-local")
+    first_endpoint = _first_cloud_leaves_tables()
+    started = SERVERS.started
+    endpoint, tables, items = _what_the_next_cloud_sees()
+    assert SERVERS.started == started and endpoint == first_endpoint  # the same server, lent again
+    assert (tables, items) == ([], [])
+
+
+def test_negative_control_a_server_lent_again_unwiped_shows_the_last_clouds_tables(monkeypatch):
+    """The isolation test above can fail: with the wipe and the check when lent both off, the
+    next cloud sees the first's tables and items."""
+    from locked_workflow.testing import dynamodb_local
+
+    require_backend("dynamodb-local")
+    monkeypatch.setattr(dynamodb_local, "_wipe", lambda server: True)
+    monkeypatch.setattr(dynamodb_local, "_holds_no_table", lambda server: True)
+    _first_cloud_leaves_tables()
+    _, tables, items = _what_the_next_cloud_sees()
+    monkeypatch.undo()
+    _first_cloud_leaves_tables()  # wiped on the way out: the pool's server is empty again
+    assert sorted(tables) == ["only-first", "things"] and items == [{"pk": {"S": "first"}}]
+
+
+def test_a_server_whose_cloud_left_a_thread_running_is_retired_not_lent_again(monkeypatch):
+    """A thread of a cloud still running after the cloud's exit (a Lambda past the stop) could
+    write into the next cloud's table of the same name: its server is stopped instead; a thread
+    that ends within the grace keeps the server in use."""
+    import threading
+
+    from locked_workflow.testing import dynamodb_local
+
+    require_backend("dynamodb-local")
+    monkeypatch.setattr(dynamodb_local, "STRAGGLER_GRACE_S", 0.5)
+    released = threading.Event()
+    endpoints = []
+    for straggler_s in (0.0, 30.0):
+        with LocalCloud("dynamodb-local") as cloud:
+            endpoints.append(cloud.dynamodb_endpoint_url)
+            threading.Thread(target=released.wait, args=(straggler_s,), daemon=True).start()
+        started = dynamodb_local.SERVERS.started
+        endpoints.append(_what_the_next_cloud_sees()[0])
+        endpoints.append(dynamodb_local.SERVERS.started - started)
+    released.set()
+    # ended in time: lent again (no server started); still running: a new server
+    assert endpoints[0] == endpoints[1] and endpoints[2] == 0
+    assert endpoints[5] == 1
