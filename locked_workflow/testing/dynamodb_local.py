@@ -117,12 +117,19 @@ def port_in_use(port: int) -> bool:
         return False
 
 
+#: How long a starting server may take to answer (s). Generous: a JVM started on a loaded
+#: 2-core machine (load average 70) missed 60 s twice; a server that exits fails at once anyway.
+STARTUP_TIMEOUT_S = 300.0
+
+
 class DynamoDBLocal:
     """A DynamoDB Local server process (context manager), on a free loopback port or on
-    ``port`` (a fixed endpoint another process can be pointed at)."""
+    ``port`` (a fixed endpoint another process can be pointed at); ``startup_timeout_s``
+    (default :data:`STARTUP_TIMEOUT_S`) bounds its start."""
 
     def __init__(
-        self, emulator_dir: Path | None = None, *, port: int | None = None, startup_timeout_s: float = 60.0
+        self, emulator_dir: Path | None = None, *, port: int | None = None,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
     ) -> None:
         self.emulator_dir = emulator_dir
         self.startup_timeout_s = startup_timeout_s
