@@ -71,7 +71,8 @@ def test_each_situation_names_states_and_roles_that_exist(synthesized, definitio
     """A situation's preparatory faults name Task states of the machine they hit, and its
     participants and machines exist: a renamed state would make its cells fail to start. An
     unreachable row runs no cell and says why in every column."""
-    from tools.matrix.cells import NAMESPACE, Gate
+    from tools.matrix.gate import Gate
+    from tools.matrix.roles import NAMESPACE
     from tools.matrix.stack import OTHER_MACHINES, SECTIONS
 
     names = {*MACHINES.values(), *OTHER_MACHINES, *(f"{name}Section" for name in SECTIONS)}
@@ -113,7 +114,7 @@ def test_each_situation_names_states_and_roles_that_exist(synthesized, definitio
                for row in unreachable for column in table.COLUMNS)
 
 
-#: The fair lock's rows a witness run found its situation not to reach (tools/matrix/table.py
+#: The fair lock's rows a witness run found its situation not to reach (tools/matrix/unreached.py
 #: NOT_REACHED, with why), 2026-11-28: a row found unreached later must be added here too, so the
 #: reached set cannot shrink unnoticed.
 KNOWN_NOT_REACHED = {

@@ -1,4 +1,4 @@
-"""The fault matrix's ``blocked`` judge (:func:`tools.matrix.cells.blocked`) on synthetic
+"""The fault matrix's ``blocked`` judge (:func:`tools.matrix.judge.blocked`) on synthetic
 timelines: no cloud, milliseconds of wall time.
 
 The bound a waiter is judged by restarts at each abnormal end of a participant that held or
@@ -11,7 +11,8 @@ restart the bound.
 
 from __future__ import annotations
 
-from tools.matrix.cells import GRACE_S, HOLD_MS, SLACK_S, Participant, blocked
+from tools.matrix.judge import blocked
+from tools.matrix.roles import GRACE_S, HOLD_MS, SLACK_S, Participant
 from tools.matrix.stack import PARK_TIMEOUT_S
 
 #: A parking waiter's bound after an abnormal end (ms), as the judge states it.
