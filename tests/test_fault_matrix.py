@@ -92,6 +92,8 @@ def test_each_situation_names_states_and_roles_that_exist(synthesized, definitio
                 elif part.startswith("pre:"):
                     target = part[4:].partition("=")[0]
                     assert part.partition("=")[2] in table.COLUMN, (kind, state, part)
+                elif part.startswith("stop:"):  # stop:<k>@<i>/<state>: a call of the row's machine
+                    target = part.partition("@")[2].partition("/")[2]
                 elif part.startswith("with:"):
                     assert set(part[5:].split(",")) <= set(NAMESPACE), (kind, state, part)
                 elif part.startswith("gate:"):  # each state it orders is a call of the row's machine

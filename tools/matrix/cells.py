@@ -31,7 +31,7 @@ from tools.matrix import rows as matrix_rows
 from tools.matrix.gate import GATE_S, Gate, index_of
 from tools.matrix.judge import Judging
 from tools.matrix.roles import (CONTEND_ARRIVAL_S, CONTEND_HOLD_MS, HARD_CAP_S, HOLD_MS, HOLDING, JANITOR_SCENES,
-                                PARTICIPANTS, SITUATION_PARTICIPANTS, WORK_MS, CellResult, Participant)
+                                LONG_HOLD_MS,                                 PARTICIPANTS, SITUATION_PARTICIPANTS, WORK_MS, CellResult, Participant)
 from tools.matrix.rows import Row
 from tools.matrix.running import STOPPED, Running
 from tools.matrix.stack import RECORD_KEY
@@ -91,6 +91,17 @@ class Cell(Judging, Running):
         #: ``gate:[<index>/]<state>@<other state>``: the order of two participants' calls, placed
         #: rather than timed (:class:`Gate`)
         self.gates: list[Gate] = []
+        #: ``holds-long:<i>[,<j>...]``: these participants' works last :data:`LONG_HOLD_MS`, so
+        #: those behind them wait for rounds (a semaphore's other slots held while one's holder
+        #: is dead: the waiters' liveness check)
+        self.long_holders: set[int] = set()
+        #: ``faults-by:<i>``: the preparatory faults (``pre:``, ``after-lost:``, ``reach``) hit only
+        #: participant ``i``'s calls (a park failing through its Retry: one waiter's, not spread)
+        self.faults_by: int | None = None
+        #: ``stop:<k>@<i>/<state>``: participant ``k`` stopped once the first call of ``<state>`` by
+        #: participant ``i`` returned (before a gate holds its response): a holder alive when a
+        #: waiter described it, ended when the next waiter does
+        self.stops: list[tuple[int, int, str]] = []
         for part in parts:
             if part.startswith("after-lost:"):
                 self.prepared.append(("", part.partition(":")[2], "lost"))
@@ -102,6 +113,14 @@ class Cell(Judging, Running):
                 self.prepared.append(("", part.partition(":")[2], "stop-others"))
             elif part.startswith("gate:"):  # a participant's call held until another's call is done
                 self.gates.append(Gate.parse(part[5:]))
+            elif part.startswith("holds-long:"):  # these participants hold the lock LONG_HOLD_MS
+                self.long_holders = {int(i) for i in part.partition(":")[2].split(",")}
+            elif part.startswith("stop:"):  # stop:<k>@<i>/<state>: k stopped once i's call of <state> returned
+                who, _, where = part[5:].partition("@")
+                on, _, name = where.partition("/")
+                self.stops.append((int(who), int(on), name))
+            elif part.startswith("faults-by:"):  # the preparatory faults hit only this participant's calls
+                self.faults_by = int(part.partition(":")[2])
             elif part.startswith("pre:"):
                 where, _, column = part[4:].partition("=")
                 machine, _, state = where.rpartition("/")
@@ -114,7 +133,7 @@ class Cell(Judging, Running):
         #: when its retries ran out): the waiters' own liveness checks take over
         self.no_janitor = "no-janitor" in parts
         self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
-                                                                          "stop-others-at:", "gate:"))
+                                                                          "stop-others-at:", "gate:", "holds-long:", "faults-by:", "stop:"))
                           and part not in ("no-janitor", "reach", "waiter-dies", "queued")), "contend")
         #: ``queued``: the first participant holds twice as long (its work), so the others have
         #: queued and parked when its release runs (a handoff to a parked waiter, not a mark)
@@ -135,7 +154,8 @@ class Cell(Judging, Running):
 
     def _document(self, role: str, index: int) -> dict:
         hold = (self.base in HOLDING or self.waiter_dies) and index == 0
-        work = 2 * HOLD_MS if self.queued and index == 0 else HOLD_MS if hold else \
+        work = LONG_HOLD_MS if index in self.long_holders else 2 * HOLD_MS if self.queued and index == 0 else \
+            HOLD_MS if hold else \
             CONTEND_HOLD_MS if index == 0 else self.rng.randint(*WORK_MS)
         fail = self.base == "work-fails" and index == 0
         if role.startswith("Transfer"):  # overlapping pairs: (a, b), (b, c), (b, a)
@@ -231,7 +251,8 @@ class Cell(Judging, Running):
         def when(params: dict) -> bool:
             state = calling_state()
             return state is not None and state.state_name == state_name and \
-                f":execution:{machine}:{cell.id}-" in state.execution_arn
+                f":execution:{machine}:{cell.id}-" in state.execution_arn and \
+                cell.faults_by in (None, index_of(state.execution_arn))
 
         return Fault(row.operation, column.error_for(row), after_call=column.after_call, service=row.service,
                      when=when, then=then, times=times)
@@ -277,7 +298,7 @@ class Cell(Judging, Running):
         if self.no_janitor:
             prepared.append(self.registry.add(self._no_janitor()))
         self.registry.observers.append(self._observe)
-        gates = [(self._gate_hold, self._gate_open)] if self.gates else []
+        gates = [(self._gate_hold, self._gate_open)] if self.gates or self.stops else []
         for hold, open_ in gates:
             self.registry.observers.append(hold)
             self.registry.completions.append(open_)
@@ -360,6 +381,16 @@ class Cell(Judging, Running):
         if state is None or f":{self.id}-" not in state.execution_arn:
             return
         index = index_of(state.execution_arn)
+        for stop in [stop for stop in self.stops if stop[1:] == (index, state.state_name)]:
+            try:
+                self.stops.remove(stop)
+            except ValueError:
+                continue  # (another call's thread took it)
+            # (from a thread of its own: a call made in a state's thread meets its faults and gates)
+            stopper = threading.Thread(target=self.stop, args=(self.participants[stop[0]],), name=f"judge:{self.id}",
+                                       daemon=True)
+            stopper.start()
+            stopper.join(30)
         for gate in self.gates:
             if gate.opens(state.state_name, index, state.execution_arn):
                 gate.done.set()

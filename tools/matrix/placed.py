@@ -38,6 +38,11 @@ _HELP_REFUSED = f"dead-holder+no-janitor+{_IN_ORDER}+gate:1/Lock.Inspect*@2/Lock
                 f"+gate:2/Lock.Help.Grant@1/Lock.DropRow"
 
 
+def _as_coalescing(situation: str) -> str:
+    """A fair row's situation for the coalescing fair lock's machine (``FairNewest``)."""
+    return re.sub(r"\bFair(Section)?\b", "FairNewest", situation)
+
+
 def _unmark(run: str, by: int = 0) -> str:
     """:data:`_UNMARK` for the handoff of ``run`` (``Release``, ``ReleaseAfterError``; ``Help``:
     the third participant's, ``by`` 2, once its park timed out on the lock the release freed)."""
@@ -59,6 +64,18 @@ def _reparked(run: str, early: bool) -> str:
     armed = "~1/Lock.Inspect"
     return (f"{_IN_ORDER}+gate:0/Lock.{run}.Take@1/Lock.Inspect+gate:1/Lock.DescribeHolder>@0/Lock.{after}{armed}"
             f"+gate:0/Lock.{look}@1/Lock.Park{armed}")
+def _help_reparked(early: bool) -> str:
+    """The helper's grantee parks again just after the helper's wake-up failed and before its
+    early (``early``) or late look for it: the holder (working long) is stopped once ticket 1
+    described it (running: ticket 1 will park again), the answer held until the helper - the
+    third participant, whose look found the holder ended - granted ticket 1 and its wake-up failed
+    (or its early look found nothing); the helper looks only once that park landed."""
+    look, after = ("Help.RetakeEarly", "Help.Wake") if early else ("Help.Retake", "Help.RetakeEarly")
+    armed = "~1/Lock.Inspect"
+    return (f"contend+no-janitor+holds-long:0+{_IN_ORDER}+stop:0@1/Lock.DescribeHolder"
+            f"+gate:1/Lock.DescribeHolder>@2/Lock.{after}{armed}+gate:2/Lock.{look}@1/Lock.Park{armed}")
+
+
 PLACED: dict[str, dict[str, str]] = {
     'fair': {
         'Lock.Requeue': f"contend+{_UNPARKED}",
@@ -93,13 +110,26 @@ PLACED: dict[str, dict[str, str]] = {
             "work-fails+with:Fair,Fair,Fair+gate:1/Lock.Acquire@0/Lock.ReleaseAfterError.Release"
             "+gate:2/Lock.Acquire@0/Lock.ReleaseAfterError.Release",
         'Lock.ReleaseAfterError.Unmark': f"work-fails+{_unmark('ReleaseAfterError')}",
+        # (a park failing through its whole Retry: ticket 1's own, its Leave then its claim on leave)
+        'Lock.Leave': "contend+with:Fair,Fair,Fair+reach+faults-by:1",
+        'Lock.ClaimOnLeave': "contend+with:Fair,Fair,Fair+reach+faults-by:1",
+        # (the head of the queue a polling client: the third participant's helper, its park timed
+        # out behind the dead holder, takes the client's row and grants it)
+        'Lock.Help.GrantPoller': "dead-holder+no-janitor+with:Fair,client-fair,Fair",
+        'Lock.Help.WakeAgainEarly': _help_reparked(early=True),
+        'Lock.Help.WakeAgain': _help_reparked(early=False),
     },
 }
-
-
-def _as_coalescing(situation: str) -> str:
-    """A fair row's situation for the coalescing fair lock's machine (``FairNewest``)."""
-    return re.sub(r"\bFair(Section)?\b", "FairNewest", situation)
+#: The same orders for the coalescing lock where they need only the holder and ticket 1 (a
+#: third waiter would supersede the second): the release's unmark and its second wake-ups.
+_PAIR = "with:Fair,Fair+gate:1/Lock.Acquire@0/Lock.Acquire"
+PLACED['coalesce'] = {
+    state: _as_coalescing(situation.replace(_IN_ORDER, _PAIR)) for state, situation in PLACED['fair'].items()
+    if _IN_ORDER in situation and "2/" not in situation.replace(_IN_ORDER, _PAIR)
+}
+PLACED['coalesce'].update({f"Lock.{run}.{state}": _as_coalescing(f"{base}+{_unmark(run).replace(_IN_ORDER, _PAIR)}")
+                           for run, base in (("Release", "contend"), ("ReleaseAfterError", "work-fails"))
+                           for state in ("ReleaseQueued", "Mark", "Served")})
 
 
 def coalescing(fair: dict[str, str]) -> dict[str, str]:

@@ -32,6 +32,9 @@ ROWS_PER_PARTICIPANT = 2
 HARD_CAP_S = 240
 #: Work of a participant (ms): contending, and holding while the situation acts.
 WORK_MS, HOLD_MS = (300, 700), 2500
+#: A long hold (``holds-long:``, ms): longer than two rounds of a polling waiter's waits
+#: (``tools.stress.LIVENESS_ROUND_S``, its liveness check's period), so one behind it checks.
+LONG_HOLD_MS = 6 * HOLD_MS
 #: Contending: the first participant's work (ms), the others arriving behind it within
 #: :data:`CONTEND_ARRIVAL_S` (they wait, queue, park: their waits' and handoffs' states run).
 CONTEND_HOLD_MS, CONTEND_ARRIVAL_S = 1500, 0.6

@@ -38,6 +38,14 @@ A situation is ``+``-joined parts: one of the above, then any of
 - ``no-janitor``: the janitor's history reads of the cell's executions fail, as when its
   retries ran out, so the waiters' own liveness checks take over from an ended holder (a lock
   no waiter is left for then waits for its lease: documented);
+- ``holds-long:<i>[,<j>...]``: those participants' works last ``roles.LONG_HOLD_MS`` (15 s),
+  longer than two rounds of a polling waiter's waits, so those behind them check the holders'
+  liveness (a semaphore's other slot held while the dead holder's waits for its grace);
+- ``stop:<k>@<i>/<state>``: participant ``<k>`` is stopped once participant ``<i>``'s first
+  call of ``<state>`` returned (a holder alive when one waiter described it, ended when the
+  next one does);
+- ``faults-by:<i>``: the preparatory faults hit only participant ``<i>``'s calls (a park that
+  fails through its whole Retry is one waiter's, not spread over the cell's waiters);
 - ``with:<role>,<role>,...``: the participants (``<kind>Section``: the kind as a
   :class:`LockedSection`, whose hold registers a presence token the waiters probe);
 - ``as:<machine>``: the row's state run by another machine of the same definition (a mutex's
@@ -195,7 +203,15 @@ FIRST_PASS: dict[str, dict[str, str]] = {
     },
     # a slot is the mutex's lock item; AcquireAgain retries the slot of an acquire attempt
     # that met a transient error (it may have applied)
-    'semaphore': {**_ONE_ITEM, 'Lock.AcquireAgain': 'after-lost:Lock.Acquire'},
+    'semaphore': {
+        **_ONE_ITEM,
+        'Lock.AcquireAgain': 'after-lost:Lock.Acquire',
+        # a dead holder's slot (held for its grace) beside a slot held long: the two runs behind
+        # wait for a slot for rounds (the liveness check; a section's presence probe)
+        **{state: f"dead-holder+holds-long:1+with:{first},Semaphore,Semaphore,Semaphore"
+           for state, first in (('Lock.Inspect', 'Semaphore'), ('Lock.DescribeHolder', 'Semaphore'),
+                                ('Lock.ProbeHolder', 'SemaphoreSection'), ('Lock.Abandoned', 'SemaphoreSection'))},
+    },
     # a rate limit with a concurrency limit: a semaphore's slot, then the rate's read and admit
     # (three runs on two slots and two permits); a permit past max_wait releases the slot
     # (RateSlotsBrief: the third run's permit comes after its max_wait)

@@ -76,7 +76,6 @@ for _pass in (trials.FOUND, trials.REACHED, trials.CLIENT_LIVENESS):
         SITUATIONS.setdefault(_kind, {}).update(_states)
 #: (the coalescing lock's rows keep the fair lock's situations of before: a coalescing third
 #: participant supersedes the second, which the fair lock's placed orders do not foresee)
-_FAIR_UNPLACED = dict(SITUATIONS['fair'])
+SITUATIONS['coalesce'] = placed.coalescing(dict(SITUATIONS['fair']))
 for _kind, _states in placed.PLACED.items():
     SITUATIONS.setdefault(_kind, {}).update(_states)
-SITUATIONS['coalesce'] = placed.coalescing(_FAIR_UNPLACED)
