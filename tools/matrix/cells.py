@@ -85,9 +85,9 @@ class Cell(Judging, Running):
             roles, self.situation = JANITOR_SCENES.get(row.state, (PARTICIPANTS["mutex"], "dead-holder"))
         parts = self.situation.split("+")
         self._machine = ""
-        #: preparatory faults, each ``(machine or "", state, column name)``: ``after-lost:<state>``
+        #: preparatory faults, each ``(machine or "", state, column name[, times])``: ``after-lost:<state>``
         #: (its response lost first: its retry is the row) and ``pre:[<machine>/]<state>=<column>``
-        self.prepared: list[tuple[str, str, str]] = []
+        self.prepared: list[tuple] = []
         #: ``gate:[<index>/]<state>@<other state>``: the order of two participants' calls, placed
         #: rather than timed (:class:`Gate`)
         self.gates: list[Gate] = []
@@ -121,10 +121,11 @@ class Cell(Judging, Running):
                 self.stops.append((int(who), int(on), name))
             elif part.startswith("faults-by:"):  # the preparatory faults hit only this participant's calls
                 self.faults_by = int(part.partition(":")[2])
-            elif part.startswith("pre:"):
+            elif part.startswith("pre:"):  # pre:[<machine>/]<state>=<column>[*<times>]
                 where, _, column = part[4:].partition("=")
                 machine, _, state = where.rpartition("/")
-                self.prepared.append((machine, state, column))
+                column, _, times = column.partition("*")
+                self.prepared.append((machine, state, column, int(times or 1)))
         #: ``reach``: the faults that take the Catch edges on the way to the row's state
         #: (:func:`tools.matrix.paths.preparatory_faults`), added to :attr:`prepared` at :meth:`run`
         self.reach = "reach" in parts

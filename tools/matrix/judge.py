@@ -40,6 +40,7 @@ import time
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
+from locked_workflow.state_machines.lock_writes import PRESENCE_SETTLE_MS
 from locked_workflow.state_machines.retry_policy import TRANSIENT_RETRY
 from tools.matrix import paths
 from tools.matrix.roles import (CLIENT_LEASE_S, GRACE_S, HARD_CAP_S, HOLD_MS, LEASE_RAN_OUT, PARKING,
@@ -61,13 +62,9 @@ class Judging:
         holder's lock is retired to its end + grace; a crashed client's is free at its lease's
         end) - then :meth:`judge` reads what is left. Nothing the participants did can hold a
         lock again once they all ended, so an early clean look is the settled state."""
-        # (a work past its function timeout: the section retires its hold to the end + grace)
-        ends = [p.ended_ms for p in self.participants if p.abnormal or p.stopped or p.timed_out
-                or p.error in WORK_TIMEOUTS]
-        crashed = any(p.status == "CRASHED" for p in self.participants)
-        if not ends:
+        until = settled_by_ms(self.participants)
+        if until is None:
             return
-        until = max(ends) + (max(GRACE_S, CLIENT_LEASE_S if crashed else 0) + 2) * 1000
         while now_ms() < until and self._left():
             time.sleep(min(1.0, max(0.0, (until - now_ms()) / 1000)))
 
@@ -181,6 +178,23 @@ class Judging:
         if rows > ROWS_PER_PARTICIPANT * len(self.participants):
             found.append(f"{rows} rows left besides the lock items (bound {ROWS_PER_PARTICIPANT} per participant)")
         return found
+
+
+def settled_by_ms(participants: list[Participant]) -> int | None:
+    """When every lock of the cell must be free again (ms; ``None``: nobody ended abnormally):
+    the last abnormal end (a work past its function timeout too: its section retires its hold to
+    the end + grace) + the grace (a crashed client's: its lease) + 2 s. A section's holder (its
+    presence token) may instead be retired by a waiter's ABANDONED, which cannot know when the
+    holder ended and gives it a grace from the waiter's look - made once the token is
+    ``PRESENCE_SETTLE_MS`` old at the earliest, then once a liveness round - so that holder's
+    lock may be held until its entry + the settle + one round + the grace."""
+    ends = [p.ended_ms for p in participants if p.abnormal or p.stopped or p.timed_out or p.error in WORK_TIMEOUTS]
+    ends += [p.entered_ms[0] + PRESENCE_SETTLE_MS + int(LIVENESS_ROUND_S * 1000) for p in participants
+             if p.role.endswith("Section") and p.entered_ms and (p.abnormal or p.stopped or p.timed_out)]
+    crashed = any(p.status == "CRASHED" for p in participants)
+    if not ends:
+        return None
+    return max(ends) + (max(GRACE_S, CLIENT_LEASE_S if crashed else 0) + 2) * 1000
 
 
 def _end_ms(p: Participant) -> int:

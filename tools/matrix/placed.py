@@ -110,9 +110,10 @@ PLACED: dict[str, dict[str, str]] = {
             "work-fails+with:Fair,Fair,Fair+gate:1/Lock.Acquire@0/Lock.ReleaseAfterError.Release"
             "+gate:2/Lock.Acquire@0/Lock.ReleaseAfterError.Release",
         'Lock.ReleaseAfterError.Unmark': f"work-fails+{_unmark('ReleaseAfterError')}",
-        # (a park failing through its whole Retry: ticket 1's own, its Leave then its claim on leave)
-        'Lock.Leave': "contend+with:Fair,Fair,Fair+reach+faults-by:1",
-        'Lock.ClaimOnLeave': "contend+with:Fair,Fair,Fair+reach+faults-by:1",
+        # (a park failing through its whole Retry: ticket 1's own, its Leave then its claim on leave;
+        # in order, else the second participant may take the lock first and never park)
+        'Lock.Leave': f"contend+{_IN_ORDER}+reach+faults-by:1",
+        'Lock.ClaimOnLeave': f"contend+{_IN_ORDER}+reach+faults-by:1",
         # (the head of the queue a polling client: the third participant's helper, its park timed
         # out behind the dead holder, takes the client's row and grants it)
         'Lock.Help.GrantPoller': "dead-holder+no-janitor+with:Fair,client-fair,Fair",
@@ -130,6 +131,16 @@ PLACED['coalesce'] = {
 PLACED['coalesce'].update({f"Lock.{run}.{state}": _as_coalescing(f"{base}+{_unmark(run).replace(_IN_ORDER, _PAIR)}")
                            for run, base in (("Release", "contend"), ("ReleaseAfterError", "work-fails"))
                            for state in ("ReleaseQueued", "Mark", "Served")})
+#: (and the release after an error that finds no waiter, or a parked one; a park failing through)
+_PARKED_PAIR = f"{_PAIR}+gate:0/Lock.ReleaseAfterError.Take@1/Lock.Park"
+PLACED['coalesce'].update({state: _as_coalescing(situation) for state, situation in {
+    'Lock.ReleaseAfterError.Release': "work-fails+with:Fair,Fair+gate:1/Lock.Acquire@0/Lock.ReleaseAfterError.Release",
+    'Lock.ReleaseAfterError.Grant': f"work-fails+{_PARKED_PAIR}",
+    'Lock.ReleaseAfterError.Recheck': f"work-fails+reach+{_PARKED_PAIR}",
+    # (its park is a transaction: reach's way goes through AcquireHead, which ticket 1 never calls)
+    'Lock.Leave': f"contend+{_PAIR}+pre:Lock.Park=5xx*7+faults-by:1",
+    'Lock.ClaimOnLeave': f"contend+{_PAIR}+pre:Lock.Park=5xx*7+faults-by:1",
+}.items()})
 
 
 def coalescing(fair: dict[str, str]) -> dict[str, str]:

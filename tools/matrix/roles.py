@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from locked_workflow.state_machines import errors
 from tools.matrix.rows import Row
-from tools.matrix.stack import RATE_AT_ONCE, SECTIONS, SEMAPHORE_LIMIT, STOP_GRACE_S
+from tools.matrix.stack import PROBE_TIMEOUT_S, RATE_AT_ONCE, SECTIONS, SEMAPHORE_LIMIT, STOP_GRACE_S
 from tools.matrix.table import Column
 from tools.stress import TRANSIENT_ERRORS
 
@@ -32,9 +32,10 @@ ROWS_PER_PARTICIPANT = 2
 HARD_CAP_S = 240
 #: Work of a participant (ms): contending, and holding while the situation acts.
 WORK_MS, HOLD_MS = (300, 700), 2500
-#: A long hold (``holds-long:``, ms): longer than two rounds of a polling waiter's waits
-#: (``tools.stress.LIVENESS_ROUND_S``, its liveness check's period), so one behind it checks.
-LONG_HOLD_MS = 6 * HOLD_MS
+#: A long hold (``holds-long:``, ms): within the probe's function timeout (a work past it is
+#: retired by its section); two such holds one after the other outlast the liveness check's
+#: period of a polling waiter (``tools.stress.LIVENESS_ROUND_S``), so one behind them checks.
+LONG_HOLD_MS = (PROBE_TIMEOUT_S - 2) * 1000
 #: Contending: the first participant's work (ms), the others arriving behind it within
 #: :data:`CONTEND_ARRIVAL_S` (they wait, queue, park: their waits' and handoffs' states run).
 CONTEND_HOLD_MS, CONTEND_ARRIVAL_S = 1500, 0.6

@@ -20,7 +20,7 @@ Situations (:mod:`tools.matrix.cells` runs them):
 
 A situation is ``+``-joined parts: one of the above, then any of
 
-- ``pre:[<machine>/]<state>=<column>``: a preparatory fault, placed as a column's (``5xx``,
+- ``pre:[<machine>/]<state>=<column>[*<times>]``: a preparatory fault (``times`` calls), placed as a column's (``5xx``,
   ``lost``, ``stop-after`` ...) on the first call of ``<state>`` by an execution of
   ``<machine>`` (default: the row's) of the cell: a wake-up that fails, a releaser stopped
   between two writes - what a row of a rare path needs first;
@@ -38,8 +38,8 @@ A situation is ``+``-joined parts: one of the above, then any of
 - ``no-janitor``: the janitor's history reads of the cell's executions fail, as when its
   retries ran out, so the waiters' own liveness checks take over from an ended holder (a lock
   no waiter is left for then waits for its lease: documented);
-- ``holds-long:<i>[,<j>...]``: those participants' works last ``roles.LONG_HOLD_MS`` (15 s),
-  longer than two rounds of a polling waiter's waits, so those behind them check the holders'
+- ``holds-long:<i>[,<j>...]``: those participants' works last ``roles.LONG_HOLD_MS`` (8 s,
+  within the probe's timeout), so those behind them wait rounds and check the holders'
   liveness (a semaphore's other slot held while the dead holder's waits for its grace);
 - ``stop:<k>@<i>/<state>``: participant ``<k>`` is stopped once participant ``<i>``'s first
   call of ``<state>`` returned (a holder alive when one waiter described it, ended when the
@@ -206,9 +206,9 @@ FIRST_PASS: dict[str, dict[str, str]] = {
     'semaphore': {
         **_ONE_ITEM,
         'Lock.AcquireAgain': 'after-lost:Lock.Acquire',
-        # a dead holder's slot (held for its grace) beside a slot held long: the two runs behind
-        # wait for a slot for rounds (the liveness check; a section's presence probe)
-        **{state: f"dead-holder+holds-long:1+with:{first},Semaphore,Semaphore,Semaphore"
+        # a dead holder's slot (held for its grace) beside a slot held long twice over: the runs
+        # behind wait for a slot for rounds (the liveness check; a section's presence probe)
+        **{state: f"dead-holder+holds-long:1,2+with:{first},Semaphore,Semaphore,Semaphore"
            for state, first in (('Lock.Inspect', 'Semaphore'), ('Lock.DescribeHolder', 'Semaphore'),
                                 ('Lock.ProbeHolder', 'SemaphoreSection'), ('Lock.Abandoned', 'SemaphoreSection'))},
     },

@@ -10,23 +10,53 @@ from tools.matrix.situations import SHARED_HOLD
 #: calls only counted) found not to make the row's call, each with why: their cells end ``n/r``
 #: in every column (moto, 2026-11-28: the fair rows; docs/safety.md says which were run);
 #: ``tests/test_fault_matrix.py`` keeps this list from growing unnoticed.
+_SUPERSEDED_AHEAD = ("a helper (a waiter whose look finds the lock free or its holder ended while a ticket ahead "
+                     "of it still has a row) on this key: keep_newest(1) lets each newer arrival take the row of the "
+                     "one ahead (TakeSuperseded), so a look finds only superseded tickets ahead and jumps past them "
+                     "(Lock.Help.Jump); the fair lock's placements need ticket 1 still parked ahead of ticket 2. "
+                     "Would need the newcomer's take of that row to fail through its Retry (faults-by:2 on "
+                     "Lock.TakeSuperseded): not tried yet")
 NOT_REACHED: dict[str, dict[str, str]] = {
     'fair': {
-        'Lock.Help.GrantPoller': "the helper grants a polling waiter (a LockClient) whose turn came while the "
-                                 "lock was free: the client-waiter cells' client is granted by the releaser",
-        'Lock.Help.WakeAgain': "the helper's grantee parks again after its wake-up failed: not yet placed "
-                               "(the releaser's, Lock.Release.WakeAgain, is)",
-        'Lock.Help.WakeAgainEarly': "as Lock.Help.WakeAgain",
         'Lock.Help.Unmark': "the helper marks ticket 1's row again only while the release's mark is younger than a "
                             "park timeout, and the helper looks when its own park times out: the gates order the "
                             "waiter's take between the helper's mark and read, but not that the mark is still young",
-        'Lock.ClaimOnLeave': "its Leave needs one waiter's park to fail through its Retry (7 tries, up to a minute "
-                             "of backoff): a preparatory fault hits the first calls of any of the cell's waiters, so "
-                             "neither fails through; a fault on one participant's calls would place it",
-        'Lock.Leave': "as Lock.ClaimOnLeave (the cells of the first passes reached it now and then)",
         'Lock.ReleaseAfterError.Nudge': "a release's grant refused by another's handoff: only when the releaser's "
                                         "hold was taken over during its handoff (its lease ran out)",
         'Lock.Release.Nudge': "as Lock.ReleaseAfterError.Nudge",
+    },
+    # (witness run of every coalescing row, moto, 2026-11-28: 46 of 82 reached, before the rows
+    # placed since - the release's unmark and second wake-ups, Leave, ClaimOnLeave, the release
+    # after an error's Release, Grant, Recheck - were added)
+    'coalesce': {
+        **{f"Lock.Help.{state}": _SUPERSEDED_AHEAD
+           for state in ("Take", "TakeNext", "Skip", "Mark", "Served", "Unmark", "Revoke", "WakeAgain", "Retake",
+                         "Confirmed", "RetakeEarly", "WakeAgainEarly", "DescribeGrantee", "Wake", "Grant", "Recheck")},
+        'Lock.Requeue': "a waiter whose ticket the helper skipped requeues (the fair lock's placement): as the "
+                        "helper's rows, " + _SUPERSEDED_AHEAD,
+        'Lock.Claim': "a grantee whose park timed out claims its grant (the fair lock's placement: the helper's grant):"
+                      " as the helper's rows",
+        'Lock.Release.TakeAny': "a release that meets a ticket with no row while another parks behind it (the fair "
+                                "lock's placement: the helper's skip of ticket 1): a newer waiter supersedes ticket 1",
+        'Lock.Release.Skip': "a release skips the row of a waiter that ended: on this key the next arrival "
+                             "supersedes that row first (its take), so the release meets no ended waiter's row",
+        'Lock.ReleaseAfterError.Skip': "as Lock.Release.Skip",
+        'Lock.Help.Nudge': "as the fair lock's Lock.Release.Nudge (a grant refused to a releaser that still holds)",
+        'Lock.Release.Nudge': "a release's grant refused by another's handoff: only when the releaser's hold was "
+                              "taken over during its handoff (its lease ran out)",
+        'Lock.ReleaseAfterError.Nudge': "as Lock.Release.Nudge",
+        'Lock.Help.WakeSuperseded': "the helper wakes a superseded waiter whose row it took before the newcomer did "
+                                    "(the newcomer's take throttled): the helper's look needs a ticket ahead, "
+                                    + _SUPERSEDED_AHEAD,
+        'Lock.Release.WakeSuperseded': "the release takes a superseded waiter's row before the newcomer's take "
+                                       "(throttled, then retried): a race of the release with the newcomer's "
+                                       "retry; reached in the full run of 2026-11-27, not in the witness run",
+        'Lock.ReleaseAfterError.WakeSuperseded': "as Lock.Release.WakeSuperseded",
+        'Lock.WakeSuperseded': "the newcomer wakes the waiter it superseded only once that one parked: contend's "
+                               "arrivals (within 0.6 s) race the older waiter's park; reached in the full run of "
+                               "2026-11-27, not in the witness run",
+        'Lock.DropSuperseded': "the superseded waiter's park refused (its row taken before it parked): the other "
+                               "side of the race of Lock.WakeSuperseded",
     },
 }
 
