@@ -1,4 +1,4 @@
-"""The fault matrix's ``blocked`` judge (:func:`tools.matrix.cells.blocked`) on synthetic
+"""The fault matrix's ``blocked`` judge (:func:`tools.matrix.judge.blocked`) on synthetic
 timelines: no cloud, milliseconds of wall time.
 
 The bound a waiter is judged by restarts at each abnormal end of a participant that held or
@@ -11,7 +11,8 @@ restart the bound.
 
 from __future__ import annotations
 
-from tools.matrix.cells import GRACE_S, HOLD_MS, SLACK_S, Participant, blocked
+from tools.matrix.judge import blocked
+from tools.matrix.roles import GRACE_S, HOLD_MS, SLACK_S, Participant
 from tools.matrix.stack import PARK_TIMEOUT_S
 
 #: A parking waiter's bound after an abnormal end (ms), as the judge states it.
@@ -67,3 +68,24 @@ def test_one_that_held_beside_the_dead_holder_does_not_restart_its_bound() -> No
                    grantee_entered_ms=(HOLDER_END_MS - 1_000,))
     found = blocked(scene)
     assert any("after Fair cell-0-abcd1234 ended ABORTED" in line for line in found), found
+
+
+def test_a_stopped_sections_lock_is_awaited_until_a_waiters_abandoned_could_have_freed_it():
+    """A section's holder stopped 3 s into its hold: a waiter's ABANDONED (its presence token
+    closed) gives it a grace from the waiter's look, made once the token is PRESENCE_SETTLE_MS
+    old - the semaphore cells of issue 25 judged its slot "left" 9 s before that. Negative
+    control: a workflow's holder (no presence) is awaited to its end + the grace only."""
+    from tools.matrix.judge import settled_by_ms
+    from tools.matrix.stack import STOP_GRACE_S
+    from locked_workflow.state_machines.lock_writes import PRESENCE_SETTLE_MS
+    from tools.stress import LIVENESS_ROUND_S
+
+    def holder(role: str) -> Participant:
+        return Participant(role, {}, arn=_arn(0), status="ABORTED", stopped=True, started_ms=0, ended_ms=3_000,
+                           entered_ms=[500])
+
+    waiter = Participant("Semaphore", {}, arn=_arn(1), status="SUCCEEDED", started_ms=100, ended_ms=40_000)
+    section = settled_by_ms([holder("SemaphoreSection"), waiter])
+    assert section == 500 + PRESENCE_SETTLE_MS + int(LIVENESS_ROUND_S * 1000) + (STOP_GRACE_S + 2) * 1000
+    assert settled_by_ms([holder("Semaphore"), waiter]) == 3_000 + (STOP_GRACE_S + 2) * 1000
+    assert settled_by_ms([waiter]) is None
