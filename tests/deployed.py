@@ -82,7 +82,7 @@ def deployed_stack(stack: Callable[[Any, str], Any], name: str, run: Callable[[L
 
 
 class Deployed(StackRun):
-    """The behaviour stack (``tests/behaviour_stack.py``) deployed: conftest's ``deployed``."""
+    """The behaviour stack (``tests/lock/behaviour_stack.py``) deployed: conftest's ``deployed``."""
 
     def machine(self, name: str) -> str:
         return self.arn(name)

@@ -1,6 +1,6 @@
 """Shared pieces of ``demo`` and ``bench``: reading execution histories, the invariants, the load.
 
-Pure functions first (tested on synthetic histories in ``tests/test_demo_and_bench.py``):
+Pure functions first (tested on synthetic histories in ``tests/tools/test_demo_and_bench.py``):
 
 * :func:`critical_sections` - the protected work of one execution, as the history saw it:
   the protected state's ``…StateEntered`` .. ``…StateExited`` timestamps, plus the lock the

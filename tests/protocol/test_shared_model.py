@@ -20,7 +20,7 @@ lost.
 
 The suite runs 3 participants without faults (and with two crashes, the janitor off), and 2
 with every fault; 3 participants with every fault run with ``SHARED_MODEL_FULL=1`` or
-``PYTHONPATH=. python tests/shared_model.py`` (long - see docs/shared-lock.md for the figures).
+``PYTHONPATH=. python tests/protocol/shared_model.py`` (long - see docs/shared-lock.md for the figures).
 
 The model's reading of each write is checked against DynamoDB itself (both backends),
 through the real expressions of state_machines/shared_protocol.py."""
@@ -79,7 +79,7 @@ def test_with_no_janitor_a_dead_reader_and_a_dead_head_cost_the_waiter_behind_th
     assert result["states"] > 35_000
 
 
-@pytest.mark.skipif(not FULL, reason="minutes: SHARED_MODEL_FULL=1 (or python tests/shared_model.py)")
+@pytest.mark.skipif(not FULL, reason="minutes: SHARED_MODEL_FULL=1 (or python tests/protocol/shared_model.py)")
 @pytest.mark.parametrize("kinds", ["rrw", "wwr"])
 def test_three_participants_under_every_fault(kinds):
     model = Model(kinds=kinds, symmetry=True)

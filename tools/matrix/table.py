@@ -3,7 +3,7 @@ situation each workflow row's cells bring their participants into so the row's s
 
 :data:`SITUATIONS` names every lock state of every kind, by hand: a state added to a kind
 (a new row of :mod:`tools.matrix.rows`) has no situation until someone says how to reach it,
-and :func:`uncovered` - run by ``tests/test_fault_matrix.py`` on every synth - reports it, so
+and :func:`uncovered` - run by ``tests/tools/test_fault_matrix.py`` on every synth - reports it, so
 a new state cannot ship without a row in the matrix.
 
 Situations (:mod:`tools.matrix.cells` runs them):
@@ -802,7 +802,7 @@ SITUATIONS['coalesce'] = {
 #: Rows whose situation a witness run (``--reach``: the situation without a fault, the row's
 #: calls only counted) found not to make the row's call, each with why: their cells end ``n/r``
 #: in every column (moto, 2026-11-28: the fair rows; docs/safety.md says which were run);
-#: ``tests/test_fault_matrix.py`` keeps this list from growing unnoticed.
+#: ``tests/tools/test_fault_matrix.py`` keeps this list from growing unnoticed.
 NOT_REACHED: dict[str, dict[str, str]] = {
     'fair': {
         'Lock.Help.GrantPoller': "the helper grants a polling waiter (a LockClient) whose turn came while the "
@@ -838,10 +838,10 @@ UNREACHABLE_WHY: dict[str, str] = {
     "no coalescing poller": "grants a polling waiter (a LockClient, an EXPRESS run): the matrix's coalescing "
                             "participants park; the same state of the fair lock runs in the fair:Lock.* cells",
     "no record section": "probes a holder's presence token: only a LockedSection registers one, and the matrix's "
-                         "record lock is a LockedWorkflow (presence off); tests/test_lock_record.py::"
+                         "record lock is a LockedWorkflow (presence off); tests/lock/test_lock_record.py::"
                          "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
     "reader cap": "runs only when a reader's enqueue is refused at the reader cap (shared_protocol.MAX_READERS "
-                  "readers on the key): a cell has three participants; tests/test_shared_lock.py::"
+                  "readers on the key): a cell has three participants; tests/lock/test_shared_lock.py::"
                   "test_a_reader_past_the_reader_cap_is_refused_before_it_writes_and_a_writer_still_works covers it",
     "leave rounds": "runs only after shared_protocol.MAX_LEAVE_ROUNDS leaves in a row were refused (the readers' "
                     "count moving between each read and write): a cell has three participants; tests/"
