@@ -43,7 +43,7 @@ from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
 #: by their number of tests instead, whatever the collection order.)
 LONGEST_FIRST = (
     "test_shared_lock.py", "test_fair_lock.py", "test_fault_matrix.py", "test_section_outputs.py",
-    "test_shared_recovery.py", "test_shared_client.py", "test_fair_redrive.py", "test_lock_safety.py",
+    "test_shared_recovery.py", "test_shared_client_workflows.py", "test_fair_redrive.py", "test_lock_safety.py",
     "test_lock_variants.py", "test_lock_record.py", "test_rate_limit.py", "test_fair_model.py",
     "test_monitoring.py", "test_fair_coalesce.py", "test_lock_recovery.py", "test_callbacks.py",
     "test_stress.py", "test_fair_clients.py", "test_lock_client.py",
