@@ -13,19 +13,15 @@ The constructs are imported lazily, so runtime code (``LockClient`` in a Lambda 
 say) does not need aws-cdk-lib installed.
 
 In a checkout of the repository the subpackages are the top-level folders ``constructs_lib/``,
-``state_machines/`` and ``lambdas/`` (the wheel maps them under this package when it is
-built), so here the package's path also names the checkout's root.
+``state_machines/`` and ``lambdas/``: the wheel and the editable install (``pip install -e .``,
+``make deps``) map them under this package (``[tool.setuptools] package-dir`` in
+pyproject.toml), so the package is used installed, never from the checkout's path alone.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from pathlib import Path
 from typing import Any
-
-_HERE = Path(__file__).resolve().parent
-if not (_HERE / "constructs_lib").is_dir() and (_HERE.parent / "constructs_lib" / "__init__.py").is_file():
-    __path__.append(str(_HERE.parent))  # noqa: F821 - a checkout: the folders beside this one
 
 _EXPORTS = {
     "Lock": "locked_workflow.constructs_lib.lock",

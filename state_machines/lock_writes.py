@@ -209,7 +209,7 @@ ABANDONED = LockWrite(
 #: retries fail before they apply, then DEPART's first three attempts do, and its fourth applies:
 #: 1 + 2 + 1 + 2 + 4 = 10 s of backoff and six calls, each allowed
 #: :data:`PRESENCE_CALL_ALLOWANCE_MS`: 19 s, rounded up
-#: (``tests/test_validation.py::test_the_presence_settle_outlasts_every_write_a_failed_registration_still_makes``
+#: (``tests/constructs/test_validation.py::test_the_presence_settle_outlasts_every_write_a_failed_registration_still_makes``
 #: keeps the two in step). Shorter would let a waiter retire a live holder whose registration
 #: was merely slow: that is two holders, so the settle errs long (it only delays the recovery of
 #: a cancelled holder).

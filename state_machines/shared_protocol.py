@@ -134,10 +134,10 @@ with shared holders is conditioned on the writer's exact hold - ``owner = :me AN
 :fence`` on the lock item (:data:`FENCED_WRITE_CHECK`, a ``ConditionCheck`` beside the
 record's own ``lastFence < :fence``) - and a reader is never the ``owner``.
 
-Every write is spelled once, in this module's parts (below). ``tests/test_shared_model.py``
+Every write is spelled once, in this module's parts (below). ``tests/protocol/test_shared_model.py``
 model-checks the steps (every interleaving of 3 participants, crashes, lost responses, failed
-wake-ups, park timeouts, expiring leases) and checks the model's reading of each write against
-DynamoDB.
+wake-ups, park timeouts, expiring leases); ``test_shared_model_writes.py`` checks the model's
+reading of each write against DynamoDB.
 
 This module is the protocol's front: every name above imports from here. Its parts live beside
 it, one concern each: :mod:`shared_hold` (the attributes, the conditions, the writes that end a

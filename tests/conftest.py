@@ -1,4 +1,14 @@
-"""Shared fixtures: every synth here runs once per test session (a synth costs seconds)."""
+"""What every folder of the suite shares: the project's Node for jsii, the synth cache, the order
+the files run in, and the synthesized example and shapes stacks (each synth here runs once per
+test session: a synth costs seconds).
+
+The suite's folders follow the code's layers, each with a conftest of what its tests need:
+``protocol/`` (the protocol pieces and the executable models), ``constructs/`` (what the
+constructs synthesize), ``lock/`` (the lock deployed on the LocalCloud), ``client/`` (the
+``LockClient`` and the CLI), ``lambdas/`` (the example function), ``tools/`` (bench, stress,
+matrix, docs, packaging) and ``local/`` (the runtime itself). ``deployed.py`` (the
+deployed-stack fixtures), ``synth_cache.py`` and ``template_iam.py`` serve more than one.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +33,6 @@ from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable  # no
 from locked_workflow.constructs_lib.example_stack import CustomerUpdatesStack  # noqa: E402
 from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa: E402
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
-from behaviour_stack import BehaviourStack  # noqa: E402
-from deployed import Deployed, deployed_stack  # noqa: E402
 
 
 #: The test files that take longest (module setups plus calls, from a fresh-clone run's
@@ -35,7 +43,7 @@ from deployed import Deployed, deployed_stack  # noqa: E402
 #: by their number of tests instead, whatever the collection order.)
 LONGEST_FIRST = (
     "test_shared_lock.py", "test_fair_lock.py", "test_fault_matrix.py", "test_section_outputs.py",
-    "test_shared_recovery.py", "test_shared_client.py", "test_fair_redrive.py", "test_lock_safety.py",
+    "test_shared_recovery.py", "test_shared_client_workflows.py", "test_fair_redrive.py", "test_lock_safety.py",
     "test_lock_variants.py", "test_lock_record.py", "test_rate_limit.py", "test_fair_model.py",
     "test_monitoring.py", "test_fair_coalesce.py", "test_lock_recovery.py", "test_callbacks.py",
     "test_stress.py", "test_fair_clients.py", "test_lock_client.py",
@@ -158,6 +166,3 @@ def shapes() -> Synthesized:
     artifact = app.synth().get_stack_by_name(stack.stack_name)
     return Synthesized(template=artifact.template, messages=list(artifact.messages))
 
-
-#: The behaviour stack in a fresh LocalCloud, once per test module and DynamoDB backend.
-deployed = deployed_stack(BehaviourStack, "Behaviour", Deployed)

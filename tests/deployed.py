@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 import time
 import uuid
 from typing import Any, Callable, Iterator, TypeVar
@@ -82,7 +83,7 @@ def deployed_stack(stack: Callable[[Any, str], Any], name: str, run: Callable[[L
 
 
 class Deployed(StackRun):
-    """The behaviour stack (``tests/behaviour_stack.py``) deployed: conftest's ``deployed``."""
+    """The behaviour stack (``tests/lock/behaviour_stack.py``) deployed: conftest's ``deployed``."""
 
     def machine(self, name: str) -> str:
         return self.arn(name)
@@ -136,6 +137,22 @@ def wait_until(predicate, *, timeout: float = 30.0, poll_s: float = 0.05) -> flo
             return time.time()
         time.sleep(poll_s)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def run_in_thread(target) -> tuple[threading.Thread, dict]:
+    """``target()`` in a daemon thread: the thread, and a dict that gets its ``value`` or its
+    ``error`` when it ends."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = target()
+        except BaseException as error:  # noqa: BLE001 - the test inspects it
+            out["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
 
 
 def local_deployment(backend: str, synthesized):

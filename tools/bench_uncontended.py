@@ -17,7 +17,7 @@ on a key of its own, nobody else there. Reported per kind, from the execution's 
 * DynamoDB calls and Step Functions calls the lock made (the work's own call left out);
 * each lock state entered, with the guarantee it buys (:data:`WHY`). A lock state on an
   uncontended path with no entry there is reported as *unexplained*, and the bench exits 1 -
-  a new state on that path has to say here what it is for (``tests/test_bench_uncontended.py``
+  a new state on that path has to say here what it is for (``tests/tools/test_bench_uncontended.py``
   runs it on moto).
 
 Issue 28 asked for at most 2 extra transitions per kind, or each extra one justified in the

@@ -3,9 +3,8 @@
 The API reference is read from the sources without importing them (griffe, through
 mkdocstrings): no aws-cdk-lib, moto or Node is needed to build the site. In a checkout the
 subpackages ``locked_workflow.constructs_lib``, ``.state_machines`` and ``.lambdas`` are the
-top-level folders ``constructs_lib/``, ``state_machines/`` and ``lambdas/``, which
-``locked_workflow/__init__.py`` appends to its ``__path__`` at import (the wheel maps them
-under the package when it is built). Griffe reads, it does not import, so this hook lays the
+top-level folders ``constructs_lib/``, ``state_machines/`` and ``lambdas/``, which the wheel
+and the editable install map under the package (``[tool.setuptools]`` in pyproject.toml). Griffe reads, it does not import, so this hook lays the
 package out as the wheel does - a folder of symbolic links, ``build/api-src/locked_workflow/``
 - before mkdocstrings looks for it (``mkdocs.yml`` points mkdocstrings there).
 """

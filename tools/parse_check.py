@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _stacks() -> dict[str, tuple[Callable[[Any], Any], bool]]:
     """The test stacks by construct id: how to build each, and whether the tests synthesize it
     with asset metadata (the synth cache's key)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "lock")]  # the test stacks
     from behaviour_stack import BehaviourStack
     from fair_stack import FairStack
     from monitoring_stack import KindsStack
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from tools.node import use_project_node
 
     use_project_node()
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "lock")]  # the test stacks
     from synth_cache import synth_cached
 
     from locked_workflow.testing import LocalCloud

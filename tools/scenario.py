@@ -13,7 +13,7 @@ Each piece lives in a module of its own; this one re-exports them, the name ever
   :class:`~locked_workflow.testing.LocalCloud`: synthesize and deploy the example app, fire
   customer-update events through EventBridge, watch them with a stderr progress bar.
 
-The pure functions are tested on synthetic histories in ``tests/test_demo_and_bench.py``.
+The pure functions are tested on synthetic histories in ``tests/tools/test_demo_and_bench.py``.
 """
 
 from __future__ import annotations

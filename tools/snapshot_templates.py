@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _stacks() -> dict[str, Callable[[Any], Any]]:
     """Name -> a function of the app that builds that stack."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "lock")]  # the test stacks
     import aws_cdk as cdk
     from cdk_nag import AwsSolutionsChecks
 

@@ -229,7 +229,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     # a failed wake-up of the new park may have been delivered (its response lost), or its
     # park may have just ended (then its waiter finds itself the owner): a short last look
     # lets that waiter confirm before the revoke - else the revoke would race its confirm,
-    # and a refused confirm queues it again behind later tickets (tests/fair_model.py)
+    # and a refused confirm queues it again behind later tickets (tests/protocol/fair_model.py)
     last_look = sfn.Wait(section, f"{suffix}.LastLook", state_name=name("LastLook"),
                          time=sfn.WaitTime.duration(Duration.seconds(fair.REPARK_LOOK_S)))
     last_look.next(revoke)

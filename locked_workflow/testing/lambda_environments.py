@@ -17,7 +17,7 @@ keeps its metric set in class attributes of the Powertools package itself (not o
 handler's module, so importing the handler again would not separate it), had one metric set
 for all of them - two invocations' flushes raced (``SchemaValidationError: Must contain at
 least one metric``, ``RuntimeError: dictionary changed size during iteration``), failing the
-unlocked negative control of ``tests/test_lock_behaviour.py`` now and then.
+unlocked negative control of ``tests/lock/test_lock_behaviour.py`` now and then.
 
 Fix: each in-process function keeps an :class:`EnvironmentPool`. An invocation takes an idle
 environment (the one idle most recently) or initializes a new one: the handler is imported

@@ -92,7 +92,7 @@ def test_concurrent_invocations_each_run_in_an_environment_of_their_own(tmp_path
     environment ran Init once; a third invocation, alone, finds one of them idle (warm, no
     Init). Before, both shared one import of the handler and Powertools: counters 1 and 2,
     both metrics in one set, which one flush emptied before the other read it - the race that
-    failed Powertools' flushes in the unlocked negative control of tests/test_lock_behaviour.py."""
+    failed Powertools' flushes in the unlocked negative control of tests/lock/test_lock_behaviour.py."""
     results, third, lines, inits = _two_at_once_then_one(tmp_path)
     assert {metric: (r["invocations"], r["metrics"]) for metric, r in results.items()} == {
         "A": (1, ["A"]), "B": (1, ["B"])}

@@ -12,7 +12,7 @@ calling state and execution (:func:`~locked_workflow.testing.faults.calling_stat
 Client and janitor rows are ``(kind, call)``, the call named by the protocol write it
 performs (:func:`write_name`: its update and condition compared with every ``LockWrite`` of
 ``state_machines``), or by its operation for a read. They are declared
-(:data:`CLIENT_CALLS`, :data:`JANITOR_CALLS`); ``tests/test_fault_matrix.py`` runs each client
+(:data:`CLIENT_CALLS`, :data:`JANITOR_CALLS`); ``tests/tools/test_fault_matrix.py`` runs each client
 mode and checks every call it makes has a row, and the cells flag any call of a client or the
 janitor that has none.
 """

@@ -9,7 +9,7 @@ from tools.matrix.situations import SHARED_HOLD
 #: Rows whose situation a witness run (``--reach``: the situation without a fault, the row's
 #: calls only counted) found not to make the row's call, each with why: their cells end ``n/r``
 #: in every column (moto, 2026-11-28: the fair rows; docs/safety.md says which were run);
-#: ``tests/test_fault_matrix.py`` keeps this list from growing unnoticed.
+#: ``tests/tools/test_fault_matrix.py`` keeps this list from growing unnoticed.
 _SUPERSEDED_AHEAD = ("a helper (a waiter whose look finds the lock free or its holder ended while a ticket ahead "
                      "of it still has a row) on this key: keep_newest(1) lets each newer arrival take the row of the "
                      "one ahead (TakeSuperseded), so a look finds only superseded tickets ahead and jumps past them "
@@ -75,10 +75,10 @@ UNREACHABLE_WHY: dict[str, str] = {
     "no coalescing poller": "grants a polling waiter (a LockClient, an EXPRESS run): the matrix's coalescing "
                             "participants park; the same state of the fair lock runs in the fair:Lock.* cells",
     "no record section": "probes a holder's presence token: only a LockedSection registers one, and the matrix's "
-                         "record lock is a LockedWorkflow (presence off); tests/test_lock_record.py::"
+                         "record lock is a LockedWorkflow (presence off); tests/lock/test_lock_record.py::"
                          "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
     "reader cap": "runs only when a reader's enqueue is refused at the reader cap (shared_protocol.MAX_READERS "
-                  "readers on the key): a cell has three participants; tests/test_shared_lock.py::"
+                  "readers on the key): a cell has three participants; tests/lock/test_shared_lock.py::"
                   "test_a_reader_past_the_reader_cap_is_refused_before_it_writes_and_a_writer_still_works covers it",
     "leave rounds": "runs only after shared_protocol.MAX_LEAVE_ROUNDS leaves in a row were refused (the readers' "
                     "count moving between each read and write): a cell has three participants; tests/"

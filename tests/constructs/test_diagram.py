@@ -7,7 +7,7 @@ from pathlib import Path
 
 from locked_workflow.constructs_lib import diagram
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SMALL = {
     "StartAt": "Section",

@@ -384,7 +384,7 @@ def test_the_presence_settle_outlasts_every_write_a_failed_registration_still_ma
     """Why PRESENCE_SETTLE_MS is 20 s (issue 25, D1): a registration whose write applied but
     whose response was lost closes its token while its branch still has writes to make (the
     retry, then DEPART); a waiter must not trust the closed token before the last of them could
-    land. The shared model (tests/shared_model.py, presence) checks the order abstractly; the
+    land. The shared model (tests/protocol/shared_model.py, presence) checks the order abstractly; the
     number is the synthesized retries' longest backoff plus an allowance per call."""
     hold = _definition(_section_machine())["States"]["S"]["Branches"][0]["States"]["S.Hold"]
     states = hold["Branches"][1]["States"]

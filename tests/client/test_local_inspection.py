@@ -15,7 +15,7 @@ from locked_workflow.testing.cloud import LocalCloud
 from locked_workflow.testing.dynamodb_local import free_port
 from locked_workflow.testing.pytest_plugin import ENV_BACKEND, require_backend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 USER_TEST = '''
 import json, os, subprocess, sys

@@ -292,7 +292,7 @@ MODEL_WRITES = {
     "PARK": (True, lambda it, a: park(it, a["me"], (a["me"], "current"))),
     "MARK": (True, lambda it, a: mark(it, a["since"])),
     "LEAVE": (True, lambda it, a: leave(it, a["me"])),
-    # coalescing (tests/fair_coalesce_model.py): keep_newest(1), keep_oldest's bounded ticket, JUMP
+    # coalescing (tests/protocol/fair_coalesce_model.py): keep_newest(1), keep_oldest's bounded ticket, JUMP
     "ENQUEUE_NEWEST": (False, lambda it, a: enqueue_newest(it, a["me"], a["stale"])[:2]),
     "ENQUEUE_BOUNDED": (False, lambda it, a: enqueue_bounded(it, a["me"], a["stale"], a["served"], a["bound"])),
     "JUMP": (False, lambda it, a: jump(it, a["me"], a["stale"], a["prev"])),

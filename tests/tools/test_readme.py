@@ -1,7 +1,7 @@
 """The README and docs/ say what is true: the quick start synthesizes and its own test passes
 offline, the props tables match the constructors (names, types, defaults), every link, anchor,
 file, make target and version they name exists, and the site's navigation lists every page.
-(The guides' other code blocks: tests/test_docs_blocks.py.)"""
+(The guides' other code blocks: tests/tools/test_docs_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import aws_cdk as cdk
 from aws_cdk import Duration
 from aws_cdk.assertions import Match, Template
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").rglob("*.md"))
 
@@ -344,7 +344,7 @@ NOT_OURS = {"tests/unit/conftest.py", "tests/test_updates.py"}
 
 @pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_file_named_exists(page):
-    """Backticked repository paths (`tests/test_fair_model.py`, `state_machines/`) exist."""
+    """Backticked repository paths (`tests/protocol/test_fair_model.py`, `state_machines/`) exist."""
     named = re.findall(r"`((?:constructs_lib|state_machines|lambdas|tests|docs|\.ci)/[\w./-]*)`", page.read_text())
     for path in set(named) - NOT_OURS:
         assert (ROOT / path).exists(), f"{page.name} names {path}, which does not exist"

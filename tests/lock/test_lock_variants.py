@@ -125,7 +125,7 @@ def test_the_janitor_retires_a_stopped_semaphore_holders_slot_with_no_waiter_lef
     of its lease once its waiters had left). With nobody waiting - so no waiter's liveness
     check - only the janitor can end the stopped holder's slot: its lease must end at the stop
     plus its stop grace, whichever slot the holder took. (A workflow's holder here; the section
-    of the trial: ``tests/test_fault_matrix.py``.)"""
+    of the trial: ``tests/tools/test_fault_matrix.py``.)"""
     k = key("semjanitor")
     slots = [sp.slot_key(p.namespaced("sem", k), s) for s in range(LIMIT)]
     holders = [variants.start("SemaphoreHold", {"key": k, "holdS": 60, "workMs": 1}) for _ in range(LIMIT)]

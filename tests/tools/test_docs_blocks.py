@@ -1,8 +1,8 @@
 """Every code block of the guides (docs/) that a user would copy is run here, as the README's
-quick start is (tests/test_readme.py): a block says how with the marker line above it.
+quick start is (tests/tools/test_readme.py): a block says how with the marker line above it.
 
 - ``<!-- file: PATH -->``: a whole file (the quick start's and ``orders_stack.py``), which
-  tests/test_readme.py synthesizes or runs;
+  tests/tools/test_readme.py synthesizes or runs;
 - ``<!-- run: stack -->``: lines of a stack's ``__init__``, run in a fresh ``Stack`` (``self``)
   beside the names a guide's prose supposes (:data:`STACK_NAMES`), then synthesized: each
   ``LockedWorkflow(`` of the block is one state machine of the template;
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The pages that explain the design: their blocks are state definitions and records to read.
 DESIGN = {"protocol.md", "safety.md", "shared-lock.md", "runtime.md", "benchmarks.md"}
 GUIDES = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in DESIGN)

@@ -10,7 +10,7 @@ except ModuleNotFoundError:  # Python 3.10 (the floor): the dev extra installs t
     import tomli as tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def entry_point_site(site: Path) -> Path:

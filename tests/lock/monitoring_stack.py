@@ -11,13 +11,17 @@ The protected work is a Wait of ``$states.input.seconds`` seconds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb, aws_stepfunctions as sfn
+from aws_cdk.assertions import Template
 from constructs import Construct
 
 from locked_workflow import Lock, LockedSection, LockedWorkflow, LockTable, WaitPolicy
 from locked_workflow.constructs_lib.monitoring import LockMonitoring
 from locked_workflow.state_machines.lock_protocol import jsonata
+from locked_workflow.testing.synth import Synthesized
 from safety_stack import token_gate
 
 #: One whole-second round per poll, a liveness check every round.
@@ -122,3 +126,24 @@ class KindsStack(MonitoringStack):
 
     def gate(self, name: str) -> sfn.CustomState:
         return token_gate(self, f"{name}Gate", table=self.gates, pk="$states.input.run")
+
+
+@dataclass
+class Synth:
+    """:class:`KindsStack` synthesized (the ``synth`` fixture of ``conftest.py``): the stack, its
+    template, its cloud assembly, cdk-nag's messages, and each monitoring's patterns."""
+
+    stack: KindsStack
+    template: Template
+    synthesized: Synthesized
+    messages: list
+
+    def pattern(self, monitoring: str, metric: str) -> str:
+        return self.monitoring(monitoring).filter_patterns[metric].log_pattern_string
+
+    def subscription(self, monitoring: str) -> str:
+        return self.monitoring(monitoring).subscription_pattern.log_pattern_string
+
+    def monitoring(self, name: str) -> LockMonitoring:
+        """``instant_monitoring``, ``patient_monitoring``, or a kind's (``Fair``, ``Nested``...)."""
+        return self.stack.kind_monitoring[name] if name in KINDS else getattr(self.stack, name)

@@ -18,7 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from locked_workflow.constructs_lib import janitor
 from locked_workflow.constructs_lib.assets import copy_files, lambda_code
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The folders the library deploys with ``Code.from_asset`` (the janitor: bundled, below).
 FOLDERS = ("lambdas/lock_metrics", "lambdas/apply_customer_update", "lambdas/probe")
 

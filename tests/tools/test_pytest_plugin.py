@@ -14,7 +14,7 @@ from pathlib import Path
 
 from plugin_entry import entry_point_site
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "locked_workflow.testing.pytest_plugin"
 
 USER_TEST = '''

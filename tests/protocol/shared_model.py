@@ -42,7 +42,7 @@ transaction, with the variants ``settle_unchecked``, ``token_unchecked`` and
 
 ``symmetry`` explores one of each pair of states that differ only by swapping two
 participants of one kind; :func:`explore_held_as_bytes` holds states as bytes, for the runs
-with every fault (``python tests/shared_model.py``).
+with every fault (``python tests/protocol/shared_model.py``).
 """
 
 from __future__ import annotations
@@ -824,7 +824,7 @@ def explore_held_as_bytes(model: Model, limit: int = 60_000_000, progress=None) 
 
 def main(argv: list[str]) -> int:
     """The full exploration, too long for the suite: every participant mix given (default
-    ``rrw wwr``), every fault. ``PYTHONPATH=. python tests/shared_model.py [rrw] [wwr] ...``"""
+    ``rrw wwr``), every fault. ``PYTHONPATH=. python tests/protocol/shared_model.py [rrw] [wwr] ...``"""
     import resource
     import time
 

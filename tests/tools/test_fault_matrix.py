@@ -531,7 +531,7 @@ def test_the_probes_reader_check_counts_a_newer_write_not_a_writer_that_never_wr
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "probe-test")
-    spec = importlib.util.spec_from_file_location("probe_index", Path(__file__).parents[1] / "lambdas/probe/index.py")
+    spec = importlib.util.spec_from_file_location("probe_index", Path(__file__).parents[2] / "lambdas/probe/index.py")
     with mock_aws():
         probe = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(probe)

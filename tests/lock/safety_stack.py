@@ -19,7 +19,7 @@ from locked_workflow.constructs_lib.monitoring_function import powertools_layer
 from locked_workflow.constructs_lib.section_work import LAMBDA_INIT_LIMIT_S, STOP_GRACE_MARGIN_S
 from locked_workflow.state_machines.lock_protocol import jsonata
 
-PROBE_CODE = Path(__file__).resolve().parents[1] / "lambdas" / "probe"
+PROBE_CODE = Path(__file__).resolve().parents[2] / "lambdas" / "probe"
 FAST = WaitPolicy(first_interval=1, backoff_rate=1.5, max_interval=2, jitter=True, retries_per_round=2)
 #: The probe's Lambda timeout: a stopped holder's lock stays held this long, plus Lambda's Init
 #: limit, + 5 s (:data:`PROBE_GRACE_S`).

@@ -17,7 +17,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: What a source tree holds that is never part of a build (environments, caches, outputs).
 NOT_SOURCES = shutil.ignore_patterns(
