@@ -96,6 +96,11 @@ NAMESPACE.update({f"{name}Section": NAMESPACE[name] for name in SECTIONS})
 #: Roles whose waiters park (a park timeout bounds a handoff) rather than poll.
 PARKING = {"Fair", "FairNewest", "Reader", "Writer", "FairSection", "ReaderSection", "WriterSection", "client-fair", "client-rw-read",
            "client-rw-write"}
+#: Readers of a read/write key, and the plain mutexes that may wait on it: a mutex's liveness
+#: round retires an ended reader's entry and reaps it at a later round, never in one
+#: (docs/shared-lock.md, "A plain mutex on a read/write key": up to two rounds).
+READERS = {"Reader", "ReaderSection", "client-rw-read"}
+PLAIN_MUTEXES = {"RwMutex", "Mutex", "Nested", "client-mutex"}
 #: Situations whose first participant holds long (:data:`HOLD_MS`) while the others act.
 HOLDING = ("dead-holder", "dead-waiter", "client-waiter", "redrive", "client-waker", "behind-dead-holder")
 #: The work's function timeout, as the runtime reports it or as the probe names it.
