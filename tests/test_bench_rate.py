@@ -76,10 +76,31 @@ def test_negative_control_a_rate_under_the_tolerance_says_which_permits_were_giv
     (broken,) = bounds_broken(row(**{"rate per period": 9.23, "permits given up": 1,
                                      "given up: overslept s": [2.9]}), limit=10, tolerance=0.05)
     assert "1 permits given up" in broken and "[2.9]" in broken and "load average" in broken
-    assert bounds_broken(row(**{"most per window (entries)": 11, "not admitted": 2}), limit=10, tolerance=0.05) == [
-        "2 runs not admitted", "11 entries in a window"]
+    ended = {"SUCCEEDED": 198, "FAILED Lock.Timeout": 2}
+    assert bounds_broken(row(**{"most per window (entries)": 11, "not admitted": 2, "ended": ended}),
+                         limit=10, tolerance=0.05) == [f"2 runs not admitted ({ended})", "11 entries in a window"]
+
+
+def test_a_burst_with_no_run_admitted_says_how_they_ended():
+    ended = {"FAILED Lock.Timeout": 3}
+    assert bounds_broken({"key": "k", "not admitted": 3, "ended": ended}, limit=10, tolerance=0.05) == [
+        f"3 runs not admitted ({ended})"]
 
 
 def test_the_most_in_a_window_is_half_open():
     assert most_in_a_window([0, 1000, 2000], 1000) == 1
     assert most_in_a_window([0, 999, 2000], 1000) == 2
+
+
+def test_the_permits_a_run_that_timed_out_gave_up_count_too():
+    from tools.bench_rate import measure
+
+    admitted_run = Run(LATE_THEN_ON_TIME.history)
+    admitted_run.output = {"admittedAt": 72_000}
+    # gave its permit up (late out of its Wait), then found its next permit past max_wait
+    timed_out = Run(admitted(0, 11_000) + waited(100, 15_000, 15_100) + [event(15_200, "FailStateEntered", "Lock.Timeout")])
+    alone = measure([admitted_run], limit=10, period_ms=60_000)
+    assert alone["permits given up"] == 1 and alone["given up: overslept s"] == [4.0]
+    every = measure([admitted_run], limit=10, period_ms=60_000, every=[admitted_run, timed_out])
+    assert every["permits given up"] == 2 and every["given up: overslept s"] == [4.0, 3.9]
+    assert every["runs"] == 1 and every["rate per period"] == alone["rate per period"]

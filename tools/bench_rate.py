@@ -174,9 +174,13 @@ class LoadAverage:
         return f"{sum(s) / len(s):.1f} mean, {min(s):.1f}-{max(s):.1f}"
 
 
-def measure(results: list, *, limit: int, period_ms: int) -> dict:
+def measure(results: list, *, limit: int, period_ms: int, every: list | None = None) -> dict:
+    """The figures of the admitted runs (``results``); the reservations, the permits given up
+    and the Waits' lateness of ``every`` run (default: ``results``) - a run that gave permits up
+    and then ended ``Lock.Timeout`` (its next permit past ``max_wait``) spent them too."""
+    every = results if every is None else every
     stamps = [r.output["admittedAt"] for r in results]
-    reserved = [s for r in results for s in admission_stamps(r.history)]
+    reserved = [s for r in every for s in admission_stamps(r.history)]
     entered = [next(e["timestamp"].timestamp() * 1000 for e in r.history if e["type"].endswith("StateEntered")
                     and e["stateEnteredEventDetails"]["name"] == WORK) for r in results]
     late = [e - s for e, s in zip(entered, stamps)]
@@ -210,7 +214,7 @@ def measure(results: list, *, limit: int, period_ms: int) -> dict:
                                      for r in results) / len(results), 1),
         "DynamoDB calls/run": round(sum(sum(e["type"] == "TaskScheduled" for e in r.history)
                                         for r in results) / len(results), 1),
-        **lateness(results),
+        **lateness(every),
     }
 
 
@@ -238,9 +242,9 @@ def run(args: argparse.Namespace) -> list[dict]:
                 mine = [r for r, i in zip(results, range(args.runs)) if names[i % keys] == name]
                 # (a run whose permit came after max_wait is counted; the figures are the others')
                 done = [r for r in mine if r.status == "SUCCEEDED"]
-                row = {"keys": keys, "key": name, "not admitted": len(mine) - len(done),
-                       **measure(done, limit=args.limit, period_ms=args.period * 1000),
-                       "makespan s": round(done_at[label] - started), "load average": load.summary()}
+                row = {"keys": keys, "key": name, "not admitted": len(mine) - len(done), "ended": ended(mine),
+                       **(measure(done, limit=args.limit, period_ms=args.period * 1000, every=mine) if done else {}),
+                       "makespan s": round(time.time() - started), "load average": load.summary()}
                 rows.append(row)
                 print(row, flush=True)
     return rows
@@ -266,13 +270,22 @@ def compare(cloud: Any, machines: dict, args: argparse.Namespace, max_wait_s: in
         # ones past it - is counted, and its refused ADMITs with it; the figures are the others')
         failed = [r for r in results if r.status != "SUCCEEDED"]
         done = [r for r in results if r.status == "SUCCEEDED"]
-        row = {"keys": 1, "key": keys[label], "refused run": label, "not admitted": len(failed),
-               **measure(done, limit=args.limit, period_ms=args.period * 1000),
+        row = {"keys": 1, "key": keys[label], "refused run": label, "not admitted": len(failed), "ended": ended(results),
+               **(measure(done, limit=args.limit, period_ms=args.period * 1000, every=results) if done else {}),
                "refused admits/run (all)": round(sum(refused_admissions(r.history) for r in results) / len(results), 2),
                "makespan s": round(done_at[label] - started), "load average": load.summary()}
         rows.append(row)
         print(row, flush=True)
     return rows
+
+
+def ended(results: list) -> dict:
+    """How the runs ended: status (and error), with their counts."""
+    counts: dict = {}
+    for r in results:
+        outcome = r.status if r.status == "SUCCEEDED" else f"{r.status} {r.error}"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
 
 
 def bounds_broken(row: dict, *, limit: int, tolerance: float) -> list[str]:
@@ -281,7 +294,9 @@ def bounds_broken(row: dict, *, limit: int, tolerance: float) -> list[str]:
     the lock gave the right seconds that woke late), beside the load average."""
     broken = []
     if row["not admitted"]:
-        broken.append(f"{row['not admitted']} runs not admitted")
+        broken.append(f"{row['not admitted']} runs not admitted ({row.get('ended')})")
+    if "rate per period" not in row:  # no run admitted
+        return broken
     for what in ("reserved", "entries"):
         if row[f"most per window ({what})"] > limit:
             broken.append(f"{row[f'most per window ({what})']} {what} in a window")
@@ -306,11 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = run(args)
     broken = {r["key"]: bounds_broken(r, limit=args.limit, tolerance=args.tolerance) for r in rows}
     broken = {k: v for k, v in broken.items() if v}
-    headers = list(rows[0])
+    headers = list(max(rows, key=len))
     print("| " + " | ".join(headers) + " |")
     print("|" + "---|" * len(headers))
     for row in rows:
-        print("| " + " | ".join(str(row[h]) for h in headers) + " |")
+        print("| " + " | ".join(str(row.get(h, "-")) for h in headers) + " |")
     print("bounds broken: " + ("; ".join(f"{k}: {', '.join(v)}" for k, v in broken.items()) if broken else "none"))
     return 1 if broken else 0
 
