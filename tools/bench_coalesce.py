@@ -8,12 +8,15 @@ side in one run on one LocalCloud:
   queued one; every other queued run ends ``Lock.Superseded`` without entering its work).
 
 Figures per lock: how many runs entered the work, how they ended, the key's makespan (first start
-to last end), state transitions (billed: states entered plus retry attempts) per event, DynamoDB
+to last end), the most runs at work at once (the histories' work intervals, service clock: must
+be 1) and whether the fences of the work runs strictly increase in their order of entry, state
+transitions (billed: states entered plus retry attempts) per event, DynamoDB
 write and read units per event, and dollars per event and for the whole burst (the lock's own
 cost: the work's - a Lambda call, an API's - comes on top, once per work run) at on-demand prices (Step Functions
 STANDARD, DynamoDB on demand: ``tools.bench_fair``'s prices). Exits 1 when the coalescing lock
 ran the work more often than the run at work, the newest and the runs that arrived after the
-work began (it cannot be fewer than two), or when a superseded run entered its work.
+work began (it cannot be fewer than two), when a superseded run entered its work, when two
+runs of any lock were at work at once, or when a work run's fence did not rise.
 """
 
 from __future__ import annotations
@@ -63,7 +66,18 @@ def _work_started_ms(history: Sequence[dict]) -> float | None:
     return next((scenario.epoch_ms(e["timestamp"]) for e in history if _is_work(e)), None)
 
 
-def burst(cloud: Any, arn: str, *, runs: int, work_s: float, meter: CapacityMeter) -> dict:
+def most_at_once(intervals: Sequence[tuple[float, float]]) -> int:
+    """The most of ``intervals`` (start, end) open at one time (an end and a start at the same
+    instant do not overlap)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = current = 0
+    for _, step in events:  # at one instant the ends (-1) sort before the starts (+1)
+        current += step
+        most = max(most, current)
+    return most
+
+
+def burst(cloud: Any, arn: str, *, runs: int, work_s: float, meter: CapacityMeter, work_state: str) -> dict:
     key = f"burst-{uuid.uuid4().hex[:8]}"
     started = time.time() * 1000
     arns = [cloud.start_execution(arn, {"key": key, "workSeconds": work_s}) for _ in range(runs)]
@@ -76,6 +90,8 @@ def burst(cloud: Any, arn: str, *, runs: int, work_s: float, meter: CapacityMete
     first_work = min((_work_started_ms(r.history) for r in worked), default=None)
     # runs that arrived after the first work began: each could be the newest when the work ended
     after = sum(1 for s in starts if first_work is not None and scenario.epoch_ms(s["timestamp"]) > first_work)
+    sections = [s for r in results for s in scenario.critical_sections(r.arn, r.history, protected_state=work_state)]
+    fences = [s.fence for s in sorted(sections, key=lambda s: s.start_ms)]
     outcomes: dict[str, int] = {}
     for r in results:
         outcome = r.status if r.status == "SUCCEEDED" else f"{r.status} {r.error}"
@@ -88,6 +104,9 @@ def burst(cloud: Any, arn: str, *, runs: int, work_s: float, meter: CapacityMete
         "µ$/event": round((billed * PRICE_PER_TRANSITION + wru * PRICE_PER_WRU + rru * PRICE_PER_RRU) / runs * 1e6, 1),
         "µ$ for the burst": round((billed * PRICE_PER_TRANSITION + wru * PRICE_PER_WRU + rru * PRICE_PER_RRU) * 1e6),
         "superseded entered the work": sum(1 for r in worked if r.status != "SUCCEEDED"),
+        "most at work at once": most_at_once([(s.start_ms, s.end_ms) for s in sections]),
+        "fences": fences,
+        "fences rise": None not in fences and all(a < b for a, b in zip(fences, fences[1:])),
     }
 
 
@@ -101,12 +120,13 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
         app = cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
         with scenario.QuietCollector(), CapacityMeter() as meter:
             for name in LOCKS:
-                figures[name] = burst(cloud, app.state_machine_arn(name), runs=args.runs, work_s=args.work, meter=meter)
+                figures[name] = burst(cloud, app.state_machine_arn(name), runs=args.runs, work_s=args.work,
+                                      meter=meter, work_state=f"{name}{WORK}")
     return figures
 
 
 def table(figures: dict[str, dict]) -> str:
-    rows = ["work runs", "outcomes", "makespan s", "transitions/event", "WRU/event", "RRU/event", "µ$/event",
+    rows = ["work runs", "outcomes", "most at work at once", "fences rise", "makespan s", "transitions/event", "WRU/event", "RRU/event", "µ$/event",
             "µ$ for the burst"]
     out = [f"{'':20}" + "".join(f"{name:>36}" for name in figures)]
     for row in rows:
@@ -127,6 +147,11 @@ def broken(figures: dict[str, dict]) -> list[str]:
         problems.append(f"the coalescing lock ran the work {newest['work runs']} times (bound {bound})")
     if newest["superseded entered the work"]:
         problems.append(f"{newest['superseded entered the work']} superseded runs entered the work")
+    for name, figure in figures.items():
+        if figure["most at work at once"] > 1:
+            problems.append(f"{name}: {figure['most at work at once']} runs at work at once")
+        if not figure["fences rise"]:
+            problems.append(f"{name}: the work runs' fences did not strictly increase: {figure['fences']}")
     return problems
 
 

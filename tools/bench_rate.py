@@ -10,7 +10,13 @@ be within ``--tolerance``, default 5 %), how late each run entered after its res
 Wait rounds up to the second; the guard after it keeps it within
 ``rate_protocol.ENTRY_MARGIN_MS``: the guard's own times are reported too, and how long the
 transition from the guard into the work took), refused ADMITs, state transitions and DynamoDB
-calls per run. Exits 1 when a bound is broken.
+calls per run. Where the lateness comes from (:func:`lateness`, every admission's Wait): the
+Wait's end after the reserved time - the lock's rounding up to the second is under 1 s of it,
+the rest is the Wait sleeping past the seconds it was given (``overslept``: the runtime's
+timing, a loaded interpreter waking late) - and the transition from the Wait into the guard;
+for each permit given up, how late its guard came and how much its Wait overslept; the load
+average while the burst ran. Exits 1 when a bound is broken, saying which and, for a rate under
+the tolerance, the permits given up and their Waits' oversleep.
 
 ``--compare``: instead, two bursts of ``--runs`` started together (interleaved, on a key each)
 under the same load: the rate limit as it is, and the same workflow with a refused run reading
@@ -21,15 +27,21 @@ the spread), side by side.
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import threading
 import time
 import uuid
 from typing import Any, Sequence
 
+from locked_workflow.state_machines.rate_protocol import spacing_ms
 from tools.rate_checks import admission_stamps, crowded_windows, refused_admissions
 
 WORK = "Work"
 #: The guard after the Wait (``rate_protocol.on_time_expression``).
 GUARD = "Lock.OnTime?"
+#: The Wait until the reserved time (``rate_protocol.turn_seconds_expression``).
+TURN = "Lock.Turn"
 
 
 #: ``--compare``'s second workflow: a refused run reads again at once (no spread).
@@ -74,9 +86,101 @@ def most_in_a_window(times_ms: list[float], period_ms: float) -> int:
     return most
 
 
-def measure(results: list, *, limit: int, period_ms: int) -> dict:
+def _ms(event: dict) -> float:
+    return event["timestamp"].timestamp() * 1000
+
+
+def turns(history: list, admit_state: str = "Lock.Admit") -> list[dict]:
+    """Each admission's way to its work, from one history: its reserved time ``T`` (service
+    clock), when its Wait (:data:`TURN`) was entered and exited, when the guard was entered, and
+    whether the run entered its work (the last one) or gave the permit up (late, reserved again).
+    The lock's part of the lateness is the Wait's rounding up to the second (``ceil``: under 1 s
+    after ``T``); the Wait's end past ``T + 1 s``, and the transitions after it, are the
+    runtime's timing."""
+    stamps = iter(admission_stamps(history, admit_state))
+    rounds, current = [], None
+    for event in history:
+        if not event["type"].endswith(("StateEntered", "StateExited")):
+            continue
+        entered = event["type"].endswith("StateEntered")
+        name = (event["stateEnteredEventDetails"] if entered else event["stateExitedEventDetails"])["name"]
+        if name == TURN and entered:
+            current = {"T": next(stamps), "wait in": _ms(event)}
+            rounds.append(current)
+        elif name == TURN and current is not None:
+            current["wait out"] = _ms(event)
+        elif name == GUARD and entered and current is not None:
+            current["guard"] = _ms(event)
+        elif name == WORK and entered and current is not None:
+            current["work"] = _ms(event)
+    return rounds
+
+
+def _quantiles(values: list[float]) -> str:
+    """``p50 / p90 / max`` in seconds."""
+    v = sorted(values)
+    if not v:
+        return "-"
+    pick = lambda q: v[min(len(v) - 1, math.ceil(q * len(v)) - 1)]  # noqa: E731
+    return f"{pick(0.5) / 1000:.2f} / {pick(0.9) / 1000:.2f} / {v[-1] / 1000:.2f}"
+
+
+def lateness(results: list) -> dict:
+    """Where the entries' lateness comes from (p50 / p90 / max in seconds, over every admission,
+    the given-up ones too): the Wait's own sleep past the seconds it was given (``overslept``:
+    the runtime's Wait waking late), the Wait's end after the reserved time (``Wait out after
+    T``: the lock's rounding, under 1 s, plus the oversleep), the transition from the Wait into
+    the guard, and, for the permits given up, how much of their lateness was oversleep."""
+    rounds = [t for r in results for t in turns(r.history) if "guard" in t]
+    # the seconds the Wait was given: rounded up from its entry (its $millis() is a little later,
+    # so this is at most 1 s over for a Wait entered just before a second's boundary)
+    given = [max(0, math.ceil((t["T"] - t["wait in"]) / 1000)) * 1000 for t in rounds]
+    overslept = [t["wait out"] - t["wait in"] - g for t, g in zip(rounds, given)]
+    given_up = [(t, o) for t, o in zip(rounds, overslept) if "work" not in t]
+    return {
+        "Wait out after T p50/p90/max s": _quantiles([t["wait out"] - t["T"] for t in rounds]),
+        "overslept p50/p90/max s": _quantiles(overslept),
+        "Wait out to guard p50/p90/max s": _quantiles([t["guard"] - t["wait out"] for t in rounds]),
+        "Waits out over 1 s after T": sum(t["wait out"] - t["T"] > 1000 for t in rounds),
+        "given up: guard after T s": [round((t["guard"] - t["T"]) / 1000, 2) for t, _ in given_up],
+        "given up: overslept s": [round(o / 1000, 2) for _, o in given_up],
+    }
+
+
+class LoadAverage:
+    """The machine's 1-minute load average, sampled every ``every_s`` while a burst runs."""
+
+    def __init__(self, every_s: float = 15.0) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
+
+    def _run(self, every_s: float) -> None:
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(every_s):
+                return
+
+    def __enter__(self) -> "LoadAverage":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        s = self.samples or [os.getloadavg()[0]]
+        return f"{sum(s) / len(s):.1f} mean, {min(s):.1f}-{max(s):.1f}"
+
+
+def measure(results: list, *, limit: int, period_ms: int, every: list | None = None) -> dict:
+    """The figures of the admitted runs (``results``); the reservations, the permits given up
+    and the Waits' lateness of ``every`` run (default: ``results``) - a run that gave permits up
+    and then ended ``Lock.Timeout`` (its next permit past ``max_wait``) spent them too."""
+    every = results if every is None else every
     stamps = [r.output["admittedAt"] for r in results]
-    reserved = [s for r in results for s in admission_stamps(r.history)]
+    reserved = [s for r in every for s in admission_stamps(r.history)]
     entered = [next(e["timestamp"].timestamp() * 1000 for e in r.history if e["type"].endswith("StateEntered")
                     and e["stateEnteredEventDetails"]["name"] == WORK) for r in results]
     late = [e - s for e, s in zip(entered, stamps)]
@@ -87,6 +191,8 @@ def measure(results: list, *, limit: int, period_ms: int) -> dict:
     # the burst's rate: its admissions over the windows they span (the first window's too)
     rate = len(stamps) / (span + period_ms) * period_ms
     ideal = len(stamps) / ((-(-len(stamps) // limit) - 1) * period_ms + period_ms) * period_ms
+    # what the lock can reach: a permit is reused a period and the entry margin on
+    bound = len(stamps) / ((-(-len(stamps) // limit) - 1) * spacing_ms(period_ms) + period_ms) * period_ms
     return {
         "runs": len(results),
         "most per window (reserved)": most_in_a_window(reserved, period_ms),
@@ -101,12 +207,14 @@ def measure(results: list, *, limit: int, period_ms: int) -> dict:
         "refused admits max": max(refused_admissions(r.history) for r in results),
         "rate per period": round(rate, 3),
         "ideal rate per period": round(ideal, 3),
+        "rate bound with the margin": round(bound, 3),
         "late mean s": round(sum(late) / len(late) / 1000, 2),
         "late max s": round(max(late) / 1000, 2),
         "transitions/run": round(sum(sum(e["type"].endswith("StateEntered") for e in r.history)
                                      for r in results) / len(results), 1),
         "DynamoDB calls/run": round(sum(sum(e["type"] == "TaskScheduled" for e in r.history)
                                         for r in results) / len(results), 1),
+        **lateness(every),
     }
 
 
@@ -127,15 +235,16 @@ def run(args: argparse.Namespace) -> list[dict]:
         for keys in dict.fromkeys((1, args.keys)):  # (--keys 1: the one-key burst once)
             names = [f"k{i}-{uuid.uuid4().hex[:6]}" for i in range(keys)]
             started = time.time()
-            arns = [cloud.start_execution(arn, {"key": names[i % keys]}) for i in range(args.runs)]
-            results = cloud.wait_all(arns, max_wait_s + 900)
+            with LoadAverage() as load:
+                arns = [cloud.start_execution(arn, {"key": names[i % keys]}) for i in range(args.runs)]
+                results = cloud.wait_all(arns, max_wait_s + 900)
             for name in names:
                 mine = [r for r, i in zip(results, range(args.runs)) if names[i % keys] == name]
                 # (a run whose permit came after max_wait is counted; the figures are the others')
                 done = [r for r in mine if r.status == "SUCCEEDED"]
-                row = {"keys": keys, "key": name, "not admitted": len(mine) - len(done),
-                       **measure(done, limit=args.limit, period_ms=args.period * 1000),
-                       "makespan s": round(time.time() - started)}
+                row = {"keys": keys, "key": name, "not admitted": len(mine) - len(done), "ended": ended(mine),
+                       **(measure(done, limit=args.limit, period_ms=args.period * 1000, every=mine) if done else {}),
+                       "makespan s": round(time.time() - started), "load average": load.summary()}
                 rows.append(row)
                 print(row, flush=True)
     return rows
@@ -146,23 +255,56 @@ def compare(cloud: Any, machines: dict, args: argparse.Namespace, max_wait_s: in
     keys = {label: f"{label.replace(' ', '')}-{uuid.uuid4().hex[:6]}" for label in machines}
     started = time.time()
     arns: dict = {label: [] for label in machines}
-    for _ in range(args.runs):
-        for label, arn in machines.items():
-            arns[label].append(cloud.start_execution(arn, {"key": keys[label]}))
+    with LoadAverage() as load:
+        for _ in range(args.runs):
+            for label, arn in machines.items():
+                arns[label].append(cloud.start_execution(arn, {"key": keys[label]}))
+        finished, done_at = {}, {}
+        for label in machines:
+            finished[label] = cloud.wait_all(arns[label], max_wait_s + 900)
+            done_at[label] = time.time()
     rows = []
     for label in machines:
-        results = cloud.wait_all(arns[label], max_wait_s + 900)
+        results = finished[label]
         # (a run whose permit came after max_wait - permits given up under load push the last
         # ones past it - is counted, and its refused ADMITs with it; the figures are the others')
         failed = [r for r in results if r.status != "SUCCEEDED"]
         done = [r for r in results if r.status == "SUCCEEDED"]
-        row = {"keys": 1, "key": keys[label], "refused run": label, "not admitted": len(failed),
-               **measure(done, limit=args.limit, period_ms=args.period * 1000),
+        row = {"keys": 1, "key": keys[label], "refused run": label, "not admitted": len(failed), "ended": ended(results),
+               **(measure(done, limit=args.limit, period_ms=args.period * 1000, every=results) if done else {}),
                "refused admits/run (all)": round(sum(refused_admissions(r.history) for r in results) / len(results), 2),
-               "makespan s": round(time.time() - started)}
+               "makespan s": round(done_at[label] - started), "load average": load.summary()}
         rows.append(row)
         print(row, flush=True)
     return rows
+
+
+def ended(results: list) -> dict:
+    """How the runs ended: status (and error), with their counts."""
+    counts: dict = {}
+    for r in results:
+        outcome = r.status if r.status == "SUCCEEDED" else f"{r.status} {r.error}"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def bounds_broken(row: dict, *, limit: int, tolerance: float) -> list[str]:
+    """The bounds a row breaks, each with what broke it: a rate under the tolerance says how
+    many permits were given up and how late their Waits ended (the runtime's timing: a Wait
+    the lock gave the right seconds that woke late), beside the load average."""
+    broken = []
+    if row["not admitted"]:
+        broken.append(f"{row['not admitted']} runs not admitted ({row.get('ended')})")
+    if "rate per period" not in row:  # no run admitted
+        return broken
+    for what in ("reserved", "entries"):
+        if row[f"most per window ({what})"] > limit:
+            broken.append(f"{row[f'most per window ({what})']} {what} in a window")
+    floor = row["ideal rate per period"] * (1 - tolerance)
+    if row["rate per period"] < floor:
+        broken.append(f"rate {row['rate per period']} < {floor:.3f} with {row['permits given up']} permits given up "
+                      f"(their Waits overslept {row['given up: overslept s']} s; load average {row['load average']})")
+    return broken
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -177,15 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a burst with the refused runs' spread beside one that reads again at once")
     args = parser.parse_args(argv)
     rows = run(args)
-    broken = [r for r in rows if r["not admitted"] or r["most per window (reserved)"] > args.limit
-              or r["most per window (entries)"] > args.limit
-              or r["rate per period"] < r["ideal rate per period"] * (1 - args.tolerance)]
-    headers = list(rows[0])
+    broken = {r["key"]: bounds_broken(r, limit=args.limit, tolerance=args.tolerance) for r in rows}
+    broken = {k: v for k, v in broken.items() if v}
+    headers = list(max(rows, key=len))
     print("| " + " | ".join(headers) + " |")
     print("|" + "---|" * len(headers))
     for row in rows:
-        print("| " + " | ".join(str(row[h]) for h in headers) + " |")
-    print("bounds broken: " + (", ".join(r["key"] for r in broken) if broken else "none"))
+        print("| " + " | ".join(str(row.get(h, "-")) for h in headers) + " |")
+    print("bounds broken: " + ("; ".join(f"{k}: {', '.join(v)}" for k, v in broken.items()) if broken else "none"))
     return 1 if broken else 0
 
 
