@@ -5,6 +5,8 @@ Also documents that bare moto already honours a state machine's ``TimeoutSeconds
 
 from __future__ import annotations
 
+import time
+
 import boto3
 
 from locked_workflow.testing import LocalCloud
@@ -85,3 +87,17 @@ def test_runtime_closes_the_history_of_a_timed_out_blocked_task():
         result = cloud.wait_for(cloud.start_execution(machine, {}), timeout=10)
     assert result.status == "TIMED_OUT"
     assert [event["type"] for event in result.history][-2:] == ["TaskSubmitted", "ExecutionTimedOut"]
+
+
+def test_wait_for_returns_when_the_execution_ends_not_at_its_next_poll():
+    """``wait_for`` waits on the end of an execution (``execution_end.wait_for_end``), not on a
+    poll interval: with a 60 s ``poll_s`` and a 1 s execution it still returns in seconds. On a
+    sleeping poll it returned after 60 s (the first poll finds the execution running)."""
+    one_second = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 1, "End": True}}}
+    with LocalCloud() as cloud:
+        arn = cloud.start_execution(create_state_machine(one_second), {})
+        started = time.monotonic()
+        result = cloud.wait_for(arn, timeout=120, poll_s=60)
+        waited = time.monotonic() - started
+    assert result.status == "SUCCEEDED"
+    assert waited < 30, f"wait_for took {waited:.1f} s for a 1 s execution: it slept out its poll"
