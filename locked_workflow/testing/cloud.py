@@ -24,16 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import boto3
-from botocore.config import Config
+from locked_workflow.testing import cdk_preload
 
-from locked_workflow.testing import patches
-from locked_workflow.testing.deployer import Deployer, Deployment
-from locked_workflow.testing.dynamodb_local import CREDENTIALS, DynamoDBLocal
-from locked_workflow.testing.events import EventRouter
-from locked_workflow.testing.lambda_runtime import FunctionRegistry
-from locked_workflow.testing import history_fast_path
-from locked_workflow.testing.patches import execution_end, history_limit, task_tokens
+cdk_preload.start()  # node loads aws-cdk-lib while Python imports moto below
+
+import boto3  # noqa: E402
+from botocore.config import Config  # noqa: E402
+
+from locked_workflow.testing import patches  # noqa: E402
+from locked_workflow.testing.deployer import Deployer, Deployment  # noqa: E402
+from locked_workflow.testing.dynamodb_local import CREDENTIALS, DynamoDBLocal  # noqa: E402
+from locked_workflow.testing.events import EventRouter  # noqa: E402
+from locked_workflow.testing.lambda_runtime import FunctionRegistry  # noqa: E402
+from locked_workflow.testing import history_fast_path  # noqa: E402
+from locked_workflow.testing.patches import execution_end, history_limit, task_tokens  # noqa: E402
 
 BACKENDS = ("moto", "dynamodb-local")
 DEFAULT_ACCOUNT_ID = "123456789012"
