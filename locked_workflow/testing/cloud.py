@@ -344,7 +344,9 @@ class LocalCloud:
         next_report = time.monotonic() + progress_s
         ended: dict[str, dict[str, Any]] = {}
         for arn in execution_arns:  # one at a time: a poll describes one execution, not all
-            next_describe = 0.0
+            # not at once: while the backend says it runs, the answer is RUNNING (an ARN the
+            # backend does not know goes to the API at the first poll)
+            next_describe = time.monotonic() + _DESCRIBE_EVERY_S
             while arn not in ended:
                 seen = execution_end.ended_count()
                 # The API's DescribeExecution decides; between its calls (one a second at

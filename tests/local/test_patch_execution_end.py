@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import boto3
+import pytest
 
 from locked_workflow.testing import LocalCloud
 from locked_workflow.testing.patches import execution_snapshot
@@ -101,3 +102,31 @@ def test_wait_for_returns_when_the_execution_ends_not_at_its_next_poll():
         waited = time.monotonic() - started
     assert result.status == "SUCCEEDED"
     assert waited < 30, f"wait_for took {waited:.1f} s for a 1 s execution: it slept out its poll"
+
+
+def test_wait_for_asks_the_api_only_once_the_backend_says_it_ended_or_a_second_passed():
+    """While the backend says the execution runs, ``wait_all`` calls DescribeExecution at most
+    once a second (each call ~3 ms of the process's CPU); it used to call it at once, on its
+    first poll, for every execution waited for. An unknown ARN still goes to the API."""
+    two_seconds = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 2, "End": True}}}
+    with LocalCloud() as cloud:
+        arn = cloud.start_execution(create_state_machine(two_seconds), {})
+        calls: list[tuple[float, str]] = []
+        describe = cloud.describe
+        started = time.monotonic()
+
+        def counting(execution_arn: str) -> dict:
+            try:
+                backend = cloud.moto_execution(execution_arn).exec_status
+            except Exception:  # noqa: BLE001 - an execution the backend does not know
+                backend = "unknown"
+            calls.append((time.monotonic() - started, getattr(backend, "value", backend)))
+            return describe(execution_arn)
+
+        cloud.describe = counting  # type: ignore[method-assign]
+        assert cloud.wait_for(arn, timeout=120).status == "SUCCEEDED"
+        unknown = arn.rsplit(":", 1)[0] + ":never-started"
+        with pytest.raises(Exception, match="ExecutionDoesNotExist"):
+            cloud.wait_for(unknown, timeout=5)
+    early_while_running = [(t, status) for t, status in calls if t < 0.9 and status == "RUNNING"]
+    assert calls and not early_while_running, calls
