@@ -24,16 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import boto3
-from botocore.config import Config
+from locked_workflow.testing import cdk_preload
 
-from locked_workflow.testing import patches
-from locked_workflow.testing.deployer import Deployer, Deployment
-from locked_workflow.testing.dynamodb_local import CREDENTIALS, SERVERS, DynamoDBLocal
-from locked_workflow.testing.events import EventRouter
-from locked_workflow.testing.lambda_runtime import FunctionRegistry
-from locked_workflow.testing import history_fast_path
-from locked_workflow.testing.patches import history_limit, task_tokens
+cdk_preload.start()  # node loads aws-cdk-lib while Python imports moto below
+
+import boto3  # noqa: E402
+from botocore.config import Config  # noqa: E402
+
+from locked_workflow.testing import patches  # noqa: E402
+from locked_workflow.testing.deployer import Deployer, Deployment  # noqa: E402
+from locked_workflow.testing.dynamodb_local import CREDENTIALS, SERVERS, DynamoDBLocal  # noqa: E402
+from locked_workflow.testing.events import EventRouter  # noqa: E402
+from locked_workflow.testing.lambda_runtime import FunctionRegistry  # noqa: E402
+from locked_workflow.testing import history_fast_path  # noqa: E402
+from locked_workflow.testing.patches import execution_end, history_limit, task_tokens  # noqa: E402
 
 BACKENDS = ("moto", "dynamodb-local")
 DEFAULT_ACCOUNT_ID = "123456789012"
@@ -330,6 +334,9 @@ class LocalCloud:
                  progress_s: float = 10.0) -> list[ExecutionResult]:
         """Wait until every execution ends, in the order given.
 
+        Between polls it waits on the end of any execution (``patches/execution_end``), so it
+        returns as soon as the last one ends; ``poll_s`` is only the longest wait between polls.
+
         Every ``progress_s`` seconds logs how many are still running, and which (logger
         ``locked_workflow.testing.wait``, INFO: ``--log-cli-level=INFO`` shows it live, and
         pytest shows it with a failing test). At ``timeout``, raises
@@ -340,8 +347,11 @@ class LocalCloud:
         next_report = time.monotonic() + progress_s
         ended: dict[str, dict[str, Any]] = {}
         for arn in execution_arns:  # one at a time: a poll describes one execution, not all
-            next_describe = 0.0
+            # not at once: while the backend says it runs, the answer is RUNNING (an ARN the
+            # backend does not know goes to the API at the first poll)
+            next_describe = time.monotonic() + _DESCRIBE_EVERY_S
             while arn not in ended:
+                seen = execution_end.ended_count()
                 # The API's DescribeExecution decides; between its calls (one a second at
                 # least) the backend's status says when to call it - a poll without building a
                 # response (about 6 ms each, for every waited execution, 20 times a second).
@@ -359,7 +369,8 @@ class LocalCloud:
                     _wait_log.info("waiting for %d of %d executions: %s", len(running), len(execution_arns),
                                    "; ".join(self.whereabouts(a) for a in running[:5]))
                     next_report = now + progress_s
-                time.sleep(poll_s)
+                # woken as soon as an execution ends (the poll interval is the longest wait)
+                execution_end.wait_for_end(seen, poll_s)
         return [self._result(arn, ended[arn]) for arn in execution_arns]
 
     def _ended_in_backend(self, execution_arn: str) -> bool:

@@ -5,7 +5,10 @@ Also documents that bare moto already honours a state machine's ``TimeoutSeconds
 
 from __future__ import annotations
 
+import time
+
 import boto3
+import pytest
 
 from locked_workflow.testing import LocalCloud
 from locked_workflow.testing.patches import execution_snapshot
@@ -85,3 +88,45 @@ def test_runtime_closes_the_history_of_a_timed_out_blocked_task():
         result = cloud.wait_for(cloud.start_execution(machine, {}), timeout=10)
     assert result.status == "TIMED_OUT"
     assert [event["type"] for event in result.history][-2:] == ["TaskSubmitted", "ExecutionTimedOut"]
+
+
+def test_wait_for_returns_when_the_execution_ends_not_at_its_next_poll():
+    """``wait_for`` waits on the end of an execution (``execution_end.wait_for_end``), not on a
+    poll interval: with a 60 s ``poll_s`` and a 1 s execution it still returns in seconds. On a
+    sleeping poll it returned after 60 s (the first poll finds the execution running)."""
+    one_second = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 1, "End": True}}}
+    with LocalCloud() as cloud:
+        arn = cloud.start_execution(create_state_machine(one_second), {})
+        started = time.monotonic()
+        result = cloud.wait_for(arn, timeout=120, poll_s=60)
+        waited = time.monotonic() - started
+    assert result.status == "SUCCEEDED"
+    assert waited < 30, f"wait_for took {waited:.1f} s for a 1 s execution: it slept out its poll"
+
+
+def test_wait_for_asks_the_api_only_once_the_backend_says_it_ended_or_a_second_passed():
+    """While the backend says the execution runs, ``wait_all`` calls DescribeExecution at most
+    once a second (each call ~3 ms of the process's CPU); it used to call it at once, on its
+    first poll, for every execution waited for. An unknown ARN still goes to the API."""
+    two_seconds = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 2, "End": True}}}
+    with LocalCloud() as cloud:
+        arn = cloud.start_execution(create_state_machine(two_seconds), {})
+        calls: list[tuple[float, str]] = []
+        describe = cloud.describe
+        started = time.monotonic()
+
+        def counting(execution_arn: str) -> dict:
+            try:
+                backend = cloud.moto_execution(execution_arn).exec_status
+            except Exception:  # noqa: BLE001 - an execution the backend does not know
+                backend = "unknown"
+            calls.append((time.monotonic() - started, getattr(backend, "value", backend)))
+            return describe(execution_arn)
+
+        cloud.describe = counting  # type: ignore[method-assign]
+        assert cloud.wait_for(arn, timeout=120).status == "SUCCEEDED"
+        unknown = arn.rsplit(":", 1)[0] + ":never-started"
+        with pytest.raises(Exception, match="ExecutionDoesNotExist"):
+            cloud.wait_for(unknown, timeout=5)
+    early_while_running = [(t, status) for t, status in calls if t < 0.9 and status == "RUNNING"]
+    assert calls and not early_while_running, calls

@@ -56,6 +56,10 @@ from moto.stepfunctions.responses import StepFunctionResponse
 from locked_workflow.testing.seams import patch_attribute, wrap
 
 _ONCE = threading.Lock()
+#: Notified each time an execution ends (its final status recorded): what ``LocalCloud.wait_all``
+#: waits on between its polls, instead of sleeping its poll interval out.
+_ENDED = threading.Condition()
+_ended_count = 0
 #: How long StopExecution waits for a just-started execution's interpreter.
 ENV_WAIT_S = 60.0
 #: The events that end an execution's history (nothing may be recorded after one).
@@ -92,6 +96,27 @@ def _close_history(execution: Execution) -> None:
     manager._local_closed = True  # type: ignore[attr-defined]
 
 
+def ended_count() -> int:
+    """How many executions have ended so far in this process (a mark for :func:`wait_for_end`)."""
+    with _ENDED:
+        return _ended_count
+
+
+def wait_for_end(since: int, timeout: float) -> bool:
+    """Wait until an execution ends after ``since`` (a count :func:`ended_count` returned), at
+    most ``timeout`` seconds; True if one did. Any execution's end wakes the waiter: it then
+    checks its own, as it would after a sleep."""
+    with _ENDED:
+        return _ENDED.wait_for(lambda: _ended_count != since, timeout)
+
+
+def _notify_ended() -> None:
+    global _ended_count
+    with _ENDED:
+        _ended_count += 1
+        _ENDED.notify_all()
+
+
 def _quiet_stopped_branch(original):  # type: ignore[no-untyped-def]
     def _thread_routine(self):  # type: ignore[no-untyped-def]
         try:
@@ -126,6 +151,7 @@ def apply(stack: ExitStack) -> None:
                     execution.cause = state.cause or None
             if execution.exec_status in (ExecutionStatus.ABORTED, ExecutionStatus.TIMED_OUT):
                 _close_history(execution)
+            _notify_ended()
 
         return terminated
 
