@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Sequence
 from aws_cdk import Annotations, Duration, Stack, aws_lambda as lambda_, aws_stepfunctions as sfn
 from constructs import Construct
 
+from locked_workflow.constructs_lib.lambda_limits import LAMBDA_INIT_LIMIT_S
 from locked_workflow.constructs_lib.section_record import named_states
 from locked_workflow.state_machines.lock_protocol import jsonata
 
@@ -29,12 +30,6 @@ DEFAULT_STOP_GRACE = Duration.minutes(15)
 STOP_GRACE_MARGIN_S = 5
 #: A Lambda function without a timeout of its own runs for at most 3 s.
 LAMBDA_DEFAULT_TIMEOUT_S = 3
-#: Lambda's Init phase (a cold start: the runtime, the extensions, the function's module code)
-#: runs before the function's timeout starts, for up to 10 s on an on-demand function; when it
-#: does not complete, Lambda retries it within the invocation, under the function's timeout
-#: (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html). A handler
-#: invoked just before a stop may so enter its work up to this long plus its timeout after it.
-LAMBDA_INIT_LIMIT_S = 10
 
 
 def derive_stop_grace(scope: Construct, tasks_found: Sequence[dict]) -> Duration:

@@ -23,8 +23,8 @@ Fix: each in-process function keeps an :class:`EnvironmentPool`. An invocation t
 environment (the one idle most recently) or initializes a new one: the handler is imported
 afresh (``lambda_runtime``), with environment-own copies of the function's modules (its asset
 and layers) and of :data:`ENVIRONMENT_PACKAGES` - as each environment is a process of its
-own on AWS. Init runs before the function's timeout starts, as Lambda's does (and as the
-runtime's single import did). When the invocation ends the environment is idle again; one
+own on AWS. Init runs before the function's timeout starts, as Lambda's does, up to Lambda's
+Init limit (``lambda_runtime``; and as the runtime's single import did). When the invocation ends the environment is idle again; one
 whose invocation timed out is discarded (its handler thread runs on, as zombie work), so the
 next invocation initializes another. Each environment writes its own log stream.
 

@@ -22,7 +22,15 @@ function's environment variables applied, and calls it with the event and a
   runs no other invocation meanwhile, with its own import of the handler
   (:mod:`~locked_workflow.testing.lambda_environments`, with the AWS pages): concurrent
   invocations each see their own module state, an idle environment is reused warm, and
-  each environment's Init (the handler's import) runs before the function's timeout starts.
+  each environment's Init (the handler's import) runs before the function's timeout starts -
+  for up to Lambda's Init limit (10 s): past it, Lambda retries the Init within the
+  invocation, under the function's timeout
+  (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html), so the
+  timeout here starts at the Init's end or at the limit, whichever comes first, and an
+  invocation whose Init outlasts both times out without running its handler. (Inits run
+  one at a time here: on a loaded machine one may wait long behind the others; before,
+  the timeout started after that wait, and a stopped holder's work could start past
+  any stop grace.)
 * **Environment variables**: ``os.environ`` is replaced (while the runtime is active) by a mapping
   with a per-thread overlay, so concurrent invocations of functions with different
   variables each see their own; everything else sees the process environment.
@@ -64,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from locked_workflow.constructs_lib.lambda_limits import LAMBDA_INIT_LIMIT_S
 from locked_workflow.testing import function_logs, lambda_imports
 from locked_workflow.testing.lambda_environments import (
     ENVIRONMENT_PACKAGES,
@@ -82,6 +91,9 @@ DEFAULT_ENVIRONMENT = {
 
 #: The error type of an invocation that ran past its function's timeout.
 TIMED_OUT = "Sandbox.Timedout"
+#: How long an invocation's Init may run before the function's timeout starts (Lambda's Init
+#: limit; a module attribute so a test can shorten it).
+INIT_LIMIT_S: float = LAMBDA_INIT_LIMIT_S
 
 
 class HandlerNotFoundError(RuntimeError):
@@ -364,7 +376,9 @@ class InProcessFunction:
 
     # -- invoking -----------------------------------------------------------------------
 
-    def context(self, log_stream: str) -> LambdaContext:
+    def context(self, log_stream: str, started: float | None = None) -> LambdaContext:
+        """The invocation's context; its timeout runs from ``started`` (``time.monotonic()``;
+        default now)."""
         return LambdaContext(
             function_name=self.name,
             function_version="$LATEST",
@@ -374,6 +388,7 @@ class InProcessFunction:
             log_group_name=self.log_group,
             log_stream_name=log_stream,
             timeout_s=self.timeout_s,
+            **({} if started is None else {"_started": started}),
         )
 
     def invoke(self, event: Any) -> Invocation:
@@ -384,6 +399,7 @@ class InProcessFunction:
         ``Sandbox.Timedout`` while that thread, which nothing can stop, runs on, and its
         environment is never reused.
         """
+        arrived = time.monotonic()
         environment, number = self.environments.take()
         if environment is None:
             try:
@@ -392,7 +408,12 @@ class InProcessFunction:
                 return _error_invocation(error)
             self.environments.initialized_one(environment, number)
         log_stream, handler = environment.log_stream, environment.handler
-        context = self.context(log_stream)
+        # the timeout starts once Init is done, or at the Init limit: Lambda retries an Init
+        # past it within the invocation, under the function's timeout (Inits run one at a
+        # time here: on a loaded machine one may wait long for the others)
+        context = self.context(log_stream, started=min(time.monotonic(), arrived + INIT_LIMIT_S))
+        if context.get_remaining_time_in_millis() <= 0 and self.environments.reset(environment, number):
+            return self._timed_out(context)  # (its Init outlasted the limit and the timeout: never run)
         outcome: list[Invocation] = []
         finished = threading.Event()
 
@@ -409,9 +430,13 @@ class InProcessFunction:
                 finished.set()
 
         threading.Thread(target=run, name=f"lambda:{self.name}", daemon=True).start()
-        if finished.wait(self.timeout_s) or not self.environments.reset(environment, number):
+        if finished.wait(context.get_remaining_time_in_millis() / 1000) or not self.environments.reset(environment, number):
             finished.wait()  # (it ended as the timeout came: its outcome is there or comes at once)
             return outcome[0]
+        return self._timed_out(context)
+
+    def _timed_out(self, context: LambdaContext) -> Invocation:
+        """The invocation's ``Sandbox.Timedout`` error."""
         message = f"RequestId: {context.aws_request_id} Error: Task timed out after {self.timeout_s:.2f} seconds"
         payload = {"errorType": TIMED_OUT, "errorMessage": message}
         return Invocation(json.dumps(payload).encode("utf-8"), error_type=TIMED_OUT)

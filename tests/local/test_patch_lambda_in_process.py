@@ -248,6 +248,63 @@ def test_a_lambda_task_past_the_function_timeout_fails(tmp_path, catch):
     assert result.output == "Sandbox.Timedout"
 
 
+#: Its Init (the module's import) takes ``INIT_SLEEP`` seconds; the handler reports the time it
+#: has left, at once.
+SLOW_INIT_HANDLER = '''
+import os
+import time
+
+time.sleep(float(os.environ["INIT_SLEEP"]))
+
+
+def handler(event, context):
+    return {"remaining": context.get_remaining_time_in_millis()}
+'''
+
+
+def _slow_init_function(tmp_path, init_sleep_s: float) -> dict:
+    lambda_folder(tmp_path, "SlowInit", SLOW_INIT_HANDLER)
+    return {"Resources": {"SlowInit": {
+        "Type": "AWS::Lambda::Function",
+        "Properties": {"Handler": "index.handler", "Runtime": "python3.12", "Timeout": 1,
+                       "Environment": {"Variables": {"INIT_SLEEP": str(init_sleep_s)}},
+                       "Code": {"S3Bucket": "cdk-assets", "S3Key": "SlowInit.zip"}},
+        "Metadata": {"aws:asset:path": "SlowInit"},
+    }}}
+
+
+def _invoke_slow_init(tmp_path, monkeypatch, init_sleep_s: float) -> dict:
+    """One invocation of a function whose Init takes ``init_sleep_s``, with Lambda's Init
+    limit shortened to 0.5 s (the real one is 10 s) and a 1 s timeout."""
+    from locked_workflow.testing import lambda_runtime
+
+    monkeypatch.setattr(lambda_runtime, "INIT_LIMIT_S", 0.5)
+    with LocalCloud() as cloud:
+        app = cloud.deploy(_slow_init_function(tmp_path, init_sleep_s), assets_dir=tmp_path)
+        response = cloud.client("lambda").invoke(FunctionName=app.function_name("SlowInit"), Payload=b"{}")
+        return json.loads(response["Payload"].read())
+
+
+def test_an_init_past_lambdas_init_limit_is_counted_in_the_function_timeout(tmp_path, monkeypatch):
+    """AWS: Init runs before the timeout starts for at most 10 s; an Init that does not complete
+    by then is retried within the invocation, under the function's timeout
+    (https://docs.aws.amazon.com/lambda/latest/dg/lambda-runtime-environment.html), so a handler
+    ends by its invoke + the Init limit + its timeout - the bound a lock's stop grace is derived
+    from (``section_work.derive_stop_grace``). Before: the timeout started after Init however long
+    it took (Inits run one at a time here, and queue on a loaded machine), and a stopped holder's
+    probe entered its work ~47 s after the stop (the fault matrix's WakeAgain witness)."""
+    payload = _invoke_slow_init(tmp_path, monkeypatch, init_sleep_s=1.0)
+    # (Init took >= 1 s: 0.5 s of it past the limit, taken from the 1 s timeout)
+    assert payload["remaining"] <= 500, payload
+
+
+def test_an_invocation_whose_init_outlasts_the_limit_and_the_timeout_times_out_unrun(tmp_path, monkeypatch):
+    """Init past the Init limit + the function's timeout: the invocation times out, and its
+    handler never runs (on AWS the invocation ended while Init was still retried)."""
+    payload = _invoke_slow_init(tmp_path, monkeypatch, init_sleep_s=2.0)
+    assert payload.get("errorType") == "Sandbox.Timedout", payload
+
+
 PACKAGE_HANDLER = '''
 from locked_workflow.constructs_lib import client_lease
 

@@ -608,10 +608,9 @@ class Model:
         elif p.pc == "window":  # the claim window ends (or the grantee is dead): retake row c + 1
             if self._window_may_end(s, i, p):
                 yield f"{me} retakes row {p.c + 1}", go("window_wake", row=s.row(p.c + 1))(s.with_row(p.c + 1, None))
-        elif p.pc == "window_wake":  # a re-park found: wake it; else revoke
+        elif p.pc == "window_wake":  # a re-park found: wake it (as Retake -> Reparked?: no look at the lock); else revoke
             row = p.row
-            if row is not None and row.owner == p.nxt and row.token is not None \
-                    and lock.owner == p.nxt and lock.fence == p.nfence:
+            if row is not None and row.owner == p.nxt and row.token is not None:
                 yield from self._wake(s, i, me, p, row, f"{me} wakes {p.nxt}'s new park", go("after_loop"),
                                       go("last_look"), f"{me} wake of {p.nxt}'s new park fails")
             else:
