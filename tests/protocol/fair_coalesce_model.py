@@ -154,7 +154,7 @@ class CoalescingModel(Model):
         j = self.names().index(owner)
         q = s.procs[j]
         if q.pc == "parked" and p.row.token == (owner, "current"):
-            woken = self._set(s, j, replace(q, pc="done", superseded=True))
+            woken = self._set(s, j, replace(q, pc="done", superseded=True, awaits_mark=False))
             yield f"{me} wakes {owner} superseded", go(then)(woken)
             if self.lost_wakes and p.lost == 0:
                 yield f"{me} wakes {owner} superseded: response lost", go(then, lost=1)(woken)

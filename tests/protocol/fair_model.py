@@ -226,6 +226,12 @@ class Proc:
     nfence: int = 0
     #: a refused grant of a release whose lock is still its own: the ``served`` to go on from
     resume: Optional[int] = None
+    #: a waiter running the handoff for a head that does not move (the state machine's ``Help``:
+    #: only its mark that stands goes back to park, ``after_mark``; a release's never does)
+    helping: bool = False
+    #: parked again after a mark that stands: its park ends at the park timeout, the moment the
+    #: mark may be skipped - with ``fallback`` off too (this park *is* the wait for the mark to age)
+    awaits_mark: bool = False
     #: (``janitor_look``) a grant was made to me after I crashed; the janitor's progress for me
     granted_dead: bool = False
     jan: str = ""
@@ -415,7 +421,7 @@ class Model:
         it goes straight to its work, the protocol before F1)."""
         if self.variant == "work_before_confirm":
             return self._grant_to(s, j, name)
-        return self._set(s, j, replace(s.procs[j], pc="confirm"))
+        return self._set(s, j, replace(s.procs[j], pc="confirm", awaits_mark=False))
 
     def _wake(self, s: State, i: int, me: str, p: Proc, row: Row, label: str, on_ok, on_failed, failed_label: str):
         """``SendTaskSuccess`` to the token of ``row``: delivered (the waiter is woken) and
@@ -468,8 +474,8 @@ class Model:
             ok, row = park(t.row(p.ticket), me, (me, "current"), v)
             yield from self._write(s, i, me, p, "park", ok, t.with_row(p.ticket, row), go("parked"), go("acq_head"))
         elif p.pc == "parked":
-            if self.fallback:
-                yield f"{me} park times out", go("inspect")(s)
+            if self.fallback or p.awaits_mark:
+                yield f"{me} park times out", go("inspect", awaits_mark=False)(s)
         elif p.pc == "acq_head":
             ok, after = grant(lock, me, stale, me, p.ticket - 1, v)
             yield from self._write(s, i, me, p, "acquire as head", ok, replace(s, lock=after),
@@ -483,7 +489,7 @@ class Model:
             elif served == p.ticket - 1 and acquire_ok(lock, me, stale):
                 yield f"{me} is the head of a free lock", go("acq_head")(s)
             elif acquire_ok(lock, me, stale):  # a free lock whose head does not move: hand it off
-                yield f"{me} runs the handoff for the head", go("take", c=served, holding=False)(s)
+                yield f"{me} runs the handoff for the head", go("take", c=served, holding=False, helping=True)(s)
             else:
                 yield f"{me} parks again", go("park")(s)
         elif p.pc == "claim":
@@ -491,7 +497,7 @@ class Model:
             yield from self._write(s, i, me, p, "claim", ok, replace(s, lock=after),
                                    lambda t: self._grant_to(t, i, me), go("inspect"))
         elif p.pc == "cs":
-            yield f"{me} leaves the work", go("take_parked", c=p.ticket, holding=True)(s)
+            yield f"{me} leaves the work", go("take_parked", c=p.ticket, holding=True, helping=False)(s)
         # -- the release: the common cases first ----------------------------------------------
         elif p.pc == "take_parked":  # take row c + 1 only if its waiter is parked: straight to the grant
             ok, row = take_parked(s.row(p.c + 1))
@@ -560,9 +566,11 @@ class Model:
             # a helper's mark that stands (the ticket not served meanwhile: ``Served``, ``Litter?``)
             # sends it back to its park (``after_mark``): the mark may be skipped only once it
             # is a park timeout old (the variant ``helper_looks_at_once``: it looks again at once)
-            helper_parks = not p.granted and _n(lock.served) <= p.c and v != "helper_looks_at_once"
+            helper_parks = p.helping and _n(lock.served) <= p.c and v != "helper_looks_at_once"
             yield from self._write(s, i, me, p, f"mark {p.c + 1}", ok, s.with_row(p.c + 1, row),
-                                   go("park") if helper_parks else go("after_loop"), go("take"))
+                                   go("park", helping=False, awaits_mark=True) if helper_parks
+                                   else go("after_loop", helping=False),
+                                   go("take"))
         elif p.pc == "recheck":  # a refused grant: granted by my lost response?
             if lock.owner == p.nxt and lock.served == p.c + 1 and lock.handed == me:
                 yield f"{me} rechecks: granted", go("wake", nfence=lock.fence)(s)
@@ -581,7 +589,7 @@ class Model:
             woken = q.pc == "parked" and p.row.token == (p.nxt, "current")
             after = (go("take", c=p.resume, resume=None) if p.resume is not None
                      else go("after_loop", verdict=self._taken_over_verdict(p)))
-            yield f"{me} nudges {p.nxt}", after(self._set(s, j, replace(q, pc="inspect")) if woken else s)
+            yield f"{me} nudges {p.nxt}", after(self._set(s, j, replace(q, pc="inspect", awaits_mark=False)) if woken else s)
         elif p.pc == "wake":
             failed = go("early" if self.early_look else "window")
             yield from self._wake(s, i, me, p, p.row, f"{me} wakes {p.nxt}", go("after_loop"), failed,
