@@ -207,7 +207,11 @@ class FairQueue:
         """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
         ended execution's parks): mark the row left - only a row still there, never one a
         handoff took - then, if the lock is free, hand it to the next waiter. Returns the
-        lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it)."""
+        lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it).
+        A row ``me`` already marked left is not written again: LEAVE's condition admits a row
+        that is gone (a hole's), so writing it again after a handoff took the row - the
+        janitor's hand-on of a waiter that had left by itself, arriving late - would put the
+        row back for good."""
         _text(row_key, "row_key")
         _text(me, "me")
         ticket_text, _, table_key = row_key[len(fair.ROW_MARK):].partition(fair.ROW_MARK)
@@ -216,7 +220,7 @@ class FairQueue:
         ticket = int(ticket_text)
         row = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(row_key),
                                      ConsistentRead=True).get("Item")
-        if row is not None and row.get(OWNER, {}).get("S") in (None, me):
+        if row is not None and row.get(OWNER, {}).get("S") in (None, me) and fair.LEFT not in row:
             self._row_update(row_key, fair.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
         item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
                                       ConsistentRead=True).get("Item", {})
