@@ -29,12 +29,13 @@ pytestmark = pytest.mark.usefixtures("offline_aws_env")
 
 @pytest.fixture(scope="module")
 def dynamodb_local():
-    """One DynamoDB Local server for the module, with the lock table (tests use keys of their own)."""
-    from locked_workflow.testing.dynamodb_local import DynamoDBLocal
+    """The process's DynamoDB Local server (``SERVERS``: the one the clouds borrow, not a JVM of
+    the module's own), with the lock table (tests use keys of their own)."""
+    from locked_workflow.testing.dynamodb_local import SERVERS
     from locked_workflow.testing.pytest_plugin import require_backend
 
     require_backend("dynamodb-local")
-    with DynamoDBLocal() as server:
+    with SERVERS.lend() as server:
         client = server.client()
         client.create_table(
             TableName=TABLE,
