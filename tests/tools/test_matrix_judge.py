@@ -206,3 +206,23 @@ def test_a_plain_mutex_behind_a_dead_reader_has_two_liveness_rounds() -> None:
     assert blocked(scene("RwMutex")) == []
     # the control: a polling waiter of another kind behind it has one round
     assert blocked(scene("Semaphore"))
+
+
+def test_a_gates_hold_within_the_wait_counts_toward_the_bound_once() -> None:
+    # A waiter entering 20 s past its bound, counted from the holder's end: a ``gate:`` held a call
+    # 25 s of that wait (two overlapping holds, 15 s + 15 s with 5 s shared), the harness's pause
+    # and not the lock's: not blocked. The control: the same wait with no hold, or with the hold
+    # before the holder's end (it paused nobody waiting for it), is caught.
+    waiter_enters = HOLDER_END_MS + BOUND_MS + 20_000
+    scene = _scene(grantee_end_ms=HOLDER_END_MS - 100, waiter_enters_ms=waiter_enters, grantee_took=False)
+    scene[1].status, scene[1].stopped = "SUCCEEDED", False  # (only the holder ended abnormally)
+    holds = [(HOLDER_END_MS + 1_000, HOLDER_END_MS + 16_000), (HOLDER_END_MS + 11_000, HOLDER_END_MS + 26_000)]
+    assert blocked(scene, gate_holds=holds) == []
+    assert any("after Fair cell-0-abcd1234 ended ABORTED" in line for line in blocked(scene))
+    early = [(0, HOLDER_END_MS)]
+    assert any("after Fair cell-0-abcd1234 ended ABORTED" in line for line in blocked(scene, gate_holds=early))
+    # (overlapping holds count once: 25 s, not 30 s - 5 s short of 30 s past the bound is caught)
+    later = _scene(grantee_end_ms=HOLDER_END_MS - 100, waiter_enters_ms=HOLDER_END_MS + BOUND_MS + 28_000,
+                   grantee_took=False)
+    later[1].status, later[1].stopped = "SUCCEEDED", False
+    assert any("ended ABORTED" in line for line in blocked(later, gate_holds=holds))

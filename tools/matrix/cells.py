@@ -31,7 +31,8 @@ from tools.matrix import rows as matrix_rows
 from tools.matrix.gate import GATE_S, Gate, index_of
 from tools.matrix.judge import Judging
 from tools.matrix.roles import (CONTEND_ARRIVAL_S, CONTEND_HOLD_MS, HARD_CAP_S, HOLD_MS, HOLDING, JANITOR_SCENES,
-                                LONG_HOLD_MS,                                 PARTICIPANTS, SITUATION_PARTICIPANTS, WORK_MS, CellResult, Participant)
+                                LONG_HOLD_MS, PARTICIPANTS, SITUATION_PARTICIPANTS, WORK_MS, CellResult, Participant,
+                                now_ms)
 from tools.matrix.rows import Row
 from tools.matrix.running import STOPPED, Running
 from tools.matrix.stack import RECORD_KEY
@@ -91,6 +92,9 @@ class Cell(Judging, Running):
         #: ``gate:[<index>/]<state>@<other state>``: the order of two participants' calls, placed
         #: rather than timed (:class:`Gate`)
         self.gates: list[Gate] = []
+        #: when a gate held a call (start, end; ms): the harness's pause, not the lock's wait -
+        #: the judge's ``blocked`` bound counts it (:func:`tools.matrix.judge.blocked`)
+        self.gate_holds: list[tuple[int, int]] = []
         #: ``holds-long:<i>[,<j>...]``: these participants' works last :data:`LONG_HOLD_MS`, so
         #: those behind them wait for rounds (a semaphore's other slots held while one's holder
         #: is dead: the waiters' liveness check)
@@ -350,7 +354,15 @@ class Cell(Judging, Running):
         for gate in self.gates:
             if not gate.after_call and gate.takes(state.state_name, index):
                 gate.held_arn = state.execution_arn
-                gate.done.wait(GATE_S)
+                self._wait_gate(gate)
+
+    def _wait_gate(self, gate: Gate) -> None:
+        """Hold the calling thread until ``gate`` opens (at most :data:`GATE_S`), noting how long."""
+        began = now_ms()
+        try:
+            gate.done.wait(GATE_S)
+        finally:
+            self.gate_holds.append((began, now_ms()))
 
     def ended(self, p: Participant) -> None:
         """``p`` ended or was stopped: the gates waiting for a call of it open (it makes none now)."""
@@ -398,7 +410,7 @@ class Cell(Judging, Running):
         for gate in self.gates:
             if gate.after_call and gate.takes(state.state_name, index):
                 gate.held_arn = state.execution_arn
-                gate.done.wait(GATE_S)
+                self._wait_gate(gate)
 
     def _witness(self, fault: Fault) -> Any:
         """An observer counting (in ``fault.injected``) the calls ``fault`` would hit, letting them

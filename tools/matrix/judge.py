@@ -151,7 +151,7 @@ class Judging:
         return False
 
     def _blocked(self) -> list[str]:
-        return blocked(self.participants, outlasted_ms=self._outlasted_ms())
+        return blocked(self.participants, outlasted_ms=self._outlasted_ms(), gate_holds=self.gate_holds)
 
     def _outlasted_ms(self) -> int:
         """How long a ``reach`` fault that outlasts its call's Retry held its caller up (ms): the
@@ -246,7 +246,8 @@ def _held(p: Participant) -> bool:
     return p.abnormal and (p.held_at_end or any(ms <= _end_ms(p) for ms in p.entered_ms))
 
 
-def blocked(participants: list[Participant], *, outlasted_ms: int = 0) -> list[str]:
+def blocked(participants: list[Participant], *, outlasted_ms: int = 0,
+            gate_holds: list[tuple[int, int]] = ()) -> list[str]:
     """The ``blocked`` invariant over the participants' timelines (ms): every participant ends
     within :data:`HARD_CAP_S`; after one ended abnormally, each other one still waiting enters
     (or ends) within its bound: the stop grace (a crashed client: its lease) + one park timeout
@@ -261,7 +262,10 @@ def blocked(participants: list[Participant], *, outlasted_ms: int = 0) -> list[s
     retired for the grace): judged from its redrive, and before it up to its stop. A redriven
     dead one's hold again counts as it lasted (:func:`_held_again`), a section's from its
     presence token's settling (:func:`_settled_ms`), and a plain mutex behind a dead reader
-    has two liveness rounds (its sweep retires the entry, a later round reaps it)."""
+    has two liveness rounds (its sweep retires the entry, a later round reaps it). The time a
+    ``gate:`` held a call (``gate_holds``: start, end in ms) within a waiter's wait counts too:
+    the harness paused a participant there, as a scheduler may, and the lock cannot move on
+    before that call is made (:func:`_gated_between`)."""
     found = []
     bound_end = max(p.started_ms for p in participants) + HARD_CAP_S * 1000
     for p in participants:
@@ -297,6 +301,7 @@ def blocked(participants: list[Participant], *, outlasted_ms: int = 0) -> list[s
             if dead.redriven and waiter is not dead:  # its hold again, as long as it lasted (HOLD_MS at least)
                 bound_ms += max(0, _held_again(dead, end, next_ms) - HOLD_MS)
             bound_ms += _held_between(participants, end, next_ms, dead, waiter)
+            bound_ms += _gated_between(gate_holds, end, next_ms)
             if next_ms - end > bound_ms:
                 found.append(f"{waiter.role} {waiter.arn.rpartition(':')[2]} waited {(next_ms - end) / 1000:.0f} s "
                              f"after {dead.role} {dead.arn.rpartition(':')[2]} ended {dead.status} "
@@ -335,6 +340,18 @@ def _held_again(p: Participant, start_ms: int, end_ms: int) -> int:
             if p.error in WORK_TIMEOUTS or p.status in ("ABORTED", "TIMED_OUT"):
                 held += GRACE_S * 1000
     return held
+
+
+def _gated_between(holds: list[tuple[int, int]], start_ms: int, end_ms: int) -> int:
+    """How long at least one gate held a call between ``start_ms`` and ``end_ms`` (ms; holds
+    that overlap count once)."""
+    total, reached = 0, start_ms
+    for began, ended in sorted(holds):
+        began, ended = max(began, reached), min(ended, end_ms)
+        if ended > began:
+            total += ended - began
+            reached = ended
+    return total
 
 
 def _held_between(participants: list[Participant], start_ms: int, end_ms: int, *skip: Participant) -> int:
