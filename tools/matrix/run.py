@@ -7,6 +7,12 @@ seconds), on both backends; write it to ``out/matrix.md``.
     python -m tools.matrix.run --kinds mutex --backend moto
     python -m tools.matrix.run --slice 8 --seed 7        # a seeded slice (what CI runs)
     python -m tools.matrix.run --negative-control        # the locks off: must FAIL
+    python -m tools.matrix.run --backend moto --shard 1/2 --resume out/m.moto   # half, the rest of a run
+
+``--shard I/N`` runs every N-th cell of the shuffled matrix from the I-th (N processes use N
+cores: one process's threads share one interpreter lock); ``--resume LOG`` leaves out the cells a
+``--log`` file already holds with a verdict other than a violation (a run cut short, finished;
+its violated cells run again).
 
 Cells on distinct keys run side by side in one runtime (``--workers``). The two redrive
 readings (whether a redriven Parallel's ``Arguments`` are evaluated again: undocumented) are a
@@ -56,6 +62,25 @@ def seeded_slice(cells: list[tuple[Row, Column]], size: int, seed: int) -> list[
         if len(chosen) == size:
             break
     return chosen
+
+
+def shard(cells: list, spec: str) -> list:
+    """The cells of shard ``I/N`` (1-based): every ``N``-th from the ``I``-th."""
+    index, _, count = spec.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise SystemExit(f"`--shard` must be I/N with 1 <= I <= N, got: {spec!r}")
+    return cells[int(index) - 1::int(count)]
+
+
+def unsettled(cells: list[tuple[Row, Column]], log: Path) -> list[tuple[Row, Column]]:
+    """``cells`` but those ``log`` (a ``--log`` file) holds with a verdict other than a violation."""
+    done = set()
+    for line in log.read_text().splitlines() if log.exists() else []:
+        record = json.loads(line)
+        if not record["verdict"].startswith("VIOLATED"):
+            done.add((record["kind"], record["state"], record["service"], record["operation"], record["column"]))
+    return [(row, column) for row, column in cells
+            if (row.kind, row.state, row.service, row.operation, column.name) not in done]
 
 
 def run_cells(cloud: Any, app: Any, cells: Iterable[tuple[Row, Column]], *, seed: int, workers: int = 6,
@@ -200,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="", help="comma-separated rows, e.g. shared:Lock.Claim (default: all)")
     parser.add_argument("--slice", type=int, default=0, help="run only this many cells, drawn by --seed")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shard", default="", help="I/N: every N-th cell from the I-th (1-based), of the shuffled cells")
+    parser.add_argument("--resume", default="", help="leave out the cells this --log file holds, but violated ones")
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--negative-control", action="store_true", help="the workflows unlocked: must FAIL")
     parser.add_argument("--out", default="out/matrix.md")
@@ -248,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         cells = seeded_slice(cells, args.slice, args.seed)
     else:  # every kind early on: a run cut short still shows all of them
         random.Random(args.seed).shuffle(cells)
+    if args.shard:
+        cells = shard(cells, args.shard)
+    if args.resume:
+        cells = unsettled(cells, Path(args.resume))
     print(f"MATRIX_SEED={args.seed}: {len(cells)} cells of {len(rows)} rows", flush=True)
     backends = ["moto", "dynamodb-local"] if args.backend == "both" else [args.backend]
     failed, out = False, []
