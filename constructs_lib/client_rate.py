@@ -3,8 +3,9 @@
 workflows' ``Lock.rate`` on the same key, with the same write
 (:data:`~locked_workflow.state_machines.rate_protocol.ADMIT`).
 
-A client cannot read the Step Functions service clock: it reserves its entry time from the
-*earliest* time AWS's clock can show (DynamoDB's ``Date`` headers bound AWS's clock, about a
+A client cannot read the Step Functions service clock: it reserves its entry time (the
+protocol's lead after it, ``rate_protocol.reserved_ms``: its ADMIT's round trip comes out of
+the lead, not the entry margin) from the *earliest* time AWS's clock can show (DynamoDB's ``Date`` headers bound AWS's clock, about a
 second wide: ``ClientSession.earliest_ms``) and enters once that earliest time has reached its
 reservation, so its true entry is never before it, whatever its own clock's skew (the proof:
 ``rate_protocol.client_values``).
@@ -47,9 +48,11 @@ class RateAdmissions:
         """Spend one permit of the rate limit on ``key`` - at most ``limit`` entries per
         ``period`` (the workflows' ``Lock.rate(key, limit=..., period=...)``, same namespace):
         return when admitted, waiting up to ``wait`` for the next permit (exactly until it
-        frees, by DynamoDB's clock bounds: no polling). It returns at most
-        ``rate_protocol.ENTRY_MARGIN_MS`` after the time it reserved (by the latest time AWS's
-        clock can show); a later wake-up gives that permit up unused and reserves again.
+        frees, by DynamoDB's clock bounds: no polling). A free permit is reserved
+        ``rate_protocol.ADMIT_LEAD_MS`` ahead (it returns that much later: its ADMIT's round trip
+        comes out of that lead). It returns at most ``rate_protocol.ENTRY_MARGIN_MS`` after the
+        time it reserved (by the latest time AWS's clock can show); a later wake-up gives that
+        permit up unused and reserves again.
 
         :param limit: entries per window, 1 to 1000: the workflows' ``limit``.
         :param period: the window, whole seconds (a timedelta or a number). Default: 60 s.
@@ -77,8 +80,9 @@ class RateAdmissions:
         while True:
             n, permit_at, last = rate.permit_at_ms(item, limit=limit, period_ms=period_ms)
             early = self.earliest_ms()
-            reserved = max(early, permit_at, last)
-            delay = (reserved - early) / 1000
+            reserved = rate.reserved_ms(now_ms=early, permit_at=permit_at, last=last)
+            # the wait for the permit (the lead is not one: it covers the ADMIT's round trip)
+            delay = (rate.free_ms(now_ms=early, permit_at=permit_at, last=last) - early) / 1000
             # (a wait within the bounds' width is the clock's uncertainty, not a wait for a permit:
             # the latest reservation, another participant's, may be that far ahead of `early`)
             width = max(0, self.latest_ms() - early) / 1000

@@ -13,8 +13,9 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
 
 1. Reserve (:data:`ADMIT`): one conditional UpdateItem per admitted entry. A run reads the
    item (strongly consistent GetItem), and admission ``n`` reserves the entry time
-   ``T = max(now, slot + period + margin, admittedAt)`` - ``slot``: the stamp of admission ``n - limit``
-   in slot ``n mod limit`` - writing ``T`` into that slot and ``admittedAt`` and the count
+   ``T = max(now + lead, slot + period + margin, admittedAt)`` (:func:`reserved_ms`) - ``slot``:
+   the stamp of admission ``n - limit`` in slot ``n mod limit``; ``lead``:
+   :data:`ADMIT_LEAD_MS` - writing ``T`` into that slot and ``admittedAt`` and the count
    ``n + 1``, on the condition that the count is still ``n`` (so the slot is what the run
    read), the slot is at or before ``:cutoff = T - period - margin`` and ``admittedAt`` at or before
    ``T`` (both implied by the read; spelled out, so the write alone carries the rule). The run
@@ -26,7 +27,21 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
    if it is at most :data:`ENTRY_MARGIN_MS` past ``T``; later (the Wait ended late: AWS does
    not bound how late a state transition may come, and a loaded scheduler is late by seconds)
    it gives its permit up unused and reserves again (point 1). A permit given up is under-use,
-   never over-use.
+   never over-use - and costs the key a whole ``period + margin`` of that slot: in a burst, the
+   last entry's group comes a cycle later (1 permit given up in 200 at 10 a minute: 9.23 a
+   minute instead of 9.69).
+   The lead is what keeps the common slow path from giving permits up: a permit free at the
+   read (or freeing within the lead) is reserved ``lead`` after the ADMIT evaluates its values,
+   not at that moment, so the ADMIT's round trip and the transitions into the Wait come out of
+   the lead - the Wait absorbs them - and the margin is left for the Wait's rounding and the
+   transition out of it. Reserved at ``now``, they came out of the margin: one ADMIT answered
+   late by more than the margin's spare second cost a permit. A run late by more than ``lead +
+   margin`` still gives its permit up (the guard decides, not the lead). What the lead costs:
+   it moves only a reservation whose permit is free (or frees within the lead) - in a burst,
+   whose runs reserve ahead of their permits, the first group's, and the rest keep their
+   spacing after it (no rate lost); an idle key's run enters ``lead`` later than it could, and a
+   run that comes after its permit freed stretches that slot's cycle by the lead (it stretched
+   it by its own lateness already).
 3. Why that is exact. The reserved times increase with ``n`` (the last clause) and
    ``T(n) >= T(n - limit) + period + ENTRY_MARGIN_MS`` (the slot clause). Any ``limit + 1``
    admissions have numbers ``m < ... < M`` with ``M - m >= limit``, so
@@ -35,9 +50,14 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
    ``[T, T + margin]`` (the Wait, the guard), so ``E(M) >= T(M) >= T(m) + period + margin >=
    E(m) + period``: no window of ``period`` holds more than ``limit`` *entries* either - up to
    the one transition from the guard's Choice into the work, the only step the guard cannot
-   see. (A generic cell rate algorithm with a burst of ``limit`` is not exact this way: it
-   lets the next entry in one emission interval after a burst, ``limit + 1`` entries in a
-   window.)
+   see. The proof bounds the reserved times from below only (the two clauses, which the write's
+   condition carries) and each entry against its own reserved time (the guard, on the service
+   clock after the Wait): a reservation later than the clauses ask - the lead's, or one made
+   on a late clock - cannot break it, and neither can any lateness of the ADMIT, the Wait or a
+   transition before the guard (``tests/protocol/rate_model.py`` checks it over late ADMITs,
+   late Waits, given-up permits and refusals, with negative controls). (A generic cell rate
+   algorithm with a burst of ``limit`` is not exact this way: it lets the next entry in one
+   emission interval after a burst, ``limit + 1`` entries in a window.)
 4. Refused (another run was admitted since the read): read again and reserve the next
    permit - at once when the permit read was free already, else after a random part
    (:func:`spread_seconds_expression`) of the way to it: runs refused together in a burst
@@ -50,9 +70,9 @@ slot, ``~<digits>~``), a *sliding log* kept as a ring of the last ``limit`` admi
 
 A ``LockClient`` spends the same permits with the same write (``LockClient.admit``), on its
 own clock made conservative with DynamoDB's ``Date`` bounds: it reserves from the earliest
-time AWS's clock can show and enters once that has reached its time, and only while the
-latest time AWS's clock can show is on time (:func:`on_time`; else it reserves again, as a
-workflow's run: see :func:`client_values`).
+time AWS's clock can show (the lead after it: :func:`reserved_ms`) and enters once that has
+reached its time, and only while the latest time AWS's clock can show is on time
+(:func:`on_time`; else it reserves again, as a workflow's run: see :func:`client_values`).
 """
 
 from __future__ import annotations
@@ -80,6 +100,11 @@ MAX_LIMIT = 1000
 #: is for a late transition. Later than that it reserves again. It costs ``2 s / period`` of the
 #: rate: 3.3 % at a minute.
 ENTRY_MARGIN_MS = 2000
+#: How far after its ADMIT evaluates a run reserves a permit that is free (ms; module note 2):
+#: the ADMIT's round trip and the transitions into the Wait come out of it - the Wait absorbs
+#: them - instead of out of :data:`ENTRY_MARGIN_MS`. On AWS they take tens of milliseconds; a
+#: busy runtime took 2.3 s once (``docs/benchmarks.md``), past the margin's spare second.
+ADMIT_LEAD_MS = 1000
 
 
 def spacing_ms(period_ms: int) -> int:
@@ -155,11 +180,19 @@ def seen_expression(*, wait_variable: str, limit: int, period_ms: int, item: str
     )
 
 
-def reserved_time_expression(wait_variable: str, now: str = "$millis()") -> str:
-    """JSONata: the entry time the next admission reserves - now, or later when the permit read
-    frees later, never before the latest reservation."""
+def free_time_expression(wait_variable: str, now: str = "$millis()") -> str:
+    """JSONata: when the permit the run read is free to take - now, or later when it frees
+    later, never before the latest reservation (the lead left out: what ``max_wait`` and the
+    spread measure)."""
     w = "$" + wait_variable
     return f"$max([{now}, {w}.{PERMIT_AT}, {w}.{LAST}])"
+
+
+def reserved_time_expression(wait_variable: str, now: str = "$millis()") -> str:
+    """JSONata: the entry time the next admission reserves - :data:`ADMIT_LEAD_MS` after now,
+    or later when the permit read frees later, never before the latest reservation (Python:
+    :func:`reserved_ms`)."""
+    return free_time_expression(wait_variable, f"{now} + {ADMIT_LEAD_MS}")
 
 
 #: A refused run waits at most this long (s) before it reads again (see
@@ -173,13 +206,14 @@ def spread_seconds_expression(wait_variable: str) -> str:
     sooner: reservations only move later), at most :data:`SPREAD_MAX_S` - 0 when that permit
     was free already. Refused together, runs read again apart; none comes back after that
     permit frees."""
-    ahead_s = f"({reserved_time_expression(wait_variable)} - $millis()) / 2000"
+    ahead_s = f"({free_time_expression(wait_variable)} - $millis()) / 2000"
     return f"$floor($random() * $max([0, $min([{SPREAD_MAX_S}, {ahead_s}])]))"
 
 
 def past_max_wait_expression(wait_variable: str, max_wait_ms: int) -> str:
-    """JSONata (Choice condition): the time to reserve is after the run's ``max_wait`` ends."""
-    return f"{reserved_time_expression(wait_variable)} > ${wait_variable}.{SINCE} + {int(max_wait_ms)}"
+    """JSONata (Choice condition): the permit frees after the run's ``max_wait`` ends (the lead is
+    not a wait for a permit: a run may enter up to :data:`ADMIT_LEAD_MS` after ``max_wait``)."""
+    return f"{free_time_expression(wait_variable)} > ${wait_variable}.{SINCE} + {int(max_wait_ms)}"
 
 
 def turn_seconds_expression(lock_variable: str, field: str = "acquiredAt") -> str:
@@ -284,9 +318,20 @@ def permit_at_ms(item: dict, *, limit: int, period_ms: int) -> tuple[int, int, i
     return n, free, last
 
 
+def free_ms(*, now_ms: int, permit_at: int, last: int) -> int:
+    """:func:`free_time_expression` for Python participants."""
+    return max(int(now_ms), int(permit_at), int(last))
+
+
+def reserved_ms(*, now_ms: int, permit_at: int, last: int) -> int:
+    """:func:`reserved_time_expression` for Python participants (``now_ms``: the earliest time
+    AWS's clock can show)."""
+    return free_ms(now_ms=int(now_ms) + ADMIT_LEAD_MS, permit_at=permit_at, last=last)
+
+
 def client_values(*, n: int, reserved_ms: int, period_ms: int) -> dict:
-    """ADMIT's values for a Python participant, which reserves ``reserved_ms``: the earliest time
-    AWS's clock can show, or later (the permit read, the latest reservation). It enters only
+    """ADMIT's values for a Python participant, which reserves ``reserved_ms``
+    (:func:`reserved_ms`: the lead after the earliest time AWS's clock can show, or later). It enters only
     once that earliest time has reached it, so its true entry is at or after its reservation,
     as a workflow's: the module's point 2 holds for every participant."""
     return {
