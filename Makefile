@@ -24,7 +24,8 @@ PYTHON_FLOOR := $(shell sed -n 's/^requires-python = ">=\([0-9.]*\)"/\1/p' pypro
 COMPAT_PYTHON ?= $(firstword $(shell command -v python$(PYTHON_FLOOR) >/dev/null && python$(PYTHON_FLOOR) -c 'import sys; print(sys.executable)' 2>/dev/null) $(wildcard $(HOME)/.pyenv/versions/$(PYTHON_FLOOR).*/bin/python$(PYTHON_FLOOR)) $(PYTHON))
 STAMP_COMPAT := $(COMPAT_VENV)/.installed-$(CDK_FLOOR)
 COMPAT_TESTS := tests/constructs/test_locked_workflow_template.py tests/constructs/test_validation.py \
-	tests/protocol/test_lock_variants_protocol.py tests/constructs/test_example_app.py tests/tools/test_readme.py
+	tests/protocol/test_lock_variants_protocol.py tests/protocol/test_lock_variants_validation.py \
+	tests/constructs/test_example_app.py tests/tools/test_readme.py
 
 .PHONY: deps demo test test-compat test-runtime-range bench bench-runtime bench-variants bench-fair bench-fair-1000 bench-coalesce bench-shared bench-rate bench-flow bench-uncontended stress matrix synth templates-snapshot diagram clean
 

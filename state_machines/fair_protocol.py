@@ -93,6 +93,9 @@ lock, and the rows *how to wake* it.
    handoff passes superseded tickets with ``JUMP``. ``keep_oldest(n)``: ``ENQUEUE_BOUNDED``
    after a read, else ``Lock.QueueFull`` (:mod:`tests.fair_coalesce_model` model-checks it).
 
+The tickets' counters and ``ENQUEUE`` are spelled in :mod:`fair_tickets`, the queue limits' writes
+and pieces (step 8) in :mod:`fair_coalesce`; this module names them all, as its own.
+
 Every write here is spelled once; :mod:`tests.test_fair_model` model-checks the steps
 (crashes, lost responses, failed wake-ups and park timeouts included) and checks the model's
 reading of each write against DynamoDB itself.
@@ -105,6 +108,29 @@ import re
 from typing import Any, Iterable, Mapping
 
 from locked_workflow.state_machines.errors import WAKE_THROTTLED  # noqa: F401 - re-exported
+# (the tickets first: ENQUEUE is named before the ENQUEUEs of the same condition built on it -
+# tools/matrix/rows.py names a condition-only call by the first write with its condition)
+from locked_workflow.state_machines.fair_tickets import (  # noqa: F401 - re-exported
+    ENQUEUE,
+    NOBODY_QUEUES,
+    SERVED,
+    START_COUNTERS,
+    TICKETS,
+)
+from locked_workflow.state_machines.fair_coalesce import (  # noqa: F401 - re-exported
+    CUT,
+    CUT_BY,
+    ENQUEUE_NEWEST,  # (before ENQUEUE_BOUNDED, as they are spelled)
+    ENQUEUE_BOUNDED,
+    JUMP,
+    NOT_CUT,
+    PARK_UNLESS_CUT,
+    SUPERSEDED_CAUSE,
+    cut_of,
+    queue_full_cause,
+    superseded_cause_expression,
+    superseded_ticket_expression,
+)
 from locked_workflow.state_machines.lock_protocol import (
     ACQUIRE,
     ENTRY,
@@ -113,7 +139,6 @@ from locked_workflow.state_machines.lock_protocol import (
     KEY_ATTRIBUTE,
     NOW_EXPRESSION,
     OWNER,
-    OWNER_SEPARATOR,
     RELEASE,
     LockWrite,
     ScheduledTask,
@@ -121,10 +146,6 @@ from locked_workflow.state_machines.lock_protocol import (
     lock_item_key,
 )
 
-#: The last ticket handed out (lock item).
-TICKETS = "tickets"
-#: The ticket of the last grant (lock item); the head of the queue is ``served + 1``.
-SERVED = "served"
 #: Who handed the lock to its holder (the granter's owner), until the holder confirms it
 #: (absent when the holder took it itself or confirmed).
 HANDED = "handed"
@@ -161,28 +182,11 @@ def with_actions(write: str, *, set_: Iterable[str] = (), remove: Iterable[str] 
     return " ".join(f"{k} {clauses[k]}" for k in ("SET", "REMOVE", "ADD", "DELETE") if k in clauses)
 
 
-#: Coalescing (``queue=QueueLimit.keep_newest(n)``, lock item): tickets up to ``cut`` not granted
-#: by then are superseded - GRANT refuses them forever - and ``cutBy`` is the owner of the run
-#: whose arrival moved ``cut`` last (a newer run than every superseded one).
-CUT, CUT_BY = "cut", "cutBy"
-#: Ticket ``:ticket`` is not superseded (a GRANT's, and a coalescing park's, condition).
-_NOT_CUT = f"(attribute_not_exists(#{CUT}) OR #{CUT} < :ticket)"
-
-#: Nobody queues: no ticket out beyond the last grant.
-NOBODY_QUEUES = f"(attribute_not_exists(#{TICKETS}) OR #{SERVED} = #{TICKETS})"
-_START_COUNTERS = [f"#{SERVED} = if_not_exists(#{SERVED}, :zero)", f"#{TICKETS} = if_not_exists(#{TICKETS}, :zero)"]
-
 #: FAST_ACQUIRE: the mutex's acquire when nobody queues (or a retry of mine whose response was
 #: lost). Values as ACQUIRE, plus ``:zero``.
 FAST_ACQUIRE = LockWrite(
-    update=with_actions(ACQUIRE.update, set_=_START_COUNTERS, remove=[f"#{HANDED}"]),
+    update=with_actions(ACQUIRE.update, set_=START_COUNTERS, remove=[f"#{HANDED}"]),
     condition=f"#{OWNER} = :me OR (({ACQUIRE.condition}) AND {NOBODY_QUEUES})",
-)
-#: ENQUEUE: take the next ticket (``ALL_NEW``: ``tickets`` is mine) - refused when the fast
-#: path would take the lock now. Values ``:me``, ``:stale``, ``:now``, ``:zero``, ``:one``.
-ENQUEUE = LockWrite(
-    update=f"SET #{TICKETS} = if_not_exists(#{TICKETS}, :zero) + :one, {_START_COUNTERS[0]}",
-    condition=f"NOT (({ACQUIRE.condition}) AND {NOBODY_QUEUES})",
 )
 #: Who may grant (or skip) ticket ``:ticket``: whoever may take the lock (ACQUIRE's
 #: condition: its holder ``:me``, anyone when it is free or its lease is over, or a proven
@@ -196,7 +200,7 @@ GRANT = LockWrite(
         f"SET #{OWNER} = :next, #acquiredAt = :now, #{EXPIRES_AT} = :expiresAt, #grace = :grace, "
         f"#{SERVED} = :ticket, #{HANDED} = :me ADD #{FENCE} :one"
     ),
-    condition=f"{_MAY_PASS} AND {_NOT_CUT}",
+    condition=f"{_MAY_PASS} AND {NOT_CUT}",
 )
 #: RELEASE_ALONE: the release when nobody queues (RELEASE's condition, plus no ticket out
 #: beyond the last grant): the whole release of an uncontended run. Refused: a ticket is out
@@ -270,42 +274,6 @@ TAKE_PARKED = LockWrite(update="", condition=(
 LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
                   condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me")
 
-#: ENQUEUE_NEWEST (``keep_newest(n)``): ENQUEUE that also supersedes the oldest queued waiter
-#: when ``n`` wait already - in the same write, so the count is exact under any concurrency:
-#: ``cut`` = my ticket - ``n`` (``:kept`` = ``n`` - 1; ``cut`` only grows, as ``tickets`` does).
-#: ``ALL_NEW``: my ticket ``t`` and ``served``; ticket ``t - n`` is superseded by me iff
-#: ``t - n > served`` (:func:`superseded_ticket_expression`) - else it was granted (or passed)
-#: before this write, and GRANT, conditioned on ``cut``, can never grant it after. Values as
-#: ENQUEUE's, plus ``:kept``.
-ENQUEUE_NEWEST = LockWrite(
-    update=(f"{ENQUEUE.update}, #{CUT} = if_not_exists(#{TICKETS}, :zero) - :kept, #{CUT_BY} = :me"),
-    condition=ENQUEUE.condition,
-)
-#: ENQUEUE_BOUNDED (``keep_oldest(n)``): ENQUEUE only while fewer than ``n`` wait, read as the
-#: lock item was read (``:served``; ``:bound`` = that ``served`` + ``n``): refused, the lock
-#: item is read again - ``n`` wait: ``Lock.QueueFull``, else it moved on: try again. Values as
-#: ENQUEUE's, plus ``:served``, ``:bound``.
-ENQUEUE_BOUNDED = LockWrite(
-    update=ENQUEUE.update,
-    condition=f"({ENQUEUE.condition}) AND #{SERVED} = :served AND #{TICKETS} < :bound",
-)
-#: JUMP: pass every superseded ticket at once (``served`` = ``cut``) - whoever may pass
-#: ticket ``:prev`` + 1 (ACQUIRE's condition), when ``cut`` is beyond it. Never moves
-#: ``served`` back (``served <= cut``); a retry whose first try applied finds
-#: ``served = cut > :prev`` and applies again (idempotent). ``ALL_NEW``: the new ``served``.
-#: Values as ACQUIRE's condition's, plus ``:prev``.
-JUMP = LockWrite(
-    update=f"SET #{SERVED} = #{CUT}",
-    condition=f"({ACQUIRE.condition}) AND #{SERVED} >= :prev AND #{SERVED} <= #{CUT} AND #{CUT} > :prev",
-)
-#: PARK_UNLESS_CUT: the lock item's ConditionCheck beside a coalescing waiter's PARK, in one
-#: transaction: my ticket ``:ticket`` is not superseded. The rendezvous of a supersede: a park
-#: committed before ENQUEUE_NEWEST superseded its ticket is found by the newer run, which takes
-#: the row (a DeleteItem returning it) and wakes its token with ``Lock.Superseded``
-#: (``SendTaskFailure``); a park after it is refused, and its waiter looks (INSPECT finds
-#: ``cut >= ticket``: superseded). Values ``:ticket``.
-PARK_UNLESS_CUT = LockWrite(update="", condition=_NOT_CUT)
-
 #: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
 #: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).
 LOCK_WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "GRANT": GRANT, "SKIP": SKIP, "CLAIM": CLAIM,
@@ -375,28 +343,6 @@ TAKE_PARKED_VALUES = {":polling": {"S": CLIENT_LEASE_PREFIX}}
 # -- JSONata pieces (the service evaluates these) ---------------------------------------------
 
 
-def superseded_ticket_expression(ticket: str, served: str, waiters: int) -> str:
-    """JSONata: the ticket ENQUEUE_NEWEST (my ``ticket``, ``served`` as it returned) superseded
-    - ``ticket - waiters`` - or 0 when none (that ticket was granted or passed before)."""
-    return f"(({ticket}) - {int(waiters)} > ({served}) ? ({ticket}) - {int(waiters)} : 0)"
-
-
-#: The cause of ``Lock.Superseded``, before the newer run's execution ARN.
-SUPERSEDED_CAUSE = "superseded by a newer run queued on the same key: "
-
-
-def superseded_cause_expression(by_owner: str) -> str:
-    """JSONata: the cause ``Lock.Superseded`` carries - the newer run's execution (its owner's
-    execution ARN: :data:`lock_protocol.OWNER_SEPARATOR`)."""
-    return f"'{SUPERSEDED_CAUSE}' & $substringBefore({by_owner}, '{OWNER_SEPARATOR}')"
-
-
-def queue_full_cause(waiters: int) -> str:
-    """The cause ``Lock.QueueFull`` carries."""
-    return (f"{int(waiters)} run(s) already queue on this key (QueueLimit.keep_oldest({int(waiters)})): "
-            "this run was refused without queuing")
-
-
 def park_timeout_expression(*, park_timeout_s: int, distance: str, wait_variable: str, max_wait_ms: int | None) -> str:
     """JSONata (the park's TimeoutSeconds): the park timeout times the waiter's distance to the
     head (a waiter far back is woken by handoffs long before it could look usefully; the head
@@ -450,12 +396,6 @@ def row_state(row: Mapping[str, Any] | None, *, now: int, hole_ms: int) -> str:
 def counters(item: Mapping[str, Any]) -> tuple[int, int]:
     """(served, tickets) of a lock item (0, 0 when no ticket was ever taken)."""
     return int(item.get(SERVED, {}).get("N", "0")), int(item.get(TICKETS, {}).get("N", "0"))
-
-
-def cut_of(item: Mapping[str, Any]) -> int:
-    """The last superseded ticket of a coalescing lock item (``QueueLimit.keep_newest``); 0 on
-    an item with no cut (every plain fair key)."""
-    return int(item.get(CUT, {}).get("N", "0"))
 
 
 def queued_tickets(item: Mapping[str, Any]) -> range:

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fair_model import Model, State, acquire_ok, nobody_queues, park, release, row_state, _n
+from fair_model import Model
+from fair_model_steps import State
+from fair_model_writes import acquire_ok, nobody_queues, or_zero, park, release, row_state
 
 
 def enqueue_newest(lock, me: str, stale: str):
     """ENQUEUE_NEWEST with n = 1: (ok, lock after, my ticket, the ticket it superseded or None)."""
     if acquire_ok(lock, me, stale) and nobody_queues(lock):
         return False, lock, None, None
-    ticket = _n(lock.tickets) + 1
-    after = replace(lock, tickets=ticket, served=_n(lock.served), cut=_n(lock.tickets))
+    ticket = or_zero(lock.tickets) + 1
+    after = replace(lock, tickets=ticket, served=or_zero(lock.served), cut=or_zero(lock.tickets))
     return True, after, ticket, (ticket - 1 if ticket - 1 > after.served else None)
 
 
@@ -141,7 +143,7 @@ class CoalescingModel(Model):
         go = lambda pc, **kw: (lambda t: self._set(t, i, replace(t.procs[i], pc=pc, **kw)))  # noqa: E731
         if after.cut > p.c:
             return go("jump", holding=False)
-        if _n(after.tickets) > p.c:
+        if or_zero(after.tickets) > p.c:
             return go("mark", holding=False, row=None)
         return go("after_loop", holding=False)
 

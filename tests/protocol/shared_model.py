@@ -11,11 +11,11 @@ failure), failed wake-ups, park timeouts, the janitor marking a stopped waiter's
 reader entry ending - the lease, or the janitor's or liveness check's retire - a hole's mark
 ageing).
 
-The writes read the items as the real expressions do; ``test_shared_model`` checks each
+The writes read the items as the real expressions do; ``test_shared_model_writes`` checks each
 against DynamoDB itself. The exploration, the fault vocabulary, the lost-response rule (one
 per participant; a lost response means the write was applied), the voiding of a re-parked
 waiter's earlier tokens and the fair lock's row writes (MARK, LEAVE) and row reading come
-from ``fair_model``.
+from ``fair_model`` (the writes: ``fair_model_writes``).
 
 Timing assumptions (as the fair model's): a live participant's lease never ends during its
 run (leases end only for the dead); a live waiter claims a grant within its claim window, so
@@ -35,271 +35,45 @@ whose shared hold with no reader - no entry, no lease - a reader stopped between
 refuse a plain mutex forever), ``sweep_ignores_lease`` (the plain mutex's sweep of a shared hold
 reaps a reader entry whose lease is not over).
 
-:func:`explore_presence` (apart from the rest): one read/write hold's presence handshake
-(``PRESENT_ROW`` / ``DEPART_ROW`` / dismissal) against a waiter's probe and its retire
+``shared_model_presence.explore_presence`` (apart from the rest): one read/write hold's presence
+handshake (``PRESENT_ROW`` / ``DEPART_ROW`` / dismissal) against a waiter's probe and its retire
 transaction, with the variants ``settle_unchecked``, ``token_unchecked`` and
 ``departure_unchecked``.
 
 ``symmetry`` explores one of each pair of states that differ only by swapping two
-participants of one kind; :func:`explore_held_as_bytes` holds states as bytes, for the runs
-with every fault (``python tests/protocol/shared_model.py``).
+participants of one kind; :func:`explore_held_as_bytes` (``shared_model_bytes``) holds states as
+bytes, for the runs with every fault (``python tests/protocol/shared_model.py``).
+
+The parts: the items and writes (``shared_model_writes``), the participants' state and steps
+(``shared_model_steps``), and here the model - its faults and time passing, the symmetry, the
+properties and the exploration.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
 
 from fair_model import FAULT
 from fair_model import Model as FairModel
-from fair_model import State as FairState
-from fair_model import Row, _n, acquire_ok, nobody_queues, release, row_state
-from fair_model import leave as leave_row
-from fair_model import mark as mark_row
+from fair_model_writes import or_zero
 from locked_workflow.state_machines.shared_protocol import READ, SHARED, WRITE
+from shared_model_bytes import explore_held_as_bytes
+from shared_model_steps import HANDOFF, LOOP, WAITING, Proc, ReadWriteSteps, State
+from shared_model_writes import Lock, dequeue_row, renew
 
 #: Kinds of participants: a reader, a writer (both of this protocol), a plain mutex.
 KINDS = {"r": READ, "w": WRITE, "m": "mutex"}
 #: Labels of steps that a batch admission must not need (besides faults).
 NOT_FOR_BATCH = ("leaves the work", "park times out")
 
-
-def hashed_once(cls):
-    """A frozen dataclass whose hash is computed once per object: states share most of their
-    parts, and the exploration hashes every state it meets."""
-    computed = cls.__hash__
-
-    def __hash__(self) -> int:
-        try:
-            return self.__dict__["_hash"]
-        except KeyError:
-            object.__setattr__(self, "_hash", computed(self))
-            return self.__dict__["_hash"]
-
-    cls.__hash__ = __hash__
-    return cls
-
-
-def renew(obj, **changes):
-    """``dataclasses.replace`` for these frozen dataclasses, without its ``__init__`` round trip
-    (the exploration's hottest call)."""
-    if not changes.keys() <= obj.__dataclass_fields__.keys():
-        raise TypeError(f"{type(obj).__name__} has no {set(changes) - set(obj.__dataclass_fields__)}")
-    new = object.__new__(type(obj))
-    values = new.__dict__
-    values.update(obj.__dict__)
-    values.pop("_hash", None)
-    values.update(changes)
-    return new
-
-
-@hashed_once
-@dataclass(frozen=True)
-class Lock:
-    owner: Optional[str] = None   # a writer, SHARED, or None
-    expired: bool = False         # the writer's lease is over (a shared hold has none)
-    fence: int = 0
-    served: Optional[int] = None
-    tickets: Optional[int] = None
-    readers: Optional[int] = None  # the count attribute
-    entries: tuple = ()           # sorted (reader, lease over)
-
-    def entry(self, reader: str) -> Optional[bool]:
-        """None: no entry; else whether its lease is over."""
-        return dict(self.entries).get(reader)
-
-    def with_entry(self, reader: str, over: Optional[bool]) -> "Lock":
-        """The entry of ``reader`` set (``over``: its lease is over) or, with None, removed."""
-        kept = tuple((r, o) for r, o in self.entries if r != reader)
-        return replace(self, entries=tuple(sorted(kept + (((reader, over),) if over is not None else ()))))
-
-
-@hashed_once
-@dataclass(frozen=True)
-class KindRow(Row):
-    kind: Optional[str] = None
-
-
-def dequeue_row(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
-    """DEQUEUE (the janitor): LEAVE, only on a row that waiter parked on (never a new row)."""
-    if row is None or row.owner != me:
-        return False, row
-    return leave_row(row, me)
-
-
-def as_kind_row(row: Optional[Row]) -> KindRow:
-    if isinstance(row, KindRow):
-        return row
-    return KindRow(**{f.name: getattr(row, f.name) for f in fields(Row)}) if row else KindRow()
-
-
-# -- the writes: (condition holds, item after) ------------------------------------------------
-
-
-def writer_free(lock: Lock, me: str, stale: str) -> bool:
-    return acquire_ok(lock, me, stale) or lock.owner == SHARED
-
-
-def all_free(lock: Lock, me: str, stale: str, variant: str = "") -> bool:
-    shared_free = lock.readers == 0 or variant == "write_ignores_readers"
-    return acquire_ok(lock, me, stale) or (lock.owner == SHARED and shared_free)
-
-
-def free_for(kind: str, lock: Lock, me: str, stale: str, variant: str = "") -> bool:
-    return writer_free(lock, me, stale) if kind == READ else all_free(lock, me, stale, variant)
-
-
-def _share(lock: Lock, reader: str, **more) -> Lock:
-    return replace(lock, owner=SHARED, expired=False, readers=_n(lock.readers) + 1, **more).with_entry(reader, False)
-
-
-def _drop(lock: Lock, reader: str, *, last: bool = False, variant: str = "") -> Lock:
-    """``reader``'s entry removed; ``last``: the last one, which ends the shared hold (but in
-    ``free_after_leave``, the first protocol's: a FREE_SHARED of its own follows)."""
-    dropped = replace(lock, readers=_n(lock.readers) - 1).with_entry(reader, None)
-    return replace(dropped, owner=None) if last and variant != "free_after_leave" else dropped
-
-
-def fast_read(lock: Lock, me: str, stale: str, variant: str = "") -> tuple[bool, Lock]:
-    queue_ok = variant == "read_ignores_queue" or nobody_queues(lock)
-    ok = lock.entry(me) is None and writer_free(lock, me, stale) and queue_ok
-    return ok, (_share(lock, me) if ok else lock)
-
-
-def fast_write(lock: Lock, me: str, stale: str, variant: str = "") -> tuple[bool, Lock]:
-    ok = lock.owner == me or (all_free(lock, me, stale, variant) and nobody_queues(lock))
-    return ok, (replace(lock, owner=me, expired=False, fence=lock.fence + 1) if ok else lock)
-
-
-def enqueue(lock: Lock, kind: str, me: str, stale: str, variant: str = "") -> tuple[bool, Lock]:
-    ok = not (free_for(kind, lock, me, stale, variant) and nobody_queues(lock))
-    return ok, (replace(lock, tickets=_n(lock.tickets) + 1, served=_n(lock.served)) if ok else lock)
-
-
-def grant_read(lock: Lock, me: str, stale: str, nxt: str, prev: int) -> tuple[bool, Lock]:
-    ok = lock.entry(nxt) is None and lock.served is not None and lock.served == prev and writer_free(lock, me, stale)
-    return ok, (_share(lock, nxt, served=prev + 1) if ok else lock)
-
-
-def grant_write(lock: Lock, me: str, stale: str, nxt: str, prev: int, variant: str = "") -> tuple[bool, Lock]:
-    ok = lock.served is not None and lock.served == prev and all_free(lock, me, stale, variant)
-    return ok, (replace(lock, owner=nxt, expired=False, served=prev + 1, fence=lock.fence + 1) if ok else lock)
-
-
-def skip(lock: Lock, me: str, stale: str, prev: int) -> tuple[bool, Lock]:
-    ok = lock.served is not None and lock.served == prev and writer_free(lock, me, stale)
-    return ok, (replace(lock, served=prev + 1) if ok else lock)
-
-
-def claim_read(lock: Lock, me: str) -> tuple[bool, Lock]:
-    ok = lock.entry(me) is not None
-    return ok, (lock.with_entry(me, False) if ok else lock)
-
-
-def claim_write(lock: Lock, me: str, ticket: int) -> tuple[bool, Lock]:
-    ok = lock.owner == me and lock.served == ticket
-    return ok, (replace(lock, expired=False) if ok else lock)
-
-
-def leave_read(lock: Lock, me: str) -> tuple[bool, Lock]:
-    ok = lock.entry(me) is not None and _n(lock.readers) > 1
-    return ok, (_drop(lock, me) if ok else lock)
-
-
-def leave_last(lock: Lock, me: str, variant: str = "") -> tuple[bool, Lock]:
-    ok = lock.entry(me) is not None and lock.readers == 1
-    return ok, (_drop(lock, me, last=True, variant=variant) if ok else lock)
-
-
-def reap_read(lock: Lock, reader: str) -> tuple[bool, Lock]:
-    ok = lock.entry(reader) is True and _n(lock.readers) > 1
-    return ok, (_drop(lock, reader) if ok else lock)
-
-
-def reap_last(lock: Lock, reader: str, variant: str = "") -> tuple[bool, Lock]:
-    ok = lock.entry(reader) is True and lock.readers == 1
-    return ok, (_drop(lock, reader, last=True, variant=variant) if ok else lock)
-
-
-def free_shared(lock: Lock) -> tuple[bool, Lock]:
-    ok = lock.owner == SHARED and lock.readers == 0
-    return ok, (replace(lock, owner=None) if ok else lock)
-
-
-def free_empty(lock: Lock) -> tuple[bool, Lock]:
-    """FREE_EMPTY: a shared hold with no reader counted ends (its entries, if any, stay)."""
-    ok = lock.owner == SHARED and _n(lock.readers) == 0
-    return ok, (replace(lock, owner=None) if ok else lock)
-
-
-def sweep_reap(lock: Lock, reader: str, variant: str = "") -> tuple[bool, Lock]:
-    """The plain mutex's sweep of a shared hold reaps ``reader``'s entry: REAP_LAST if the
-    lock counts one reader, else REAP_READ (``sweep_ignores_lease``: any entry, its lease over
-    or not)."""
-    if variant == "sweep_ignores_lease":
-        ok = lock.entry(reader) is not None
-        return ok, (_drop(lock, reader, last=_n(lock.readers) <= 1) if ok else lock)
-    return reap_last(lock, reader, variant) if _n(lock.readers) <= 1 else reap_read(lock, reader)
-
-
-def retire_reader(lock: Lock, reader: str, acquired_before_end: bool, grace_over: bool) -> tuple[bool, Lock]:
-    ok = lock.entry(reader) is not None and acquired_before_end
-    return ok, (lock.with_entry(reader, grace_over) if ok else lock)
-
-
-def park_unless(lock: Lock, kind: str, me: str, stale: str, ticket: int, variant: str = "") -> bool:
-    """The park's check of the lock item: not passed, and not admissible now."""
-    if variant == "park_unchecked":
-        return True
-    served = lock.served
-    return served is not None and served < ticket and not (served == ticket - 1 and free_for(kind, lock, me, stale))
-
-
-def park(row: Optional[Row], me: str, token: tuple, kind: str) -> tuple[bool, KindRow]:
-    row = as_kind_row(row)
-    ok = not row.left
-    return ok, (replace(row, owner=me, token=token, kind=kind, ready=None) if ok else row)
-
-
-# -- the participants -------------------------------------------------------------------------
-
-WAITING = ("enqueue", "park", "parked", "acq_head", "inspect", "claim", "reap")
-HANDOFF = ("look", "taken", "recheck", "wake", "revoke")
-#: The steps of a handoff and the release at its end (they read the handoff's fields).
-LOOP = HANDOFF + ("mark", "release", "release_retry", "free", "m_release")
-
-
-@hashed_once
-@dataclass(frozen=True)
-class Proc:
-    pc: str = "fast"
-    ticket: Optional[int] = None
-    fence: int = 0
-    lost: int = 0
-    # the handoff: cursor (served), whether I (a writer) still hold the key, where I go after
-    # it ("cs": a reader that admitted itself; "done"; "inspect": a helper), whether I saw no
-    # reader left (FREE_SHARED when it stops), the row read and the grantee being woken
-    c: int = 0
-    holding: bool = False
-    then: str = ""
-    free_at_end: bool = False
-    row: Optional[KindRow] = None
-    nxt: Optional[str] = None
-
-
+#: A finished or dead participant, its fields forgotten (``Model._canonical``).
 _FINISHED = {pc: Proc(pc=pc) for pc in ("done", "dead")}
 
 
-@hashed_once
-@dataclass(frozen=True)
-class State(FairState):
-    problem: str = ""      # a live participant's first release (or leave) is refused: it reports Lock.Lost
-    last_fence: int = 0    # the fence of the last writer granted
-
-
 @dataclass
-class Model(FairModel):
+class Model(ReadWriteSteps, FairModel):
     kinds: str = "rrw"
     batch: bool = False     # check that a queued reader never needs another to leave
     #: explore one of each pair of states that differ only by swapping the names of the two
@@ -421,219 +195,6 @@ class Model(FairModel):
     def _set(self, s: State, i: int, p: Proc) -> State:
         return renew(s, procs=s.procs[:i] + (p,) + s.procs[i + 1:])
 
-    @staticmethod
-    def _lock_lost(s: State, me: str) -> State:
-        """A live holder's first release (or leave) refused: it would fail with Lock.Lost."""
-        return replace(s, problem=s.problem or f"{me}'s release is refused: Lock.Lost")
-
-    def _enter(self, i: int, pc: str = "cs", **kw):
-        """Admitted: to ``pc`` (the work, or a reader's handoff before it) with the key's fence."""
-        return lambda t: self._set(t, i, renew(t.procs[i], pc=pc, fence=t.lock.fence, **kw))
-
-    # -- the steps --------------------------------------------------------------------------
-
-    def _step(self, s: State, i: int, me: str, p: Proc, stale: str):
-        v, kind, lock = self.variant, self.kind(me), s.lock
-        go = lambda pc, **kw: (lambda t: self._set(t, i, renew(t.procs[i], pc=pc, **kw)))  # noqa: E731
-        w = lambda label, ok, after, on_ok, on_refused, **kw: self._write(  # noqa: E731
-            s, i, me, p, label, ok, after if isinstance(after, State) else replace(s, lock=after), on_ok, on_refused,
-            **kw)
-        if p.pc in ("acquire", "m_release"):
-            yield from self._mutex_step(s, i, me, p, stale, go, w)
-        elif p.pc == "fast":
-            if kind == READ:
-                ok, after = fast_read(lock, me, stale, v)
-                yield from w("fast read", ok, after, self._enter(i), go("enqueue"), on_lost=go("rejoin"),
-                             grant=(me, None))
-            else:
-                ok, after = fast_write(lock, me, stale, v)
-                yield from w("fast write", ok, after, self._enter(i, ticket=_n(lock.served)), go("enqueue"),
-                             grant=(me, None) if lock.owner != me else None)
-        elif p.pc == "rejoin":  # a fast read whose response was lost: is my entry there?
-            ok, after = claim_read(lock, me)
-            yield from w("rejoin", ok, after, self._enter(i), go("fast"))
-        elif p.pc == "enqueue":
-            ok, after = enqueue(lock, kind, me, stale, v)
-            yield from w("enqueue", ok, after, go("park", ticket=after.tickets), go("fast"))
-        elif p.pc == "park":
-            t = self._void_tokens(s, me)  # my earlier parks' tokens are void now
-            ok, row = park(t.row(p.ticket), me, (me, "current"), kind)
-            ok = ok and park_unless(lock, kind, me, stale, p.ticket, v)
-            yield from w("park", ok, t.with_row(p.ticket, row) if ok else s, go("parked"), go("acq_head"))
-        elif p.pc == "parked":
-            if self.fallback:
-                yield f"{me} park times out", go("inspect")(s)
-        elif p.pc == "acq_head":  # my park was refused: admit myself
-            if kind == READ:
-                ok, after = grant_read(lock, me, stale, me, p.ticket - 1)
-                yield from w("admits itself", ok, after, self._enter(i, "look", c=p.ticket, then="cs", holding=False),
-                             go("inspect"), on_lost=go("inspect"), grant=(me, p.ticket))
-            else:
-                ok, after = grant_write(lock, me, stale, me, p.ticket - 1, v)
-                yield from w("admits itself", ok, after, self._enter(i), go("inspect"), on_lost=go("inspect"),
-                             grant=(me, p.ticket))
-        elif p.pc == "inspect":  # the fallback (and a refused admit's or claim's look)
-            yield from self._inspect(s, me, p, kind, stale, go)
-        elif p.pc == "claim":
-            ok, after = claim_read(lock, me) if kind == READ else claim_write(lock, me, p.ticket)
-            yield from w("claims", ok, after, self._enter(i), go("inspect"))
-        elif p.pc == "reap":  # (REAP_LAST if the look saw the last reader: refused, the next look decides)
-            ok, after = reap_last(lock, p.nxt, v) if _n(lock.readers) <= 1 else reap_read(lock, p.nxt)
-            yield from w(f"reaps {p.nxt}", ok, after, go("inspect"), go("inspect"), on_lost=go("inspect"))
-        elif p.pc == "cs":
-            if kind == READ:
-                yield f"{me} leaves the work", go("leave")(s)
-            elif kind == "mutex":
-                yield f"{me} leaves the work", go("m_release")(s)
-            else:
-                yield f"{me} leaves the work", go("look", c=p.ticket, holding=True, then="done")(s)
-        elif p.pc == "leave":  # LEAVE_READ (others stay); refused: LEAVE_LAST
-            ok, after = leave_read(lock, me)
-            yield from w("leaves", ok, after, go("done"), go("leave_last"), on_lost=go("after_leave"))
-        elif p.pc == "leave_last":  # the last one: the shared hold ends with my entry; the handoff
-            ok, after = leave_last(lock, me, v)
-            yield from w("leaves last", ok, after, self._handoff_after_leave(go, after), go("leave_look"),
-                         on_lost=go("after_leave"))
-        elif p.pc == "leave_look":  # both refused: the count moved, or my entry is gone (Lock.Lost)
-            if lock.entry(me) is None:
-                yield f"{me} finds its entry gone", go("done")(self._lock_lost(s, me))
-            else:
-                yield f"{me} reads the count", go("leave_last" if _n(lock.readers) <= 1 else "leave")(s)
-        elif p.pc == "after_leave":  # my leave's response was lost: read the count
-            yield f"{me} reads the count after its leave", self._handoff_after_leave(go, lock)(s)
-        elif p.pc in HANDOFF + ("release", "release_retry", "mark", "free"):
-            yield from self._handoff(s, i, me, p, stale, go, w)
-
-    def _after_wake(self, go, end, p: Proc):
-        """After a wake-up, delivered or not (the grant lapses unconfirmed after the claim window
-        unless its waiter claims it): past a reader, on to the next row; else the end."""
-        return go("look", c=p.c + 1) if p.row.kind == READ and self.variant != "no_cascade" else end
-
-    def _handoff_after_leave(self, go, lock: Lock):
-        """After a reader's leave: no reader left -> the handoff (then, in ``free_after_leave``,
-        FREE_SHARED); else done."""
-        if _n(lock.readers) == 0 and self.variant != "leave_no_handoff":
-            return go("look", c=_n(lock.served), then="done", free_at_end=self.variant == "free_after_leave")
-        return go("done")
-
-    def _inspect(self, s: State, me: str, p: Proc, kind: str, stale: str, go):
-        lock, served = s.lock, _n(s.lock.served)
-        if self.granted(lock, me, p.ticket):
-            yield f"{me} finds itself granted", go("claim")(s)
-        elif served >= p.ticket:
-            yield f"{me} was skipped: queues again", go("enqueue", ticket=None)(s)
-        elif served == p.ticket - 1 and free_for(kind, lock, me, stale, self.variant):
-            yield f"{me} is the head of a free key", go("acq_head")(s)
-        elif any(over for _, over in lock.entries) and (kind == WRITE or served < p.ticket - 1):
-            # an expired reader holds back the head (me, or a head that does not move)
-            reader = next(r for r, over in lock.entries if over)
-            yield f"{me} finds an expired reader", go("reap", nxt=reader)(s)
-        elif served < p.ticket - 1 and writer_free(lock, me, stale):
-            yield f"{me} runs the handoff for the head", go("look", c=served, then="inspect", holding=False)(s)
-        else:
-            yield f"{me} parks again", go("park")(s)
-
-    def _end(self, p: Proc, go):
-        """Where a handoff goes when it stops."""
-        if p.holding:
-            return go("release")
-        return go("free") if p.free_at_end else go(p.then)
-
-    def _handoff(self, s: State, i: int, me: str, p: Proc, stale: str, go, w):
-        lock, names = s.lock, self.names()
-        end = self._end(p, go)
-        if p.pc == "look":
-            row = s.row(p.c + 1)
-            yield f"{me} reads row {p.c + 1}", go("taken", row=as_kind_row(row) if row else None)(s)
-        elif p.pc == "taken":
-            state, row = row_state(p.row), p.row
-            if state == "wake" and row.owner == me:  # my own row: I am the head
-                yield f"{me} reaches its own row", go("acq_head", holding=False)(s)
-            elif state == "wake":
-                nxt = row.owner
-                if row.kind == READ:
-                    ok, after = grant_read(lock, me, stale, nxt, p.c)
-                else:
-                    ok, after = grant_write(lock, me, stale, nxt, p.c, self.variant)
-                granted = dict(nxt=nxt, holding=False, free_at_end=False)
-                yield from w(f"grants {nxt}", ok, after, go("wake", **granted), end,
-                             on_lost=go("recheck", **granted), grant=(nxt, p.c + 1))
-            elif state == "skip":  # (and deletes the row it passed: a served ticket's row is never read)
-                ok, after = skip(lock, me, stale, p.c)
-                after = replace(s, lock=after).with_row(p.c + 1, None) if ok else s
-                yield from w(f"skips {p.c + 1}", ok, after, go("look", c=p.c + 1), end, on_lost=go("look", c=p.c + 1))
-            elif p.then == "inspect" and p.c + 1 <= _n(lock.tickets):  # a helper: a row that never came
-                yield from self._handoff(s, i, me, replace(p, pc="mark"), stale, go, w)
-            else:
-                yield f"{me} finds nobody parked at {p.c + 1}", end(s)
-        elif p.pc == "mark":
-            since = p.row.ready if p.row is not None and p.row.ready else "fresh"
-            ok, row = mark_row(s.row(p.c + 1), since)
-            yield from w(f"marks {p.c + 1}", ok, s.with_row(p.c + 1, row) if ok else s, end, go("look"))
-        elif p.pc == "recheck":  # my grant's response was lost: is it there?
-            if self.granted(lock, p.nxt, p.c + 1) and lock.served == p.c + 1:
-                yield f"{me} rechecks: granted", go("wake")(s)
-            else:
-                yield f"{me} rechecks: handled by another", end(s)
-        elif p.pc == "wake":  # SendTaskSuccess
-            j = names.index(p.nxt)
-            q = s.procs[j]
-            then = self._after_wake(go, end, p)
-            # what the waker does when it sees a failure: go on (``revoke_failed_wake``: revoke)
-            failed = go("revoke") if self.variant == "revoke_failed_wake" else then
-            if q.pc == "parked" and p.row.token == (p.nxt, "current"):
-                woken = self._set(s, j, replace(q, pc="claim"))
-                yield f"{me} wakes {p.nxt}", then(woken)
-                if self.lost_wakes and p.lost == 0:  # woken, but the answer is lost: a failure to the waker
-                    yield f"{me} wakes {p.nxt}, response lost", failed(self._set(woken, i, replace(p, lost=1)))
-            else:
-                yield f"{me} wake of {p.nxt} fails", failed(s)
-        elif p.pc == "revoke":  # (``revoke_failed_wake`` only) the grant taken back, later
-            if p.row.kind == READ and lock.entry(p.nxt) is not None:
-                lock = _drop(lock, p.nxt, last=_n(lock.readers) <= 1)
-            elif p.row.kind != READ and lock.owner == p.nxt:
-                lock = replace(lock, owner=None)
-            yield f"{me} revokes the grant of {p.nxt}", self._after_wake(go, end, p)(replace(s, lock=lock))
-        elif p.pc == "release":  # then read the row again: a park may have come since I read it
-            ok, after = release(lock, me, p.fence)
-            again = go("look", holding=False) if self.variant != "release_then_stop" else go("done", holding=False)
-            yield from w("releases", ok, after if ok else self._lock_lost(s, me), again, go("done", holding=False),
-                         on_lost=go("release_retry", holding=False))
-        elif p.pc == "release_retry":  # refused or not, no Lock.Lost: my first attempt may have released
-            ok, after = release(lock, me, p.fence)
-            yield f"{me} retries its release {'ok' if ok else 'refused'}", go("look")(replace(s, lock=after))
-        elif p.pc == "free":
-            ok, after = free_shared(lock)
-            yield from w("frees the shared hold", ok, after, go(p.then, free_at_end=False),
-                         go(p.then, free_at_end=False))
-
-    def _mutex_step(self, s: State, i: int, me: str, p: Proc, stale: str, go, w):
-        """A plain mutex (lock_protocol's ACQUIRE, polling; RELEASE, no handoff). While a shared
-        hold refuses it, its liveness rounds sweep the hold (``kinds.shared_hold.shared_hold_sweep``):
-        reap a reader entry whose lease is over, or end a shared hold with no reader
-        (FREE_EMPTY); without ``sweep``, none (a dead reader's key is then freed by this
-        protocol's own participants only). (Its retire of an ended reader's entry only brings
-        the entry's end closer: the dead reader's lease ending covers it.)"""
-        lock = s.lock
-        if p.pc == "acquire":
-            ok = acquire_ok(lock, me, stale)
-            after = replace(lock, owner=me, expired=False, fence=lock.fence + 1) if ok else lock
-            yield from w("acquires (mutex)", ok, after, self._enter(i), go("acquire"))
-            if lock.owner == SHARED and self.sweep:
-                for reader, over in lock.entries:
-                    if over or self.variant == "sweep_ignores_lease":
-                        ok, after = sweep_reap(lock, reader, self.variant)
-                        yield from w(f"sweeps: reaps {reader}", ok, after, go("acquire"), go("acquire"),
-                                     on_lost=go("acquire"))
-                if not lock.entries:
-                    ok, after = free_empty(lock)
-                    yield from w("sweeps: frees the shared hold with no reader", ok, after, go("acquire"),
-                                 go("acquire"), on_lost=go("acquire"))
-        elif p.pc == "m_release":
-            ok, after = release(lock, me, p.fence)
-            yield from w("releases (mutex)", ok, after if ok else self._lock_lost(s, me), go("done"), go("done"),
-                         on_lost=go("done"))
-
     # -- properties ---------------------------------------------------------------------------
 
     def inside(self, s: State) -> list[str]:
@@ -647,7 +208,7 @@ class Model(FairModel):
         writers = [n for n in inside if self.kind(n) != READ]
         if writers and len(inside) > 1:
             problems.append(f"writer {writers[0]} inside with {[n for n in inside if n != writers[0]]}")
-        if _n(s.lock.readers) != len(s.lock.entries):
+        if or_zero(s.lock.readers) != len(s.lock.entries):
             problems.append(f"readers = {s.lock.readers} but {len(s.lock.entries)} entries")
         if s.lock.entries and s.lock.owner != SHARED:
             problems.append(f"reader entries under owner {s.lock.owner}")
@@ -724,102 +285,8 @@ class Model(FairModel):
     def _admissible_waiter(self, s: State, j: int, r: str) -> bool:
         p = s.procs[j]
         return (p.pc in WAITING and p.ticket is not None and not self.granted(s.lock, r)
-                and p.ticket == _n(s.lock.served) + 1 and s.lock.owner in (None, SHARED)
+                and p.ticket == or_zero(s.lock.served) + 1 and s.lock.owner in (None, SHARED)
                 and all(q.pc != "dead" for q in s.procs))
-
-
-# -- the full exploration: millions of states, held as bytes -----------------------------------
-
-_CLASSES = (State, Lock, Proc, KindRow, Row)
-
-
-def _encode(x):
-    """A state as nested tuples of plain values (``marshal`` writes them compactly)."""
-    if type(x) in _CLASSES:
-        return (_CLASSES.index(type(x)),) + tuple(_encode(getattr(x, f.name)) for f in fields(x))
-    if isinstance(x, tuple):
-        return (-1,) + tuple(_encode(v) for v in x)
-    return x
-
-
-def _decode(x):
-    if not isinstance(x, tuple):
-        return x
-    values = tuple(_decode(v) for v in x[1:])
-    return values if x[0] == -1 else _CLASSES[x[0]](*values)
-
-
-def explore_held_as_bytes(model: Model, limit: int = 60_000_000, progress=None) -> dict:
-    """What ``Model.explore`` proves (every state safe and in order; from every state a path
-    with no fault finishes every live participant), for state spaces too big to hold as
-    objects: each state is kept as its marshalled encoding, the graph as integer arrays."""
-    import marshal
-    from array import array
-
-    first = marshal.dumps(_encode(model.initial()), 2)
-    index, keys = {first: 0}, [first]
-    parent, via, label_ids, labels = array("q", [-1]), array("l", [-1]), {}, []
-    src, dst, finished = array("l"), array("l"), bytearray()
-    transitions = 0
-
-    def trace(i: int) -> list[str]:
-        out = []
-        while parent[i] >= 0:
-            out.append(labels[via[i]])
-            i = parent[i]
-        return out[::-1]
-
-    i = 0
-    while i < len(keys):
-        s = _decode(marshal.loads(keys[i]))
-        for problem in model.check(s):
-            model.violations.append((problem, trace(i)))
-            return {"states": len(keys), "transitions": transitions, "violation": problem}
-        finished.append(all(p.pc in ("done", "dead") for p in s.procs))
-        for label, t in model.steps(s):
-            transitions += 1
-            k = marshal.dumps(_encode(t), 2)  # version 2: no back-references, one encoding per value
-            j = index.get(k)
-            if j is None:
-                j = index[k] = len(keys)
-                keys.append(k)
-                parent.append(i)
-                via.append(label_ids.setdefault(label, len(labels)))
-                if len(labels) < len(label_ids):
-                    labels.append(label)
-                if len(keys) > limit:
-                    raise RuntimeError("state space too large")
-                if progress and len(keys) % 1_000_000 == 0:
-                    progress(f"{len(keys):,} states, {i:,} explored")
-            if not FAULT.search(label):
-                src.append(i)
-                dst.append(j)
-        i += 1
-    # liveness: walk the fault-free transitions backwards from the finished states
-    n = len(keys)
-    start = array("l", [0]) * (n + 1)
-    for j in dst:
-        start[j + 1] += 1
-    for j in range(n):
-        start[j + 1] += start[j]
-    fill, back = array("l", start), array("l", [0]) * len(dst)
-    for a, b in zip(src, dst):
-        back[fill[b]] = a
-        fill[b] += 1
-    good = bytearray(finished)
-    todo = deque(j for j in range(n) if good[j])
-    while todo:
-        b = todo.popleft()
-        for a in back[start[b]:start[b + 1]]:
-            if not good[a]:
-                good[a] = 1
-                todo.append(a)
-    stuck = next((j for j in range(n) if not good[j]), None)
-    if stuck is not None:
-        problem = "stuck: a live participant can never finish (a lost wake-up)"
-        model.violations.append((problem, trace(stuck)))
-        return {"states": n, "transitions": transitions, "violation": problem}
-    return {"states": n, "transitions": transitions, "violation": None}
 
 
 def main(argv: list[str]) -> int:
@@ -847,116 +314,3 @@ if __name__ == "__main__":
 
     sys.exit(main(sys.argv[1:]))
 
-
-# -- presence: a read/write hold's row and a waiter's probe ------------------------------------
-#
-# One hold (acquisition A) and one waiter probing it, every interleaving. The hold: a presence
-# branch registering its token on the row (attempts 1 and 2: each applied or not, its response
-# lost or not - a failed attempt closes its token; then DEPART_ROW if both failed; a refused one
-# ends the branch) beside a work branch (the work, DEPART_ROW, read the row back, dismiss the token
-# it found); a failed work cancels the presence branch; the user's Parallel may cancel both at any
-# step; after the hold: the row's delete, the entry's release. The waiter, round after round:
-# read the row (a token of A not departed), SendTaskHeartbeat (open: alive; closed: gone ->
-# DescribeExecution: running), the retire transaction (GONE_ROW + RETIRE_GONE_*). Settling (the
-# mutex's PRESENCE_SETTLE_MS, abstract): a failed attempt's token is young while its branch still
-# has a write to make (the retry, or DEPART_ROW).
-
-
-@dataclass(frozen=True)
-class PresenceState:
-    row: Optional[tuple] = None       # (token attempt, closed) on the hold's row; None: no row
-    open_tokens: frozenset = frozenset()
-    pb: str = "reg1"                  # presence branch: reg1 | reg2 | unsure | parked1 | parked2 | done
-    wb: str = "work"                  # work branch: work | depart | read | dismiss | done | failed
-    found: Optional[int] = None       # the token the work branch read back
-    cancelled: bool = False
-    released: bool = False            # the entry is gone (the hold's release)
-    departed: bool = False            # DEPART_ROW ran for A (the row may be gone since)
-    probe: str = "idle"               # idle | read k | gone k
-    retired: Optional[str] = None     # how the work branch stood when a retire was written
-
-
-def _settled(s: PresenceState) -> bool:
-    return s.cancelled or s.pb not in ("reg2", "unsure")
-
-
-def presence_steps(s: PresenceState, variant: str = "") -> Iterator[tuple[str, PresenceState]]:
-    live = not s.cancelled and s.wb != "failed"
-    # the presence branch
-    if live and s.pb in ("reg1", "reg2"):
-        k = int(s.pb[-1])
-        nxt = "reg2" if k == 1 else "unsure"
-        closed = s.row is not None and s.row[1]
-        if closed:  # refused: the work departed first
-            yield "present refused", replace(s, pb="done")
-        else:
-            row = (k, False)
-            yield f"present {k}", replace(s, row=row, open_tokens=s.open_tokens | {k}, pb=f"parked{k}")
-            yield f"present {k} applied, response lost", replace(s, row=row, pb=nxt)
-            yield f"present {k} failed", replace(s, pb=nxt)
-    if live and s.pb == "unsure":
-        yield "unsure departs", replace(s, row=(s.row[0] if s.row else 0, True), departed=True, pb="done")
-        yield "unsure fails: the hold fails", replace(s, pb="done", wb="failed", open_tokens=frozenset())
-    # the work branch
-    if live and s.wb == "work":
-        yield "work done", replace(s, wb="depart")
-        yield "work fails: the presence branch is cancelled", replace(s, wb="failed", pb="done", open_tokens=frozenset())
-    if live and s.wb == "depart":
-        yield "depart", replace(s, row=(s.row[0] if s.row else 0, True), departed=True, wb="read")
-    if live and s.wb == "read":
-        yield "read back", replace(s, found=s.row[0] if s.row and s.row[0] else None, wb="dismiss")
-    if live and s.wb == "dismiss":
-        k = s.found
-        pb = "done" if k is not None and s.pb == f"parked{k}" else s.pb
-        yield "dismiss", replace(s, open_tokens=s.open_tokens - {k}, pb=pb, wb="done")
-    if not s.cancelled and not s.released and (s.wb == "failed" or (s.wb == "done" and s.pb == "done")):
-        yield "release (the row, then the entry)", replace(s, row=None, released=True)
-    # the user's Parallel cancels the holding branch (no Catch runs)
-    if live and not s.released:
-        yield "cancelled", replace(s, cancelled=True, open_tokens=frozenset())
-    # the waiter's probe
-    if s.probe == "idle" and not s.released:
-        token = s.row[0] if s.row and s.row[0] and not s.row[1] else None
-        if token:
-            yield f"probe reads {token}", replace(s, probe=f"read {token}")
-    if s.probe.startswith("read"):
-        k = int(s.probe.split()[1])
-        if k in s.open_tokens:
-            yield "heartbeat accepted", replace(s, probe="idle")
-        else:
-            yield "heartbeat: TaskTimedOut", replace(s, probe=f"gone {k}")
-    if s.probe.startswith("gone"):
-        k = int(s.probe.split()[1])
-        ok = (s.row is not None and (s.row[0] == k or variant == "token_unchecked")
-              and (not s.row[1] or variant == "departure_unchecked")
-              and (_settled(s) or variant == "settle_unchecked") and not s.released)
-        if ok:
-            yield "retire", replace(s, probe="idle", row=None, retired=s.wb if not s.cancelled else "cancelled")
-        else:
-            yield "retire refused", replace(s, probe="idle")
-
-
-def explore_presence(variant: str = "") -> dict:
-    """Every reachable state; the retires written (how the work branch stood), and the states
-    from which a cancelled hold with a registered token is never retired."""
-    start = PresenceState()
-    seen, queue, edges = {start}, deque([start]), {}
-    while queue:
-        s = queue.popleft()
-        edges[s] = [t for _, t in presence_steps(s, variant)]
-        for t in edges[s]:
-            if t not in seen:
-                seen.add(t)
-                queue.append(t)
-    retires = {s.retired for s in seen if s.retired is not None}
-    # liveness: a cancelled hold whose row holds its open-when-cancelled token is retired on some path
-    done = {s for s in seen if s.retired is not None}
-    changed = True
-    while changed:
-        changed = False
-        for s in seen:
-            if s not in done and any(t in done for t in edges[s]):
-                done.add(s)
-                changed = True
-    stuck = [s for s in seen if s.cancelled and s.row and not s.row[1] and s.retired is None and s not in done]
-    return {"states": len(seen), "retires": retires, "stuck": stuck}

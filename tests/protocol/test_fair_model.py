@@ -23,8 +23,9 @@ import random
 import pytest
 
 from fair_coalesce_model import enqueue_bounded, enqueue_newest, jump
-from fair_model import (Lock, Model, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release,
-                        release_alone, revoke, skip, take_parked)
+from fair_model import Model
+from fair_model_writes import (Lock, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release,
+                               release_alone, revoke, skip, take_parked)
 from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import shared_model as m
+import shared_model_presence as m
 from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import shared_protocol as sp

@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-import shared_model as m
-from shared_model import KindRow, Lock
+import fair_model_writes as fw
+import shared_model_writes as m
+from shared_model_writes import KindRow, Lock
 from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import shared_protocol as sp
@@ -106,10 +107,10 @@ MODEL_WRITES = {
     "FREE_EMPTY": (False, None, lambda it, a: m.free_empty(it)),
     "RETIRE_READER": (False, "next", lambda it, a: m.retire_reader(
         it, a["next"], a["ended"] >= ACQUIRED, a["ended"] + GRACE < NOW)),
-    "RELEASE_WRITE": (False, None, lambda it, a: m.release(it, a["me"], a["fence"])),
+    "RELEASE_WRITE": (False, None, lambda it, a: fw.release(it, a["me"], a["fence"])),
     "FENCED_WRITE_CHECK": (False, None, lambda it, a: (it.owner == a["me"] and it.fence == a["fence"], it)),
-    "MARK": (True, None, lambda it, a: m.mark_row(it, a["since"])),
-    "LEAVE": (True, None, lambda it, a: m.leave_row(it, a["me"])),
+    "MARK": (True, None, lambda it, a: fw.mark(it, a["since"])),
+    "LEAVE": (True, None, lambda it, a: fw.leave(it, a["me"])),
     "DEQUEUE": (True, None, lambda it, a: m.dequeue_row(it, a["me"])),
 }
 

@@ -3,7 +3,7 @@ situation each workflow row's cells bring their participants into so the row's s
 
 :data:`SITUATIONS` names every lock state of every kind, by hand: a state added to a kind
 (a new row of :mod:`tools.matrix.rows`) has no situation until someone says how to reach it,
-and :func:`uncovered` - run by ``tests/tools/test_fault_matrix.py`` on every synth - reports it, so
+and :func:`uncovered` - run by ``tests/tools/test_fault_matrix_rows.py`` on every synth - reports it, so
 a new state cannot ship without a row in the matrix.
 
 The parts: the columns (:mod:`tools.matrix.columns`); the first situations

@@ -9,7 +9,7 @@ from tools.matrix.situations import SHARED_HOLD
 #: Rows whose situation a witness run (``--reach``: the situation without a fault, the row's
 #: calls only counted) found not to make the row's call, each with why: their cells end ``n/r``
 #: in every column (moto, 2026-11-28: the fair rows; docs/safety.md says which were run);
-#: ``tests/tools/test_fault_matrix.py`` keeps this list from growing unnoticed.
+#: ``tests/tools/test_fault_matrix_rows.py`` keeps this list from growing unnoticed.
 _SUPERSEDED_AHEAD = ("a helper (a waiter whose look finds the lock free or its holder ended while a ticket ahead "
                      "of it still has a row) on this key: keep_newest(1) lets each newer arrival take the row of the "
                      "one ahead (TakeSuperseded), so a look finds only superseded tickets ahead and jumps past them "
