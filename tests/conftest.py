@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kept_deployment import KEPT
 from tools.node import use_project_node  # noqa: E402
 
 use_project_node()  # before aws_cdk starts jsii
@@ -35,12 +36,30 @@ from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
 
 
-#: The test files that take longest (module setups plus calls, from a fresh-clone run's
-#: ``--durations=0``; the split files estimated from their tests), longest first. ``make test``
-#: runs ``--dist loadfile --no-loadscope-reorder``: xdist hands out whole files in collection
-#: order as its workers free up, so these go first and no long file starts last and runs alone
-#: while the other workers idle. (Without ``--no-loadscope-reorder``, xdist 3.8 orders the files
-#: by their number of tests instead, whatever the collection order.)
+#: Test files that run as one unit on one worker, in this order: the pieces of what was one long
+#: file, whose tests share its deployed stack. ``make test`` runs ``--dist loadgroup``, and every
+#: item gets the ``xdist_group`` of its file's group (a file of no group is a group of its own);
+#: a group's stack is deployed once per backend for all its files (``kept_deployment``), its
+#: items running moto first, then DynamoDB Local. A group is named as its first file.
+GROUPS = {
+    "test_fair_lock.py": ("test_fair_lock.py", "test_fair_dead_participants.py", "test_fair_lost_responses.py"),
+    "test_shared_lock.py": ("test_shared_lock.py", "test_shared_faults.py"),
+    "test_shared_recovery.py": ("test_shared_recovery.py", "test_shared_janitor.py"),
+    "test_shared_client_workflows.py": ("test_shared_client_workflows.py", "test_shared_client_faults.py",
+                                        "test_shared_client_cancelled.py"),
+    "test_lock_safety.py": ("test_lock_safety.py", "test_lock_safety_redrive.py", "test_lock_safety_cancelled.py"),
+    "test_lock_recovery.py": ("test_lock_recovery.py", "test_lock_janitor.py"),
+    "test_lock_record.py": ("test_lock_record.py", "test_lock_record_updates.py"),
+    "test_monitoring.py": ("test_monitoring.py", "test_monitoring_metrics.py"),
+}
+_GROUP_OF = {name: (group, n) for group, names in GROUPS.items() for n, name in enumerate(names)}
+
+#: The groups (a file of its own: its name) that take longest (module setups plus calls, from a
+#: fresh-clone run's ``--durations=0``; the split files estimated from their tests), longest
+#: first. ``make test`` runs ``--dist loadgroup --no-loadscope-reorder``: xdist hands out whole
+#: groups in collection order as its workers free up, so these go first and no long group starts
+#: last and runs alone while the other workers idle. (Without ``--no-loadscope-reorder``, xdist
+#: 3.8 orders the groups by their number of tests instead, whatever the collection order.)
 LONGEST_FIRST = (
     "test_shared_lock.py", "test_fair_lock.py", "test_fault_matrix.py", "test_section_outputs.py",
     "test_shared_recovery.py", "test_shared_client_workflows.py", "test_fair_redrive.py", "test_lock_safety.py",
@@ -48,12 +67,57 @@ LONGEST_FIRST = (
     "test_monitoring.py", "test_fair_coalesce.py", "test_lock_recovery.py", "test_callbacks.py",
     "test_stress.py", "test_fair_clients.py", "test_lock_client.py",
 )
+_BACKEND_ORDER = {"moto": 1, "dynamodb-local": 2}  # (an item of no backend: 0, first)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def group_of(item: pytest.Item) -> str:
+    """The group an item runs in: its file's (:data:`GROUPS`), else its file's name."""
+    return _GROUP_OF.get(item.path.name, (item.path.name, 0))[0]
+
+
+def _backend(item: pytest.Item) -> str | None:
+    params = getattr(item, "callspec", None)
+    return next((v for v in params.params.values() if v in _BACKEND_ORDER), None) if params else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """Before the other hooks, every item gets its group's ``xdist_group`` mark (xdist's hook
+    reads them); after them (pytest's order by fixture parameters, the deselections), the groups
+    go in :data:`LONGEST_FIRST` order, each whole, and a group of several files runs its items
+    of no backend, then its moto ones, then its DynamoDB Local ones, each file in the group's
+    order and each file's items in their order (stable)."""
+    if config.pluginmanager.has_plugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    result = yield
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+    first: dict[str, int] = {}
+    for n, item in enumerate(items):
+        first.setdefault(group_of(item), n)
+
+    def order(item: pytest.Item) -> tuple:
+        group = group_of(item)
+        within = (_BACKEND_ORDER.get(_backend(item), 0), _GROUP_OF[item.path.name][1]) \
+            if item.path.name in _GROUP_OF else (0, 0)
+        return rank.get(group, len(rank)), first[group], *within
+
+    items.sort(key=order)  # stable: each file keeps its order
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """The group's kept deployment is closed after its last item (``kept_deployment``)."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or group_of(nextitem) != group_of(item):
+            KEPT.release()
+
+
+def pytest_sessionfinish() -> None:
+    KEPT.release()  # (a session stopped early: -x, a keyboard interrupt)
 
 
 def pytest_configure(config: pytest.Config) -> None:
