@@ -1,5 +1,5 @@
-"""What every folder of the suite shares: the project's Node for jsii, the synth cache, the order
-the files run in, and the synthesized example and shapes stacks (each synth here runs once per
+"""What every folder of the suite shares: the project's Node for jsii, the synth cache, the groups
+of files and the order they run in, the closing of a group's kept deployment, and the synthesized example and shapes stacks (each synth here runs once per
 test session: a synth costs seconds).
 
 The suite's folders follow the code's layers, each with a conftest of what its tests need:
@@ -7,7 +7,8 @@ The suite's folders follow the code's layers, each with a conftest of what its t
 constructs synthesize), ``lock/`` (the lock deployed on the LocalCloud), ``client/`` (the
 ``LockClient`` and the CLI), ``lambdas/`` (the example function), ``tools/`` (bench, stress,
 matrix, docs, packaging) and ``local/`` (the runtime itself). ``deployed.py`` (the
-deployed-stack fixtures), ``synth_cache.py`` and ``template_iam.py`` serve more than one.
+deployed-stack fixtures), ``kept_deployment.py`` (the deployment a group's files share),
+``synth_cache.py`` and ``template_iam.py`` serve more than one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from file_groups import group_of, run_order
 from kept_deployment import KEPT
 from tools.node import use_project_node  # noqa: E402
 
@@ -36,73 +38,16 @@ from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
 
 
-#: Test files that run as one unit on one worker, in this order: the pieces of what was one long
-#: file, whose tests share its deployed stack. ``make test`` runs ``--dist loadgroup``, and every
-#: item gets the ``xdist_group`` of its file's group (a file of no group is a group of its own);
-#: a group's stack is deployed once per backend for all its files (``kept_deployment``), its
-#: items running moto first, then DynamoDB Local. A group is named as its first file.
-GROUPS = {
-    "test_fair_lock.py": ("test_fair_lock.py", "test_fair_dead_participants.py", "test_fair_lost_responses.py"),
-    "test_shared_lock.py": ("test_shared_lock.py", "test_shared_faults.py"),
-    "test_shared_recovery.py": ("test_shared_recovery.py", "test_shared_janitor.py"),
-    "test_shared_client_workflows.py": ("test_shared_client_workflows.py", "test_shared_client_faults.py",
-                                        "test_shared_client_cancelled.py"),
-    "test_lock_safety.py": ("test_lock_safety.py", "test_lock_safety_redrive.py", "test_lock_safety_cancelled.py"),
-    "test_lock_recovery.py": ("test_lock_recovery.py", "test_lock_janitor.py"),
-    "test_lock_record.py": ("test_lock_record.py", "test_lock_record_updates.py"),
-    "test_monitoring.py": ("test_monitoring.py", "test_monitoring_metrics.py"),
-}
-_GROUP_OF = {name: (group, n) for group, names in GROUPS.items() for n, name in enumerate(names)}
-
-#: The groups (a file of its own: its name) that take longest (module setups plus calls, from a
-#: fresh-clone run's ``--durations=0``; the split files estimated from their tests), longest
-#: first. ``make test`` runs ``--dist loadgroup --no-loadscope-reorder``: xdist hands out whole
-#: groups in collection order as its workers free up, so these go first and no long group starts
-#: last and runs alone while the other workers idle. (Without ``--no-loadscope-reorder``, xdist
-#: 3.8 orders the groups by their number of tests instead, whatever the collection order.)
-LONGEST_FIRST = (
-    "test_shared_lock.py", "test_fair_lock.py", "test_fault_matrix.py", "test_section_outputs.py",
-    "test_shared_recovery.py", "test_shared_client_workflows.py", "test_fair_redrive.py", "test_lock_safety.py",
-    "test_lock_variants.py", "test_lock_record.py", "test_rate_limit.py", "test_fair_model.py",
-    "test_monitoring.py", "test_fair_coalesce.py", "test_lock_recovery.py", "test_callbacks.py",
-    "test_stress.py", "test_fair_clients.py", "test_lock_client.py",
-)
-_BACKEND_ORDER = {"moto": 1, "dynamodb-local": 2}  # (an item of no backend: 0, first)
-
-
-def group_of(item: pytest.Item) -> str:
-    """The group an item runs in: its file's (:data:`GROUPS`), else its file's name."""
-    return _GROUP_OF.get(item.path.name, (item.path.name, 0))[0]
-
-
-def _backend(item: pytest.Item) -> str | None:
-    params = getattr(item, "callspec", None)
-    return next((v for v in params.params.values() if v in _BACKEND_ORDER), None) if params else None
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
     """Before the other hooks, every item gets its group's ``xdist_group`` mark (xdist's hook
-    reads them); after them (pytest's order by fixture parameters, the deselections), the groups
-    go in :data:`LONGEST_FIRST` order, each whole, and a group of several files runs its items
-    of no backend, then its moto ones, then its DynamoDB Local ones, each file in the group's
-    order and each file's items in their order (stable)."""
+    reads them: ``--dist loadgroup``); after them (pytest's order by fixture parameters, the
+    deselections), the items go in ``file_groups.run_order``."""
     if config.pluginmanager.has_plugin("xdist"):
         for item in items:
-            item.add_marker(pytest.mark.xdist_group(group_of(item)))
+            item.add_marker(pytest.mark.xdist_group(group_of(item.path.name)))
     result = yield
-    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
-    first: dict[str, int] = {}
-    for n, item in enumerate(items):
-        first.setdefault(group_of(item), n)
-
-    def order(item: pytest.Item) -> tuple:
-        group = group_of(item)
-        within = (_BACKEND_ORDER.get(_backend(item), 0), _GROUP_OF[item.path.name][1]) \
-            if item.path.name in _GROUP_OF else (0, 0)
-        return rank.get(group, len(rank)), first[group], *within
-
-    items.sort(key=order)  # stable: each file keeps its order
+    items[:] = run_order(items)
     return result
 
 
@@ -112,7 +57,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     try:
         return (yield)
     finally:
-        if nextitem is None or group_of(nextitem) != group_of(item):
+        if nextitem is None or group_of(nextitem.path.name) != group_of(item.path.name):
             KEPT.release()
 
 

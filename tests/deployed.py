@@ -88,7 +88,7 @@ def deployed_stack(stack: Callable[[Any, str], Any], name: str, run: Callable[[L
 def shared_deployment(backend: str, synthesized, run: Callable[[LocalCloud, Any], Run]) -> Run:
     """``run(cloud, app)`` of ``synthesized`` deployed in a fresh LocalCloud on ``backend``,
     kept for the next test module that asks for the same (``kept_deployment.KEPT``: one per
-    process, closed when the next test is in another group, ``tests/conftest.py``'s ``GROUPS``).
+    process, closed when the next test is in another group, ``file_groups.GROUPS``).
     ``run`` is called once per deployment: what it builds (a handle, or what its runs left) is
     shared too."""
 

@@ -2,14 +2,14 @@
 
 A test file's deployed-stack fixture (``deployed.deployed_stack``) used to deploy its stack in a
 fresh ``LocalCloud`` per module and backend: seconds to tens of seconds of CPU each. The files of
-one subject (the pieces of what was one long file: ``tests/conftest.py``'s ``GROUPS``) share one
+one subject (the pieces of what was one long file: ``file_groups.GROUPS``) share one
 deployment per backend instead: the fixture asks :data:`KEPT` for it, which deploys it the first
 time and hands the same one out while it is asked for the same thing. Only one ``LocalCloud`` can
 be active in a process (moto is process-wide), so :data:`KEPT` holds one at most: asked for another
 stack or backend it closes the one it holds first, and ``tests/conftest.py`` closes it when the
 next test is in another group (and at the end of the session), so no cloud outlives its group.
-The group's items run moto first, then DynamoDB Local (``tests/conftest.py``): each backend is
-deployed once per group, and each cloud runs the same tests in the same order as the one file did.
+The group's items run moto first, then DynamoDB Local (``file_groups.run_order``): each backend is
+deployed once per group, and each cloud runs the tests the one long file ran in it.
 
 No import of the runtime here: ``tests/conftest.py`` releases through it in every process.
 """

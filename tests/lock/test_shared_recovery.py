@@ -1,9 +1,10 @@
 """The read/write lock's recovery on both DynamoDB backends: a stopped reader or writer (its
-lease, its stop grace, the janitor, the liveness check), a redriven reader or writer, the
-janitor's reads and writes, and Map iterations of read/write sections on one key.
+lease, its stop grace, the liveness check), a redriven reader or writer, Map iterations of
+read/write sections on one key, a stopped writer's probe in a slow cold start. The janitor's
+reads and writes: ``test_shared_janitor.py``, in this file's group (one deployment per backend).
 
 Split from ``test_shared_lock.py`` (its stack fixture ``rw`` and helpers), so that ``make test``'s
-``--dist loadfile`` can run the two files on two workers.
+``--dist loadgroup`` can run the two groups on two workers.
 """
 
 from __future__ import annotations
