@@ -336,6 +336,9 @@ def dead_head(fair, k: str, owner: str, *, fence: int, token: str = f"{fp.CLIENT
         fp.TOKEN: {"S": token}, fp.LEASE: {"N": "60000"}, fp.GRACE_MS: {"N": "0"}})
 
 
+# ---- EXPRESS: the same queue, polled by its head ---------------------------------------------
+
+
 def test_express_waiters_keep_arrival_order_polling_as_the_head(fair):
     k = key()
     holder = fair.start("FairHold", {"key": k, "workMs": 1})

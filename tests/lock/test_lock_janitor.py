@@ -21,6 +21,9 @@ from test_lock_recovery import (
 )
 
 
+# ---- the janitor: any input size, any history length, late and duplicate events --------------
+
+
 #: Work of a holder the janitor tests stop (or inspect) while it holds: long enough that it
 #: still holds at the test's next step on a loaded machine, within the protected Lambda's
 #: timeout (behaviour_stack.FUNCTION_TIMEOUT_S), which the runtime enforces.

@@ -170,6 +170,11 @@ def test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace(records):
     records.cloud.stepfunctions.stop_execution(executionArn=holder)
 
 
+# --------------------------------------------------------------------------------------
+# A redrive after the release: the update lands once, the run ends released
+# --------------------------------------------------------------------------------------
+
+
 def _release_of(c: str):
     """``when``: the release with the update of record ``c`` (an acquire has no REMOVE)."""
     def when(params: dict) -> bool:

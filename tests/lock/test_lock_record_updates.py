@@ -19,6 +19,11 @@ from locked_workflow.state_machines import record_protocol as r
 from test_lock_record import LW, customer, records  # noqa: F401 - records: the stack's fixture
 
 
+# --------------------------------------------------------------------------------------
+# Updates DynamoDB refuses: Lock.InvalidUpdate, and the record free at once
+# --------------------------------------------------------------------------------------
+
+
 @pytest.fixture
 def no_janitor(records):
     """No execution status events while the test runs: nothing but the run itself frees a lock."""

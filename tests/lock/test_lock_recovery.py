@@ -220,6 +220,9 @@ def test_state_machine_timeout_while_holding_is_retired_and_recovered_after_the_
     deployed.client("shorttimeout").release(lease)
 
 
+# ---- Python participants --------------------------------------------------------------------
+
+
 def test_python_holder_blocks_a_workflow_until_it_releases(deployed):
     key = new_key("py-first")
     client = deployed.client("main")
@@ -257,6 +260,9 @@ def test_workflow_holder_blocks_a_python_client_until_it_releases(deployed):
     assert released <= returned
     assert lease.fence == 2
     client.release(lease)
+
+
+# ---- fencing under pauses -------------------------------------------------------------------
 
 
 def _pause_load(key: str, seed: int) -> list[dict]:

@@ -24,6 +24,9 @@ from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import record_protocol
 
 
+# ---- real log lines, on both DynamoDB backends ----------------------------------------------------
+
+
 @dataclass
 class Runs:
     """What ran, and every line each log group got."""

@@ -50,6 +50,9 @@ def test_janitor_counts_each_retired_lock_once_in_the_workflows_namespace(runs, 
         synth.stack.instant_monitoring.namespace, 0)
 
 
+# ---- the metrics function on a real subscription delivery --------------------------------------
+
+
 def _subscription_event(lines: list[str], group: str, message_type: str = "DATA_MESSAGE") -> dict:
     data = {
         "messageType": message_type, "owner": "123456789012", "logGroup": group, "logStream": "states/x",

@@ -19,6 +19,9 @@ from locked_workflow.state_machines import shared_protocol as sp
 from test_shared_client_workflows import mixed, workflow_client  # noqa: F401 - mixed: the stack's fixture
 
 
+# ---- TransactionConflictException: transient, retried on every client write (both backends) ------
+
+
 def _conflict(write, key: str, times: int = 1):
     """DynamoDB's answer to an UpdateItem on an item a transaction is touching (a waiter's park
     checks the lock item in one), on ``write`` of ``key`` - before it applies."""
@@ -93,6 +96,9 @@ def test_a_readers_release_whose_handoff_is_throttled_after_its_leave_still_retu
     result = mixed.wait([writer])[0]
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert mixed.probe(k).get("violations", 0) == 0 and mixed.free(k)
+
+
+# ---- a reader stopped right after its leave: the key is free for a plain mutex (both backends) ----
 
 
 def test_a_reader_stopped_right_after_its_leave_leaves_the_key_to_a_plain_mutex(mixed):

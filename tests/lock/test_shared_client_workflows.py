@@ -20,6 +20,9 @@ from shared_stack import SharedStack
 from test_shared_lock import ReadWrite
 
 
+# ---- with workflows, on both backends --------------------------------------------------------
+
+
 mixed = deployed_stack(SharedStack, "Shared", ReadWrite)
 
 

@@ -41,6 +41,9 @@ def test_a_read_write_section_nested_on_the_same_key_is_refused_at_synth(outer, 
         synth("{% $states.input.key %}")
 
 
+# -- synth: the states, their IAM and the settings ---------------------------------------------
+
+
 @pytest.fixture(scope="module")
 def template(shared_synth):
     from aws_cdk.assertions import Template
