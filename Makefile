@@ -44,8 +44,8 @@ demo: deps
 	$(PY) -m tools.demo $(ARGS)
 
 # Six workers, one group of test files each at a time: a file, or the files split from one long
-# file, whose tests share its deployed stack (tests/file_groups.py's GROUPS: every item carries its
-# group's xdist_group mark; the group's stack is deployed once per backend, tests/kept_deployment.py).
+# file, whose tests share its deployed stack (tests/file_groups.py's GROUPS, handed out whole by its
+# FileGroupScheduling; the group's stack is deployed once per backend, tests/kept_deployment.py).
 # The suite waits on leases, graces and polls more than it computes - with four workers, `time`
 # showed 93 % of CPU of 200 % in 23 min 40 s on 2 cores (a fresh clone, 2026-11-28); six keep both
 # cores busier. Groups go out longest first (tests/file_groups.py's LONGEST_FIRST;

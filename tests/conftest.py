@@ -38,17 +38,19 @@ from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
-    """Before the other hooks, every item gets its group's ``xdist_group`` mark (xdist's hook
-    reads them: ``--dist loadgroup``); after them (pytest's order by fixture parameters, the
-    deselections), the items go in ``file_groups.run_order``."""
-    if config.pluginmanager.has_plugin("xdist"):
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(group_of(item.path.name)))
-    result = yield
+@pytest.hookimpl(trylast=True)  # after pytest's own order (by fixture parameters) and the deselections
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = run_order(items)
-    return result
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup``: each group of files (``file_groups``) to one worker, whole."""
+    if config.getvalue("dist") == "loadgroup":
+        from file_groups import FileGroupScheduling
+
+        return FileGroupScheduling(config, log)
+    return None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,9 +1,13 @@
 """Which test files run together, and in what order (``tests/conftest.py`` applies it).
 
 A group is a set of test files that run as one unit on one worker (``make test``: ``--dist
-loadgroup``; every item carries its group's ``xdist_group`` mark): the pieces of what was one long
-file, whose tests share its deployed stack - deployed once per backend for the whole group
+loadgroup``, scheduled by :class:`FileGroupScheduling`): the pieces of what was one long file,
+whose tests share its deployed stack - deployed once per backend for the whole group
 (``kept_deployment``) instead of once per file. A file of no group is a group of its own.
+
+Not xdist's own ``xdist_group`` marks: pytest-xdist 3.8 groups by a suffix it writes to
+``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id`` there), so marked
+items were handed out one by one and a group's files ran on every worker, each deploying.
 """
 
 from __future__ import annotations
@@ -70,3 +74,22 @@ def run_order(items: Sequence[Any]) -> list[Any]:
         return rank.get(group, len(rank)), first[group], *within
 
     return sorted(items, key=order)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # (no pytest-xdist: no scheduler to make)
+    LoadScopeScheduling = object
+
+
+class FileGroupScheduling(LoadScopeScheduling):
+    """xdist's scheduling by scope (whole work units, handed out in collection order with
+    ``--no-loadscope-reorder``), a unit being a group of files (:func:`group_of`) rather than one
+    file."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(_file_of(nodeid))

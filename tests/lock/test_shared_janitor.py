@@ -13,6 +13,7 @@ from locked_workflow.state_machines import lock_protocol as p
 from locked_workflow.state_machines import shared_protocol as sp
 from template_iam import actions, role_statements
 from test_shared_lock import NAMESPACE, entered_states, new_key, probe_of, rw  # noqa: F401 - rw: the stack's fixture
+from test_shared_lock import shared_synth  # noqa: F401 - the fixture template reads
 from test_shared_lock_template import template  # noqa: F401 - the template's fixture
 
 

@@ -117,3 +117,15 @@ def test_a_groups_items_run_together_moto_first_then_dynamodb_local():
     for b in (1, 2):
         files = [i.split("::")[0].rsplit("/", 1)[-1] for i in ids if backend(i) == b]
         assert files == sorted(files, key=names.index), files
+
+
+def test_loadgroup_hands_out_each_group_of_files_whole_and_a_file_of_no_group_alone():
+    """``make test``'s ``--dist loadgroup`` schedules by :func:`file_groups.group_of` of each
+    item's file (pytest-xdist's own ``xdist_group`` marks have no effect on pytest 9.2)."""
+    from file_groups import FileGroupScheduling
+
+    scope = FileGroupScheduling._split_scope
+    assert {scope(None, f"tests/lock/{name}::test_x[moto]") for name in
+            ("test_fair_lock.py", "test_fair_dead_participants.py", "test_fair_lost_responses.py")} == {"test_fair_lock.py"}
+    assert scope(None, "tests/lock/test_fair_clients.py::test_y[dynamodb-local]") == "test_fair_clients.py"
+    assert scope(None, "tests/client/test_cli.py::test_z") == "test_cli.py"
