@@ -44,14 +44,17 @@ deps: $(STAMP_PY) $(STAMP_NPM)
 demo: deps
 	$(PY) -m tools.demo $(ARGS)
 
-# Six workers, one test file each at a time (module fixtures stay whole): the suite waits on
-# leases, graces and polls more than it computes - with four, `time` showed 93 % of CPU of 200 %
-# in 23 min 40 s on 2 cores (a fresh clone, 2026-11-28); six keep both cores busier. Files go
-# out longest first (tests/conftest.py's LONGEST_FIRST; --no-loadscope-reorder keeps that order).
+# Six workers, one group of test files each at a time: a file, or the files split from one long
+# file, whose tests share its deployed stack (tests/file_groups.py's GROUPS, handed out whole by its
+# FileGroupScheduling; the group's stack is deployed once per backend, tests/kept_deployment.py).
+# The suite waits on leases, graces and polls more than it computes - with four workers, `time`
+# showed 93 % of CPU of 200 % in 23 min 40 s on 2 cores (a fresh clone, 2026-11-28); six keep both
+# cores busier. Groups go out longest first (tests/file_groups.py's LONGEST_FIRST;
+# --no-loadscope-reorder keeps that order).
 TEST_WORKERS ?= 6
 
 test: deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(ARGS)
 
 $(STAMP_COMPAT): pyproject.toml
 	rm -rf $(COMPAT_VENV)

@@ -443,7 +443,7 @@ def unlimited_wait_s(park_timeout_s: int, history_event_budget: int | None) -> i
 #: History events of one park round that times out, at most: the park, the fallback's read and
 #: checks, and a handoff run for a head that does not move - the longest: its wake-up fails while
 #: its execution runs (DescribeExecution, a short look for its new park, the claim window, a
-#: last look, the revoke: 81 events measured, ``tests/lock/test_fair_lock.py``), then a hole's mark
+#: last look, the revoke: 81 events measured, ``tests/lock/test_fair_lost_responses.py``), then a hole's mark
 #: (about 12 more). A round that also passes rows of waiters gone (``left``) costs about 8
 #: events more per row; the janitor's marks are passed by the releasers, a waiter's round only
 #: when a releaser crashed. (It was 45 until a run of that longest round measured 81.)

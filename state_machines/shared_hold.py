@@ -53,7 +53,7 @@ READER_PLACEHOLDER = "#reader"
 #: limit is 400 KB (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
 #: A reader entry with the longest owner AWS allows - an execution ARN in the longest partition
 #: with an 80-character state machine name and execution name (220 bytes), ``#`` and a uuid:
-#: 257 bytes - is 362 bytes of the answer's JSON (measured by ``tests/lock/test_shared_lock.py``)
+#: 257 bytes - is 362 bytes of the answer's JSON (measured by ``tests/lock/test_shared_faults.py``)
 #: and ~310 bytes of item (DynamoDB's sizing rules). 200 entries: ~73 KB of JSON (28 % of the
 #: task limit) and ~62 KB of item (16 % of DynamoDB's): headroom for the key (up to 2 KB), the
 #: counters and a writer's attributes, and for a factor of three in the size of an entry.

@@ -1,5 +1,5 @@
-"""What every folder of the suite shares: the project's Node for jsii, the synth cache, the order
-the files run in, and the synthesized example and shapes stacks (each synth here runs once per
+"""What every folder of the suite shares: the project's Node for jsii, the synth cache, the groups
+of files and the order they run in, the closing of a group's kept deployment, and the synthesized example and shapes stacks (each synth here runs once per
 test session: a synth costs seconds).
 
 The suite's folders follow the code's layers, each with a conftest of what its tests need:
@@ -7,7 +7,8 @@ The suite's folders follow the code's layers, each with a conftest of what its t
 constructs synthesize), ``lock/`` (the lock deployed on the LocalCloud), ``client/`` (the
 ``LockClient`` and the CLI), ``lambdas/`` (the example function), ``tools/`` (bench, stress,
 matrix, docs, packaging) and ``local/`` (the runtime itself). ``deployed.py`` (the
-deployed-stack fixtures), ``synth_cache.py`` and ``template_iam.py`` serve more than one.
+deployed-stack fixtures), ``kept_deployment.py`` (the deployment a group's files share),
+``synth_cache.py`` and ``template_iam.py`` serve more than one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from file_groups import group_of, run_order
+from kept_deployment import KEPT
 from tools.node import use_project_node  # noqa: E402
 
 use_project_node()  # before aws_cdk starts jsii
@@ -35,25 +38,33 @@ from locked_workflow.constructs_lib.nag import suppress_example_findings  # noqa
 from locked_workflow.state_machines.lock_protocol import jsonata  # noqa: E402
 
 
-#: The test files that take longest (module setups plus calls, from a fresh-clone run's
-#: ``--durations=0``; the split files estimated from their tests), longest first. ``make test``
-#: runs ``--dist loadfile --no-loadscope-reorder``: xdist hands out whole files in collection
-#: order as its workers free up, so these go first and no long file starts last and runs alone
-#: while the other workers idle. (Without ``--no-loadscope-reorder``, xdist 3.8 orders the files
-#: by their number of tests instead, whatever the collection order.)
-LONGEST_FIRST = (
-    "test_shared_lock.py", "test_fair_lock.py", "test_fault_matrix.py", "test_section_outputs.py",
-    "test_shared_recovery.py", "test_shared_client_workflows.py", "test_fair_redrive.py", "test_lock_safety.py",
-    "test_lock_variants.py", "test_lock_record.py", "test_rate_limit.py", "test_fair_model.py",
-    "test_monitoring.py", "test_fair_coalesce.py", "test_lock_recovery.py", "test_callbacks.py",
-    "test_stress.py", "test_fair_clients.py", "test_lock_client.py",
-)
-
-
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(trylast=True)  # after pytest's own order (by fixture parameters) and the deselections
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+    items[:] = run_order(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup``: each group of files (``file_groups``) to one worker, whole."""
+    if config.getvalue("dist") == "loadgroup":
+        from file_groups import FileGroupScheduling
+
+        return FileGroupScheduling(config, log)
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """The group's kept deployment is closed after its last item (``kept_deployment``)."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or group_of(nextitem.path.name) != group_of(item.path.name):
+            KEPT.release()
+
+
+def pytest_sessionfinish() -> None:
+    KEPT.release()  # (a session stopped early: -x, a keyboard interrupt)
 
 
 def pytest_configure(config: pytest.Config) -> None:

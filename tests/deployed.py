@@ -1,4 +1,5 @@
-"""The behaviour stack deployed into a LocalCloud, with helpers to run and inspect it."""
+"""The test stacks deployed into a LocalCloud (the fixture factory :func:`deployed_stack`, the
+behaviour stack's handle :class:`Deployed`), with helpers to run and inspect them."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import functools
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
 
+from kept_deployment import KEPT
 from locked_workflow.testing import LocalCloud
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import lock_protocol as p
@@ -66,20 +69,33 @@ def synthesized(stack: Callable[[Any, str], Any], name: str, *, asset_metadata: 
 
 
 def deployed_stack(stack: Callable[[Any, str], Any], name: str, run: Callable[[LocalCloud, Any], Run], *,
-                   asset_metadata: bool = True) -> Callable[..., Iterator[Run]]:
-    """A module-scoped fixture: ``stack`` (synthesized once per process, :func:`synthesized`)
-    deployed in a fresh LocalCloud once per test module and DynamoDB backend (:data:`BACKENDS`,
-    skipped where missing), yielded as ``run(cloud, app)``::
+                   asset_metadata: bool = True) -> Callable[..., Run]:
+    """A module-scoped fixture: ``stack`` (synthesized once per run, :func:`synthesized`)
+    deployed on each DynamoDB backend (:data:`BACKENDS`, skipped where missing), yielded as
+    ``run(cloud, app)``; the test files of one group share that deployment
+    (:func:`shared_deployment`)::
 
         fair = deployed_stack(FairStack, "Fair", Fair)
     """
 
     @pytest.fixture(scope="module", params=BACKENDS)
-    def fixture(request) -> Iterator[Run]:
-        for cloud, app in local_deployment(request.param, synthesized(stack, name, asset_metadata=asset_metadata)):
-            yield run(cloud, app)
+    def fixture(request) -> Run:
+        return shared_deployment(request.param, synthesized(stack, name, asset_metadata=asset_metadata), run)
 
     return fixture
+
+
+def shared_deployment(backend: str, synthesized, run: Callable[[LocalCloud, Any], Run]) -> Run:
+    """``run(cloud, app)`` of ``synthesized`` deployed in a fresh LocalCloud on ``backend``,
+    kept for the next test module that asks for the same (``kept_deployment.KEPT``: one per
+    process, closed when the next test is in another group, ``file_groups.GROUPS``).
+    ``run`` is called once per deployment: what it builds (a handle, or what its runs left) is
+    shared too."""
+
+    def deploy(exit_stack) -> Run:
+        return run(*exit_stack.enter_context(_deployment(backend, synthesized)))
+
+    return KEPT.get((backend, synthesized.stack_name, str(synthesized.assets_dir), run), deploy)
 
 
 class Deployed(StackRun):
@@ -155,14 +171,21 @@ def run_in_thread(target) -> tuple[threading.Thread, dict]:
     return thread, out
 
 
-def local_deployment(backend: str, synthesized):
-    """``(cloud, app)``: ``synthesized`` deployed in a fresh LocalCloud on ``backend``."""
-    from locked_workflow.testing import LocalCloud
+@contextmanager
+def _deployment(backend: str, synthesized) -> Iterator[tuple[LocalCloud, Any]]:
     from locked_workflow.testing.pytest_plugin import require_backend
 
+    KEPT.release()  # one LocalCloud at a time in a process
     require_backend(backend)
     with LocalCloud(backend) as cloud:
         yield cloud, cloud.deploy(synthesized.template, assets_dir=synthesized.assets_dir)
+
+
+def local_deployment(backend: str, synthesized):
+    """``(cloud, app)``: ``synthesized`` deployed in a fresh LocalCloud on ``backend``, for this
+    fixture alone (:func:`shared_deployment` shares one between files)."""
+    with _deployment(backend, synthesized) as deployment:
+        yield deployment
 
 
 def backend_cloud(backend: str):
@@ -170,6 +193,7 @@ def backend_cloud(backend: str):
     tests that need tables, not a stack: ``yield from backend_cloud(request.param)``."""
     from locked_workflow.testing.pytest_plugin import require_backend
 
+    KEPT.release()  # one LocalCloud at a time in a process
     require_backend(backend)
     with LocalCloud(backend) as cloud:
         yield cloud

@@ -3,8 +3,10 @@ executions' histories (``lock_invariants.py``), the behaviour stack's fixture, a
 stack's synth (``synth``: once per session, for the monitoring template's tests and the tests of
 its filters on real log lines).
 
-Each test module deploys the stacks it runs in a fresh LocalCloud once per DynamoDB backend
-(:func:`deployed.deployed_stack`); the stacks are synthesized once per run (``synth_cache``).
+Each group of test files (``file_groups.GROUPS``; a file of no group is its own)
+deploys the stack it runs in a fresh LocalCloud once per DynamoDB backend
+(:func:`deployed.deployed_stack`, ``kept_deployment``); the stacks are synthesized once per run
+(``synth_cache``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from behaviour_stack import BehaviourStack
 from deployed import Deployed, deployed_stack
 from monitoring_stack import KindsStack, Synth
 
-#: The behaviour stack in a fresh LocalCloud, once per test module and DynamoDB backend.
+#: The behaviour stack in a fresh LocalCloud, once per group of test files and DynamoDB backend.
 deployed = deployed_stack(BehaviourStack, "Behaviour", Deployed)
 
 

@@ -3,7 +3,7 @@ a client queues beside the workflows, is granted in its turn, wakes a parked wor
 and takes over a holder cancelled by a sibling after its grace, never before.
 
 Split from ``test_fair_lock.py`` (its stack fixture ``fair`` and helpers), so that ``make test``'s
-``--dist loadfile`` can run the files on several workers.
+``--dist loadgroup`` can run the files on several workers.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ ends released, never ``Lock.Lost``; one stopped before its release, or in its wo
 redriven after another run took the key over is ``Lock.Lost``.
 
 Split from ``test_fair_lock.py`` (its stack fixture ``fair`` and helpers), so that ``make test``'s
-``--dist loadfile`` can run the files on several workers.
+``--dist loadgroup`` can run the files on several workers.
 """
 
 from __future__ import annotations

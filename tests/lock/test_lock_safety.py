@@ -2,6 +2,10 @@
 
 Each case runs on the local runtime, on both DynamoDB backends, with the probe Lambda inside
 the protected work: it counts the holders inside at entry, and a correct lock always reads 1.
+Here: iterations, branches and nested sections of one execution, stopped and timed-out holders,
+a lost acquire response, a failed liveness check. Redrives (``test_lock_safety_redrive.py``) and
+sections a sibling cancelled (``test_lock_safety_cancelled.py``) share this file's fixture and
+group.
 """
 
 from __future__ import annotations
@@ -12,9 +16,8 @@ import uuid
 
 import pytest
 
-from lock_invariants import HeartbeatCounter, LeaseEndsSeen, presence_dated_back, probe_as_client
 from deployed import StackRun, deployed_stack
-from safety_stack import PROBE_GRACE_S, PROBE_TIMEOUT_S, SafetyStack, fail_sibling
+from safety_stack import PROBE_GRACE_S, SafetyStack
 from locked_workflow.state_machines import lock_protocol as p
 
 
@@ -222,145 +225,6 @@ def test_a_redriven_holder_acquires_again_before_its_work_runs_again(safety):
     assert lock[p.FENCE] == {"N": "3"} and p.OWNER not in lock
 
 
-def _unguarded_copy(safety, machine: str) -> str:
-    """The negative control of the redrive guard: ``machine`` deployed again with every guard
-    (``lock_protocol.resumed_guard_expression``) replaced by ``null``."""
-    guard = p.resumed_guard_expression("lock")
-    sfn_client = safety.cloud.stepfunctions
-    described = sfn_client.describe_state_machine(stateMachineArn=safety.arn(machine))
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value.replace(guard, "null") if isinstance(value, str) else value
-
-    definition = json.loads(described["definition"])
-    assert guard in described["definition"]
-    return sfn_client.create_state_machine(
-        name=f"Unguarded{uuid.uuid4().hex[:6]}", definition=json.dumps(strip(definition)),
-        roleArn=described["roleArn"],
-    )["stateMachineArn"]
-
-
-def _stopped_in_its_work(safety, machine_arn: str, k: str, work_ms: int) -> tuple[str, float]:
-    """A holder of ``k`` stopped while its probe is inside its work: (its ARN, the deadline
-    the caller's further waits share)."""
-    holder = safety.cloud.start_execution(machine_arn, {"key": k, "workMs": work_ms})
-    deadline = time.time() + 60
-    while safety.probe(k).get("inside", 0) == 0:
-        assert time.time() < deadline, "the holder never entered its work"
-        time.sleep(0.05)
-    safety.cloud.stop_execution(holder)
-    assert safety.cloud.wait_for(holder, timeout=60).status == "ABORTED"
-    return holder, deadline
-
-
-def _stopped_mid_work_and_taken_over(safety, machine_arn: str, k: str):
-    """A holder stopped inside its protected work; its lock, retired as the janitor would after
-    the grace, taken by a client that keeps it. Returns (holder ARN, client, client lease)."""
-    from locked_workflow.constructs_lib.lock_client import LockClient
-
-    holder, deadline = _stopped_in_its_work(safety, machine_arn, k, 1500)
-    while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends (what the grace waits for)
-        assert time.time() < deadline, "the stopped run's work never ended"
-        time.sleep(0.05)
-    locks = next(v for name, v in safety.app.resources.items() if name.startswith("LocksTable"))
-    safety.cloud.dynamodb.update_item(  # the lease ends now (the janitor's retire, grace over)
-        TableName=locks, Key={"pk": {"S": p.namespaced("s", k)}}, UpdateExpression="SET #e = :zero",
-        ExpressionAttributeNames={"#e": p.EXPIRES_AT}, ExpressionAttributeValues={":zero": {"N": "0"}},
-    )
-    client = LockClient(locks, namespace="s", dynamodb=safety.cloud.dynamodb)
-    return holder, client, client.acquire(k, lease=120, wait=30)
-
-
-def _entered_after_redrive(safety, arn: str, state: str) -> bool:
-    events = safety.cloud.stepfunctions.get_execution_history(executionArn=arn, maxResults=1000)["events"]
-    redriven = next(i for i, e in enumerate(events) if e["type"] == "ExecutionRedriven")
-    return any(e.get("stateEnteredEventDetails", {}).get("name") == state for e in events[redriven:])
-
-
-@pytest.mark.parametrize("reevaluates_arguments, restores_variables", [
-    (False, True),   # the runtime's default: the reading hardest for a lock
-    (False, False),  # variables lost on redrive: the guard finds no $lock
-    (True, True),    # the section's Arguments evaluated again (no gate there: the guard refuses)
-])
-def test_a_task_resumed_by_a_redrive_never_runs_without_the_lock(safety, reevaluates_arguments, restores_variables):
-    """Issue 15.2.1: RedriveExecution resumes a branch at its unsuccessful step (the holder's
-    protected task), past the acquire, while another holder has the lock. The resumed task must
-    not run: the redriven run waits, acquires anew (a new fence) and only then does its work."""
-    step_functions_only(safety, "the redrive")
-    options = safety.cloud.redrive_options
-    saved = (options.reevaluates_arguments, options.restores_variables)
-    options.reevaluates_arguments, options.restores_variables = reevaluates_arguments, restores_variables
-    try:
-        k = key("resumed")
-        holder, client, lease = _stopped_mid_work_and_taken_over(safety, safety.arn("GracefulStateMachine"), k)
-        safety.cloud.stepfunctions.redrive_execution(executionArn=holder)
-        deadline = time.time() + 60
-        while not _entered_after_redrive(safety, holder, "Lock.Held?"):  # refused: it waits for the client
-            assert time.time() < deadline, "the redriven holder never reached the wait loop"
-            time.sleep(0.1)
-        assert safety.probe(k)["entries"] == 1  # its work did not resume beside the client's hold
-        client.release(lease)
-        result = safety.cloud.wait_for(holder, timeout=120)
-    finally:
-        options.reevaluates_arguments, options.restores_variables = saved
-    assert result.status == "SUCCEEDED", (result.error, result.cause)
-    probe = safety.probe(k)
-    assert probe["entries"] == 2 and probe.get("violations", 0) == 0
-    lock = safety.lock(k)  # acquired anew after the client, and released
-    assert lock[p.FENCE] == {"N": str(lease.fence + 1)} and p.OWNER not in lock
-
-
-@pytest.mark.parametrize("reevaluates_arguments", [False, True])
-def test_a_holder_redriven_at_once_waits_out_its_own_stopped_work(safety, reevaluates_arguments):
-    """A holder stopped mid-work and redriven at once, while its stopped run's Lambda still
-    runs: the refused task's section must not release the old acquisition (that let the
-    redriven run in beside its own zombie), but retire it - held for the stop grace - and
-    acquire anew after it."""
-    step_functions_only(safety, "the redrive")
-    options = safety.cloud.redrive_options
-    saved = options.reevaluates_arguments
-    options.reevaluates_arguments = reevaluates_arguments
-    try:
-        k = key("zombie")
-        holder, deadline = _stopped_in_its_work(safety, safety.arn("GracefulStateMachine"), k, 3000)
-        stopped = time.time()
-        safety.cloud.stepfunctions.redrive_execution(executionArn=holder)  # its Lambda still runs
-        result = safety.cloud.wait_for(holder, timeout=120)
-    finally:
-        options.reevaluates_arguments = saved
-    assert result.status == "SUCCEEDED", (result.error, result.cause)
-    while safety.probe(k).get("inside", 0):  # the stopped run's Lambda ends by its timeout (PROBE_TIMEOUT_S)
-        assert time.time() < deadline + 60
-        time.sleep(0.05)
-    probe = safety.probe(k)
-    assert probe["entries"] == 2 and probe.get("violations", 0) == 0, probe
-    assert probe["counter"] == probe["accepted"], probe  # no lost update
-    entered_again = max(
-        e["timestamp"].timestamp() for e in result.history
-        if e.get("stateEnteredEventDetails", {}).get("name") == "GracefulProbe"
-    )
-    assert entered_again - stopped >= PROBE_TIMEOUT_S  # not before the stopped work could have ended
-
-
-def test_negative_control_without_the_guard_a_redrive_resumes_the_work_beside_another_holder(safety):
-    step_functions_only(safety, "the redrive")
-    k = key("unguarded")
-    holder, client, lease = _stopped_mid_work_and_taken_over(safety, _unguarded_copy(safety, "GracefulStateMachine"), k)
-    safety.cloud.stepfunctions.redrive_execution(executionArn=holder)
-    deadline = time.time() + 60
-    while safety.probe(k)["entries"] < 2:  # the resumed task runs at once ...
-        assert time.time() < deadline, "the unguarded holder's work did not resume"
-        time.sleep(0.05)
-    assert safety.lock(k)[p.OWNER] == {"S": lease.owner}  # ... while the client holds the lock
-    client.release(lease)
-    result = safety.cloud.wait_for(holder, timeout=120)
-    assert (result.status, result.error) == ("FAILED", p.ERROR_LOST)  # found out only at its release
-
-
 def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
     """The holder's owner names an execution Step Functions cannot describe: the liveness
     check's DescribeExecution fails, and its Catch must resume the wait with the entry record
@@ -384,142 +248,6 @@ def test_a_failed_liveness_check_never_lets_a_waiter_in(safety):
     result = safety.cloud.wait_for(arn, timeout=120)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert safety.probe(k)["entries"] == 1 and safety.probe(k).get("violations", 0) == 0
-
-
-# ---- a section cancelled by a sibling branch (the user catches the failure) ----------------
-
-def _cancelled_holder(safety, machine: str, k: str):
-    """Start ``machine`` (a section beside a branch that fails when told, the failure caught,
-    the execution RUNNING for 120 s more), and once its probe is inside, fail the sibling: its
-    Lambda runs 3 s, past the cancellation."""
-    holder = safety.cloud.start_execution(safety.arn(machine), {"key": k, "workMs": 3000, "siblingGate": k})
-    deadline = time.time() + 60
-    while safety.probe(k).get("entries", 0) == 0 and time.time() < deadline:
-        time.sleep(0.05)
-    assert safety.probe(k).get("entries", 0) == 1, "the holder never entered its work"
-    fail_sibling(safety.cloud, safety.app, k)
-    return holder
-
-
-def test_a_section_cancelled_by_a_sibling_frees_its_lock_after_its_grace(safety):
-    """Step Functions cancels the holding branch (no Catch, no event, the execution goes on
-    RUNNING). A waiter's probe of the holder's presence token finds it closed: the lock is
-    held for the stop grace from then (the cancelled Lambda may still run), not for the
-    10-minute lease - and nobody enters while that Lambda runs."""
-    k = key("cancelled")
-    holder = _cancelled_holder(safety, "SeenCancelled", k)
-    waiter = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
-    result = safety.cloud.wait_for(waiter, timeout=180)
-    assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert safety.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
-    probe = safety.probe(k)
-    assert (probe["entries"], probe.get("violations", 0), probe["inside"]) == (2, 0, 0)
-    history = safety.cloud.stepfunctions.get_execution_history(executionArn=holder, maxResults=1000)["events"]
-    cancelled = [e["timestamp"].timestamp() for e in history if e["type"] == "ParallelStateFailed"]
-    assert cancelled, [e["type"] for e in history]
-    item = safety.cloud.dynamodb.get_item(TableName=safety.probes(), Key={"pk": {"S": k}}, ConsistentRead=True)["Item"]
-    entered = sorted(int(n["N"]) / 1000 for n in item["enteredAt"]["L"])
-    # the waiter entered its stop grace (PROBE_GRACE_S) after the cancel
-    assert entered[1] - cancelled[0] >= PROBE_GRACE_S - 0.5, entered[1] - cancelled[0]
-    assert safety.lock(k)[p.FENCE] == {"N": "2"}  # the waiter's is a new acquisition
-    safety.cloud.stop_execution(holder)
-
-
-def test_negative_control_without_the_presence_a_cancelled_section_blocks_for_its_lease(safety):
-    """Without the presence branch, a waiter's liveness checks see only a RUNNING execution:
-    well past the cancelled Lambda's grace, the lock still has most of its 10-minute lease."""
-    step_functions_only(safety, "the cancellation")
-    k = key("blind")
-    holder = _cancelled_holder(safety, "BlindCancelled", k)
-    waiter = safety.cloud.start_execution(safety.arn("PlainStateMachine"), {"key": k, "workMs": 100})
-    cancelled_by = time.time() + 1  # the sibling fails 1 s after the holder's start at the latest
-
-    def checks() -> int:
-        events = safety.cloud.stepfunctions.get_execution_history(executionArn=waiter, maxResults=1000)["events"]
-        return sum(1 for e in events if e["type"] == "TaskStateEntered"
-                   and e["stateEnteredEventDetails"]["name"] == "Lock.DescribeHolder")
-
-    deadline = time.time() + 120  # two liveness checks after the grace (PROBE_GRACE_S) has passed
-    while (checks() < 2 or time.time() < cancelled_by + PROBE_GRACE_S + 3) and time.time() < deadline:
-        time.sleep(0.5)
-    assert checks() >= 2
-    lock = safety.lock(k)
-    assert holder in lock[p.OWNER]["S"], lock
-    assert int(lock[p.EXPIRES_AT]["N"]) / 1000 - time.time() > 8 * 60  # held for the lease
-    assert safety.probe(k)["entries"] == 1
-    safety.cloud.stop_execution(waiter)
-    safety.cloud.stop_execution(holder)
-
-
-# ---- a LockClient waiting behind a section cancelled by a sibling (issue 25, clients) ------
-
-def _safety_client(safety, stepfunctions=None):
-    from locked_workflow.constructs_lib.lock_client import LockClient
-
-    locks = next(v for k, v in safety.app.resources.items() if k.startswith("LocksTable"))
-    return LockClient(locks, namespace="s", dynamodb=safety.cloud.dynamodb,
-                      stepfunctions=stepfunctions or safety.cloud.stepfunctions), locks
-
-
-def _holding_with_presence(safety, k: str, *, work_ms: int) -> str:
-    """A SeenCancelled hold of ``k`` at work (its sibling waits on the gate ``k``), its presence
-    registered: the holder's execution ARN."""
-    holder = safety.cloud.start_execution(safety.arn("SeenCancelled"), {"key": k, "workMs": work_ms, "siblingGate": k})
-    deadline = time.time() + 60
-    while (safety.probe(k).get("entries", 0) == 0 or p.PRESENCE not in safety.lock(k)) and time.time() < deadline:
-        time.sleep(0.05)
-    assert safety.probe(k).get("entries", 0) == 1 and p.PRESENCE in safety.lock(k), safety.lock(k)
-    return holder
-
-
-def test_a_client_waiting_behind_a_section_cancelled_by_a_sibling_gets_the_lock_after_its_grace(safety):
-    """A ``LockClient`` waiting behind a hold whose branch Step Functions cancelled (the
-    execution RUNNING, no Catch, no event) probes the hold's presence token as the state
-    machines' waiters do (``SendTaskHeartbeat``: ``TaskTimedOut``), writes ABANDONED (held for
-    the stop grace from now: the cancelled Lambda may still run) and takes the lock after it -
-    not at the 10-minute lease (before the fix: ``LockTimeout`` after its 40 s wait)."""
-    k = key("client-cancelled")
-    client, locks = _safety_client(safety)
-    holder = _holding_with_presence(safety, k, work_ms=3000)
-    presence_dated_back(safety.cloud, locks, p.namespaced("s", k))
-    fail_sibling(safety.cloud, safety.app, k)  # the holder's branch is cancelled at work
-    cancelled = time.time()
-    lease = client.acquire(k, wait=40, lease=30)
-    waited = time.time() - cancelled
-    assert safety.cloud.stepfunctions.describe_execution(executionArn=holder)["status"] == "RUNNING"
-    grace_s = PROBE_GRACE_S  # SeenCancelled's derived stop grace
-    assert grace_s - 1 <= waited < grace_s + 10, waited  # its grace, not its lease (a round and slack)
-    print(f"the client got the key {waited:.1f} s after the cancel")
-    entered = probe_as_client(safety.cloud, safety.app, k, lease.fence)
-    assert entered["insideAtEntry"] == 1, entered  # the cancelled Lambda had ended
-    client.release(lease)
-    probe = safety.probe(k)
-    assert (probe["entries"], probe.get("violations", 0), probe["inside"]) == (2, 0, 0), probe
-    assert safety.lock(k)[p.FENCE] == {"N": "2"} and lease.fence == 2
-    safety.cloud.stop_execution(holder)
-
-
-def test_negative_control_a_client_never_takes_over_a_holder_whose_branch_runs(safety):
-    """The same hold, not cancelled, at work for 6 s with its registration dated past the
-    settle: the client's probes are accepted (the branch runs), so it waits for the release -
-    no ABANDONED, the holder releases its own acquisition, the client enters after it."""
-    k = key("client-alive")
-    heartbeats = HeartbeatCounter(safety.cloud.stepfunctions)
-    client, locks = _safety_client(safety, heartbeats)
-    holder = _holding_with_presence(safety, k, work_ms=6000)
-    presence_dated_back(safety.cloud, locks, p.namespaced("s", k))
-    held_until = int(safety.lock(k)[p.EXPIRES_AT]["N"])
-    with LeaseEndsSeen(lambda: safety.lock(k), holder) as seen:
-        lease = client.acquire(k, wait=60, lease=30)
-    assert len(heartbeats.calls) >= 2, heartbeats.calls  # the client probed the live holder (more than once) ...
-    assert seen == {held_until}, seen  # ... and never retired it
-    entered = probe_as_client(safety.cloud, safety.app, k, lease.fence)
-    assert entered["insideAtEntry"] == 1, entered
-    client.release(lease)
-    probe = safety.probe(k)
-    assert (probe["entries"], probe.get("violations", 0), probe["inside"]) == (2, 0, 0), probe
-    assert lease.fence == 2
-    safety.cloud.stop_execution(holder)
 
 
 def test_a_lambda_tasks_stop_grace_covers_a_cold_start_init_and_the_functions_timeout():
@@ -547,4 +275,3 @@ def test_a_lambda_tasks_stop_grace_covers_a_cold_start_init_and_the_functions_ti
     grace_s = derive_stop_grace(stack, [work.to_state_json()]).to_seconds()
     assert grace_s > timeout_s  # (the negative control: the grace is derived from this function)
     assert grace_s >= LAMBDA_INIT_LIMIT_S + timeout_s, grace_s
-

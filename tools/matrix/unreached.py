@@ -78,11 +78,11 @@ UNREACHABLE_WHY: dict[str, str] = {
                          "record lock is a LockedWorkflow (presence off); tests/lock/test_lock_record.py::"
                          "test_a_record_held_by_a_cancelled_branch_is_free_after_its_grace covers it",
     "reader cap": "runs only when a reader's enqueue is refused at the reader cap (shared_protocol.MAX_READERS "
-                  "readers on the key): a cell has three participants; tests/lock/test_shared_lock.py::"
+                  "readers on the key): a cell has three participants; tests/lock/test_shared_faults.py::"
                   "test_a_reader_past_the_reader_cap_is_refused_before_it_writes_and_a_writer_still_works covers it",
     "leave rounds": "runs only after shared_protocol.MAX_LEAVE_ROUNDS leaves in a row were refused (the readers' "
-                    "count moving between each read and write): a cell has three participants; tests/"
-                    "test_shared_lock.py::test_a_readers_leave_refused_round_after_round_retires_its_entry_at_the_cap "
+                    "count moving between each read and write): a cell has three participants; tests/lock/"
+                    "test_shared_faults.py::test_a_readers_leave_refused_round_after_round_retires_its_entry_at_the_cap "
                     "covers it",
 }
 UNREACHABLE: dict[str, dict[str, str]] = {
