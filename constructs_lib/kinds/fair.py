@@ -33,9 +33,10 @@ from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, updat
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
 from locked_workflow.constructs_lib.kinds.fair_handoff import build_handoff
-from locked_workflow.constructs_lib.kinds.fair_queue import FairQueue
+from locked_workflow.constructs_lib.kinds.fair_queue import FairQueueDriver
 from locked_workflow.constructs_lib.kinds.items import item_number
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.ticket_queue import TicketQueue
 from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
 from locked_workflow.state_machines import fair_protocol as fair
@@ -110,8 +111,9 @@ class FairKind(MutexKind):
         section.record(fast, Role.ACQUISITION, v["lock"])
         retry_transient(fast)
         self.catch_reentered(section, fast)
-        FairQueue(section, lease_ms=lease_ms, values=values, park_timeout_s=self.park_timeout_s,
-                  polling=self.polling, queue=self.queue).build(fast)
+        driver = FairQueueDriver(values=values, park_timeout_s=self.park_timeout_s, polling=self.polling,
+                                 queue=self.queue)
+        TicketQueue(section, driver, lease_ms=lease_ms).build(fast)
         return AcquireStates(first=fast, attempt=fast, acquired=fast)
 
     # -- release ---------------------------------------------------------------------------
