@@ -58,8 +58,10 @@ class FairQueueDriver(QueueDriver):
         self.park_timeout_s, self.polling, self.queue = park_timeout_s, polling, queue
         #: Coalescing (``QueueLimit.keep_newest``): a newcomer supersedes the oldest waiter.
         self.supersedes = queue is not None and queue.supersedes
-        # (a coalescing park is a transaction with PARK_UNLESS_CUT)
+        # (a coalescing park is a transaction with PARK_UNLESS_CUT; a coalescing ticket may
+        # have found the lock free: it looks before it parks)
         self.park_refused = TRANSACTION_CANCELED if self.supersedes else SDK_CONDITION_FAILED
+        self.looks_after_ticket = self.supersedes
 
     @staticmethod
     def _lock_record(of: str, *, ticket: str) -> str:

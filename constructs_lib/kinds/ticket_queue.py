@@ -89,6 +89,9 @@ class QueueDriver(ABC):
     #: The error of a park refused (my ticket was passed, or may take the key now): an
     #: UpdateItem's, or a transaction's (a park with a ConditionCheck of the lock item).
     park_refused: str = errors.SDK_CONDITION_FAILED
+    #: The step between the ticket and the wait (:meth:`after_enqueue`) may go to the look
+    #: (``queue.inspect``). Default: ``False``.
+    looks_after_ticket: bool = False
 
     # -- my turn (JSONata over the lock item as Inspect read it, ``queue.seen``) ---------------
 
@@ -130,6 +133,11 @@ class QueueDriver(ABC):
     def refused_at_once(self, queue: "TicketQueue") -> sfn.State:
         """``max_wait`` 0: where a refused fast path goes. Default: ``Lock.Timeout``."""
         return queue.timeout
+
+    def leaving_before_ticket(self, queue: "TicketQueue") -> Sequence[sfn.State]:
+        """States before the ticket whose errors end the acquire as a queued waiter's do
+        (``queue.left``: the error, kept). Default: none."""
+        return ()
 
     def leave_entry(self, queue: "TicketQueue", leave: sfn.State) -> sfn.State:
         """The first state of a leave (``leave``: the LEAVE of my row). Default: ``leave``."""
@@ -200,12 +208,13 @@ class TicketQueue:
         fast.add_catch(self.to_queue, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"),
                        assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
 
+        for state in d.leaving_before_ticket(self):
+            state.add_catch(self.left, **self.on_error)
+
         #: The work, after my row is gone (best effort: a row of a served ticket is never read).
         self.drop = self.delete_row("DropRow", outputs=f"{ENTRY}.input")
         self.drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
         self.drop.next(section.protected)
-        #: Giving up (max_wait spent, or an error while queued).
-        self.leave = self._build_leave()
         #: My turn: the head grants itself.
         self.admit = d.build_admit(self)
         #: A grant handed to me, found by a look.
@@ -214,11 +223,18 @@ class TicketQueue:
         #: Passed (skipped, or superseded): my row goes, and I queue again.
         self.requeue = self.delete_row("Requeue")
         self.requeue.next(self.to_queue)
+        self.requeue.add_catch(self.to_queue, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        #: Giving up (max_wait spent, or an error while queued).
+        self.leave = self._build_leave()
 
         wait = d.build_wait(self)
         #: Where a look that decided nothing goes back to.
         self.wait_again = wait.again
+        if not d.looks_after_ticket:
+            enqueue.next(d.after_enqueue(self, wait.first))
         acquiring = [self.admit, self.claim]
+        if wait.park is not None:  # refused: my ticket may take the key now (or was passed)
+            wait.park.add_catch(self.admit, errors=[d.park_refused], outputs=jsonata("$states.input"))
         if wait.park is not None and d.granter_takes_row:  # woken = granted, unconfirmed: confirm it first
             confirm = d.build_claim(self, "Confirm", outputs=jsonata(f"{ENTRY}.input"))
             confirm.next(section.protected)
@@ -229,7 +245,6 @@ class TicketQueue:
         self._build_inspect()
         if wait.park is not None:  # a park ends woken (granted), refused (my turn), nudged, or by its timeout
             park = wait.park
-            park.add_catch(self.admit, errors=[d.park_refused], outputs=jsonata("$states.input"))
             d.park_catches(self, park)
             park.add_catch(self.waited_enough(self.inspect), errors=[errors.STATES_TIMEOUT],
                            outputs=jsonata("$states.input"),
@@ -239,8 +254,8 @@ class TicketQueue:
         for state in acquiring:
             state.add_catch(self.inspect, errors=list(d.look_again_errors), outputs=jsonata("$states.input"))
             state.add_catch(self.leave, **self.on_error)
-        self.requeue.add_catch(self.to_queue, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        enqueue.next(d.after_enqueue(self, wait.first))
+        if d.looks_after_ticket:  # (its step after the ticket goes to the look, built now)
+            enqueue.next(d.after_enqueue(self, wait.first))
 
     def waited_enough(self, otherwise: sfn.State, *, suffix: str = "WaitedEnough") -> sfn.State:
         """max_wait spent: leave; else ``otherwise``."""
