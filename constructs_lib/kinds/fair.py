@@ -9,8 +9,9 @@ waiter and direct handoff - :mod:`locked_workflow.state_machines.fair_protocol` 
        Inspect: granted -> Claim -> work | skipped -> Requeue | head of a free lock -> AcquireHead
                 | behind a free lock -> the handoff for its head | else -> Park
 
-The kind is this module; its waiters' path (ticket, park, fallback, leave) is
-:mod:`~locked_workflow.constructs_lib.kinds.fair_queue`, its handoff
+The kind is this module; its waiters' path (ticket, park, fallback, leave) is the ticket
+queue (:mod:`~locked_workflow.constructs_lib.kinds.ticket_queue`) driven by
+:class:`~locked_workflow.constructs_lib.kinds.fair_queue.FairQueueDriver`, its handoff
 :mod:`~locked_workflow.constructs_lib.kinds.fair_handoff`.
 
 The woken waiter confirms its grant (``CLAIM``) before its work, so a releaser that saw its

@@ -35,7 +35,9 @@ state machines: waiters park on a task token)::
     helper MARKs a row that never came.
 
 The kind's states are built by :class:`~locked_workflow.constructs_lib.kinds.shared_states.SharedStates`;
-its liveness check and its handoff live in ``shared_liveness`` and ``shared_handoff``.
+its waiters' path is the ticket queue (:mod:`~locked_workflow.constructs_lib.kinds.ticket_queue`,
+the fair lock's too) driven by :class:`SharedQueueDriver`; its liveness check and its handoff
+live in ``shared_liveness`` and ``shared_handoff``.
 Every DynamoDB expression is the protocol module's; this module only wires them.
 """
 
