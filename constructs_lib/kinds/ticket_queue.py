@@ -18,6 +18,11 @@ them (its ticket, its own grant, its claim, its park, its look). :class:`TicketQ
 them; a driver reads what it needs of the queue from the queue's public attributes, set as
 the queue builds (one queue per ``build_acquire`` call: a kind keeps nothing between calls).
 
+The queue wires its states in one fixed order for every kind. That order is part of what it
+renders: CDK lists a state machine's states in the order its graph reaches them, and it reaches
+a state's *incoming* transitions before its outgoing ones, so wiring the same transitions in
+another order reorders the definition (``make templates-snapshot ARGS=--check`` shows it).
+
 The handoff (whoever frees the head runs it: a release, a helper at the fallback) is each
 kind's own module: it is not a driver decision but a different protocol (the fair lock's
 granter *takes* the row and may revoke an unconfirmed grant; the read/write lock's granter
