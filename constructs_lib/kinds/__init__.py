@@ -9,9 +9,14 @@ returns, its settings and their validation), which ``Lock``'s factory delegates 
 - ``semaphore`` (``Lock.semaphore``): N holders per key;
 - ``multikey`` (``Lock.keys``): every key of a list, all or nothing;
 - ``record`` (``Lock.on_record``): the lock on the protected record itself;
-- ``fair`` + ``fair_handoff`` (``Lock.fair``): a mutex with a FIFO queue and wake-up handoff;
+- ``fair`` + ``fair_queue``, ``fair_handoff`` (``Lock.fair``): a mutex with a FIFO queue and
+  wake-up handoff;
 - ``shared`` + ``shared_states``, ``shared_liveness``, ``shared_handoff``, ``shared_hold``
   (``Lock.shared`` / ``Lock.exclusive``): a read/write lock;
+- ``ticket_queue``: the waiters' path of both queueing kinds (ticket, park, look, claim,
+  requeue, leave), built once; each of them declares a ``QueueDriver`` (what "my turn" and
+  "granted" mean, and the writes that spell them: ``fair_queue.FairQueueDriver``,
+  ``shared.SharedQueueDriver``);
 - ``rate`` (``Lock.rate``): at most ``limit`` entries per key in any window of ``period``
   (with ``at_once``: and a semaphore's slots).
 """

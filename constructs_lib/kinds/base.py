@@ -16,7 +16,10 @@ A new kind is one module in this package (a subclass of :class:`KindBuilder`, us
 :class:`~locked_workflow.constructs_lib.kinds.mutex.MutexKind`, and its value: a
 :class:`~locked_workflow.constructs_lib.kinds.value.LockValue` with its settings' validation)
 plus its protocol module in :mod:`locked_workflow.state_machines`, and a factory on ``Lock``
-that delegates to the value.
+that delegates to the value. A kind whose waiters queue by ticket builds no queue of its own:
+it declares a :class:`~locked_workflow.constructs_lib.kinds.ticket_queue.QueueDriver` (what
+"my turn" means, and the writes that spell it) for the one
+:class:`~locked_workflow.constructs_lib.kinds.ticket_queue.TicketQueue`.
 """
 
 from __future__ import annotations

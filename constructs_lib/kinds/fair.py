@@ -9,8 +9,9 @@ waiter and direct handoff - :mod:`locked_workflow.state_machines.fair_protocol` 
        Inspect: granted -> Claim -> work | skipped -> Requeue | head of a free lock -> AcquireHead
                 | behind a free lock -> the handoff for its head | else -> Park
 
-The kind is this module; its waiters' path (ticket, park, fallback, leave) is
-:mod:`~locked_workflow.constructs_lib.kinds.fair_queue`, its handoff
+The kind is this module; its waiters' path (ticket, park, fallback, leave) is the ticket
+queue (:mod:`~locked_workflow.constructs_lib.kinds.ticket_queue`) driven by
+:class:`~locked_workflow.constructs_lib.kinds.fair_queue.FairQueueDriver`, its handoff
 :mod:`~locked_workflow.constructs_lib.kinds.fair_handoff`.
 
 The woken waiter confirms its grant (``CLAIM``) before its work, so a releaser that saw its
@@ -33,9 +34,10 @@ from locked_workflow.constructs_lib.dynamodb_tasks import retry_transient, updat
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import AcquireStates, KindBuilder, SectionContext
 from locked_workflow.constructs_lib.kinds.fair_handoff import build_handoff
-from locked_workflow.constructs_lib.kinds.fair_queue import FairQueue
+from locked_workflow.constructs_lib.kinds.fair_queue import FairQueueDriver
 from locked_workflow.constructs_lib.kinds.items import item_number
 from locked_workflow.constructs_lib.kinds.mutex import MutexKind
+from locked_workflow.constructs_lib.kinds.ticket_queue import TicketQueue
 from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
 from locked_workflow.state_machines import fair_protocol as fair
@@ -110,8 +112,9 @@ class FairKind(MutexKind):
         section.record(fast, Role.ACQUISITION, v["lock"])
         retry_transient(fast)
         self.catch_reentered(section, fast)
-        FairQueue(section, lease_ms=lease_ms, values=values, park_timeout_s=self.park_timeout_s,
-                  polling=self.polling, queue=self.queue).build(fast)
+        driver = FairQueueDriver(values=values, park_timeout_s=self.park_timeout_s, polling=self.polling,
+                                 queue=self.queue)
+        TicketQueue(section, driver, lease_ms=lease_ms).build(fast)
         return AcquireStates(first=fast, attempt=fast, acquired=fast)
 
     # -- release ---------------------------------------------------------------------------

@@ -22,23 +22,12 @@ from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry
 from locked_workflow.constructs_lib.section_record import Role
 from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
+from locked_workflow.constructs_lib.kinds.ticket_queue import queue_vars, row_key
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines.errors import ERROR_SUPERSEDED
 from locked_workflow.state_machines.errors import SIGNAL_LOOK as LOOK  # a nudge ends a park with it
 from locked_workflow.state_machines.lock_protocol import jsonata
-
-
-def fair_vars(section: SectionContext) -> dict:
-    """The fair kind's variables beside the section's (named after its lock variable)."""
-    v = section.variables
-    return {"ticket": v["lock"] + "Ticket", "seen": v["lock"] + "Seen", "handoff": v["lock"] + "Handoff",
-            "superseded": v["lock"] + "Superseded"}
-
-
-def row_key(key: str, ticket: str) -> dict:
-    """The key of the queue row of ``ticket`` (JSONata) on the lock ``key`` (JSONata)."""
-    return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(fair.row_key_expression(key, ticket))})}
 
 
 def grant_arguments(*, key: str, me: str, nxt: str, stale: str, prev: str, expires: str, grace: str) -> dict:
@@ -64,7 +53,7 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
     (default ``then``). A helper passes its park: a mark may be skipped only once it is a
     park timeout old, so a helper that looked again at once would take and mark the same row
     again and again until then."""
-    f = fair_vars(section)
+    f = queue_vars(section)
     h = "$" + f["handoff"]
     name = lambda s: section.state_name(f"{suffix}.{s}")  # noqa: E731
     end = then or sfn.Succeed(section, f"{suffix}.Done", state_name=name("Done"))

@@ -1,9 +1,10 @@
-"""The fair kind's waiters' path (``Lock.fair``): after a refused fast path, the ticket
-(ENQUEUE, bounded with ``queue``), the park on a task token in the waiter's row (or, EXPRESS,
-a polled lease on it), the confirm of a grant (CLAIM), and the fallback after a park timeout
-or a nudge (Inspect: claim, requeue, acquire as the head, run the handoff for a head that does
-not move, probe and describe a holder) - :mod:`locked_workflow.state_machines.fair_protocol`
-wired into states.
+"""The fair kind's driver of the ticket queue (``Lock.fair``;
+:mod:`~locked_workflow.constructs_lib.kinds.ticket_queue` builds the queue): what the fair
+lock decides in it - its ticket (ENQUEUE, bounded or coalescing with ``queue``), the head's
+own grant (GRANT to me), its claim (CLAIM), its park on a task token in the waiter's row (or,
+EXPRESS, a polled lease on it), its look at the lock item and what a look finds besides the
+queue's cases (superseded; the handoff for a head that does not move; a holder to probe and
+describe) - :mod:`locked_workflow.state_machines.fair_protocol` wired into states.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from aws_cdk import Duration, Stack, aws_iam as iam, aws_stepfunctions as sfn, a
 from locked_workflow.constructs_lib.custom_state import JsonataCustomState
 from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry_transient, update_item_task
 from locked_workflow.constructs_lib.section_record import Role
-from locked_workflow.constructs_lib.kinds.base import SectionContext
-from locked_workflow.constructs_lib.kinds.fair_handoff import build_handoff, fair_vars, grant_arguments, row_key
+from locked_workflow.constructs_lib.kinds.fair_handoff import build_handoff, grant_arguments
 from locked_workflow.constructs_lib.kinds.items import item_number, item_string
+from locked_workflow.constructs_lib.kinds.ticket_queue import QueueDriver, TicketQueue, Wait, row_key
 from locked_workflow.constructs_lib.queue_limit import QueueLimit
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
@@ -40,108 +41,89 @@ class _ParkTask(tasks.CallAwsService):
         return rendered
 
 
-class FairQueue:
-    """The fair kind's waiters' path for one section, built once per
-    :meth:`~locked_workflow.constructs_lib.kinds.fair.FairKind.build_acquire` call (its states refer to each other while they are built;
-    the kind itself keeps nothing between calls): the ticket, the park (or the EXPRESS poll),
-    the fallback's look, the leave."""
+class FairQueueDriver(QueueDriver):
+    """The fair kind's driver of the ticket queue
+    (:class:`~locked_workflow.constructs_lib.kinds.ticket_queue.TicketQueue`), made for one
+    :meth:`~locked_workflow.constructs_lib.kinds.fair.FairKind.build_acquire` call: my turn is
+    ``served + 1`` on a free lock (ACQUIRE's condition), granted is ``owner = me`` at my
+    ticket. The granter takes my row (TAKE) and may revoke an unconfirmed grant, so a woken
+    waiter confirms (``Confirm``) straight into its work."""
 
-    def __init__(self, section: SectionContext, *, lease_ms: int, values: dict, park_timeout_s: int,
-                 polling: bool, queue: Optional[QueueLimit]) -> None:
-        self._section, self._lease_ms, self._values = section, lease_ms, values
+    granter_takes_row = True
+
+    def __init__(self, *, values: dict, park_timeout_s: int, polling: bool, queue: Optional[QueueLimit]) -> None:
+        #: The fast path's values (the ticket's are among them).
+        self.values = values
         #: The kind's settings (see ``Lock.fair``).
         self.park_timeout_s, self.polling, self.queue = park_timeout_s, polling, queue
         #: Coalescing (``QueueLimit.keep_newest``): a newcomer supersedes the oldest waiter.
         self.supersedes = queue is not None and queue.supersedes
+        # (a coalescing park is a transaction with PARK_UNLESS_CUT; a coalescing ticket may
+        # have found the lock free: it looks before it parks)
+        self.park_refused = TRANSACTION_CANCELED if self.supersedes else SDK_CONDITION_FAILED
+        self.looks_after_ticket = self.supersedes
 
-    def _lock_record(self, of: str, *, key: str, owner: str, ticket: str) -> str:
+    @staticmethod
+    def _lock_record(of: str, *, ticket: str) -> str:
         """JSONata: the ``$lock`` record of a grant read from ``of`` (a lock item), plus its ticket."""
         return (
-            f"{{'key': {key}, 'owner': {owner}, 'fence': {item_number(of, protocol.FENCE)}, "
+            f"{{'key': {ENTRY}.key, 'owner': {ENTRY}.owner, 'fence': {item_number(of, protocol.FENCE)}, "
             f"'acquiredAt': {item_number(of, protocol.ACQUIRED_AT)}, 'expiresAt': {item_number(of, protocol.EXPIRES_AT)}, "
             f"'ticket': {ticket}, '{protocol.REQUESTED_AT}': {ENTRY}.{protocol.REQUESTED_AT}, {protocol.generation_field()}}}"
         )
 
-    def build(self, fast: sfn.TaskStateBase) -> None:
-        """The waiters' path after a refused fast path ``fast``."""
-        section, v, f = self._section, self._section.variables, fair_vars(self._section)
-        timeout = sfn.Fail.jsonata(
-            section, "Timeout", state_name=section.state_name("Timeout"), error=protocol.ERROR_TIMEOUT,
-            cause=f"the lock was held by another run for longer than max_wait ({section.max_wait_ms} ms)",
-        )
-        section.record(timeout, Role.TIMEOUT)
-        if section.max_wait_ms == 0:
-            fast.add_catch(timeout, errors=[protocol.CONDITION_FAILED])
-            return
-        failed = sfn.Fail.jsonata(
-            section, "QueueFailed", state_name=section.state_name("QueueFailed"),
-            error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"),
-        )
-        left = sfn.Choice.jsonata(section, "Left", state_name=section.state_name("Left?"))
-        left.when(sfn.Condition.jsonata(jsonata(f"$exists(${v['wait']}.error)")), failed).otherwise(timeout)
-        self._on_error = dict(
-            errors=["States.ALL"],
-            assign={v["wait"]: jsonata(f"$merge([${v['wait']}, {{'error': $states.errorOutput}}])")},
-            outputs=jsonata("$states.input"),
-        )
-        ticket = f"${f['ticket']}"
+    @staticmethod
+    def _free(q: TicketQueue) -> str:
+        stale = protocol.stale_owner_expression(q.section.variables["wait"])
+        return f"({q.seen}.owner = '' or {q.seen}.owner = ({stale}) or {q.seen}.expiresAt < $millis())"
 
-        # the ticket (refused: the lock is free with nobody queued - the fast path again)
-        enqueue, to_queue = self._build_enqueue(fast, left)
-        enqueue.add_catch(left, **self._on_error)
-        fast.add_catch(to_queue, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"),
-                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
+    def granted(self, q: TicketQueue) -> str:
+        return f"{q.seen}.owner = {ENTRY}.owner and {q.seen}.served = {q.ticket}"
 
-        # leaving (max_wait spent, or an error while queued): mark my row left; granted
-        # meanwhile -> the work after all
-        self._leave = self._build_leave(left)
+    def my_turn(self, q: TicketQueue) -> str:
+        return self._free(q)
 
-        # the head takes the lock itself, then drops its row
-        drop = self._delete_row("DropRow", f"{ENTRY}.key", ticket, outputs=f"{ENTRY}.input")
-        drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
-        drop.next(section.protected)
+    def build_admit(self, q: TicketQueue) -> sfn.TaskStateBase:
+        """The head takes the lock itself (GRANT to me), then drops its row."""
+        section, v = q.section, q.section.variables
         head = update_item_task(
             section, section.state_name("AcquireHead"), section.table,
             grant_arguments(key=f"{ENTRY}.key", me=f"{ENTRY}.owner", nxt=f"{ENTRY}.owner",
-                            stale=protocol.stale_owner_expression(v["wait"]), prev=f"{ticket} - 1",
-                            expires=protocol.lease_end_expression(self._lease_ms), grace=f"$string({ENTRY}.grace)"),
-            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
-                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
+                            stale=protocol.stale_owner_expression(v["wait"]), prev=f"{q.ticket} - 1",
+                            expires=protocol.lease_end_expression(q.lease_ms), grace=f"$string({ENTRY}.grace)"),
+            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", ticket=q.ticket)),
                     v["wait"]: jsonata("null")},
         )
         section.record(head, Role.ACQUISITION, v["lock"])
         retry_transient(head)
-        head.next(drop)
-        claim = self._claim("Claim", ticket)
-        claim.next(drop)
-        requeue = self._delete_row("Requeue", f"{ENTRY}.key", ticket)
-        requeue.next(to_queue)
+        return head
 
+    def build_wait(self, q: TicketQueue) -> Wait:
         if self.polling:
-            wait_again = self._build_polling(head)
-        else:
-            wait_again = self._build_park(head)
-        inspect = self._build_inspect(claim=claim, requeue=requeue, head=head, wait_again=wait_again)
-        if not self.polling:  # the park ends by a timeout (look, or leave) or a nudge (look)
-            park = self._park
-            if self.supersedes:  # a newer run superseded me (its wake-up): leave, never work
-                park.add_catch(self._superseded(jsonata("$states.input.Cause")), errors=[ERROR_SUPERSEDED])
-            park.add_catch(inspect, errors=[LOOK], outputs=jsonata("$states.input"))
-            park.add_catch(self._waited_enough(inspect), errors=["States.Timeout"], outputs=jsonata("$states.input"),
-                           assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
-            park.add_catch(self._leave, **self._on_error)
-        for state in (head, claim) + ((self._confirm,) if not self.polling else ()):
-            state.add_catch(self._inspect_state, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-            state.add_catch(self._leave, **self._on_error)
-        requeue.add_catch(to_queue, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        enqueue.next(self._build_supersede(self._first_wait) if self.supersedes else self._first_wait)
+            return self._build_polling(q)
+        park = self._build_park(q)
+        return Wait(first=park, again=park, park=park)
 
-    def _build_enqueue(self, fast: sfn.TaskStateBase, left: sfn.State) -> tuple:
+    def park_catches(self, q: TicketQueue, park: sfn.TaskStateBase) -> None:
+        # a newer run superseded me (its wake-up): leave, never work; a nudge: look
+        if self.supersedes:
+            park.add_catch(self._superseded(q, jsonata("$states.input.Cause")), errors=[ERROR_SUPERSEDED])
+        park.add_catch(q.inspect, errors=[LOOK], outputs=jsonata("$states.input"))
+
+    def after_enqueue(self, q: TicketQueue, wait: sfn.State) -> sfn.State:
+        return self._build_supersede(q, wait) if self.supersedes else wait
+
+    def leave_entry(self, q: TicketQueue, leave: sfn.State) -> sfn.State:
+        """A leave with no ticket (a coalescing run refused before its ticket) has no row to mark."""
+        has_ticket = sfn.Choice.jsonata(q.section, "Queued", state_name=q.section.state_name("Queued?"))
+        return has_ticket.when(sfn.Condition.jsonata(jsonata(f"$type({q.ticket}) = 'number'")), leave).otherwise(q.left)
+
+    def build_enqueue(self, q: TicketQueue, fast: sfn.TaskStateBase) -> tuple:
         """The ticket: ENQUEUE (ENQUEUE_NEWEST with ``keep_newest``; ENQUEUE_BOUNDED after a read of
         the lock item with ``keep_oldest``). Returns (the enqueue, the state a refused fast path goes to)."""
-        section, f = self._section, fair_vars(self._section)
+        section, f = q.section, q.vars
         result = "$states.result.Attributes"
-        write, values = fair.ENQUEUE, {k: self._values[k] for k in fair.ENQUEUE.value_names()}
+        write, values = fair.ENQUEUE, {k: self.values[k] for k in fair.ENQUEUE.value_names()}
         assign = {f["ticket"]: jsonata(item_number(result, fair.TICKETS)),
                   f["seen"]: jsonata(f"{{'served': {item_number(result, fair.SERVED)}}}")}
         if self.supersedes:
@@ -181,17 +163,17 @@ class FairQueue:
         room.when(sfn.Condition.jsonata(jsonata(f"{seen}.tickets - {seen}.served >= {self.queue.waiters}")), full)
         room.otherwise(enqueue)
         count.next(room)
-        count.add_catch(left, **self._on_error)
+        count.add_catch(q.left, **q.on_error)
         enqueue.add_catch(count, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
         return enqueue, count
 
-    def _build_supersede(self, then: sfn.State) -> sfn.State:
+    def _build_supersede(self, q: TicketQueue, then: sfn.State) -> sfn.State:
         """After ENQUEUE_NEWEST: the ticket it superseded (if any) - take its row (a DeleteItem
         returning it) and wake a parked waiter with ``Lock.Superseded`` (its response lost or
         not: the ticket's fate was decided by ENQUEUE_NEWEST). Then ``then`` (my park) - or, when
         the enqueue found the lock free, look first (the release that freed it may have marked
         the ticket I superseded ready: nobody else would hand the lock on)."""
-        section, f = self._section, fair_vars(self._section)
+        section, f = q.section, q.vars
         sup = f"${f['superseded']}"
         take = tasks.DynamoDeleteItem.jsonata(
             section, section.state_name("TakeSuperseded"), table=section.table,
@@ -207,7 +189,7 @@ class FairQueue:
         wake.add_retry(errors=[fair.WAKE_THROTTLED], interval=Duration.seconds(1), backoff_rate=2.0, max_attempts=3,
                        jitter_strategy=sfn.JitterType.FULL)
         after = sfn.Choice.jsonata(section, "FreeAtEnqueue", state_name=section.state_name("FreeAtEnqueue?"))
-        after.when(sfn.Condition.jsonata(jsonata(f"{sup}.free")), self._inspect_state).otherwise(then)
+        after.when(sfn.Condition.jsonata(jsonata(f"{sup}.free")), q.inspect).otherwise(then)
         for t in (take, wake):
             t.add_catch(after, errors=["States.ALL"], outputs=jsonata("$states.input"))
         wake.next(after)
@@ -220,35 +202,39 @@ class FairQueue:
         supersedes.when(sfn.Condition.jsonata(jsonata(f"{sup}.ticket > 0")), take).otherwise(after)
         return supersedes
 
-    def _superseded(self, cause: str, suffix: str = "") -> sfn.State:
+    @staticmethod
+    def _superseded(q: TicketQueue, cause: str, suffix: str = "") -> sfn.State:
         """My ticket was superseded: drop my row (if any), then fail ``Lock.Superseded``."""
-        section, f = self._section, fair_vars(self._section)
+        section = q.section
         fail = sfn.Fail.jsonata(section, f"Superseded{suffix}", state_name=section.state_name(f"Superseded{suffix}"),
                                 error=ERROR_SUPERSEDED, cause=cause)
         section.record(fail, Role.SUPERSEDED)
-        drop = self._delete_row(f"DropSuperseded{suffix}", f"{ENTRY}.key", f"${f['ticket']}")
+        drop = q.delete_row(f"DropSuperseded{suffix}")
         drop.add_catch(fail, errors=["States.ALL"], outputs=jsonata("$states.input"))
         return drop.next(fail)
 
-    def _build_park(self, head: sfn.State) -> sfn.State:
-        """Park on a task token in my row; woken = granted: confirm it (CLAIM), then the work."""
-        section, v, f = self._section, self._section.variables, fair_vars(self._section)
-        ticket = f"${f['ticket']}"
+    def _build_park(self, q: TicketQueue) -> sfn.TaskStateBase:
+        """Park on a task token in my row (woken = granted: the queue confirms it, CLAIM, then
+        the work - the releaser cannot tell a wake-up whose response was lost from one that
+        failed, and revokes an unconfirmed grant after its claim window; CLAIM and REVOKE are
+        serialized on the lock item, so exactly one wins - refused, the grant was taken back:
+        look again, never work)."""
+        section, v, ticket = q.section, q.section.variables, q.ticket
         values = {
             ":me": {"S": jsonata(f"{ENTRY}.owner")}, ":token": {"S": jsonata("$states.context.Task.Token")},
-            ":lease": {"N": str(int(self._lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
+            ":lease": {"N": str(int(q.lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
         }
         args = fair.arguments("", fair.PARK, values)
         args.pop("ReturnValues")
         args["Key"] = {protocol.KEY_ATTRIBUTE: {"S": jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket))}}
         max_wait_ms = section.max_wait_ms
-        distance = f"({ticket} - ${f['seen']}.served)"
+        distance = f"({ticket} - {q.seen}.served)"
         if self.supersedes:  # the tickets between are superseded, not waiting: at most ``waiters`` ahead
             distance = f"$min([{distance}, {self.queue.waiters}])"
         timeout = jsonata(fair.park_timeout_expression(
             park_timeout_s=self.park_timeout_s, distance=distance, wait_variable=v["wait"], max_wait_ms=max_wait_ms))
         if self.supersedes:
-            park = self._park_unless_superseded(args, ticket, timeout)
+            park = self._park_unless_superseded(q, args, timeout)
         else:
             park = JsonataCustomState(section, section.state_name("Park"), state_json={
                 "Type": "Task",
@@ -261,29 +247,17 @@ class FairQueue:
         park.add_retry(errors=list(errors.SDK_TRANSIENT_ERRORS), interval=Duration.seconds(protocol.TRANSIENT_RETRY["interval_s"]),
                        backoff_rate=2.0, max_attempts=protocol.TRANSIENT_RETRY["max_attempts"],
                        jitter_strategy=sfn.JitterType.FULL)
-        # refused (the ticket was marked ready, or passed - or, coalescing, superseded): try as the head
-        park.add_catch(head, errors=[TRANSACTION_CANCELED if self.supersedes else SDK_CONDITION_FAILED],
-                       outputs=jsonata("$states.input"))
-        # woken = granted, unconfirmed: CLAIM it before the work. The releaser cannot tell a
-        # wake-up whose response was lost from one that failed, and revokes an unconfirmed
-        # grant after its claim window; CLAIM and REVOKE are serialized on the lock item, so
-        # exactly one wins - refused, the grant was taken back: look again, never work
-        confirm = self._claim("Confirm", ticket, outputs=jsonata(f"{ENTRY}.input"))
-        confirm.next(section.protected)
-        park.next(confirm)
-        self._confirm = confirm
-        self._park = park
-        self._first_wait = park
         return park
 
-    def _park_unless_superseded(self, row_args: dict, ticket: str, timeout: str) -> sfn.TaskStateBase:
+    @staticmethod
+    def _park_unless_superseded(q: TicketQueue, row_args: dict, timeout: str) -> sfn.TaskStateBase:
         """A coalescing waiter's park: PARK on my row and PARK_UNLESS_CUT on the lock item, in one
         transaction (``transactWriteItems.waitForTaskToken``; each item needs its action:
         ``UpdateItem``, ``ConditionCheckItem``)."""
-        section = self._section
+        section = q.section
         table = section.table.table_name
         check = fair.arguments(jsonata(f"{ENTRY}.key"), fair.PARK_UNLESS_CUT,
-                               {":ticket": {"N": jsonata(f"$string({ticket})")}})
+                               {":ticket": {"N": jsonata(f"$string({q.ticket})")}})
         del check["ReturnValues"], check["UpdateExpression"]
         park = _ParkTask(
             section, section.state_name("Park"), query_language=sfn.QueryLanguage.JSONATA,
@@ -299,55 +273,42 @@ class FairQueue:
         park.timeout_expression = timeout
         return park
 
-    def _build_polling(self, head: sfn.State) -> sfn.State:
+    @staticmethod
+    def _build_polling(q: TicketQueue) -> Wait:
         """EXPRESS (no task tokens): keep my row's lease alive, wait a round of the wait policy,
         try as the head (a handoff to me: the refused try finds me the owner and claims)."""
-        section, v, f = self._section, self._section.variables, fair_vars(self._section)
+        section, v = q.section, q.section.variables
         policy = section.wait_policy
-        ticket = f"${f['ticket']}"
         poll = update_item_task(section, section.state_name("Poll"), section.table, {
-            **fair.arguments(jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket)), fair.PARK, {
+            **fair.arguments(jsonata(fair.row_key_expression(f"{ENTRY}.key", q.ticket)), fair.PARK, {
                 ":me": {"S": jsonata(f"{ENTRY}.owner")},
                 ":token": {"S": jsonata(fair.lease_token_expression(policy.max_interval))},
-                ":lease": {"N": str(int(self._lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}})})
+                ":lease": {"N": str(int(q.lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}})})
         retry_transient(poll)
         wait = JsonataCustomState(section, section.state_name("Wait"), state_json={
             "Type": "Wait", "QueryLanguage": "JSONata",
             "Seconds": jsonata(protocol.wait_seconds_expression(policy, v["wait"], section.max_wait_ms)),
         })
-        poll.add_catch(head, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        poll.add_catch(self._leave, **self._on_error)
+        poll.add_catch(q.admit, errors=[protocol.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        poll.add_catch(q.leave, **q.on_error)
         poll.next(wait)
-        wait.next(head)
-        again = self._waited_enough(poll, bookkeeping=True)
-        self._first_wait = poll
-        return again
+        wait.next(q.admit)
+        again = q.waited_enough(poll, suffix="WaitedEnoughPoll")
+        if again is not poll:  # (a round: the wait's bookkeeping, then max_wait)
+            again = sfn.Pass.jsonata(section, "Round", state_name=section.state_name("Round"), outputs=jsonata("$states.input"),
+                                     assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))}).next(again)
+        return Wait(first=poll, again=again, park=None)
 
-    def _waited_enough(self, otherwise: sfn.State, bookkeeping: bool = False) -> sfn.State:
-        section, v = self._section, self._section.variables
-        if section.max_wait_ms is None:
-            return otherwise
-        waited = sfn.Choice.jsonata(section, f"WaitedEnough{'Poll' if bookkeeping else ''}",
-                                    state_name=section.state_name(f"WaitedEnough{'Poll' if bookkeeping else ''}?"))
-        waited.when(
-            sfn.Condition.jsonata(jsonata(protocol.waited_enough_expression(v["wait"], section.max_wait_ms))),
-            self._leave,
-        ).otherwise(otherwise)
-        if bookkeeping:
-            return sfn.Pass.jsonata(section, "Round", state_name=section.state_name("Round"), outputs=jsonata("$states.input"),
-                                    assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))}).next(waited)
-        return waited
-
-    def _build_inspect(self, *, claim, requeue, head, wait_again) -> sfn.State:
-        """The fallback: read the lock item and decide."""
-        section, v, f = self._section, self._section.variables, fair_vars(self._section)
-        seen, ticket = f"${f['seen']}", f"${f['ticket']}"
+    @staticmethod
+    def build_inspect(q: TicketQueue) -> sfn.TaskStateBase:
+        """The fallback's read: the lock item (its owner, lease, counters and cut) and its holder."""
+        section, v = q.section, q.section.variables
         item = "$states.result.Item"
         read = tasks.DynamoGetItem.jsonata(
             section, section.state_name("Inspect"), table=section.table,
             key={protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(f"{ENTRY}.key")})}, consistent_read=True,
             assign={
-                f["seen"]: jsonata(
+                q.vars["seen"]: jsonata(
                     f"{{'owner': {item_string(item, protocol.OWNER)}, 'expiresAt': {item_number(item, protocol.EXPIRES_AT)}, "
                     f"'served': {item_number(item, fair.SERVED)}, 'tickets': {item_number(item, fair.TICKETS)}, "
                     f"'cut': {item_number(item, fair.CUT)}, 'cutBy': {item_string(item, fair.CUT_BY)}}}"),
@@ -356,93 +317,64 @@ class FairQueue:
             outputs=jsonata("$states.input"),
         )
         retry_transient(read)
-        read.add_catch(wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        self._inspect_state = read
-        stale = protocol.stale_owner_expression(v["wait"])
-        free = f"({seen}.owner = '' or {seen}.owner = ({stale}) or {seen}.expiresAt < $millis())"
+        return read
+
+    def ended_branches(self, q: TicketQueue) -> list:
+        if not self.supersedes:
+            return []
+        # not granted, and superseded (GRANT can never grant my ticket now)
+        return [(f"{q.seen}.cut >= {q.ticket}",
+                 self._superseded(q, jsonata(fair.superseded_cause_expression(f"{q.seen}.cutBy")), "OnLook"))]
+
+    def behind_branches(self, q: TicketQueue, decide: sfn.Choice) -> list:
+        """Behind a free lock: the handoff for its head; held by a holder whose hold registered
+        a presence token: probe it; held by another execution: describe it."""
+        section, v, seen = q.section, q.section.variables, q.seen
+        free = self._free(q)
         helper = build_handoff(section, "Help", park_timeout_s=self.park_timeout_s, supersedes=self.supersedes,
-                               key=f"{ENTRY}.key", me=f"{ENTRY}.owner", start=f"{seen}.served",
-                               holding=False, then=read, stale=stale, self_grant=head, after_mark=wait_again)
-        look = sfn.Choice.jsonata(section, "Decide", state_name=section.state_name("Decide?"))
-        look.when(sfn.Condition.jsonata(jsonata(f"{seen}.owner = {ENTRY}.owner and {seen}.served = {ticket}")), claim)
-        if self.supersedes:  # not granted, and superseded (GRANT can never grant my ticket now)
-            look.when(sfn.Condition.jsonata(jsonata(f"{seen}.cut >= {ticket}")),
-                      self._superseded(jsonata(fair.superseded_cause_expression(f"{seen}.cutBy")), "OnLook"))
-        look.when(sfn.Condition.jsonata(jsonata(f"{seen}.served >= {ticket}")), requeue)
-        look.when(sfn.Condition.jsonata(jsonata(f"{seen}.served = {ticket} - 1 and {free}")), head)
-        look.when(sfn.Condition.jsonata(jsonata(free)), helper)
-        if not self.polling:
-            describe = JsonataCustomState(section, section.state_name("DescribeHolder"), state_json={
-                "Type": "Task", "QueryLanguage": "JSONata",
-                "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
-                "Arguments": {"ExecutionArn": jsonata(protocol.holder_execution_expression(v["holder"]))},
-                "Assign": {v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"]))},
-                "Output": jsonata("$states.input"),
-            })
-            section.record(describe, Role.LIVENESS_CHECK)
-            section.record(describe, Role.TAKEOVER, v["wait"])
-            describe.add_catch(wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
-            stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section.state_name("HolderEnded?"))
-            stale_now.when(sfn.Condition.jsonata(jsonata(f"$type(${v['wait']}.stale) = 'string'")), look).otherwise(wait_again)
-            describe.next(stale_now)
-            # a holder whose hold registered a presence token is probed first (the mutex's
-            # probe): a hold cancelled with its branch (a sibling failed, the user caught it)
-            # leaves its execution RUNNING, which DescribeExecution cannot tell from a live one
-            # (``$not(... = ...)``: a comparison with a missing value is false in JSONata, so
-            # ``$type(missing) != 'string'`` never held and no fallback ever asked about a holder)
-            unproven = f"{seen}.owner != '' and $not($type(${v['wait']}.stale) = 'string')"
-            look.when(sfn.Condition.jsonata(jsonata(
-                f"{unproven} and {protocol.holder_present_expression(v['holder'])}")),
-                section.probe_presence(describe, then=wait_again))
-            look.when(sfn.Condition.jsonata(jsonata(
-                f"{unproven} and {protocol.holder_is_execution_expression(v['holder'])}")), describe)
-        look.otherwise(wait_again)
-        return read.next(look)
+                               key=f"{ENTRY}.key", me=f"{ENTRY}.owner", start=f"{seen}.served", holding=False,
+                               then=q.inspect, stale=protocol.stale_owner_expression(v["wait"]), self_grant=q.admit,
+                               after_mark=q.wait_again)
+        branches = [(free, helper)]
+        if self.polling:
+            return branches
+        describe = JsonataCustomState(section, section.state_name("DescribeHolder"), state_json={
+            "Type": "Task", "QueryLanguage": "JSONata",
+            "Resource": f"arn:{Stack.of(section).partition}:states:::aws-sdk:sfn:describeExecution",
+            "Arguments": {"ExecutionArn": jsonata(protocol.holder_execution_expression(v["holder"]))},
+            "Assign": {v["wait"]: jsonata(protocol.after_liveness_check_expression(v["wait"], v["holder"]))},
+            "Output": jsonata("$states.input"),
+        })
+        section.record(describe, Role.LIVENESS_CHECK)
+        section.record(describe, Role.TAKEOVER, v["wait"])
+        describe.add_catch(q.wait_again, errors=["States.ALL"], outputs=jsonata("$states.input"))
+        stale_now = sfn.Choice.jsonata(section, "HolderEnded", state_name=section.state_name("HolderEnded?"))
+        stale_now.when(sfn.Condition.jsonata(jsonata(f"$type(${v['wait']}.stale) = 'string'")), decide).otherwise(q.wait_again)
+        describe.next(stale_now)
+        # a holder whose hold registered a presence token is probed first (the mutex's
+        # probe): a hold cancelled with its branch (a sibling failed, the user caught it)
+        # leaves its execution RUNNING, which DescribeExecution cannot tell from a live one
+        # (``$not(... = ...)``: a comparison with a missing value is false in JSONata, so
+        # ``$type(missing) != 'string'`` never held and no fallback ever asked about a holder)
+        unproven = f"{seen}.owner != '' and $not($type(${v['wait']}.stale) = 'string')"
+        return branches + [
+            (f"{unproven} and {protocol.holder_present_expression(v['holder'])}",
+             section.probe_presence(describe, then=q.wait_again)),
+            (f"{unproven} and {protocol.holder_is_execution_expression(v['holder'])}", describe),
+        ]
 
-    def _build_leave(self, then: sfn.State) -> sfn.State:
-        """Give up my place: mark my row left, then read the lock - handed to me meanwhile: the
-        work after all (confirmed by CLAIM)."""
-        section, f = self._section, fair_vars(self._section)
-        ticket = f"${f['ticket']}"
-        leave = update_item_task(
-            section, section.state_name("Leave"), section.table,
-            {**fair.arguments(jsonata(fair.row_key_expression(f"{ENTRY}.key", ticket)), fair.LEAVE,
-                              {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":one": {"N": "1"}})},
-        )
-        retry_transient(leave)
-        leave.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        claim = self._claim("ClaimOnLeave", ticket, outputs=jsonata(f"{ENTRY}.input"))
-        claim.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        claim.next(section.protected)
-        has_ticket = sfn.Choice.jsonata(section, "Queued", state_name=section.state_name("Queued?"))
-        has_ticket.when(sfn.Condition.jsonata(jsonata(f"$type({ticket}) = 'number'")), leave).otherwise(then)
-        leave.next(claim)
-        return has_ticket
-
-
-    # -- pieces ----------------------------------------------------------------------------
-
-    def _claim(self, suffix: str, ticket: str, *, outputs: Optional[str] = None) -> sfn.TaskStateBase:
-        """CLAIM of a grant handed to my ticket (``ticket``: JSONata): the lock is mine, read
-        as my ``$lock`` record."""
-        section, v = self._section, self._section.variables
+    def build_claim(self, q: TicketQueue, suffix: str, *, outputs: Optional[str] = None) -> sfn.TaskStateBase:
+        """CLAIM of a grant handed to my ticket: the lock is mine, read as my ``$lock`` record."""
+        section, v = q.section, q.section.variables
         claim = update_item_task(
             section, section.state_name(suffix), section.table,
             fair.arguments(jsonata(f"{ENTRY}.key"), fair.CLAIM,
-                           {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({ticket})")}},
+                           {":me": {"S": jsonata(f"{ENTRY}.owner")}, ":ticket": {"N": jsonata(f"$string({q.ticket})")}},
                            return_values="ALL_NEW"),
-            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", key=f"{ENTRY}.key",
-                                                         owner=f"{ENTRY}.owner", ticket=ticket)),
+            assign={v["lock"]: jsonata(self._lock_record("$states.result.Attributes", ticket=q.ticket)),
                     v["wait"]: jsonata("null")},
             outputs=outputs,
         )
         section.record(claim, Role.ACQUISITION, v["lock"])
         retry_transient(claim)
         return claim
-
-    def _delete_row(self, suffix: str, key: str, ticket: str, *, outputs: str = "$states.input") -> tasks.DynamoDeleteItem:
-        section = self._section
-        d = tasks.DynamoDeleteItem.jsonata(section, suffix, state_name=section.state_name(suffix), table=section.table,
-                                           key=row_key(key, ticket), outputs=jsonata(outputs))
-        retry_transient(d)
-        return d

@@ -35,14 +35,16 @@ state machines: waiters park on a task token)::
     helper MARKs a row that never came.
 
 The kind's states are built by :class:`~locked_workflow.constructs_lib.kinds.shared_states.SharedStates`;
-its liveness check and its handoff live in ``shared_liveness`` and ``shared_handoff``.
+its waiters' path is the ticket queue (:mod:`~locked_workflow.constructs_lib.kinds.ticket_queue`,
+the fair lock's too) driven by :class:`SharedQueueDriver`; its liveness check and its handoff
+live in ``shared_liveness`` and ``shared_handoff``.
 Every DynamoDB expression is the protocol module's; this module only wires them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from aws_cdk import Duration, aws_iam as iam, aws_stepfunctions as sfn, aws_stepfunctions_tasks as tasks
 
@@ -57,6 +59,7 @@ from locked_workflow.constructs_lib.kinds.shared_handoff import build_handoff, b
 from locked_workflow.constructs_lib.kinds.shared_hold import entry_of, expired_reader, suspect
 from locked_workflow.constructs_lib.kinds.shared_liveness import build_liveness_check
 from locked_workflow.constructs_lib.kinds.shared_states import READ, WRITE, SharedStates, presence_row_key
+from locked_workflow.constructs_lib.kinds.ticket_queue import QueueDriver, TicketQueue, Wait
 from locked_workflow.constructs_lib.kinds.value import LockValue, unwrapped_key
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
@@ -136,260 +139,29 @@ class SharedKind(MutexKind):
     # -- acquire ----------------------------------------------------------------------------
 
     def build_acquire(self, section: SectionContext, lease_ms: int):
+        """The fast path (FAST_READ, with CLAIM_READ after a lost response; FAST_WRITE), then
+        the ticket queue (:class:`SharedQueueDriver`)."""
         st = SharedStates(section, mode=self.mode, park_timeout_s=self.park_timeout_s, lease_ms=lease_ms)
-        v, f = section.variables, st.vars()
-        me, key, ticket = f"{ENTRY}.owner", f"{ENTRY}.key", f"${f['ticket']}"
-        values = {**st.lock_values(me=me), ":entry": st.own_entry(), ":one": {"N": "1"}, ":zero": {"N": "0"},
-                  ":expiresAt": {"N": jsonata(protocol.lease_end_expression(lease_ms))},
-                  ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}}
+        driver = SharedQueueDriver(st, mode=self.mode)
+        v, me, key = section.variables, f"{ENTRY}.owner", f"{ENTRY}.key"
         result = "$states.result.Attributes"
-        enter = {v["lock"]: None, v["wait"]: jsonata("null")}
-
-        def entered(ticket_expression: str) -> dict:
-            return {**enter, v["lock"]: jsonata(st.record(result, ticket=ticket_expression))}
-
-        # 1. the fast path (a lost response of a fast read: CLAIM_READ finds my entry - never
-        # a second entry)
+        # (a lost response of a fast read: CLAIM_READ finds my entry - never a second entry)
         if self.mode == READ:
-            fast = st.update("Acquire", key, shared.FAST_READ, values, reader=me, return_values="ALL_NEW",
-                             assign=entered("null"), outputs=f"{ENTRY}.input", retry=False)
-            rejoin = st.update("Rejoin", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
-                               assign=entered("null"), outputs=f"{ENTRY}.input")
-            rejoin.add_catch(fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
-            rejoin.next(section.protected)
-            fast.add_catch(rejoin, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
+            fast = st.update("Acquire", key, shared.FAST_READ, driver.values, reader=me, return_values="ALL_NEW",
+                             assign=driver.entered("null"), outputs=f"{ENTRY}.input", retry=False)
+            driver.rejoin = st.update("Rejoin", key, shared.CLAIM_READ, driver.values, reader=me,
+                                      return_values="ALL_NEW", assign=driver.entered("null"), outputs=f"{ENTRY}.input")
+            driver.rejoin.add_catch(fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+            driver.rejoin.next(section.protected)
+            fast.add_catch(driver.rejoin, errors=list(errors.TRANSIENT_ERRORS), outputs=jsonata("$states.input"))
         else:
-            fast = st.update("Acquire", key, shared.FAST_WRITE, values, return_values="ALL_NEW",
-                             assign=entered(item_number(result, fair.SERVED)), outputs=f"{ENTRY}.input")
-            rejoin = None
-
-        timeout = sfn.Fail.jsonata(
-            section, "Timeout", state_name=section.state_name("Timeout"), error=errors.ERROR_TIMEOUT,
-            cause=f"the lock was held by another run for longer than max_wait ({section.max_wait_ms} ms)")
-        section.record(timeout, Role.TIMEOUT)
-        for state in (fast, rejoin):
+            fast = st.update("Acquire", key, shared.FAST_WRITE, driver.values, return_values="ALL_NEW",
+                             assign=driver.entered(item_number(result, fair.SERVED)), outputs=f"{ENTRY}.input")
+        for state in (fast, driver.rejoin):
             if state is not None:
                 section.record(state, Role.ACQUISITION, v["lock"])
-        # (a reader refused by the cap: FAST_READ and ENQUEUE_READ are refused; a read tells)
-        crowded = self._build_crowded(st, otherwise=fast if section.max_wait_ms else timeout) if self.mode == READ else None
-        if section.max_wait_ms == 0:
-            fast.add_catch(crowded or timeout, errors=[errors.CONDITION_FAILED])
-            return AcquireStates(first=fast, attempt=fast, acquired=fast)
-        failed = sfn.Fail.jsonata(section, "QueueFailed", state_name=section.state_name("QueueFailed"),
-                                  error=jsonata(f"${v['wait']}.error.Error"), cause=jsonata(f"${v['wait']}.error.Cause"))
-        why = st.choice("Left")
-        st.when(why, f"$exists(${v['wait']}.error)", failed).otherwise(timeout)
-        on_error = dict(errors=["States.ALL"], outputs=jsonata("$states.input"),
-                        assign={v["wait"]: jsonata(f"$merge([${v['wait']}, {{'error': $states.errorOutput}}])")})
-
-        # 2. the ticket (refused: my fast path would enter now - try it again)
-        enqueue = st.update(
-            "Enqueue", key, shared.ENQUEUE_READ if self.mode == READ else shared.ENQUEUE_WRITE, values,
-            return_values="ALL_NEW", outputs="$states.input",
-            assign={f["ticket"]: jsonata(item_number(result, fair.TICKETS))})
-        enqueue.add_catch(crowded or fast, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
-        enqueue.add_catch(why, **on_error)
-        fast.add_catch(enqueue, errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"),
-                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
-        if rejoin is not None:
-            rejoin.add_catch(why, **on_error)
-
-        # the work, after my row is gone (best effort: a row of a served ticket is never read)
-        drop = tasks.DynamoDeleteItem.jsonata(section, section.state_name("DropRow"), table=section.table,
-                                              key=st.row_key(key, ticket), outputs=jsonata(f"{ENTRY}.input"))
-        retry_transient(drop)
-        drop.add_catch(section.protected, errors=["States.ALL"], outputs=jsonata(f"{ENTRY}.input"))
-        drop.next(section.protected)
-
-        # 3. admit myself (the head of a key free for me)
-        admitted = entered(ticket)
-        if self.mode == READ:
-            admit = st.update("Admit", key, shared.GRANT_READ,
-                              {**values, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
-                                  ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                              reader=me, return_values="ALL_NEW", assign=admitted, retry=False)
-        else:
-            admit = st.update("Admit", key, shared.GRANT_WRITE,
-                              {**values, ":next": {"S": jsonata(me)}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")},
-                                  ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                              return_values="ALL_NEW", assign=admitted, retry=False)
-
-        # 4. claim a grant handed to me
-        if self.mode == READ:
-            claim = st.update("Claim", key, shared.CLAIM_READ, values, reader=me, return_values="ALL_NEW",
-                              assign=admitted)
-        else:
-            claim = st.update("Claim", key, shared.CLAIM_WRITE,
-                              {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                              return_values="ALL_NEW", assign=admitted)
-        claim.next(drop)
-        section.record(admit, Role.ACQUISITION, v["lock"])
-        section.record(claim, Role.ACQUISITION, v["lock"])
-
-        requeue = tasks.DynamoDeleteItem.jsonata(section, section.state_name("Requeue"), table=section.table,
-                                                 key=st.row_key(key, ticket), outputs=jsonata("$states.input"))
-        retry_transient(requeue)
-        requeue.add_catch(enqueue, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        requeue.next(enqueue)
-
-        # giving up (max_wait spent, or an error while queued): my row is marked left; granted
-        # meanwhile -> the work after all
-        leave = st.update("Leave", fair.row_key_expression(key, ticket), shared.LEAVE,
-                          {":me": {"S": jsonata(me)}, ":one": {"N": "1"}})
-        leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        if self.mode == READ:
-            claim_on_leave = st.update("ClaimOnLeave", key, shared.CLAIM_READ, values, reader=me,
-                                       return_values="ALL_NEW", assign=admitted)
-        else:
-            claim_on_leave = st.update("ClaimOnLeave", key, shared.CLAIM_WRITE,
-                                       {**values, ":ticket": {"N": jsonata(f"$string({ticket})")}},
-                                       return_values="ALL_NEW", assign=admitted)
-        claim_on_leave.add_catch(why, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        section.record(claim_on_leave, Role.ACQUISITION, v["lock"])
-        # (my row goes, as after any claim: DropRow takes the entry, as from Claim and Admit, and
-        # unwraps the section's input itself)
-        claim_on_leave.next(drop)
-        leave.next(claim_on_leave)
-
-        # 5. park
-        park = self._build_park(st, key=key, me=me, ticket=ticket)
-        enqueue.next(park)
-        park.next(claim)
-        park.add_catch(admit, errors=[errors.TRANSACTION_CANCELED], outputs=jsonata("$states.input"))
-
-        # 6. the fallback (a reader at the head of a key with no room for it gives up its place)
-        too_many = sfn.Pass.jsonata(section, "TooManyQueued", state_name=section.state_name("TooManyQueued"),
-                                    outputs=jsonata("$states.input"), assign={v["wait"]: jsonata(
-                                        f"$merge([${v['wait']}, {{'error': {self._too_many_error()}}}])")})
-        too_many.next(leave)
-        inspect = self._build_inspect(st, key=key, me=me, ticket=ticket, claim=claim, requeue=requeue, admit=admit,
-                                      park=park, too_many=too_many)
-        waited = st.choice("WaitedEnough")
-        st.when(waited, protocol.waited_enough_expression(v["wait"], section.max_wait_ms), leave)
-        waited.otherwise(inspect)
-        park.add_catch(waited, errors=[errors.STATES_TIMEOUT], outputs=jsonata("$states.input"),
-                       assign={v["wait"]: jsonata(protocol.wait_bookkeeping_expression(v["wait"]))})
-        park.add_catch(leave, **on_error)
-        for state in (admit, claim):
-            state.add_catch(inspect, errors=[errors.CONDITION_FAILED, *errors.TRANSIENT_ERRORS],
-                            outputs=jsonata("$states.input"))
-            state.add_catch(leave, **on_error)
-        if self.mode == READ:  # a reader admitted from the queue admits the readers behind it
-            cascade = build_handoff(st, "Admitted", key=key, me=me, start=ticket, holding=False, then=drop)
-            admit.next(cascade)
-        else:
-            admit.next(drop)
+        TicketQueue(section, driver, lease_ms=lease_ms).build(fast)
         return AcquireStates(first=fast, attempt=fast, acquired=fast)
-
-    @staticmethod
-    def _too_many_cause() -> str:
-        return (f"the key already has {shared.MAX_READERS} readers, as many as a read/write lock allows at once "
-                "(shared_protocol.MAX_READERS); nothing was written")
-
-    def _too_many_error(self) -> str:
-        """JSONata: the error object of a reader refused at the cap (as ``$states.errorOutput``)."""
-        return f"{{'Error': '{errors.ERROR_TOO_MANY_READERS}', 'Cause': '{self._too_many_cause()}'}}"
-
-    def _build_crowded(self, st: SharedStates, *, otherwise: sfn.State) -> sfn.State:
-        """A reader whose first writes were refused: is the key at the cap (``readers`` >=
-        ``shared_protocol.MAX_READERS``, read alone - never the whole item, which may be large)?
-        Then ``Lock.TooManyReaders``, before any write of its own; else ``otherwise``."""
-        s = st.section
-        count = "$states.result.Item"
-        read = tasks.DynamoGetItem.jsonata(
-            s, s.state_name("CountReaders"), table=s.table, key=st.lock_key(f"{ENTRY}.key"), consistent_read=True,
-            projection_expression=[tasks.DynamoProjectionExpression().with_attribute("#r")],
-            expression_attribute_names={"#r": shared.READERS},
-            assign={st.vars()["seen"]: jsonata(f"{{'readers': {item_number(count, shared.READERS)}}}")},
-            outputs=jsonata("$states.input"))
-        retry_transient(read)
-        read.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        refused = sfn.Fail.jsonata(s, "TooManyReaders", state_name=s.state_name("TooManyReaders"),
-                                   error=errors.ERROR_TOO_MANY_READERS, cause=self._too_many_cause())
-        full = st.choice("Crowded")
-        st.when(full, f"${st.vars()['seen']}.readers >= {shared.MAX_READERS}", refused)
-        full.otherwise(otherwise)
-        return read.next(full)
-
-    def _build_park(self, st: SharedStates, *, key: str, me: str, ticket: str) -> sfn.State:
-        """My task token and kind on my row, unless my ticket may be admitted now or was passed
-        (``park_transaction``'s two writes, with JSONata keys)."""
-        s = st.section
-        table = s.table.table_name
-        lock_values = {**st.lock_values(me=me), ":zero": {"N": "0"},
-                       ":ticket": {"N": jsonata(f"$string({ticket})")}, ":prev": {"N": jsonata(f"$string({ticket} - 1)")}}
-        check = st.args(key, shared.PARK_UNLESS[self.mode], lock_values)
-        row = st.args(fair.row_key_expression(key, ticket), shared.PARK, {
-            ":me": {"S": jsonata(me)}, ":token": {"S": jsonata("$states.context.Task.Token")},
-            ":lease": {"N": str(int(st.lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
-            ":kind": {"S": self.mode}})
-        del row["ReturnValues"]
-        park = tasks.CallAwsService.jsonata(
-            s, s.state_name("Park"), service="dynamodb", action="transactWriteItems",
-            parameters={"TransactItems": [{"ConditionCheck": {"TableName": table, **check}},
-                                          {"Update": {"TableName": table, **row}}]},
-            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
-            task_timeout=sfn.Timeout.duration(Duration.seconds(self.park_timeout_s)),
-            iam_action="dynamodb:UpdateItem", iam_resources=[s.table.table_arn],
-            additional_iam_statements=[iam.PolicyStatement(actions=["dynamodb:ConditionCheckItem"],
-                                                           resources=[s.table.table_arn])],
-            outputs=jsonata("$states.input"),
-        )
-        retry_transient_sdk(park)
-        return park
-
-    def _build_inspect(self, st: SharedStates, *, key: str, me: str, ticket: str, claim, requeue, admit, park,
-                       too_many: sfn.State) -> sfn.State:
-        """The fallback: read the lock item and decide (the model's ``inspect``)."""
-        f = st.vars()
-        item, seen = "$states.result.Item", f"${f['seen']}"
-        owner = item_string(item, protocol.OWNER)
-        read = st.get("Inspect", st.lock_key(key), {f["seen"]: jsonata(
-            f"{{'owner': {owner}, 'expiresAt': {item_number(item, protocol.EXPIRES_AT, '-1')}, "
-            f"'served': {item_number(item, fair.SERVED)}, 'tickets': {item_number(item, fair.TICKETS)}, "
-            f"'readers': {item_number(item, shared.READERS)}, "
-            f"'mine': $exists({entry_of(item, me)}), 'expired': {expired_reader(item)}, "
-            f"'suspect': {suspect(item, owner, me, st.section.variables['wait'])}}}")})
-        # (a look at the holder's record: the metrics function measures only its own execution's)
-        st.section.record(read, Role.ACQUISITION, f["seen"])
-        read.add_catch(park, errors=["States.ALL"], outputs=jsonata("$states.input"))
-        lease_over = f"({seen}.expiresAt >= 0 and {seen}.expiresAt < $millis())"
-        writer_free = f"({seen}.owner = '' or {seen}.owner = '{shared.SHARED}' or {seen}.owner = {me} or {lease_over})"
-        all_free = (f"({seen}.owner = '' or {seen}.owner = {me} or {lease_over} "
-                    f"or ({seen}.owner = '{shared.SHARED}' and {seen}.readers = 0))")
-        granted = (f"{seen}.mine" if self.mode == READ else f"({seen}.owner = {me} and {seen}.served = {ticket})")
-        # (the last reader's removal ends the shared hold: REAP_LAST; refused, the next look decides)
-        reap = st.choice("ReapWhich")
-        for name, write in (("ReapLast", shared.REAP_LAST), ("Reap", shared.REAP_READ)):
-            task = st.update(name, key, write, {**st.lock_values(me=me), ":one": {"N": "1"},
-                                                ":minusOne": {"N": "-1"}}, reader=f"{seen}.expired")
-            task.add_catch(read, errors=["States.ALL"], outputs=jsonata("$states.input"))
-            task.next(read)
-            if write is shared.REAP_LAST:
-                st.when(reap, f"{seen}.readers <= 1", task)
-            else:
-                reap.otherwise(task)
-        # (the helper then parks again: its park is refused if the handoff made it admissible)
-        helper = build_handoff(st, "Help", key=key, me=me, start=f"{seen}.served", holding=False, then=park,
-                               self_grant=admit, tickets=f"{seen}.tickets")
-        decide = st.choice("Decide")
-        st.when(decide, granted, claim)
-        st.when(decide, f"{seen}.served >= {ticket}", requeue)
-        if self.mode == READ:  # the head, but GRANT_READ refuses it at the cap
-            st.when(decide, f"{seen}.served = {ticket} - 1 and {writer_free} and "
-                               f"{seen}.readers >= {shared.MAX_READERS}", too_many)
-        st.when(decide, f"{seen}.served = {ticket} - 1 and {writer_free if self.mode == READ else all_free}", admit)
-        # an expired reader entry holds back the head: me (a writer), or a head that does not move
-        held_back = "true" if self.mode == WRITE else f"{seen}.served < {ticket} - 1"
-        st.when(decide, f"{seen}.expired != '' and ({held_back})", reap)
-        st.when(decide, f"{seen}.served < {ticket} - 1 and {writer_free}", helper)
-        liveness = build_liveness_check(st, key=key, seen=seen, read=read, park=park)
-        if liveness is not None:  # (at most one DescribeExecution per round of the fallback)
-            v = st.section.variables
-            st.when(decide, f"{protocol.liveness_due_expression(v['wait'], st.section.liveness_check_every)} "
-                               f"and $not($exists(${v['wait']}.checked)) and $type({seen}.suspect) = 'object'", liveness)
-        decide.otherwise(park)
-        return read.next(decide)
 
     def build_release(self, section: SectionContext, lost: sfn.State, left: sfn.State) -> sfn.State:
         st = SharedStates(section, mode=self.mode, park_timeout_s=self.park_timeout_s)
@@ -422,6 +194,226 @@ class SharedKind(MutexKind):
                            {":endedAt": {"N": jsonata(protocol.NOW_EXPRESSION)}}, reader=f"{lock}.owner")
         retire.add_catch(then, errors=["States.ALL"], outputs=jsonata("$states.input"))
         return retire.next(then)
+
+class SharedQueueDriver(QueueDriver):
+    """The read/write kinds' driver of the ticket queue
+    (:class:`~locked_workflow.constructs_lib.kinds.ticket_queue.TicketQueue`), one per mode and
+    ``build_acquire`` call: my turn is ``served + 1`` on a key free of writers (a reader: it
+    goes in with the other readers) or free of all (a writer: alone). The granter reads my
+    row and grants with a claim-window lease that lapses unconfirmed, so every claim drops my
+    row first; a reader at the cap gives up its place."""
+
+    look_again_errors = (errors.CONDITION_FAILED, *errors.TRANSIENT_ERRORS)
+    #: (a park is a transaction: PARK on my row with the lock item's PARK_UNLESS[mode])
+    park_refused = errors.TRANSACTION_CANCELED
+
+    def __init__(self, st: SharedStates, *, mode: str) -> None:
+        self.st, self.mode = st, mode
+        me = f"{ENTRY}.owner"
+        #: The values of the queue's writes on the lock item.
+        self.values = {**st.lock_values(me=me), ":entry": st.own_entry(), ":one": {"N": "1"}, ":zero": {"N": "0"},
+                       ":expiresAt": {"N": jsonata(protocol.lease_end_expression(st.lease_ms))},
+                       ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")}}
+        #: A reader's CLAIM_READ after a fast read whose response was lost (the kind sets it).
+        self.rejoin: Optional[sfn.TaskStateBase] = None
+        self._crowded: Optional[sfn.State] = None
+
+    def entered(self, ticket: str) -> dict:
+        """The assignments of an acquisition (``ticket``: JSONata, my ticket or null)."""
+        v = self.st.section.variables
+        return {v["lock"]: jsonata(self.st.record("$states.result.Attributes", ticket=ticket)),
+                v["wait"]: jsonata("null")}
+
+    # -- my turn ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _lease_over(seen: str) -> str:
+        return f"({seen}.expiresAt >= 0 and {seen}.expiresAt < $millis())"
+
+    def _writer_free(self, q: TicketQueue) -> str:
+        return f"({q.seen}.owner = '' or {q.seen}.owner = '{shared.SHARED}' or {q.seen}.owner = {q.me} or {self._lease_over(q.seen)})"
+
+    def granted(self, q: TicketQueue) -> str:
+        return f"{q.seen}.mine" if self.mode == READ else f"({q.seen}.owner = {q.me} and {q.seen}.served = {q.ticket})"
+
+    def my_turn(self, q: TicketQueue) -> str:
+        if self.mode == READ:
+            return self._writer_free(q)
+        seen = q.seen
+        return (f"({seen}.owner = '' or {seen}.owner = {q.me} or {self._lease_over(seen)} "
+                f"or ({seen}.owner = '{shared.SHARED}' and {seen}.readers = 0))")
+
+    # -- the writes ------------------------------------------------------------------------
+
+    def _crowded_or(self, q: TicketQueue, otherwise: sfn.State) -> sfn.State:
+        """A reader refused by the cap (FAST_READ and ENQUEUE_READ are refused; a read tells),
+        else ``otherwise``; a writer: ``otherwise``."""
+        if self.mode != READ:
+            return otherwise
+        if self._crowded is None:
+            self._crowded = _build_crowded(self.st, otherwise=otherwise)
+        return self._crowded
+
+    def refused_at_once(self, q: TicketQueue) -> sfn.State:
+        return self._crowded_or(q, q.timeout)
+
+    def build_enqueue(self, q: TicketQueue, fast: sfn.TaskStateBase) -> tuple:
+        """ENQUEUE_READ / ENQUEUE_WRITE (refused: my fast path would enter now - try it again)."""
+        enqueue = self.st.update(
+            "Enqueue", q.key, shared.ENQUEUE_READ if self.mode == READ else shared.ENQUEUE_WRITE, self.values,
+            return_values="ALL_NEW", outputs="$states.input",
+            assign={q.vars["ticket"]: jsonata(item_number("$states.result.Attributes", fair.TICKETS))})
+        enqueue.add_catch(self._crowded_or(q, fast), errors=[errors.CONDITION_FAILED], outputs=jsonata("$states.input"))
+        return enqueue, enqueue
+
+    def leaving_before_ticket(self, q: TicketQueue) -> Sequence[sfn.State]:
+        return () if self.rejoin is None else (self.rejoin,)
+
+    def build_admit(self, q: TicketQueue) -> sfn.TaskStateBase:
+        """The head admits itself: GRANT_READ / GRANT_WRITE to me."""
+        turn = {":prev": {"N": jsonata(f"$string({q.ticket} - 1)")}, ":ticket": {"N": jsonata(f"$string({q.ticket})")}}
+        if self.mode == READ:
+            admit = self.st.update("Admit", q.key, shared.GRANT_READ, {**self.values, **turn}, reader=q.me,
+                                   return_values="ALL_NEW", assign=self.entered(q.ticket), retry=False)
+        else:
+            admit = self.st.update("Admit", q.key, shared.GRANT_WRITE,
+                                   {**self.values, ":next": {"S": jsonata(q.me)}, **turn},
+                                   return_values="ALL_NEW", assign=self.entered(q.ticket), retry=False)
+        q.section.record(admit, Role.ACQUISITION, q.section.variables["lock"])
+        return admit
+
+    def after_admit(self, q: TicketQueue) -> sfn.State:
+        if self.mode == READ:  # a reader admitted from the queue admits the readers behind it
+            return build_handoff(self.st, "Admitted", key=q.key, me=q.me, start=q.ticket, holding=False, then=q.drop)
+        return q.drop
+
+    def build_claim(self, q: TicketQueue, suffix: str, *, outputs: Optional[str] = None) -> sfn.TaskStateBase:
+        """CLAIM_READ (my entry is there) / CLAIM_WRITE (I am the owner at my ticket)."""
+        if self.mode == READ:
+            claim = self.st.update(suffix, q.key, shared.CLAIM_READ, self.values, reader=q.me,
+                                   return_values="ALL_NEW", assign=self.entered(q.ticket))
+        else:
+            claim = self.st.update(suffix, q.key, shared.CLAIM_WRITE,
+                                   {**self.values, ":ticket": {"N": jsonata(f"$string({q.ticket})")}},
+                                   return_values="ALL_NEW", assign=self.entered(q.ticket))
+        q.section.record(claim, Role.ACQUISITION, q.section.variables["lock"])
+        return claim
+
+    def build_wait(self, q: TicketQueue) -> Wait:
+        """My task token and kind on my row, unless my ticket may be admitted now or was passed
+        (``park_transaction``'s two writes, with JSONata keys)."""
+        st, s = self.st, self.st.section
+        table = s.table.table_name
+        lock_values = {**st.lock_values(me=q.me), ":zero": {"N": "0"}, ":ticket": {"N": jsonata(f"$string({q.ticket})")},
+                       ":prev": {"N": jsonata(f"$string({q.ticket} - 1)")}}
+        check = st.args(q.key, shared.PARK_UNLESS[self.mode], lock_values)
+        row = st.args(fair.row_key_expression(q.key, q.ticket), shared.PARK, {
+            ":me": {"S": jsonata(q.me)}, ":token": {"S": jsonata("$states.context.Task.Token")},
+            ":lease": {"N": str(int(st.lease_ms))}, ":grace": {"N": jsonata(f"$string({ENTRY}.grace)")},
+            ":kind": {"S": self.mode}})
+        del row["ReturnValues"]
+        park = tasks.CallAwsService.jsonata(
+            s, s.state_name("Park"), service="dynamodb", action="transactWriteItems",
+            parameters={"TransactItems": [{"ConditionCheck": {"TableName": table, **check}},
+                                          {"Update": {"TableName": table, **row}}]},
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            task_timeout=sfn.Timeout.duration(Duration.seconds(st.park_timeout_s)),
+            iam_action="dynamodb:UpdateItem", iam_resources=[s.table.table_arn],
+            additional_iam_statements=[iam.PolicyStatement(actions=["dynamodb:ConditionCheckItem"],
+                                                           resources=[s.table.table_arn])],
+            outputs=jsonata("$states.input"),
+        )
+        retry_transient_sdk(park)
+        return Wait(first=park, again=park, park=park)
+
+    def build_inspect(self, q: TicketQueue) -> sfn.TaskStateBase:
+        """The fallback's read (the model's ``inspect``): the counters, the readers, my entry,
+        an expired reader, the holder to check."""
+        st, item = self.st, "$states.result.Item"
+        seen, owner = q.vars["seen"], item_string(item, protocol.OWNER)
+        read = st.get("Inspect", st.lock_key(q.key), {seen: jsonata(
+            f"{{'owner': {owner}, 'expiresAt': {item_number(item, protocol.EXPIRES_AT, '-1')}, "
+            f"'served': {item_number(item, fair.SERVED)}, 'tickets': {item_number(item, fair.TICKETS)}, "
+            f"'readers': {item_number(item, shared.READERS)}, "
+            f"'mine': $exists({entry_of(item, q.me)}), 'expired': {expired_reader(item)}, "
+            f"'suspect': {suspect(item, owner, q.me, st.section.variables['wait'])}}}")})
+        # (a look at the holder's record: the metrics function measures only its own execution's)
+        st.section.record(read, Role.ACQUISITION, seen)
+        return read
+
+    def refused_branches(self, q: TicketQueue) -> list:
+        """A reader at the head of a key with no room for it (GRANT_READ refuses it at the cap)
+        gives up its place: ``Lock.TooManyReaders``."""
+        v, s = q.section.variables, q.section
+        too_many = sfn.Pass.jsonata(s, "TooManyQueued", state_name=s.state_name("TooManyQueued"),
+                                    outputs=jsonata("$states.input"), assign={v["wait"]: jsonata(
+                                        f"$merge([${v['wait']}, {{'error': {_too_many_error()}}}])")})
+        too_many.next(q.leave)
+        if self.mode != READ:  # (a writer's is never entered: kept, the definitions are unchanged)
+            return []
+        return [(f"{q.seen}.served = {q.ticket} - 1 and {self._writer_free(q)} and "
+                 f"{q.seen}.readers >= {shared.MAX_READERS}", too_many)]
+
+    def behind_branches(self, q: TicketQueue, decide: sfn.Choice) -> list:
+        """An expired reader entry holding back the head (me, a writer; or a head that does not
+        move) -> reap it; behind a head that does not move on a key free of writers -> the
+        handoff for it (then park again: refused if it made me admissible); a liveness check
+        due (at most one DescribeExecution a round)."""
+        st, seen, read, park = self.st, q.seen, q.inspect, q.wait_again
+        # (the last reader's removal ends the shared hold: REAP_LAST; refused, the next look decides)
+        reap = st.choice("ReapWhich")
+        for name, write in (("ReapLast", shared.REAP_LAST), ("Reap", shared.REAP_READ)):
+            task = st.update(name, q.key, write, {**st.lock_values(me=q.me), ":one": {"N": "1"},
+                                                  ":minusOne": {"N": "-1"}}, reader=f"{seen}.expired")
+            task.add_catch(read, errors=["States.ALL"], outputs=jsonata("$states.input"))
+            task.next(read)
+            if write is shared.REAP_LAST:
+                st.when(reap, f"{seen}.readers <= 1", task)
+            else:
+                reap.otherwise(task)
+        helper = build_handoff(st, "Help", key=q.key, me=q.me, start=f"{seen}.served", holding=False, then=park,
+                               self_grant=q.admit, tickets=f"{seen}.tickets")
+        held_back = "true" if self.mode == WRITE else f"{seen}.served < {q.ticket} - 1"
+        branches = [(f"{seen}.expired != '' and ({held_back})", reap),
+                    (f"{seen}.served < {q.ticket} - 1 and {self._writer_free(q)}", helper)]
+        liveness = build_liveness_check(st, key=q.key, seen=seen, read=read, park=park)
+        if liveness is not None:
+            v = st.section.variables
+            branches.append((f"{protocol.liveness_due_expression(v['wait'], st.section.liveness_check_every)} "
+                             f"and $not($exists(${v['wait']}.checked)) and $type({seen}.suspect) = 'object'", liveness))
+        return branches
+
+
+def _too_many_cause() -> str:
+    return (f"the key already has {shared.MAX_READERS} readers, as many as a read/write lock allows at once "
+            "(shared_protocol.MAX_READERS); nothing was written")
+
+
+def _too_many_error() -> str:
+    """JSONata: the error object of a reader refused at the cap (as ``$states.errorOutput``)."""
+    return f"{{'Error': '{errors.ERROR_TOO_MANY_READERS}', 'Cause': '{_too_many_cause()}'}}"
+
+
+def _build_crowded(st: SharedStates, *, otherwise: sfn.State) -> sfn.State:
+    """A reader whose first writes were refused: is the key at the cap (``readers`` >=
+    ``shared_protocol.MAX_READERS``, read alone - never the whole item, which may be large)?
+    Then ``Lock.TooManyReaders``, before any write of its own; else ``otherwise``."""
+    s = st.section
+    count = "$states.result.Item"
+    read = tasks.DynamoGetItem.jsonata(
+        s, s.state_name("CountReaders"), table=s.table, key=st.lock_key(f"{ENTRY}.key"), consistent_read=True,
+        projection_expression=[tasks.DynamoProjectionExpression().with_attribute("#r")],
+        expression_attribute_names={"#r": shared.READERS},
+        assign={st.vars()["seen"]: jsonata(f"{{'readers': {item_number(count, shared.READERS)}}}")},
+        outputs=jsonata("$states.input"))
+    retry_transient(read)
+    read.add_catch(otherwise, errors=["States.ALL"], outputs=jsonata("$states.input"))
+    refused = sfn.Fail.jsonata(s, "TooManyReaders", state_name=s.state_name("TooManyReaders"),
+                               error=errors.ERROR_TOO_MANY_READERS, cause=_too_many_cause())
+    full = st.choice("Crowded")
+    st.when(full, f"${st.vars()['seen']}.readers >= {shared.MAX_READERS}", refused)
+    full.otherwise(otherwise)
+    return read.next(full)
 
 
 @dataclass(frozen=True, init=False)

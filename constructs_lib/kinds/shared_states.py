@@ -16,7 +16,7 @@ from locked_workflow.constructs_lib.dynamodb_tasks import attribute_value, retry
 from locked_workflow.constructs_lib.kinds.base import SectionContext
 from locked_workflow.constructs_lib.kinds.items import item_number
 from locked_workflow.constructs_lib.kinds.shared_hold import entry_of
-from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.constructs_lib.kinds.ticket_queue import choice, queue_vars, row_key, when
 from locked_workflow.state_machines import lock_protocol as protocol
 from locked_workflow.state_machines import shared_protocol as shared
 from locked_workflow.state_machines.lock_protocol import ENTRY, jsonata
@@ -41,8 +41,7 @@ class SharedStates:
         self.lease_ms = lease_ms
 
     def vars(self) -> dict:
-        lock = self.section.variables["lock"]
-        return {"ticket": lock + "Ticket", "seen": lock + "Seen", "handoff": lock + "Handoff"}
+        return queue_vars(self.section)
 
     @property
     def claim_window_ms(self) -> int:
@@ -69,8 +68,9 @@ class SharedStates:
                 shared.reader_attribute_expression(reader))
         return args
 
-    def row_key(self, key: str, ticket: str) -> dict:
-        return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(fair.row_key_expression(key, ticket))})}
+    @staticmethod
+    def row_key(key: str, ticket: str) -> dict:
+        return row_key(key, ticket)
 
     def lock_key(self, key: str) -> dict:
         return {protocol.KEY_ATTRIBUTE: attribute_value({"S": jsonata(key)})}
@@ -126,8 +126,6 @@ class SharedStates:
         return get
 
     def choice(self, suffix: str) -> sfn.Choice:
-        return sfn.Choice.jsonata(self.section, suffix, state_name=self.section.state_name(f"{suffix}?"))
+        return choice(self.section, suffix)
 
-    @staticmethod
-    def when(choice: sfn.Choice, condition: str, then: sfn.IChainable) -> sfn.Choice:
-        return choice.when(sfn.Condition.jsonata(jsonata(condition)), then)
+    when = staticmethod(when)
