@@ -52,8 +52,8 @@ held that way once everyone is done or crashed and the janitor is done is a viol
 arrival would wait that lease). ``janitor_crashes``: the janitor's invocation may also fail
 between any two of its writes (at every step of its hand-on, its lost responses included),
 this many times; Lambda retries a failed asynchronous invocation (twice), and the retry starts
-over - LEAVE (its row is gone by then: nothing), then the look, which finds the grant it claimed
-(CLAIM is idempotent) and hands it on again, or finds it handed on already. Variant
+over - LEAVE_PRESENT (its row is gone by then: refused, nothing written), then the look, which
+finds the grant it claimed (CLAIM is idempotent) and hands it on again, or finds it handed on already. Variant
 ``janitor_retry_trusts_handed`` (a negative control): a janitor that tells a grant made after
 the end by its unconfirmed ``handed`` rather than by its time - its retry finds the grant its
 own first try confirmed and keeps it (held for the lease).
@@ -188,6 +188,11 @@ def mark(row: Optional[Row], since: str) -> tuple[bool, Optional[Row]]:
 def leave(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
     ok = row is None or row.owner in (None, me)
     return ok, (replace(row or Row(), owner=me, left=True, token=None) if ok else row)
+
+
+def leave_present(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
+    """LEAVE_PRESENT: LEAVE, refused when the row is gone (the janitor's write)."""
+    return leave(row, me) if row is not None else (False, None)
 
 
 def row_state(row: Optional[Row]) -> str:
@@ -375,12 +380,13 @@ class Model:
         return t
 
     def _janitor(self, s: State, i: int, me: str, p: Proc):
-        """The janitor's steps for the crashed ``me``: LEAVE its row, then its look at the lock."""
+        """The janitor's steps for the crashed ``me``: LEAVE_PRESENT on its row, then its look at the lock."""
         if p.ticket is None or p.jan == "done":
             return
         if p.jan == "":
             row = s.row(p.ticket)
-            t = s.with_row(p.ticket, leave(row, me)[1]) if row is not None and leave(row, me)[0] else s
+            ok, after = leave_present(row, me)  # one write: a row a handoff took stays gone
+            t = s.with_row(p.ticket, after) if ok else s
             yield f"janitor leaves {me}'s row", self._set(t, i, replace(p, jan="look"))
             return
         lock = s.lock

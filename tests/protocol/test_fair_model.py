@@ -23,8 +23,8 @@ import random
 import pytest
 
 from fair_coalesce_model import enqueue_bounded, enqueue_newest, jump
-from fair_model import (Lock, Model, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release,
-                        release_alone, revoke, skip, take_parked)
+from fair_model import (Lock, Model, Row, claim, enqueue, fast_acquire, grant, leave, leave_present, mark, park,
+                        release, release_alone, revoke, skip, take_parked)
 from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 
@@ -292,6 +292,7 @@ MODEL_WRITES = {
     "PARK": (True, lambda it, a: park(it, a["me"], (a["me"], "current"))),
     "MARK": (True, lambda it, a: mark(it, a["since"])),
     "LEAVE": (True, lambda it, a: leave(it, a["me"])),
+    "LEAVE_PRESENT": (True, lambda it, a: leave_present(it, a["me"])),
     # coalescing (tests/protocol/fair_coalesce_model.py): keep_newest(1), keep_oldest's bounded ticket, JUMP
     "ENQUEUE_NEWEST": (False, lambda it, a: enqueue_newest(it, a["me"], a["stale"])[:2]),
     "ENQUEUE_BOUNDED": (False, lambda it, a: enqueue_bounded(it, a["me"], a["stale"], a["served"], a["bound"])),
