@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import fair_protocol as fair
+from locked_workflow.state_machines import shared_protocol as shared
 from locked_workflow.state_machines.lock_item import lock_item_key
 from lock_client_fakes import TABLE
 
@@ -153,11 +154,14 @@ def test_another_waiters_row_is_not_marked(queue):
     assert fair.LEFT not in _row(ddb, row_key)
 
 
-@pytest.mark.parametrize("write, creates", [(fair.LEAVE, True), (fair.LEAVE_PRESENT, False)], ids=["LEAVE", "LEAVE_PRESENT"])
+@pytest.mark.parametrize("write, creates", [(fair.LEAVE, True), (fair.LEAVE_PRESENT, False), (shared.DEQUEUE, False)],
+                         ids=["LEAVE", "LEAVE_PRESENT", "DEQUEUE"])
 def test_only_the_hole_leave_writes_a_row_that_is_not_there(queue, write, creates):
-    """The two writes on a ticket with no row: LEAVE marks it (a waiter whose park never applied
-    leaves a hole the handoff must skip at once - the workflows' Leave); LEAVE_PRESENT is
-    refused and writes nothing (the race above, with LEAVE, is this very write)."""
+    """The leaves on a ticket with no row (a hole, or a row a handoff took): LEAVE marks it (a
+    waiter whose park never applied leaves a hole the handoff must skip at once - the
+    workflows' Leave, the read/write client's); LEAVE_PRESENT and the read/write janitor's
+    DEQUEUE (``owner = :me``: only a row that waiter parked on) are refused and write nothing.
+    The race above, with LEAVE, is this very write."""
     ddb, table_key, _ = queue
     hole = fair.row_key(table_key, 3)
     args = fair.arguments(hole, write, {":me": {"S": "w3"}, ":one": {"N": "1"}})
@@ -168,5 +172,4 @@ def test_only_the_hole_leave_writes_a_row_that_is_not_there(queue, write, create
         assert error.response["Error"]["Code"] == "ConditionalCheckFailedException"
         applied = False
     assert applied is creates
-    assert (_row(ddb, hole) == {**lock_item_key(hole), "owner": {"S": "w3"}, fair.LEFT: {"N": "1"}}) is creates
-    assert creates or _row(ddb, hole) is None
+    assert _row(ddb, hole) == ({**lock_item_key(hole), "owner": {"S": "w3"}, fair.LEFT: {"N": "1"}} if creates else None)

@@ -329,6 +329,8 @@ def _compare(ddb, writes: dict, cases: int = 80) -> dict:
             a["fence"] = rng.choice([item.fence, item.fence + 1]) if not on_row else 0
             if name == "REVOKE" and not on_row and rng.random() < 0.5:  # often the grant itself
                 a["next"], a["me"] = item.owner or "a", item.handed or "a"
+            if name == "CLAIM" and item.served and rng.random() < 0.5:  # often a grant to me (ticket: served)
+                a["me"], a["prev"] = item.owner or "a", item.served - 1
             key = f"{name}-{n}"
             if item is not None:
                 ddb.put_item(TableName="fair-model", Item=(_row_to_dynamodb if on_row else _lock_to_dynamodb)(key, item))
