@@ -205,23 +205,19 @@ class FairQueue:
 
     def leave_queue(self, row_key: str, me: str) -> Lease | None:
         """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
-        ended execution's parks): mark the row left - only a row still there, never one a
-        handoff took - then, if the lock is free, hand it to the next waiter. Returns the
-        lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it).
-        A row ``me`` already marked left is not written again: LEAVE's condition admits a row
-        that is gone (a hole's), so writing it again after a handoff took the row - the
-        janitor's hand-on of a waiter that had left by itself, arriving late - would put the
-        row back for good."""
+        ended execution's parks): mark the row left - only a row still there (LEAVE_PRESENT),
+        never one a handoff took - then, if the lock is free, hand it to the next waiter. Returns
+        the lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it).
+        A refused leave means the row is gone (a handoff took it: granted or passed, both read
+        on the lock item below) or is another waiter's; LEAVE, whose condition admits a row
+        that is gone (a hole's), would put a taken row back for good."""
         _text(row_key, "row_key")
         _text(me, "me")
         ticket_text, _, table_key = row_key[len(fair.ROW_MARK):].partition(fair.ROW_MARK)
         if not row_key.startswith(fair.ROW_MARK) or not ticket_text.isdigit() or not table_key:
             raise ValueError(f"`row_key` must be a fair queue row's key ('!<ticket>!<stored key>'), got: {row_key!r}")
         ticket = int(ticket_text)
-        row = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(row_key),
-                                     ConsistentRead=True).get("Item")
-        if row is not None and row.get(OWNER, {}).get("S") in (None, me) and fair.LEFT not in row:
-            self._row_update(row_key, fair.LEAVE, {":me": {"S": me}, ":one": {"N": "1"}})
+        self._row_update(row_key, fair.LEAVE_PRESENT, {":me": {"S": me}, ":one": {"N": "1"}})
         item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
                                       ConsistentRead=True).get("Item", {})
         served, _ = fair.counters(item)

@@ -270,16 +270,25 @@ MARK = LockWrite(update=f"SET #{READY} = :since", condition=f"attribute_not_exis
 #: (:data:`CLIENT_LEASE_PREFIX`).
 TAKE_PARKED = LockWrite(update="", condition=(
     f"attribute_exists(#{TOKEN}) AND NOT begins_with(#{TOKEN}, :polling) AND attribute_not_exists(#{LEFT})"))
-#: LEAVE (a row): I give up my place (max_wait spent, or an error while queued).
+#: LEAVE (a row): I give up my place (max_wait spent, or an error while queued) - a row that
+#: may not exist yet: a waiter with a ticket whose park never applied leaves a hole, and its
+#: mark ``left`` lets a handoff skip the ticket at once. Values ``:me``, ``:one``.
 LEAVE = LockWrite(update=f"SET #{OWNER} = :me, #{LEFT} = :one REMOVE #{TOKEN}",
                   condition=f"attribute_not_exists(#{OWNER}) OR #{OWNER} = :me")
+#: LEAVE_PRESENT (a row): LEAVE of a row its leaver read present (the janitor for an ended
+#: execution's park, ``LockClient.leave_queue``). Never writes a row that is gone: refused, a
+#: handoff took (deleted) it since the read - granted (its leaver looks at the lock item and
+#: claims it) or passed. LEAVE there would put the row back for good, at a ticket the handoff
+#: was deciding: nobody reads or deletes it again. Values as LEAVE.
+LEAVE_PRESENT = LockWrite(update=LEAVE.update,
+                          condition=f"attribute_exists(#{KEY_ATTRIBUTE}) AND ({LEAVE.condition})")
 
 #: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
 #: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).
 LOCK_WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "GRANT": GRANT, "SKIP": SKIP, "CLAIM": CLAIM,
                "REVOKE": REVOKE, "RELEASE": RELEASE, "RELEASE_ALONE": RELEASE_ALONE,
                "ENQUEUE_NEWEST": ENQUEUE_NEWEST, "ENQUEUE_BOUNDED": ENQUEUE_BOUNDED, "JUMP": JUMP}
-ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE}
+ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE, "LEAVE_PRESENT": LEAVE_PRESENT}
 #: Conditions of the lock item checked in a transaction beside a row's write.
 LOCK_CHECKS = {"PARK_UNLESS_CUT": PARK_UNLESS_CUT}
 #: Conditional deletes of a row (DeleteItem, ``ALL_OLD``).

@@ -1,5 +1,6 @@
 """The Python side of the lock: ``LockClient`` on moto's DynamoDB (and its layer in a user's
 Lambda function), and the lock CLI on both DynamoDB backends (``deployed.backend_cloud``).
+Tests on both backends borrow DynamoDB Local through ``dynamodb_local``.
 
 The ``LockClient`` tests' fixtures: ``ddb`` (moto's DynamoDB with the lock table), ``clock`` (true
 time moved by hand), ``make_client``, ``alice`` and ``bob`` (clients on that clock); what they
@@ -21,6 +22,25 @@ def ddb():
     with mock_aws():
         client = boto3.client("dynamodb")
         client.create_table(  # as LockTable creates it: the partition key and nothing else
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client
+
+
+@pytest.fixture(scope="module")
+def dynamodb_local():
+    """The process's DynamoDB Local server (``SERVERS``: the one the clouds borrow, not a JVM of
+    the module's own), with the lock table (tests use keys of their own)."""
+    from locked_workflow.testing.dynamodb_local import SERVERS
+    from locked_workflow.testing.pytest_plugin import require_backend
+
+    require_backend("dynamodb-local")
+    with SERVERS.lend() as server:
+        client = server.client()
+        client.create_table(
             TableName=TABLE,
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
             AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],

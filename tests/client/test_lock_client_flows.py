@@ -27,25 +27,6 @@ pytestmark = pytest.mark.usefixtures("offline_aws_env")
 # --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dynamodb_local():
-    """The process's DynamoDB Local server (``SERVERS``: the one the clouds borrow, not a JVM of
-    the module's own), with the lock table (tests use keys of their own)."""
-    from locked_workflow.testing.dynamodb_local import SERVERS
-    from locked_workflow.testing.pytest_plugin import require_backend
-
-    require_backend("dynamodb-local")
-    with SERVERS.lend() as server:
-        client = server.client()
-        client.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        yield client
-
-
 @pytest.fixture(params=["moto", "dynamodb-local"])
 def backend(request, clock):
     """``(make_client, ddb, key)`` on either DynamoDB backend; ``key`` is new for each test."""

@@ -54,8 +54,8 @@ held that way once everyone is done or crashed and the janitor is done is a viol
 arrival would wait that lease). ``janitor_crashes``: the janitor's invocation may also fail
 between any two of its writes (at every step of its hand-on, its lost responses included),
 this many times; Lambda retries a failed asynchronous invocation (twice), and the retry starts
-over - LEAVE (its row is gone by then: nothing), then the look, which finds the grant it claimed
-(CLAIM is idempotent) and hands it on again, or finds it handed on already. Variant
+over - LEAVE_PRESENT (its row is gone by then: refused, nothing written), then the look, which
+finds the grant it claimed (CLAIM is idempotent) and hands it on again, or finds it handed on already. Variant
 ``janitor_retry_trusts_handed`` (a negative control): a janitor that tells a grant made after
 the end by its unconfirmed ``handed`` rather than by its time - its retry finds the grant its
 own first try confirmed and keeps it (held for the lease).
@@ -82,7 +82,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from fair_model_steps import RELEASE_STEPS, WAITING, ParticipantSteps, Proc, State
-from fair_model_writes import Lock, claim, leave, or_zero
+from fair_model_writes import Lock, claim, leave_present, or_zero
 
 #: Step labels of faults (never a way out of a stuck state).
 FAULT = re.compile(r"crashes|lost")
@@ -189,12 +189,13 @@ class Model(ParticipantSteps):
         return t
 
     def _janitor(self, s: State, i: int, me: str, p: Proc):
-        """The janitor's steps for the crashed ``me``: LEAVE its row, then its look at the lock."""
+        """The janitor's steps for the crashed ``me``: LEAVE_PRESENT on its row, then its look at the lock."""
         if p.ticket is None or p.jan == "done":
             return
         if p.jan == "":
             row = s.row(p.ticket)
-            t = s.with_row(p.ticket, leave(row, me)[1]) if row is not None and leave(row, me)[0] else s
+            ok, after = leave_present(row, me)  # one write: a row a handoff took stays gone
+            t = s.with_row(p.ticket, after) if ok else s
             yield f"janitor leaves {me}'s row", self._set(t, i, replace(p, jan="look"))
             return
         lock = s.lock

@@ -116,6 +116,11 @@ def leave(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
     return ok, (replace(row or Row(), owner=me, left=True, token=None) if ok else row)
 
 
+def leave_present(row: Optional[Row], me: str) -> tuple[bool, Optional[Row]]:
+    """LEAVE_PRESENT: LEAVE, refused when the row is gone (the janitor's write)."""
+    return leave(row, me) if row is not None else (False, None)
+
+
 def row_state(row: Optional[Row]) -> str:
     """As fair_protocol.row_state (no polling waiters here)."""
     if row is None:

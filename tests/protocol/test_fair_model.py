@@ -24,8 +24,8 @@ import pytest
 
 from fair_coalesce_model import enqueue_bounded, enqueue_newest, jump
 from fair_model import Model
-from fair_model_writes import (Lock, Row, claim, enqueue, fast_acquire, grant, leave, mark, park, release,
-                               release_alone, revoke, skip, take_parked)
+from fair_model_writes import (Lock, Row, claim, enqueue, fast_acquire, grant, leave, leave_present, mark, park,
+                               release, release_alone, revoke, skip, take_parked)
 from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 
@@ -293,6 +293,7 @@ MODEL_WRITES = {
     "PARK": (True, lambda it, a: park(it, a["me"], (a["me"], "current"))),
     "MARK": (True, lambda it, a: mark(it, a["since"])),
     "LEAVE": (True, lambda it, a: leave(it, a["me"])),
+    "LEAVE_PRESENT": (True, lambda it, a: leave_present(it, a["me"])),
     # coalescing (tests/protocol/fair_coalesce_model.py): keep_newest(1), keep_oldest's bounded ticket, JUMP
     "ENQUEUE_NEWEST": (False, lambda it, a: enqueue_newest(it, a["me"], a["stale"])[:2]),
     "ENQUEUE_BOUNDED": (False, lambda it, a: enqueue_bounded(it, a["me"], a["stale"], a["served"], a["bound"])),
@@ -329,6 +330,8 @@ def _compare(ddb, writes: dict, cases: int = 80) -> dict:
             a["fence"] = rng.choice([item.fence, item.fence + 1]) if not on_row else 0
             if name == "REVOKE" and not on_row and rng.random() < 0.5:  # often the grant itself
                 a["next"], a["me"] = item.owner or "a", item.handed or "a"
+            if name == "CLAIM" and item.served and rng.random() < 0.5:  # often a grant to me (ticket: served)
+                a["me"], a["prev"] = item.owner or "a", item.served - 1
             key = f"{name}-{n}"
             if item is not None:
                 ddb.put_item(TableName="fair-model", Item=(_row_to_dynamodb if on_row else _lock_to_dynamodb)(key, item))

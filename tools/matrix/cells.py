@@ -31,8 +31,8 @@ from tools.matrix import rows as matrix_rows
 from tools.matrix.gate import GATE_S, Gate, index_of
 from tools.matrix.judge import Judging
 from tools.matrix.roles import (CONTEND_ARRIVAL_S, CONTEND_HOLD_MS, HARD_CAP_S, HOLD_MS, HOLDING, JANITOR_SCENES,
-                                LONG_HOLD_MS, PARTICIPANTS, SITUATION_PARTICIPANTS, WORK_MS, CellResult, Participant,
-                                now_ms)
+                                CLIENT_WAIT_S, LONG_HOLD_MS, PARTICIPANTS, SITUATION_PARTICIPANTS, WORK_MS, CellResult,
+                                Participant, now_ms)
 from tools.matrix.rows import Row
 from tools.matrix.running import STOPPED, Running
 from tools.matrix.stack import RECORD_KEY
@@ -106,6 +106,9 @@ class Cell(Judging, Running):
         #: participant ``i`` returned (before a gate holds its response): a holder alive when a
         #: waiter described it, ended when the next waiter does
         self.stops: list[tuple[int, int, str]] = []
+        #: ``client-waits:<s>``: the client participants' ``wait`` (default :data:`CLIENT_WAIT_S`):
+        #: shorter than a hold, a client gives up its queue place (``LockClient.leave_queue``)
+        self.client_wait_s: float = CLIENT_WAIT_S
         for part in parts:
             if part.startswith("after-lost:"):
                 self.prepared.append(("", part.partition(":")[2], "lost"))
@@ -123,6 +126,8 @@ class Cell(Judging, Running):
                 who, _, where = part[5:].partition("@")
                 on, _, name = where.partition("/")
                 self.stops.append((int(who), int(on), name))
+            elif part.startswith("client-waits:"):  # the clients give up after this many seconds
+                self.client_wait_s = float(part.partition(":")[2])
             elif part.startswith("faults-by:"):  # the preparatory faults hit only this participant's calls
                 self.faults_by = int(part.partition(":")[2])
             elif part.startswith("pre:"):  # pre:[<machine>/]<state>=<column>[*<times>]
@@ -138,7 +143,8 @@ class Cell(Judging, Running):
         #: when its retries ran out): the waiters' own liveness checks take over
         self.no_janitor = "no-janitor" in parts
         self.base = next((part for part in parts if not part.startswith(("after-lost:", "pre:", "with:", "as:",
-                                                                          "stop-others-at:", "gate:", "holds-long:", "faults-by:", "stop:"))
+                                                                          "stop-others-at:", "gate:", "holds-long:", "faults-by:", "stop:",
+                                                                          "client-waits:"))
                           and part not in ("no-janitor", "reach", "waiter-dies", "queued")), "contend")
         #: ``queued``: the first participant holds twice as long (its work), so the others have
         #: queued and parked when its release runs (a handoff to a parked waiter, not a mark)

@@ -74,7 +74,7 @@ JANITOR_SCENES: dict[str, tuple[list[str], str]] = {
     "shared_protocol.RETIRE_GONE_READER": (["Reader", "Writer", "Reader"], "dead-holder"),
     "shared_protocol.FORGET_ROW": (["Reader", "Writer", "Reader"], "dead-holder"),
     "shared_protocol.DEQUEUE": (["Reader", "Writer", "Reader"], "dead-waiter"),
-    "fair_protocol.LEAVE": (["Fair", "Fair", "Fair"], "dead-waiter"),
+    "fair_protocol.LEAVE_PRESENT": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.GRANT": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "fair_protocol.CLAIM": (["Fair", "Fair", "Fair"], "dead-waiter"),
     "DeleteItem": (["Fair", "Fair", "Fair"], "dead-waiter"),

@@ -177,7 +177,7 @@ CLIENT_CALLS: tuple[Row, ...] = tuple(Row(kind, call, service, operation) for ki
     ("client-fair", "fair_protocol.SKIP", "dynamodb", "UpdateItem"),
     ("client-fair", "fair_protocol.REVOKE", "dynamodb", "UpdateItem"),
     ("client-fair", "fair_protocol.MARK", "dynamodb", "UpdateItem"),
-    ("client-fair", "fair_protocol.LEAVE", "dynamodb", "UpdateItem"),
+    ("client-fair", "fair_protocol.LEAVE_PRESENT", "dynamodb", "UpdateItem"),  # leave_queue: a row read present
     ("client-fair", "fair_protocol.RELEASE_ALONE", "dynamodb", "UpdateItem"),
     ("client-fair", "lock_protocol.CLIENT_RELEASE", "dynamodb", "UpdateItem"),
     ("client-fair", "lock_protocol.CLIENT_REFRESH", "dynamodb", "UpdateItem"),
@@ -237,7 +237,7 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     ("shared_protocol.FORGET_ROW", "dynamodb", "DeleteItem"),
     ("shared_protocol.DEQUEUE", "dynamodb", "UpdateItem"),
     # a fair waiter's entry: the janitor leaves the queue as the fair client does (and hands on)
-    ("fair_protocol.LEAVE", "dynamodb", "UpdateItem"),
+    ("fair_protocol.LEAVE_PRESENT", "dynamodb", "UpdateItem"),  # never a row a handoff took
     ("fair_protocol.GRANT", "dynamodb", "UpdateItem"),
     ("fair_protocol.CLAIM", "dynamodb", "UpdateItem"),
     ("fair_protocol.SKIP", "dynamodb", "UpdateItem"),  # its handoff passes a waiter gone (seen by the matrix)

@@ -13,11 +13,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from locked_workflow.constructs_lib.lock_client import LockClient, LockError, LockLost, LockTimeout
+from locked_workflow.constructs_lib.lock_client import LockClient, LockError, LockHeld, LockLost, LockTimeout
 from locked_workflow.state_machines import errors
 from locked_workflow.state_machines import fair_protocol as fair
 from locked_workflow.state_machines import lock_protocol as protocol
-from tools.matrix.roles import (APP_RETRIED, CLIENT_LEASE_S, CLIENT_WAIT_S, HARD_CAP_S, LEASE_RAN_OUT, NAMESPACE,
+from tools.matrix.roles import (APP_RETRIED, CLIENT_LEASE_S, HARD_CAP_S, LEASE_RAN_OUT, NAMESPACE,
                                 Participant, now_ms)
 from tools.matrix.stack import PARK_TIMEOUT_S
 from tools.rate_checks import admission_stamps
@@ -88,11 +88,12 @@ class Running:
                                   else LockClient.MUTEX))
         owner = p.owner = f"matrix{uuid.uuid4().hex[:12]}"
         shared = mode == "rw-read"
-        deadline = time.monotonic() + CLIENT_WAIT_S
+        deadline = time.monotonic() + self.client_wait_s
         lease = None
         lambda_client = self.cloud.client("lambda")
         released_error: ClientError | None = None
         work_error: str | None = None
+        retried = False  # the app retried the acquire after a transient error
         while True:
             try:
                 if lease is None:
@@ -121,8 +122,13 @@ class Running:
                     p.status, p.error, p.cause = "FAILED", LEASE_RAN_OUT, str(lost)[:300]
                     return
                 raise
-            except LockTimeout:
-                p.status, p.error = "FAILED", errors.ERROR_TIMEOUT
+            except LockHeld as held:
+                # (LockTimeout; or the app's retry of an acquire whose wait was spent - its give-up
+                # met a transient error - which ``acquire(wait=0)`` answers with LockHeld: timed out)
+                if isinstance(held, LockTimeout) or (retried and type(held) is LockHeld and time.monotonic() >= deadline):
+                    p.status, p.error = "FAILED", errors.ERROR_TIMEOUT
+                else:
+                    p.status, p.error, p.cause = "FAILED", type(held).__name__, str(held)[:300]
                 return
             except LockError as error:
                 p.status, p.error, p.cause = "FAILED", type(error).__name__, str(error)[:300]
@@ -137,6 +143,7 @@ class Running:
                     return
                 if lease is not None:
                     released_error = error
+                retried = True
                 time.sleep(0.2)
 
     def _wait_probe_left(self, timeout_s: float = 60) -> None:

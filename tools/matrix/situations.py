@@ -46,6 +46,8 @@ A situation is ``+``-joined parts: one of the above, then any of
   next one does);
 - ``faults-by:<i>``: the preparatory faults hit only participant ``<i>``'s calls (a park that
   fails through its whole Retry is one waiter's, not spread over the cell's waiters);
+- ``client-waits:<s>``: the client participants wait ``<s>`` seconds (default
+  ``roles.CLIENT_WAIT_S``): shorter than a hold, a client gives up its queue place;
 - ``with:<role>,<role>,...``: the participants (``<kind>Section``: the kind as a
   :class:`LockedSection`, whose hold registers a presence token the waiters probe);
 - ``as:<machine>``: the row's state run by another machine of the same definition (a mutex's

@@ -71,7 +71,7 @@ def uncovered(rows: Iterable[Row]) -> list[str]:
 
 
 SITUATIONS: dict[str, dict[str, str]] = {kind: dict(states) for kind, states in situations.FIRST_PASS.items()}
-for _pass in (trials.FOUND, trials.REACHED, trials.CLIENT_LIVENESS):
+for _pass in (trials.FOUND, trials.REACHED, trials.CLIENT_LIVENESS, trials.CLIENT_GIVES_UP):
     for _kind, _states in _pass.items():
         SITUATIONS.setdefault(_kind, {}).update(_states)
 #: (the coalescing lock's rows keep the fair lock's situations of before: a coalescing third

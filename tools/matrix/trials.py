@@ -197,3 +197,11 @@ CLIENT_LIVENESS: dict[str, dict[str, str]] = {
         'shared_protocol.RETIRE_GONE_READER': 'dead-holder+no-janitor+with:Reader,client-rw-write,client-rw-write',
     },
 }
+#: A client waiter that gives up its queue place (``LockClient.leave_queue``: LEAVE_PRESENT on
+#: its row, then a look at the lock): it waits 3 s behind a client holding 8 s and a parked
+#: workflow waiter.
+CLIENT_GIVES_UP: dict[str, dict[str, str]] = {
+    'client-fair': {
+        'fair_protocol.LEAVE_PRESENT': 'contend+holds-long:0+client-waits:3+with:client-fair,Fair,client-fair',
+    },
+}
