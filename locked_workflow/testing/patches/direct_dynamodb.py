@@ -59,43 +59,44 @@ UNIQUE_ID = "locked-workflow-direct-dynamodb"
 class DirectCalls:
     """The ``before-call`` handler of one client: its calls answered by moto directly."""
 
-    def __init__(self, protocol: str) -> None:
-        self._parser = parsers.create_parser(protocol)
-        #: Calls answered here, and calls left to botocore's whole path.
-        self.answered = 0
-        self.passed = 0
+    def __init__(self, protocol: str, events: Any) -> None:
+        self._protocol = protocol
+        self._events = events
 
     def __call__(self, model: OperationModel, params: dict[str, Any], request_signer: Any,
                  **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
         if not botocore_stubber.enabled:
-            self.passed += 1
             return None
         request = create_request_object(params)
         request_signer.sign(model.name, request)
         prepared = request.prepare()
         answer = botocore_stubber.process_request(prepared)
         if answer is None:  # not moto's to answer: botocore's whole path (which finds the same)
-            self.passed += 1
             return None
         status, headers, body = answer
         http = AWSResponse(prepared.url, status, headers, MockRawResponse(body))
         response = convert_to_response_dict(http, model)
-        parsed = self._parser.parse(response, model.output_shape)
+        customized: dict[str, Any] = {}
+        self._events.emit(f"before-parse.{model.service_model.service_id.hyphenize()}.{model.name}",
+                          operation_model=model, response_dict=response, customized_response_dict=customized)
+        parser = parsers.create_parser(self._protocol)  # one a response, as botocore's endpoint does
+        parsed = parser.parse(response, model.output_shape)
+        parsed.update(customized)
         if http.status_code >= 300:
-            self._add_modeled_error_fields(response, parsed, model)
+            _add_modeled_error_fields(parser, response, parsed, model)
         metadata = parsed.get("ResponseMetadata")
         if metadata is not None:
             metadata["RetryAttempts"] = 0  # one attempt, as botocore's endpoint counts it
-        self.answered += 1
         return http, parsed
 
-    def _add_modeled_error_fields(self, response: dict[str, Any], parsed: dict[str, Any],
-                                  model: OperationModel) -> None:
-        """The error's own members (``CancellationReasons``...), as botocore's endpoint adds them."""
-        code = parsed.get("Error", {}).get("Code")
-        shape = model.service_model.shape_for_error_code(code) if code is not None else None
-        if shape is not None:
-            parsed.update(self._parser.parse(response, shape))
+
+def _add_modeled_error_fields(parser: Any, response: dict[str, Any], parsed: dict[str, Any],
+                              model: OperationModel) -> None:
+    """The error's own members (``CancellationReasons``...), as botocore's endpoint adds them."""
+    code = parsed.get("Error", {}).get("Code")
+    shape = model.service_model.shape_for_error_code(code) if code is not None else None
+    if shape is not None:
+        parsed.update(parser.parse(response, shape))
 
 
 def attach(client: Any) -> DirectCalls | None:
@@ -103,7 +104,8 @@ def attach(client: Any) -> DirectCalls | None:
     service_model = client.meta.service_model
     if service_model.service_name != SERVICE:
         return None
-    handler = DirectCalls(service_model.protocol)
+    protocol = getattr(service_model, "resolved_protocol", None) or service_model.protocol  # botocore's endpoint's
+    handler = DirectCalls(protocol, client.meta.events)
     client.meta.events.register(EVENT, handler, unique_id=UNIQUE_ID)
     return handler
 
