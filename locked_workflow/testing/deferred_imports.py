@@ -4,9 +4,9 @@ moto's Step Functions interpreter imports every service integration's module as 
 (``state_task_service_factory``); the AWS Batch one reads one enum from ``moto.batch.utils``,
 and importing that submodule runs the package ``moto.batch`` first, whose ``__init__`` imports
 its models and with them ``moto.ec2`` - its instance types and regions read from JSON: more
-than half of the CPU of importing ``locked_workflow.testing.cloud`` (1.66 s, 0.75 s without them,
-on a loaded machine; ``python -X importtime`` names them), in every test process, for two
-services no lock workflow calls.
+than half of the CPU of importing ``locked_workflow.testing.cloud`` (``python -X importtime``
+names them; three fresh processes each way, alternating, on a loaded machine: a median of 2.07 s
+with them, 1.11 s without), in every test process, for two services no lock workflow calls.
 
 :func:`defer` puts such a package in ``sys.modules`` with its ``__path__`` but without running
 its ``__init__``: its submodules import as usual (``moto.batch.utils`` needs nothing of the
