@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from locked_workflow.testing import cdk_preload
+from locked_workflow.testing import cdk_preload, deferred_imports
 
 cdk_preload.start()  # node loads aws-cdk-lib while Python imports moto below
+deferred_imports.defer_all()  # moto.batch (and moto.ec2 with it) load if something uses them
 
 import boto3  # noqa: E402
 from botocore.config import Config  # noqa: E402

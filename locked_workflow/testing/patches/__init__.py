@@ -26,6 +26,7 @@ from locked_workflow.testing.patches import (
     cancelled_branches,
     consumed_capacity,
     data_limit,
+    direct_dynamodb,
     dynamodb_validation,
     error_codes,
     eventbridge_targets,
@@ -106,5 +107,5 @@ def apply_all(
     parsed_paths.apply(stack)
     branch_thread_names.apply(stack)
     error_codes.apply(stack)
-    task_clients.apply(stack)
+    direct_dynamodb.apply(stack, task_clients.apply(stack))
     cancelled_branches.apply(stack)

@@ -53,6 +53,8 @@ class TaskClients:
 
     def __init__(self, create: Callable[..., Any]) -> None:
         self._create = create
+        #: Called with each client created, before anyone gets it (``patches/direct_dynamodb``).
+        self.prepare: list[Callable[[Any], Any]] = []
         self._clients: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self.created = 0
@@ -67,7 +69,10 @@ class TaskClients:
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._clients[key] = self._create(region, service, state_credentials)
+                client = self._create(region, service, state_credentials)
+                for prepare in self.prepare:
+                    prepare(client)
+                self._clients[key] = client
                 self.created += 1
             return client
 
