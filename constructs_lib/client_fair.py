@@ -322,8 +322,8 @@ class FairQueue:
                             with contextlib.suppress(ClientError):
                                 self.dynamodb.delete_item(
                                     TableName=self.table_name, Key=lock_item_key(row_key),
-                                    ConditionExpression=f"attribute_not_exists(#{fair.TOKEN})",
-                                    ExpressionAttributeNames={f"#{fair.TOKEN}": fair.TOKEN})
+                                    ConditionExpression=fair.UNMARK.condition,
+                                    ExpressionAttributeNames=fair.UNMARK.attribute_names())
                         return
                     # its waiter parked meanwhile: take the row again
         except ClientError as error:

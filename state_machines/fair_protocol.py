@@ -263,6 +263,9 @@ PARK = LockWrite(
 #: MARK (a row): the lock is free for this ticket, since ``:since`` - unless its waiter
 #: parked. Values ``:since``.
 MARK = LockWrite(update=f"SET #{READY} = :since", condition=f"attribute_not_exists(#{TOKEN})")
+#: UNMARK (a row; a DeleteItem): take away a mark that came too late - its ticket was served
+#: meanwhile, so it is litter - never a row its waiter parked in (MARK's condition).
+UNMARK = LockWrite(update="", condition=MARK.condition)
 #: TAKE_PARKED (a row; a DeleteItem returning the row): take a row whose waiter is parked on a
 #: task token - the release's first step, straight to GRANT. Refused (no row yet, a polling
 #: waiter's lease, a mark, a waiter gone): nothing is deleted, and the release goes on with

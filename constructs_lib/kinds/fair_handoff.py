@@ -328,8 +328,8 @@ def build_handoff(section: SectionContext, suffix: str, *, park_timeout_s: int, 
         outputs=jsonata("$states.input"))
     unmark = tasks.DynamoDeleteItem.jsonata(
         section, f"{suffix}.Unmark", state_name=name("Unmark"), table=section.table,
-        key=row_key(key, f"{h}.c + 1"), condition_expression=f"attribute_not_exists(#{fair.TOKEN})",
-        expression_attribute_names={f"#{fair.TOKEN}": fair.TOKEN}, outputs=jsonata("$states.input"))
+        key=row_key(key, f"{h}.c + 1"), condition_expression=fair.UNMARK.condition,
+        expression_attribute_names=fair.UNMARK.attribute_names(), outputs=jsonata("$states.input"))
     litter = sfn.Choice.jsonata(section, f"{suffix}.Litter", state_name=name("Litter?"))
     litter.when(sfn.Condition.jsonata(jsonata(f"{h}.served > {h}.c")), unmark).otherwise(after_mark or end)
     for t in (served, unmark):
