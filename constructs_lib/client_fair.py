@@ -228,6 +228,35 @@ class FairQueue:
             self.handoff(table_key, me=me, served=served, fence=None)
         return None
 
+    def finish_handoff(self, table_key: str, me: str) -> bool:
+        """Finish the handoff of a releaser ``me`` that ended before its own fallback ran (the
+        janitor, for an ended execution's keys): a grant ``me`` made on ``table_key`` and nobody
+        confirmed (``handed`` = ``me``) to a grantee whose execution has ended (DescribeExecution:
+        no longer RUNNING) is revoked (``REVOKE``: that grant only, refused once its grantee
+        confirmed it - ``CLAIM`` and ``REVOKE`` are conditional writes of the one lock item, so
+        exactly one wins), and the lock handed on to the next waiter (:meth:`handoff`) if a
+        ticket is out, else left free - what the release's wake-up fallback does. A grant to a
+        live grantee stands: it confirms it when it looks. True when a grant was revoked."""
+        _text(table_key, "table_key")
+        _text(me, "me")
+        item = self.dynamodb.get_item(TableName=self.table_name, Key=lock_item_key(table_key),
+                                      ConsistentRead=True).get("Item", {})
+        nxt = item.get(OWNER, {}).get("S")
+        if (item.get(fair.HANDED, {}).get("S") != me or nxt in (None, me) or FENCE not in item
+                or not self._grantee_ended(nxt)):
+            return False
+        try:
+            item = self._update(table_key, fair.REVOKE, {
+                ":next": {"S": nxt}, ":me": {"S": me}, ":fence": {"N": item[FENCE]["N"]}}, return_new=True)["Attributes"]
+        except ClientError as error:
+            if _condition_failed(error):
+                return False  # confirmed (or revoked by a copy of this event) meanwhile
+            raise
+        served, tickets = fair.counters(item)  # (as the revoke left them: a ticket taken since counts)
+        if tickets > served:
+            self.handoff(table_key, me=me, served=served, fence=None)
+        return True
+
     def handoff(self, table_key: str, *, me: str, served: int, fence: int | None, hole_s: float | None = None) -> None:
         """Hand the lock of ``table_key`` to the next live waiter (fair_protocol, step 4):
         ``me`` holds it with ticket ``served`` and fence ``fence`` (a release), or - ``fence``

@@ -21,7 +21,16 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    of its queue: a fair lock's, waking the next waiter of a free lock
    (``LockClient.leave_queue``: the clients' own fair writes) - and handing on a grant made
    to it after the end, which ``leave_queue`` claims for it (:func:`hand_on`); a read/write lock's, marked
-   left (``shared_protocol.DEQUEUE``), so the next handoff skips it.
+   left (``shared_protocol.DEQUEUE``), so the next handoff skips it;
+5. finishes the fair handoffs the end cut short (``LockClient.finish_handoff``): for each key
+   it acquired (or released: a release's ``GRANT`` carries ACQUIRE's clause), a grant it made
+   that nobody confirmed (``handed`` = its owner) to a grantee whose execution has ended too is
+   revoked (``REVOKE``: refused once confirmed) and the lock handed on, or freed - what the
+   release's wake-up fallback does. The grant always precedes the releaser's end, so whichever
+   order the two janitors run in, one of them finds it: the grantee's (its ``leave_queue``
+   claims a grant made after its end and hands it on) or the releaser's (a grantee that ended
+   first: its janitor may have looked after the row was taken, before the grant). A live
+   grantee's grant stands (DescribeExecution says RUNNING): it confirms it when it looks.
 
 Every write is tried again while DynamoDB answers ``TransactionConflictException`` (the item
 is in a transaction in flight - a read/write waiter's park, a multi-key transfer - and nothing
@@ -126,6 +135,8 @@ class Recovery:
     dequeued: list[tuple[str, str]] = field(default_factory=list)
     #: presence rows deleted (their keys)
     forgotten: list[str] = field(default_factory=list)
+    #: (key, owner) of each grant the ended releaser made that was revoked and handed on
+    revoked: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         def listed(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
@@ -133,7 +144,7 @@ class Recovery:
 
         return {"executionArn": self.execution_arn, "retired": listed(self.retired),
                 "unchanged": listed(self.unchanged), "dequeued": listed(self.dequeued),
-                "forgotten": list(self.forgotten)}
+                "forgotten": list(self.forgotten), "revoked": listed(self.revoked)}
 
 
 def history_events(stepfunctions: Any, execution_arn: str, *, page_size: int = HISTORY_PAGE_SIZE) -> Iterator[dict]:
@@ -263,7 +274,8 @@ def recover(
         )
         holds = shared_protocol.holds_in_history(tasks, table_name=settings.table_name)
         readers = {(key, owner) for key, owner, mode in holds if mode == shared_protocol.READ}
-        for key, owner in protocol.acquisitions_in_history(tasks, table_name=settings.table_name):
+        acquisitions = protocol.acquisitions_in_history(tasks, table_name=settings.table_name)
+        for key, owner in acquisitions:
             if (key, owner) in readers:  # a reader's FAST_READ carries ACQUIRE's clause: its entry is below
                 continue
             done = retire(dynamodb, settings, key, owner, ended.ended_at_ms)
@@ -288,6 +300,12 @@ def recover(
             elif not dequeue(dynamodb, settings, row_key, owner):
                 continue
             recovery.dequeued.append((row_key, owner))
+        # its handoffs cut short: a grant it made that nobody confirmed, to a grantee that has
+        # ended too, is revoked and handed on (the release's own fallback, which its end cut off)
+        if client is not None:
+            for key, owner in acquisitions:
+                if client.finish_handoff(key, owner):
+                    recovery.revoked.append((key, owner))
     except (ClientError, BotoCoreError, protocol.HistoryUnreadable) as error:
         raise RecoveryFailed(ended.execution_arn, key, error) from error
     return recovery

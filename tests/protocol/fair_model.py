@@ -59,6 +59,13 @@ finds the grant it claimed (CLAIM is idempotent) and hands it on again, or finds
 ``janitor_retry_trusts_handed`` (a negative control): a janitor that tells a grant made after
 the end by its unconfirmed ``handed`` rather than by its time - its retry finds the grant its
 own first try confirmed and keeps it (held for the lease).
+``releaser_janitor`` (with ``max_crashes=2``): a crashed releaser's janitor too - at any time
+after its crash, before, between or after the grantee's janitor's steps - finishes the handoff
+its crash cut short (``LockClient.finish_handoff``): a grant it made that nobody confirmed, to a
+grantee that crashed too, is revoked and handed on. Without it, the grantee's janitor looking
+after the release took its row and before the grant finds nothing, and the grant stays for its
+lease once both are done (issue 25, the fault matrix's ``left``): the check then waits for every
+crashed participant's janitors.
 ``slow_confirm`` drops the timing assumption for the confirm: exclusion must hold anyway.
 
 ``redrive``: a holder crashed (stopped) in its release may be redriven once and resume the step
@@ -82,7 +89,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from fair_model_steps import RELEASE_STEPS, WAITING, ParticipantSteps, Proc, State
-from fair_model_writes import Lock, claim, leave_present, or_zero
+from fair_model_writes import Lock, claim, leave_present, or_zero, revoke
 
 #: Step labels of faults (never a way out of a stuck state).
 FAULT = re.compile(r"crashes|lost")
@@ -118,6 +125,9 @@ class Model(ParticipantSteps):
     janitor_look: bool = False
     #: times the janitor's invocation may fail between two of its writes (then it is retried)
     janitor_crashes: int = 0
+    #: (with ``janitor_look``) a crashed releaser's janitor finishes its handoff (see the
+    #: module's docstring)
+    releaser_janitor: bool = False
     #: a holder crashed in its release may be redriven: it resumes the step it crashed at (see
     #: the module's docstring)
     redrive: bool = False
@@ -145,6 +155,8 @@ class Model(ParticipantSteps):
         for i, (me, p) in enumerate(zip(names, s.procs)):
             if p.pc == "dead" and self.janitor_look:
                 yield from self._janitor(s, i, me, p)
+            if p.pc == "dead" and self.releaser_janitor and not p.jrel:
+                yield from self._releaser_janitor(s, i, me, p)
             if p.pc == "dead" and self.redrive and p.granted and p.stopped_at in RELEASE_STEPS and not p.redriven:
                 yield f"{me} is redriven at {p.stopped_at}", self._set(s, i, replace(p, pc=p.stopped_at, redriven=True))
             if p.pc in ("done", "dead"):
@@ -214,6 +226,27 @@ class Model(ParticipantSteps):
         else:
             yield f"janitor finds {me} not granted", self._set(s, i, replace(p, jan="done"))
 
+    def _releaser_janitor(self, s: State, i: int, me: str, p: Proc):
+        """The janitor's last step for the crashed ``me`` (``LockClient.finish_handoff``): a
+        grant ``me`` made that nobody confirmed (``handed`` = ``me``) to a grantee that crashed
+        too is revoked (REVOKE, on the lock as read: its read, the grantee's status - final
+        once crashed - and its conditional write are one step here, as REVOKE's condition is
+        the read's) and, a ticket being out, the lock handed on: ``me`` runs the handoff for
+        the head, as the janitor's hand-on does. Else nothing."""
+        names, lock = self.names(), s.lock
+        if lock.handed == me and lock.owner in names and s.procs[names.index(lock.owner)].pc == "dead":
+            ok, after = revoke(lock, lock.owner, lock.fence, me)
+            assert ok  # (its condition is what was just read)
+            t = replace(s, lock=after)
+            if or_zero(after.tickets) > or_zero(after.served):
+                yield f"janitor revokes {me}'s grant to {lock.owner} and hands on", self._set(t, i, replace(
+                    p, pc="take", c=or_zero(after.served), holding=False, granted=True, row=None, jan="done",
+                    jrel=True))
+            else:
+                yield f"janitor revokes {me}'s grant to {lock.owner}", self._set(t, i, replace(p, jrel=True))
+        else:
+            yield f"janitor finds no grant of {me} to finish", self._set(s, i, replace(p, jrel=True))
+
     # -- properties ---------------------------------------------------------------------------
 
     def check(self, s: State) -> list[str]:
@@ -231,7 +264,8 @@ class Model(ParticipantSteps):
             problems.append(s.overtake)
         if self.janitor_look and s.lock.owner in names and not s.lock.expired:
             owner = s.procs[names.index(s.lock.owner)]
-            if owner.granted_dead and owner.jan == "done" and all(p.pc in ("done", "dead") for p in s.procs):
+            if owner.granted_dead and owner.jan == "done" and all(p.pc in ("done", "dead") for p in s.procs) and (
+                    not self.releaser_janitor or all(p.jrel for p in s.procs if p.pc == "dead")):
                 problems.append(f"key left held by {s.lock.owner}, granted after its crash, once the janitor was done")
         return problems
 

@@ -45,6 +45,8 @@ class Proc:
     #: (``janitor_look``) a grant was made to me after I crashed; the janitor's progress for me
     granted_dead: bool = False
     jan: str = ""
+    #: (``releaser_janitor``) the janitor finished my handoff (or found none to finish)
+    jrel: bool = False
     #: (coalescing) the ticket my enqueue superseded, the lock was free at my enqueue, my JUMP
     #: was refused at this row, I ended superseded
     sup: Optional[int] = None

@@ -199,6 +199,29 @@ def test_negative_control_a_janitor_dropping_the_grant_it_claims_leaves_the_key_
     done = next(i for i, step in enumerate(trace) if step in ("a revoke b refused", "a finds its grant to b confirmed"))
     assert trace.index("janitor claims b's grant") < done, trace
 
+def test_a_crashed_releasers_janitor_revokes_its_grant_to_a_crashed_waiter_and_hands_on():
+    """Issue 25: the release took a parked waiter's row, the waiter crashed, its janitor looked
+    (the row gone, the lock still the releaser's: nothing to do), the release granted it and
+    crashed before its fallback revoked the grant. The releaser's janitor finishes that
+    handoff (``LockClient.finish_handoff``): whichever order the janitors' steps take, no key
+    is left held by a crashed waiter once both crashed participants' janitors are done."""
+    model = Model(participants=2, janitor_look=True, releaser_janitor=True, max_crashes=2,
+                  lost_responses=False, lost_wakes=False)
+    result = model.explore()
+    assert result["violation"] is None, model.violations
+    assert result["states"] > 30_000  # (31,139)
+
+
+def test_negative_control_without_the_releasers_janitor_a_grant_to_a_crashed_waiter_stays():
+    """The same two crashes with only the waiter's janitor (the janitor before the fix): its
+    look lands after the release took the row and before the grant, and the key stays held."""
+    model = Model(participants=2, janitor_look=True, max_crashes=2, lost_responses=False, lost_wakes=False)
+    assert model.explore()["violation"].startswith("key left held by b")
+    trace = model.violations[0][1]
+    assert trace.index("janitor finds b not granted") < trace.index("a grant b ok"), trace
+    assert trace[-1].startswith("a crashes at"), trace
+
+
 def test_negative_control_a_revoke_that_ignores_the_claim_admits_two():
     model = Model(participants=3, variant="revoke_ignores_claim", crashes=False, lost_responses=False, lost_wakes=False)
     assert model.explore()["violation"].startswith("two holders")
