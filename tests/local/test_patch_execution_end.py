@@ -84,8 +84,10 @@ def test_runtime_times_out():
 def test_runtime_closes_the_history_of_a_timed_out_blocked_task():
     with LocalCloud() as cloud:
         queue = cloud.client("sqs").create_queue(QueueName="work")["QueueUrl"]
-        machine = create_state_machine({**waiting_for_a_token(queue), "TimeoutSeconds": 1})
-        result = cloud.wait_for(cloud.start_execution(machine, {}), timeout=10)
+        # (5 s: the task's SendMessage must have been answered - TaskSubmitted - before the
+        # execution times out, which a loaded machine may take over a second to do)
+        machine = create_state_machine({**waiting_for_a_token(queue), "TimeoutSeconds": 5})
+        result = cloud.wait_for(cloud.start_execution(machine, {}), timeout=60)
     assert result.status == "TIMED_OUT"
     assert [event["type"] for event in result.history][-2:] == ["TaskSubmitted", "ExecutionTimedOut"]
 
