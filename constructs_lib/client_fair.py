@@ -203,14 +203,22 @@ class FairQueue:
         left_ms = min(max(0, int(item[EXPIRES_AT]["N"]) - latest), _MAX_LEASE_MS)
         return _lease(key, item, holding=Holding(self._monotonic, started, left_ms, int(item[EXPIRES_AT]["N"])))
 
-    def leave_queue(self, row_key: str, me: str) -> Lease | None:
+    def leave_queue(self, row_key: str, me: str, *, ended: bool = False) -> Lease | None:
         """Give up the queue place of row ``row_key`` (a waiter giving up; the janitor, for an
         ended execution's parks): mark the row left - only a row still there (LEAVE_PRESENT),
         never one a handoff took - then, if the lock is free, hand it to the next waiter. Returns
         the lease when the lock was handed to ``me`` meanwhile (a waiter giving up claims it).
         A refused leave means the row is gone (a handoff took it: granted or passed, both read
         on the lock item below) or is another waiter's; LEAVE, whose condition admits a row
-        that is gone (a hole's), would put a taken row back for good."""
+        that is gone (a hole's), would put a taken row back for good.
+
+        ``ended`` (default False): ``me``'s execution has ended (the janitor). A grant to
+        ``me`` is then never claimed - a redriven run of ``me`` may have
+        confirmed it and work under it, and CLAIM is idempotent - but taken back only while
+        nobody confirmed it (``DROP_GRANT``), and the lock handed on; None is returned. The
+        free lock is handed on as :data:`~locked_workflow.state_machines.fair_protocol.JANITOR`,
+        never as ``me`` (ACQUIRE's condition admits a lock ``me`` holds: a redriven run's), and
+        also when ``me``'s ticket is the last served (a retry after its own ``DROP_GRANT``)."""
         _text(row_key, "row_key")
         _text(me, "me")
         ticket_text, _, table_key = row_key[len(fair.ROW_MARK):].partition(fair.ROW_MARK)
@@ -222,9 +230,22 @@ class FairQueue:
                                       ConsistentRead=True).get("Item", {})
         served, _ = fair.counters(item)
         if item.get(OWNER, {}).get("S") == me and served == ticket:
-            return self.claim(table_key, table_key, me, ticket)
+            if not ended:
+                return self.claim(table_key, table_key, me, ticket)
+            try:
+                item = self._update(table_key, fair.DROP_GRANT, {":me": {"S": me}, ":ticket": {"N": str(ticket)}},
+                                    return_new=True)["Attributes"]
+            except ClientError as error:
+                if _condition_failed(error):
+                    return None  # confirmed: a redriven run of ``me`` works under it (or it moved on)
+                raise
+            served, _ = fair.counters(item)
         free = OWNER not in item or int(item.get(EXPIRES_AT, {}).get("N", "0")) < self.earliest_ms()
-        if free and served < ticket:
+        if free and ended and served <= ticket and served < fair.counters(item)[1]:  # (a ticket is out)
+            if fair.cut_of(item) > served:  # superseded tickets ahead (a coalescing key): passed first
+                served = self._jump(table_key, fair.JANITOR, served) or served
+            self.handoff(table_key, me=fair.JANITOR, served=served, fence=None)
+        elif free and served < ticket:
             self.handoff(table_key, me=me, served=served, fence=None)
         return None
 

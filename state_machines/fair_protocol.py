@@ -139,6 +139,7 @@ from locked_workflow.state_machines.lock_protocol import (
     KEY_ATTRIBUTE,
     NOW_EXPRESSION,
     OWNER,
+    OWNER_SEPARATOR,
     RELEASE,
     LockWrite,
     ScheduledTask,
@@ -225,6 +226,22 @@ REVOKE = LockWrite(
     update=f"REMOVE #{OWNER}, #acquiredAt, #{EXPIRES_AT}, #grace, #{HANDED}",
     condition=f"#{OWNER} = :next AND #{HANDED} = :me AND #{FENCE} = :fence",
 )
+#: Who hands a free lock on for an ended waiter (the janitor; ``LockClient.leave_queue`` with
+#: ``ended``): never an owner - nothing follows its separator, and every owner is
+#: ``<execution or client>#<id>`` or an explicit owner without one - so ACQUIRE's condition
+#: admits only a free lock, never one the ended waiter's redriven run holds.
+JANITOR = f"janitor{OWNER_SEPARATOR}"
+#: DROP_GRANT: the janitor takes back a grant to the ended waiter ``:me`` at its ticket
+#: ``:ticket`` that nobody confirmed - ``handed`` names another (``CLAIM`` removes it; a head's
+#: own grant names itself) - and frees the lock in the same write (REVOKE's). Its waiter never
+#: worked under it: it works only after its ``CLAIM``. A redriven waiter that confirmed it
+#: first keeps it (refused here); one that confirms after is refused (``CLAIM``: not mine) and
+#: looks again. Never CLAIM for an ended waiter: a grant its redriven run confirmed and works
+#: under would pass the same idempotent CLAIM. Values ``:me``, ``:ticket``.
+DROP_GRANT = LockWrite(
+    update=REVOKE.update,
+    condition=f"({CLAIM.condition}) AND attribute_exists(#{HANDED}) AND #{HANDED} <> :me",
+)
 
 #: REVOKE's condition as a reading of the lock item: (attribute, type, which value it must
 #: equal) - my grant (``me``) of fence ``fence`` to ``next``, still unconfirmed. Read by the
@@ -289,7 +306,7 @@ LEAVE_PRESENT = LockWrite(update=LEAVE.update,
 #: The writes of a fair lock, on the lock item and on rows (TAKE is a DeleteItem of a row,
 #: returning it; the release is the mutex's RELEASE, returning ``ALL_NEW``).
 LOCK_WRITES = {"FAST_ACQUIRE": FAST_ACQUIRE, "ENQUEUE": ENQUEUE, "GRANT": GRANT, "SKIP": SKIP, "CLAIM": CLAIM,
-               "REVOKE": REVOKE, "RELEASE": RELEASE, "RELEASE_ALONE": RELEASE_ALONE,
+               "REVOKE": REVOKE, "DROP_GRANT": DROP_GRANT, "RELEASE": RELEASE, "RELEASE_ALONE": RELEASE_ALONE,
                "ENQUEUE_NEWEST": ENQUEUE_NEWEST, "ENQUEUE_BOUNDED": ENQUEUE_BOUNDED, "JUMP": JUMP}
 ROW_WRITES = {"PARK": PARK, "MARK": MARK, "LEAVE": LEAVE, "LEAVE_PRESENT": LEAVE_PRESENT}
 #: Conditions of the lock item checked in a transaction beside a row's write.

@@ -19,18 +19,21 @@ machine's timeout (TIMED_OUT), and ``States.ALL`` does not catch ``States.Runtim
    retires: a row registered after the end - a redriven hold's - stays);
 4. takes every queue entry the execution parked (``fair_protocol.enqueues_in_history``) out
    of its queue: a fair lock's, waking the next waiter of a free lock
-   (``LockClient.leave_queue``: the clients' own fair writes) - and handing on a grant made
-   to it after the end, which ``leave_queue`` claims for it (:func:`hand_on`); a read/write lock's, marked
-   left (``shared_protocol.DEQUEUE``), so the next handoff skips it;
+   (``LockClient.leave_queue`` with ``ended``: the clients' own fair writes) - and taking back
+   a grant to it that nobody confirmed (``fair_protocol.DROP_GRANT``), then handing the lock
+   on; never claiming it: a redriven run of the waiter may have confirmed it and work under it
+   (:func:`leave_queue_of_ended`); a read/write lock's, marked left (``shared_protocol.DEQUEUE``),
+   so the next handoff skips it;
 5. finishes the fair handoffs the end cut short (``LockClient.finish_handoff``): for each key
    it acquired (or released: a release's ``GRANT`` carries ACQUIRE's clause), a grant it made
    that nobody confirmed (``handed`` = its owner) to a grantee whose execution has ended too is
    revoked (``REVOKE``: refused once confirmed) and the lock handed on, or freed - what the
    release's wake-up fallback does. The grant always precedes the releaser's end, so whichever
-   order the two janitors run in, one of them finds it: the grantee's (its ``leave_queue``
-   claims a grant made after its end and hands it on) or the releaser's (a grantee that ended
-   first: its janitor may have looked after the row was taken, before the grant). A live
-   grantee's grant stands (DescribeExecution says RUNNING): it confirms it when it looks.
+   order the two janitors run in, one of them finds it: the grantee's (its leave drops an
+   unconfirmed grant and hands the lock on) or the releaser's (a grantee that ended first: its
+   janitor may have looked after the row was taken, before the grant). A live grantee's grant
+   stands (DescribeExecution says RUNNING): it confirms it when it looks. Both writes need the
+   grant unconfirmed, so whichever lands first wins and the other is refused.
 
 Every write is tried again while DynamoDB answers ``TransactionConflictException`` (the item
 is in a transaction in flight - a read/write waiter's park, a multi-key transfer - and nothing
@@ -50,7 +53,7 @@ from typing import Any, Callable, Iterator, Mapping
 from aws_lambda_powertools import Tracer
 from botocore.exceptions import BotoCoreError, ClientError
 
-from locked_workflow.constructs_lib.client_lease import Lease, LockLost, retry_conflicts
+from locked_workflow.constructs_lib.client_lease import retry_conflicts
 from locked_workflow.constructs_lib.lock_client import LockClient
 from locked_workflow.state_machines import fair_protocol
 from locked_workflow.state_machines import lock_protocol as protocol
@@ -234,20 +237,18 @@ def dequeue(dynamodb: Any, settings: JanitorSettings, row_key: str, owner: str) 
     return _unless_refused(dynamodb.update_item, TableName=settings.table_name, **arguments) is not None
 
 
-def hand_on(client: LockClient, claimed: Lease | None, ended_at_ms: int) -> bool:
-    """A grant ``leave_queue`` claimed for the ended waiter (``claimed``; None: none): one made
-    after the end is handed on now (``LockClient.release``: the fair handoff, as a release).
-    Its waiter never worked under it - it could not confirm it (CLAIM) once ended - and its
-    releaser's REVOKE is refused once claimed: dropped, it would stay held for its whole lease.
-    One made at or before the end is left as the retire step left it (its waiter may have
-    confirmed it and started work: held for its stop grace). True when handed on."""
-    if claimed is None or claimed.acquired_at <= ended_at_ms:
-        return False
-    try:
-        client.release(claimed)
-    except LockLost:  # moved on meanwhile (its lease ended and another took it): nothing to hand on
-        return False
-    return True
+def leave_queue_of_ended(client: LockClient, row_key: str, owner: str) -> None:
+    """Take the ended waiter ``owner`` out of its queue (row ``row_key``): the row marked left,
+    a grant to it that nobody confirmed taken back (``DROP_GRANT``, which frees the lock), and a
+    free lock handed on (``LockClient.leave_queue`` with ``ended``). Its waiter never worked
+    under an unconfirmed grant (it works only after its CLAIM), and its granter's REVOKE needs
+    its own handoff to run: dropped, such a grant would stay held for its whole lease. A
+    confirmed grant is never claimed nor handed on, whenever it was made: the event may come
+    after a redrive of the waiter (EventBridge delivers at least once, and for up to 24 h),
+    whose run confirmed it and works under it - an idempotent CLAIM here used to accept it and
+    hand it on beside that run (issue 25). It stays as the retire step left it. A retry after
+    the drop finds the lock free at the waiter's ticket and hands it on again."""
+    client.leave_queue(row_key, owner, ended=True)
 
 
 @tracer.capture_method
@@ -296,7 +297,7 @@ def recover(
                   if settings.fair else None)
         for row_key, owner in fair_protocol.enqueues_in_history(tasks, table_name=settings.table_name):
             if client is not None:
-                hand_on(client, client.leave_queue(row_key, owner), ended.ended_at_ms)
+                leave_queue_of_ended(client, row_key, owner)
             elif not dequeue(dynamodb, settings, row_key, owner):
                 continue
             recovery.dequeued.append((row_key, owner))

@@ -173,3 +173,72 @@ def test_only_the_hole_leave_writes_a_row_that_is_not_there(queue, write, create
         applied = False
     assert applied is creates
     assert _row(ddb, hole) == ({**lock_item_key(hole), "owner": {"S": "w3"}, fair.LEFT: {"N": "1"}} if creates else None)
+
+
+def _grant_to_w(ddb, table_key: str, *, confirmed: bool) -> None:
+    """The holder's handoff granted ticket 2 to ``w`` (GRANT: ``handed`` = holder); ``confirmed``:
+    ``w`` confirmed it since (CLAIM removed ``handed``) - a redriven run of ``w`` at work."""
+    ddb.update_item(TableName=TABLE, Key=lock_item_key(table_key),
+                    UpdateExpression="SET #o = :w, #s = :two, #h = :holder, #x = :until ADD #f :one",
+                    ExpressionAttributeNames={"#o": "owner", "#s": fair.SERVED, "#h": fair.HANDED,
+                                              "#x": "expiresAt", "#f": "fence"},
+                    ExpressionAttributeValues={":w": {"S": "w"}, ":two": {"N": "2"}, ":holder": {"S": "holder"},
+                                               ":until": {"N": str(HELD_UNTIL)}, ":one": {"N": "1"}})
+    if confirmed:
+        ddb.update_item(TableName=TABLE, **{k: v for k, v in fair.arguments(
+            table_key, fair.CLAIM, {":me": {"S": "w"}, ":ticket": {"N": "2"}}).items() if k != "ReturnValues"})
+
+
+def _lock(ddb, table_key: str) -> dict:
+    return ddb.get_item(TableName=TABLE, Key=lock_item_key(table_key), ConsistentRead=True)["Item"]
+
+
+def test_the_janitors_leave_takes_back_an_unconfirmed_grant(request, queue):
+    """The janitor (``ended``) for ``w``, granted as its row was taken and never confirmed: the
+    grant is taken back (DROP_GRANT: the lock freed, never claimed), nobody else queues."""
+    ddb, table_key, row_key = queue
+    take = _take(ddb, row_key)
+    fired = _before_the_leave_lands(request, ddb, row_key,
+                                    lambda: (take(), _grant_to_w(ddb, table_key, confirmed=False)))
+    assert _janitor(ddb).leave_queue(row_key, "w", ended=True) is None
+    item = _lock(ddb, table_key)
+    assert fired == [row_key] and "owner" not in item and fair.HANDED not in item, item
+    assert fair.counters(item) == (2, 2) and _row(ddb, fair.row_key(table_key, 3)) is None  # no mark: no ticket out
+
+
+def test_the_janitors_leave_never_takes_a_grant_its_redriven_waiter_confirmed(queue):
+    """Issue 25: ``w`` (ended, then redriven) confirmed its grant and works under it when the
+    janitor's event for its first end comes: the grant stays ``w``'s - nothing claimed, nothing
+    handed on. The negative control: CLAIM cannot tell (idempotent), so the janitor that claimed
+    for ``w`` got the lease - and released it beside ``w``'s work."""
+    ddb, table_key, row_key = queue
+    ddb.delete_item(TableName=TABLE, Key=lock_item_key(row_key))  # taken by the grant's handoff
+    _grant_to_w(ddb, table_key, confirmed=True)
+    held = _lock(ddb, table_key)
+    assert _janitor(ddb).leave_queue(row_key, "w", ended=True) is None
+    assert _lock(ddb, table_key) == held
+    lease = _janitor(ddb).leave_queue(row_key, "w")  # (the janitor before the fix)
+    assert lease is not None and lease.owner == "w" and lease.fence == int(held["fence"]["N"])
+
+
+@pytest.mark.parametrize("ended", [True, False], ids=["janitor", "negative-control-waiter-leave"])
+def test_a_janitor_retry_after_its_drop_hands_the_free_lock_on(queue, ended):
+    """The janitor's invocation failed after its DROP_GRANT (Lambda retries it): its retry finds
+    the lock free at ``w``'s ticket and hands it to ``x`` (ticket 3, polling). A waiter's own
+    leave hands on only a lock free before its ticket (the negative control: nothing moves)."""
+    import time
+
+    ddb, table_key, row_key = queue
+    ddb.delete_item(TableName=TABLE, Key=lock_item_key(row_key))
+    ddb.put_item(TableName=TABLE, Item={**lock_item_key(table_key), "fence": {"N": "2"}, "served": {"N": "2"},
+                                        "tickets": {"N": "3"}})  # (as DROP_GRANT left it)
+    polling = f"{fair.CLIENT_LEASE_PREFIX}{int(time.time() * 1000) + 600_000}"  # x polls for 10 min
+    ddb.put_item(TableName=TABLE, Item={**lock_item_key(fair.row_key(table_key, 3)), "owner": {"S": "x"},
+                                        fair.TOKEN: {"S": polling},
+                                        fair.LEASE: {"N": "60000"}, fair.GRACE_MS: {"N": "0"}})
+    assert _janitor(ddb).leave_queue(row_key, "w", ended=ended) is None
+    item = _lock(ddb, table_key)
+    if ended:
+        assert (item["owner"]["S"], fair.counters(item), item[fair.HANDED]["S"]) == ("x", (3, 3), fair.JANITOR), item
+    else:
+        assert "owner" not in item and fair.counters(item) == (2, 3), item

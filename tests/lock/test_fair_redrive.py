@@ -17,7 +17,7 @@ import pytest
 from lock_invariants import redrive, states_entered_after_redrive
 from locked_workflow.state_machines import fair_protocol as fp
 from locked_workflow.state_machines import lock_protocol as p
-from test_fair_lock import fair, key  # noqa: F401 - fair: the stack's fixture
+from test_fair_lock import fair, fences_of, key, queued  # noqa: F401 - fair: the stack's fixture
 
 
 def _release_of(stored_key: str):
@@ -159,3 +159,49 @@ def test_a_run_stopped_in_its_work_and_redriven_after_a_takeover_is_lost_not_rel
     assert "FairWaitShortGraceWork" in entered  # it did resume its work
     assert fair.cloud.wait_for(second, timeout=60).status == "SUCCEEDED"
     assert fair.drained(k)
+
+
+def test_a_late_janitor_event_never_hands_on_the_grant_a_redriven_waiter_confirmed(fair):
+    """Issue 25: a fair waiter W stopped while parked (ABORTED) and redriven (RedriveExecution
+    reruns its park: https://docs.aws.amazon.com/step-functions/latest/dg/redrive-executions.html)
+    is granted the lock by the holder's release after its end, confirms it (CLAIM) and works.
+    The janitor's event for W's first end comes after that (EventBridge delivers at least once,
+    and retries for up to 24 h): it used to CLAIM the grant for W (idempotent: accepted) and, the
+    grant being newer than the end, release it - handing the lock to X, queued behind W, while W
+    works. The janitor now takes back only a grant never confirmed (``DROP_GRANT``): W keeps its
+    lock, its release hands it to X, and the fences stay in order."""
+    from locked_workflow.lambdas.lock_janitor.logic import EndedExecution, recover
+    from locked_workflow.lambdas.lock_janitor.settings import JanitorSettings
+
+    k = key("redrive")
+    holder, (w,) = queued(fair, k, waiters=1, machine="FairPatientHold")
+    x = fair.start("FairPatient", {"key": k, "workMs": 1})
+    fair.until(lambda: len(fair.queue(k)) == 2)
+    events = fair.cloud.events
+    events.status_event_filter = lambda detail: detail.get("executionArn") != w  # held back: delivered below
+    try:
+        fair.cloud.stop_execution(w)  # parked
+        assert fair.cloud.wait_for(w, timeout=60).status == "ABORTED"
+        fair.until(lambda: any(d["executionArn"] == w for d in events.dropped_status_events))
+    finally:
+        events.status_event_filter = None
+    holder_gate = fair.gate_token(k)
+    fair.cloud.stepfunctions.redrive_execution(executionArn=w)
+    fair.until(lambda: len(fair.queue(k)) == 2 and fair.queue(k)[0].startswith(w), timeout=60)  # parked again
+    fair.open(k)  # the holder's release grants W and wakes it: W confirms and works (its gate)
+    fair.until(lambda: fair.gate_token(k) not in (None, holder_gate), timeout=60)
+    held = fair.lock(k)
+    assert _holds(fair, k, w) and fp.HANDED not in held, held  # confirmed, at work
+    # the ABORTED event of W's first end, delivered late
+    detail = next(d for d in events.dropped_status_events if d["executionArn"] == w)
+    recover(EndedExecution.from_detail(detail), JanitorSettings(table_name=fair.table("LocksTable"), fair=True),
+            dynamodb=fair.cloud.dynamodb, stepfunctions=fair.cloud.stepfunctions)
+    during = fair.lock(k)
+    # still W's, while it works
+    assert (during.get(p.OWNER, {}).get("S", "")[:len(w)], during[p.FENCE]) == (w, held[p.FENCE]), (held, during)
+    assert fair.cloud.status(x) == "RUNNING" and fair.queue(k) == [fair.queue(k)[0]] and fair.queue(k)[0].startswith(x)
+    fair.open(k)  # W's work ends
+    results = fair.wait([holder, w, x])
+    assert [(r.status, r.error) for r in results] == [("SUCCEEDED", None)] * 3, [(r.error, r.cause) for r in results]
+    assert fences_of(results) == sorted(fences_of(results))
+    assert fair.drained(k) and fair.probe(k).get("violations", 0) == 0

@@ -42,23 +42,28 @@ needs a ticket passed under a live holder (a helper that found it stale, then a 
 a late park in that row: 2 participants with ``redrive`` never reach it (23,805 states with the
 variant as without).
 
-``janitor_look``: a crashed waiter's janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``,
-then :func:`hand_on`), whose two steps may land anywhere after the crash - between a release's
+``janitor_look``: a crashed waiter's janitor (``lambdas/lock_janitor/logic.py``:
+``leave_queue_of_ended``), whose steps may land anywhere after the crash - between a release's
 grant to it and its revoke too: it marks the waiter's row left, then looks at the lock: granted
-to the waiter (its ticket), it claims the grant (the releaser's REVOKE is then refused) and, if
-the grant was made after the crash, hands it on as the waiter's release would (a grant made
-before it keeps its retire: the lease end below); a free lock whose head does not move, it
-hands on (the handoff for the head). With the janitor, the lease of a waiter granted after its
-crash never ends in the model (it is the whole lease, minutes: a liveness defect): a grant left
-held that way once everyone is done or crashed and the janitor is done is a violation (the next
-arrival would wait that lease). ``janitor_crashes``: the janitor's invocation may also fail
-between any two of its writes (at every step of its hand-on, its lost responses included),
-this many times; Lambda retries a failed asynchronous invocation (twice), and the retry starts
-over - LEAVE_PRESENT (its row is gone by then: refused, nothing written), then the look, which
-finds the grant it claimed (CLAIM is idempotent) and hands it on again, or finds it handed on already. Variant
-``janitor_retry_trusts_handed`` (a negative control): a janitor that tells a grant made after
-the end by its unconfirmed ``handed`` rather than by its time - its retry finds the grant its
-own first try confirmed and keeps it (held for the lease).
+to the waiter (its ticket) and not confirmed (``handed`` another's), it takes the grant back
+(DROP_GRANT: the lock freed; the releaser's REVOKE is then refused) and hands the free lock on
+(the handoff for the head); confirmed, it leaves it (since issue 25 it never claims for an ended
+waiter: a redriven run of it may have confirmed the grant and work under it - redriven waiters
+are not modelled, ``tests/lock/test_fair_redrive.py`` reproduces that); a free lock whose head
+does not move - or free at the waiter's own ticket, after its own drop - it hands on. With the
+janitor, the lease of a waiter granted after its crash never ends in the model (it is the whole
+lease, minutes: a liveness defect): a grant left held that way once everyone is done or crashed
+and the janitor is done is a violation (the next arrival would wait that lease).
+``janitor_crashes``: the janitor's invocation may also fail between any two of its writes (at
+every step of its hand-on, its lost responses included), this many times; Lambda retries a
+failed asynchronous invocation (twice), and the retry starts over - LEAVE_PRESENT (its row is
+gone by then: refused, nothing written), then the look, which finds the lock free at the
+waiter's ticket (its own drop) and hands it on again, or finds it handed on already. Variants
+``janitor_drops_claim`` and ``janitor_retry_trusts_handed`` keep the janitor that claimed the
+grant for its waiter (before issue 25): the first drops the claimed grant; the second (a
+negative control) tells a grant made after the end by its unconfirmed ``handed`` rather than by
+its time - its retry finds the grant its own first try confirmed and keeps it (held for the
+lease).
 ``releaser_janitor`` (with ``max_crashes=2``): a crashed releaser's janitor too - at any time
 after its crash, before, between or after the grantee's janitor's steps - finishes the handoff
 its crash cut short (``LockClient.finish_handoff``): a grant it made that nobody confirmed, to a
@@ -89,7 +94,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from fair_model_steps import RELEASE_STEPS, WAITING, ParticipantSteps, Proc, State
-from fair_model_writes import Lock, claim, leave_present, or_zero, revoke
+from fair_model_writes import Lock, claim, drop_grant, leave_present, or_zero, revoke
 
 #: Step labels of faults (never a way out of a stuck state).
 FAULT = re.compile(r"crashes|lost")
@@ -211,7 +216,17 @@ class Model(ParticipantSteps):
             yield f"janitor leaves {me}'s row", self._set(t, i, replace(p, jan="look"))
             return
         lock = s.lock
-        if lock.owner == me and lock.served == p.ticket:
+        if lock.owner == me and lock.served == p.ticket and self.variant not in (
+                "janitor_drops_claim", "janitor_retry_trusts_handed"):
+            # DROP_GRANT: an unconfirmed grant is taken back (the lock freed), then the free lock
+            # handed on; a confirmed one is never claimed (a redriven run may work under it)
+            ok, after = drop_grant(lock, me, p.ticket)
+            if ok:
+                yield f"janitor drops {me}'s unconfirmed grant", self._set(replace(s, lock=after), i, replace(
+                    p, pc="take", c=p.ticket, holding=False, granted=True, row=None, jan="done"))
+            else:
+                yield f"janitor finds {me}'s grant confirmed", self._set(s, i, replace(p, jan="done"))
+        elif lock.owner == me and lock.served == p.ticket:  # (the variants: the janitor that claimed)
             ok, after = claim(lock, me, p.ticket)
             t = replace(s, lock=after)
             trusts_handed = self.variant == "janitor_retry_trusts_handed" and lock.handed is None
@@ -220,7 +235,7 @@ class Model(ParticipantSteps):
                     p, pc="take_parked", c=p.ticket, holding=True, fence=after.fence, granted=True, jan="done"))
             else:
                 yield f"janitor claims {me}'s grant", self._set(t, i, replace(p, jan="done"))
-        elif (lock.owner is None or lock.expired) and or_zero(lock.served) < p.ticket:
+        elif (lock.owner is None or lock.expired) and or_zero(lock.served) <= p.ticket:  # (=: a retry after its drop)
             yield f"janitor hands {me}'s free lock to the head", self._set(s, i, replace(
                 p, pc="take", c=or_zero(lock.served), holding=False, granted=True, row=None, jan="done"))
         else:

@@ -78,6 +78,13 @@ def claim(lock: Lock, me: str, ticket: int) -> tuple[bool, Lock]:
     return ok, (replace(lock, handed=None) if ok else lock)
 
 
+def drop_grant(lock: Lock, me: str, ticket: int) -> tuple[bool, Lock]:
+    """DROP_GRANT: the janitor takes back the grant to the ended ``me`` at ``ticket`` that
+    nobody confirmed (``handed`` another's), freeing the lock."""
+    ok = claim(lock, me, ticket)[0] and lock.handed is not None and lock.handed != me
+    return ok, (replace(lock, owner=None, expired=False, handed=None) if ok else lock)
+
+
 def revoke(lock: Lock, nxt: str, fence: int, me: str, variant: str = "") -> tuple[bool, Lock]:
     ok = lock.owner == nxt and lock.fence == fence and (variant == "revoke_ignores_claim" or lock.handed == me)
     return ok, (replace(lock, owner=None, expired=False, handed=None) if ok else lock)

@@ -24,8 +24,8 @@ import pytest
 
 from fair_coalesce_model import enqueue_bounded, enqueue_newest, jump
 from fair_model import Model
-from fair_model_writes import (Lock, Row, claim, enqueue, fast_acquire, grant, leave, leave_present, mark, park,
-                               release, release_alone, revoke, skip, take_parked)
+from fair_model_writes import (Lock, Row, claim, drop_grant, enqueue, fast_acquire, grant, leave, leave_present,
+                               mark, park, release, release_alone, revoke, skip, take_parked)
 from locked_workflow.state_machines import fair_protocol as f
 from locked_workflow.state_machines import lock_protocol as p
 
@@ -150,19 +150,21 @@ def test_negative_control_each_rendezvous_rule_is_needed_or_a_wake_up_is_lost(va
 
 def test_the_janitor_hands_on_a_grant_its_look_claims_for_a_waiter_granted_after_its_crash():
     """The janitor's look (``leave_queue``) may land between a release's grant to a crashed
-    waiter and its revoke, claiming the grant (the revoke is then refused): it hands the grant
-    on, so no key is left held by a crashed waiter once everyone is done - under every fault,
-    the janitor's own crash between any two of its writes included (its invocation retried,
-    as Lambda retries an asynchronous one: the retry finds the grant it claimed and hands it
-    on again, or finds it handed on already)."""
+    waiter and its revoke: it takes the unconfirmed grant back (DROP_GRANT: the revoke is then
+    refused) and hands the lock on, so no key is left held by a crashed waiter once everyone is
+    done - under every fault, the janitor's own crash between any two of its writes included
+    (its invocation retried, as Lambda retries an asynchronous one: the retry finds the lock
+    free at the waiter's ticket and hands it on again, or finds it handed on already). (The
+    name is the claiming janitor's, kept: docs cite it.)"""
     model = Model(participants=2, janitor_look=True, janitor_crashes=1, coverage=True)
     result = model.explore()
     assert result["violation"] is None, model.violations
     assert result["states"] > 60_000  # (62,725 without the janitor's crash)
-    # a crash at every step of its hand-on: the release's first take, the release alone and its
-    # retry, the handoff's take and what it does with the row, its end
+    # a crash at every step of its hand-on (since issue 25: DROP_GRANT, then the handoff of the
+    # free lock - no release): the handoff's take and what it does with the row, a failed
+    # wake-up's window and revoke, its end (308,693 states; 107,453 when it claimed and released)
     assert model.janitor_visited == model.janitor_crashed_at, model.janitor_visited - model.janitor_crashed_at
-    assert {"take_parked", "release_alone", "release_retry", "take", "taken", "after_loop"} <= model.janitor_crashed_at
+    assert {"take", "taken", "wake", "window", "revoke", "after_loop"} <= model.janitor_crashed_at
 
 
 def test_negative_control_a_janitor_retry_that_trusts_handed_keeps_the_grant_it_claimed():
@@ -310,6 +312,7 @@ MODEL_WRITES = {
     "SKIP": (False, lambda it, a: skip(it, a["me"], a["stale"], a["prev"])),
     "CLAIM": (False, lambda it, a: claim(it, a["me"], a["prev"] + 1)),
     "REVOKE": (False, lambda it, a: revoke(it, a["next"], a["fence"], a["me"])),
+    "DROP_GRANT": (False, lambda it, a: drop_grant(it, a["me"], a["prev"] + 1)),
     "RELEASE": (False, lambda it, a: release(it, a["me"], a["fence"])),
     "RELEASE_ALONE": (False, lambda it, a: release_alone(it, a["me"], a["fence"])),
     "TAKE_PARKED": (True, lambda it, a: take_parked(it)),
@@ -353,7 +356,7 @@ def _compare(ddb, writes: dict, cases: int = 80) -> dict:
             a["fence"] = rng.choice([item.fence, item.fence + 1]) if not on_row else 0
             if name == "REVOKE" and not on_row and rng.random() < 0.5:  # often the grant itself
                 a["next"], a["me"] = item.owner or "a", item.handed or "a"
-            if name == "CLAIM" and item.served and rng.random() < 0.5:  # often a grant to me (ticket: served)
+            if name in ("CLAIM", "DROP_GRANT") and item.served and rng.random() < 0.5:  # often a grant to me
                 a["me"], a["prev"] = item.owner or "a", item.served - 1
             key = f"{name}-{n}"
             if item is not None:

@@ -165,20 +165,20 @@ def _rw_client_checks_workflow_holders(cloud, locks: str, registry, stopped: str
 
 
 def test_the_janitors_hand_on_on_a_coalescing_key_makes_only_calls_with_a_row(deployed_matrix):
-    """The janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue``, then ``hand_on``) for a
-    waiter stopped while parked on a coalescing key, granted after its end: it claims the grant
-    and releases it. The next ticket was superseded (its row taken by the newer run): a hole, so
-    the handoff RELEASEs, then JUMPs past the cut, then grants the newest, whose park has ended
-    (stopped too): the wake-up fails, DescribeExecution says it ended, REVOKE. The matrix's cells
-    met the RELEASE and the DescribeExecution with no row (``coalesce:*`` x ``dead-waiter``:
-    unlisted)."""
+    """The janitor (``lambdas/lock_janitor/logic.py``: ``leave_queue_of_ended``) for a waiter
+    stopped while parked on a coalescing key, granted after its end: it takes the unconfirmed
+    grant back (DROP_GRANT, which frees the lock; it used to claim it and release it). The next
+    ticket was superseded (its row taken by the newer run): the janitor JUMPs past the cut, then
+    grants the newest, whose park has ended (stopped too): the wake-up fails, DescribeExecution
+    says it ended, REVOKE. The matrix's cells met the DescribeExecution with no row
+    (``coalesce:*`` x ``dead-waiter``: unlisted)."""
     import threading
     import time
 
     from locked_workflow.constructs_lib.lock_client import LockClient
     from locked_workflow.state_machines import fair_protocol as fp, lock_protocol as p
     from locked_workflow.testing.faults import fault_registry
-    from locked_workflow.lambdas.lock_janitor.logic import hand_on
+    from locked_workflow.lambdas.lock_janitor.logic import leave_queue_of_ended
 
     cloud, app = deployed_matrix
     locks = next(v for k, v in app.resources.items() if k.startswith("LocksTable"))
@@ -206,10 +206,10 @@ def test_the_janitors_hand_on_on_a_coalescing_key_makes_only_calls_with_a_row(de
     client = LockClient(locks, dynamodb=cloud.dynamodb, stepfunctions=cloud.stepfunctions, fair=True)
     with fault_registry() as registry:
         registry.observers.append(observe)
-        assert hand_on(client, client.leave_queue(fp.row_key(stored, 2), gone), now - 1_000)
+        leave_queue_of_ended(client, fp.row_key(stored, 2), gone)
     item = cloud.dynamodb.get_item(TableName=locks, Key={"pk": {"S": stored}}, ConsistentRead=True)["Item"]
-    assert p.OWNER not in item and fp.counters(item) == (4, 4)  # released, passed the cut, revoked
-    assert {"fair_protocol.CLAIM", "lock_protocol.RELEASE", "fair_protocol.JUMP", "fair_protocol.GRANT",
+    assert p.OWNER not in item and fp.counters(item) == (4, 4)  # dropped, passed the cut, revoked
+    assert {"fair_protocol.DROP_GRANT", "fair_protocol.JUMP", "fair_protocol.GRANT",
             "SendTaskSuccess", "DescribeExecution", "fair_protocol.REVOKE"} <= set(seen), seen
     assert set(seen) - listed == set(), "calls of the janitor with no row in tools/matrix/rows.py JANITOR_CALLS"
 

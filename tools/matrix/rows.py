@@ -239,15 +239,13 @@ JANITOR_CALLS: tuple[Row, ...] = tuple(Row("janitor", call, service, operation) 
     # a fair waiter's entry: the janitor leaves the queue as the fair client does (and hands on)
     ("fair_protocol.LEAVE_PRESENT", "dynamodb", "UpdateItem"),  # never a row a handoff took
     ("fair_protocol.GRANT", "dynamodb", "UpdateItem"),
-    ("fair_protocol.CLAIM", "dynamodb", "UpdateItem"),
+    # a grant to the ended waiter nobody confirmed: taken back (never claimed: issue 25)
+    ("fair_protocol.DROP_GRANT", "dynamodb", "UpdateItem"),
     ("fair_protocol.SKIP", "dynamodb", "UpdateItem"),  # its handoff passes a waiter gone (seen by the matrix)
     ("fair_protocol.REVOKE", "dynamodb", "UpdateItem"),
     ("fair_protocol.MARK", "dynamodb", "DeleteItem"),  # its handoff's unmark: a delete under MARK's condition
     ("fair_protocol.JUMP", "dynamodb", "UpdateItem"),  # its handoff on a coalescing key (superseded tickets)
-    # its leave of a granted waiter releases the lock it holds; on a coalescing key the claimed
-    # grant is released when the next ticket's row is a hole (the superseded ticket's row, taken by
-    # the newer run). Seen by the matrix (coalesce:Lock.Release.Unmark x lost, dead-waiter, unlisted)
-    ("lock_protocol.RELEASE", "dynamodb", "UpdateItem"),
+    # (it never holds a lock: no RELEASE - its hand-on used to claim the grant and release it)
     ("SendTaskFailure", "stepfunctions", "SendTaskFailure"),  # ... and a superseded waiter's wake-up
     ("DeleteItem", "dynamodb", "DeleteItem"),
     ("SendTaskSuccess", "stepfunctions", "SendTaskSuccess"),
