@@ -114,12 +114,7 @@ def test_a_leave_whose_row_was_taken_and_granted_claims_the_grant(request, queue
 
     def take_and_grant() -> None:
         take()
-        ddb.update_item(TableName=TABLE, Key=lock_item_key(table_key),
-                        UpdateExpression="SET #o = :w, #s = :two, #h = :holder, #x = :until ADD #f :one",
-                        ExpressionAttributeNames={"#o": "owner", "#s": fair.SERVED, "#h": fair.HANDED,
-                                                  "#x": "expiresAt", "#f": "fence"},
-                        ExpressionAttributeValues={":w": {"S": "w"}, ":two": {"N": "2"}, ":holder": {"S": "holder"},
-                                                   ":until": {"N": str(HELD_UNTIL)}, ":one": {"N": "1"}})
+        _grant_to_w(ddb, table_key, confirmed=False)
 
     fired = _before_the_leave_lands(request, ddb, row_key, take_and_grant)
     lease = _janitor(ddb).leave_queue(row_key, "w")
